@@ -1,0 +1,118 @@
+//! Command-line interface. Flag names follow node_exporter (`--web.listen-address`,
+//! `--path.procfs`, `--collector.<name>`); each sets the configuration key of the same name,
+//! overriding the file and the environment.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use config::Value;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "memlock-exporter",
+    version,
+    about = "Prometheus exporter for locked and pinned memory against the limits that stop RDMA registration",
+    after_help = "Exit codes: 0 clean shutdown, 1 runtime failure, 2 bad flags or configuration."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Flags of `serve`, which is also what runs with no subcommand.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the exporter daemon (the default).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args, Default, Clone)]
+pub struct ServeArgs {
+    /// Optional TOML configuration file; flags and MEMLOCK_EXPORTER_* variables override it.
+    #[arg(long = "config.file", value_name = "PATH")]
+    pub config_file: Option<PathBuf>,
+    /// Address to listen on: ":9478" (all interfaces), "127.0.0.1:9478", "[::1]:9478".
+    #[arg(long = "web.listen-address", value_name = "ADDR")]
+    pub listen_address: Option<String>,
+    /// Path under which metrics are served.
+    #[arg(long = "web.telemetry-path", value_name = "PATH")]
+    pub telemetry_path: Option<String>,
+    /// procfs mount point (the host's /proc; /host/proc in a container).
+    #[arg(long = "path.procfs", value_name = "PATH")]
+    pub procfs: Option<String>,
+    /// sysfs mount point.
+    #[arg(long = "path.sysfs", value_name = "PATH")]
+    pub sysfs: Option<String>,
+    /// Enable the node collector (/proc/meminfo, vmstat, vm sysctls, hugepages). Default on.
+    #[arg(long = "collector.node", overrides_with = "no_collector_node")]
+    pub collector_node: bool,
+    /// Disable the node collector.
+    #[arg(long = "no-collector.node")]
+    pub no_collector_node: bool,
+    /// Enable the numa collector (per NUMA node memory and hugepages). Default on.
+    #[arg(long = "collector.numa", overrides_with = "no_collector_numa")]
+    pub collector_numa: bool,
+    /// Disable the numa collector.
+    #[arg(long = "no-collector.numa")]
+    pub no_collector_numa: bool,
+    /// Log level: debug, info, warn, error.
+    #[arg(long = "log.level", value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Log format: text or json.
+    #[arg(long = "log.format", value_name = "FORMAT")]
+    pub log_format: Option<String>,
+}
+
+impl ServeArgs {
+    /// The configuration keys these flags set, for the top configuration layer.
+    pub fn overrides(&self) -> Vec<(String, Value)> {
+        let mut out: Vec<(String, Value)> = Vec::new();
+        let strings = [
+            ("web.listen_address", &self.listen_address),
+            ("web.telemetry_path", &self.telemetry_path),
+            ("path.procfs", &self.procfs),
+            ("path.sysfs", &self.sysfs),
+            ("log.level", &self.log_level),
+            ("log.format", &self.log_format),
+        ];
+        for (key, value) in strings {
+            if let Some(v) = value {
+                out.push((key.into(), Value::from(v.as_str())));
+            }
+        }
+        let toggles = [("node", self.collector_node, self.no_collector_node), ("numa", self.collector_numa, self.no_collector_numa)];
+        for (name, on, off) in toggles {
+            if on || off {
+                out.push((format!("collector.{name}.enabled"), Value::from(on)));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_is_the_default_and_flags_become_keys() {
+        let cli = Cli::try_parse_from(["memlock-exporter", "--web.listen-address", "127.0.0.1:1", "--no-collector.numa"]).unwrap();
+        assert!(cli.command.is_none());
+        let o = cli.serve.overrides();
+        assert!(o.iter().any(|(k, v)| k == "web.listen_address" && v.clone().into_string().unwrap() == "127.0.0.1:1"));
+        assert!(o.iter().any(|(k, v)| k == "collector.numa.enabled" && !v.clone().into_bool().unwrap()));
+        assert!(!o.iter().any(|(k, _)| k == "collector.node.enabled"));
+
+        let cli = Cli::try_parse_from(["memlock-exporter", "serve", "--no-collector.node", "--collector.node"]).unwrap();
+        let Some(Command::Serve(args)) = cli.command else { panic!("serve subcommand") };
+        assert!(args.overrides().iter().any(|(k, v)| k == "collector.node.enabled" && v.clone().into_bool().unwrap()));
+    }
+
+    #[test]
+    fn unknown_flags_are_usage_errors() {
+        let err = Cli::try_parse_from(["memlock-exporter", "--web.listen-adress", "x"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+    }
+}

@@ -1,0 +1,76 @@
+//! Collectors: one per source. Each reads through [`crate::fsroot`], parses with
+//! [`crate::kernel`] and returns typed [`Data`]; rendering lives with the data type.
+
+pub mod hugepages;
+pub mod node;
+pub mod numa;
+
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::exposition::Exposition;
+use crate::fsroot::SourceError;
+
+/// Every collector the exporter knows, in output order.
+pub const NAMES: &[&str] = &["node", "numa"];
+
+/// The typed result of one collection. Cheap to clone: snapshots share it.
+#[derive(Debug, Clone)]
+pub enum Data {
+    Node(Arc<node::NodeStats>),
+    Numa(Arc<numa::NumaStats>),
+}
+
+impl Data {
+    pub fn render(&self, out: &mut Exposition) {
+        match self {
+            Data::Node(stats) => stats.render(out),
+            Data::Numa(stats) => stats.render(out),
+        }
+    }
+}
+
+/// One source of metrics.
+pub trait Collector: Send {
+    fn name(&self) -> &'static str;
+
+    /// Runs one collection. Problems that make the result incomplete or wrong are pushed to
+    /// `errors` (the collector then reports failure) while whatever was read is still returned.
+    /// Expected absences (a process that exited, an optional file) are not errors.
+    fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data>;
+}
+
+/// Builds the enabled collectors from the configuration.
+pub fn build(config: &Config) -> Vec<(Box<dyn Collector>, std::time::Duration)> {
+    let page_size = procfs::page_size();
+    let mut out: Vec<(Box<dyn Collector>, std::time::Duration)> = Vec::new();
+    for c in config.collectors.iter().filter(|c| c.enabled) {
+        let collector: Box<dyn Collector> = match c.name {
+            "node" => Box::new(node::NodeCollector::new(config.roots.clone(), page_size)),
+            "numa" => Box::new(numa::NumaCollector::new(config.roots.clone(), page_size)),
+            _ => continue,
+        };
+        out.push((collector, c.interval));
+    }
+    out
+}
+
+/// Reads an optional file: `Ok(None)` when it does not exist.
+pub(crate) fn optional<T>(result: Result<T, SourceError>) -> Result<Option<T>, SourceError> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Keeps the value and records the error, so one bad file does not hide the others.
+pub(crate) fn keep<T>(result: Result<Option<T>, SourceError>, errors: &mut Vec<SourceError>) -> Option<T> {
+    match result {
+        Ok(v) => v,
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    }
+}

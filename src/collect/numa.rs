@@ -1,0 +1,115 @@
+//! Per NUMA node: `/sys/devices/system/node/nodeN/{meminfo,vmstat,hugepages}`.
+
+use std::sync::Arc;
+
+use crate::exposition::{Exposition, Kind};
+use crate::fsroot::{self, Roots, SourceError};
+use crate::kernel::{meminfo, vmstat};
+
+use super::hugepages::{self, HugepagePool};
+use super::{optional, Collector, Data};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NumaNode {
+    pub id: u32,
+    pub mem_total: Option<u64>,
+    pub mem_free: Option<u64>,
+    pub mlocked: Option<u64>,
+    pub pinned_bytes: Option<u64>,
+    pub hugepages: Vec<HugepagePool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NumaStats {
+    pub nodes: Vec<NumaNode>,
+}
+
+pub struct NumaCollector {
+    roots: Roots,
+    page_size: u64,
+}
+
+impl NumaCollector {
+    pub fn new(roots: Roots, page_size: u64) -> Self {
+        Self { roots, page_size }
+    }
+
+    pub fn read(&self, errors: &mut Vec<SourceError>) -> Option<NumaStats> {
+        let base = self.roots.sys("devices/system/node");
+        // A kernel without CONFIG_NUMA has no node directory: nothing to report, not an error.
+        let names = match optional(fsroot::list_dir(&base)) {
+            Ok(Some(names)) => names,
+            Ok(None) => return Some(NumaStats::default()),
+            Err(e) => {
+                errors.push(e);
+                return None;
+            }
+        };
+        let mut ids: Vec<u32> = names.iter().filter_map(|n| n.strip_prefix("node")?.parse().ok()).collect();
+        ids.sort_unstable();
+        let mut stats = NumaStats::default();
+        for id in ids {
+            let dir = base.join(format!("node{id}"));
+            let info = match fsroot::read_parsed(&dir.join("meminfo"), meminfo::parse) {
+                Ok(info) => info,
+                Err(e) => {
+                    errors.push(e);
+                    meminfo::Meminfo::default()
+                }
+            };
+            let pinned_bytes = match fsroot::read_parsed(&dir.join("vmstat"), vmstat::parse) {
+                Ok(stat) => stat.pinned_pages().and_then(|p| p.checked_mul(self.page_size)),
+                Err(e) => {
+                    errors.push(e);
+                    None
+                }
+            };
+            stats.nodes.push(NumaNode {
+                id,
+                mem_total: info.mem_total,
+                mem_free: info.mem_free,
+                mlocked: info.mlocked,
+                pinned_bytes,
+                hugepages: hugepages::read_pools(&dir.join("hugepages"), errors),
+            });
+        }
+        Some(stats)
+    }
+}
+
+impl Collector for NumaCollector {
+    fn name(&self) -> &'static str {
+        "numa"
+    }
+
+    fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
+        self.read(errors).map(|s| Data::Numa(Arc::new(s)))
+    }
+}
+
+impl NumaStats {
+    pub fn render(&self, out: &mut Exposition) {
+        let ids: Vec<String> = self.nodes.iter().map(|n| n.id.to_string()).collect();
+        type Field = fn(&NumaNode) -> Option<u64>;
+        let gauges: [(&'static str, &'static str, Field); 4] = [
+            ("memlock_numa_memory_total_bytes", "MemTotal of the NUMA node. Sampled on the numa interval (default 1s).", |n| n.mem_total),
+            ("memlock_numa_memory_free_bytes", "MemFree of the NUMA node. Sampled on the numa interval.", |n| n.mem_free),
+            ("memlock_numa_mlocked_bytes", "Mlocked of the NUMA node. Sampled on the numa interval.", |n| n.mlocked),
+            ("memlock_numa_pinned_bytes", "Long-term pinned memory on the NUMA node (FOLL_PIN acquired minus released in its vmstat, times the page size). Sampled on the numa interval.", |n| n.pinned_bytes),
+        ];
+        for (name, help, field) in gauges {
+            out.family(name, help, Kind::Gauge);
+            for (node, id) in self.nodes.iter().zip(&ids) {
+                out.maybe(&[("numa_node", id)], field(node));
+            }
+        }
+        out.family(
+            "memlock_numa_hugepages",
+            "Hugepages of the NUMA node per page size and state (total, free, surplus), in pages. Sampled on the numa interval.",
+            Kind::Gauge,
+        );
+        for (node, id) in self.nodes.iter().zip(&ids) {
+            hugepages::render(out, &[("numa_node", id)], &node.hugepages);
+        }
+    }
+}

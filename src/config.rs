@@ -1,0 +1,447 @@
+//! Configuration: built-in defaults, then an optional TOML file, then `MEMLOCK_EXPORTER_*`
+//! environment variables, then command-line flags (each layer overrides the one before).
+//!
+//! The merged tree is checked against the known keys before it is deserialised, so a typo is
+//! reported as "unknown key `web.listn_address` in /etc/memlock-exporter/config.toml" rather
+//! than silently ignored. Validation turns the raw strings into typed values once; the rest of
+//! the program only sees [`Config`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use config::{Environment, File, FileFormat, Map, Value, ValueKind};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::fsroot::Roots;
+
+/// Environment variables with this prefix override the file: `MEMLOCK_EXPORTER_WEB__LISTEN_ADDRESS`
+/// sets `web.listen_address` (a double underscore separates levels).
+pub const ENV_PREFIX: &str = "MEMLOCK_EXPORTER";
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("config file {}: {message}", path.display())]
+    File { path: PathBuf, message: String },
+    #[error("unknown configuration key `{key}` (set in {origin}){hint}")]
+    UnknownKey { key: String, origin: String, hint: String },
+    #[error("invalid value for `{key}` (set in {origin}): {message}")]
+    Invalid { key: String, origin: String, message: String },
+    #[error("configuration: {0}")]
+    Other(String),
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw layer: what the file, the environment and the flags may say. Every field has a default,
+// and the serialised defaults double as the list of known keys.
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    pub web: RawWeb,
+    pub path: RawPaths,
+    pub collector: RawCollectors,
+    pub log: RawLog,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        Self {
+            web: RawWeb::default(),
+            path: RawPaths::default(),
+            collector: RawCollectors::default(),
+            log: RawLog::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWeb {
+    pub listen_address: String,
+    pub telemetry_path: String,
+}
+
+impl Default for RawWeb {
+    fn default() -> Self {
+        Self { listen_address: ":9478".into(), telemetry_path: "/metrics".into() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawPaths {
+    pub procfs: String,
+    pub sysfs: String,
+}
+
+impl Default for RawPaths {
+    fn default() -> Self {
+        Self { procfs: "/proc".into(), sysfs: "/sys".into() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawCollectors {
+    pub node: RawCollector,
+    pub numa: RawCollector,
+}
+
+impl Default for RawCollectors {
+    fn default() -> Self {
+        Self { node: RawCollector::every("1s"), numa: RawCollector::every("1s") }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawCollector {
+    pub enabled: bool,
+    pub interval: String,
+}
+
+impl RawCollector {
+    fn every(interval: &str) -> Self {
+        Self { enabled: true, interval: interval.into() }
+    }
+}
+
+impl Default for RawCollector {
+    fn default() -> Self {
+        Self::every("1s")
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLog {
+    pub level: String,
+    pub format: String,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        Self { level: "info".into(), format: "text".into() }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validated layer.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectorConfig {
+    pub name: &'static str,
+    pub enabled: bool,
+    pub interval: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub listen_address: String,
+    pub telemetry_path: String,
+    pub roots: Roots,
+    pub collectors: Vec<CollectorConfig>,
+    pub log_level: LogLevel,
+    pub log_format: LogFormat,
+    /// The file the configuration came from, if any (for reload and messages).
+    pub file: Option<PathBuf>,
+}
+
+impl Config {
+    pub fn collector(&self, name: &str) -> Option<&CollectorConfig> {
+        self.collectors.iter().find(|c| c.name == name)
+    }
+}
+
+/// Where each layer comes from. Flags arrive as `(key, value)` pairs already named like the
+/// file's keys (`collector.node.enabled`).
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    pub file: Option<PathBuf>,
+    /// `None` reads the process environment; tests pass a map.
+    pub env: Option<BTreeMap<String, String>>,
+    pub flags: Vec<(String, Value)>,
+}
+
+/// Builds and validates the configuration from its layers.
+pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
+    let other = |e: config::ConfigError| ConfigError::Other(e.to_string());
+    let defaults = config::Config::try_from(&RawConfig::default()).map_err(other)?;
+    let mut builder = config::Config::builder().add_source(defaults.clone());
+    let mut file_keys = Map::new();
+    if let Some(path) = &sources.file {
+        // Read it ourselves so a missing file, a directory or bad TOML names the file.
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::File { path: path.clone(), message: e.to_string() })?;
+        let file = File::from_str(&text, FileFormat::Toml).required(true);
+        file_keys = config::Source::collect(&file).map_err(|e| ConfigError::File { path: path.clone(), message: e.to_string() })?;
+        builder = builder.add_source(file);
+    }
+    let mut env = Environment::with_prefix(ENV_PREFIX).prefix_separator("_").separator("__").try_parsing(true);
+    if let Some(map) = &sources.env {
+        env = env.source(Some(map.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Map<_, _>>()));
+    }
+    let env_keys = config::Source::collect(&env).map_err(other)?;
+    builder = builder.add_source(env);
+    for (key, value) in &sources.flags {
+        builder = builder.set_override(key.as_str(), value.clone()).map_err(other)?;
+    }
+    let merged = builder.build().map_err(other)?;
+
+    let origin_of = |key: &str| -> String {
+        if sources.flags.iter().any(|(k, _)| k == key) {
+            format!("the command-line flags ({})", flag_name(key))
+        } else if env_keys.contains_key(key) {
+            format!("the environment ({ENV_PREFIX}_{})", key.to_uppercase().replace('.', "__"))
+        } else if let (Some(path), true) = (&sources.file, lookup(&file_keys, key)) {
+            path.display().to_string()
+        } else {
+            "the built-in defaults".into()
+        }
+    };
+    let known = config::Source::collect(&defaults).map_err(other)?;
+    let given = config::Source::collect(&merged).map_err(other)?;
+    check_known_keys("", &given, &known, &origin_of)?;
+
+    let raw: RawConfig = merged.try_deserialize().map_err(|e| type_error(e, &origin_of))?;
+    validate(raw, sources.file.clone(), &origin_of)
+}
+
+/// Whether a dotted key is present in a nested table.
+fn lookup(table: &Map<String, Value>, key: &str) -> bool {
+    let mut current = table;
+    let mut parts = key.split('.').peekable();
+    while let Some(part) = parts.next() {
+        match current.get(part) {
+            None => return false,
+            Some(_) if parts.peek().is_none() => return true,
+            Some(Value { kind: ValueKind::Table(inner), .. }) => current = inner,
+            Some(_) => return false,
+        }
+    }
+    false
+}
+
+/// The flag that sets a key, for messages (`web.listen_address` -> `--web.listen-address`).
+pub fn flag_name(key: &str) -> String {
+    format!("--{}", key.replace('_', "-"))
+}
+
+fn check_known_keys(
+    prefix: &str,
+    given: &Map<String, Value>,
+    known: &Map<String, Value>,
+    origin_of: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    for (name, value) in given {
+        let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+        let Some(expected) = known.get(name) else {
+            let mut names: Vec<&str> = known.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            let section = if prefix.is_empty() { "at the top level".to_owned() } else { format!("in [{prefix}]") };
+            return Err(ConfigError::UnknownKey {
+                origin: origin_of(&key),
+                key,
+                hint: format!("; known keys {section}: {}", names.join(", ")),
+            });
+        };
+        if let (ValueKind::Table(given_table), ValueKind::Table(known_table)) = (&value.kind, &expected.kind) {
+            check_known_keys(&key, given_table, known_table, origin_of)?;
+        }
+    }
+    Ok(())
+}
+
+fn type_error(err: config::ConfigError, origin_of: &dyn Fn(&str) -> String) -> ConfigError {
+    match err {
+        config::ConfigError::Type { unexpected, expected, key: Some(key), .. } => ConfigError::Invalid {
+            origin: origin_of(&key),
+            key,
+            message: format!("found {unexpected}, expected {expected}"),
+        },
+        other => ConfigError::Other(other.to_string()),
+    }
+}
+
+fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> String) -> Result<Config, ConfigError> {
+    let invalid = |key: &str, message: String| ConfigError::Invalid { key: key.into(), origin: origin_of(key), message };
+
+    if raw.web.listen_address.trim().is_empty() {
+        return Err(invalid("web.listen_address", "must not be empty (for example \":9478\" or \"127.0.0.1:9478\")".into()));
+    }
+    crate::server::split_listen_address(&raw.web.listen_address).map_err(|m| invalid("web.listen_address", m))?;
+    if !raw.web.telemetry_path.starts_with('/') || raw.web.telemetry_path.len() < 2 {
+        return Err(invalid("web.telemetry_path", format!("{:?} must start with '/' and name a path", raw.web.telemetry_path)));
+    }
+    for (key, path) in [("path.procfs", &raw.path.procfs), ("path.sysfs", &raw.path.sysfs)] {
+        if path.is_empty() {
+            return Err(invalid(key, "must not be empty".into()));
+        }
+    }
+    let mut collectors = Vec::new();
+    for (name, c) in [("node", &raw.collector.node), ("numa", &raw.collector.numa)] {
+        let key = format!("collector.{name}.interval");
+        let interval = parse_duration(&c.interval).map_err(|m| invalid(&key, m))?;
+        if interval < Duration::from_millis(100) || interval > Duration::from_secs(3600) {
+            return Err(invalid(&key, format!("{:?} is outside 100ms..1h", c.interval)));
+        }
+        collectors.push(CollectorConfig { name, enabled: c.enabled, interval });
+    }
+    let log_level = match raw.log.level.to_ascii_lowercase().as_str() {
+        "debug" => LogLevel::Debug,
+        "info" => LogLevel::Info,
+        "warn" | "warning" => LogLevel::Warn,
+        "error" => LogLevel::Error,
+        other => return Err(invalid("log.level", format!("{other:?} is not one of debug, info, warn, error"))),
+    };
+    let log_format = match raw.log.format.to_ascii_lowercase().as_str() {
+        "text" | "logfmt" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        other => return Err(invalid("log.format", format!("{other:?} is not one of text, json"))),
+    };
+    Ok(Config {
+        listen_address: raw.web.listen_address,
+        telemetry_path: raw.web.telemetry_path,
+        roots: Roots { procfs: PathBuf::from(raw.path.procfs), sysfs: PathBuf::from(raw.path.sysfs) },
+        collectors,
+        log_level,
+        log_format,
+        file,
+    })
+}
+
+/// Parses `500ms`, `1s`, `1.5s`, `2m`, `1h`. A bare number is refused: units are not guessed.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as \"1s\" or \"500ms\""))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return Err(format!("{text:?} needs a unit: ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_temp(name: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("memlock-config-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("config.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn load_with(file: Option<PathBuf>, env: &[(&str, &str)], flags: Vec<(String, Value)>) -> Result<Config, ConfigError> {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        load(&Sources { file, env: Some(env), flags })
+    }
+
+    #[test]
+    fn defaults_need_no_file() {
+        let cfg = load_with(None, &[], vec![]).unwrap();
+        assert_eq!(cfg.listen_address, ":9478");
+        assert_eq!(cfg.telemetry_path, "/metrics");
+        assert_eq!(cfg.roots.procfs, PathBuf::from("/proc"));
+        assert_eq!(cfg.collector("node").unwrap().interval, Duration::from_secs(1));
+        assert!(cfg.collector("numa").unwrap().enabled);
+        assert_eq!(cfg.log_level, LogLevel::Info);
+    }
+
+    #[test]
+    fn layers_override_in_order_file_env_flags() {
+        let path = write_temp("layers", "[web]\nlisten_address = \"127.0.0.1:1\"\n[log]\nlevel = \"debug\"\n[collector.numa]\nenabled = false\ninterval = \"5s\"\n");
+        let cfg = load_with(
+            Some(path.clone()),
+            &[("MEMLOCK_EXPORTER_WEB__LISTEN_ADDRESS", "127.0.0.1:2"), ("MEMLOCK_EXPORTER_LOG__FORMAT", "json")],
+            vec![("web.listen_address".into(), Value::from("127.0.0.1:3"))],
+        )
+        .unwrap();
+        assert_eq!(cfg.listen_address, "127.0.0.1:3");
+        assert_eq!(cfg.log_format, LogFormat::Json);
+        assert_eq!(cfg.log_level, LogLevel::Debug);
+        let numa = cfg.collector("numa").unwrap();
+        assert!(!numa.enabled);
+        assert_eq!(numa.interval, Duration::from_secs(5));
+        assert_eq!(cfg.file, Some(path));
+    }
+
+    #[test]
+    fn unknown_keys_name_the_key_and_the_file() {
+        let path = write_temp("unknown", "[web]\nlisten_adress = \":1\"\n");
+        let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains("`web.listen_adress`"), "{err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(err.contains("listen_address"), "hint lists the known keys: {err}");
+
+        let path = write_temp("unknown-top", "colector = 1\n");
+        let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains("`colector`"), "{err}");
+
+        let err = load_with(None, &[("MEMLOCK_EXPORTER_WEB__PORT", "1")], vec![]).unwrap_err().to_string();
+        assert!(err.contains("`web.port`") && err.contains("MEMLOCK_EXPORTER_WEB__PORT"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_name_the_key_and_where_they_were_set() {
+        let path = write_temp("invalid", "[log]\nlevel = \"loud\"\n");
+        let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains("`log.level`") && err.contains("loud") && err.contains(&path.display().to_string()), "{err}");
+
+        let path = write_temp("badtype", "[collector.node]\nenabled = \"sometimes\"\n");
+        let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains("collector.node.enabled"), "{err}");
+
+        let path = write_temp("interval", "[collector.node]\ninterval = \"10\"\n");
+        let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains("collector.node.interval") && err.contains("unit"), "{err}");
+
+        let err = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from("metrics"))]).unwrap_err().to_string();
+        assert!(err.contains("--web.telemetry-path"), "{err}");
+    }
+
+    #[test]
+    fn broken_files_name_the_file() {
+        let path = write_temp("syntax", "[web\nlisten_address = 1\n");
+        let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        let err = load_with(Some(PathBuf::from("/nonexistent/memlock.toml")), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/memlock.toml"), "{err}");
+        let dir = std::env::temp_dir();
+        let err = load_with(Some(dir.clone()), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains(&dir.display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("1e400s").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

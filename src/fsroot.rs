@@ -1,0 +1,143 @@
+//! The thin I/O layer: roots are injected (`--path.procfs`, `--path.sysfs`) and every read is
+//! bounded, so a hostile or broken file cannot make the daemon allocate without limit.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::kernel::ParseError;
+
+/// The largest kernel file we read. Real ones are a few KiB (`/proc/vmstat` ~4 KiB,
+/// `memory.stat` ~1 KiB); anything larger is not the file we expect.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Where the host's procfs and sysfs are mounted (`/host/proc` in a container).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roots {
+    pub procfs: PathBuf,
+    pub sysfs: PathBuf,
+}
+
+impl Roots {
+    pub fn proc(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.procfs.join(rel)
+    }
+    pub fn sys(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.sysfs.join(rel)
+    }
+}
+
+/// A failure to read or understand one file, always naming the file.
+#[derive(Debug, Error)]
+pub enum SourceError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{}: larger than {limit} bytes, not a kernel file", path.display())]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error("{}: {source}", path.display())]
+    Parse { path: PathBuf, source: ParseError },
+}
+
+impl SourceError {
+    /// A short, bounded label for `memlock_exporter_collector_errors_total{kind}`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SourceError::Io { source, .. } => match source.kind() {
+                io::ErrorKind::NotFound => "not_found",
+                io::ErrorKind::PermissionDenied => "permission",
+                _ => "io",
+            },
+            SourceError::TooLarge { .. } => "too_large",
+            SourceError::Parse { .. } => "parse",
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            SourceError::Io { path, .. } | SourceError::TooLarge { path, .. } | SourceError::Parse { path, .. } => path,
+        }
+    }
+
+    /// True when the file is simply gone (a process or cgroup vanished mid-scan).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, SourceError::Io { source, .. }
+            if source.kind() == io::ErrorKind::NotFound || source.raw_os_error() == Some(libc::ESRCH))
+    }
+}
+
+/// Reads a file into `buf` (cleared first), failing past [`MAX_FILE_BYTES`]. Invalid UTF-8 is
+/// replaced rather than rejected: kernel text is ASCII, and a stray byte in a comm or path must
+/// not lose the rest of the file.
+pub fn read_into(path: &Path, buf: &mut String) -> Result<(), SourceError> {
+    buf.clear();
+    let io_err = |source| SourceError::Io { path: path.to_owned(), source };
+    let file = File::open(path).map_err(io_err)?;
+    let mut bytes = Vec::with_capacity(4096);
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(io_err)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(SourceError::TooLarge { path: path.to_owned(), limit: MAX_FILE_BYTES });
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) => *buf = text,
+        Err(err) => buf.push_str(&String::from_utf8_lossy(err.as_bytes())),
+    }
+    Ok(())
+}
+
+/// Reads a whole file as text, bounded.
+pub fn read_string(path: &Path) -> Result<String, SourceError> {
+    let mut text = String::new();
+    read_into(path, &mut text)?;
+    Ok(text)
+}
+
+/// Reads and parses one file, attaching the path to any parse error.
+pub fn read_parsed<T>(path: &Path, parse: impl FnOnce(&str) -> Result<T, ParseError>) -> Result<T, SourceError> {
+    let text = read_string(path)?;
+    parse(&text).map_err(|source| SourceError::Parse { path: path.to_owned(), source })
+}
+
+/// Lists directory entry names, sorted, for deterministic output.
+pub fn list_dir(path: &Path) -> Result<Vec<String>, SourceError> {
+    let io_err = |source| SourceError::Io { path: path.to_owned(), source };
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(io_err)? {
+        let entry = entry.map_err(io_err)?;
+        if let Some(name) = entry.file_name().to_str() {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort_unstable();
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oversized_files_are_refused_not_read_whole() {
+        let dir = std::env::temp_dir().join(format!("memlock-fsroot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let big = dir.join("big");
+        std::fs::write(&big, vec![b'x'; (MAX_FILE_BYTES + 10) as usize]).unwrap();
+        let err = read_string(&big).unwrap_err();
+        assert_eq!(err.kind(), "too_large");
+        assert!(err.to_string().contains("big"));
+        let missing = read_string(&dir.join("missing")).unwrap_err();
+        assert!(missing.is_not_found());
+        assert!(missing.to_string().contains("missing"), "{missing}");
+        let binary = dir.join("binary");
+        std::fs::write(&binary, b"MemTotal: 1 kB\n\xff\xfe\0\n").unwrap();
+        assert!(read_string(&binary).unwrap().starts_with("MemTotal: 1 kB\n"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_directory_is_an_io_error_not_a_panic() {
+        let err = read_string(Path::new("/")).unwrap_err();
+        assert_eq!(err.kind(), "io");
+    }
+}

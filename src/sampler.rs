@@ -1,0 +1,206 @@
+//! Runs each collector on its own thread and interval, and publishes a new [`Snapshot`] after
+//! every run. A slow or stuck collector delays only itself: the others keep sampling and
+//! scrapes keep being served (its age metric shows it is stale).
+
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use prometheus::IntCounterVec;
+use tokio::sync::watch;
+
+use crate::collect::Collector;
+use crate::snapshot::{Report, Snapshot};
+
+/// A stop signal that sleeping threads wake up for.
+#[derive(Default)]
+pub struct Stop {
+    stopped: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Stop {
+    pub fn stop(&self) {
+        *self.stopped.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.wake.notify_all();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        *self.stopped.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sleeps until `deadline` or until stopped; returns true when stopped.
+    pub fn sleep_until(&self, deadline: Instant) -> bool {
+        let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if *stopped {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            stopped = self.wake.wait_timeout(stopped, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+}
+
+/// Publishes snapshots; shared by the collector threads.
+struct Board {
+    slots: Mutex<Vec<Option<Report>>>,
+    publish: watch::Sender<Arc<Snapshot>>,
+}
+
+impl Board {
+    fn post(&self, index: usize, report: Report) {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots[index] = Some(report);
+        let reports = slots.iter().flatten().cloned().collect();
+        self.publish.send_replace(Arc::new(Snapshot::new(reports)));
+    }
+}
+
+pub struct Sampler {
+    threads: Vec<JoinHandle<()>>,
+    stop: Arc<Stop>,
+}
+
+/// How often a persisting error is logged again.
+const LOG_REPEAT: Duration = Duration::from_secs(300);
+
+impl Sampler {
+    /// Starts one thread per collector. The receiver sees a new snapshot after every run.
+    pub fn start(
+        collectors: Vec<(Box<dyn Collector>, Duration)>,
+        errors_total: IntCounterVec,
+    ) -> std::io::Result<(Self, watch::Receiver<Arc<Snapshot>>)> {
+        let (publish, receiver) = watch::channel(Arc::new(Snapshot::empty()));
+        let board = Arc::new(Board { slots: Mutex::new(vec![None; collectors.len()]), publish });
+        let stop = Arc::new(Stop::default());
+        let mut threads = Vec::new();
+        for (index, (collector, interval)) in collectors.into_iter().enumerate() {
+            let (board, stop, errors_total) = (board.clone(), stop.clone(), errors_total.clone());
+            let name = format!("collect-{}", collector.name());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || run(collector, interval, index, &board, &stop, &errors_total))?,
+            );
+        }
+        Ok((Self { threads, stop }, receiver))
+    }
+
+    /// Stops the threads, waiting for runs in progress to finish.
+    pub fn shutdown(self) {
+        self.stop.stop();
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(mut collector: Box<dyn Collector>, interval: Duration, index: usize, board: &Board, stop: &Stop, errors_total: &IntCounterVec) {
+    let name = collector.name();
+    let mut next = Instant::now();
+    let mut errors = Vec::new();
+    let mut last_logged: Option<(String, Instant)> = None;
+    loop {
+        let started = Instant::now();
+        errors.clear();
+        let data = collector.collect(&mut errors);
+        let finished = Instant::now();
+        for error in &errors {
+            errors_total.with_label_values(&[name, error.kind()]).inc();
+        }
+        let success = data.is_some() && errors.is_empty();
+        log_outcome(name, &errors, &mut last_logged, finished);
+        board.post(index, Report { collector: name, success, duration: finished - started, finished, data });
+
+        // Keep a steady cadence; after an overrun, start again one interval from now rather
+        // than running back to back to catch up.
+        next += interval;
+        if next <= Instant::now() {
+            next = Instant::now() + interval;
+        }
+        if stop.sleep_until(next) {
+            return;
+        }
+    }
+}
+
+/// Logs a failure once, again only when it changes or every [`LOG_REPEAT`], and a recovery.
+fn log_outcome(name: &str, errors: &[crate::fsroot::SourceError], last: &mut Option<(String, Instant)>, now: Instant) {
+    match errors.first() {
+        None => {
+            if last.take().is_some() {
+                tracing::info!(collector = name, "collector recovered");
+            }
+        }
+        Some(first) => {
+            let message = first.to_string();
+            let repeat = match last {
+                Some((previous, at)) => *previous != message || now.duration_since(*at) >= LOG_REPEAT,
+                None => true,
+            };
+            if repeat {
+                tracing::warn!(collector = name, errors = errors.len(), error = %message, "collector failed");
+                *last = Some((message, now));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::Data;
+    use crate::fsroot::SourceError;
+    use prometheus::Opts;
+
+    struct Flaky {
+        runs: u32,
+    }
+
+    impl Collector for Flaky {
+        fn name(&self) -> &'static str {
+            "flaky"
+        }
+        fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
+            self.runs += 1;
+            if self.runs % 2 == 0 {
+                errors.push(SourceError::Io {
+                    path: "/proc/nothing".into(),
+                    source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+                });
+            }
+            None
+        }
+    }
+
+    #[test]
+    fn publishes_reports_and_counts_errors_and_stops_promptly() {
+        let errors_total = IntCounterVec::new(Opts::new("e", "e"), &["collector", "kind"]).unwrap();
+        let (sampler, mut rx) = Sampler::start(vec![(Box::new(Flaky { runs: 0 }), Duration::from_millis(20))], errors_total.clone()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while errors_total.with_label_values(&["flaky", "permission"]).get() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(errors_total.with_label_values(&["flaky", "permission"]).get() >= 2);
+        let snapshot = rx.borrow_and_update().clone();
+        let report = snapshot.report("flaky").unwrap();
+        assert!(!report.success, "a collector that returns no data has not succeeded");
+        let started = Instant::now();
+        sampler.shutdown();
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn stop_wakes_sleepers() {
+        let stop = Arc::new(Stop::default());
+        let s = stop.clone();
+        let t = std::thread::spawn(move || s.sleep_until(Instant::now() + Duration::from_secs(60)));
+        std::thread::sleep(Duration::from_millis(20));
+        stop.stop();
+        assert!(t.join().unwrap());
+    }
+}
