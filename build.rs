@@ -12,8 +12,8 @@ fn main() {
     let rustc_version = output(&rustc, &["--version"])
         .and_then(|v| v.split_whitespace().nth(1).map(str::to_owned))
         .unwrap_or_else(|| "unknown".into());
-    println!("cargo:rustc-env=MEMLOCK_EXPORTER_REVISION={revision}");
-    println!("cargo:rustc-env=MEMLOCK_EXPORTER_RUSTC={rustc_version}");
+    println!("cargo:rustc-env=MEMLOCKEXP_BUILD_REVISION={revision}");
+    println!("cargo:rustc-env=MEMLOCKEXP_BUILD_RUSTC={rustc_version}");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/refs/heads");
 }

@@ -54,7 +54,7 @@ impl SelfMetrics {
             &["version", "revision", "rustc"],
         )?;
         build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("MEMLOCK_EXPORTER_REVISION"), env!("MEMLOCK_EXPORTER_RUSTC")])
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("MEMLOCKEXP_BUILD_REVISION"), env!("MEMLOCKEXP_BUILD_RUSTC")])
             .set(1);
         registry.register(Box::new(build_info))?;
         let collector_errors = IntCounterVec::new(

@@ -106,7 +106,7 @@ impl NodeStats {
             .maybe(&[], self.overcommit_mode);
         out.family("memlock_node_overcommit_ratio", "vm.overcommit_ratio as a fraction (sysctl 50 is 0.5).", Kind::Gauge)
             .maybe(&[], self.overcommit_ratio.map(|r| r as f64 / 100.0));
-        out.family("memlock_node_max_map_count", "vm.max_map_count: the most memory mappings a process may have.", Kind::Gauge)
+        out.family("memlock_node_max_map_areas", "vm.max_map_count: the most memory map areas (VMAs) a process may have. Named without the _count suffix, which Prometheus reserves for histograms.", Kind::Gauge)
             .maybe(&[], self.max_map_count);
         if let Some(thp) = &self.thp_enabled {
             out.family(

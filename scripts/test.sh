@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Runs every test of memlock-exporter, installing the tools it needs first.
+#
+#   scripts/test.sh            everything (needs root: apt-get, cgroups, rlimits, mlock)
+#   scripts/test.sh --quick    unit tests and the golden test only
+#
+# Steps run in order; a failing step does not stop the others. The last line says how many
+# steps passed and failed, and the exit status is non-zero when any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+QUICK=0
+[ "${1:-}" = "--quick" ] && QUICK=1
+
+passed=0
+failed=0
+failures=()
+
+step() {
+    local name=$1
+    shift
+    echo
+    echo "=== ${name}"
+    local started=$SECONDS
+    if "$@"; then
+        passed=$((passed + 1))
+        echo "--- ${name}: ok ($((SECONDS - started))s)"
+    else
+        failed=$((failed + 1))
+        failures+=("$name")
+        echo "--- ${name}: FAILED ($((SECONDS - started))s)"
+    fi
+}
+
+install_tools() {
+    local missing=()
+    command -v promtool >/dev/null || missing+=(prometheus)
+    command -v prometheus >/dev/null || missing+=(prometheus)
+    command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null || missing+=(prometheus-alertmanager)
+    command -v python3 >/dev/null || missing+=(python3)
+    command -v curl >/dev/null || missing+=(curl)
+    command -v setpriv >/dev/null || missing+=(util-linux)
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing: ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || return 1
+    fi
+    command -v cargo >/dev/null || { echo "cargo is required (rustup)"; return 1; }
+    echo "promtool: $(promtool --version 2>&1 | head -1)"
+}
+
+build() {
+    cargo build --locked --all-targets
+}
+
+unit_and_integration() {
+    cargo test --locked --no-fail-fast -- --test-threads=2
+}
+
+unit_only() {
+    cargo test --locked --lib && cargo test --locked --test integration golden
+}
+
+promtool_metrics() {
+    local full=${TMPDIR:-/tmp}/memlock-exporter-e2e-full.txt
+    [ -s "$full" ] || { echo "$full missing: the golden test did not run"; return 1; }
+    promtool check metrics < "$full"
+}
+
+promtool_rules() {
+    [ -d alerts ] || { echo "no alerts/ yet"; return 0; }
+    local rules=(alerts/*.rules.yml)
+    promtool check rules "${rules[@]}" || return 1
+    local tests=(alerts/tests/*.yml)
+    [ -e "${tests[0]}" ] || { echo "alerts/tests/ has no rule tests"; return 1; }
+    promtool test rules "${tests[@]}"
+}
+
+e2e_scripts() {
+    local rc=0
+    for script in scripts/e2e/*.sh; do
+        [ -e "$script" ] || continue
+        echo "--- $script"
+        bash "$script" || { echo "--- $script FAILED"; rc=1; }
+    done
+    return $rc
+}
+
+step "install tools" install_tools
+if [ $QUICK = 1 ]; then
+    step "unit and golden tests" unit_only
+else
+    step "build" build
+    step "cargo test (unit, integration, live)" unit_and_integration
+    step "promtool check metrics (golden output)" promtool_metrics
+    step "promtool rules" promtool_rules
+    step "end-to-end scripts" e2e_scripts
+fi
+
+echo
+[ $failed -gt 0 ] && echo "failed steps: ${failures[*]}"
+echo "summary: ${passed} passed, ${failed} failed"
+[ $failed -eq 0 ]

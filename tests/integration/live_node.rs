@@ -1,0 +1,89 @@
+//! The node collector on this machine's real /proc: an mlock in a child process shows up in
+//! `memlock_node_mlocked_bytes` in the next sample.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{is_root, live_lock, meminfo_bytes, Exporter};
+
+const LOCK_BYTES: u64 = 64 << 20;
+/// Other processes on the machine lock and unlock a little on their own.
+const TOLERANCE: f64 = 4.0 * 1024.0 * 1024.0;
+
+#[test]
+fn node_values_match_proc_meminfo() {
+    let _guard = live_lock();
+    let exporter = Exporter::start(&[]);
+    let m = exporter.metrics();
+    let total = meminfo_bytes("MemTotal") as f64;
+    assert_eq!(m.value("memlock_node_memory_total_bytes"), total);
+    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"node\"}"), 1.0);
+    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"numa\"}"), 1.0);
+    assert!(m.value("memlock_node_memory_available_bytes") > 0.0);
+    assert!(m.get("memlock_node_pinned_bytes").is_some(), "6.x kernels have nr_foll_pin_*");
+    let max_map_count: f64 = std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap().trim().parse().unwrap();
+    assert_eq!(m.value("memlock_node_max_map_areas"), max_map_count);
+}
+
+#[test]
+fn mlock_in_a_child_raises_node_mlocked_bytes() {
+    if !is_root() {
+        panic!("live tests need root (CAP_IPC_LOCK lets the child lock 64 MiB past the 8 MiB rlimit)");
+    }
+    let _guard = live_lock();
+    let exporter = Exporter::start(&["--no-collector.numa"]);
+    let before = exporter.metrics().value("memlock_node_mlocked_bytes");
+
+    // A child that locks 64 MiB and holds it until its stdin closes.
+    let mut child = Command::new("python3")
+        .args(["-c", LOCKER])
+        .arg(LOCK_BYTES.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs the locking child");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "locked", "child failed to lock: {line}");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut during = before;
+    while Instant::now() < deadline {
+        during = exporter.metrics().value("memlock_node_mlocked_bytes");
+        if (during - before - LOCK_BYTES as f64).abs() <= TOLERANCE {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(child.stdin.take());
+    let _ = child.wait();
+    assert!(
+        (during - before - LOCK_BYTES as f64).abs() <= TOLERANCE,
+        "mlocked rose by {} bytes, expected {LOCK_BYTES} +- {TOLERANCE}",
+        during - before
+    );
+    // And falls back once the child has exited.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut after = during;
+    while Instant::now() < deadline {
+        after = exporter.metrics().value("memlock_node_mlocked_bytes");
+        if (after - before).abs() <= TOLERANCE {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!((after - before).abs() <= TOLERANCE, "mlocked did not fall back: before {before}, after {after}");
+}
+
+/// mmap + mlock through libc, no third-party module needed.
+const LOCKER: &str = r#"
+import ctypes, mmap, sys
+size = int(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+if libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) != 0:
+    print("mlock failed errno", ctypes.get_errno(), flush=True); sys.exit(1)
+print("locked", flush=True)
+sys.stdin.read()
+"#;

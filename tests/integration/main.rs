@@ -1,0 +1,8 @@
+//! One integration-test binary (fewer link steps): each module is one area.
+//!
+//! Live tests touch the real /proc, cgroups and rlimits of this machine; they need root and are
+//! serialised with [`util::live_lock`] so that one test's memory does not move another's figures.
+
+mod golden;
+mod live_node;
+mod util;

@@ -1,0 +1,209 @@
+//! Helpers: run the built binary, scrape it over real HTTP, read the exposition text.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_memlock-exporter")
+}
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+static LIVE: Mutex<()> = Mutex::new(());
+
+/// Serialises tests that change or measure machine-wide state.
+pub fn live_lock() -> MutexGuard<'static, ()> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A running exporter, killed on drop.
+pub struct Exporter {
+    pub child: Child,
+    pub address: String,
+    pub log: std::sync::Arc<Mutex<Vec<String>>>,
+}
+
+impl Exporter {
+    /// Starts the binary on a free loopback port with `args`, and waits until it listens.
+    pub fn start(args: &[&str]) -> Exporter {
+        Self::start_with_env(args, &[])
+    }
+
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Exporter {
+        let mut cmd = Command::new(binary());
+        cmd.args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--log.level", "debug"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn memlock-exporter");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let log = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("\"message\":\"listening\"") {
+                    let _ = tx.send(line.clone());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let line = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("exporter did not start; log: {:?}", log.lock().unwrap())
+        });
+        let address = json_field(&line, "address").expect("listening line has an address");
+        let exporter = Exporter { child, address, log };
+        exporter.wait_ready();
+        exporter
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok((200, _)) = http_get(&self.address, "/-/ready") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("exporter never became ready");
+    }
+
+    pub fn get(&self, path: &str) -> (u16, String) {
+        http_get(&self.address, path).expect("http get")
+    }
+
+    pub fn metrics(&self) -> Metrics {
+        let (status, body) = self.get("/metrics");
+        assert_eq!(status, 200, "{body}");
+        Metrics::parse(&body)
+    }
+
+    /// Sends SIGTERM and returns the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill with a valid pid of our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "exporter did not stop after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn json_field(line: &str, key: &str) -> Option<String> {
+    let start = line.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let end = line[start..].find('"')? + start;
+    Some(line[start..end].to_owned())
+}
+
+/// A minimal HTTP/1.1 GET over a real socket: status and body.
+pub fn http_get(address: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
+    Ok((status, body))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else { break };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Parsed exposition text: series (name plus sorted labels, as written) to value.
+pub struct Metrics {
+    pub text: String,
+    pub series: BTreeMap<String, f64>,
+}
+
+impl Metrics {
+    pub fn parse(text: &str) -> Metrics {
+        let mut series = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+            let (key, value) = line.rsplit_once(' ').expect("sample line has a value");
+            let value = match value {
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                v => v.parse().unwrap_or(f64::NAN),
+            };
+            series.insert(key.to_owned(), value);
+        }
+        Metrics { text: text.to_owned(), series }
+    }
+
+    /// The value of an exact series, such as `memlock_node_mlocked_bytes` or
+    /// `memlock_scrape_collector_success{collector="node"}`.
+    pub fn get(&self, series: &str) -> Option<f64> {
+        self.series.get(series).copied()
+    }
+
+    pub fn value(&self, series: &str) -> f64 {
+        self.get(series).unwrap_or_else(|| panic!("series {series} missing from:\n{}", self.text))
+    }
+
+    /// All series of a family.
+    pub fn family(&self, name: &str) -> Vec<(&str, f64)> {
+        self.series
+            .iter()
+            .filter(|(k, _)| k.as_str() == name || k.starts_with(&format!("{name}{{")))
+            .map(|(k, v)| (k.as_str(), *v))
+            .collect()
+    }
+}
+
+/// Reads a `Key:   value kB` line of /proc/meminfo, in bytes.
+pub fn meminfo_bytes(key: &str) -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").expect("read /proc/meminfo");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .unwrap_or_else(|| panic!("{key} missing from /proc/meminfo"))
+}
