@@ -57,6 +57,30 @@ pub struct ServeArgs {
     /// Disable the numa collector.
     #[arg(long = "no-collector.numa")]
     pub no_collector_numa: bool,
+    /// Enable the process collector (VmLck, VmPin, memlock limits per process). Default on.
+    #[arg(long = "collector.process", overrides_with = "no_collector_process")]
+    pub collector_process: bool,
+    /// Disable the process collector.
+    #[arg(long = "no-collector.process")]
+    pub no_collector_process: bool,
+    /// Enable the cgroup collector (memory usage and limits per cgroup). Default on.
+    #[arg(long = "collector.cgroup", overrides_with = "no_collector_cgroup")]
+    pub collector_cgroup: bool,
+    /// Disable the cgroup collector.
+    #[arg(long = "no-collector.cgroup")]
+    pub no_collector_cgroup: bool,
+    /// Enable the rdma_sysfs collector (/sys/class/infiniband devices, ports, counters). Default on.
+    #[arg(long = "collector.rdma_sysfs", overrides_with = "no_collector_rdma_sysfs")]
+    pub collector_rdma_sysfs: bool,
+    /// Disable the rdma_sysfs collector.
+    #[arg(long = "no-collector.rdma_sysfs")]
+    pub no_collector_rdma_sysfs: bool,
+    /// Enable the rdma_netlink collector (RDMA resources and registered memory). Default on.
+    #[arg(long = "collector.rdma_netlink", overrides_with = "no_collector_rdma_netlink")]
+    pub collector_rdma_netlink: bool,
+    /// Disable the rdma_netlink collector.
+    #[arg(long = "no-collector.rdma_netlink")]
+    pub no_collector_rdma_netlink: bool,
     /// Log level: debug, info, warn, error.
     #[arg(long = "log.level", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -82,7 +106,14 @@ impl ServeArgs {
                 out.push((key.into(), Value::from(v.as_str())));
             }
         }
-        let toggles = [("node", self.collector_node, self.no_collector_node), ("numa", self.collector_numa, self.no_collector_numa)];
+        let toggles = [
+            ("node", self.collector_node, self.no_collector_node),
+            ("numa", self.collector_numa, self.no_collector_numa),
+            ("process", self.collector_process, self.no_collector_process),
+            ("cgroup", self.collector_cgroup, self.no_collector_cgroup),
+            ("rdma_sysfs", self.collector_rdma_sysfs, self.no_collector_rdma_sysfs),
+            ("rdma_netlink", self.collector_rdma_netlink, self.no_collector_rdma_netlink),
+        ];
         for (name, on, off) in toggles {
             if on || off {
                 out.push((format!("collector.{name}.enabled"), Value::from(on)));

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use config::{Environment, File, FileFormat, Map, Value, ValueKind};
+use regex::Regex;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -43,6 +44,22 @@ pub struct RawConfig {
     pub path: RawPaths,
     pub collector: RawCollectors,
     pub log: RawLog,
+}
+
+impl RawConfig {
+    /// The defaults with every list given one element: the `config` crate drops empty lists
+    /// when it serialises, and the key check must still know that those keys exist.
+    fn key_template() -> Self {
+        let mut t = Self::default();
+        let one = || vec![String::new()];
+        t.collector.cgroup.include = one();
+        t.collector.cgroup.exclude = one();
+        for rdma in [&mut t.collector.rdma_sysfs, &mut t.collector.rdma_netlink] {
+            rdma.include = one();
+            rdma.exclude = one();
+        }
+        t
+    }
 }
 
 impl Default for RawConfig {
@@ -87,11 +104,96 @@ impl Default for RawPaths {
 pub struct RawCollectors {
     pub node: RawCollector,
     pub numa: RawCollector,
+    pub process: RawProcessCollector,
+    pub cgroup: RawCgroupCollector,
+    pub rdma_sysfs: RawRdmaCollector,
+    pub rdma_netlink: RawRdmaCollector,
 }
 
 impl Default for RawCollectors {
     fn default() -> Self {
-        Self { node: RawCollector::every("1s"), numa: RawCollector::every("1s") }
+        Self {
+            node: RawCollector::every("1s"),
+            numa: RawCollector::every("1s"),
+            process: RawProcessCollector::default(),
+            cgroup: RawCgroupCollector::default(),
+            rdma_sysfs: RawRdmaCollector::default(),
+            rdma_netlink: RawRdmaCollector::default(),
+        }
+    }
+}
+
+/// Per-process memlock headroom. `interval` re-reads the processes already tracked (those
+/// holding locked or pinned memory, or matching `comm_pattern`); every `full_scan_interval`
+/// all of /proc is listed again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawProcessCollector {
+    pub enabled: bool,
+    pub interval: String,
+    pub full_scan_interval: String,
+    /// Export a process when VmPin + VmLck is at least this many bytes...
+    pub min_bytes: u64,
+    /// ...or when its comm matches this regex (empty: none).
+    pub comm_pattern: String,
+    /// At most this many processes, the highest usage ratios first.
+    pub top_n: u64,
+}
+
+impl Default for RawProcessCollector {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval: "1s".into(),
+            full_scan_interval: "5s".into(),
+            min_bytes: 1 << 20,
+            comm_pattern: "^(python[0-9.]*|pt_main_thread|torchrun|deepspeed)$".into(),
+            top_n: 200,
+        }
+    }
+}
+
+/// Per-cgroup memory. `interval` re-reads the cgroups already known; every
+/// `full_scan_interval` the hierarchy is walked again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawCgroupCollector {
+    pub enabled: bool,
+    pub interval: String,
+    pub full_scan_interval: String,
+    /// Regexes over the cgroup path ("/kubepods.slice/..."); empty includes all.
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    /// Depth below the hierarchy root that the walk descends to.
+    pub max_depth: u64,
+}
+
+impl Default for RawCgroupCollector {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval: "1s".into(),
+            full_scan_interval: "5s".into(),
+            include: Vec::new(),
+            exclude: Vec::new(),
+            max_depth: 12,
+        }
+    }
+}
+
+/// RDMA devices (sysfs) and registrations (netlink). Patterns match device names ("mlx5_0").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRdmaCollector {
+    pub enabled: bool,
+    pub interval: String,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+}
+
+impl Default for RawRdmaCollector {
+    fn default() -> Self {
+        Self { enabled: true, interval: "5s".into(), include: Vec::new(), exclude: Vec::new() }
     }
 }
 
@@ -151,7 +253,43 @@ pub struct CollectorConfig {
     pub interval: Duration,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
+pub struct ProcessConfig {
+    pub full_scan_interval: Duration,
+    pub min_bytes: u64,
+    pub comm_pattern: Option<Regex>,
+    pub top_n: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct CgroupConfig {
+    pub full_scan_interval: Duration,
+    pub include: Vec<Regex>,
+    pub exclude: Vec<Regex>,
+    pub max_depth: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RdmaConfig {
+    pub include: Vec<Regex>,
+    pub exclude: Vec<Regex>,
+}
+
+impl RdmaConfig {
+    /// Whether a device passes the include and exclude patterns.
+    pub fn wants(&self, device: &str) -> bool {
+        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(device))) && !self.exclude.iter().any(|r| r.is_match(device))
+    }
+}
+
+impl CgroupConfig {
+    /// Whether a cgroup path passes the include and exclude patterns.
+    pub fn wants(&self, path: &str) -> bool {
+        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(path))) && !self.exclude.iter().any(|r| r.is_match(path))
+    }
+}
+
+#[derive(Debug, Clone)]
 pub struct Config {
     pub listen_address: String,
     pub telemetry_path: String,
@@ -159,6 +297,10 @@ pub struct Config {
     pub collectors: Vec<CollectorConfig>,
     pub log_level: LogLevel,
     pub log_format: LogFormat,
+    pub process: ProcessConfig,
+    pub cgroup: CgroupConfig,
+    pub rdma_sysfs: RdmaConfig,
+    pub rdma_netlink: RdmaConfig,
     /// The file the configuration came from, if any (for reload and messages).
     pub file: Option<PathBuf>,
 }
@@ -215,7 +357,7 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
             "the built-in defaults".into()
         }
     };
-    let known = config::Source::collect(&defaults).map_err(other)?;
+    let known = config::Source::collect(&config::Config::try_from(&RawConfig::key_template()).map_err(other)?).map_err(other)?;
     let given = config::Source::collect(&merged).map_err(other)?;
     check_known_keys("", &given, &known, &origin_of)?;
 
@@ -294,15 +436,56 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
             return Err(invalid(key, "must not be empty".into()));
         }
     }
-    let mut collectors = Vec::new();
-    for (name, c) in [("node", &raw.collector.node), ("numa", &raw.collector.numa)] {
-        let key = format!("collector.{name}.interval");
-        let interval = parse_duration(&c.interval).map_err(|m| invalid(&key, m))?;
-        if interval < Duration::from_millis(100) || interval > Duration::from_secs(3600) {
-            return Err(invalid(&key, format!("{:?} is outside 100ms..1h", c.interval)));
+    let interval = |key: &str, text: &str| -> Result<Duration, ConfigError> {
+        let value = parse_duration(text).map_err(|m| invalid(key, m))?;
+        if value < Duration::from_millis(100) || value > Duration::from_secs(3600) {
+            return Err(invalid(key, format!("{text:?} is outside 100ms..1h")));
         }
-        collectors.push(CollectorConfig { name, enabled: c.enabled, interval });
+        Ok(value)
+    };
+    let regexes = |key: &str, patterns: &[String]| -> Result<Vec<Regex>, ConfigError> {
+        patterns.iter().map(|p| Regex::new(p).map_err(|e| invalid(key, format!("{p:?} is not a valid regex: {e}")))).collect()
+    };
+    let c = &raw.collector;
+    let toggles = [
+        ("node", c.node.enabled, &c.node.interval),
+        ("numa", c.numa.enabled, &c.numa.interval),
+        ("process", c.process.enabled, &c.process.interval),
+        ("cgroup", c.cgroup.enabled, &c.cgroup.interval),
+        ("rdma_sysfs", c.rdma_sysfs.enabled, &c.rdma_sysfs.interval),
+        ("rdma_netlink", c.rdma_netlink.enabled, &c.rdma_netlink.interval),
+    ];
+    let mut collectors = Vec::new();
+    for (name, enabled, text) in toggles {
+        collectors.push(CollectorConfig { name, enabled, interval: interval(&format!("collector.{name}.interval"), text)? });
     }
+    let comm_pattern = match c.process.comm_pattern.as_str() {
+        "" => None,
+        p => Some(Regex::new(p).map_err(|e| invalid("collector.process.comm_pattern", format!("{p:?} is not a valid regex: {e}")))?),
+    };
+    if c.process.top_n == 0 {
+        return Err(invalid("collector.process.top_n", "must be at least 1".into()));
+    }
+    let process = ProcessConfig {
+        full_scan_interval: interval("collector.process.full_scan_interval", &c.process.full_scan_interval)?,
+        min_bytes: c.process.min_bytes,
+        comm_pattern,
+        top_n: usize::try_from(c.process.top_n).unwrap_or(usize::MAX),
+    };
+    let cgroup = CgroupConfig {
+        full_scan_interval: interval("collector.cgroup.full_scan_interval", &c.cgroup.full_scan_interval)?,
+        include: regexes("collector.cgroup.include", &c.cgroup.include)?,
+        exclude: regexes("collector.cgroup.exclude", &c.cgroup.exclude)?,
+        max_depth: usize::try_from(c.cgroup.max_depth).unwrap_or(usize::MAX),
+    };
+    let rdma_sysfs = RdmaConfig {
+        include: regexes("collector.rdma_sysfs.include", &c.rdma_sysfs.include)?,
+        exclude: regexes("collector.rdma_sysfs.exclude", &c.rdma_sysfs.exclude)?,
+    };
+    let rdma_netlink = RdmaConfig {
+        include: regexes("collector.rdma_netlink.include", &c.rdma_netlink.include)?,
+        exclude: regexes("collector.rdma_netlink.exclude", &c.rdma_netlink.exclude)?,
+    };
     let log_level = match raw.log.level.to_ascii_lowercase().as_str() {
         "debug" => LogLevel::Debug,
         "info" => LogLevel::Info,
@@ -322,6 +505,10 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         collectors,
         log_level,
         log_format,
+        process,
+        cgroup,
+        rdma_sysfs,
+        rdma_netlink,
         file,
     })
 }
@@ -432,6 +619,29 @@ mod tests {
         let dir = std::env::temp_dir();
         let err = load_with(Some(dir.clone()), &[], vec![]).unwrap_err().to_string();
         assert!(err.contains(&dir.display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn collector_settings_are_validated() {
+        let path = write_temp("regex", "[collector.cgroup]\nexclude = [\"(unclosed\"]\n");
+        let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains("collector.cgroup.exclude") && err.contains("regex"), "{err}");
+        let path = write_temp("topn", "[collector.process]\ntop_n = 0\n");
+        let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains("collector.process.top_n"), "{err}");
+        let cfg = load_with(None, &[("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__MIN_BYTES", "4096")], vec![]).unwrap();
+        assert_eq!(cfg.process.min_bytes, 4096);
+        assert!(cfg.process.comm_pattern.as_ref().unwrap().is_match("python3"));
+        let cgroup = CgroupConfig { exclude: vec![Regex::new("^/system.slice").unwrap()], ..cfg.cgroup.clone() };
+        assert!(!cgroup.wants("/system.slice/sshd.service") && cgroup.wants("/kubepods.slice"));
+    }
+
+    #[test]
+    fn the_example_file_is_valid_and_matches_the_defaults() {
+        let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/config.example.toml");
+        let from_file = load_with(Some(example), &[], vec![]).unwrap();
+        let defaults = load_with(None, &[], vec![]).unwrap();
+        assert_eq!(format!("{:?}", Config { file: None, ..from_file }), format!("{defaults:?}"));
     }
 
     #[test]

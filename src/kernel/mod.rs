@@ -1,6 +1,7 @@
 //! Pure parsers for kernel files. Each takes the file's text and returns typed values; none
 //! performs I/O. A value the kernel did not print is `None` (absent is not zero).
 
+pub mod cgroup_path;
 pub mod meminfo;
 pub mod sysvm;
 pub mod vmstat;
