@@ -81,6 +81,9 @@ pub struct ServeArgs {
     /// Disable the rdma_netlink collector.
     #[arg(long = "no-collector.rdma_netlink")]
     pub no_collector_rdma_netlink: bool,
+    /// Alertmanager to push fast-path alerts to (repeatable): http://host:9093.
+    #[arg(long = "alertmanager.url", value_name = "URL")]
+    pub alertmanager_urls: Vec<String>,
     /// Log level: debug, info, warn, error.
     #[arg(long = "log.level", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -105,6 +108,10 @@ impl ServeArgs {
             if let Some(v) = value {
                 out.push((key.into(), Value::from(v.as_str())));
             }
+        }
+        if !self.alertmanager_urls.is_empty() {
+            let urls: Vec<Value> = self.alertmanager_urls.iter().map(|u| Value::from(u.as_str())).collect();
+            out.push(("alerting.alertmanager_urls".into(), Value::from(urls)));
         }
         let toggles = [
             ("node", self.collector_node, self.no_collector_node),

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::fsroot::Roots;
+use crate::trend::TrendConfig;
 
 /// Environment variables with this prefix override the file: `MEMLOCK_EXPORTER_WEB__LISTEN_ADDRESS`
 /// sets `web.listen_address` (a double underscore separates levels).
@@ -43,8 +44,66 @@ pub struct RawConfig {
     pub web: RawWeb,
     pub path: RawPaths,
     pub collector: RawCollectors,
+    pub trend: RawTrend,
+    pub alerting: RawAlerting,
     pub log: RawLog,
 }
+
+/// Trend analysis of the node, cgroup and process scopes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTrend {
+    /// How far back the rise is fitted.
+    pub window: String,
+    /// Slower rises are not reported as rising (noise floor).
+    pub min_rise_bytes_per_second: u64,
+}
+
+impl Default for RawTrend {
+    fn default() -> Self {
+        Self { window: "30s".into(), min_rise_bytes_per_second: 4096 }
+    }
+}
+
+/// The fast path: alerts sent straight to Alertmanager from the 1 s samples.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAlerting {
+    /// Alertmanager base URLs (http://host:9093). Empty: the fast path is off.
+    pub alertmanager_urls: Vec<String>,
+    /// The `instance` label of the alerts; empty: the node's hostname.
+    pub instance: String,
+    /// Predicted exhaustion within this many seconds is critical.
+    pub exhaustion_critical_seconds: u64,
+    /// Usage of a limit at or above this ratio is a warning.
+    pub usage_ratio_warning: f64,
+    /// Active alerts are sent again this often (Alertmanager expires alerts it stops hearing of).
+    pub resend_interval: String,
+    /// A condition must be gone this long before its alert resolves (no flapping).
+    pub resolve_after: String,
+    /// Per request.
+    pub timeout: String,
+    /// Runbook anchors are appended to this URL (`#memlockprocesslimitexhaustionimminent`).
+    pub runbook_url: String,
+}
+
+impl Default for RawAlerting {
+    fn default() -> Self {
+        Self {
+            alertmanager_urls: Vec::new(),
+            instance: String::new(),
+            exhaustion_critical_seconds: 120,
+            usage_ratio_warning: 0.9,
+            resend_interval: "30s".into(),
+            resolve_after: "5s".into(),
+            timeout: "5s".into(),
+            runbook_url: DEFAULT_RUNBOOK_URL.into(),
+        }
+    }
+}
+
+/// Where docs/runbooks.md is published.
+pub const DEFAULT_RUNBOOK_URL: &str = "https://github.com/memlock-exporter/memlock-exporter/blob/main/docs/runbooks.md";
 
 impl RawConfig {
     /// The defaults with every list given one element: the `config` crate drops empty lists
@@ -54,6 +113,7 @@ impl RawConfig {
         let one = || vec![String::new()];
         t.collector.cgroup.include = one();
         t.collector.cgroup.exclude = one();
+        t.alerting.alertmanager_urls = one();
         for rdma in [&mut t.collector.rdma_sysfs, &mut t.collector.rdma_netlink] {
             rdma.include = one();
             rdma.exclude = one();
@@ -68,6 +128,8 @@ impl Default for RawConfig {
             web: RawWeb::default(),
             path: RawPaths::default(),
             collector: RawCollectors::default(),
+            trend: RawTrend::default(),
+            alerting: RawAlerting::default(),
             log: RawLog::default(),
         }
     }
@@ -289,6 +351,18 @@ impl CgroupConfig {
     }
 }
 
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertingConfig {
+    pub alertmanager_urls: Vec<String>,
+    pub instance: String,
+    pub exhaustion_critical: Duration,
+    pub usage_ratio_warning: f64,
+    pub resend_interval: Duration,
+    pub resolve_after: Duration,
+    pub timeout: Duration,
+    pub runbook_url: String,
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen_address: String,
@@ -301,6 +375,8 @@ pub struct Config {
     pub cgroup: CgroupConfig,
     pub rdma_sysfs: RdmaConfig,
     pub rdma_netlink: RdmaConfig,
+    pub trend: TrendConfig,
+    pub alerting: AlertingConfig,
     /// The file the configuration came from, if any (for reload and messages).
     pub file: Option<PathBuf>,
 }
@@ -486,6 +562,30 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         include: regexes("collector.rdma_netlink.include", &c.rdma_netlink.include)?,
         exclude: regexes("collector.rdma_netlink.exclude", &c.rdma_netlink.exclude)?,
     };
+    let window = parse_duration(&raw.trend.window).map_err(|m| invalid("trend.window", m))?;
+    if window < Duration::from_secs(3) || window > Duration::from_secs(3600) {
+        return Err(invalid("trend.window", format!("{:?} is outside 3s..1h", raw.trend.window)));
+    }
+    let trend = TrendConfig { window, min_rise_bytes_per_second: raw.trend.min_rise_bytes_per_second as f64, ..TrendConfig::default() };
+
+    let a = &raw.alerting;
+    for url in &a.alertmanager_urls {
+        crate::alerting::Endpoint::parse(url).map_err(|m| invalid("alerting.alertmanager_urls", m))?;
+    }
+    if !(a.usage_ratio_warning > 0.0 && a.usage_ratio_warning <= 1.0) {
+        return Err(invalid("alerting.usage_ratio_warning", format!("{} is not in (0, 1]", a.usage_ratio_warning)));
+    }
+    let alerting = AlertingConfig {
+        alertmanager_urls: a.alertmanager_urls.clone(),
+        instance: a.instance.clone(),
+        exhaustion_critical: Duration::from_secs(a.exhaustion_critical_seconds),
+        usage_ratio_warning: a.usage_ratio_warning,
+        resend_interval: interval("alerting.resend_interval", &a.resend_interval)?,
+        resolve_after: parse_duration(&a.resolve_after).map_err(|m| invalid("alerting.resolve_after", m))?,
+        timeout: interval("alerting.timeout", &a.timeout)?,
+        runbook_url: a.runbook_url.clone(),
+    };
+
     let log_level = match raw.log.level.to_ascii_lowercase().as_str() {
         "debug" => LogLevel::Debug,
         "info" => LogLevel::Info,
@@ -509,6 +609,8 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         cgroup,
         rdma_sysfs,
         rdma_netlink,
+        trend,
+        alerting,
         file,
     })
 }

@@ -10,6 +10,7 @@
 //! - [`server`]: the HTTP endpoints.
 //! - [`config`] and [`cli`]: flags, environment and the optional TOML file, validated once.
 
+pub mod alerting;
 pub mod cli;
 pub mod collect;
 pub mod config;
@@ -21,6 +22,8 @@ pub mod sampler;
 pub mod serve;
 pub mod server;
 pub mod snapshot;
+pub mod timefmt;
+pub mod trend;
 
 /// Exit codes of the binary, documented in the README.
 pub mod exit {

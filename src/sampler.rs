@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::collect::Collector;
 use crate::snapshot::{Report, Snapshot};
+use crate::trend::{Scope, TrendConfig, Tracker};
 
 /// A stop signal that sleeping threads wake up for.
 #[derive(Default)]
@@ -47,14 +48,33 @@ impl Stop {
 
 /// Publishes snapshots; shared by the collector threads.
 struct Board {
-    slots: Mutex<Vec<Option<Report>>>,
+    slots: Mutex<Slots>,
     publish: watch::Sender<Arc<Snapshot>>,
+    epoch: Instant,
+}
+
+struct Slots {
+    reports: Vec<Option<Report>>,
+    tracker: Tracker,
 }
 
 impl Board {
-    fn post(&self, index: usize, report: Report) {
+    fn post(&self, index: usize, mut report: Report) {
+        let at = report.finished.saturating_duration_since(self.epoch).as_secs_f64();
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        slots[index] = Some(report);
+        if let Some(data) = &report.data {
+            let observations = data.observations(at);
+            let mut scopes: Vec<Scope> = observations.iter().map(|o| o.scope).collect();
+            scopes.dedup();
+            let trends: Vec<_> = observations.into_iter().map(|o| slots.tracker.observe(o)).collect();
+            for scope in scopes {
+                slots.tracker.forget_unseen(scope, at);
+            }
+            report.trends = Arc::new(trends);
+        }
+        let slots = &mut *slots;
+        slots.reports[index] = Some(report);
+        let slots = &slots.reports;
         let reports = slots.iter().flatten().cloned().collect();
         self.publish.send_replace(Arc::new(Snapshot::new(reports)));
     }
@@ -72,10 +92,12 @@ impl Sampler {
     /// Starts one thread per collector. The receiver sees a new snapshot after every run.
     pub fn start(
         collectors: Vec<(Box<dyn Collector>, Duration)>,
+        trend: TrendConfig,
         errors_total: IntCounterVec,
     ) -> std::io::Result<(Self, watch::Receiver<Arc<Snapshot>>)> {
         let (publish, receiver) = watch::channel(Arc::new(Snapshot::empty()));
-        let board = Arc::new(Board { slots: Mutex::new(vec![None; collectors.len()]), publish });
+        let slots = Slots { reports: vec![None; collectors.len()], tracker: Tracker::new(trend) };
+        let board = Arc::new(Board { slots: Mutex::new(slots), publish, epoch: Instant::now() });
         let stop = Arc::new(Stop::default());
         let mut threads = Vec::new();
         for (index, (collector, interval)) in collectors.into_iter().enumerate() {
@@ -114,7 +136,7 @@ fn run(mut collector: Box<dyn Collector>, interval: Duration, index: usize, boar
         }
         let success = data.is_some() && errors.is_empty();
         log_outcome(name, &errors, &mut last_logged, finished);
-        board.post(index, Report { collector: name, success, duration: finished - started, finished, data });
+        board.post(index, Report { collector: name, success, duration: finished - started, finished, data, trends: Arc::default() });
 
         // Keep a steady cadence; after an overrun, start again one interval from now rather
         // than running back to back to catch up.
@@ -180,7 +202,7 @@ mod tests {
     #[test]
     fn publishes_reports_and_counts_errors_and_stops_promptly() {
         let errors_total = IntCounterVec::new(Opts::new("e", "e"), &["collector", "kind"]).unwrap();
-        let (sampler, mut rx) = Sampler::start(vec![(Box::new(Flaky { runs: 0 }), Duration::from_millis(20))], errors_total.clone()).unwrap();
+        let (sampler, mut rx) = Sampler::start(vec![(Box::new(Flaky { runs: 0 }), Duration::from_millis(20))], TrendConfig::default(), errors_total.clone()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while errors_total.with_label_values(&["flaky", "permission"]).get() < 2 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));

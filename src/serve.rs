@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use thiserror::Error;
 
+use crate::alerting::{self, AlertMetrics};
 use crate::cli::ServeArgs;
 use crate::config::{self, Config, ConfigError, Sources};
 use crate::sampler::Sampler;
@@ -44,6 +45,7 @@ pub fn load_config(args: &ServeArgs) -> Result<Config, ConfigError> {
 pub struct SelfMetrics {
     pub registry: Registry,
     pub collector_errors: IntCounterVec,
+    pub alerts: AlertMetrics,
 }
 
 impl SelfMetrics {
@@ -63,7 +65,21 @@ impl SelfMetrics {
         )?;
         registry.register(Box::new(collector_errors.clone()))?;
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
-        Ok(Self { registry, collector_errors })
+        let alerts = AlertMetrics {
+            sent: IntCounterVec::new(
+                Opts::new("memlock_exporter_alerts_sent_total", "Alerts (firing and resolved) delivered to Alertmanager by the fast path."),
+                &["alertmanager"],
+            )?,
+            failures: IntCounterVec::new(
+                Opts::new("memlock_exporter_alert_send_failures_total", "Failed deliveries to Alertmanager (each is retried with backoff)."),
+                &["alertmanager"],
+            )?,
+            active: IntGauge::new("memlock_exporter_alerts_active", "Alerts the fast path currently holds as firing.")?,
+        };
+        registry.register(Box::new(alerts.sent.clone()))?;
+        registry.register(Box::new(alerts.failures.clone()))?;
+        registry.register(Box::new(alerts.active.clone()))?;
+        Ok(Self { registry, collector_errors, alerts })
     }
 }
 
@@ -84,7 +100,7 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         .map_err(|source| ServeError::Bind { address: config.listen_address.clone(), source })?;
     let collectors = crate::collect::build(&config);
     let enabled: Vec<&'static str> = collectors.iter().map(|(c, _)| c.name()).collect();
-    let (sampler, snapshots) = Sampler::start(collectors, own.collector_errors.clone())
+    let (sampler, snapshots) = Sampler::start(collectors, config.trend.clone(), own.collector_errors.clone())
         .map_err(|source| ServeError::Io { context: "starting the sampler threads", source })?;
     let address = server::local_address(&listener).map(|a| a.to_string()).unwrap_or_default();
     tracing::info!(
@@ -96,11 +112,34 @@ async fn serve(config: Config) -> Result<(), ServeError> {
         version = env!("CARGO_PKG_VERSION"),
         "listening"
     );
+    let alert_task = if config.alerting.alertmanager_urls.is_empty() {
+        None
+    } else {
+        let mut alerting = config.alerting.clone();
+        if alerting.instance.is_empty() {
+            alerting.instance = hostname(&config);
+        }
+        tracing::info!(alertmanagers = %alerting.alertmanager_urls.join(","), instance = %alerting.instance, "fast-path alerting on");
+        Some(tokio::spawn(alerting::run(snapshots.clone(), alerting, own.alerts.clone())))
+    };
     let state = Arc::new(AppState { snapshots, registry: own.registry, telemetry_path: config.telemetry_path.clone(), collectors: enabled });
     server::serve(listener, state, shutdown_signal(), DRAIN).await;
     tokio::task::spawn_blocking(move || sampler.shutdown()).await.ok();
+    if let Some(task) = alert_task {
+        task.abort();
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The node's name for the `instance` label of fast-path alerts: the host's, read through the
+/// procfs root (so a container reports the node, not the pod).
+fn hostname(config: &Config) -> String {
+    crate::fsroot::read_string(&config.roots.proc("sys/kernel/hostname"))
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 async fn shutdown_signal() {

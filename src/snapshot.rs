@@ -5,7 +5,10 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
+use std::sync::Arc;
+
 use crate::collect::Data;
+use crate::trend::TrendPoint;
 use crate::exposition::{Exposition, Kind};
 
 /// The outcome of a collector's latest run.
@@ -16,6 +19,14 @@ pub struct Report {
     pub duration: Duration,
     pub finished: Instant,
     pub data: Option<Data>,
+    /// The trend analysis of the scopes in `data`, made when the report was posted.
+    pub trends: Arc<Vec<TrendPoint>>,
+}
+
+fn trend_labels(point: &TrendPoint) -> Vec<(&str, &str)> {
+    let mut labels = vec![("scope", point.scope.as_str())];
+    labels.extend(point.labels.iter().map(|(k, v)| (*k, v.as_str())));
+    labels
 }
 
 #[derive(Debug)]
@@ -51,6 +62,7 @@ impl Snapshot {
                 data.render(&mut out);
             }
         }
+        self.render_trends(&mut out);
         out.family(
             "memlock_scrape_collector_success",
             "1 if the collector's latest run read all its sources, 0 if any failed (see the log and memlock_exporter_collector_errors_total).",
@@ -64,6 +76,34 @@ impl Snapshot {
             out.sample(&[("collector", report.collector)], report.duration.as_secs_f64());
         }
         out.finish()
+    }
+
+    /// Every trend point, across collectors.
+    pub fn trends(&self) -> impl Iterator<Item = &TrendPoint> {
+        self.reports.iter().flat_map(|r| r.trends.iter())
+    }
+
+    fn render_trends(&self, out: &mut Exposition) {
+        out.family(
+            "memlock_trend_rise_bytes_per_second",
+            "How fast the scope's watched memory rises, by least squares over the trend window of 1 s samples (node: Mlocked + pinned; cgroup: usage; process: max(VmPin, VmLck)).",
+            Kind::Gauge,
+        );
+        for point in self.trends() {
+            if let Some(rise) = point.rise {
+                out.sample(&trend_labels(point), rise);
+            }
+        }
+        out.family(
+            "memlock_trend_exhaustion_seconds",
+            "At the current rise, seconds until the scope's limit is reached (node: MemAvailable; cgroup: its effective limit; process: its soft memlock limit). Absent when not rising significantly or without a limit.",
+            Kind::Gauge,
+        );
+        for point in self.trends() {
+            if let Some(seconds) = point.exhaustion {
+                out.sample(&trend_labels(point), seconds);
+            }
+        }
     }
 
     /// Series that depend on the moment of the scrape, not of the sample.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::exposition::Exposition;
 use crate::fsroot::SourceError;
+use crate::trend::Observation;
 
 /// Every collector the exporter knows, in output order.
 pub const NAMES: &[&str] = &["node", "numa"];
@@ -22,6 +23,14 @@ pub enum Data {
 }
 
 impl Data {
+    /// What the trend analyser watches in this data, observed at `at` (monotonic seconds).
+    pub fn observations(&self, at: f64) -> Vec<Observation> {
+        match self {
+            Data::Node(stats) => stats.observation(at).into_iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+
     pub fn render(&self, out: &mut Exposition) {
         match self {
             Data::Node(stats) => stats.render(out),

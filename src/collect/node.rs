@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::{meminfo, parse_u64, sysvm, vmstat};
+use crate::trend::{Observation, Scope};
 
 use super::hugepages::{self, HugepagePool};
 use super::{keep, optional, Collector, Data};
@@ -73,6 +74,23 @@ impl Collector for NodeCollector {
 }
 
 impl NodeStats {
+    /// The node scope of the trend analysis: locked plus pinned memory against MemAvailable.
+    /// (Pinned pages are not in Mlocked, so the two do not overlap.)
+    pub fn observation(&self, at: f64) -> Option<Observation> {
+        let held = match (self.meminfo.mlocked, self.pinned_bytes) {
+            (None, None) => return None,
+            (locked, pinned) => locked.unwrap_or(0).saturating_add(pinned.unwrap_or(0)),
+        };
+        Some(Observation {
+            scope: Scope::Node,
+            id: String::new(),
+            labels: Vec::new(),
+            at,
+            value: held as f64,
+            headroom: self.meminfo.mem_available.map(|a| a as f64),
+        })
+    }
+
     pub fn render(&self, out: &mut Exposition) {
         let m = &self.meminfo;
         let gauges: [(&'static str, &'static str, Option<u64>); 10] = [

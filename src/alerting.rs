@@ -1,0 +1,550 @@
+//! The fast path: alert rules evaluated on every new snapshot (1 s samples) and pushed straight
+//! to Alertmanager's API v2, so a steep rise pages before a scrape-and-evaluate cycle could.
+//!
+//! Three parts, so that sampling never waits on the network:
+//! - [`evaluate`]: pure; which alerts the snapshot's trend points call for.
+//! - [`AlertBook`]: the state machine; when alerts start, resolve and must be (re)sent.
+//! - [`run`]: an async task reading snapshots from the sampler's watch channel and delivering
+//!   with retries and backoff. The sampler only ever replaces the latest snapshot.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use prometheus::{IntCounterVec, IntGauge};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::config::AlertingConfig;
+use crate::snapshot::Snapshot;
+use crate::timefmt::rfc3339_millis;
+use crate::trend::{Scope, TrendPoint};
+
+pub type Labels = BTreeMap<String, String>;
+
+/// An Alertmanager to deliver to: `http://host:port[/prefix]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub base: String,
+}
+
+impl Endpoint {
+    pub fn parse(url: &str) -> Result<Endpoint, String> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("{url:?} must start with http:// (https to Alertmanager is not supported yet)"))?;
+        let authority = rest.split('/').next().unwrap_or("");
+        if authority.is_empty() || authority.contains('@') {
+            return Err(format!("{url:?} has no host (or has credentials, which are not supported)"));
+        }
+        let uri: hyper::Uri = url.parse().map_err(|e| format!("{url:?} is not a valid URL: {e}"))?;
+        let _ = uri;
+        Ok(Endpoint { base: url.trim_end_matches('/').to_owned() })
+    }
+
+    pub fn alerts_url(&self) -> String {
+        format!("{}/api/v2/alerts", self.base)
+    }
+}
+
+/// An alert the rules call for right now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub labels: Labels,
+    pub annotations: Labels,
+}
+
+/// Which alerts a snapshot calls for.
+pub fn evaluate(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    for point in snapshot.trends() {
+        if let Some(seconds) = point.exhaustion {
+            if seconds <= config.exhaustion_critical.as_secs_f64() {
+                out.push(exhaustion_alert(point, seconds, config));
+            }
+        }
+        if point.scope != Scope::Node {
+            if let Some(ratio) = usage_ratio(point) {
+                if ratio >= config.usage_ratio_warning {
+                    out.push(near_limit_alert(point, ratio, config));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// value / limit, where limit = value + headroom.
+fn usage_ratio(point: &TrendPoint) -> Option<f64> {
+    let limit = point.value + point.headroom?;
+    (limit > 0.0).then(|| point.value / limit)
+}
+
+fn base_labels(alertname: &str, severity: &str, point: &TrendPoint, config: &AlertingConfig) -> Labels {
+    let mut labels = Labels::new();
+    labels.insert("alertname".into(), alertname.into());
+    labels.insert("severity".into(), severity.into());
+    labels.insert("instance".into(), config.instance.clone());
+    labels.insert("scope".into(), point.scope.as_str().into());
+    labels.insert("source".into(), "memlock-exporter".into());
+    for (key, value) in &point.labels {
+        labels.insert((*key).into(), value.clone());
+    }
+    labels
+}
+
+fn subject(point: &TrendPoint) -> String {
+    let get = |key: &str| point.labels.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str());
+    match point.scope {
+        Scope::Node => "the node".into(),
+        Scope::Cgroup => format!("cgroup {}", get("cgroup").unwrap_or("?")),
+        Scope::Process => format!("process {} ({})", get("pid").unwrap_or("?"), get("comm").unwrap_or("?")),
+    }
+}
+
+fn what_is_watched(scope: Scope) -> (&'static str, &'static str) {
+    match scope {
+        Scope::Node => ("locked + pinned memory", "MemAvailable"),
+        Scope::Cgroup => ("memory usage", "its memory limit"),
+        Scope::Process => ("max(VmPin, VmLck)", "its soft memlock limit"),
+    }
+}
+
+fn exhaustion_alert(point: &TrendPoint, seconds: f64, config: &AlertingConfig) -> Candidate {
+    let alertname = match point.scope {
+        Scope::Node => "MemlockNodeMemoryExhaustionImminent",
+        Scope::Cgroup => "MemlockCgroupMemoryExhaustionImminent",
+        Scope::Process => "MemlockProcessLimitExhaustionImminent",
+    };
+    let (watched, limit) = what_is_watched(point.scope);
+    let consequence = match point.scope {
+        Scope::Process => "the next ibv_reg_mr or mlock beyond it fails with ENOMEM",
+        Scope::Cgroup => "the cgroup then reclaims and OOM-kills",
+        Scope::Node => "allocations and registrations then fail",
+    };
+    let rise = point.rise.unwrap_or(0.0);
+    let mut annotations = Labels::new();
+    annotations.insert("summary".into(), format!("{} reaches {limit} in about {seconds:.0}s", subject(point)));
+    annotations.insert(
+        "description".into(),
+        format!(
+            "{} of {} is {} and rising {}/s; {} left before {limit}. At this rate it is reached in {seconds:.0}s and {consequence}.",
+            watched,
+            subject(point),
+            bytes(point.value),
+            bytes(rise),
+            point.headroom.map(bytes).unwrap_or_else(|| "?".into()),
+        ),
+    );
+    annotations.insert("runbook_url".into(), runbook(config, alertname));
+    Candidate { labels: base_labels(alertname, "critical", point, config), annotations }
+}
+
+fn near_limit_alert(point: &TrendPoint, ratio: f64, config: &AlertingConfig) -> Candidate {
+    let alertname = match point.scope {
+        Scope::Process => "MemlockProcessNearLimitFast",
+        _ => "MemlockCgroupNearMemoryLimitFast",
+    };
+    let (watched, limit) = what_is_watched(point.scope);
+    let mut annotations = Labels::new();
+    annotations.insert("summary".into(), format!("{} uses {:.0}% of {limit}", subject(point), ratio * 100.0));
+    annotations.insert(
+        "description".into(),
+        format!(
+            "{} of {} is {}, {:.1}% of {limit} ({} left).",
+            watched,
+            subject(point),
+            bytes(point.value),
+            ratio * 100.0,
+            point.headroom.map(bytes).unwrap_or_else(|| "?".into())
+        ),
+    );
+    annotations.insert("runbook_url".into(), runbook(config, alertname));
+    Candidate { labels: base_labels(alertname, "warning", point, config), annotations }
+}
+
+fn runbook(config: &AlertingConfig, alertname: &str) -> String {
+    format!("{}#{}", config.runbook_url, alertname.to_ascii_lowercase())
+}
+
+/// 1536 -> "1.5 KiB".
+pub fn bytes(value: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = value;
+    let mut unit = 0;
+    while v.abs() >= 1024.0 && unit + 1 < units.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{v:.0} {}", units[unit])
+    } else {
+        format!("{v:.1} {}", units[unit])
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+struct Active {
+    candidate: Candidate,
+    starts_at: SystemTime,
+    last_seen: Instant,
+}
+
+#[derive(Debug, Clone)]
+struct Resolved {
+    candidate: Candidate,
+    starts_at: SystemTime,
+    ends_at: SystemTime,
+}
+
+/// What Alertmanager's API v2 takes.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct PostableAlert {
+    pub labels: Labels,
+    pub annotations: Labels,
+    #[serde(rename = "startsAt")]
+    pub starts_at: String,
+    #[serde(rename = "endsAt")]
+    pub ends_at: String,
+}
+
+/// Resolved alerts kept for delivery at most (bounded while Alertmanager is down).
+const MAX_RESOLVED: usize = 1000;
+
+/// Tracks active and resolved alerts and decides what to send.
+pub struct AlertBook {
+    active: BTreeMap<Labels, Active>,
+    resolved: Vec<Resolved>,
+    resolve_after: Duration,
+    resend_interval: Duration,
+    /// Something changed since the last successful delivery.
+    dirty: bool,
+}
+
+impl AlertBook {
+    pub fn new(resolve_after: Duration, resend_interval: Duration) -> Self {
+        Self { active: BTreeMap::new(), resolved: Vec::new(), resolve_after, resend_interval, dirty: false }
+    }
+
+    pub fn active_count(&self) -> usize {
+        self.active.len()
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Applies an evaluation made at `now`.
+    pub fn update(&mut self, candidates: Vec<Candidate>, now: Instant, wall: SystemTime) {
+        for candidate in candidates {
+            match self.active.get_mut(&candidate.labels) {
+                Some(active) => {
+                    active.candidate.annotations = candidate.annotations;
+                    active.last_seen = now;
+                }
+                None => {
+                    self.dirty = true;
+                    self.active.insert(candidate.labels.clone(), Active { candidate, starts_at: wall, last_seen: now });
+                }
+            }
+        }
+        let resolve_after = self.resolve_after;
+        let gone: Vec<Labels> =
+            self.active.iter().filter(|(_, a)| now.saturating_duration_since(a.last_seen) >= resolve_after).map(|(k, _)| k.clone()).collect();
+        for labels in gone {
+            if let Some(a) = self.active.remove(&labels) {
+                self.dirty = true;
+                self.resolved.push(Resolved { candidate: a.candidate, starts_at: a.starts_at, ends_at: wall });
+            }
+        }
+        if self.resolved.len() > MAX_RESOLVED {
+            let excess = self.resolved.len() - MAX_RESOLVED;
+            self.resolved.drain(..excess);
+        }
+    }
+
+    /// The payload to send: active alerts valid for four resend intervals (so Alertmanager
+    /// resolves them by itself if this exporter dies), and resolved alerts with their end time.
+    pub fn payload(&self, wall: SystemTime) -> Vec<PostableAlert> {
+        let valid_until = rfc3339_millis(wall + self.resend_interval * 4);
+        let active = self.active.values().map(|a| PostableAlert {
+            labels: a.candidate.labels.clone(),
+            annotations: a.candidate.annotations.clone(),
+            starts_at: rfc3339_millis(a.starts_at),
+            ends_at: valid_until.clone(),
+        });
+        let resolved = self.resolved.iter().map(|r| PostableAlert {
+            labels: r.candidate.labels.clone(),
+            annotations: r.candidate.annotations.clone(),
+            starts_at: rfc3339_millis(r.starts_at),
+            ends_at: rfc3339_millis(r.ends_at),
+        });
+        active.chain(resolved).collect()
+    }
+
+    /// After every Alertmanager took the payload: resolved alerts are done.
+    pub fn delivered(&mut self) {
+        self.resolved.clear();
+        self.dirty = false;
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.active.is_empty() || !self.resolved.is_empty()
+    }
+}
+
+/// Counters of the fast path, registered by the daemon.
+#[derive(Clone)]
+pub struct AlertMetrics {
+    pub sent: IntCounterVec,
+    pub failures: IntCounterVec,
+    pub active: IntGauge,
+}
+
+/// Evaluates every new snapshot and delivers until the snapshot channel closes.
+pub async fn run(mut snapshots: watch::Receiver<Arc<Snapshot>>, config: AlertingConfig, metrics: AlertMetrics) {
+    let endpoints: Vec<Endpoint> = config.alertmanager_urls.iter().filter_map(|u| Endpoint::parse(u).ok()).collect();
+    if endpoints.is_empty() {
+        return;
+    }
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut book = AlertBook::new(config.resolve_after, config.resend_interval);
+    let mut last_sent: Option<Instant> = None;
+    let mut backoff = Duration::ZERO;
+    let mut retry_at: Option<Instant> = None;
+    loop {
+        // Wake on a new snapshot, or when a resend or retry is due.
+        let wake = match (retry_at, last_sent) {
+            (Some(at), _) => Some(at),
+            (None, Some(at)) if book.has_work() => Some(at + config.resend_interval),
+            _ => None,
+        };
+        let sleep = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = snapshots.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let snapshot = snapshots.borrow_and_update().clone();
+                book.update(evaluate(&snapshot, &config), Instant::now(), SystemTime::now());
+                metrics.active.set(book.active_count() as i64);
+            }
+            () = sleep => {}
+        }
+        let now = Instant::now();
+        let resend_due = book.has_work() && last_sent.is_none_or(|t| now.duration_since(t) >= config.resend_interval);
+        let retry_due = retry_at.is_some_and(|t| now >= t);
+        let waiting_for_retry = retry_at.is_some_and(|t| now < t);
+        if waiting_for_retry || !(book.is_dirty() || resend_due || retry_due) {
+            continue;
+        }
+        let payload = book.payload(SystemTime::now());
+        let body = match serde_json::to_vec(&payload) {
+            Ok(body) => Bytes::from(body),
+            Err(err) => {
+                tracing::error!(error = %err, "encoding alerts failed");
+                continue;
+            }
+        };
+        let mut all_ok = true;
+        for endpoint in &endpoints {
+            match post(&client, endpoint, body.clone(), config.timeout).await {
+                Ok(()) => metrics.sent.with_label_values(&[&endpoint.base]).inc_by(payload.len() as u64),
+                Err(err) => {
+                    all_ok = false;
+                    metrics.failures.with_label_values(&[&endpoint.base]).inc();
+                    tracing::warn!(alertmanager = %endpoint.base, error = %err, "sending alerts failed; will retry");
+                }
+            }
+        }
+        last_sent = Some(Instant::now());
+        if all_ok {
+            book.delivered();
+            backoff = Duration::ZERO;
+            retry_at = None;
+        } else {
+            backoff = (backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+            retry_at = Some(Instant::now() + backoff);
+        }
+    }
+}
+
+async fn post(client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>, endpoint: &Endpoint, body: Bytes, timeout: Duration) -> Result<(), String> {
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(endpoint.alerts_url())
+        .header("content-type", "application/json")
+        .body(Full::new(body))
+        .map_err(|e| e.to_string())?;
+    let response = tokio::time::timeout(timeout, client.request(request))
+        .await
+        .map_err(|_| format!("no answer within {timeout:?}"))?
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let text = tokio::time::timeout(timeout, response.into_body().collect())
+        .await
+        .ok()
+        .and_then(|r| r.ok())
+        .map(|b| String::from_utf8_lossy(&b.to_bytes()).chars().take(200).collect::<String>())
+        .unwrap_or_default();
+    Err(format!("HTTP {status}: {text}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::Report;
+
+    const MIB: f64 = 1048576.0;
+
+    fn config() -> AlertingConfig {
+        AlertingConfig {
+            alertmanager_urls: vec![],
+            instance: "gpu-node-17".into(),
+            exhaustion_critical: Duration::from_secs(120),
+            usage_ratio_warning: 0.9,
+            resend_interval: Duration::from_secs(30),
+            resolve_after: Duration::from_secs(5),
+            timeout: Duration::from_secs(5),
+            runbook_url: "https://example.invalid/runbooks.md".into(),
+        }
+    }
+
+    fn snapshot(points: Vec<TrendPoint>) -> Snapshot {
+        Snapshot::new(vec![Report {
+            collector: "process",
+            success: true,
+            duration: Duration::ZERO,
+            finished: Instant::now(),
+            data: None,
+            trends: Arc::new(points),
+        }])
+    }
+
+    fn process(value: f64, limit: f64, rise: Option<f64>, exhaustion: Option<f64>) -> TrendPoint {
+        TrendPoint {
+            scope: Scope::Process,
+            id: "4242".into(),
+            labels: vec![("pid", "4242".into()), ("comm", "python".into()), ("cgroup", "/slurm/job_1870".into())],
+            value,
+            headroom: Some(limit - value),
+            rise,
+            exhaustion,
+        }
+    }
+
+    #[test]
+    fn predicted_exhaustion_within_the_threshold_is_critical() {
+        let alerts = evaluate(&snapshot(vec![process(2.0 * MIB, 8.0 * MIB, Some(0.5 * MIB), Some(12.0))]), &config());
+        assert_eq!(alerts.len(), 1);
+        let a = &alerts[0];
+        assert_eq!(a.labels["alertname"], "MemlockProcessLimitExhaustionImminent");
+        assert_eq!(a.labels["severity"], "critical");
+        assert_eq!(a.labels["instance"], "gpu-node-17");
+        assert_eq!(a.labels["pid"], "4242");
+        assert_eq!(a.labels["cgroup"], "/slurm/job_1870");
+        assert!(a.annotations["description"].contains("2.0 MiB") && a.annotations["description"].contains("512.0 KiB/s"), "{a:?}");
+        assert_eq!(a.annotations["runbook_url"], "https://example.invalid/runbooks.md#memlockprocesslimitexhaustionimminent");
+    }
+
+    #[test]
+    fn far_exhaustion_and_low_usage_do_not_alert() {
+        let alerts = evaluate(&snapshot(vec![process(1.0 * MIB, 8.0 * MIB, Some(1024.0), Some(7000.0))]), &config());
+        assert!(alerts.is_empty(), "{alerts:?}");
+    }
+
+    #[test]
+    fn usage_at_the_ratio_is_a_warning_even_when_flat() {
+        let alerts = evaluate(&snapshot(vec![process(7.5 * MIB, 8.0 * MIB, Some(0.0), None)]), &config());
+        assert_eq!(alerts.len(), 1);
+        assert_eq!(alerts[0].labels["alertname"], "MemlockProcessNearLimitFast");
+        assert_eq!(alerts[0].labels["severity"], "warning");
+    }
+
+    #[test]
+    fn alerts_start_once_resolve_after_the_hold_and_payloads_say_so() {
+        let cfg = config();
+        let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+        let t0 = Instant::now();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let firing = evaluate(&snapshot(vec![process(2.0 * MIB, 8.0 * MIB, Some(MIB), Some(6.0))]), &cfg);
+        book.update(firing.clone(), t0, wall);
+        assert!(book.is_dirty());
+        assert_eq!(book.active_count(), 1);
+        book.delivered();
+        book.update(firing, t0 + Duration::from_secs(1), wall + Duration::from_secs(1));
+        assert!(!book.is_dirty(), "a continuing alert is not news");
+        // Gone, but not for long enough yet.
+        book.update(vec![], t0 + Duration::from_secs(3), wall + Duration::from_secs(3));
+        assert_eq!(book.active_count(), 1);
+        book.update(vec![], t0 + Duration::from_secs(7), wall + Duration::from_secs(7));
+        assert_eq!(book.active_count(), 0);
+        assert!(book.is_dirty());
+        let payload = book.payload(wall + Duration::from_secs(7));
+        assert_eq!(payload.len(), 1);
+        assert_eq!(payload[0].starts_at, "2027-01-15T08:00:00.000Z");
+        assert_eq!(payload[0].ends_at, "2027-01-15T08:00:07.000Z");
+        book.delivered();
+        assert!(book.payload(wall).is_empty());
+        assert!(!book.has_work());
+    }
+
+    #[test]
+    fn active_alerts_carry_an_expiry_and_json_matches_the_api() {
+        let cfg = config();
+        let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        book.update(evaluate(&snapshot(vec![process(2.0 * MIB, 8.0 * MIB, Some(MIB), Some(6.0))]), &cfg), Instant::now(), wall);
+        let payload = book.payload(wall);
+        assert_eq!(payload[0].ends_at, "2027-01-15T08:02:00.000Z", "4 x 30 s resend interval");
+        let json = serde_json::to_value(&payload).unwrap();
+        assert!(json[0]["labels"]["alertname"].is_string());
+        assert!(json[0]["startsAt"].is_string() && json[0]["endsAt"].is_string());
+    }
+
+    #[test]
+    fn resolved_alerts_are_bounded_while_undelivered() {
+        let mut book = AlertBook::new(Duration::ZERO, Duration::from_secs(30));
+        let cfg = config();
+        let t0 = Instant::now();
+        for i in 0..(MAX_RESOLVED + 50) {
+            let mut p = process(2.0 * MIB, 8.0 * MIB, Some(MIB), Some(6.0));
+            p.labels[0].1 = i.to_string();
+            book.update(evaluate(&snapshot(vec![p]), &cfg), t0, SystemTime::now());
+            book.update(vec![], t0 + Duration::from_secs(1), SystemTime::now());
+        }
+        assert!(book.payload(SystemTime::now()).len() <= MAX_RESOLVED);
+    }
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(Endpoint::parse("http://127.0.0.1:9093/").unwrap().alerts_url(), "http://127.0.0.1:9093/api/v2/alerts");
+        assert_eq!(Endpoint::parse("http://am.example:9093/prefix").unwrap().alerts_url(), "http://am.example:9093/prefix/api/v2/alerts");
+        assert!(Endpoint::parse("https://am:9093").is_err());
+        assert!(Endpoint::parse("am:9093").is_err());
+        assert!(Endpoint::parse("http://").is_err());
+        assert!(Endpoint::parse("http://user:pw@am:9093").is_err());
+    }
+
+    #[test]
+    fn byte_figures() {
+        assert_eq!(bytes(512.0), "512 B");
+        assert_eq!(bytes(1536.0), "1.5 KiB");
+        assert_eq!(bytes(8.0 * MIB), "8.0 MiB");
+    }
+}

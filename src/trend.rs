@@ -1,0 +1,367 @@
+//! Trend analysis over 1 s samples: how fast a scope's locked/pinned/used memory is rising and,
+//! at that rate, how long until its limit is reached.
+//!
+//! Pure code: the caller feeds timestamped observations; nothing here reads files or clocks.
+//!
+//! The rise is a least-squares slope, fitted twice: over the whole window (steady, resists
+//! noise) and over the last few samples (reacts within seconds when a ramp starts after a flat
+//! stretch, which a 30 s fit would dilute). The larger *significant* slope wins: for an early
+//! warning a late alarm costs more than an early one. A slope is significant when it is at
+//! least `min_rise_bytes_per_second` and its t-statistic is at least `min_t_statistic` (a
+//! perfect line has zero error and is always significant).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+/// What a trend is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    Node,
+    Cgroup,
+    Process,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Node => "node",
+            Scope::Cgroup => "cgroup",
+            Scope::Process => "process",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrendConfig {
+    pub window: Duration,
+    /// Samples in the short fit.
+    pub short_samples: usize,
+    pub min_rise_bytes_per_second: f64,
+    pub min_t_statistic: f64,
+    /// Scopes tracked at most; new scopes beyond it are not tracked (bounded memory).
+    pub max_scopes: usize,
+}
+
+impl Default for TrendConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(30),
+            short_samples: 5,
+            min_rise_bytes_per_second: 4096.0,
+            min_t_statistic: 3.0,
+            max_scopes: 20_000,
+        }
+    }
+}
+
+/// One reading of one scope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    pub scope: Scope,
+    /// Identifies the scope within its kind: "" for the node, the cgroup path, the pid.
+    pub id: String,
+    /// Labels the trend series carry (besides `scope`).
+    pub labels: Vec<(&'static str, String)>,
+    /// Seconds on a monotonic clock.
+    pub at: f64,
+    /// The rising quantity, in bytes.
+    pub value: f64,
+    /// Bytes left before the limit; `None` when there is no limit (unlimited, exempt).
+    pub headroom: Option<f64>,
+}
+
+/// The analysis of one scope after an observation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrendPoint {
+    pub scope: Scope,
+    pub id: String,
+    pub labels: Vec<(&'static str, String)>,
+    pub value: f64,
+    pub headroom: Option<f64>,
+    /// Bytes per second; `None` until there are enough samples to fit.
+    pub rise: Option<f64>,
+    /// Seconds until the limit at the current rise; `None` when not rising significantly or
+    /// without a limit. 0 when the limit is already reached and the value still rises.
+    pub exhaustion: Option<f64>,
+}
+
+#[derive(Debug, Default)]
+struct Series {
+    samples: VecDeque<(f64, f64)>,
+    last_seen: f64,
+}
+
+/// A least-squares fit: slope and its t-statistic (infinite for an exact line).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fit {
+    pub slope: f64,
+    pub t_statistic: f64,
+}
+
+/// Fits value = a + slope * time over the samples; `None` with fewer than 3 samples or no
+/// spread in time.
+pub fn fit(samples: impl Iterator<Item = (f64, f64)> + Clone) -> Option<Fit> {
+    let (mut n, mut sum_t, mut sum_v) = (0.0f64, 0.0f64, 0.0f64);
+    for (t, v) in samples.clone() {
+        n += 1.0;
+        sum_t += t;
+        sum_v += v;
+    }
+    if n < 3.0 {
+        return None;
+    }
+    let (mean_t, mean_v) = (sum_t / n, sum_v / n);
+    let (mut stt, mut stv) = (0.0, 0.0);
+    for (t, v) in samples.clone() {
+        stt += (t - mean_t) * (t - mean_t);
+        stv += (t - mean_t) * (v - mean_v);
+    }
+    if stt <= f64::EPSILON {
+        return None;
+    }
+    let slope = stv / stt;
+    let intercept = mean_v - slope * mean_t;
+    let residual: f64 = samples.map(|(t, v)| (v - intercept - slope * t).powi(2)).sum();
+    let stderr = (residual / (n - 2.0) / stt).sqrt();
+    // Relative to the slope: floating-point residue on an exact line is not noise.
+    let t_statistic = if stderr <= slope.abs() * 1e-9 { f64::INFINITY.copysign(slope) } else { slope / stderr };
+    Some(Fit { slope, t_statistic })
+}
+
+pub struct Tracker {
+    config: TrendConfig,
+    series: HashMap<(Scope, String), Series>,
+}
+
+impl Tracker {
+    pub fn new(config: TrendConfig) -> Self {
+        Self { config, series: HashMap::new() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.series.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.series.is_empty()
+    }
+
+    /// Records an observation and returns the scope's analysis.
+    pub fn observe(&mut self, obs: Observation) -> TrendPoint {
+        let key = (obs.scope, obs.id.clone());
+        let tracked = self.series.contains_key(&key) || self.series.len() < self.config.max_scopes;
+        let rise = if tracked {
+            let series = self.series.entry(key).or_default();
+            record(series, &self.config, obs.at, obs.value);
+            rise(series, &self.config)
+        } else {
+            None
+        };
+        let exhaustion = match (rise, obs.headroom) {
+            (Some(r), Some(headroom)) if self.significant(r) => Some((headroom / r.slope).max(0.0)),
+            _ => None,
+        };
+        TrendPoint { scope: obs.scope, id: obs.id, labels: obs.labels, value: obs.value, headroom: obs.headroom, rise: rise.map(|r| r.slope), exhaustion }
+    }
+
+    fn significant(&self, fit: Fit) -> bool {
+        fit.slope >= self.config.min_rise_bytes_per_second && fit.t_statistic >= self.config.min_t_statistic
+    }
+
+    /// Forgets the scopes of a kind that were not observed at or after `seen_since`, so vanished
+    /// processes and cgroups do not hold memory.
+    pub fn forget_unseen(&mut self, scope: Scope, seen_since: f64) {
+        self.series.retain(|(s, _), series| *s != scope || series.last_seen >= seen_since);
+    }
+}
+
+fn record(series: &mut Series, config: &TrendConfig, at: f64, value: f64) {
+    if let Some(&(last_at, last_value)) = series.samples.back() {
+        if at <= last_at {
+            // Out of order or duplicate: keep the newest reading only.
+            series.samples.pop_back();
+        } else if value < last_value * 0.5 && last_value - value > config.min_rise_bytes_per_second {
+            // A reset (the process restarted, the pid was reused, the cgroup was recreated): the
+            // history no longer describes this scope.
+            series.samples.clear();
+        }
+    }
+    series.samples.push_back((at, value));
+    series.last_seen = at;
+    let horizon = at - config.window.as_secs_f64();
+    while series.samples.front().is_some_and(|&(t, _)| t < horizon) {
+        series.samples.pop_front();
+    }
+}
+
+fn rise(series: &Series, config: &TrendConfig) -> Option<Fit> {
+    let n = series.samples.len();
+    // Times relative to the newest sample keep the sums small and exact.
+    let origin = series.samples.back()?.0;
+    let all = series.samples.iter().map(move |&(t, v)| (t - origin, v));
+    let long = fit(all.clone());
+    let short = if n > config.short_samples { fit(all.skip(n - config.short_samples)) } else { None };
+    let significant = |f: &Fit| f.slope >= config.min_rise_bytes_per_second && f.t_statistic >= config.min_t_statistic;
+    match (long, short) {
+        (Some(l), Some(s)) if significant(&s) && (!significant(&l) || s.slope > l.slope) => Some(s),
+        (Some(l), _) => Some(l),
+        (None, s) => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: f64 = 1048576.0;
+
+    fn obs(at: f64, value: f64, headroom: Option<f64>) -> Observation {
+        Observation { scope: Scope::Process, id: "42".into(), labels: vec![("pid", "42".into())], at, value, headroom }
+    }
+
+    fn run(tracker: &mut Tracker, values: impl IntoIterator<Item = (f64, f64)>, limit: f64) -> TrendPoint {
+        let mut last = None;
+        for (at, v) in values {
+            last = Some(tracker.observe(obs(at, v, Some(limit - v))));
+        }
+        last.unwrap()
+    }
+
+    #[test]
+    fn a_steady_ramp_predicts_the_time_to_the_limit() {
+        let mut t = Tracker::new(TrendConfig::default());
+        // 1 MiB/s from 0, limit 64 MiB: at t=9 the value is 9 MiB, 55 MiB left, 55 s to go.
+        let p = run(&mut t, (0..10).map(|i| (i as f64, i as f64 * MIB)), 64.0 * MIB);
+        assert!((p.rise.unwrap() - MIB).abs() < 1.0);
+        assert!((p.exhaustion.unwrap() - 55.0).abs() < 1e-6, "{p:?}");
+    }
+
+    #[test]
+    fn too_few_samples_say_nothing() {
+        let mut t = Tracker::new(TrendConfig::default());
+        let p = run(&mut t, [(0.0, 0.0), (1.0, MIB)], 8.0 * MIB);
+        assert_eq!(p.rise, None);
+        assert_eq!(p.exhaustion, None);
+    }
+
+    #[test]
+    fn a_flat_series_is_not_rising() {
+        let mut t = Tracker::new(TrendConfig::default());
+        let p = run(&mut t, (0..30).map(|i| (i as f64, 5.0 * MIB)), 8.0 * MIB);
+        assert_eq!(p.rise, Some(0.0));
+        assert_eq!(p.exhaustion, None);
+    }
+
+    #[test]
+    fn noise_without_a_trend_is_not_significant() {
+        let mut t = Tracker::new(TrendConfig::default());
+        // A deterministic zig-zag of +-2 MiB around 100 MiB.
+        let p = run(&mut t, (0..30).map(|i| (i as f64, 100.0 * MIB + if i % 2 == 0 { 2.0 } else { -2.0 } * MIB)), 200.0 * MIB);
+        assert_eq!(p.exhaustion, None, "{p:?}");
+    }
+
+    #[test]
+    fn a_noisy_ramp_is_still_found() {
+        let mut t = Tracker::new(TrendConfig::default());
+        let p = run(
+            &mut t,
+            (0..30).map(|i| (i as f64, i as f64 * MIB + if i % 2 == 0 { 0.2 } else { -0.2 } * MIB)),
+            100.0 * MIB,
+        );
+        let e = p.exhaustion.unwrap();
+        assert!((e - 71.0).abs() < 3.0, "{e}");
+    }
+
+    #[test]
+    fn a_falling_series_has_a_negative_rise_and_no_exhaustion() {
+        let mut t = Tracker::new(TrendConfig::default());
+        let p = run(&mut t, (0..10).map(|i| (i as f64, (100 - i) as f64 * MIB)), 200.0 * MIB);
+        assert!(p.rise.unwrap() < 0.0);
+        assert_eq!(p.exhaustion, None);
+    }
+
+    #[test]
+    fn a_ramp_after_a_long_flat_stretch_is_seen_within_seconds() {
+        let mut t = Tracker::new(TrendConfig::default());
+        let flat = (0..25).map(|i| (i as f64, 0.0));
+        let ramp = (25..29).map(|i| (i as f64, (i - 24) as f64 * 0.5 * MIB));
+        let p = run(&mut t, flat.chain(ramp), 8.0 * MIB);
+        // The short fit sees ~0.5 MiB/s; the 30 s fit alone would see a fraction of it.
+        let rise = p.rise.unwrap();
+        assert!(rise > 0.3 * MIB, "{rise}");
+        assert!(p.exhaustion.unwrap() < 20.0, "{p:?}");
+    }
+
+    #[test]
+    fn a_reset_clears_the_history() {
+        let mut t = Tracker::new(TrendConfig::default());
+        run(&mut t, (0..10).map(|i| (i as f64, (i + 1) as f64 * MIB)), 64.0 * MIB);
+        // The process restarts: back to zero, then flat.
+        let p = run(&mut t, (10..13).map(|i| (i as f64, 0.0)), 64.0 * MIB);
+        assert_eq!(p.exhaustion, None, "{p:?}");
+        assert_eq!(p.rise, Some(0.0));
+    }
+
+    #[test]
+    fn already_over_the_limit_and_rising_means_zero_seconds() {
+        let mut t = Tracker::new(TrendConfig::default());
+        let p = run(&mut t, (0..10).map(|i| (i as f64, (10 + i) as f64 * MIB)), 8.0 * MIB);
+        assert_eq!(p.exhaustion, Some(0.0));
+    }
+
+    #[test]
+    fn no_limit_means_no_exhaustion() {
+        let mut t = Tracker::new(TrendConfig::default());
+        let mut last = None;
+        for i in 0..10 {
+            last = Some(t.observe(obs(i as f64, i as f64 * MIB, None)));
+        }
+        let p = last.unwrap();
+        assert!(p.rise.unwrap() > 0.0);
+        assert_eq!(p.exhaustion, None);
+    }
+
+    #[test]
+    fn old_samples_leave_the_window() {
+        let mut t = Tracker::new(TrendConfig { window: Duration::from_secs(10), ..TrendConfig::default() });
+        // A ramp long ago, then flat for longer than the window.
+        let ramp = (0..10).map(|i| (i as f64, i as f64 * MIB));
+        let flat = (10..40).map(|i| (i as f64, 9.0 * MIB));
+        let p = run(&mut t, ramp.chain(flat), 64.0 * MIB);
+        assert_eq!(p.rise, Some(0.0));
+    }
+
+    #[test]
+    fn memory_is_bounded_when_scopes_come_and_go() {
+        let mut t = Tracker::new(TrendConfig { max_scopes: 100, ..TrendConfig::default() });
+        for round in 0..50 {
+            let at = round as f64;
+            for pid in 0..50 {
+                let id = (round * 50 + pid).to_string();
+                t.observe(Observation { id, ..obs(at, MIB, None) });
+            }
+            t.forget_unseen(Scope::Process, at);
+            assert!(t.len() <= 100);
+        }
+        assert_eq!(t.len(), 50, "only the scopes seen in the last round remain");
+        // Beyond the bound new scopes are answered but not tracked.
+        let mut full = Tracker::new(TrendConfig { max_scopes: 1, ..TrendConfig::default() });
+        full.observe(Observation { id: "a".into(), ..obs(0.0, 0.0, None) });
+        let p = full.observe(Observation { id: "b".into(), ..obs(0.0, 0.0, None) });
+        assert_eq!(p.rise, None);
+        assert_eq!(full.len(), 1);
+    }
+
+    #[test]
+    fn fit_handles_degenerate_input() {
+        assert_eq!(fit([(1.0, 1.0), (1.0, 2.0), (1.0, 3.0)].into_iter()), None);
+        let exact = fit([(0.0, 0.0), (1.0, 2.0), (2.0, 4.0)].into_iter()).unwrap();
+        assert_eq!(exact.slope, 2.0);
+        assert!(exact.t_statistic.is_infinite());
+        let mut t = Tracker::new(TrendConfig::default());
+        // Out-of-order timestamps replace the newest sample rather than corrupting the fit.
+        let p = run(&mut t, [(0.0, 0.0), (1.0, MIB), (1.0, MIB), (0.5, MIB), (2.0, 2.0 * MIB), (3.0, 3.0 * MIB)], 64.0 * MIB);
+        assert!(p.rise.unwrap() > 0.0);
+        assert!(p.value.is_finite());
+    }
+}
