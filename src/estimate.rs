@@ -1,0 +1,269 @@
+//! How much host memory NCCL registers (and so pins, charged to VmPin against the memlock
+//! limit) per process and per node. An upper-bound model of NCCL's net transport buffers
+//! (reference: linux-interfaces.md §8); it is an estimate, and says so.
+
+use serde::Serialize;
+
+/// NCCL's defaults (src/init.cc at 5067397c).
+pub const DEFAULT_LL_BUFFSIZE: u64 = 524_288;
+pub const DEFAULT_LL128_BUFFSIZE: u64 = 4_915_200;
+pub const DEFAULT_BUFFSIZE: u64 = 4_194_304;
+pub const DEFAULT_P2P_CHUNKSIZE: u64 = 131_072;
+/// NCCL_STEPS for shared p2p buffers.
+const SHARED_STEPS: u64 = 16;
+/// Control MRs per net communicator and device (FIFOs, completion records, flush word).
+const CONTROL_PAGES: u64 = 6;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inputs {
+    pub nodes: u64,
+    pub ranks_per_node: u64,
+    pub channels: u64,
+    /// Network send / receive connections per channel of one rank (ring: 1 and 1).
+    pub net_sends_per_channel: u64,
+    pub net_recvs_per_channel: u64,
+    pub communicators: u64,
+    pub buffsize: u64,
+    pub ll_buffsize: u64,
+    pub ll128_buffsize: u64,
+    /// GPUDirect RDMA for sends (GPU buffers are read by the NIC; only LL stays on the host).
+    pub gdr_read: bool,
+    /// GPUDirect RDMA for receives (all receive buffers in GPU memory).
+    pub gdr_write: bool,
+    /// Send/recv (p2p) traffic over the network: the shared p2p pool.
+    pub p2p_net: bool,
+    pub p2p_channels: u64,
+    pub p2p_chunksize: u64,
+    /// NCCL_ALLOC_P2P_NET_LL_BUFFERS=1: an LL buffer per p2p network connection.
+    pub alloc_p2p_net_ll_buffers: bool,
+    pub p2p_net_connections: u64,
+    /// Devices each connection registers on (a merged virtual NIC registers on every member).
+    pub devices_per_connection: u64,
+    pub qps_per_connection: u64,
+    /// Pinned bytes per QP with its CQ (not verified on hardware; depends on queue depths).
+    pub qp_ring_bytes: u64,
+    pub page_size: u64,
+}
+
+impl Default for Inputs {
+    fn default() -> Self {
+        Self {
+            nodes: 2,
+            ranks_per_node: 8,
+            channels: 32,
+            net_sends_per_channel: 1,
+            net_recvs_per_channel: 1,
+            communicators: 1,
+            buffsize: DEFAULT_BUFFSIZE,
+            ll_buffsize: DEFAULT_LL_BUFFSIZE,
+            ll128_buffsize: DEFAULT_LL128_BUFFSIZE,
+            gdr_read: false,
+            gdr_write: false,
+            p2p_net: false,
+            p2p_channels: 32,
+            p2p_chunksize: DEFAULT_P2P_CHUNKSIZE,
+            alloc_p2p_net_ll_buffers: false,
+            p2p_net_connections: 0,
+            devices_per_connection: 1,
+            qps_per_connection: 1,
+            qp_ring_bytes: 65_536,
+            page_size: 4096,
+        }
+    }
+}
+
+/// One line of the estimate: what, how it is computed, how many bytes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Term {
+    pub name: &'static str,
+    pub formula: String,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    pub inputs: Inputs,
+    /// Per communicator, per process.
+    pub terms: Vec<Term>,
+    pub per_process_bytes: u64,
+    /// Upper bound: every rank of the node holds the same network connections.
+    pub per_node_bytes: u64,
+    pub assumptions: Vec<&'static str>,
+}
+
+fn round_pages(bytes: u64, page: u64) -> u64 {
+    if page == 0 {
+        return bytes;
+    }
+    bytes.div_ceil(page).saturating_mul(page)
+}
+
+pub fn estimate(inputs: &Inputs) -> Estimate {
+    let i = inputs;
+    let page = i.page_size.max(1);
+    let (l, l128, s) = (round_pages(i.ll_buffsize, page), round_pages(i.ll128_buffsize, page), round_pages(i.buffsize, page));
+    let d = i.devices_per_connection;
+    let networked = i.nodes > 1;
+    let sends = if networked { i.channels.saturating_mul(i.net_sends_per_channel) } else { 0 };
+    let recvs = if networked { i.channels.saturating_mul(i.net_recvs_per_channel) } else { 0 };
+    let per_send = l.saturating_add(if i.gdr_read { 0 } else { l128.saturating_add(s) });
+    let per_recv = if i.gdr_write { 0 } else { l.saturating_add(l128).saturating_add(s) };
+    let mut terms = vec![
+        Term {
+            name: "collective sends",
+            formula: format!(
+                "{d} device(s) x {sends} sends ({} channels x {}) x {per_send} B ({})",
+                i.channels,
+                i.net_sends_per_channel,
+                if i.gdr_read { "LL only: GDR read keeps LL128 and Simple on the GPU" } else { "LL + LL128 + Simple" }
+            ),
+            bytes: d.saturating_mul(sends).saturating_mul(per_send),
+        },
+        Term {
+            name: "collective receives",
+            formula: format!(
+                "{d} device(s) x {recvs} receives x {per_recv} B ({})",
+                if i.gdr_write { "none: GDR write puts every receive buffer on the GPU" } else { "LL + LL128 + Simple" }
+            ),
+            bytes: d.saturating_mul(recvs).saturating_mul(per_recv),
+        },
+    ];
+    if i.p2p_net && networked {
+        let pool = if i.gdr_read && i.gdr_write {
+            0
+        } else {
+            (2 * SHARED_STEPS).saturating_mul(i.p2p_channels).saturating_mul(round_pages(i.p2p_chunksize, page))
+        };
+        terms.push(Term {
+            name: "shared p2p pool",
+            formula: format!("{d} device(s) x 2 directions x {} p2p channels x {SHARED_STEPS} steps x {} B chunk", i.p2p_channels, i.p2p_chunksize),
+            bytes: d.saturating_mul(pool),
+        });
+    }
+    if i.alloc_p2p_net_ll_buffers && networked {
+        terms.push(Term {
+            name: "p2p LL buffers",
+            formula: format!("{d} device(s) x {} p2p network connections x {l} B", i.p2p_net_connections),
+            bytes: d.saturating_mul(i.p2p_net_connections).saturating_mul(l),
+        });
+    }
+    if networked {
+        terms.push(Term {
+            name: "control MRs",
+            formula: format!("{d} device(s) x {CONTROL_PAGES} pages x {page} B"),
+            bytes: d.saturating_mul(CONTROL_PAGES).saturating_mul(page),
+        });
+        let qps = sends.saturating_add(recvs).saturating_mul(i.qps_per_connection);
+        terms.push(Term {
+            name: "QP and CQ rings",
+            formula: format!("{d} device(s) x {qps} QPs ({} per connection) x {} B (assumed)", i.qps_per_connection, i.qp_ring_bytes),
+            bytes: d.saturating_mul(qps).saturating_mul(i.qp_ring_bytes),
+        });
+    }
+    let per_communicator: u64 = terms.iter().map(|t| t.bytes).fold(0, u64::saturating_add);
+    let per_process_bytes = per_communicator.saturating_mul(i.communicators);
+    Estimate {
+        inputs: inputs.clone(),
+        terms,
+        per_process_bytes,
+        per_node_bytes: per_process_bytes.saturating_mul(i.ranks_per_node),
+        assumptions: vec![
+            "an upper-bound model of NCCL's net transport (NVIDIA/nccl 5067397c), not a measurement: calibrate against the VmPin step at communicator init",
+            "a single node (--nodes 1) registers nothing for the network: intra-node traffic uses P2P/SHM",
+            "per process: one rank holds all of its channels' network connections (ring: 1 send and 1 receive per channel); trees and all-to-all add connections",
+            "per node: every rank holds as many (rail-optimised topologies); with PXN the proxy process is charged, not the rank",
+            "GPU buffers registered through dma-buf are not charged to VmPin; host buffers (cudaHostAlloc) registered with ibv_reg_mr are",
+            "QP/CQ ring size per QP is not verified on hardware",
+        ],
+    }
+}
+
+/// Reads NCCL's variables for the defaults a job would run with. Unparseable values are
+/// reported, not silently replaced.
+pub fn inputs_from_env(vars: impl Fn(&str) -> Option<String>, mut inputs: Inputs) -> Result<Inputs, String> {
+    let mut number = |name: &str, slot: &mut u64| -> Result<(), String> {
+        if let Some(text) = vars(name) {
+            *slot = text.trim().parse().map_err(|_| format!("{name}={text:?} is not a non-negative integer"))?;
+        }
+        Ok(())
+    };
+    number("NCCL_BUFFSIZE", &mut inputs.buffsize)?;
+    number("NCCL_LL_BUFFSIZE", &mut inputs.ll_buffsize)?;
+    number("NCCL_LL128_BUFFSIZE", &mut inputs.ll128_buffsize)?;
+    number("NCCL_P2P_NET_CHUNKSIZE", &mut inputs.p2p_chunksize)?;
+    number("NCCL_IB_QPS_PER_CONNECTION", &mut inputs.qps_per_connection)?;
+    let mut channels = inputs.channels;
+    number("NCCL_MAX_CTAS", &mut channels)?;
+    number("NCCL_MAX_NCHANNELS", &mut channels)?;
+    inputs.channels = channels;
+    let mut ll = u64::from(inputs.alloc_p2p_net_ll_buffers);
+    number("NCCL_ALLOC_P2P_NET_LL_BUFFERS", &mut ll)?;
+    inputs.alloc_p2p_net_ll_buffers = ll != 0;
+    Ok(inputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn the_reference_example_without_gdr() {
+        // §8.3: defaults, 32 channels, one send and one receive each, one device: 588 MiB of
+        // buffers, plus control MRs and QP rings.
+        let e = estimate(&Inputs { qp_ring_bytes: 0, ..Inputs::default() });
+        assert_eq!(e.terms[0].bytes + e.terms[1].bytes, 616_562_688);
+        assert_eq!(e.per_process_bytes, 616_562_688 + 6 * 4096);
+        assert_eq!(e.per_node_bytes, e.per_process_bytes * 8);
+    }
+
+    #[test]
+    fn the_shared_p2p_pool_adds_128_mib() {
+        let base = estimate(&Inputs { qp_ring_bytes: 0, ..Inputs::default() });
+        let p2p = estimate(&Inputs { qp_ring_bytes: 0, p2p_net: true, ..Inputs::default() });
+        assert_eq!(p2p.per_process_bytes - base.per_process_bytes, 128 * MIB);
+    }
+
+    #[test]
+    fn gdr_both_ways_leaves_only_ll_on_the_host() {
+        let e = estimate(&Inputs { qp_ring_bytes: 0, gdr_read: true, gdr_write: true, ..Inputs::default() });
+        assert_eq!(e.terms[0].bytes + e.terms[1].bytes, 16 * MIB);
+        assert!(e.per_process_bytes > 8 * MIB, "still above the 8 MiB default limit");
+    }
+
+    #[test]
+    fn one_node_registers_nothing_for_the_network() {
+        let e = estimate(&Inputs { nodes: 1, ..Inputs::default() });
+        assert_eq!(e.per_process_bytes, 0);
+    }
+
+    #[test]
+    fn devices_and_communicators_multiply() {
+        let one = estimate(&Inputs::default()).per_process_bytes;
+        let e = estimate(&Inputs { devices_per_connection: 2, communicators: 3, ..Inputs::default() });
+        assert_eq!(e.per_process_bytes, one * 6);
+    }
+
+    #[test]
+    fn odd_buffer_sizes_round_up_to_pages_and_huge_values_saturate() {
+        let e = estimate(&Inputs { buffsize: 4097, channels: 1, ..Inputs::default() });
+        assert_eq!(e.terms[0].bytes, DEFAULT_LL_BUFFSIZE + DEFAULT_LL128_BUFFSIZE + 8192);
+        let huge = estimate(&Inputs { channels: u64::MAX, buffsize: u64::MAX, communicators: u64::MAX, ..Inputs::default() });
+        assert_eq!(huge.per_node_bytes, u64::MAX);
+    }
+
+    #[test]
+    fn environment_defaults() {
+        let env = |name: &str| match name {
+            "NCCL_BUFFSIZE" => Some("8388608".to_owned()),
+            "NCCL_MAX_CTAS" => Some("16".to_owned()),
+            _ => None,
+        };
+        let i = inputs_from_env(env, Inputs::default()).unwrap();
+        assert_eq!(i.buffsize, 8 * MIB);
+        assert_eq!(i.channels, 16);
+        let bad = |name: &str| (name == "NCCL_BUFFSIZE").then(|| "4M".to_owned());
+        assert!(inputs_from_env(bad, Inputs::default()).unwrap_err().contains("NCCL_BUFFSIZE"));
+    }
+}
