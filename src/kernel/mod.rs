@@ -3,6 +3,9 @@
 
 pub mod cgroup_path;
 pub mod meminfo;
+pub mod pid_cgroup;
+pub mod pid_limits;
+pub mod pid_status;
 pub mod sysvm;
 pub mod vmstat;
 
