@@ -1,0 +1,96 @@
+# Shared helpers for the end-to-end scripts (sourced, not run). Every service binds 127.0.0.1
+# on a free port, runs from a temp dir, and is killed by the EXIT trap.
+
+E2E_TMP=$(mktemp -d /tmp/memlock-e2e.XXXXXX)
+E2E_PIDS=()
+ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+BIN=${MEMLOCK_EXPORTER_BIN:-$ROOT/target/debug/memlock-exporter}
+
+e2e_cleanup() {
+    for pid in "${E2E_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null
+    done
+    for pid in "${E2E_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null
+    done
+    [ -n "${E2E_KEEP:-}" ] || rm -rf "$E2E_TMP"
+}
+trap e2e_cleanup EXIT
+
+log() { echo "[$(date +%T)] $*"; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+# A free TCP port on 127.0.0.1 (the kernel picks it; a tiny race is acceptable in tests).
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_http URL [seconds]: until the URL answers 200.
+wait_http() {
+    local url=$1 limit=${2:-30} i=0
+    while [ $i -lt $((limit * 10)) ]; do
+        curl -fsS -o /dev/null "$url" 2>/dev/null && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+
+# A binary any user can run (the drill runs as nobody; the build tree may not be reachable).
+public_binary() {
+    local copy=$E2E_TMP/bin/memlock-exporter
+    if [ ! -x "$copy" ]; then
+        mkdir -p "$E2E_TMP/bin"
+        cp "$BIN" "$copy"
+        chmod 0755 "$E2E_TMP" "$E2E_TMP/bin" "$copy"
+    fi
+    echo "$copy"
+}
+
+start_webhook() {
+    local out=$E2E_TMP/webhook.jsonl
+    : > "$out"
+    python3 "$ROOT/scripts/e2e/webhook_receiver.py" "$out" "$E2E_TMP/webhook.port" &
+    E2E_PIDS+=($!)
+    for _ in $(seq 50); do [ -s "$E2E_TMP/webhook.port" ] && break; sleep 0.1; done
+    WEBHOOK_PORT=$(cat "$E2E_TMP/webhook.port")
+    WEBHOOK_OUT=$out
+}
+
+alertmanager_bin() {
+    command -v prometheus-alertmanager || command -v alertmanager
+}
+
+# start_alertmanager: forwards every alert to the webhook at once (group_wait 0s).
+start_alertmanager() {
+    AM_PORT=$(free_port)
+    mkdir -p "$E2E_TMP/am"
+    cat > "$E2E_TMP/am/alertmanager.yml" <<YML
+route:
+  receiver: webhook
+  group_by: ['alertname', 'instance', 'pid', 'cgroup']
+  group_wait: 0s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: webhook
+    webhook_configs:
+      - url: http://127.0.0.1:${WEBHOOK_PORT}/
+        send_resolved: true
+YML
+    "$(alertmanager_bin)" --config.file="$E2E_TMP/am/alertmanager.yml" --storage.path="$E2E_TMP/am/data" \
+        --web.listen-address="127.0.0.1:${AM_PORT}" --cluster.listen-address="" \
+        --log.level=warn > "$E2E_TMP/am/log" 2>&1 &
+    E2E_PIDS+=($!)
+    wait_http "http://127.0.0.1:${AM_PORT}/-/ready" 30 || { cat "$E2E_TMP/am/log"; fail "alertmanager did not start"; }
+}
+
+# start_exporter ARGS...: runs the exporter on a free port; EXPORTER_URL is its base URL.
+start_exporter() {
+    EXPORTER_PORT=$(free_port)
+    "$BIN" --web.listen-address="127.0.0.1:${EXPORTER_PORT}" --log.format=json "$@" > "$E2E_TMP/exporter.log" 2>&1 &
+    EXPORTER_PID=$!
+    E2E_PIDS+=($EXPORTER_PID)
+    EXPORTER_URL=http://127.0.0.1:${EXPORTER_PORT}
+    wait_http "$EXPORTER_URL/-/ready" 30 || { cat "$E2E_TMP/exporter.log"; fail "exporter did not become ready"; }
+}
