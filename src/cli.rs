@@ -26,6 +26,66 @@ pub struct Cli {
 pub enum Command {
     /// Run the exporter daemon (the default).
     Serve(ServeArgs),
+    /// Estimate how much host memory NCCL will register (and pin) per process and per node, and
+    /// compare it with the memlock limit and the node's available memory.
+    Estimate(EstimateArgs),
+}
+
+/// Inputs of the NCCL registration model. Unset values come from the NCCL_* environment
+/// variables when present, else NCCL's defaults.
+#[derive(Debug, Args, Default, Clone)]
+pub struct EstimateArgs {
+    /// Nodes in the job (1: no network registration at all).
+    #[arg(long, default_value_t = 2)]
+    pub nodes: u64,
+    /// Ranks (GPUs) per node.
+    #[arg(long = "ranks-per-node", default_value_t = 8)]
+    pub ranks_per_node: u64,
+    /// Channels per communicator (default: NCCL_MAX_CTAS or NCCL_MAX_NCHANNELS, else 32).
+    #[arg(long)]
+    pub channels: Option<u64>,
+    /// Communicators per process (each registers its own buffers).
+    #[arg(long, default_value_t = 1)]
+    pub communicators: u64,
+    /// NCCL_BUFFSIZE (Simple protocol buffer, bytes).
+    #[arg(long)]
+    pub buffsize: Option<u64>,
+    /// NCCL_LL_BUFFSIZE (bytes).
+    #[arg(long = "ll-buffsize")]
+    pub ll_buffsize: Option<u64>,
+    /// NCCL_LL128_BUFFSIZE (bytes).
+    #[arg(long = "ll128-buffsize")]
+    pub ll128_buffsize: Option<u64>,
+    /// GPUDirect RDMA: off, read (sends), write (receives) or both.
+    #[arg(long, default_value = "off", value_parser = ["off", "read", "write", "both"])]
+    pub gdr: String,
+    /// Send/recv (p2p) traffic goes over the network: adds the shared p2p pool.
+    #[arg(long = "p2p-net")]
+    pub p2p_net: bool,
+    /// p2p channels (default: the channel count).
+    #[arg(long = "p2p-channels")]
+    pub p2p_channels: Option<u64>,
+    /// Network send and receive connections per channel of one rank (ring: 1 each).
+    #[arg(long = "net-connections-per-channel", default_value_t = 1)]
+    pub net_connections_per_channel: u64,
+    /// Devices each connection registers on (a merged virtual NIC registers on every member).
+    #[arg(long = "devices-per-connection", default_value_t = 1)]
+    pub devices_per_connection: u64,
+    /// NCCL_IB_QPS_PER_CONNECTION.
+    #[arg(long = "qps-per-connection")]
+    pub qps_per_connection: Option<u64>,
+    /// Assumed pinned bytes per QP with its CQ (not verified on hardware).
+    #[arg(long = "qp-ring-bytes", default_value_t = 65536)]
+    pub qp_ring_bytes: u64,
+    /// Compare with this process's memlock limit instead of the estimate's own.
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// procfs mount point.
+    #[arg(long = "path.procfs", default_value = "/proc")]
+    pub procfs: String,
+    /// One JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args, Default, Clone)]

@@ -2,7 +2,14 @@
 //! limit) per process and per node. An upper-bound model of NCCL's net transport buffers
 //! (reference: linux-interfaces.md §8); it is an estimate, and says so.
 
+use std::path::Path;
+
 use serde::Serialize;
+
+use crate::alerting::bytes as human;
+use crate::cli::EstimateArgs;
+use crate::fsroot;
+use crate::kernel::{meminfo, pid_limits};
 
 /// NCCL's defaults (src/init.cc at 5067397c).
 pub const DEFAULT_LL_BUFFSIZE: u64 = 524_288;
@@ -181,7 +188,7 @@ pub fn estimate(inputs: &Inputs) -> Estimate {
 /// Reads NCCL's variables for the defaults a job would run with. Unparseable values are
 /// reported, not silently replaced.
 pub fn inputs_from_env(vars: impl Fn(&str) -> Option<String>, mut inputs: Inputs) -> Result<Inputs, String> {
-    let mut number = |name: &str, slot: &mut u64| -> Result<(), String> {
+    let number = |name: &str, slot: &mut u64| -> Result<(), String> {
         if let Some(text) = vars(name) {
             *slot = text.trim().parse().map_err(|_| format!("{name}={text:?} is not a non-negative integer"))?;
         }
@@ -200,6 +207,165 @@ pub fn inputs_from_env(vars: impl Fn(&str) -> Option<String>, mut inputs: Inputs
     number("NCCL_ALLOC_P2P_NET_LL_BUFFERS", &mut ll)?;
     inputs.alloc_p2p_net_ll_buffers = ll != 0;
     Ok(inputs)
+}
+
+/// The estimate against one process's memlock limit and the node's available memory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    pub pid: String,
+    /// `None` when unlimited.
+    pub soft_limit_bytes: Option<u64>,
+    pub soft_limit_unlimited: bool,
+    /// The per-process estimate fits under the soft limit (always true when unlimited).
+    pub fits_memlock_limit: bool,
+    pub memory_available_bytes: Option<u64>,
+    /// The per-node estimate fits in MemAvailable.
+    pub fits_memory_available: Option<bool>,
+}
+
+pub fn verdict(estimate: &Estimate, pid: &str, soft: pid_limits::Limit, available: Option<u64>) -> Verdict {
+    let soft_bytes = soft.bytes();
+    Verdict {
+        pid: pid.to_owned(),
+        soft_limit_bytes: soft_bytes,
+        soft_limit_unlimited: soft.is_unlimited(),
+        fits_memlock_limit: soft_bytes.is_none_or(|limit| estimate.per_process_bytes <= limit),
+        memory_available_bytes: available,
+        fits_memory_available: available.map(|a| estimate.per_node_bytes <= a),
+    }
+}
+
+/// Builds the model inputs from the flags, the NCCL_* environment and the defaults.
+pub fn inputs_from_args(args: &EstimateArgs, env: impl Fn(&str) -> Option<String>) -> Result<Inputs, String> {
+    let mut inputs = inputs_from_env(env, Inputs::default())?;
+    inputs.nodes = args.nodes;
+    inputs.ranks_per_node = args.ranks_per_node;
+    inputs.communicators = args.communicators;
+    if let Some(c) = args.channels {
+        inputs.channels = c;
+    }
+    for (flag, slot) in [(args.buffsize, &mut inputs.buffsize), (args.ll_buffsize, &mut inputs.ll_buffsize), (args.ll128_buffsize, &mut inputs.ll128_buffsize)] {
+        if let Some(v) = flag {
+            *slot = v;
+        }
+    }
+    if let Some(q) = args.qps_per_connection {
+        inputs.qps_per_connection = q;
+    }
+    (inputs.gdr_read, inputs.gdr_write) = match args.gdr.as_str() {
+        "off" => (false, false),
+        "read" => (true, false),
+        "write" => (false, true),
+        "both" => (true, true),
+        other => return Err(format!("--gdr {other:?}: expected off, read, write or both")),
+    };
+    inputs.p2p_net = args.p2p_net;
+    inputs.p2p_channels = args.p2p_channels.unwrap_or(inputs.channels);
+    inputs.net_sends_per_channel = args.net_connections_per_channel;
+    inputs.net_recvs_per_channel = args.net_connections_per_channel;
+    inputs.devices_per_connection = args.devices_per_connection;
+    inputs.qp_ring_bytes = args.qp_ring_bytes;
+    inputs.page_size = procfs::page_size();
+    if inputs.ranks_per_node == 0 || inputs.channels == 0 || inputs.devices_per_connection == 0 || inputs.communicators == 0 {
+        return Err("--ranks-per-node, --channels, --devices-per-connection and --communicators must be at least 1".into());
+    }
+    Ok(inputs)
+}
+
+/// Reads a process's soft memlock limit and the node's MemAvailable through the procfs root.
+pub fn read_machine(procfs: &Path, pid: &str) -> Result<(pid_limits::Limit, Option<u64>), fsroot::SourceError> {
+    let limits = fsroot::read_parsed(&procfs.join(pid).join("limits"), pid_limits::parse)?;
+    let available = fsroot::read_parsed(&procfs.join("meminfo"), meminfo::parse)?.mem_available;
+    Ok((limits.soft, available))
+}
+
+pub fn render_text(e: &Estimate, v: &Verdict) -> String {
+    let i = &e.inputs;
+    let gdr = match (i.gdr_read, i.gdr_write) {
+        (false, false) => "off",
+        (true, false) => "read",
+        (false, true) => "write",
+        (true, true) => "both",
+    };
+    let mut out = String::from("NCCL host memory registration estimate (an upper-bound model, not a measurement)\n\n");
+    out.push_str(&format!(
+        "inputs: {} node(s) x {} ranks, {} channels, {} communicator(s), GDR {gdr}, buffers LL {} / LL128 {} / Simple {} B\n\n",
+        i.nodes, i.ranks_per_node, i.channels, i.communicators, i.ll_buffsize, i.ll128_buffsize, i.buffsize
+    ));
+    out.push_str("per communicator, per process:\n");
+    for t in &e.terms {
+        out.push_str(&format!("  {:<20} {:>12}  = {}\n", t.name, human(t.bytes as f64), t.formula));
+    }
+    out.push_str(&format!("\nper process: {} ({} bytes)\n", human(e.per_process_bytes as f64), e.per_process_bytes));
+    out.push_str(&format!("per node ({} ranks): {} ({} bytes)\n\n", i.ranks_per_node, human(e.per_node_bytes as f64), e.per_node_bytes));
+    out.push_str(&format!("against this machine (pid {}):\n", v.pid));
+    match v.soft_limit_bytes {
+        None => out.push_str("  soft memlock limit: unlimited: fits\n"),
+        Some(limit) if v.fits_memlock_limit => {
+            out.push_str(&format!("  soft memlock limit {}: fits ({:.0}% of it)\n", human(limit as f64), ratio(e.per_process_bytes, limit) * 100.0))
+        }
+        Some(limit) => out.push_str(&format!(
+            "  soft memlock limit {}: TOO LOW, the estimate is {:.1}x the limit: registration fails with ENOMEM. Set `ulimit -l unlimited` (limits.conf memlock, systemd LimitMEMLOCK=infinity, docker --ulimit memlock=-1)\n",
+            human(limit as f64),
+            ratio(e.per_process_bytes, limit)
+        )),
+    }
+    match (v.memory_available_bytes, v.fits_memory_available) {
+        (Some(a), Some(true)) => out.push_str(&format!("  MemAvailable {}: fits ({:.1}% of it per node)\n", human(a as f64), ratio(e.per_node_bytes, a) * 100.0)),
+        (Some(a), _) => out.push_str(&format!("  MemAvailable {}: TOO LITTLE for the per-node estimate\n", human(a as f64))),
+        (None, _) => out.push_str("  MemAvailable: unknown\n"),
+    }
+    out.push_str("\nassumptions:\n");
+    for a in &e.assumptions {
+        out.push_str(&format!("  - {a}\n"));
+    }
+    out
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        f64::INFINITY
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// `memlock-exporter estimate`: prints the estimate; exit 0, or 2 when it cannot run.
+pub fn run(args: &EstimateArgs) -> u8 {
+    let inputs = match inputs_from_args(args, |name| std::env::var(name).ok()) {
+        Ok(i) => i,
+        Err(message) => {
+            eprintln!("memlock-exporter estimate: {message}");
+            return crate::exit::USAGE;
+        }
+    };
+    let e = estimate(&inputs);
+    let pid = args.pid.map(|p| p.to_string()).unwrap_or_else(|| "self".into());
+    let (soft, available) = match read_machine(Path::new(&args.procfs), &pid) {
+        Ok(found) => found,
+        Err(err) => {
+            eprintln!("memlock-exporter estimate: {err}");
+            return crate::exit::USAGE;
+        }
+    };
+    let v = verdict(&e, &pid, soft, available);
+    if args.json {
+        #[derive(Serialize)]
+        struct Report<'a> {
+            estimate: &'a Estimate,
+            verdict: &'a Verdict,
+        }
+        match serde_json::to_string_pretty(&Report { estimate: &e, verdict: &v }) {
+            Ok(text) => println!("{text}"),
+            Err(err) => {
+                eprintln!("memlock-exporter estimate: {err}");
+                return crate::exit::RUNTIME;
+            }
+        }
+    } else {
+        print!("{}", render_text(&e, &v));
+    }
+    crate::exit::OK
 }
 
 #[cfg(test)]
@@ -251,6 +417,34 @@ mod tests {
         assert_eq!(e.terms[0].bytes, DEFAULT_LL_BUFFSIZE + DEFAULT_LL128_BUFFSIZE + 8192);
         let huge = estimate(&Inputs { channels: u64::MAX, buffsize: u64::MAX, communicators: u64::MAX, ..Inputs::default() });
         assert_eq!(huge.per_node_bytes, u64::MAX);
+    }
+
+    #[test]
+    fn verdicts_against_the_limit_and_memory() {
+        let e = estimate(&Inputs::default());
+        let v = verdict(&e, "self", pid_limits::Limit::Bytes(8 * MIB), Some(1 << 40));
+        assert!(!v.fits_memlock_limit);
+        assert_eq!(v.fits_memory_available, Some(true));
+        let text = render_text(&e, &v);
+        assert!(text.contains("TOO LOW") && text.contains("ulimit -l unlimited"), "{text}");
+        assert!(text.contains("an upper-bound model"));
+        let v = verdict(&e, "self", pid_limits::Limit::Unlimited, Some(MIB));
+        assert!(v.fits_memlock_limit && v.soft_limit_unlimited);
+        assert_eq!(v.fits_memory_available, Some(false));
+    }
+
+    #[test]
+    fn the_fixture_machine_is_read_through_the_procfs_root() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let root = std::env::temp_dir().join(format!("memlock-estimate-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("self")).unwrap();
+        std::fs::copy(fixtures.join("captures/proc_self_limits"), root.join("self/limits")).unwrap();
+        std::fs::copy(fixtures.join("proc/meminfo"), root.join("meminfo")).unwrap();
+        let (soft, available) = read_machine(&root, "self").unwrap();
+        assert_eq!(soft, pid_limits::Limit::Bytes(8_388_608));
+        assert_eq!(available, Some(23_786_376 * 1024));
+        assert!(read_machine(&root, "999999999").unwrap_err().to_string().contains("999999999/limits"));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

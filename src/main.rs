@@ -1,15 +1,19 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use memlock_exporter::cli::{Cli, Command};
-use memlock_exporter::{exit, logging, serve};
+use memlock_exporter::cli::{Cli, Command, ServeArgs};
+use memlock_exporter::{estimate, exit, logging, serve};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let args = match cli.command {
-        Some(Command::Serve(args)) => args,
-        None => cli.serve,
-    };
+    match cli.command {
+        None => run_serve(cli.serve),
+        Some(Command::Serve(args)) => run_serve(args),
+        Some(Command::Estimate(args)) => ExitCode::from(estimate::run(&args)),
+    }
+}
+
+fn run_serve(args: ServeArgs) -> ExitCode {
     let config = match serve::load_config(&args) {
         Ok(config) => config,
         Err(err) => {
