@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::alerting::bytes as human;
-use crate::cli::EstimateArgs;
+use crate::cli::{EstimateArgs, ModelArgs};
 use crate::fsroot;
 use crate::kernel::{meminfo, pid_limits};
 
@@ -236,7 +236,7 @@ pub fn verdict(estimate: &Estimate, pid: &str, soft: pid_limits::Limit, availabl
 }
 
 /// Builds the model inputs from the flags, the NCCL_* environment and the defaults.
-pub fn inputs_from_args(args: &EstimateArgs, env: impl Fn(&str) -> Option<String>) -> Result<Inputs, String> {
+pub fn inputs_from_args(args: &ModelArgs, env: impl Fn(&str) -> Option<String>) -> Result<Inputs, String> {
     let mut inputs = inputs_from_env(env, Inputs::default())?;
     inputs.nodes = args.nodes;
     inputs.ranks_per_node = args.ranks_per_node;
@@ -332,7 +332,7 @@ fn ratio(part: u64, whole: u64) -> f64 {
 
 /// `memlock-exporter estimate`: prints the estimate; exit 0, or 2 when it cannot run.
 pub fn run(args: &EstimateArgs) -> u8 {
-    let inputs = match inputs_from_args(args, |name| std::env::var(name).ok()) {
+    let inputs = match inputs_from_args(&args.model, |name| std::env::var(name).ok()) {
         Ok(i) => i,
         Err(message) => {
             eprintln!("memlock-exporter estimate: {message}");

@@ -1,0 +1,554 @@
+//! `memlock-exporter check`: a preflight for job launchers (Slurm prolog, Kubernetes init
+//! container, torchrun wrapper). Each finding is PASS, WARN or FAIL with the measured value and
+//! a one-line fix. Exit 0 when nothing failed, 1 on any FAIL (or WARN with `--strict`), 2 when
+//! the check itself could not run.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::alerting::bytes as human;
+use crate::cli::CheckArgs;
+use crate::estimate::{self, Estimate};
+use crate::fsroot::{self, Roots, SourceError};
+use crate::kernel::{meminfo, parse_u64, pid_limits, pid_status};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+/// One line of the report. `id` is stable for automation (see docs/check.md).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    pub id: String,
+    pub status: Status,
+    pub measured: String,
+    /// What to do; empty when nothing needs doing.
+    pub fix: String,
+}
+
+impl Finding {
+    fn new(id: impl Into<String>, status: Status, measured: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { id: id.into(), status, measured: measured.into(), fix: fix.into() }
+    }
+}
+
+/// Everything the checks look at, read once through the injected roots.
+#[derive(Debug, Clone, Default)]
+pub struct Machine {
+    pub pid: String,
+    pub limits: Option<pid_limits::MemlockLimits>,
+    pub ipc_lock: Option<bool>,
+    /// Whether the process shares the initial user namespace (`None`: could not tell).
+    pub initial_user_ns: Option<bool>,
+    pub meminfo: meminfo::Meminfo,
+    pub overcommit_mode: Option<u64>,
+    pub max_map_count: Option<u64>,
+    pub environment: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub pid: String,
+    pub need_per_process_bytes: u64,
+    pub need_per_node_bytes: u64,
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub fn worst(&self) -> Status {
+        self.findings.iter().map(|f| f.status).max().unwrap_or(Status::Pass)
+    }
+}
+
+/// Reads the machine state the checks need. Only the target process's limits are required:
+/// without them there is nothing to check (exit 2).
+pub fn read_machine(roots: &Roots, pid: &str, environment: Vec<(String, String)>) -> Result<Machine, SourceError> {
+    let proc_dir = roots.proc(pid);
+    let limits = fsroot::read_parsed(&proc_dir.join("limits"), pid_limits::parse)?;
+    let status_text = fsroot::read_string(&proc_dir.join("status"))?;
+    let ipc_lock = pid_status::parse(&status_text)
+        .map_err(|source| SourceError::Parse { path: proc_dir.join("status"), source })?
+        .ipc_lock();
+    let meminfo = fsroot::read_parsed(&roots.proc("meminfo"), meminfo::parse)?;
+    let sysctl = |name: &str| fsroot::read_parsed(&roots.proc(format!("sys/vm/{name}")), parse_u64).ok();
+    Ok(Machine {
+        pid: pid.to_owned(),
+        limits: Some(limits),
+        ipc_lock,
+        initial_user_ns: same_user_namespace(&proc_dir, &roots.proc("1")),
+        meminfo,
+        overcommit_mode: sysctl("overcommit_memory"),
+        max_map_count: sysctl("max_map_count"),
+        environment,
+    })
+}
+
+/// CAP_IPC_LOCK exempts only when held in the initial user namespace (capable() checks it there).
+fn same_user_namespace(proc_dir: &Path, init_dir: &Path) -> Option<bool> {
+    let ours = std::fs::read_link(proc_dir.join("ns/user")).ok()?;
+    let init = std::fs::read_link(init_dir.join("ns/user")).ok()?;
+    Some(ours == init)
+}
+
+/// Runs every check against the machine state and the estimated need.
+pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
+    let need = e.per_process_bytes;
+    let node_need = e.per_node_bytes;
+    let mut out = Vec::new();
+    memlock(m, need, &mut out);
+    memory(m, node_need, safety, &mut out);
+    hugepages(m, node_need, safety, &mut out);
+    overcommit(m, node_need, &mut out);
+    if let Some(count) = m.max_map_count {
+        out.push(if count < 65_530 {
+            Finding::new(
+                "vm.max_map_count",
+                Status::Warn,
+                count.to_string(),
+                "below the kernel default 65530: registrations split VMAs (fork protection); sysctl -w vm.max_map_count=262144",
+            )
+        } else {
+            Finding::new("vm.max_map_count", Status::Pass, count.to_string(), "")
+        });
+    }
+    if let (Some(total), Some(free)) = (m.meminfo.cma_total, m.meminfo.cma_free) {
+        out.push(if total > 0 && free > total {
+            Finding::new(
+                "memory.cma",
+                Status::Warn,
+                format!("CmaFree {} > CmaTotal {}", human(free as f64), human(total as f64)),
+                "inconsistent CMA accounting has preceded long-term pin failures (ENOMEM with a fine memlock limit); check cma=/kho= on the kernel command line",
+            )
+        } else {
+            Finding::new("memory.cma", Status::Pass, format!("CmaFree {} of {}", human(free as f64), human(total as f64)), "")
+        });
+    }
+    out.extend(nccl_environment(&m.environment));
+    out
+}
+
+fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
+    let Some(limits) = m.limits else { return };
+    let exempt = m.ipc_lock == Some(true) && m.initial_user_ns != Some(false);
+    let fix = "raise it: `ulimit -l unlimited` via /etc/security/limits.conf memlock, systemd LimitMEMLOCK=infinity, docker run --ulimit memlock=-1, or the container runtime's default rlimits";
+    let soft = match limits.soft {
+        pid_limits::Limit::Unlimited => Finding::new("memlock.soft", Status::Pass, "unlimited", ""),
+        _ if exempt => Finding::new(
+            "memlock.soft",
+            Status::Pass,
+            format!("{} (CAP_IPC_LOCK: not enforced)", show_limit(limits.soft)),
+            "",
+        ),
+        pid_limits::Limit::Bytes(0) => Finding::new("memlock.soft", Status::Fail, "0 bytes: every registration fails with EPERM", fix),
+        pid_limits::Limit::Bytes(limit) if limit < need => Finding::new(
+            "memlock.soft",
+            Status::Fail,
+            format!("{} < estimated need {}", human(limit as f64), human(need as f64)),
+            fix,
+        ),
+        pid_limits::Limit::Bytes(limit) => {
+            Finding::new("memlock.soft", Status::Pass, format!("{} >= estimated need {}", human(limit as f64), human(need as f64)), "")
+        }
+    };
+    out.push(soft);
+    let hard = match limits.hard {
+        pid_limits::Limit::Unlimited => Finding::new("memlock.hard", Status::Pass, "unlimited", ""),
+        _ if exempt => Finding::new("memlock.hard", Status::Pass, format!("{} (CAP_IPC_LOCK)", show_limit(limits.hard)), ""),
+        pid_limits::Limit::Bytes(limit) if limit < need => Finding::new(
+            "memlock.hard",
+            Status::Warn,
+            format!("{} < estimated need {}", human(limit as f64), human(need as f64)),
+            "the job cannot raise its own soft limit past this; raise the hard limit where the job is started",
+        ),
+        pid_limits::Limit::Bytes(limit) => Finding::new("memlock.hard", Status::Pass, human(limit as f64), ""),
+    };
+    out.push(hard);
+    let cap = match (m.ipc_lock, m.initial_user_ns) {
+        (Some(true), Some(false)) => Finding::new(
+            "memlock.cap_ipc_lock",
+            Status::Warn,
+            "CAP_IPC_LOCK held only inside a user namespace: it does not exempt from the limit",
+            "rely on the memlock limit, not on the capability, in user-namespaced containers",
+        ),
+        (Some(true), _) => Finding::new("memlock.cap_ipc_lock", Status::Pass, "held: the memlock limit is not enforced", ""),
+        (Some(false), _) => Finding::new("memlock.cap_ipc_lock", Status::Pass, "not held: the memlock limit applies", ""),
+        (None, _) => Finding::new("memlock.cap_ipc_lock", Status::Warn, "CapEff not readable", "run the check with access to /proc/PID/status"),
+    };
+    out.push(cap);
+}
+
+fn show_limit(limit: pid_limits::Limit) -> String {
+    match limit {
+        pid_limits::Limit::Unlimited => "unlimited".into(),
+        pid_limits::Limit::Bytes(b) => human(b as f64),
+    }
+}
+
+fn memory(m: &Machine, node_need: u64, safety: f64, out: &mut Vec<Finding>) {
+    let Some(available) = m.meminfo.mem_available else { return };
+    let wanted = node_need as f64 * safety;
+    let measured = format!("MemAvailable {} for an estimated {} per node (x{safety} wanted)", human(available as f64), human(node_need as f64));
+    out.push(if (available as f64) >= wanted {
+        Finding::new("memory.available", Status::Pass, measured, "")
+    } else if available >= node_need {
+        Finding::new("memory.available", Status::Warn, measured, "little margin: free memory (drop caches, stop other services, release hugepages) before the job")
+    } else {
+        Finding::new("memory.available", Status::Fail, measured, "not enough memory for the registrations: free memory or run fewer ranks on this node")
+    });
+}
+
+fn hugepages(m: &Machine, node_need: u64, safety: f64, out: &mut Vec<Finding>) {
+    let i = &m.meminfo;
+    let (Some(total), Some(free), Some(size)) = (i.hugepages_total, i.hugepages_free, i.hugepage_size) else { return };
+    if total == 0 {
+        out.push(Finding::new("memory.hugepages", Status::Pass, "no hugepages reserved", ""));
+        return;
+    }
+    let unused = free.saturating_sub(i.hugepages_reserved.unwrap_or(0)).saturating_mul(size);
+    let available = i.mem_available.unwrap_or(0);
+    let measured = format!("{} of hugepages reserved and unused, MemAvailable {}", human(unused as f64), human(available as f64));
+    let short = (available as f64) < node_need as f64 * safety;
+    out.push(if unused > 0 && short {
+        Finding::new(
+            "memory.hugepages",
+            Status::Fail,
+            measured,
+            "hugepages reserved for other services squeeze normal memory: lower vm.nr_hugepages (sysctl -w vm.nr_hugepages=N) if they are not needed",
+        )
+    } else {
+        Finding::new("memory.hugepages", Status::Pass, measured, "")
+    });
+}
+
+fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
+    let Some(mode) = m.overcommit_mode else { return };
+    if mode != 2 {
+        out.push(Finding::new("vm.overcommit_memory", Status::Pass, mode.to_string(), ""));
+        return;
+    }
+    let (Some(limit), Some(committed)) = (m.meminfo.commit_limit, m.meminfo.committed_as) else {
+        out.push(Finding::new("vm.overcommit_memory", Status::Warn, "2 (strict)", "strict overcommit makes large allocations fail early: prefer 0"));
+        return;
+    };
+    let room = limit.saturating_sub(committed);
+    let measured = format!("2 (strict): {} of CommitLimit left, estimated need {}", human(room as f64), human(node_need as f64));
+    out.push(if room < node_need {
+        Finding::new("vm.overcommit_memory", Status::Fail, measured, "allocations fail with ENOMEM: sysctl -w vm.overcommit_memory=0 or raise vm.overcommit_ratio")
+    } else {
+        Finding::new("vm.overcommit_memory", Status::Warn, measured, "strict overcommit makes large allocations fail early: prefer 0")
+    });
+}
+
+/// Variables that are widely recommended but do not exist in NCCL: setting them changes nothing.
+const NOT_NCCL: &[(&str, &str)] = &[
+    ("NCCL_IB_MR_RANGE", "not an NCCL variable (nowhere in NCCL's source or docs); memlock limits are fixed with ulimit -l"),
+    ("NCCL_NCHANNELS", "not an NCCL variable: use NCCL_MIN_CTAS / NCCL_MAX_CTAS (or the older NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS)"),
+];
+
+/// NCCL variables that take a non-negative integer.
+const INTEGER_VARS: &[&str] = &[
+    "NCCL_BUFFSIZE",
+    "NCCL_LL_BUFFSIZE",
+    "NCCL_LL128_BUFFSIZE",
+    "NCCL_P2P_NET_CHUNKSIZE",
+    "NCCL_IB_QPS_PER_CONNECTION",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_CTAS",
+    "NCCL_MAX_CTAS",
+    "NCCL_NCHANNELS_PER_NET_PEER",
+    "NCCL_MIN_P2P_NCHANNELS",
+    "NCCL_MAX_P2P_NCHANNELS",
+    "NCCL_ALLOC_P2P_NET_LL_BUFFERS",
+    "NCCL_IB_TIMEOUT",
+    "NCCL_IB_RETRY_CNT",
+    "NCCL_IB_GID_INDEX",
+    "NCCL_IB_TC",
+    "NCCL_IB_SL",
+    "NCCL_NTHREADS",
+];
+
+/// NCCL variables known to exist (NVIDIA/nccl 5067397c and its documentation); anything else
+/// with the NCCL_ prefix is reported as a possible typo.
+const KNOWN_VARS: &[&str] = &[
+    "NCCL_ALGO", "NCCL_ALLOC_P2P_NET_LL_BUFFERS", "NCCL_BUFFSIZE", "NCCL_CGA_CLUSTER_SIZE", "NCCL_CHECKS_DISABLE",
+    "NCCL_CHECK_POINTERS", "NCCL_COLLNET_ENABLE", "NCCL_COMM_BLOCKING", "NCCL_COMM_ID", "NCCL_CONF_FILE",
+    "NCCL_CROSS_NIC", "NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE", "NCCL_DEBUG", "NCCL_DEBUG_FILE",
+    "NCCL_DEBUG_SUBSYS", "NCCL_DMABUF_ENABLE", "NCCL_ELASTIC_BUFFER_REGISTER", "NCCL_GDRCOPY_ENABLE",
+    "NCCL_GRAPH_DUMP_FILE", "NCCL_GRAPH_FILE", "NCCL_GRAPH_REGISTER", "NCCL_HOSTID", "NCCL_IB_ADAPTIVE_ROUTING",
+    "NCCL_IB_ADDR_FAMILY", "NCCL_IB_ADDR_RANGE", "NCCL_IB_AR_THRESHOLD", "NCCL_IB_CUDA_SUPPORT", "NCCL_IB_DISABLE",
+    "NCCL_IB_ECE_ENABLE", "NCCL_IB_FIFO_TC", "NCCL_IB_GID_INDEX", "NCCL_IB_HCA", "NCCL_IB_MERGE_NICS",
+    "NCCL_IB_MERGE_VFS", "NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_RETRY_CNT",
+    "NCCL_IB_RETURN_ASYNC_EVENTS", "NCCL_IB_ROCE_VERSION_NUM", "NCCL_IB_SL", "NCCL_IB_SPLIT_DATA_ON_QPS",
+    "NCCL_IB_TC", "NCCL_IB_TIMEOUT", "NCCL_IB_USE_INLINE", "NCCL_IGNORE_CPU_AFFINITY", "NCCL_IGNORE_DISABLED_P2P",
+    "NCCL_LAUNCH_MODE", "NCCL_LEGACY_CUDA_REGISTER", "NCCL_LL128_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LOCAL_REGISTER",
+    "NCCL_MAX_CTAS", "NCCL_MAX_NCHANNELS", "NCCL_MAX_P2P_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS",
+    "NCCL_MIN_P2P_NCHANNELS", "NCCL_MNNVL_ENABLE", "NCCL_MULTI_SEGMENT_REGISTER", "NCCL_NCHANNELS_PER_NET_PEER",
+    "NCCL_NET", "NCCL_NET_DISABLE_INTRA", "NCCL_NET_FORCE_FLUSH", "NCCL_NET_GDR_C2C", "NCCL_NET_GDR_LEVEL",
+    "NCCL_NET_GDR_READ", "NCCL_NET_OVERHEAD", "NCCL_NET_PLUGIN", "NCCL_NET_SHARED_BUFFERS", "NCCL_NET_SHARED_COMMS",
+    "NCCL_NSOCKS_PERTHREAD", "NCCL_NTHREADS", "NCCL_NVB_DISABLE", "NCCL_NVLS_ENABLE", "NCCL_NVLS_NCHANNELS",
+    "NCCL_NVTX_DISABLE", "NCCL_P2P_DIRECT_DISABLE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_P2P_NET_CHUNKSIZE",
+    "NCCL_P2P_NVL_CHUNKSIZE", "NCCL_P2P_PCI_CHUNKSIZE", "NCCL_P2P_PXN_LEVEL", "NCCL_P2P_READ_ENABLE",
+    "NCCL_P2P_USE_CUDA_MEMCPY", "NCCL_PROFILER_PLUGIN", "NCCL_PROTO", "NCCL_PXN_DISABLE", "NCCL_RAS_ENABLE",
+    "NCCL_RUNTIME_CONNECT", "NCCL_SET_STACK_SIZE", "NCCL_SET_THREAD_NAME", "NCCL_SHM_DISABLE",
+    "NCCL_SINGLE_PROC_MEM_REG_ENABLE", "NCCL_SOCKET_FAMILY", "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_NTHREADS",
+    "NCCL_TOPO_DUMP_FILE", "NCCL_TOPO_FILE", "NCCL_TUNER_PLUGIN", "NCCL_WORK_FIFO_BYTES", "NCCL_WORK_FIFO_DEPTH",
+];
+
+/// Checks the NCCL_* variables of the job's environment.
+pub fn nccl_environment(env: &[(String, String)]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (name, value) in env.iter().filter(|(n, _)| n.starts_with("NCCL_")) {
+        let id = format!("nccl.env.{name}");
+        if let Some((_, why)) = NOT_NCCL.iter().find(|(n, _)| n == name).or_else(|| {
+            name.starts_with("NCCL_REGISTER_").then_some(&("NCCL_REGISTER_*", "no NCCL_REGISTER_* variable exists: registration is NCCL_LOCAL_REGISTER / NCCL_GRAPH_REGISTER"))
+        }) {
+            out.push(Finding::new(id, Status::Warn, format!("{name}={value}"), format!("{why}; remove it")));
+        } else if INTEGER_VARS.contains(&name.as_str()) && value.trim().parse::<u64>().is_err() {
+            out.push(Finding::new(id, Status::Fail, format!("{name}={value:?} is not a non-negative integer"), "NCCL ignores or rejects it: give a plain number of bytes or a count"));
+        } else if !KNOWN_VARS.contains(&name.as_str()) {
+            out.push(Finding::new(id, Status::Warn, format!("{name}={value}"), "not a known NCCL variable: check the spelling"));
+        }
+    }
+    let debug = env.iter().find(|(n, _)| n == "NCCL_DEBUG").map(|(_, v)| v.to_ascii_uppercase());
+    out.push(match debug.as_deref() {
+        Some("WARN" | "INFO" | "TRACE") => Finding::new("nccl.debug", Status::Pass, format!("NCCL_DEBUG={}", debug.unwrap_or_default()), ""),
+        Some(other) => Finding::new(
+            "nccl.debug",
+            Status::Warn,
+            format!("NCCL_DEBUG={other}"),
+            "set NCCL_DEBUG=WARN (or INFO) so the failing ibv_reg_mr call and its errno are logged",
+        ),
+        None => Finding::new("nccl.debug", Status::Warn, "NCCL_DEBUG unset", "set NCCL_DEBUG=WARN (or INFO) so the failing ibv_reg_mr call and its errno are logged"),
+    });
+    out
+}
+
+pub fn render_text(report: &Report) -> String {
+    let mut out = format!(
+        "memlock-exporter check (pid {}): estimated registration need {} per process, {} per node\n\n",
+        report.pid,
+        human(report.need_per_process_bytes as f64),
+        human(report.need_per_node_bytes as f64)
+    );
+    let width = report.findings.iter().map(|f| f.id.len()).max().unwrap_or(0);
+    for f in &report.findings {
+        out.push_str(&format!("{}  {:<width$}  {}\n", f.status.as_str(), f.id, f.measured));
+        if !f.fix.is_empty() {
+            out.push_str(&format!("      {:<width$}  fix: {}\n", "", f.fix));
+        }
+    }
+    let count = |s: Status| report.findings.iter().filter(|f| f.status == s).count();
+    out.push_str(&format!("\n{} passed, {} warnings, {} failed\n", count(Status::Pass), count(Status::Warn), count(Status::Fail)));
+    out
+}
+
+/// The exit status for a report.
+pub fn exit_code(report: &Report, strict: bool) -> u8 {
+    match report.worst() {
+        Status::Fail => 1,
+        Status::Warn if strict => 1,
+        _ => crate::exit::OK,
+    }
+}
+
+/// The environment of the checked process: ours, or `/proc/PID/environ` for `--pid`.
+fn environment(procfs: &Path, pid: Option<u32>) -> Result<Vec<(String, String)>, SourceError> {
+    let Some(pid) = pid else { return Ok(std::env::vars().collect()) };
+    let path: PathBuf = procfs.join(pid.to_string()).join("environ");
+    let text = fsroot::read_string(&path)?;
+    Ok(text
+        .split('\0')
+        .filter_map(|entry| entry.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect())
+}
+
+pub fn run(args: &CheckArgs) -> u8 {
+    let fail = |message: String| {
+        eprintln!("memlock-exporter check: {message}");
+        crate::exit::USAGE
+    };
+    if !(args.safety_factor >= 1.0 && args.safety_factor.is_finite()) {
+        return fail(format!("--safety-factor {} must be at least 1", args.safety_factor));
+    }
+    let roots = Roots { procfs: PathBuf::from(&args.procfs), sysfs: PathBuf::from(&args.sysfs) };
+    let pid = args.pid.map(|p| p.to_string()).unwrap_or_else(|| "self".into());
+    let env = match environment(&roots.procfs, args.pid) {
+        Ok(env) => env,
+        Err(err) => return fail(err.to_string()),
+    };
+    let lookup = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+    // Invalid NCCL numbers are findings, not a reason to stop: estimate with the defaults.
+    let inputs = estimate::inputs_from_args(&args.model, lookup)
+        .or_else(|_| estimate::inputs_from_args(&args.model, |_| None))
+        .map_err(|m| m.to_string());
+    let inputs = match inputs {
+        Ok(i) => i,
+        Err(message) => return fail(message),
+    };
+    let e = estimate::estimate(&inputs);
+    let machine = match read_machine(&roots, &pid, env.clone()) {
+        Ok(m) => m,
+        Err(err) => return fail(err.to_string()),
+    };
+    let report = Report {
+        pid,
+        need_per_process_bytes: e.per_process_bytes,
+        need_per_node_bytes: e.per_node_bytes,
+        findings: evaluate(&machine, &e, args.safety_factor),
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(err) => return fail(err.to_string()),
+        }
+    } else {
+        print!("{}", render_text(&report));
+    }
+    exit_code(&report, args.strict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::Inputs;
+    use pid_limits::{Limit, MemlockLimits};
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    fn machine() -> Machine {
+        Machine {
+            pid: "4242".into(),
+            limits: Some(MemlockLimits { soft: Limit::Unlimited, hard: Limit::Unlimited }),
+            ipc_lock: Some(false),
+            initial_user_ns: Some(true),
+            meminfo: meminfo::Meminfo {
+                mem_total: Some(512 * GIB),
+                mem_available: Some(400 * GIB),
+                hugepages_total: Some(0),
+                hugepages_free: Some(0),
+                hugepages_reserved: Some(0),
+                hugepage_size: Some(2 * MIB),
+                commit_limit: Some(300 * GIB),
+                committed_as: Some(10 * GIB),
+                ..Default::default()
+            },
+            overcommit_mode: Some(0),
+            max_map_count: Some(65530),
+            environment: vec![("NCCL_DEBUG".into(), "WARN".into())],
+        }
+    }
+
+    fn find<'a>(findings: &'a [Finding], id: &str) -> &'a Finding {
+        findings.iter().find(|f| f.id == id).unwrap_or_else(|| panic!("{id} missing: {findings:?}"))
+    }
+
+    fn run_checks(m: &Machine) -> Vec<Finding> {
+        evaluate(m, &estimate::estimate(&Inputs::default()), 2.0)
+    }
+
+    #[test]
+    fn a_healthy_node_passes_everything() {
+        let findings = run_checks(&machine());
+        assert!(findings.iter().all(|f| f.status == Status::Pass), "{findings:?}");
+    }
+
+    #[test]
+    fn the_default_8_mib_limit_fails_with_the_fix() {
+        let m = Machine { limits: Some(MemlockLimits { soft: Limit::Bytes(8 * MIB), hard: Limit::Bytes(8 * MIB) }), ..machine() };
+        let findings = run_checks(&m);
+        let soft = find(&findings, "memlock.soft");
+        assert_eq!(soft.status, Status::Fail);
+        assert!(soft.fix.contains("ulimit -l unlimited") && soft.fix.contains("LimitMEMLOCK"));
+        assert_eq!(find(&findings, "memlock.hard").status, Status::Warn);
+        let zero = Machine { limits: Some(MemlockLimits { soft: Limit::Bytes(0), hard: Limit::Bytes(0) }), ..machine() };
+        assert!(find(&run_checks(&zero), "memlock.soft").measured.contains("EPERM"));
+    }
+
+    #[test]
+    fn cap_ipc_lock_exempts_only_in_the_initial_user_namespace() {
+        let low = Some(MemlockLimits { soft: Limit::Bytes(8 * MIB), hard: Limit::Bytes(8 * MIB) });
+        let host = Machine { limits: low, ipc_lock: Some(true), ..machine() };
+        assert_eq!(find(&run_checks(&host), "memlock.soft").status, Status::Pass);
+        let userns = Machine { limits: low, ipc_lock: Some(true), initial_user_ns: Some(false), ..machine() };
+        let findings = run_checks(&userns);
+        assert_eq!(find(&findings, "memlock.soft").status, Status::Fail);
+        assert_eq!(find(&findings, "memlock.cap_ipc_lock").status, Status::Warn);
+    }
+
+    #[test]
+    fn memory_hugepages_and_overcommit() {
+        let mut m = machine();
+        m.meminfo.mem_available = Some(6 * GIB);
+        let findings = run_checks(&m);
+        assert_eq!(find(&findings, "memory.available").status, Status::Warn, "between 1x and 2x the need");
+        m.meminfo.mem_available = Some(GIB);
+        assert_eq!(find(&run_checks(&m), "memory.available").status, Status::Fail);
+
+        let mut squeezed = machine();
+        squeezed.meminfo.hugepages_total = Some(200_000);
+        squeezed.meminfo.hugepages_free = Some(200_000);
+        squeezed.meminfo.mem_available = Some(4 * GIB);
+        let h = run_checks(&squeezed);
+        assert_eq!(find(&h, "memory.hugepages").status, Status::Fail);
+        assert!(find(&h, "memory.hugepages").fix.contains("vm.nr_hugepages"));
+
+        let mut strict = machine();
+        strict.overcommit_mode = Some(2);
+        assert_eq!(find(&run_checks(&strict), "vm.overcommit_memory").status, Status::Warn);
+        strict.meminfo.committed_as = Some(300 * GIB - MIB);
+        assert_eq!(find(&run_checks(&strict), "vm.overcommit_memory").status, Status::Fail);
+    }
+
+    #[test]
+    fn nccl_variables() {
+        let env = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        let findings = nccl_environment(&env(&[
+            ("NCCL_IB_MR_RANGE", "1"),
+            ("NCCL_BUFFSIZE", "4M"),
+            ("NCCL_IB_HCAA", "mlx5_0"),
+            ("NCCL_REGISTER_FOO", "1"),
+            ("NCCL_IB_HCA", "mlx5_0"),
+            ("PATH", "/bin"),
+        ]));
+        assert_eq!(find(&findings, "nccl.env.NCCL_IB_MR_RANGE").status, Status::Warn);
+        assert!(find(&findings, "nccl.env.NCCL_IB_MR_RANGE").fix.contains("not an NCCL variable"));
+        assert_eq!(find(&findings, "nccl.env.NCCL_BUFFSIZE").status, Status::Fail);
+        assert!(find(&findings, "nccl.env.NCCL_IB_HCAA").fix.contains("spelling"));
+        assert_eq!(find(&findings, "nccl.env.NCCL_REGISTER_FOO").status, Status::Warn);
+        assert!(!findings.iter().any(|f| f.id == "nccl.env.NCCL_IB_HCA"));
+        assert_eq!(find(&findings, "nccl.debug").status, Status::Warn);
+        assert_eq!(find(&nccl_environment(&env(&[("NCCL_DEBUG", "info")])), "nccl.debug").status, Status::Pass);
+    }
+
+    #[test]
+    fn exit_codes_and_text() {
+        let low = Machine { limits: Some(MemlockLimits { soft: Limit::Bytes(8 * MIB), hard: Limit::Unlimited }), ..machine() };
+        let e = estimate::estimate(&Inputs::default());
+        let report = Report { pid: "4242".into(), need_per_process_bytes: e.per_process_bytes, need_per_node_bytes: e.per_node_bytes, findings: evaluate(&low, &e, 2.0) };
+        assert_eq!(exit_code(&report, false), 1);
+        let text = render_text(&report);
+        assert!(text.contains("FAIL  memlock.soft") && text.contains("fix: raise it"), "{text}");
+        let warn_only = Report { findings: nccl_environment(&[]), ..report.clone() };
+        assert_eq!(exit_code(&warn_only, false), 0);
+        assert_eq!(exit_code(&warn_only, true), 1);
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["findings"][0]["status"], "FAIL");
+    }
+}
