@@ -74,7 +74,9 @@ pub fn read_into(path: &Path, buf: &mut String) -> Result<(), SourceError> {
     buf.clear();
     let io_err = |source| SourceError::Io { path: path.to_owned(), source };
     let file = File::open(path).map_err(io_err)?;
-    let mut bytes = Vec::with_capacity(4096);
+    // Read into the caller's allocation: the process scan calls this three times per process.
+    let mut bytes = std::mem::take(buf).into_bytes();
+    bytes.reserve(4096);
     file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(io_err)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(SourceError::TooLarge { path: path.to_owned(), limit: MAX_FILE_BYTES });

@@ -4,6 +4,7 @@
 pub mod hugepages;
 pub mod node;
 pub mod numa;
+pub mod process;
 
 use std::sync::Arc;
 
@@ -13,13 +14,14 @@ use crate::fsroot::SourceError;
 use crate::trend::Observation;
 
 /// Every collector the exporter knows, in output order.
-pub const NAMES: &[&str] = &["node", "numa"];
+pub const NAMES: &[&str] = &["node", "numa", "process"];
 
 /// The typed result of one collection. Cheap to clone: snapshots share it.
 #[derive(Debug, Clone)]
 pub enum Data {
     Node(Arc<node::NodeStats>),
     Numa(Arc<numa::NumaStats>),
+    Process(Arc<process::ProcessStats>),
 }
 
 impl Data {
@@ -35,6 +37,7 @@ impl Data {
         match self {
             Data::Node(stats) => stats.render(out),
             Data::Numa(stats) => stats.render(out),
+            Data::Process(stats) => stats.render(out),
         }
     }
 }
@@ -57,6 +60,7 @@ pub fn build(config: &Config) -> Vec<(Box<dyn Collector>, std::time::Duration)> 
         let collector: Box<dyn Collector> = match c.name {
             "node" => Box::new(node::NodeCollector::new(config.roots.clone(), page_size)),
             "numa" => Box::new(numa::NumaCollector::new(config.roots.clone(), page_size)),
+            "process" => Box::new(process::ProcessCollector::new(&config.roots, config.process.clone(), c.interval)),
             _ => continue,
         };
         out.push((collector, c.interval));

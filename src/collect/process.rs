@@ -1,0 +1,969 @@
+//! Per-process memlock headroom: `VmLck` and `VmPin` from `/proc/PID/status` against the soft
+//! `RLIMIT_MEMLOCK` from `/proc/PID/limits`, attributed to the cgroup in `/proc/PID/cgroup`.
+//!
+//! Two kinds of pass keep the cost low at 1 s resolution:
+//! - a **full scan** (every `full_scan_interval`, and on the first run) lists `<procfs>/` and
+//!   reads `status`, `limits` and `cgroup` of every process;
+//! - in between, a **tracked pass** re-reads only the `status` of the processes that matter
+//!   (holding locked or pinned memory, or matching `comm_pattern`), keeping their limits and
+//!   cgroup from the last full scan. A process that starts locking memory between full scans is
+//!   seen at the next full scan.
+//!
+//! Kernel threads are skipped. A process that exits between the listing and the reads is
+//! skipped silently (and counted in `vanished`); unreadable files are counted by kind, and only
+//! those that are not a plain permission refusal fail the collector.
+//!
+//! The cgroup aggregates cover every process of the scan, not only the exported ones, so alerts
+//! can see a cgroup whose many small processes add up.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::ProcessConfig;
+use crate::exposition::{Exposition, Kind};
+use crate::fsroot::{self, Roots, SourceError};
+use crate::kernel::pid_limits::{self, Limit, MemlockLimits};
+use crate::kernel::{cgroup_path, pid_cgroup, pid_status, ParseError};
+
+use super::{Collector, Data};
+
+/// A cgroup as it labels processes: its path (the memory hierarchy's, or the unified one) and
+/// the label set derived from it. Shared by every process in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupInfo {
+    pub path: String,
+    /// `cgroup` first, then the attribution labels ([`cgroup_path::labels`]).
+    pub labels: Vec<(&'static str, String)>,
+}
+
+/// One process, as sampled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessSample {
+    pub pid: u32,
+    /// The command name as the kernel prints it in `status` (`\n` and `\\` escaped).
+    pub comm: String,
+    /// `None` when `/proc/PID/cgroup` names neither a memory nor a unified hierarchy, or could
+    /// not be read.
+    pub cgroup: Option<Arc<CgroupInfo>>,
+    /// `VmLck` in bytes (mlock), checked by the kernel against the soft memlock limit.
+    pub locked_bytes: Option<u64>,
+    /// `VmPin` in bytes (RDMA registrations, io_uring fixed buffers), checked against the soft
+    /// memlock limit separately from `VmLck`.
+    pub pinned_bytes: Option<u64>,
+    /// RLIMIT_MEMLOCK, as of the last full scan. `None` when `limits` could not be read.
+    pub limits: Option<MemlockLimits>,
+    /// `CAP_IPC_LOCK` in the effective set: the limit is not enforced.
+    pub ipc_lock: Option<bool>,
+}
+
+impl ProcessSample {
+    /// The figure the kernel compares with the soft limit: the larger of `VmPin` and `VmLck`.
+    /// They are separate counters, each checked on its own, so they are never added.
+    pub fn usage_bytes(&self) -> Option<u64> {
+        match (self.locked_bytes, self.pinned_bytes) {
+            (Some(locked), Some(pinned)) => Some(locked.max(pinned)),
+            (one, other) => one.or(other),
+        }
+    }
+
+    /// `usage_bytes / soft limit`; `None` when the soft limit is unlimited or 0 (0 refuses any
+    /// lock with EPERM, a ratio would be infinite) or unknown.
+    pub fn usage_ratio(&self) -> Option<f64> {
+        let soft = self.limits?.soft.bytes().filter(|&soft| soft > 0)?;
+        Some(self.usage_bytes()? as f64 / soft as f64)
+    }
+
+    /// `VmPin + VmLck`: how much memory the process holds out of reach of reclaim, for the
+    /// export filter (not for the limit check).
+    pub fn held_bytes(&self) -> u64 {
+        self.locked_bytes.unwrap_or(0).saturating_add(self.pinned_bytes.unwrap_or(0))
+    }
+}
+
+/// The sums over every process of one cgroup seen by the scan (exported or not).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CgroupAggregate {
+    pub cgroup: Arc<CgroupInfo>,
+    pub locked_bytes: u64,
+    pub pinned_bytes: u64,
+    /// The highest [`ProcessSample::usage_ratio`] among its processes; `None` when none has one.
+    pub usage_ratio_max: Option<f64>,
+    pub processes: u64,
+}
+
+/// Read failures by kind, counted since the exporter started. Processes that exited
+/// mid-scan are not failures (see [`ProcessStats::vanished_total`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadErrors {
+    /// EACCES/EPERM (`hidepid=`, a foreign user namespace): counted, does not fail the collector.
+    pub permission: u64,
+    pub io: u64,
+    pub parse: u64,
+    pub too_large: u64,
+}
+
+impl ReadErrors {
+    pub fn kinds(&self) -> [(&'static str, u64); 4] {
+        [("permission", self.permission), ("io", self.io), ("parse", self.parse), ("too_large", self.too_large)]
+    }
+
+    pub fn total(&self) -> u64 {
+        self.kinds().iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// The result of one pass.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessStats {
+    /// The exported processes: those passing the filter, the highest usage ratio first (ties:
+    /// more bytes first, then lower pid), at most `top_n`.
+    pub processes: Vec<ProcessSample>,
+    /// One entry per cgroup with at least one scanned process, sorted by path.
+    pub cgroups: Vec<CgroupAggregate>,
+    /// Whether this pass listed all of procfs (otherwise it re-read the tracked processes).
+    pub full_scan: bool,
+    /// User processes covered by this sample (kernel threads excluded).
+    pub scanned: u64,
+    /// Of those, the ones re-read on every pass.
+    pub tracked: u64,
+    /// Processes that passed the filter but fell beyond `top_n`.
+    pub dropped_by_top_n: u64,
+    pub full_scans_total: u64,
+    /// Processes that exited between being listed (or tracked) and being read.
+    pub vanished_total: u64,
+    pub read_errors_total: ReadErrors,
+}
+
+/// What the collector remembers about a process between passes.
+#[derive(Debug, Clone)]
+struct Record {
+    sample: ProcessSample,
+    comm_matches: bool,
+    /// Re-read on every pass, not only on full scans.
+    tracked: bool,
+}
+
+/// Builds `<procfs>/<pid>/<file>` paths in one reused buffer and reads them into one reused
+/// text buffer: a full scan reads three files per process.
+struct PidReader {
+    procfs: OsString,
+    path: PathBuf,
+    text: String,
+}
+
+impl PidReader {
+    fn new(procfs: &std::path::Path) -> Self {
+        Self { procfs: procfs.as_os_str().to_owned(), path: PathBuf::with_capacity(64), text: String::with_capacity(4096) }
+    }
+
+    fn read(&mut self, pid: u32, file: &str) -> Result<&str, SourceError> {
+        let mut digits = [0u8; 10];
+        let path = self.path.as_mut_os_string();
+        path.clear();
+        path.push(&self.procfs);
+        path.push("/");
+        path.push(format_pid(pid, &mut digits));
+        path.push("/");
+        path.push(file);
+        fsroot::read_into(&self.path, &mut self.text)?;
+        Ok(&self.text)
+    }
+
+    /// Names the file last read.
+    fn parse_error(&self, source: ParseError) -> SourceError {
+        SourceError::Parse { path: self.path.clone(), source }
+    }
+}
+
+/// Decimal digits of `pid` without allocating.
+fn format_pid(mut pid: u32, digits: &mut [u8; 10]) -> &str {
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (pid % 10) as u8;
+        pid /= 10;
+        if pid == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&digits[start..]).unwrap_or("0")
+}
+
+/// A procfs entry name that is a pid: decimal digits only (`self`, `sys`... are not).
+fn parse_pid(name: &str) -> Option<u32> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok().filter(|&pid| pid > 0)
+}
+
+/// Counts and classifies read failures.
+#[derive(Debug, Default)]
+struct Tally {
+    vanished: u64,
+    errors: ReadErrors,
+}
+
+impl Tally {
+    /// True when the failure means the process is gone (ENOENT, ESRCH).
+    fn note(&mut self, err: SourceError, errors: &mut Vec<SourceError>) -> bool {
+        if err.is_not_found() {
+            self.vanished += 1;
+            return true;
+        }
+        match err.kind() {
+            "permission" => {
+                self.errors.permission += 1;
+                return false;
+            }
+            "parse" => self.errors.parse += 1,
+            "too_large" => self.errors.too_large += 1,
+            _ => self.errors.io += 1,
+        }
+        errors.push(err);
+        false
+    }
+}
+
+/// Cgroup paths seen in the scan, each with its labels computed once.
+#[derive(Debug, Default)]
+struct Interner {
+    cgroups: HashMap<String, Arc<CgroupInfo>>,
+}
+
+impl Interner {
+    fn get(&mut self, path: &str) -> Arc<CgroupInfo> {
+        if let Some(info) = self.cgroups.get(path) {
+            return info.clone();
+        }
+        let info = Arc::new(CgroupInfo { path: path.to_owned(), labels: cgroup_path::labels(path) });
+        self.cgroups.insert(path.to_owned(), info.clone());
+        info
+    }
+
+    /// Forgets cgroups no process refers to any more (bounded memory under churn).
+    fn prune(&mut self) {
+        self.cgroups.retain(|_, info| Arc::strong_count(info) > 1);
+    }
+}
+
+pub struct ProcessCollector {
+    config: ProcessConfig,
+    interval: Duration,
+    reader: PidReader,
+    procfs: PathBuf,
+    /// Every user process of the last full scan still alive, sorted by pid.
+    table: Vec<Record>,
+    interner: Interner,
+    tally: Tally,
+    last_full_scan: Option<Instant>,
+    full_scans: u64,
+}
+
+impl ProcessCollector {
+    /// `interval` is the collector's own interval: a full scan is due when less than half of it
+    /// remains until `full_scan_interval`, so timer jitter does not push it a whole tick late.
+    pub fn new(roots: &Roots, config: ProcessConfig, interval: Duration) -> Self {
+        Self {
+            config,
+            interval,
+            reader: PidReader::new(&roots.procfs),
+            procfs: roots.procfs.clone(),
+            table: Vec::new(),
+            interner: Interner::default(),
+            tally: Tally::default(),
+            last_full_scan: None,
+            full_scans: 0,
+        }
+    }
+
+    fn full_scan_due(&self, now: Instant) -> bool {
+        match self.last_full_scan {
+            None => true,
+            Some(last) => now.saturating_duration_since(last) + self.interval / 2 >= self.config.full_scan_interval,
+        }
+    }
+
+    /// Runs a full scan or a tracked pass, whichever is due.
+    pub fn sample(&mut self, errors: &mut Vec<SourceError>) -> Option<ProcessStats> {
+        let now = Instant::now();
+        if self.full_scan_due(now) {
+            self.full_scan(errors)
+        } else {
+            Some(self.tracked_pass(errors))
+        }
+    }
+
+    /// Lists procfs and reads every process. `None` when procfs cannot be listed.
+    pub fn full_scan(&mut self, errors: &mut Vec<SourceError>) -> Option<ProcessStats> {
+        self.last_full_scan = Some(Instant::now());
+        let names = match fsroot::list_dir(&self.procfs) {
+            Ok(names) => names,
+            Err(err) => {
+                errors.push(err);
+                return None;
+            }
+        };
+        let mut pids: Vec<u32> = names.iter().filter_map(|name| parse_pid(name)).collect();
+        drop(names);
+        pids.sort_unstable();
+        self.full_scans += 1;
+
+        let previous = std::mem::take(&mut self.table);
+        let mut previous = previous.into_iter().peekable();
+        let mut table = Vec::with_capacity(pids.len());
+        for pid in pids {
+            while previous.next_if(|r| r.sample.pid < pid).is_some() {}
+            let known = previous.next_if(|r| r.sample.pid == pid);
+            if let Some(record) = read_process(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, pid, known, errors) {
+                table.push(record);
+            }
+        }
+        self.table = table;
+        self.interner.prune();
+        Some(self.stats(true))
+    }
+
+    /// Re-reads the `status` of the tracked processes only.
+    pub fn tracked_pass(&mut self, errors: &mut Vec<SourceError>) -> ProcessStats {
+        let mut table = std::mem::take(&mut self.table);
+        table.retain_mut(|record| {
+            if !record.tracked {
+                return true;
+            }
+            refresh(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, record, errors)
+        });
+        self.table = table;
+        self.stats(false)
+    }
+
+    fn stats(&self, full_scan: bool) -> ProcessStats {
+        let mut candidates: Vec<&Record> = self.table.iter().filter(|r| passes_filter(r, &self.config)).collect();
+        candidates.sort_by(|a, b| rank(&a.sample, &b.sample));
+        let dropped = candidates.len().saturating_sub(self.config.top_n);
+        candidates.truncate(self.config.top_n);
+        ProcessStats {
+            processes: candidates.into_iter().map(|r| r.sample.clone()).collect(),
+            cgroups: aggregate(&self.table),
+            full_scan,
+            scanned: self.table.len() as u64,
+            tracked: self.table.iter().filter(|r| r.tracked).count() as u64,
+            dropped_by_top_n: dropped as u64,
+            full_scans_total: self.full_scans,
+            vanished_total: self.tally.vanished,
+            read_errors_total: self.tally.errors,
+        }
+    }
+}
+
+impl Collector for ProcessCollector {
+    fn name(&self) -> &'static str {
+        "process"
+    }
+
+    fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
+        self.sample(errors).map(|stats| Data::Process(Arc::new(stats)))
+    }
+}
+
+fn passes_filter(record: &Record, config: &ProcessConfig) -> bool {
+    record.comm_matches || record.sample.held_bytes() >= config.min_bytes
+}
+
+fn is_tracked(sample: &ProcessSample, comm_matches: bool) -> bool {
+    comm_matches || sample.locked_bytes.unwrap_or(0) > 0 || sample.pinned_bytes.unwrap_or(0) > 0
+}
+
+/// Highest usage ratio first (processes without a ratio last), then more bytes, then lower pid.
+fn rank(a: &ProcessSample, b: &ProcessSample) -> std::cmp::Ordering {
+    let ratio = |s: &ProcessSample| s.usage_ratio().unwrap_or(f64::NEG_INFINITY);
+    ratio(b)
+        .total_cmp(&ratio(a))
+        .then_with(|| b.usage_bytes().unwrap_or(0).cmp(&a.usage_bytes().unwrap_or(0)))
+        .then_with(|| a.pid.cmp(&b.pid))
+}
+
+fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
+    let mut index: HashMap<*const CgroupInfo, usize> = HashMap::new();
+    let mut out: Vec<CgroupAggregate> = Vec::new();
+    for record in table {
+        let Some(cgroup) = &record.sample.cgroup else { continue };
+        let slot = *index.entry(Arc::as_ptr(cgroup)).or_insert_with(|| {
+            out.push(CgroupAggregate { cgroup: cgroup.clone(), locked_bytes: 0, pinned_bytes: 0, usage_ratio_max: None, processes: 0 });
+            out.len() - 1
+        });
+        let agg = &mut out[slot];
+        agg.processes += 1;
+        agg.locked_bytes = agg.locked_bytes.saturating_add(record.sample.locked_bytes.unwrap_or(0));
+        agg.pinned_bytes = agg.pinned_bytes.saturating_add(record.sample.pinned_bytes.unwrap_or(0));
+        if let Some(ratio) = record.sample.usage_ratio() {
+            agg.usage_ratio_max = Some(agg.usage_ratio_max.map_or(ratio, |max: f64| max.max(ratio)));
+        }
+    }
+    out.sort_by(|a, b| a.cgroup.path.cmp(&b.cgroup.path));
+    out
+}
+
+/// Reads `status`, `limits` and `cgroup` of one process. `None` for kernel threads and for
+/// processes that vanished or whose status could not be read.
+fn read_process(
+    reader: &mut PidReader,
+    tally: &mut Tally,
+    interner: &mut Interner,
+    config: &ProcessConfig,
+    pid: u32,
+    known: Option<Record>,
+    errors: &mut Vec<SourceError>,
+) -> Option<Record> {
+    let mut record = known.unwrap_or_else(|| Record {
+        sample: ProcessSample {
+            pid,
+            comm: String::new(),
+            cgroup: None,
+            locked_bytes: None,
+            pinned_bytes: None,
+            limits: None,
+            ipc_lock: None,
+        },
+        comm_matches: false,
+        tracked: false,
+    });
+    let fresh = record.sample.comm.is_empty();
+    read_status(reader, tally, config, &mut record, fresh, errors)?;
+    if !read_limits_and_cgroup(reader, tally, interner, &mut record, errors) {
+        return None;
+    }
+    record.tracked = is_tracked(&record.sample, record.comm_matches);
+    Some(record)
+}
+
+/// Re-reads the status of a tracked process. False when it is gone (or became unreadable).
+fn refresh(
+    reader: &mut PidReader,
+    tally: &mut Tally,
+    interner: &mut Interner,
+    config: &ProcessConfig,
+    record: &mut Record,
+    errors: &mut Vec<SourceError>,
+) -> bool {
+    match read_status(reader, tally, config, record, false, errors) {
+        None => false,
+        // A new command name under a known pid: most likely pid reuse, so the limits and the
+        // cgroup of the last full scan belong to another process.
+        Some(true) => read_limits_and_cgroup(reader, tally, interner, record, errors),
+        Some(false) => true,
+    }
+}
+
+/// Updates the record from `status`. `None` when the process is gone, unreadable or a kernel
+/// thread; `Some(changed)` says whether the command name changed (or `force` asked to treat
+/// it as new).
+fn read_status(
+    reader: &mut PidReader,
+    tally: &mut Tally,
+    config: &ProcessConfig,
+    record: &mut Record,
+    force: bool,
+    errors: &mut Vec<SourceError>,
+) -> Option<bool> {
+    let pid = record.sample.pid;
+    let text = match reader.read(pid, "status") {
+        Ok(text) => text,
+        Err(err) => {
+            tally.note(err, errors);
+            return None;
+        }
+    };
+    let status = match pid_status::parse(text) {
+        Ok(status) => status,
+        Err(err) => {
+            let err = reader.parse_error(err);
+            tally.note(err, errors);
+            return None;
+        }
+    };
+    if status.is_kernel_thread() {
+        return None;
+    }
+    let changed = force || record.sample.comm != status.name;
+    if changed {
+        record.sample.comm.clear();
+        record.sample.comm.push_str(status.name);
+        record.comm_matches = config.comm_pattern.as_ref().is_some_and(|re| re.is_match(status.name));
+    }
+    record.sample.locked_bytes = status.locked_bytes;
+    record.sample.pinned_bytes = status.pinned_bytes;
+    record.sample.ipc_lock = status.ipc_lock();
+    Some(changed)
+}
+
+/// Reads `limits` and `cgroup` into the record. False when the process vanished meanwhile.
+/// Other failures leave the field unknown and keep the process.
+fn read_limits_and_cgroup(
+    reader: &mut PidReader,
+    tally: &mut Tally,
+    interner: &mut Interner,
+    record: &mut Record,
+    errors: &mut Vec<SourceError>,
+) -> bool {
+    let pid = record.sample.pid;
+    record.sample.limits = match reader.read(pid, "limits") {
+        Ok(text) => match pid_limits::parse(text) {
+            Ok(limits) => Some(limits),
+            Err(err) => {
+                let err = reader.parse_error(err);
+                tally.note(err, errors);
+                None
+            }
+        },
+        Err(err) => {
+            // Every kernel has `limits`: not found means the process has exited.
+            if tally.note(err, errors) {
+                return false;
+            }
+            None
+        }
+    };
+    record.sample.cgroup = match reader.read(pid, "cgroup") {
+        Ok(text) => match pid_cgroup::memory_path(text) {
+            Ok(Some(path)) => match &record.sample.cgroup {
+                Some(same) if same.path == path => Some(same.clone()),
+                _ => Some(interner.get(path)),
+            },
+            Ok(None) => None,
+            Err(err) => {
+                let err = reader.parse_error(err);
+                tally.note(err, errors);
+                None
+            }
+        },
+        // Without CONFIG_CGROUPS there is no such file; a process that exited meanwhile is
+        // dropped by the next pass.
+        Err(err) if err.is_not_found() => None,
+        Err(err) => {
+            tally.note(err, errors);
+            None
+        }
+    };
+    true
+}
+
+impl ProcessStats {
+    pub fn render(&self, out: &mut Exposition) {
+        let pids: Vec<String> = self.processes.iter().map(|p| p.pid.to_string()).collect();
+        let labels: Vec<Vec<(&str, &str)>> = self
+            .processes
+            .iter()
+            .zip(&pids)
+            .map(|(p, pid)| {
+                let mut labels = vec![("pid", pid.as_str()), ("comm", p.comm.as_str())];
+                if let Some(cgroup) = &p.cgroup {
+                    labels.extend(cgroup.labels.iter().map(|(k, v)| (*k, v.as_str())));
+                }
+                labels
+            })
+            .collect();
+        let each = |out: &mut Exposition, value: &dyn Fn(&ProcessSample) -> Option<crate::exposition::Value>| {
+            for (process, labels) in self.processes.iter().zip(&labels) {
+                out.maybe(labels, value(process));
+            }
+        };
+
+        out.family(
+            "memlock_process_locked_bytes",
+            "VmLck of the process (/proc/PID/status): memory locked with mlock(), checked against the soft memlock limit. Sampled on the process interval (default 1s), only for processes passing the filter.",
+            Kind::Gauge,
+        );
+        each(out, &|p| p.locked_bytes.map(Into::into));
+        out.family(
+            "memlock_process_pinned_bytes",
+            "VmPin of the process (/proc/PID/status): long-term pinned memory (RDMA registrations, io_uring fixed buffers), checked against the soft memlock limit separately from VmLck. Sampled on the process interval.",
+            Kind::Gauge,
+        );
+        each(out, &|p| p.pinned_bytes.map(Into::into));
+
+        out.family(
+            "memlock_process_limit_bytes",
+            "RLIMIT_MEMLOCK of the process (/proc/PID/limits), soft (enforced) and hard (the ceiling for raising it); absent when unlimited. Sampled on the full scan interval (default 5s).",
+            Kind::Gauge,
+        );
+        for (process, labels) in self.processes.iter().zip(&labels) {
+            let Some(limits) = process.limits else { continue };
+            for (kind, limit) in [("soft", limits.soft), ("hard", limits.hard)] {
+                out.maybe(&with(labels, ("kind", kind)), limit.bytes());
+            }
+        }
+        out.family(
+            "memlock_process_limit_unlimited",
+            "1 when the process's RLIMIT_MEMLOCK (soft or hard, by kind) is unlimited, else 0. Sampled on the full scan interval.",
+            Kind::Gauge,
+        );
+        for (process, labels) in self.processes.iter().zip(&labels) {
+            let Some(limits) = process.limits else { continue };
+            for (kind, limit) in [("soft", limits.soft), ("hard", limits.hard)] {
+                out.sample(&with(labels, ("kind", kind)), limit == Limit::Unlimited);
+            }
+        }
+        out.family(
+            "memlock_process_ipc_lock",
+            "1 when CAP_IPC_LOCK is in the process's effective capabilities (CapEff bit 14): the memlock limit is not enforced (if held in the initial user namespace). Sampled on the process interval.",
+            Kind::Gauge,
+        );
+        each(out, &|p| p.ipc_lock.map(Into::into));
+        out.family(
+            "memlock_process_limit_usage_ratio",
+            "max(VmPin, VmLck) / soft RLIMIT_MEMLOCK: at 1 the next mlock or RDMA registration fails with ENOMEM (unless ipc_lock is 1). Absent when the limit is unlimited or 0. Sampled on the process interval.",
+            Kind::Gauge,
+        );
+        each(out, &|p| p.usage_ratio().map(Into::into));
+
+        let cgroup_labels: Vec<Vec<(&str, &str)>> =
+            self.cgroups.iter().map(|c| c.cgroup.labels.iter().map(|(k, v)| (*k, v.as_str())).collect()).collect();
+        let each_cgroup = |out: &mut Exposition, value: &dyn Fn(&CgroupAggregate) -> Option<crate::exposition::Value>| {
+            for (cgroup, labels) in self.cgroups.iter().zip(&cgroup_labels) {
+                out.maybe(labels, value(cgroup));
+            }
+        };
+        out.family(
+            "memlock_cgroup_locked_bytes",
+            "Sum of VmLck over every scanned process in the cgroup (not only the exported ones). Sampled on the process interval.",
+            Kind::Gauge,
+        );
+        each_cgroup(out, &|c| Some(c.locked_bytes.into()));
+        out.family(
+            "memlock_cgroup_pinned_bytes",
+            "Sum of VmPin over every scanned process in the cgroup. Sampled on the process interval.",
+            Kind::Gauge,
+        );
+        each_cgroup(out, &|c| Some(c.pinned_bytes.into()));
+        out.family(
+            "memlock_cgroup_limit_usage_ratio_max",
+            "The highest max(VmPin, VmLck) / soft RLIMIT_MEMLOCK among the cgroup's processes; absent when none has a finite, non-zero limit. Sampled on the process interval.",
+            Kind::Gauge,
+        );
+        each_cgroup(out, &|c| c.usage_ratio_max.map(Into::into));
+        out.family(
+            "memlock_cgroup_processes",
+            "User processes in the cgroup seen by the latest full process scan. Sampled on the process interval.",
+            Kind::Gauge,
+        );
+        each_cgroup(out, &|c| Some(c.processes.into()));
+
+        let gauges = [
+            ("memlock_process_scanned_processes", "User processes covered by the latest process sample (kernel threads excluded); the cgroup aggregates sum over them.", self.scanned),
+            ("memlock_process_tracked_processes", "Processes re-read on every process interval (holding locked or pinned memory, or matching comm_pattern); the others are read on full scans.", self.tracked),
+            ("memlock_process_exported_processes", "Processes exported with per-process series (passing the filter, within top_n).", self.processes.len() as u64),
+            ("memlock_process_dropped_processes", "Processes that passed the filter but were not exported because of top_n.", self.dropped_by_top_n),
+        ];
+        for (name, help, value) in gauges {
+            out.family(name, help, Kind::Gauge).sample(&[], value);
+        }
+        out.family("memlock_process_full_scans_total", "Full scans of procfs by the process collector.", Kind::Counter)
+            .sample(&[], self.full_scans_total);
+        out.family(
+            "memlock_process_vanished_total",
+            "Processes that exited between being listed and being read (skipped silently).",
+            Kind::Counter,
+        )
+        .sample(&[], self.vanished_total);
+        out.family(
+            "memlock_process_read_errors_total",
+            "Per-process files that could not be read or parsed, by kind (permission, io, parse, too_large). Permission errors do not fail the collector; the others do.",
+            Kind::Counter,
+        );
+        for (kind, count) in self.read_errors_total.kinds() {
+            out.sample(&[("kind", kind)], count);
+        }
+    }
+}
+
+fn with<'a>(labels: &[(&'a str, &'a str)], extra: (&'a str, &'a str)) -> Vec<(&'a str, &'a str)> {
+    let mut out = labels.to_vec();
+    out.push(extra);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex::Regex;
+
+    const CAPTURED_STATUS: &str = include_str!("../../tests/fixtures/captures/proc_self_status");
+    const CAPTURED_LIMITS: &str = include_str!("../../tests/fixtures/captures/proc_self_limits");
+
+    /// A throwaway procfs tree in the real file formats.
+    struct Tree {
+        root: PathBuf,
+    }
+
+    impl Tree {
+        fn new(name: &str) -> Tree {
+            let root = std::env::temp_dir().join(format!("memlock-process-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir_all(&root).unwrap();
+            std::fs::write(root.join("meminfo"), "MemTotal: 1 kB\n").unwrap();
+            std::fs::create_dir_all(root.join("self")).unwrap();
+            Tree { root }
+        }
+
+        fn process(&self, pid: u32, comm: &str, locked_kib: u64, pinned_kib: u64, soft: &str, cgroup: &str) -> &Self {
+            let dir = self.root.join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            self.status(pid, comm, locked_kib, pinned_kib);
+            let limits = CAPTURED_LIMITS.replace(
+                "Max locked memory         8388608              8388608              bytes     ",
+                &format!("Max locked memory         {soft:<20} {:<20} bytes     ", "unlimited"),
+            );
+            std::fs::write(dir.join("limits"), limits).unwrap();
+            std::fs::write(dir.join("cgroup"), format!("9:name=systemd:/\n4:memory:{cgroup}\n0::/\n")).unwrap();
+            self
+        }
+
+        fn status(&self, pid: u32, comm: &str, locked_kib: u64, pinned_kib: u64) {
+            let status = CAPTURED_STATUS
+                .replace("Name:\tcat", &format!("Name:\t{comm}"))
+                .replace("VmLck:\t       0 kB", &format!("VmLck:\t{locked_kib:>8} kB"))
+                .replace("VmPin:\t       0 kB", &format!("VmPin:\t{pinned_kib:>8} kB"))
+                .replace("CapEff:\t000001fffeffffff", "CapEff:\t0000000000000000");
+            std::fs::write(self.root.join(pid.to_string()).join("status"), status).unwrap();
+        }
+
+        fn kernel_thread(&self, pid: u32) {
+            let dir = self.root.join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            let status: String = CAPTURED_STATUS
+                .lines()
+                .filter(|l| !(l.starts_with("Vm") || l.starts_with("Rss") || l.starts_with("Hugetlb")))
+                .map(|l| if l.starts_with("Kthread") { "Kthread:\t1\n".to_owned() } else { format!("{l}\n") })
+                .collect();
+            std::fs::write(dir.join("status"), status).unwrap();
+        }
+
+        fn remove(&self, pid: u32) {
+            std::fs::remove_dir_all(self.root.join(pid.to_string())).unwrap();
+        }
+
+        fn collector(&self, min_bytes: u64, comm: &str, top_n: usize) -> ProcessCollector {
+            let config = ProcessConfig {
+                full_scan_interval: Duration::from_secs(5),
+                min_bytes,
+                comm_pattern: (!comm.is_empty()).then(|| Regex::new(comm).unwrap()),
+                top_n,
+            };
+            let roots = Roots { procfs: self.root.clone(), sysfs: PathBuf::from("/nonexistent") };
+            ProcessCollector::new(&roots, config, Duration::from_secs(1))
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+
+    fn pids(stats: &ProcessStats) -> Vec<u32> {
+        stats.processes.iter().map(|p| p.pid).collect()
+    }
+
+    #[test]
+    fn filter_rank_and_top_n() {
+        let tree = Tree::new("rank");
+        // 8 MiB soft limit unless said otherwise.
+        tree.process(10, "small", 512, 0, "8388608", "/a") // below 1 MiB: filtered out
+            .process(11, "half", 0, 4096, "8388608", "/a") // ratio 0.5
+            .process(12, "full", 8192, 8192, "8388608", "/b") // ratio 1.0, never 2.0
+            .process(13, "python3", 0, 0, "8388608", "/b") // comm match, ratio 0
+            .process(14, "unlimited", 0, 1 << 20, "unlimited", "/b") // no ratio, 1 GiB
+            .process(15, "also_half", 2048, 4096, "8388608", "/a"); // ratio 0.5 and the same max as 11: pid order
+        tree.kernel_thread(2);
+        let mut collector = tree.collector(1 << 20, "^python3$", 10);
+        let mut errors = Vec::new();
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(stats.scanned, 6, "kernel thread and non-pid entries are not processes");
+        assert_eq!(pids(&stats), vec![12, 11, 15, 13, 14]);
+        let full = &stats.processes[0];
+        assert_eq!(full.usage_ratio(), Some(1.0), "max(VmPin, VmLck), not the sum");
+        assert_eq!(stats.processes[4].usage_ratio(), None);
+        assert_eq!(stats.processes[4].limits.unwrap().soft, Limit::Unlimited);
+        assert_eq!(stats.dropped_by_top_n, 0);
+
+        let mut collector = tree.collector(1 << 20, "^python3$", 2);
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert_eq!(pids(&stats), vec![12, 11]);
+        assert_eq!(stats.dropped_by_top_n, 3);
+        // Aggregates still cover every process, exported or not.
+        let a = stats.cgroups.iter().find(|c| c.cgroup.path == "/a").unwrap();
+        assert_eq!(a.processes, 3);
+        assert_eq!(a.locked_bytes, (512 + 2048) * 1024);
+        assert_eq!(a.pinned_bytes, (4096 + 4096) * 1024);
+        assert_eq!(a.usage_ratio_max, Some(0.5));
+        let b = stats.cgroups.iter().find(|c| c.cgroup.path == "/b").unwrap();
+        assert_eq!(b.processes, 3);
+        assert_eq!(b.usage_ratio_max, Some(1.0));
+        assert_eq!(b.cgroup.labels[0], ("cgroup", "/b".to_owned()));
+    }
+
+    #[test]
+    fn tracked_pass_rereads_only_tracked_status() {
+        let tree = Tree::new("tracked");
+        tree.process(20, "worker", 0, 1024, "8388608", "/job").process(21, "idle", 0, 0, "8388608", "/job").process(22, "python3", 0, 0, "8388608", "/job");
+        let mut collector = tree.collector(0, "^python3$", 10);
+        let mut errors = Vec::new();
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert_eq!(stats.tracked, 2, "the pinning worker and the comm match");
+        // Everyone changes; only the tracked ones are re-read.
+        tree.status(20, "worker", 0, 4096);
+        tree.status(21, "idle", 2048, 0);
+        tree.status(22, "python3", 1024, 0);
+        let stats = collector.tracked_pass(&mut errors);
+        assert!(!stats.full_scan);
+        let by_pid = |pid| stats.processes.iter().find(|p| p.pid == pid).unwrap().clone();
+        assert_eq!(by_pid(20).pinned_bytes, Some(4096 * 1024));
+        assert_eq!(by_pid(21).locked_bytes, Some(0), "untracked: stale until the next full scan");
+        assert_eq!(by_pid(22).locked_bytes, Some(1024 * 1024));
+        // A tracked process that exits is dropped silently.
+        tree.remove(20);
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(pids(&stats), vec![22, 21]);
+        assert_eq!(stats.vanished_total, 1);
+        assert_eq!(stats.full_scans_total, 1);
+        // The next full scan sees the untracked change.
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert_eq!(stats.processes.iter().find(|p| p.pid == 21).unwrap().locked_bytes, Some(2048 * 1024));
+        assert_eq!(stats.tracked, 2);
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    #[test]
+    fn pid_reuse_rereads_limits_and_cgroup() {
+        let tree = Tree::new("reuse");
+        tree.process(30, "first", 0, 2048, "8388608", "/old");
+        let mut collector = tree.collector(0, "", 10);
+        let mut errors = Vec::new();
+        collector.full_scan(&mut errors).unwrap();
+        tree.remove(30);
+        tree.process(30, "second", 0, 2048, "unlimited", "/new");
+        let stats = collector.tracked_pass(&mut errors);
+        let p = &stats.processes[0];
+        assert_eq!(p.comm, "second");
+        assert_eq!(p.limits.unwrap().soft, Limit::Unlimited);
+        assert_eq!(p.cgroup.as_ref().unwrap().path, "/new");
+    }
+
+    #[test]
+    fn vanished_and_broken_processes() {
+        let tree = Tree::new("broken");
+        tree.process(40, "ok", 0, 2048, "8388608", "/x");
+        // Listed, but its files are gone: exited mid-scan.
+        std::fs::create_dir_all(tree.root.join("41")).unwrap();
+        // A status the parser refuses: an error, the process skipped, the others kept.
+        tree.process(42, "bad", 0, 2048, "8388608", "/x");
+        std::fs::write(tree.root.join("42/status"), "Name:\tbad\nVmLck:\t  many kB\n").unwrap();
+        // Broken limits: kept, limits unknown.
+        tree.process(43, "nolimits", 0, 2048, "8388608", "/x");
+        std::fs::write(tree.root.join("43/limits"), "Limit\n").unwrap();
+        let mut collector = tree.collector(0, "", 10);
+        let mut errors = Vec::new();
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert_eq!(pids(&stats), vec![40, 43]);
+        assert_eq!(stats.processes[1].limits, None);
+        assert_eq!(stats.processes[1].usage_ratio(), None);
+        assert_eq!(stats.vanished_total, 1);
+        assert_eq!(stats.read_errors_total, ReadErrors { parse: 2, ..ReadErrors::default() });
+        assert_eq!(errors.len(), 2);
+        assert!(errors.iter().any(|e| e.path().ends_with("42/status")), "{errors:?}");
+    }
+
+    #[test]
+    fn permission_errors_are_counted_not_failures() {
+        let tree = Tree::new("perm");
+        let mut collector = tree.collector(0, "", 10);
+        let mut errors = Vec::new();
+        let denied = SourceError::Io { path: "/proc/1/status".into(), source: std::io::Error::from_raw_os_error(libc::EACCES) };
+        assert!(!collector.tally.note(denied, &mut errors));
+        assert!(errors.is_empty());
+        assert_eq!(collector.tally.errors.permission, 1);
+        let gone = SourceError::Io { path: "/proc/1/status".into(), source: std::io::Error::from_raw_os_error(libc::ESRCH) };
+        assert!(collector.tally.note(gone, &mut errors));
+        assert!(errors.is_empty());
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert_eq!(stats.read_errors_total.permission, 1);
+        assert_eq!(stats.vanished_total, 1);
+    }
+
+    #[test]
+    fn unlistable_procfs_is_an_error_not_a_panic() {
+        let roots = Roots { procfs: PathBuf::from("/nonexistent/proc"), sysfs: PathBuf::from("/nonexistent") };
+        let config = ProcessConfig { full_scan_interval: Duration::from_secs(5), min_bytes: 0, comm_pattern: None, top_n: 1 };
+        let mut collector = ProcessCollector::new(&roots, config, Duration::from_secs(1));
+        let mut errors = Vec::new();
+        assert!(collector.collect(&mut errors).is_none());
+        assert_eq!(errors.len(), 1);
+    }
+
+    #[test]
+    fn full_scans_follow_their_interval() {
+        let tree = Tree::new("cadence");
+        tree.process(50, "w", 0, 2048, "8388608", "/x");
+        let mut collector = tree.collector(0, "", 10);
+        let mut errors = Vec::new();
+        assert!(collector.sample(&mut errors).unwrap().full_scan, "the first run is a full scan");
+        assert!(!collector.sample(&mut errors).unwrap().full_scan);
+        // Less than half an interval short of due counts as due (timer jitter).
+        collector.last_full_scan = Instant::now().checked_sub(Duration::from_millis(4600));
+        assert!(collector.sample(&mut errors).unwrap().full_scan);
+        collector.last_full_scan = Instant::now().checked_sub(Duration::from_millis(4000));
+        assert!(!collector.sample(&mut errors).unwrap().full_scan);
+    }
+
+    #[test]
+    fn renders_labels_limits_and_aggregates() {
+        let tree = Tree::new("render");
+        tree.process(60, "pt_main_thread", 0, 9437184, "10737418240", "/kubepods/pod1")
+            .process(61, "opensm", 65536, 0, "unlimited", "/infra/opensm");
+        let mut collector = tree.collector(1 << 20, "", 10);
+        let stats = collector.full_scan(&mut Vec::new()).unwrap();
+        let mut out = Exposition::new();
+        stats.render(&mut out);
+        let text = out.finish();
+        let line = |series: &str| text.lines().find(|l| l.rsplit_once(' ').map(|(k, _)| k) == Some(series)).map(|l| l.rsplit_once(' ').unwrap().1.to_owned());
+        let worker = r#"pid="60",comm="pt_main_thread",cgroup="/kubepods/pod1""#;
+        assert_eq!(line(&format!("memlock_process_pinned_bytes{{{worker}}}")), Some("9663676416".into()));
+        assert_eq!(line(&format!("memlock_process_locked_bytes{{{worker}}}")), Some("0".into()));
+        assert_eq!(line(&format!("memlock_process_limit_bytes{{{worker},kind=\"soft\"}}")), Some("10737418240".into()));
+        assert_eq!(line(&format!("memlock_process_limit_bytes{{{worker},kind=\"hard\"}}")), None, "unlimited hard");
+        assert_eq!(line(&format!("memlock_process_limit_unlimited{{{worker},kind=\"hard\"}}")), Some("1".into()));
+        assert_eq!(line(&format!("memlock_process_limit_unlimited{{{worker},kind=\"soft\"}}")), Some("0".into()));
+        assert_eq!(line(&format!("memlock_process_limit_usage_ratio{{{worker}}}")), Some("0.9".into()));
+        assert_eq!(line(&format!("memlock_process_ipc_lock{{{worker}}}")), Some("0".into()));
+        let opensm = r#"pid="61",comm="opensm",cgroup="/infra/opensm""#;
+        assert_eq!(line(&format!("memlock_process_limit_usage_ratio{{{opensm}}}")), None, "unlimited: no ratio");
+        assert_eq!(line(r#"memlock_cgroup_pinned_bytes{cgroup="/kubepods/pod1"}"#), Some("9663676416".into()));
+        assert_eq!(line(r#"memlock_cgroup_processes{cgroup="/infra/opensm"}"#), Some("1".into()));
+        assert_eq!(line(r#"memlock_cgroup_limit_usage_ratio_max{cgroup="/infra/opensm"}"#), None);
+        assert_eq!(line("memlock_process_exported_processes"), Some("2".into()));
+        assert_eq!(line(r#"memlock_process_read_errors_total{kind="permission"}"#), Some("0".into()));
+        // Families are contiguous: each HELP appears once.
+        let helps: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP")).collect();
+        let mut unique = helps.clone();
+        unique.dedup();
+        assert_eq!(helps.len(), unique.len());
+    }
+
+    #[test]
+    fn pid_names_and_digits() {
+        assert_eq!(parse_pid("1"), Some(1));
+        assert_eq!(parse_pid("4194304"), Some(4194304));
+        for bad in ["", "0", "self", "+1", "-1", "1a", "99999999999"] {
+            assert_eq!(parse_pid(bad), None, "{bad}");
+        }
+        let mut digits = [0u8; 10];
+        assert_eq!(format_pid(0, &mut digits), "0");
+        assert_eq!(format_pid(u32::MAX, &mut digits), "4294967295");
+        assert_eq!(format_pid(4101, &mut digits), "4101");
+    }
+}
