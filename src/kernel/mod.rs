@@ -3,9 +3,11 @@
 
 pub mod cgroup_path;
 pub mod meminfo;
+pub mod nldev;
 pub mod pid_cgroup;
 pub mod pid_limits;
 pub mod pid_status;
+pub mod rdma_sysfs;
 pub mod sysvm;
 pub mod vmstat;
 
