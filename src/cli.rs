@@ -99,6 +99,12 @@ pub struct ServeArgs {
     /// Path under which metrics are served.
     #[arg(long = "web.telemetry-path", value_name = "PATH")]
     pub telemetry_path: Option<String>,
+    /// TLS and basic auth configuration (Prometheus exporter-toolkit format, YAML).
+    #[arg(long = "web.config.file", value_name = "PATH")]
+    pub web_config_file: Option<String>,
+    /// Requests served at the same time; more get 503 at once (0: no limit). Default 40.
+    #[arg(long = "web.max-requests", value_name = "N")]
+    pub max_requests: Option<u64>,
     /// procfs mount point (the host's /proc; /host/proc in a container).
     #[arg(long = "path.procfs", value_name = "PATH")]
     pub procfs: Option<String>,
@@ -159,6 +165,7 @@ impl ServeArgs {
         let strings = [
             ("web.listen_address", &self.listen_address),
             ("web.telemetry_path", &self.telemetry_path),
+            ("web.config_file", &self.web_config_file),
             ("path.procfs", &self.procfs),
             ("path.sysfs", &self.sysfs),
             ("log.level", &self.log_level),
@@ -168,6 +175,9 @@ impl ServeArgs {
             if let Some(v) = value {
                 out.push((key.into(), Value::from(v.as_str())));
             }
+        }
+        if let Some(n) = self.max_requests {
+            out.push(("web.max_requests".into(), Value::from(n)));
         }
         if !self.alertmanager_urls.is_empty() {
             let urls: Vec<Value> = self.alertmanager_urls.iter().map(|u| Value::from(u.as_str())).collect();

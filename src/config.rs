@@ -140,11 +140,15 @@ impl Default for RawConfig {
 pub struct RawWeb {
     pub listen_address: String,
     pub telemetry_path: String,
+    /// TLS and basic auth, in the Prometheus exporter-toolkit format; empty: plain HTTP, no auth.
+    pub config_file: String,
+    /// Requests served at the same time; more get 503 at once. 0: no limit.
+    pub max_requests: u64,
 }
 
 impl Default for RawWeb {
     fn default() -> Self {
-        Self { listen_address: ":9478".into(), telemetry_path: "/metrics".into() }
+        Self { listen_address: ":9478".into(), telemetry_path: "/metrics".into(), config_file: String::new(), max_requests: 40 }
     }
 }
 
@@ -367,6 +371,10 @@ pub struct AlertingConfig {
 pub struct Config {
     pub listen_address: String,
     pub telemetry_path: String,
+    /// The web configuration file (TLS, basic auth), if any.
+    pub web_config_file: Option<PathBuf>,
+    /// 0: no limit.
+    pub max_requests: usize,
     pub roots: Roots,
     pub collectors: Vec<CollectorConfig>,
     pub log_level: LogLevel,
@@ -601,6 +609,8 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     Ok(Config {
         listen_address: raw.web.listen_address,
         telemetry_path: raw.web.telemetry_path,
+        web_config_file: (!raw.web.config_file.is_empty()).then(|| PathBuf::from(&raw.web.config_file)),
+        max_requests: usize::try_from(raw.web.max_requests).unwrap_or(usize::MAX),
         roots: Roots { procfs: PathBuf::from(raw.path.procfs), sysfs: PathBuf::from(raw.path.sysfs) },
         collectors,
         log_level,

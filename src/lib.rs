@@ -19,12 +19,15 @@ pub mod exposition;
 pub mod fsroot;
 pub mod kernel;
 pub mod logging;
+pub mod reload;
 pub mod sampler;
+pub mod sdnotify;
 pub mod serve;
 pub mod server;
 pub mod snapshot;
 pub mod timefmt;
 pub mod trend;
+pub mod web;
 
 /// Exit codes of the binary, documented in the README.
 pub mod exit {

@@ -22,7 +22,7 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         }
     };
     logging::init(config.log_level, config.log_format);
-    match serve::run(config) {
+    match serve::run(config, &args) {
         Ok(()) => ExitCode::from(exit::OK),
         Err(err) => {
             tracing::error!(error = %err, "exiting");

@@ -1,38 +1,106 @@
-//! HTTP endpoints: `/metrics` (configurable), `/`, `/-/healthy`, `/-/ready`.
+//! HTTP endpoints: `/metrics` (configurable), `/`, `/-/healthy`, `/-/ready`, over plain HTTP
+//! or TLS, with optional basic auth (see [`crate::web`]).
 //!
 //! A scrape renders nothing new: it serves the latest snapshot's cached text plus a few series
 //! that depend on the moment of the scrape, so concurrent scrapers cost a copy each.
+//!
+//! Limits, so that a slow or hostile client cannot exhaust the daemon:
+//! - at most [`MAX_CONNECTIONS`] open connections (accepting pauses beyond that);
+//! - request headers must arrive within [`HEADER_READ_TIMEOUT`] (this also closes idle
+//!   keep-alive connections, as Go's servers do) and fit in [`MAX_HEADER_BYTES`];
+//! - a TLS handshake must finish within [`HEADER_READ_TIMEOUT`];
+//! - a response write that makes no progress for [`WRITE_STALL_TIMEOUT`] ends the connection;
+//! - at most `web.max_requests` requests are handled at once, authentication included; more
+//!   get 503 at once (like Prometheus' `--web.max-requests`), so scrapers retry instead of
+//!   queueing behind a flood.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use prometheus::{Encoder, Registry, TextEncoder};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::time::Sleep;
 
 use crate::snapshot::Snapshot;
+use crate::web::{self, WebConfig};
 
-/// How long a client may take to send its request headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send its request headers (or finish a TLS handshake).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The request line and headers together; a scrape request needs a few hundred bytes.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+const MAX_HEADERS: usize = 64;
+/// hyper's read buffer per connection (its minimum is 8 KiB).
+const MAX_BUF_BYTES: usize = 64 * 1024;
+/// How long a response write may make no progress (a client that stopped reading).
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Open connections at once; each costs a file descriptor (the default soft limit is 1024).
+pub const MAX_CONNECTIONS: usize = 512;
 
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-pub struct AppState {
+/// What requests are served from. Replaced as a whole when the configuration is reloaded.
+pub struct Site {
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
-    pub registry: Registry,
     pub telemetry_path: String,
-    /// Enabled collectors, in order, for readiness and the landing page.
-    pub collectors: Vec<&'static str>,
+    /// Enabled collectors and their intervals, in order, for readiness and the landing page.
+    pub collectors: Vec<(&'static str, Duration)>,
+    pub web: Arc<WebConfig>,
+    /// 0: no limit.
+    pub max_requests: usize,
+}
+
+pub struct AppState {
+    site: RwLock<Arc<Site>>,
+    pub registry: Registry,
+    in_flight: AtomicUsize,
+}
+
+impl AppState {
+    pub fn new(site: Site, registry: Registry) -> Self {
+        Self { site: RwLock::new(Arc::new(site)), registry, in_flight: AtomicUsize::new(0) }
+    }
+
+    /// The current site; a request keeps the one it started with.
+    pub fn site(&self) -> Arc<Site> {
+        self.site.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Swaps in a new site: requests from now on use it, requests in progress finish on the old.
+    pub fn replace_site(&self, site: Site) {
+        *self.site.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(site);
+    }
+
+    /// A request slot, or `None` when `max` requests are already being handled.
+    fn admit(&self, max: usize) -> Option<Slot<'_>> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let slot = Slot(&self.in_flight);
+        (max == 0 || now <= max).then_some(slot)
+    }
+}
+
+struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Splits a Go-style listen address: `:9478` (all interfaces), `host:port`, `[v6]:port`.
@@ -59,10 +127,17 @@ pub async fn bind(address: &str) -> std::io::Result<TcpListener> {
 }
 
 /// Serves until `shutdown` resolves, then lets in-flight requests finish for up to `drain`.
-pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl std::future::Future<Output = ()>, drain: Duration) {
+pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl Future<Output = ()>, drain: Duration) {
     let graceful = GracefulShutdown::new();
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(shutdown);
     loop {
+        let permit = tokio::select! {
+            permit = connections.clone().acquire_owned() => permit,
+            () = &mut shutdown => break,
+        };
+        // The semaphore is never closed; an error would mean it was, so stop serving.
+        let Ok(permit) = permit else { break };
         tokio::select! {
             accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
@@ -74,17 +149,10 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl s
                         continue;
                     }
                 };
-                let state = state.clone();
-                let service = service_fn(move |req| handle(req, state.clone()));
-                let conn = http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), service);
-                let conn = graceful.watch(conn);
+                let (state, watcher) = (state.clone(), graceful.watcher());
                 tokio::spawn(async move {
-                    if let Err(err) = conn.await {
-                        tracing::debug!(%peer, error = %err, "connection ended with an error");
-                    }
+                    connection(stream, peer, state, watcher).await;
+                    drop(permit);
                 });
             }
             () = &mut shutdown => break,
@@ -97,26 +165,166 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl s
     }
 }
 
-async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Response<Full<Bytes>>, Infallible> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        return Ok(plain(StatusCode::METHOD_NOT_ALLOWED, "Only GET and HEAD are supported.\n"));
-    }
-    let path = req.uri().path();
-    let response = if path == state.telemetry_path {
-        metrics(&state)
-    } else {
-        match path {
-            "/" => landing(&state),
-            "/-/healthy" => plain(StatusCode::OK, "Healthy\n"),
-            "/-/ready" => ready(&state),
-            _ => plain(StatusCode::NOT_FOUND, "Not found. See / for the available endpoints.\n"),
-        }
+/// What a plain HTTP client gets from a TLS port (the words Go's servers use).
+const PLAIN_HTTP_ON_TLS: &[u8] = b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
+
+/// The first byte of every TLS connection: a handshake record.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+async fn connection(mut stream: TcpStream, peer: SocketAddr, state: Arc<AppState>, watcher: Watcher) {
+    let Some(tls) = state.site().web.tls.clone() else {
+        serve_http(stream, peer, state, watcher).await;
+        return;
     };
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
+        Ok(Ok(1)) => {
+            tracing::debug!(%peer, "plain HTTP on the TLS port; refused");
+            let _ = tokio::time::timeout(HEADER_READ_TIMEOUT, async {
+                let _ = stream.write_all(PLAIN_HTTP_ON_TLS).await;
+                let _ = stream.shutdown().await;
+            })
+            .await;
+            return;
+        }
+        _ => return,
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls_stream)) => serve_http(tls_stream, peer, state, watcher).await,
+        Ok(Err(err)) => tracing::debug!(%peer, error = %err, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+    }
+}
+
+async fn serve_http<I>(io: I, peer: SocketAddr, state: Arc<AppState>, watcher: Watcher)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| handle(req, state.clone()));
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_header_size(MAX_HEADER_BYTES)
+        .max_headers(MAX_HEADERS)
+        .max_buf_size(MAX_BUF_BYTES)
+        .serve_connection(TokioIo::new(WriteDeadline::new(io, WRITE_STALL_TIMEOUT)), service);
+    if let Err(err) = watcher.watch(conn).await {
+        tracing::debug!(%peer, error = %err, "connection ended with an error");
+    }
+}
+
+/// Fails a write (or flush) that has made no progress for `limit`: a client that stops reading
+/// must not hold its connection, buffers and request slot forever.
+pub struct WriteDeadline<I> {
+    io: I,
+    limit: Duration,
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<I> WriteDeadline<I> {
+    pub fn new(io: I, limit: Duration) -> Self {
+        Self { io, limit, stalled: None }
+    }
+
+    fn track<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match poll {
+            Poll::Pending => {
+                let limit = self.limit;
+                let timer = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the client stopped reading the response")));
+                }
+                Poll::Pending
+            }
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for WriteDeadline<I> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<I> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.track(cx, poll)
+    }
+
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.track(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_flush(cx);
+        self.track(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.track(cx, poll)
+    }
+}
+
+async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let site = state.site();
+    let mut response = respond(&req, &state, &site).await;
+    for (name, value) in &site.web.headers {
+        response.headers_mut().insert(name.clone(), value.clone());
+    }
     Ok(response)
 }
 
-fn metrics(state: &AppState) -> Response<Full<Bytes>> {
-    let snapshot = state.snapshots.borrow().clone();
+async fn respond(req: &Request<Incoming>, state: &AppState, site: &Arc<Site>) -> Response<Full<Bytes>> {
+    let Some(_slot) = state.admit(site.max_requests) else {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many concurrent requests (web.max_requests); try again.\n");
+    };
+    if site.web.users.is_some() && !authorized(req.headers().get(AUTHORIZATION), site).await {
+        let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+        response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"memlock-exporter\""));
+        return response;
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return plain(StatusCode::METHOD_NOT_ALLOWED, "Only GET and HEAD are supported.\n");
+    }
+    let path = req.uri().path();
+    if path == site.telemetry_path {
+        return metrics(state, site);
+    }
+    match path {
+        "/" => landing(site),
+        "/-/healthy" => plain(StatusCode::OK, "Healthy\n"),
+        "/-/ready" => ready(site),
+        _ => plain(StatusCode::NOT_FOUND, "Not found. See / for the available endpoints.\n"),
+    }
+}
+
+/// Checks basic auth credentials. bcrypt takes tens of milliseconds of CPU, so an uncached check
+/// runs on the blocking pool; the request slot it holds bounds how many run at once.
+async fn authorized(header: Option<&HeaderValue>, site: &Arc<Site>) -> bool {
+    let Some((user, password)) = header.and_then(|h| web::parse_basic_authorization(h.as_bytes())) else { return false };
+    let Some(users) = &site.web.users else { return true };
+    if let Some(known) = users.cached(&user, &password) {
+        return known;
+    }
+    let web = site.web.clone();
+    tokio::task::spawn_blocking(move || web.users.as_ref().is_some_and(|u| u.verify(&user, &password))).await.unwrap_or(false)
+}
+
+fn metrics(state: &AppState, site: &Site) -> Response<Full<Bytes>> {
+    let snapshot = site.snapshots.borrow().clone();
     let mut body = String::with_capacity(snapshot.text().len() + 4096);
     body.push_str(snapshot.text());
     body.push_str(&snapshot.render_ages(Instant::now()));
@@ -130,9 +338,9 @@ fn metrics(state: &AppState) -> Response<Full<Bytes>> {
     response
 }
 
-fn ready(state: &AppState) -> Response<Full<Bytes>> {
-    let snapshot = state.snapshots.borrow().clone();
-    let missing: Vec<&str> = state.collectors.iter().copied().filter(|c| snapshot.report(c).is_none()).collect();
+fn ready(site: &Site) -> Response<Full<Bytes>> {
+    let snapshot = site.snapshots.borrow().clone();
+    let missing: Vec<&str> = site.collectors.iter().map(|(c, _)| *c).filter(|c| snapshot.report(c).is_none()).collect();
     if missing.is_empty() {
         plain(StatusCode::OK, "Ready\n")
     } else {
@@ -140,18 +348,18 @@ fn ready(state: &AppState) -> Response<Full<Bytes>> {
     }
 }
 
-fn landing(state: &AppState) -> Response<Full<Bytes>> {
-    let snapshot = state.snapshots.borrow().clone();
+fn landing(site: &Site) -> Response<Full<Bytes>> {
+    let snapshot = site.snapshots.borrow().clone();
     let now = Instant::now();
     let mut rows = String::new();
-    for name in &state.collectors {
+    for (name, _) in &site.collectors {
         let (status, age) = match snapshot.report(name) {
             Some(r) => (if r.success { "ok" } else { "failing" }, format!("{:.1}s ago", now.saturating_duration_since(r.finished).as_secs_f64())),
             None => ("not run yet", "-".to_owned()),
         };
         rows.push_str(&format!("<tr><td>{}</td><td>{status}</td><td>{age}</td></tr>\n", html_escape(name)));
     }
-    let path = html_escape(&state.telemetry_path);
+    let path = html_escape(&site.telemetry_path);
     let page = format!(
         "<!DOCTYPE html>\n<html><head><title>memlock-exporter</title></head><body>\n\
          <h1>memlock-exporter {version}</h1>\n\
@@ -193,5 +401,51 @@ mod tests {
         assert!(split_listen_address("9478").is_err());
         assert!(split_listen_address(":99999").is_err());
         assert!(split_listen_address("host:http").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_write_the_peer_never_reads_times_out() {
+        use tokio::io::AsyncReadExt;
+        // A 64-byte pipe whose other end never reads: the second write blocks for good.
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        let mut guarded = WriteDeadline::new(ours, Duration::from_millis(200));
+        guarded.write_all(&[0u8; 64]).await.unwrap();
+        let started = Instant::now();
+        let err = guarded.write_all(&[0u8; 64]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= Duration::from_millis(200));
+
+        // A reader that keeps up, even slowly, never trips it: the timer restarts on progress.
+        let (ours, mut reader) = tokio::io::duplex(64);
+        let mut guarded = WriteDeadline::new(ours, Duration::from_millis(300));
+        let drain = tokio::spawn(async move {
+            let mut buf = [0u8; 64];
+            let mut total = 0;
+            while total < 640 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                total += reader.read(&mut buf).await.unwrap();
+            }
+            total
+        });
+        guarded.write_all(&[1u8; 640]).await.unwrap();
+        assert_eq!(drain.await.unwrap(), 640);
+        let mut buf = [0u8; 64];
+        assert_eq!(theirs.read(&mut buf).await.unwrap(), 64, "the first write went through");
+    }
+
+    #[test]
+    fn request_slots_are_bounded_and_released() {
+        let state = AppState::new(
+            Site { snapshots: watch::channel(Arc::new(Snapshot::empty())).1, telemetry_path: "/metrics".into(), collectors: vec![], web: Arc::default(), max_requests: 2 },
+            Registry::new(),
+        );
+        let first = state.admit(2).unwrap();
+        let second = state.admit(2).unwrap();
+        assert!(state.admit(2).is_none());
+        drop(first);
+        assert!(state.admit(2).is_some());
+        drop(second);
+        assert_eq!(state.in_flight.load(Ordering::SeqCst), 0, "refused requests give their count back too");
+        let _many: Vec<_> = (0..100).map(|_| state.admit(0).unwrap()).collect();
     }
 }

@@ -5,6 +5,8 @@ pub mod hugepages;
 pub mod node;
 pub mod numa;
 pub mod process;
+pub mod rdma_netlink;
+pub mod rdma_sysfs;
 
 use std::sync::Arc;
 
@@ -14,7 +16,7 @@ use crate::fsroot::SourceError;
 use crate::trend::Observation;
 
 /// Every collector the exporter knows, in output order.
-pub const NAMES: &[&str] = &["node", "numa", "process"];
+pub const NAMES: &[&str] = &["node", "numa", "process", "rdma_sysfs", "rdma_netlink"];
 
 /// The typed result of one collection. Cheap to clone: snapshots share it.
 #[derive(Debug, Clone)]
@@ -22,6 +24,8 @@ pub enum Data {
     Node(Arc<node::NodeStats>),
     Numa(Arc<numa::NumaStats>),
     Process(Arc<process::ProcessStats>),
+    RdmaSysfs(Arc<rdma_sysfs::RdmaSysfsStats>),
+    RdmaNetlink(Arc<rdma_netlink::RdmaNetlinkStats>),
 }
 
 impl Data {
@@ -38,6 +42,8 @@ impl Data {
             Data::Node(stats) => stats.render(out),
             Data::Numa(stats) => stats.render(out),
             Data::Process(stats) => stats.render(out),
+            Data::RdmaSysfs(stats) => stats.render(out),
+            Data::RdmaNetlink(stats) => stats.render(out),
         }
     }
 }
@@ -61,6 +67,8 @@ pub fn build(config: &Config) -> Vec<(Box<dyn Collector>, std::time::Duration)> 
             "node" => Box::new(node::NodeCollector::new(config.roots.clone(), page_size)),
             "numa" => Box::new(numa::NumaCollector::new(config.roots.clone(), page_size)),
             "process" => Box::new(process::ProcessCollector::new(&config.roots, config.process.clone(), c.interval)),
+            "rdma_sysfs" => Box::new(rdma_sysfs::RdmaSysfsCollector::new(config.roots.clone(), config.rdma_sysfs.clone())),
+            "rdma_netlink" => Box::new(rdma_netlink::RdmaNetlinkCollector::new(config.roots.clone(), config.rdma_netlink.clone())),
             _ => continue,
         };
         out.push((collector, c.interval));

@@ -1,0 +1,657 @@
+//! RDMA resources and registered memory from RDMA netlink (`NETLINK_RDMA`), the source of
+//! `rdma resource show`: a per-device summary (`RES_GET` dump) and every memory region of every
+//! device (`RES_MR_GET` dump per device), summed per owning process.
+//!
+//! Works unprivileged. A kernel without RDMA refuses the socket with `EPROTONOSUPPORT`: that is
+//! reported as `memlock_rdma_netlink_supported 0` with a successful run, not as a failure.
+//! PIDs are those of the exporter's PID namespace: MRs of processes outside it carry no PID and
+//! are counted under `pid="unknown"`, never dropped.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::RdmaConfig;
+use crate::exposition::{Exposition, Kind};
+use crate::fsroot::{self, Roots, SourceError};
+use crate::kernel::nldev::{self, cmd, DecodeError, Progress, ReplyError, ReplyReader};
+use crate::kernel::rdma_sysfs::label_value;
+use crate::kernel::ParseError;
+
+use super::{Collector, Data};
+
+/// How long one `recv` may block before the exchange is abandoned.
+const RECV_TIMEOUT: Duration = Duration::from_secs(2);
+/// The whole of one request and its reply, however many datagrams it takes.
+const EXCHANGE_DEADLINE: Duration = Duration::from_secs(10);
+/// The kernel fills dump datagrams up to 32 KiB (`netlink_dump` caps its allocation there);
+/// a larger buffer is never truncated.
+const RECV_BUFFER_BYTES: usize = 64 * 1024;
+/// Messages in one reply: at ~40 bytes per MR this allows millions of MRs, and stops a
+/// runaway dump long before it costs real time.
+const MAX_MESSAGES_PER_REPLY: usize = 200_000;
+/// Per device, processes beyond this many (by registered bytes) are summed into `pid="other"`,
+/// so a node with many small registrants cannot explode the series count.
+pub const MAX_PROCESS_SERIES: usize = 500;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RdmaNetlinkStats {
+    /// False when the kernel has no RDMA netlink (no InfiniBand support): "no RDMA here".
+    pub supported: bool,
+    pub devices: Vec<NetlinkDevice>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetlinkDevice {
+    pub name: String,
+    pub index: u32,
+    /// `(type, current count)` from the resource summary: pd, cq, qp, cm_id, mr, ctx, srq.
+    pub resources: Vec<(String, u64)>,
+    /// `None` when the MR dump of this device failed.
+    pub mrs: Option<MrUsage>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MrUsage {
+    /// Sum of the lengths of every MR of the device, whoever owns it.
+    pub registered_bytes: u64,
+    pub owners: Vec<OwnerMrs>,
+}
+
+/// MRs of one owner on one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerMrs {
+    /// A PID, `""` for kernel MRs, `"unknown"` when the kernel gave no owner (another PID
+    /// namespace, a zombie), `"other"` for the owners folded together past
+    /// [`MAX_PROCESS_SERIES`].
+    pub pid: String,
+    /// `/proc/PID/comm`, `[name]` for kernel MRs (`[nvme_rdma]`, as `rdma` prints it), else "".
+    pub comm: String,
+    pub mrs: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Owner {
+    Process(u32),
+    Kernel(String),
+    Unknown,
+}
+
+/// Sums MRs per owner across the parts of one device's dump.
+#[derive(Debug, Default)]
+pub struct MrTally {
+    registered_bytes: u64,
+    owners: HashMap<Owner, (u64, u64)>,
+}
+
+impl MrTally {
+    pub fn add(&mut self, entry: &nldev::MrEntry) {
+        let bytes = entry.length.unwrap_or(0);
+        self.registered_bytes = self.registered_bytes.saturating_add(bytes);
+        let owner = match (entry.pid, &entry.kern_name) {
+            (Some(pid), _) => Owner::Process(pid),
+            (None, Some(name)) => Owner::Kernel(name.clone()),
+            (None, None) => Owner::Unknown,
+        };
+        let slot = self.owners.entry(owner).or_default();
+        slot.0 += 1;
+        slot.1 = slot.1.saturating_add(bytes);
+    }
+
+    /// The per-owner series: processes by PID, then kernel owners, then `unknown`; past
+    /// `max_series` the smallest owners are summed into `pid="other"`.
+    pub fn finish(self, max_series: usize, mut comm_of: impl FnMut(u32) -> String) -> MrUsage {
+        let mut owners: Vec<(Owner, (u64, u64))> = self.owners.into_iter().collect();
+        let mut other: Option<(u64, u64)> = None;
+        if owners.len() > max_series {
+            owners.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then_with(|| a.0.cmp(&b.0)));
+            for (_, (mrs, bytes)) in owners.drain(max_series..) {
+                let sum = other.get_or_insert((0, 0));
+                sum.0 += mrs;
+                sum.1 = sum.1.saturating_add(bytes);
+            }
+        }
+        owners.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out: Vec<OwnerMrs> = owners
+            .into_iter()
+            .map(|(owner, (mrs, bytes))| {
+                let (pid, comm) = match owner {
+                    Owner::Process(pid) => (pid.to_string(), comm_of(pid)),
+                    Owner::Kernel(name) => (String::new(), format!("[{name}]")),
+                    Owner::Unknown => ("unknown".to_owned(), String::new()),
+                };
+                OwnerMrs { pid, comm, mrs, bytes }
+            })
+            .collect();
+        if let Some((mrs, bytes)) = other {
+            out.push(OwnerMrs { pid: "other".into(), comm: String::new(), mrs, bytes });
+        }
+        MrUsage { registered_bytes: self.registered_bytes, owners: out }
+    }
+}
+
+/// A netlink socket to the kernel's RDMA side.
+struct NetlinkSocket {
+    fd: OwnedFd,
+}
+
+impl NetlinkSocket {
+    fn open() -> io::Result<Self> {
+        Self::open_protocol(nldev::NETLINK_RDMA)
+    }
+
+    /// Any netlink protocol: the tests drive this code against NETLINK_ROUTE, which every
+    /// kernel has, to exercise the real socket path on machines without RDMA.
+    fn open_protocol(protocol: i32) -> io::Result<Self> {
+        // SAFETY: plain socket(2); the result is checked before use.
+        let raw = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a new descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let timeout = libc::timeval { tv_sec: RECV_TIMEOUT.as_secs() as libc::time_t, tv_usec: RECV_TIMEOUT.subsec_micros() as libc::suseconds_t };
+        // SAFETY: the option value points to a live timeval of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&timeout as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: sockaddr_nl is plain data; all-zero is a valid value.
+        let mut local: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        local.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        // SAFETY: the address points to a live sockaddr_nl of the size passed; port 0 lets the
+        // kernel pick a unique port id.
+        let rc = unsafe {
+            libc::bind(fd.as_raw_fd(), (&local as *const libc::sockaddr_nl).cast(), std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t)
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self { fd })
+    }
+
+    fn send(&self, request: &[u8]) -> io::Result<()> {
+        // SAFETY: as in `open`.
+        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        loop {
+            // SAFETY: the buffer and the address are live for the call, with their sizes.
+            let sent = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    request.as_ptr().cast(),
+                    request.len(),
+                    0,
+                    (&kernel as *const libc::sockaddr_nl).cast(),
+                    std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+                )
+            };
+            if sent >= 0 {
+                return if sent as usize == request.len() { Ok(()) } else { Err(io::Error::new(io::ErrorKind::WriteZero, "short netlink send")) };
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+
+    /// Receives one datagram from the kernel into `buf`, returning its length. Datagrams from
+    /// other senders are dropped; one larger than `buf` is an error, not a silent truncation.
+    fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            // SAFETY: as in `open`.
+            let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+            let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+            // SAFETY: `buf` and `from` are live and writable for the sizes passed. MSG_TRUNC makes
+            // netlink return the datagram's real length, so truncation is detected.
+            let got = unsafe {
+                libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_TRUNC,
+                    (&mut from as *mut libc::sockaddr_nl).cast(),
+                    &mut from_len,
+                )
+            };
+            if got < 0 {
+                let err = io::Error::last_os_error();
+                match err.kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                        return Err(io::Error::new(io::ErrorKind::TimedOut, format!("no reply within {RECV_TIMEOUT:?}")))
+                    }
+                    _ => return Err(err),
+                }
+            }
+            let got = got as usize;
+            if got > buf.len() {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{got}-byte datagram exceeds the {}-byte buffer", buf.len())));
+            }
+            if from.nl_pid != 0 {
+                continue;
+            }
+            return Ok(got);
+        }
+    }
+}
+
+/// Why one exchange failed, kept apart so each maps to the right error kind.
+#[derive(Debug)]
+enum ExchangeError {
+    Io(io::Error),
+    Reply(ReplyError),
+}
+
+pub struct RdmaNetlinkCollector {
+    roots: Roots,
+    config: RdmaConfig,
+    buffer: Vec<u8>,
+    seq: u32,
+    said_unsupported: bool,
+}
+
+impl RdmaNetlinkCollector {
+    pub fn new(roots: Roots, config: RdmaConfig) -> Self {
+        // Start sequence numbers somewhere unpredictable so replies to an earlier run's
+        // abandoned request are never mistaken for this one's.
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        Self { roots, config, buffer: vec![0; RECV_BUFFER_BYTES], seq: seed ^ std::process::id(), said_unsupported: false }
+    }
+
+    fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+
+    pub fn read(&mut self, errors: &mut Vec<SourceError>) -> Option<RdmaNetlinkStats> {
+        let mut socket = match NetlinkSocket::open() {
+            Ok(socket) => socket,
+            Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => {
+                if !self.said_unsupported {
+                    tracing::debug!(collector = "rdma_netlink", "the kernel has no RDMA netlink (socket: EPROTONOSUPPORT): no RDMA here");
+                    self.said_unsupported = true;
+                }
+                return Some(RdmaNetlinkStats { supported: false, devices: Vec::new() });
+            }
+            Err(source) => {
+                errors.push(SourceError::Io { path: source_name("socket", None), source });
+                return None;
+            }
+        };
+        self.said_unsupported = false;
+        let mut stats = RdmaNetlinkStats { supported: true, devices: Vec::new() };
+
+        let seq = self.next_seq();
+        let config = &self.config;
+        let mut summaries = Vec::new();
+        let result = exchange(&socket, &mut self.buffer, &nldev::res_summary_request(seq, None), nldev::nldev_type(cmd::RES_GET), seq, |body| {
+            let summary = nldev::decode_res_summary(body)?;
+            if config.wants(&summary.dev_name) {
+                summaries.push(summary);
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            errors.push(into_source_error(e, "RES_GET", None));
+            // Whatever was read is kept; the MR dumps need a fresh socket (see `reopen`).
+            socket = match reopen(errors) {
+                Some(socket) => socket,
+                None => return Some(stats),
+            };
+        }
+        summaries.sort_by_key(|s| s.dev_index);
+        summaries.dedup_by_key(|s| s.dev_index);
+
+        for summary in summaries {
+            let seq = self.next_seq();
+            let mut tally = MrTally::default();
+            let index = summary.dev_index;
+            let result = exchange(&socket, &mut self.buffer, &nldev::res_mr_request(seq, index), nldev::nldev_type(cmd::RES_MR_GET), seq, |body| {
+                let part = nldev::decode_mr_part(body)?;
+                // A part of another device would be a kernel bug; never mix devices' sums.
+                if part.dev_index == index {
+                    part.entries.iter().for_each(|entry| tally.add(entry));
+                }
+                Ok(())
+            });
+            let mrs = match result {
+                Ok(()) => Some(tally.finish(MAX_PROCESS_SERIES, |pid| self.comm(pid, errors))),
+                Err(e) => {
+                    errors.push(into_source_error(e, "RES_MR_GET", Some(&summary.dev_name)));
+                    None
+                }
+            };
+            let failed = mrs.is_none();
+            stats.devices.push(NetlinkDevice { name: summary.dev_name, index, resources: summary.entries, mrs });
+            if failed {
+                socket = match reopen(errors) {
+                    Some(socket) => socket,
+                    None => break,
+                };
+            }
+        }
+        stats.devices.sort_by(|a, b| a.name.cmp(&b.name));
+        Some(stats)
+    }
+
+    /// `comm` of a PID from procfs; "" when the process is gone or the read is refused.
+    fn comm(&self, pid: u32, errors: &mut Vec<SourceError>) -> String {
+        match fsroot::read_string(&self.roots.proc(format!("{pid}/comm"))) {
+            Ok(text) => label_value(&text),
+            // It exited between the dump and this read: expected, not a problem.
+            Err(e) if e.is_not_found() => String::new(),
+            Err(e) => {
+                errors.push(e);
+                String::new()
+            }
+        }
+    }
+}
+
+/// A socket whose exchange failed may still be in the middle of a dump, and netlink answers
+/// any further dump request on it with EBUSY until that one is read to the end: start afresh.
+fn reopen(errors: &mut Vec<SourceError>) -> Option<NetlinkSocket> {
+    match NetlinkSocket::open() {
+        Ok(socket) => Some(socket),
+        Err(source) => {
+            errors.push(SourceError::Io { path: source_name("socket", None), source });
+            None
+        }
+    }
+}
+
+/// Sends one request and reads its reply to the end, handing each reply body to `on_reply`.
+fn exchange(
+    socket: &NetlinkSocket,
+    buffer: &mut [u8],
+    request: &[u8],
+    reply_type: u16,
+    seq: u32,
+    mut on_reply: impl FnMut(&[u8]) -> Result<(), DecodeError>,
+) -> Result<(), ExchangeError> {
+    socket.send(request).map_err(ExchangeError::Io)?;
+    let mut reader = ReplyReader::new(reply_type, seq, MAX_MESSAGES_PER_REPLY);
+    let deadline = Instant::now() + EXCHANGE_DEADLINE;
+    loop {
+        if Instant::now() > deadline {
+            return Err(ExchangeError::Io(io::Error::new(io::ErrorKind::TimedOut, format!("reply not complete within {EXCHANGE_DEADLINE:?}"))));
+        }
+        let len = socket.recv(buffer).map_err(ExchangeError::Io)?;
+        let datagram = buffer.get(..len).unwrap_or_default();
+        match reader.feed(datagram, |_, body| on_reply(body)).map_err(ExchangeError::Reply)? {
+            Progress::Finished => return Ok(()),
+            Progress::More => {}
+        }
+    }
+}
+
+/// Netlink has no file path; errors name the request instead, e.g.
+/// `netlink:NETLINK_RDMA/RES_MR_GET/mlx5_0`.
+fn source_name(what: &str, device: Option<&str>) -> PathBuf {
+    match device {
+        Some(device) => PathBuf::from(format!("netlink:NETLINK_RDMA/{what}/{device}")),
+        None => PathBuf::from(format!("netlink:NETLINK_RDMA/{what}")),
+    }
+}
+
+fn into_source_error(error: ExchangeError, what: &str, device: Option<&str>) -> SourceError {
+    let path = source_name(what, device);
+    match error {
+        ExchangeError::Io(source) => SourceError::Io { path, source },
+        ExchangeError::Reply(ReplyError::Kernel { error }) => SourceError::Io { path, source: io::Error::from_raw_os_error(error.saturating_neg()) },
+        ExchangeError::Reply(ReplyError::Decode(e)) => SourceError::Parse { path, source: ParseError::Format(e.to_string()) },
+        ExchangeError::Reply(other) => SourceError::Io { path, source: io::Error::other(other.to_string()) },
+    }
+}
+
+impl Collector for RdmaNetlinkCollector {
+    fn name(&self) -> &'static str {
+        "rdma_netlink"
+    }
+
+    fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
+        self.read(errors).map(|s| Data::RdmaNetlink(Arc::new(s)))
+    }
+}
+
+impl RdmaNetlinkStats {
+    pub fn render(&self, out: &mut Exposition) {
+        out.family(
+            "memlock_rdma_netlink_supported",
+            "1 if the kernel answers RDMA netlink (NETLINK_RDMA), 0 if it has no RDMA support at all (socket() fails with EPROTONOSUPPORT). Tells \"no RDMA here\" from a broken collector. Sampled on the rdma_netlink interval (default 5s).",
+            Kind::Gauge,
+        )
+        .sample(&[], self.supported);
+        out.family(
+            "memlock_rdma_resources",
+            "RDMA objects that exist now per device and type (pd, cq, qp, cm_id, mr, ctx, srq), the summary of `rdma resource show`. Sampled on the rdma_netlink interval.",
+            Kind::Gauge,
+        );
+        for d in &self.devices {
+            for (kind, count) in &d.resources {
+                out.sample(&[("device", &d.name), ("type", kind)], *count);
+            }
+        }
+        out.family(
+            "memlock_rdma_mr_registered_bytes",
+            "Sum of the lengths of all memory regions registered on the device (RES_MR_GET), user and kernel. dma-buf and ODP MRs are included although they pin nothing. Sampled on the rdma_netlink interval.",
+            Kind::Gauge,
+        );
+        for d in &self.devices {
+            out.maybe(&[("device", &d.name)], d.mrs.as_ref().map(|m| m.registered_bytes));
+        }
+        type Field = fn(&OwnerMrs) -> u64;
+        let per_owner: [(&'static str, &'static str, Field); 2] = [
+            (
+                "memlock_rdma_process_mrs",
+                "Memory regions per owning process and device. pid is empty for kernel MRs (comm \"[nvme_rdma]\"), \"unknown\" for owners outside the exporter's PID namespace, \"other\" for the smallest owners past the series limit. Sampled on the rdma_netlink interval.",
+                |o| o.mrs,
+            ),
+            (
+                "memlock_rdma_process_mr_bytes",
+                "Sum of the lengths of the memory regions per owning process and device: the kernel's record of what a process registered (compare with memlock_process_pinned_bytes). Labels as memlock_rdma_process_mrs. Sampled on the rdma_netlink interval.",
+                |o| o.bytes,
+            ),
+        ];
+        for (name, help, field) in per_owner {
+            out.family(name, help, Kind::Gauge);
+            for d in &self.devices {
+                for owner in d.mrs.iter().flat_map(|m| &m.owners) {
+                    out.sample(&[("pid", &owner.pid), ("comm", &owner.comm), ("device", &d.name)], field(owner));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::nldev::MrEntry;
+
+    fn mr(length: u64, pid: Option<u32>, kern_name: Option<&str>) -> MrEntry {
+        MrEntry { length: Some(length), pid, kern_name: kern_name.map(str::to_owned), ..MrEntry::default() }
+    }
+
+    #[test]
+    fn tally_sums_per_owner_with_kernel_and_unknown_buckets() {
+        let mut tally = MrTally::default();
+        for entry in [
+            mr(9_633_792, Some(4242), None),
+            mr(4096, Some(4242), None),
+            mr(1 << 30, Some(17), None),
+            mr(8192, None, Some("nvme_rdma")),
+            mr(4096, None, None),
+            mr(4096, None, None),
+            MrEntry { pid: Some(17), ..MrEntry::default() },
+        ] {
+            tally.add(&entry);
+        }
+        let usage = tally.finish(10, |pid| if pid == 4242 { "python".into() } else { String::new() });
+        assert_eq!(usage.registered_bytes, 9_633_792 + 4096 + (1 << 30) + 8192 + 8192);
+        let rows: Vec<(&str, &str, u64, u64)> = usage.owners.iter().map(|o| (o.pid.as_str(), o.comm.as_str(), o.mrs, o.bytes)).collect();
+        assert_eq!(
+            rows,
+            [
+                ("17", "", 2, 1 << 30),
+                ("4242", "python", 2, 9_633_792 + 4096),
+                ("", "[nvme_rdma]", 1, 8192),
+                ("unknown", "", 2, 8192),
+            ]
+        );
+    }
+
+    #[test]
+    fn owners_past_the_limit_are_folded_into_other() {
+        let mut tally = MrTally::default();
+        for pid in 1..=10u32 {
+            tally.add(&mr(u64::from(pid) * 1000, Some(pid), None));
+        }
+        let usage = tally.finish(3, |_| "w".into());
+        let pids: Vec<&str> = usage.owners.iter().map(|o| o.pid.as_str()).collect();
+        assert_eq!(pids, ["8", "9", "10", "other"], "the largest owners keep their own series");
+        let other = usage.owners.last().unwrap();
+        assert_eq!((other.mrs, other.bytes), (7, (1..=7).sum::<u64>() * 1000));
+        assert_eq!(usage.registered_bytes, (1..=10).sum::<u64>() * 1000);
+    }
+
+    #[test]
+    fn byte_sums_saturate() {
+        let mut tally = MrTally::default();
+        tally.add(&mr(u64::MAX, Some(1), None));
+        tally.add(&mr(u64::MAX, Some(1), None));
+        let usage = tally.finish(10, |_| String::new());
+        assert_eq!(usage.registered_bytes, u64::MAX);
+        assert_eq!(usage.owners[0].bytes, u64::MAX);
+    }
+
+    #[test]
+    fn no_rdma_in_this_kernel_is_reported_as_unsupported_not_as_a_failure() {
+        // This machine's kernel has no InfiniBand: socket(NETLINK_RDMA) fails with
+        // EPROTONOSUPPORT. On a kernel with RDMA the same call must succeed instead.
+        let rdma_in_kernel = NetlinkSocket::open().map(|_| true).or_else(|e| if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) { Ok(false) } else { Err(e) }).unwrap();
+        let procfs = PathBuf::from("/proc");
+        let mut collector = RdmaNetlinkCollector::new(Roots { procfs: procfs.clone(), sysfs: "/sys".into() }, RdmaConfig::default());
+        let mut errors = Vec::new();
+        let stats = collector.read(&mut errors).expect("data either way");
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(stats.supported, rdma_in_kernel);
+        if !rdma_in_kernel {
+            assert!(stats.devices.is_empty());
+            let mut out = Exposition::new();
+            stats.render(&mut out);
+            let text = out.finish();
+            assert!(text.contains("\nmemlock_rdma_netlink_supported 0\n"), "{text}");
+            assert!(!text.contains("memlock_rdma_resources{"), "{text}");
+        }
+    }
+
+    /// The socket, sequence and multi-datagram code against a real kernel: a NETLINK_ROUTE link
+    /// dump (RTM_GETLINK) has the same framing as an nldev dump, plus a family header.
+    #[test]
+    fn a_real_netlink_dump_is_read_to_done() {
+        const RTM_NEWLINK: u16 = 16;
+        const RTM_GETLINK: u16 = 18;
+        let socket = NetlinkSocket::open_protocol(libc::NETLINK_ROUTE).unwrap();
+        let mut buffer = vec![0; RECV_BUFFER_BYTES];
+        let mut names = Vec::new();
+        // A request for lo alone (ifindex 1) whose reply and ACK are left unread: the dump that
+        // follows must skip them by sequence number.
+        let mut stale = Vec::new();
+        nldev::Header { len: 32, kind: RTM_GETLINK, flags: nldev::flags::REQUEST | nldev::flags::ACK, seq: 41, port: 0 }.write(&mut stale);
+        stale.extend_from_slice(&[0; 4]);
+        stale.extend_from_slice(&1i32.to_ne_bytes());
+        stale.extend_from_slice(&[0; 8]);
+        socket.send(&stale).unwrap();
+        {
+            let seq = 42;
+            let mut request = Vec::new();
+            nldev::Header { len: 20, kind: RTM_GETLINK, flags: nldev::flags::REQUEST | nldev::flags::DUMP, seq, port: 0 }.write(&mut request);
+            request.extend_from_slice(&[libc::AF_UNSPEC as u8, 0, 0, 0]);
+            exchange(&socket, &mut buffer, &request, RTM_NEWLINK, seq, |body| {
+                // struct ifinfomsg (16 bytes), then the link's attributes; IFLA_IFNAME is 3.
+                let attrs = body.get(16..).ok_or(DecodeError::TruncatedPayload { what: "ifinfomsg", len: body.len() })?;
+                for a in nldev::attrs(attrs) {
+                    let a = a?;
+                    if a.kind == 3 {
+                        names.push(a.string());
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+        }
+        // Every link of this network namespace, once: the stale reply was not counted and its
+        // ACK did not end the dump early.
+        let mut expected: Vec<String> = std::fs::read_dir("/sys/class/net").unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        expected.sort();
+        names.sort();
+        assert_eq!(names, expected);
+        assert!(names.iter().any(|n| n == "lo"), "{names:?}");
+
+        // Netlink runs one dump at a time per socket: a dump abandoned half-read makes the next
+        // request fail with EBUSY, which is why the collector reopens its socket after a failure.
+        let socket = NetlinkSocket::open_protocol(libc::NETLINK_ROUTE).unwrap();
+        let mut abandoned = Vec::new();
+        nldev::Header { len: 20, kind: RTM_GETLINK, flags: nldev::flags::REQUEST | nldev::flags::DUMP, seq: 50, port: 0 }.write(&mut abandoned);
+        abandoned.extend_from_slice(&[0; 4]);
+        socket.send(&abandoned).unwrap();
+        let mut again = abandoned.clone();
+        again[8..12].copy_from_slice(&51u32.to_ne_bytes());
+        let result = exchange(&socket, &mut buffer, &again, RTM_NEWLINK, 51, |_| Ok(()));
+        assert!(matches!(result, Err(ExchangeError::Reply(ReplyError::Kernel { error })) if error == -libc::EBUSY), "{result:?}");
+    }
+
+    #[test]
+    fn errors_name_the_request_and_keep_the_errno() {
+        let e = into_source_error(ExchangeError::Reply(ReplyError::Kernel { error: -22 }), "RES_MR_GET", Some("mlx5_0"));
+        assert_eq!(e.path(), std::path::Path::new("netlink:NETLINK_RDMA/RES_MR_GET/mlx5_0"));
+        assert_eq!(e.kind(), "io");
+        assert!(e.to_string().contains("Invalid argument"), "{e}");
+        let e = into_source_error(ExchangeError::Reply(ReplyError::Decode(DecodeError::TruncatedHeader { have: 3 })), "RES_GET", None);
+        assert_eq!(e.kind(), "parse");
+        assert!(e.to_string().starts_with("netlink:NETLINK_RDMA/RES_GET: "), "{e}");
+    }
+
+    #[test]
+    fn renders_per_process_series_and_device_totals() {
+        let stats = RdmaNetlinkStats {
+            supported: true,
+            devices: vec![NetlinkDevice {
+                name: "mlx5_0".into(),
+                index: 0,
+                resources: vec![("pd".into(), 4), ("mr".into(), 37)],
+                mrs: Some(MrUsage {
+                    registered_bytes: 9_637_888,
+                    owners: vec![OwnerMrs { pid: "4242".into(), comm: "python".into(), mrs: 2, bytes: 9_637_888 }],
+                }),
+            }],
+        };
+        let mut out = Exposition::new();
+        stats.render(&mut out);
+        let text = out.finish();
+        for line in [
+            "memlock_rdma_netlink_supported 1",
+            "memlock_rdma_resources{device=\"mlx5_0\",type=\"mr\"} 37",
+            "memlock_rdma_mr_registered_bytes{device=\"mlx5_0\"} 9637888",
+            "memlock_rdma_process_mrs{pid=\"4242\",comm=\"python\",device=\"mlx5_0\"} 2",
+            "memlock_rdma_process_mr_bytes{pid=\"4242\",comm=\"python\",device=\"mlx5_0\"} 9637888",
+        ] {
+            assert!(text.contains(&format!("{line}\n")), "{line} missing from:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! RDMA devices from sysfs: `<sysfs>/class/infiniband/<device>/` (a symlink to the device
+//! directory, followed like any path), its ports, their PMA counters and the driver's
+//! `hw_counters`, at device and port level.
+//!
+//! Everything below a device is optional: drivers differ in which files they provide, and some
+//! fail reads of counters they cannot report (`EINVAL`, `EOPNOTSUPP`). Those are absent, not
+//! errors. A device that disappears mid-scan (hot unplug, driver reload) is skipped.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::config::RdmaConfig;
+use crate::exposition::{Exposition, Kind};
+use crate::fsroot::{self, Roots, SourceError};
+use crate::kernel::rdma_sysfs::{self as parse, Numbered};
+use crate::kernel::ParseError;
+
+use super::{optional, Collector, Data};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RdmaSysfsStats {
+    pub devices: Vec<SysfsDevice>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SysfsDevice {
+    pub name: String,
+    pub node_type: Option<Numbered>,
+    pub node_guid: Option<String>,
+    pub fw_ver: Option<String>,
+    pub hca_type: Option<String>,
+    pub board_id: Option<String>,
+    /// Device-level driver counters (EFA `reg_mr_err`, ...).
+    pub hw_counters: Vec<HwCounter>,
+    pub ports: Vec<SysfsPort>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SysfsPort {
+    pub number: u32,
+    pub state: Option<Numbered>,
+    pub phys_state: Option<Numbered>,
+    pub rate_bytes_per_second: Option<u64>,
+    pub link_layer: Option<String>,
+    /// `counters/`: `(counter label, value)`, data counters already in bytes.
+    pub counters: Vec<(String, u64)>,
+    pub hw_counters: Vec<HwCounter>,
+}
+
+/// One file of a `hw_counters/` directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HwCounter {
+    pub name: String,
+    pub value: u64,
+    /// A level (bnxt_re `active_*`, `watermark_*`), exported as a gauge.
+    pub gauge: bool,
+}
+
+pub struct RdmaSysfsCollector {
+    roots: Roots,
+    config: RdmaConfig,
+    text: String,
+}
+
+impl RdmaSysfsCollector {
+    pub fn new(roots: Roots, config: RdmaConfig) -> Self {
+        Self { roots, config, text: String::new() }
+    }
+
+    pub fn read(&mut self, errors: &mut Vec<SourceError>) -> Option<RdmaSysfsStats> {
+        let class = self.roots.sys("class/infiniband");
+        // No InfiniBand support, or no RDMA device: nothing to report, and nothing wrong.
+        let names = match optional(fsroot::list_dir(&class)) {
+            Ok(names) => names.unwrap_or_default(),
+            Err(e) => {
+                errors.push(e);
+                return None;
+            }
+        };
+        let mut stats = RdmaSysfsStats::default();
+        let wanted: Vec<String> = names.into_iter().filter(|n| self.config.wants(n)).collect();
+        for name in wanted {
+            let dir = class.join(&name);
+            if let Some(device) = self.read_device(&dir, name, errors) {
+                stats.devices.push(device);
+            }
+        }
+        Some(stats)
+    }
+
+    fn read_device(&mut self, dir: &Path, name: String, errors: &mut Vec<SourceError>) -> Option<SysfsDevice> {
+        match fsroot::list_dir(dir) {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => return None,
+            Err(e) => {
+                errors.push(e);
+                return None;
+            }
+        }
+        let mut device = SysfsDevice {
+            node_type: self.value(&dir.join("node_type"), parse::parse_numbered, errors),
+            node_guid: self.label(&dir.join("node_guid"), errors),
+            fw_ver: self.label(&dir.join("fw_ver"), errors),
+            hca_type: self.label(&dir.join("hca_type"), errors),
+            board_id: self.label(&dir.join("board_id"), errors),
+            hw_counters: self.hw_counters(&dir.join("hw_counters"), errors),
+            ports: Vec::new(),
+            name,
+        };
+        let ports_dir = dir.join("ports");
+        let mut numbers: Vec<u32> = match absent_ok(fsroot::list_dir(&ports_dir)) {
+            Ok(names) => names.unwrap_or_default().iter().filter_map(|n| n.parse().ok()).collect(),
+            Err(e) => {
+                errors.push(e);
+                Vec::new()
+            }
+        };
+        numbers.sort_unstable();
+        for number in numbers {
+            let port = ports_dir.join(number.to_string());
+            device.ports.push(SysfsPort {
+                number,
+                state: self.value(&port.join("state"), parse::parse_numbered, errors),
+                phys_state: self.value(&port.join("phys_state"), parse::parse_numbered, errors),
+                rate_bytes_per_second: self.value(&port.join("rate"), parse::parse_rate, errors),
+                link_layer: self.label(&port.join("link_layer"), errors),
+                counters: self.port_counters(&port.join("counters"), errors),
+                hw_counters: self.hw_counters(&port.join("hw_counters"), errors),
+            });
+        }
+        Some(device)
+    }
+
+    /// Reads and parses one optional file; an absent or unreadable-by-design file is `None`,
+    /// anything else is recorded in `errors`.
+    fn value<T>(&mut self, path: &Path, parse: impl FnOnce(&str) -> Result<T, ParseError>, errors: &mut Vec<SourceError>) -> Option<T> {
+        match absent_ok(fsroot::read_into(path, &mut self.text)) {
+            Ok(Some(())) => match parse(&self.text) {
+                Ok(value) => Some(value),
+                Err(source) => {
+                    errors.push(SourceError::Parse { path: path.to_owned(), source });
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        }
+    }
+
+    fn label(&mut self, path: &Path, errors: &mut Vec<SourceError>) -> Option<String> {
+        self.value(path, |text| Ok(parse::label_value(text)), errors)
+    }
+
+    fn counter_files(&mut self, dir: &Path, errors: &mut Vec<SourceError>) -> Vec<(String, u64)> {
+        let names = match absent_ok(fsroot::list_dir(dir)) {
+            Ok(names) => names.unwrap_or_default(),
+            Err(e) => {
+                errors.push(e);
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            if parse::hw_counter_is_setting(&name) {
+                continue;
+            }
+            // `N/A (no PMA)` parses to None: absent, like a file the driver refuses to read.
+            if let Some(Some(value)) = self.value(&dir.join(&name), parse::parse_counter, errors) {
+                out.push((name, value));
+            }
+        }
+        out
+    }
+
+    fn port_counters(&mut self, dir: &Path, errors: &mut Vec<SourceError>) -> Vec<(String, u64)> {
+        self.counter_files(dir, errors)
+            .into_iter()
+            .map(|(file, value)| {
+                let counter = parse::port_counter(&file);
+                // PMA counters saturate instead of wrapping; so does the conversion to bytes.
+                (counter.name.into_owned(), value.saturating_mul(counter.scale))
+            })
+            .collect()
+    }
+
+    fn hw_counters(&mut self, dir: &Path, errors: &mut Vec<SourceError>) -> Vec<HwCounter> {
+        self.counter_files(dir, errors)
+            .into_iter()
+            .map(|(name, value)| HwCounter { gauge: parse::hw_counter_is_gauge(&name), name, value })
+            .collect()
+    }
+}
+
+/// Like [`optional`], and also treats the errors drivers return for counters they cannot
+/// report (`EINVAL`, `EOPNOTSUPP`, `ENODATA`) as absent.
+fn absent_ok<T>(result: Result<T, SourceError>) -> Result<Option<T>, SourceError> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_not_found() || driver_declined(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn driver_declined(error: &SourceError) -> bool {
+    matches!(error, SourceError::Io { source, .. } if is_declined(source))
+}
+
+fn is_declined(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP | libc::ENODATA))
+}
+
+impl Collector for RdmaSysfsCollector {
+    fn name(&self) -> &'static str {
+        "rdma_sysfs"
+    }
+
+    fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
+        self.read(errors).map(|s| Data::RdmaSysfs(Arc::new(s)))
+    }
+}
+
+impl RdmaSysfsStats {
+    pub fn render(&self, out: &mut Exposition) {
+        out.family(
+            "memlock_rdma_device_info",
+            "RDMA device from /sys/class/infiniband, always 1; labels carry firmware, HCA type, board id, node type and node GUID (empty when the driver does not provide the file). Sampled on the rdma_sysfs interval (default 5s).",
+            Kind::Gauge,
+        );
+        for d in &self.devices {
+            let node_type = d.node_type.as_ref().map(|n| n.name.as_str()).unwrap_or("");
+            out.sample(
+                &[
+                    ("device", &d.name),
+                    ("fw_ver", d.fw_ver.as_deref().unwrap_or("")),
+                    ("hca_type", d.hca_type.as_deref().unwrap_or("")),
+                    ("board_id", d.board_id.as_deref().unwrap_or("")),
+                    ("node_type", node_type),
+                    ("node_guid", d.node_guid.as_deref().unwrap_or("")),
+                ],
+                1u64,
+            );
+        }
+
+        let ports: Vec<(&SysfsDevice, &SysfsPort, String)> =
+            self.devices.iter().flat_map(|d| d.ports.iter().map(move |p| (d, p, p.number.to_string()))).collect();
+        type Field = fn(&SysfsPort) -> Option<u64>;
+        let gauges: [(&'static str, &'static str, Field); 3] = [
+            (
+                "memlock_rdma_port_state",
+                "Logical port state, the kernel's number in ports/N/state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER. Sampled on the rdma_sysfs interval.",
+                |p| p.state.as_ref().map(|s| u64::from(s.value)),
+            ),
+            (
+                "memlock_rdma_port_phys_state",
+                "Physical port state, the kernel's number in ports/N/phys_state: 1 Sleep, 2 Polling, 3 Disabled, 4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test. Sampled on the rdma_sysfs interval.",
+                |p| p.phys_state.as_ref().map(|s| u64::from(s.value)),
+            ),
+            (
+                "memlock_rdma_port_rate_bytes_per_second",
+                "Port signalling rate from ports/N/rate (\"400 Gb/sec (4X NDR)\" is 5e10 bytes per second). Sampled on the rdma_sysfs interval.",
+                |p| p.rate_bytes_per_second,
+            ),
+        ];
+        for (name, help, field) in gauges {
+            out.family(name, help, Kind::Gauge);
+            for (d, p, port) in &ports {
+                out.maybe(&[("device", &d.name), ("port", port)], field(p));
+            }
+        }
+        out.family(
+            "memlock_rdma_port_info",
+            "RDMA port, always 1; link_layer is InfiniBand, Ethernet (RoCE) or Unknown (EFA). Sampled on the rdma_sysfs interval.",
+            Kind::Gauge,
+        );
+        for (d, p, port) in &ports {
+            if let Some(link_layer) = &p.link_layer {
+                out.sample(&[("device", &d.name), ("port", port), ("link_layer", link_layer)], 1u64);
+            }
+        }
+        out.family(
+            "memlock_rdma_port_counter_total",
+            "Port counters from ports/N/counters (IBTA PMA). port_xmit_data and port_rcv_data count 4-byte words in the kernel file and are exported in bytes as port_xmit_data_bytes and port_rcv_data_bytes; the others are counts. PMA counters saturate rather than wrap. Sampled on the rdma_sysfs interval.",
+            Kind::Counter,
+        );
+        for (d, p, port) in &ports {
+            for (counter, value) in &p.counters {
+                out.sample(&[("device", &d.name), ("port", port), ("counter", counter)], *value);
+            }
+        }
+        self.render_hw(out, false);
+        self.render_hw(out, true);
+    }
+
+    /// Driver counters, device-level ones with `port=""` first; `gauges` selects the levels.
+    fn render_hw(&self, out: &mut Exposition, gauges: bool) {
+        if gauges {
+            out.family(
+                "memlock_rdma_hw_objects",
+                "Driver hw_counters that are levels, not counts: bnxt_re active_* (verbs objects that exist now, such as active_mrs) and watermark_* (their peak). port is empty for device-level files. Sampled on the rdma_sysfs interval.",
+                Kind::Gauge,
+            );
+        } else {
+            out.family(
+                "memlock_rdma_hw_counter_total",
+                "Driver counters from hw_counters/ by file name (EFA reg_mr_err counts failed memory registrations, memlock ENOMEM included). port is empty for device-level counters. Some drivers' 32-bit counters wrap. Sampled on the rdma_sysfs interval.",
+                Kind::Counter,
+            );
+        }
+        for d in &self.devices {
+            for c in d.hw_counters.iter().filter(|c| c.gauge == gauges) {
+                out.sample(&[("device", &d.name), ("port", ""), ("counter", &c.name)], c.value);
+            }
+            for p in &d.ports {
+                let port = p.number.to_string();
+                for c in p.hw_counters.iter().filter(|c| c.gauge == gauges) {
+                    out.sample(&[("device", &d.name), ("port", &port), ("counter", &c.name)], c.value);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use regex::Regex;
+    use std::path::PathBuf;
+
+    fn fixture_roots() -> Roots {
+        let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        Roots { procfs: base.join("proc"), sysfs: base.join("sys") }
+    }
+
+    fn collect(config: RdmaConfig) -> (RdmaSysfsStats, Vec<SourceError>) {
+        let mut errors = Vec::new();
+        let stats = RdmaSysfsCollector::new(fixture_roots(), config).read(&mut errors).unwrap();
+        (stats, errors)
+    }
+
+    fn device<'a>(stats: &'a RdmaSysfsStats, name: &str) -> &'a SysfsDevice {
+        stats.devices.iter().find(|d| d.name == name).unwrap_or_else(|| panic!("{name} missing"))
+    }
+
+    fn counter(counters: &[(String, u64)], name: &str) -> Option<u64> {
+        counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+
+    #[test]
+    fn reads_the_fixture_devices_through_their_symlinks() {
+        let (stats, errors) = collect(RdmaConfig::default());
+        assert!(errors.is_empty(), "{errors:?}");
+        let names: Vec<&str> = stats.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["bnxt_re0", "efa_0", "mlx5_0", "mlx5_1"]);
+        assert!(
+            std::fs::symlink_metadata(fixture_roots().sysfs.join("class/infiniband/mlx5_0")).unwrap().file_type().is_symlink(),
+            "the fixture models sysfs: class entries are symlinks"
+        );
+
+        let ib = device(&stats, "mlx5_0");
+        assert_eq!(ib.fw_ver.as_deref(), Some("28.39.1002"));
+        assert_eq!(ib.hca_type.as_deref(), Some("MT4129"));
+        assert_eq!(ib.node_type, Some(Numbered { value: 1, name: "CA".into() }));
+        let port = &ib.ports[0];
+        assert_eq!(port.number, 1);
+        assert_eq!(port.state.as_ref().map(|s| s.value), Some(4));
+        assert_eq!(port.phys_state.as_ref().map(|s| s.value), Some(5));
+        assert_eq!(port.rate_bytes_per_second, Some(50_000_000_000));
+        assert_eq!(port.link_layer.as_deref(), Some("InfiniBand"));
+        // 4-byte words in the file, bytes in the export.
+        let words: u64 = std::fs::read_to_string(fixture_roots().sysfs.join("class/infiniband/mlx5_0/ports/1/counters/port_xmit_data")).unwrap().trim().parse().unwrap();
+        assert_eq!(counter(&port.counters, "port_xmit_data_bytes"), Some(words * 4));
+        assert_eq!(counter(&port.counters, "port_xmit_data"), None);
+        // "N/A (no PMA)" is absent, not an error and not zero.
+        assert_eq!(counter(&port.counters, "port_xmit_constraint_errors"), None);
+        assert!(counter(&port.counters, "symbol_error").is_some());
+        assert!(port.hw_counters.iter().any(|c| c.name == "out_of_buffer" && !c.gauge));
+        assert!(!port.hw_counters.iter().any(|c| c.name == "lifespan"), "lifespan is a setting");
+
+        assert_eq!(device(&stats, "mlx5_1").ports[0].link_layer.as_deref(), Some("Ethernet"));
+
+        let efa = device(&stats, "efa_0");
+        assert!(efa.hw_counters.iter().any(|c| c.name == "reg_mr_err" && c.value == 3 && !c.gauge));
+        assert!(efa.ports[0].hw_counters.iter().any(|c| c.name == "rdma_read_bytes"));
+        assert_eq!(efa.hca_type, None, "EFA provides no hca_type: absent, not empty");
+
+        let bnxt = device(&stats, "bnxt_re0");
+        let active = bnxt.ports[0].hw_counters.iter().find(|c| c.name == "active_mrs").unwrap();
+        assert!(active.gauge);
+    }
+
+    #[test]
+    fn include_and_exclude_patterns_select_devices() {
+        let config = RdmaConfig { include: vec![Regex::new("^mlx5_").unwrap()], exclude: vec![Regex::new("_1$").unwrap()] };
+        let (stats, _) = collect(config);
+        assert_eq!(stats.devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["mlx5_0"]);
+    }
+
+    #[test]
+    fn no_infiniband_class_is_no_devices_not_an_error() {
+        let mut errors = Vec::new();
+        let roots = Roots { procfs: "/nonexistent".into(), sysfs: std::env::temp_dir().join("memlock-no-such-sysfs") };
+        let stats = RdmaSysfsCollector::new(roots, RdmaConfig::default()).read(&mut errors);
+        assert_eq!(stats, Some(RdmaSysfsStats::default()));
+        assert!(errors.is_empty());
+    }
+
+    #[test]
+    fn broken_files_are_errors_but_the_rest_is_kept() {
+        let root = std::env::temp_dir().join(format!("memlock-rdma-sysfs-{}", std::process::id()));
+        let port = root.join("class/infiniband/mlx5_9/ports/1");
+        std::fs::create_dir_all(port.join("counters")).unwrap();
+        std::fs::write(root.join("class/infiniband/mlx5_9/fw_ver"), "1.2.3\n").unwrap();
+        std::fs::write(port.join("state"), "ACTIVE\n").unwrap();
+        std::fs::write(port.join("rate"), "400 Gb/sec (4X NDR)\n").unwrap();
+        std::fs::write(port.join("counters/port_rcv_data"), "lots\n").unwrap();
+        std::fs::write(port.join("counters/port_rcv_packets"), "12\n").unwrap();
+        let mut errors = Vec::new();
+        let stats = RdmaSysfsCollector::new(Roots { procfs: root.clone(), sysfs: root.clone() }, RdmaConfig::default()).read(&mut errors).unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+        let paths: Vec<String> = errors.iter().map(|e| e.path().display().to_string()).collect();
+        assert_eq!(errors.len(), 2, "{paths:?}");
+        assert!(paths[0].ends_with("ports/1/state") && paths[1].ends_with("counters/port_rcv_data"), "{paths:?}");
+        let port = &stats.devices[0].ports[0];
+        assert_eq!(port.state, None);
+        assert_eq!(port.rate_bytes_per_second, Some(50_000_000_000));
+        assert_eq!(port.counters, [("port_rcv_packets".to_owned(), 12)]);
+        assert_eq!(stats.devices[0].fw_ver.as_deref(), Some("1.2.3"));
+    }
+
+    #[test]
+    fn declined_reads_are_absent() {
+        assert!(is_declined(&io::Error::from_raw_os_error(libc::EINVAL)));
+        assert!(is_declined(&io::Error::from_raw_os_error(libc::EOPNOTSUPP)));
+        assert!(!is_declined(&io::Error::from_raw_os_error(libc::EACCES)));
+    }
+
+    #[test]
+    fn renders_contiguous_families_with_bytes_and_device_level_counters() {
+        let (stats, _) = collect(RdmaConfig::default());
+        let mut out = Exposition::new();
+        stats.render(&mut out);
+        let text = out.finish();
+        assert!(text.contains("memlock_rdma_port_rate_bytes_per_second{device=\"mlx5_0\",port=\"1\"} 50000000000\n"), "{text}");
+        assert!(text.contains("memlock_rdma_hw_counter_total{device=\"efa_0\",port=\"\",counter=\"reg_mr_err\"} 3\n"), "{text}");
+        assert!(text.contains("memlock_rdma_hw_objects{device=\"bnxt_re0\",port=\"1\",counter=\"active_mrs\"}"), "{text}");
+        assert!(!text.contains("memlock_rdma_hw_counter_total{device=\"bnxt_re0\",port=\"1\",counter=\"active_mrs\"}"), "levels are not counters");
+        assert!(text.contains("memlock_rdma_port_info{device=\"mlx5_1\",port=\"1\",link_layer=\"Ethernet\"} 1\n"), "{text}");
+        // Each family's header appears once, so its samples are contiguous.
+        for line in text.lines().filter(|l| l.starts_with("# TYPE")) {
+            assert_eq!(text.matches(&format!("{line}\n")).count(), 1, "{line}");
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! What triggers a configuration reload: SIGHUP, or a change to any file the configuration was
+//! read from (the TOML file, the web configuration, certificates and keys).
+//!
+//! Files are watched through their directories, so editors that write a new file and rename it
+//! over the old one, and Kubernetes ConfigMap volumes (which swap a `..data` symlink), are seen
+//! too. Events only say "maybe"; a reload happens when the contents actually differ from what
+//! was last loaded, so touching a file or unrelated activity in the directory costs a hash.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher as _};
+use tokio::sync::mpsc;
+
+/// Editors and tools write in bursts (truncate, write, rename); wait this long after the first
+/// event for the burst to end before comparing contents.
+pub const SETTLE: Duration = Duration::from_millis(300);
+
+/// Files are read whole for the comparison; configuration files and certificates are small.
+const MAX_FINGERPRINT_BYTES: u64 = 1 << 20;
+
+/// Watches the directories of a set of files and sends `()` on `events` when something in them
+/// may have changed.
+pub struct FileWatch {
+    files: Vec<PathBuf>,
+    _watcher: Option<notify::RecommendedWatcher>,
+}
+
+impl FileWatch {
+    pub fn new(files: Vec<PathBuf>, events: mpsc::UnboundedSender<()>) -> FileWatch {
+        let names: BTreeSet<OsString> = files.iter().filter_map(|f| f.file_name().map(|n| n.to_owned())).collect();
+        let dirs: BTreeSet<PathBuf> = files.iter().map(|f| directory_of(f)).collect();
+        if files.is_empty() {
+            return FileWatch { files, _watcher: None };
+        }
+        let handler = move |event: notify::Result<notify::Event>| {
+            let relevant = match &event {
+                Ok(event) => event.paths.iter().any(|p| p.file_name().is_some_and(|n| names.contains(n) || n.as_encoded_bytes().starts_with(b".."))),
+                // The watch itself failed (for example the queue overflowed): compare anyway.
+                Err(_) => true,
+            };
+            if relevant {
+                let _ = events.send(());
+            }
+        };
+        let mut watcher = match notify::recommended_watcher(handler) {
+            Ok(watcher) => watcher,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot watch configuration files; reload with SIGHUP");
+                return FileWatch { files, _watcher: None };
+            }
+        };
+        for dir in &dirs {
+            if let Err(err) = watcher.watch(dir, RecursiveMode::NonRecursive) {
+                tracing::warn!(error = %err, directory = %dir.display(), "cannot watch directory; reload with SIGHUP");
+            }
+        }
+        tracing::debug!(files = ?files, "watching configuration files");
+        FileWatch { files, _watcher: Some(watcher) }
+    }
+
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+}
+
+fn directory_of(file: &Path) -> PathBuf {
+    match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A digest of each file's contents (`None`: unreadable or too large), to tell a real change
+/// from a touch.
+pub fn fingerprint(files: &[PathBuf]) -> Vec<Option<[u8; 32]>> {
+    files
+        .iter()
+        .map(|path| {
+            use std::io::Read;
+            let mut bytes = Vec::new();
+            let file = std::fs::File::open(path).ok()?;
+            file.take(MAX_FINGERPRINT_BYTES + 1).read_to_end(&mut bytes).ok()?;
+            let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+            let mut out = [0u8; 32];
+            out.copy_from_slice(digest.as_ref());
+            Some(out)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_change_with_contents_only() {
+        let dir = std::env::temp_dir().join(format!("memlock-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("config.toml");
+        std::fs::write(&file, "a = 1\n").unwrap();
+        let files = vec![file.clone(), dir.join("missing.toml")];
+        let first = fingerprint(&files);
+        assert!(first[0].is_some() && first[1].is_none());
+        std::fs::write(&file, "a = 1\n").unwrap();
+        assert_eq!(fingerprint(&files), first, "rewriting the same bytes is no change");
+        std::fs::write(&file, "a = 2\n").unwrap();
+        assert_ne!(fingerprint(&files), first);
+    }
+
+    #[tokio::test]
+    async fn changes_to_watched_files_are_reported_and_others_are_not() {
+        let dir = std::env::temp_dir().join(format!("memlock-reload-watch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("config.toml");
+        std::fs::write(&file, "a = 1\n").unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _watch = FileWatch::new(vec![file.clone()], tx);
+        std::fs::write(dir.join("unrelated.txt"), "x").unwrap();
+        assert!(tokio::time::timeout(Duration::from_millis(300), rx.recv()).await.is_err(), "an unrelated file is ignored");
+        // An editor's save: write a temporary file, rename it over the original.
+        std::fs::write(dir.join("config.toml.tmp"), "a = 2\n").unwrap();
+        std::fs::rename(dir.join("config.toml.tmp"), &file).unwrap();
+        assert!(tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().is_some());
+    }
+}

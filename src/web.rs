@@ -1,0 +1,680 @@
+//! The web configuration file (`--web.config.file`): TLS, client certificates, basic
+//! authentication and security headers, in the format of the Prometheus exporter-toolkit, so a
+//! fleet can hand the same file to node_exporter and to this exporter.
+//!
+//! ```yaml
+//! tls_server_config:
+//!   cert_file: server.crt          # relative paths are relative to this file
+//!   key_file: server.key
+//!   min_version: TLS12             # TLS12 (default) or TLS13
+//!   client_auth_type: RequireAndVerifyClientCert
+//!   client_ca_file: clients-ca.crt
+//! http_server_config:
+//!   headers:
+//!     Strict-Transport-Security: max-age=31536000
+//! basic_auth_users:
+//!   prometheus: $2y$10$...         # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\n')
+//! ```
+//!
+//! The whole file is validated when it is loaded (certificates and keys are read and matched,
+//! hashes are checked for shape), so a reload either swaps in a working configuration or keeps
+//! the old one. Differences from the Go implementation, each refused with an error rather than
+//! silently weakened: TLS 1.0 and 1.1 do not exist in rustls (a `min_version` below TLS12 means
+//! TLS12); `RequestClientCert` and `RequireAnyClientCert` (certificates nobody verifies),
+//! `client_allowed_sans`, `rate_limit` and the curve `CurveP521` are not supported. HTTP/2 is
+//! not served; `http2` is accepted and ignored.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use hyper::header::{HeaderName, HeaderValue};
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
+use thiserror::Error;
+
+/// Web configuration files, certificates and keys are small; anything larger is a mistake.
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// A problem with the web configuration: the file, and the key (`tls_server_config.cert_file`)
+/// when one is to blame.
+#[derive(Debug, Error)]
+#[error("web config file {}: {key}{sep}{message}", path.display(), sep = if key.is_empty() { "" } else { ": " })]
+pub struct WebConfigError {
+    pub path: PathBuf,
+    pub key: String,
+    pub message: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebConfig {
+    #[serde(default)]
+    tls_server_config: Option<RawTls>,
+    #[serde(default)]
+    http_server_config: Option<RawHttp>,
+    #[serde(default)]
+    basic_auth_users: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    rate_limit: Option<yaml_serde::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    #[serde(default)]
+    cert: String,
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    client_ca: String,
+    #[serde(default)]
+    cert_file: String,
+    #[serde(default)]
+    key_file: String,
+    #[serde(default)]
+    client_auth_type: String,
+    #[serde(default)]
+    client_ca_file: String,
+    #[serde(default)]
+    client_allowed_sans: Option<Vec<String>>,
+    #[serde(default)]
+    cipher_suites: Vec<String>,
+    #[serde(default)]
+    curve_preferences: Vec<String>,
+    #[serde(default)]
+    min_version: Option<String>,
+    #[serde(default)]
+    max_version: Option<String>,
+    #[serde(default)]
+    prefer_server_cipher_suites: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    #[serde(default)]
+    http2: Option<bool>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+}
+
+/// The validated web configuration. The default (no file) serves plain HTTP to anyone.
+#[derive(Default)]
+pub struct WebConfig {
+    /// The file it came from.
+    pub file: Option<PathBuf>,
+    pub tls: Option<Arc<ServerConfig>>,
+    /// Whether TLS clients must present a certificate signed by the client CA.
+    pub client_auth: ClientAuth,
+    pub users: Option<BasicAuth>,
+    /// Added to every response.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Every file this configuration was read from (the file itself, certificates, keys, CAs),
+    /// so a change to any of them can trigger a reload.
+    pub sources: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ClientAuth {
+    #[default]
+    None,
+    VerifyIfGiven,
+    Required,
+}
+
+impl fmt::Debug for WebConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebConfig")
+            .field("file", &self.file)
+            .field("tls", &self.tls.is_some())
+            .field("client_auth", &self.client_auth)
+            .field("users", &self.users.as_ref().map(BasicAuth::len))
+            .field("headers", &self.headers)
+            .finish()
+    }
+}
+
+impl WebConfig {
+    /// A one-line description for the startup log (never any secret).
+    pub fn summary(&self) -> String {
+        format!(
+            "tls={} client_auth={:?} basic_auth_users={}",
+            self.tls.is_some(),
+            self.client_auth,
+            self.users.as_ref().map_or(0, BasicAuth::len)
+        )
+    }
+}
+
+/// Reads and validates a web configuration file; `None` is the default (no TLS, no auth).
+pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
+    let Some(path) = path else { return Ok(WebConfig::default()) };
+    let fail = |key: &str, message: String| WebConfigError { path: path.to_owned(), key: key.to_owned(), message };
+    let text = read_bounded(path).map_err(|m| fail("", m))?;
+    // An empty file (or one holding only comments) is a valid, empty configuration.
+    let raw: RawWebConfig = yaml_serde::from_str::<Option<RawWebConfig>>(&text).map_err(|e| fail("", e.to_string()))?.unwrap_or_default();
+    let dir = path.parent().map(Path::to_owned).unwrap_or_default();
+    let mut config = WebConfig { file: Some(path.to_owned()), sources: vec![path.to_owned()], ..WebConfig::default() };
+
+    if raw.rate_limit.is_some() {
+        return Err(fail("rate_limit", "is not supported; use --web.max-requests to bound concurrent requests".into()));
+    }
+    if let Some(users) = raw.basic_auth_users {
+        for (user, hash) in &users {
+            if user.contains(':') {
+                return Err(fail(&format!("basic_auth_users.{user}"), "a user name cannot contain ':' (basic auth separates it from the password)".into()));
+            }
+            check_bcrypt_shape(hash).map_err(|m| fail(&format!("basic_auth_users.{user}"), m))?;
+        }
+        if !users.is_empty() {
+            config.users = Some(BasicAuth::new(users));
+        }
+    }
+    if let Some(http) = raw.http_server_config {
+        let _ = http.http2;
+        config.headers = security_headers(&http.headers).map_err(|(key, m)| fail(&format!("http_server_config.headers.{key}"), m))?;
+    }
+    if let Some(tls) = raw.tls_server_config {
+        if tls_enabled(&tls) {
+            let (server, client_auth, files) = tls_config(&tls, &dir).map_err(|(key, m)| fail(&format!("tls_server_config.{key}"), m))?;
+            config.tls = Some(Arc::new(server));
+            config.client_auth = client_auth;
+            config.sources.extend(files);
+        }
+    }
+    Ok(config)
+}
+
+fn read_bounded(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!("{}: larger than {MAX_FILE_BYTES} bytes", path.display()));
+    }
+    Ok(text)
+}
+
+fn tls_enabled(tls: &RawTls) -> bool {
+    [&tls.cert, &tls.key, &tls.cert_file, &tls.key_file, &tls.client_ca, &tls.client_ca_file, &tls.client_auth_type].iter().any(|s| !s.is_empty())
+}
+
+type KeyedError = (&'static str, String);
+
+/// Reads PEM from a file (relative to the web config's directory) or from the inline value.
+fn pem_source(dir: &Path, file: &str, inline: &str, files: &mut Vec<PathBuf>) -> Result<Option<Vec<u8>>, String> {
+    if !file.is_empty() {
+        let path = dir.join(file);
+        let text = read_bounded(&path)?;
+        files.push(path);
+        Ok(Some(text.into_bytes()))
+    } else if !inline.is_empty() {
+        Ok(Some(inline.as_bytes().to_vec()))
+    } else {
+        Ok(None)
+    }
+}
+
+fn tls_config(tls: &RawTls, dir: &Path) -> Result<(ServerConfig, ClientAuth, Vec<PathBuf>), KeyedError> {
+    let mut files = Vec::new();
+    if !tls.cert.is_empty() && !tls.cert_file.is_empty() {
+        return Err(("cert", "set either cert or cert_file, not both".into()));
+    }
+    if !tls.key.is_empty() && !tls.key_file.is_empty() {
+        return Err(("key", "set either key or key_file, not both".into()));
+    }
+    let cert_pem = pem_source(dir, &tls.cert_file, &tls.cert, &mut files)
+        .map_err(|m| ("cert_file", m))?
+        .ok_or(("cert_file", "missing one of cert or cert_file".to_owned()))?;
+    let key_pem = pem_source(dir, &tls.key_file, &tls.key, &mut files)
+        .map_err(|m| ("key_file", m))?
+        .ok_or(("key_file", "missing one of key or key_file".to_owned()))?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| ("cert_file", format!("not a PEM certificate: {e}")))?;
+    if chain.is_empty() {
+        return Err(("cert_file", "holds no certificate".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| ("key_file", format!("not a PEM private key: {e}")))?;
+
+    let versions = protocol_versions(tls)?;
+    let mut provider = rustls::crypto::ring::default_provider();
+    restrict_cipher_suites(&mut provider, &tls.cipher_suites).map_err(|m| ("cipher_suites", m))?;
+    restrict_curves(&mut provider, &tls.curve_preferences).map_err(|m| ("curve_preferences", m))?;
+    let provider = Arc::new(provider);
+
+    if !tls.client_ca.is_empty() && !tls.client_ca_file.is_empty() {
+        return Err(("client_ca", "set either client_ca or client_ca_file, not both".into()));
+    }
+    let client_ca = pem_source(dir, &tls.client_ca_file, &tls.client_ca, &mut files).map_err(|m| ("client_ca_file", m))?;
+    let client_auth = match tls.client_auth_type.as_str() {
+        "" | "NoClientCert" => ClientAuth::None,
+        "VerifyClientCertIfGiven" => ClientAuth::VerifyIfGiven,
+        "RequireAndVerifyClientCert" => ClientAuth::Required,
+        "RequestClientCert" | "RequireAnyClientCert" | "RequireClientCert" => {
+            return Err((
+                "client_auth_type",
+                format!("{:?} accepts certificates that nobody verifies and is not supported; use RequireAndVerifyClientCert", tls.client_auth_type),
+            ))
+        }
+        other => {
+            return Err((
+                "client_auth_type",
+                format!("{other:?} is not one of NoClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"),
+            ))
+        }
+    };
+    if tls.client_allowed_sans.is_some() {
+        return Err(("client_allowed_sans", "is not supported; sign client certificates with a dedicated client CA instead".into()));
+    }
+
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .map_err(|e| ("min_version", e.to_string()))?;
+    let builder = match (client_auth, client_ca) {
+        (ClientAuth::None, Some(_)) => return Err(("client_ca_file", "a client CA is set but client_auth_type is NoClientCert; set it to RequireAndVerifyClientCert".into())),
+        (ClientAuth::None, None) => builder.with_no_client_auth(),
+        (_, None) => return Err(("client_ca_file", format!("client_auth_type {} needs client_ca_file (or client_ca)", tls.client_auth_type))),
+        (auth, Some(pem)) => {
+            let mut roots = RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| ("client_ca_file", format!("not a PEM certificate: {e}")))?;
+                roots.add(cert).map_err(|e| ("client_ca_file", format!("not a usable CA certificate: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(("client_ca_file", "holds no certificate".into()));
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = if auth == ClientAuth::VerifyIfGiven { verifier.allow_unauthenticated() } else { verifier };
+            builder.with_client_cert_verifier(verifier.build().map_err(|e| ("client_ca_file", e.to_string()))?)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| ("key_file", format!("does not match the certificate or is unusable: {e}")))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.ignore_client_order = tls.prefer_server_cipher_suites.unwrap_or(true);
+    Ok((config, client_auth, files))
+}
+
+fn protocol_versions(tls: &RawTls) -> Result<Vec<&'static SupportedProtocolVersion>, KeyedError> {
+    // Ordered oldest first; TLS 1.0 and 1.1 are below everything rustls offers.
+    let rank = |key: &'static str, value: &Option<String>, default: u8| -> Result<u8, KeyedError> {
+        match value.as_deref() {
+            None | Some("") => Ok(default),
+            Some("TLS10") => Ok(10),
+            Some("TLS11") => Ok(11),
+            Some("TLS12") => Ok(12),
+            Some("TLS13") => Ok(13),
+            Some(other) => Err((key, format!("{other:?} is not one of TLS10, TLS11, TLS12, TLS13"))),
+        }
+    };
+    let min = rank("min_version", &tls.min_version, 12)?;
+    let max = rank("max_version", &tls.max_version, 13)?;
+    if max < 12 {
+        return Err(("max_version", "TLS 1.0 and 1.1 are not offered (rustls implements TLS 1.2 and 1.3 only)".into()));
+    }
+    if min > max {
+        return Err(("min_version", "is above max_version".into()));
+    }
+    let mut versions = Vec::new();
+    if min <= 12 {
+        versions.push(&rustls::version::TLS12);
+    }
+    if max >= 13 {
+        versions.push(&rustls::version::TLS13);
+    }
+    Ok(versions)
+}
+
+/// Keeps the TLS 1.2 suites named (IANA names, as Go spells them), in the order given; TLS 1.3
+/// suites are not configurable, as in Go.
+fn restrict_cipher_suites(provider: &mut CryptoProvider, names: &[String]) -> Result<(), String> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let name_of = |suite: &SupportedCipherSuite| format!("{:?}", suite.suite());
+    let mut chosen: Vec<SupportedCipherSuite> = Vec::new();
+    for name in names {
+        match provider.cipher_suites.iter().find(|s| &name_of(s) == name).copied() {
+            Some(suite @ SupportedCipherSuite::Tls12(_)) => chosen.push(suite),
+            Some(SupportedCipherSuite::Tls13(_)) => {}
+            None => {
+                let known: Vec<String> = provider.cipher_suites.iter().map(name_of).collect();
+                return Err(format!("{name:?} is not available; known: {}", known.join(", ")));
+            }
+        }
+    }
+    let tls13 = provider.cipher_suites.iter().filter(|s| matches!(s, SupportedCipherSuite::Tls13(_))).copied();
+    chosen.extend(tls13);
+    provider.cipher_suites = chosen;
+    Ok(())
+}
+
+fn restrict_curves(provider: &mut CryptoProvider, names: &[String]) -> Result<(), String> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let mut chosen = Vec::new();
+    for name in names {
+        let group = match name.as_str() {
+            "X25519" => rustls::NamedGroup::X25519,
+            "CurveP256" => rustls::NamedGroup::secp256r1,
+            "CurveP384" => rustls::NamedGroup::secp384r1,
+            "CurveP521" => return Err("CurveP521 is not available with the ring provider".into()),
+            other => return Err(format!("{other:?} is not one of X25519, CurveP256, CurveP384")),
+        };
+        if let Some(kx) = provider.kx_groups.iter().find(|k| k.name() == group) {
+            chosen.push(*kx);
+        }
+    }
+    provider.kx_groups = chosen;
+    Ok(())
+}
+
+fn security_headers(given: &BTreeMap<String, String>) -> Result<Vec<(HeaderName, HeaderValue)>, (String, String)> {
+    const ALLOWED: [&str; 5] = ["Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options", "X-XSS-Protection", "Strict-Transport-Security"];
+    let mut out = Vec::new();
+    for (name, value) in given {
+        if !ALLOWED.contains(&name.as_str()) {
+            return Err((name.clone(), format!("is not one of {}", ALLOWED.join(", "))));
+        }
+        if value.is_empty() {
+            continue;
+        }
+        let lower = value.to_ascii_lowercase();
+        if name == "X-Frame-Options" && lower != "deny" && lower != "sameorigin" {
+            return Err((name.clone(), format!("{value:?} is not one of deny, sameorigin")));
+        }
+        if name == "X-Content-Type-Options" && lower != "nosniff" {
+            return Err((name.clone(), format!("{value:?} is not nosniff")));
+        }
+        let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| (name.clone(), e.to_string()))?;
+        let header_value = HeaderValue::from_str(value).map_err(|e| (name.clone(), format!("{value:?}: {e}")))?;
+        out.push((header_name, header_value));
+    }
+    Ok(out)
+}
+
+/// `$2a$`, `$2b$`, `$2x$` or `$2y$`, a two-digit cost from 4 to 31, and 53 characters of
+/// bcrypt's base64 (22 of salt, 31 of hash).
+fn check_bcrypt_shape(hash: &str) -> Result<(), String> {
+    let bad = || "is not a bcrypt hash (expected $2y$10$ followed by 53 characters, as made by htpasswd -nBC 10)".to_owned();
+    let parts: Vec<&str> = hash.split('$').collect();
+    let [empty, version, cost, rest] = parts.as_slice() else { return Err(bad()) };
+    if !empty.is_empty() || !matches!(*version, "2a" | "2b" | "2x" | "2y") {
+        return Err(bad());
+    }
+    let cost: u32 = cost.parse().map_err(|_| bad())?;
+    if !(4..=31).contains(&cost) {
+        return Err(format!("bcrypt cost {cost} is outside 4..=31"));
+    }
+    if rest.len() != 53 || !rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'/') {
+        return Err(bad());
+    }
+    Ok(())
+}
+
+/// Users and their bcrypt hashes. Verifying a bcrypt hash costs tens of milliseconds of CPU by
+/// design, so outcomes are cached, keyed by a SHA-256 of user, password and hash (the
+/// password itself is never stored); a changed hash is a different key.
+pub struct BasicAuth {
+    users: BTreeMap<String, String>,
+    cache: Mutex<HashMap<[u8; 32], bool>>,
+}
+
+/// Bounds the cache; a flood of distinct wrong passwords clears it rather than growing it.
+const AUTH_CACHE_ENTRIES: usize = 1024;
+
+impl BasicAuth {
+    pub fn new(users: BTreeMap<String, String>) -> Self {
+        Self { users, cache: Mutex::new(HashMap::new()) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.users.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty()
+    }
+
+    fn cache_key(user: &str, password: &str, hash: &str) -> [u8; 32] {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        for part in [user, password, hash] {
+            ctx.update(&(part.len() as u64).to_le_bytes());
+            ctx.update(part.as_bytes());
+        }
+        let mut key = [0u8; 32];
+        key.copy_from_slice(ctx.finish().as_ref());
+        key
+    }
+
+    /// The cached outcome for these credentials, if any: cheap, for the async path.
+    pub fn cached(&self, user: &str, password: &str) -> Option<bool> {
+        let hash = self.users.get(user)?;
+        let key = Self::cache_key(user, password, hash);
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key).copied()
+    }
+
+    /// Checks credentials; blocking (bcrypt). Unknown users cost as much as known ones, so
+    /// timing does not tell which user names exist.
+    pub fn verify(&self, user: &str, password: &str) -> bool {
+        let Some(hash) = self.users.get(user) else {
+            let _ = bcrypt::verify(password, decoy_hash());
+            return false;
+        };
+        let key = Self::cache_key(user, password, hash);
+        if let Some(ok) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+            return *ok;
+        }
+        let ok = bcrypt::verify(password, hash).unwrap_or(false);
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= AUTH_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(key, ok);
+        ok
+    }
+}
+
+/// A hash of a random password at the usual cost, made once, for unknown users.
+fn decoy_hash() -> &'static str {
+    static DECOY: OnceLock<String> = OnceLock::new();
+    DECOY.get_or_init(|| {
+        let mut seed = [0u8; 16];
+        let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed);
+        let password: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+        bcrypt::hash(password, 10).unwrap_or_default()
+    })
+}
+
+/// Splits an `Authorization: Basic ...` header value into user and password.
+pub fn parse_basic_authorization(value: &[u8]) -> Option<(String, String)> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    let (scheme, encoded) = text.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64_decode(encoded.trim())?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (user, password) = decoded.split_once(':')?;
+    Some((user.to_owned(), password.to_owned()))
+}
+
+/// Standard base64 with padding (RFC 4648 section 4), as basic auth uses; `None` on anything else.
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    fn value(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let bytes = text.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for (index, chunk) in bytes.chunks(4).enumerate() {
+        let last = index == bytes.len() / 4 - 1;
+        let padding = chunk.iter().rev().take_while(|&&c| c == b'=').count();
+        if padding > 2 || (padding > 0 && !last) {
+            return None;
+        }
+        let mut group = 0u32;
+        for &c in &chunk[..4 - padding] {
+            group = (group << 6) | value(c)?;
+        }
+        group <<= 6 * padding as u32;
+        let decoded = [(group >> 16) as u8, (group >> 8) as u8, group as u8];
+        out.extend_from_slice(&decoded[..3 - padding]);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        std::fs::create_dir_all(dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("memlock-web-{}-{name}", std::process::id()))
+    }
+
+    /// A self-signed certificate and key made with the openssl CLI.
+    fn self_signed(dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = std::process::Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost"])
+            .arg("-keyout")
+            .arg(dir.join("server.key"))
+            .arg("-out")
+            .arg(dir.join("server.crt"))
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    #[test]
+    fn no_file_and_empty_files_mean_plain_http_without_auth() {
+        let config = load(None).unwrap();
+        assert!(config.tls.is_none() && config.users.is_none() && config.headers.is_empty());
+        let dir = temp_dir("empty");
+        let config = load(Some(&write(&dir, "web.yml", "# nothing yet\n"))).unwrap();
+        assert!(config.tls.is_none() && config.users.is_none());
+    }
+
+    #[test]
+    fn tls_with_relative_paths_and_users() {
+        let dir = temp_dir("tls");
+        self_signed(&dir);
+        let hash = bcrypt::hash("secret", 4).unwrap();
+        let path = write(
+            &dir,
+            "web.yml",
+            &format!(
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: TLS13\n  curve_preferences: [X25519]\nhttp_server_config:\n  http2: false\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  prometheus: '{hash}'\n"
+            ),
+        );
+        let config = load(Some(&path)).unwrap();
+        let tls = config.tls.as_ref().unwrap();
+        assert_eq!(tls.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        assert_eq!(config.client_auth, ClientAuth::None);
+        assert_eq!(config.sources, vec![path.clone(), dir.join("server.crt"), dir.join("server.key")]);
+        assert_eq!(config.headers.len(), 1);
+        let users = config.users.as_ref().unwrap();
+        assert!(users.verify("prometheus", "secret"));
+        assert_eq!(users.cached("prometheus", "secret"), Some(true));
+        assert!(!users.verify("prometheus", "wrong"));
+        assert_eq!(users.cached("prometheus", "wrong"), Some(false));
+        assert!(!users.verify("nobody", "secret"));
+        assert!(format!("{config:?}").contains("tls: true"), "debug output names no secret");
+        assert!(!format!("{config:?}").contains(&hash));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_key() {
+        let dir = temp_dir("errors");
+        self_signed(&dir);
+        let cases = [
+            ("tls_server_config:\n  cert_fil: server.crt\n", "cert_fil"),
+            ("tls_server_config:\n  cert_file: server.crt\n", "tls_server_config.key_file"),
+            ("tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n", "missing.crt"),
+            ("tls_server_config:\n  cert_file: server.key\n  key_file: server.key\n", "tls_server_config.cert_file"),
+            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.crt\n", "tls_server_config.key_file"),
+            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: TLS14\n", "tls_server_config.min_version"),
+            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  max_version: TLS11\n", "tls_server_config.max_version"),
+            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_ca_file: server.crt\n", "tls_server_config.client_ca_file"),
+            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n", "tls_server_config.client_ca_file"),
+            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAnyClientCert\n", "tls_server_config.client_auth_type"),
+            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n", "tls_server_config.cipher_suites"),
+            ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users.alice"),
+            ("basic_auth_users: [alice]\n", "basic_auth_users"),
+            ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "http_server_config.headers.X-Frame-Options"),
+            ("http_server_config:\n  headers:\n    Server: me\n", "http_server_config.headers.Server"),
+            ("rate_limit:\n  interval: 1s\n", "rate_limit"),
+            ("tls_server_config: [\n", "web.yml"),
+        ];
+        for (text, expected) in cases {
+            let path = write(&dir, "web.yml", text);
+            let err = load(Some(&path)).unwrap_err().to_string();
+            assert!(err.contains(expected) && err.contains(&path.display().to_string()), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn client_verification_and_cipher_choices() {
+        let dir = temp_dir("mtls");
+        self_signed(&dir);
+        let path = write(
+            &dir,
+            "web.yml",
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: server.crt\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n  prefer_server_cipher_suites: false\n",
+        );
+        let config = load(Some(&path)).unwrap();
+        assert_eq!(config.client_auth, ClientAuth::VerifyIfGiven);
+        assert!(!config.tls.as_ref().unwrap().ignore_client_order);
+        assert_eq!(config.sources.len(), 4, "web config, cert, key and client CA are all watched");
+    }
+
+    #[test]
+    fn bcrypt_shapes() {
+        assert!(check_bcrypt_shape("$2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_ok());
+        assert!(check_bcrypt_shape("$2b$04$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_ok());
+        assert!(check_bcrypt_shape("$2y$3$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_err());
+        assert!(check_bcrypt_shape("$1$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_err());
+        assert!(check_bcrypt_shape("$2y$10$short").is_err());
+        assert!(check_bcrypt_shape("").is_err());
+    }
+
+    #[test]
+    fn basic_authorization_headers() {
+        assert_eq!(parse_basic_authorization(b"Basic dXNlcjpwYXNz"), Some(("user".into(), "pass".into())));
+        assert_eq!(parse_basic_authorization(b"basic dXNlcjpwYTpzcw=="), Some(("user".into(), "pa:ss".into())));
+        assert_eq!(parse_basic_authorization(b"Basic dTo="), Some(("u".into(), "".into())));
+        assert_eq!(parse_basic_authorization(b"Bearer dXNlcjpwYXNz"), None);
+        assert_eq!(parse_basic_authorization(b"Basic dXNlcg=="), None, "no colon");
+        assert_eq!(parse_basic_authorization(b"Basic ***"), None);
+        assert_eq!(parse_basic_authorization(b"Basic dX=lcjpwYXNz"), None, "padding in the middle");
+        assert_eq!(parse_basic_authorization(b"Basic"), None);
+        assert_eq!(base64_decode("").unwrap(), b"");
+        assert_eq!(base64_decode("Zm9vYmFy").unwrap(), b"foobar");
+        assert_eq!(base64_decode("Zm9vYg==").unwrap(), b"foob");
+    }
+}
