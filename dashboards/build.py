@@ -1,0 +1,550 @@
+"""The Grafana dashboards of memlock-exporter, as Python data.
+
+Run `python3 alerts/generate.py` to write dashboards/*.json; do not edit the JSON by hand. The
+alert thresholds drawn on the panels come from alerts/thresholds.yml, like the rules'.
+
+Every query selects `job=~"$job", instance=~"$instance"` and uses the `$datasource` variable;
+scripts/e2e/prometheus.sh runs each query against a real Prometheus scraping the exporter.
+"""
+
+SCHEMA_VERSION = 39
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+SELECTOR = 'job=~"$job", instance=~"$instance"'
+TAG = "memlock-exporter"
+
+PORT_STATES = {0: ("NOP", "red"), 1: ("DOWN", "red"), 2: ("INIT", "orange"), 3: ("ARMED", "orange"), 4: ("ACTIVE", "green"), 5: ("ACTIVE_DEFER", "green")}
+
+
+def m(name, **matchers):
+    """A metric selected by the dashboard's job and instance variables, and by `matchers`:
+    label=value for equality, label=(operator, value) for the others."""
+    parts = [SELECTOR]
+    for label, value in matchers.items():
+        operator, value = value if isinstance(value, tuple) else ("=", value)
+        parts.append(f'{label}{operator}"{value}"')
+    return f"{name}{{{', '.join(parts)}}}"
+
+
+def with_pod(expr, identity="instance, job, cgroup"):
+    """Adds kube-state-metrics' namespace and pod labels where a series has a pod_uid, and keeps
+    the series unchanged where it has none or kube_pod_info is not scraped."""
+    return (
+        f"(\n  ({expr})\n  * on (pod_uid) group_left (namespace, pod)\n"
+        f'  max by (pod_uid, namespace, pod) (label_replace(kube_pod_info, "pod_uid", "$1", "uid", "(.+)"))\n)\n'
+        f"or on ({identity})\n({expr})"
+    )
+
+
+# --- panels ---------------------------------------------------------------------------------
+
+
+def target(expr, legend="", ref="A", table=False):
+    t = {"datasource": DATASOURCE, "editorMode": "code", "expr": expr, "refId": ref}
+    if table:
+        t.update({"format": "table", "instant": True, "range": False})
+    else:
+        t.update({"legendFormat": legend or "__auto", "range": True})
+    return t
+
+
+def targets(*pairs, table=False):
+    return [target(expr, legend, chr(ord("A") + i), table) for i, (expr, legend) in enumerate(pairs)]
+
+
+def steps(base, *thresholds):
+    """Threshold steps: `base` colour below the first value, then (value, colour) pairs."""
+    out = [{"color": base, "value": None}]
+    out += [{"color": color, "value": value} for value, color in thresholds]
+    return {"mode": "absolute", "steps": out}
+
+
+def timeseries(title, queries, unit, description="", thresholds=None, min_value=None, max_value=None, stack=False, bars=False):
+    custom = {
+        "drawStyle": "bars" if bars else "line",
+        "lineWidth": 1,
+        "fillOpacity": 10 if not bars else 80,
+        "showPoints": "never",
+        "spanNulls": False,
+        "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+        "thresholdsStyle": {"mode": "dashed" if thresholds else "off"},
+    }
+    defaults = {"unit": unit, "custom": custom, "color": {"mode": "palette-classic"}}
+    defaults["thresholds"] = thresholds or steps("green")
+    if min_value is not None:
+        defaults["min"] = min_value
+    if max_value is not None:
+        defaults["max"] = max_value
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "legend": {"displayMode": "table", "placement": "bottom", "showLegend": True, "calcs": ["lastNotNull", "max"]},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": queries,
+    }
+
+
+def stat(title, queries, unit, description="", thresholds=None, mappings=None, no_value="", text_mode="value"):
+    defaults = {"unit": unit, "thresholds": thresholds or steps("green"), "color": {"mode": "thresholds"}, "mappings": mappings or []}
+    if no_value:
+        defaults["noValue"] = no_value
+    return {
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "background" if thresholds else "value",
+            "graphMode": "area" if text_mode == "value" else "none",
+            "justifyMode": "auto",
+            "orientation": "auto",
+            "textMode": text_mode,
+            "wideLayout": True,
+        },
+        "targets": queries,
+    }
+
+
+def table(title, queries, columns, description="", sort_by=None, overrides=None, hidden=("Time", "__name__", "job")):
+    """A table of instant queries merged into one row per series. `columns` maps a field
+    (a label, or "Value #A" for query A) to its display name, in display order."""
+    index = {field: i for i, (field, _) in enumerate(columns)}
+    exclude = {field: True for field in hidden}
+    transformations = [
+        {"id": "merge", "options": {}},
+        {"id": "organize", "options": {"excludeByName": exclude, "indexByName": index, "renameByName": dict(columns)}},
+    ]
+    if sort_by:
+        transformations.append({"id": "sortBy", "options": {"fields": {}, "sort": [{"field": sort_by, "desc": True}]}})
+    return {
+        "type": "table",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "fieldConfig": {"defaults": {"custom": {"align": "auto", "cellOptions": {"type": "auto"}}, "thresholds": steps("green")}, "overrides": overrides or []},
+        "options": {"showHeader": True, "cellHeight": "sm", "footer": {"show": False, "reducer": ["sum"], "fields": ""}},
+        "transformations": transformations,
+        "targets": queries,
+    }
+
+
+def column(name, unit, thresholds=None, gauge=False, mappings=None):
+    """A field override for one table column."""
+    props = [{"id": "unit", "value": unit}]
+    if thresholds:
+        props.append({"id": "thresholds", "value": thresholds})
+        mode = "gauge" if gauge else "color-background"
+        cell = {"type": mode, "mode": "basic"} if gauge else {"type": mode, "mode": "basic"}
+        props.append({"id": "custom.cellOptions", "value": cell})
+        props.append({"id": "color", "value": {"mode": "thresholds"}})
+    if mappings:
+        props.append({"id": "mappings", "value": mappings})
+    return {"matcher": {"id": "byName", "options": name}, "properties": props}
+
+
+def value_map(mapping):
+    """Grafana value mappings from {value: (text, colour)}."""
+    options = {str(k): {"text": text, "color": color, "index": i} for i, (k, (text, color)) in enumerate(mapping.items())}
+    return [{"type": "value", "options": options}]
+
+
+def row(title):
+    return {"type": "row", "title": title, "collapsed": False, "panels": []}
+
+
+# --- dashboards -----------------------------------------------------------------------------
+
+
+def variables():
+    datasource = {
+        "type": "datasource",
+        "name": "datasource",
+        "label": "Data source",
+        "query": "prometheus",
+        "current": {},
+        "hide": 0,
+        "includeAll": False,
+        "multi": False,
+        "options": [],
+        "refresh": 1,
+        "regex": "",
+        "skipUrlSync": False,
+    }
+
+    def query_variable(name, label, query, multi):
+        return {
+            "type": "query",
+            "name": name,
+            "label": label,
+            "datasource": DATASOURCE,
+            "definition": query,
+            "query": {"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery", "qryType": 1},
+            "current": {},
+            "hide": 0,
+            "includeAll": multi,
+            "allValue": ".+" if multi else None,
+            "multi": multi,
+            "options": [],
+            "refresh": 2,
+            "regex": "",
+            "skipUrlSync": False,
+            "sort": 1,
+        }
+
+    return [
+        datasource,
+        query_variable("job", "Job", "label_values(memlock_exporter_build_info, job)", False),
+        query_variable("instance", "Instance", 'label_values(memlock_exporter_build_info{job=~"$job"}, instance)', True),
+    ]
+
+
+def layout(items):
+    """Places panels left to right on a 24-column grid; a row starts a new line. `items` are
+    (panel, width, height); returns the panels with ids and grid positions."""
+    panels, x, y, line_height = [], 0, 0, 0
+    for number, (panel, width, height) in enumerate(items, start=1):
+        if panel["type"] == "row" or x + width > 24:
+            x, y, line_height = 0, y + line_height, 0
+        panel = dict(panel, id=number, gridPos={"h": height, "w": width, "x": x, "y": y})
+        if panel["type"] == "row":
+            y += height
+        else:
+            x += width
+            line_height = max(line_height, height)
+        panels.append(panel)
+    return panels
+
+
+def dashboard(uid, title, description, items):
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": [TAG],
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "timepicker": {},
+        "timezone": "",
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "weekStart": "",
+        "links": [{"type": "dashboards", "title": "memlock-exporter", "tags": [TAG], "asDropdown": True, "includeVars": True, "keepTime": True}],
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                },
+                {
+                    "datasource": DATASOURCE,
+                    "enable": True,
+                    "expr": f'ALERTS{{alertname=~"Memlock.*", alertstate="firing", {SELECTOR}}}',
+                    "iconColor": "red",
+                    "name": "Memlock alerts",
+                    "step": "1m",
+                    "tagKeys": "severity",
+                    "titleFormat": "{{alertname}}",
+                    "textFormat": "{{instance}}",
+                },
+            ]
+        },
+        "templating": {"list": variables()},
+        "panels": layout(items),
+    }
+
+
+def node_overview(t):
+    low = t.value("node_available_low_ratio")
+    guard = t.value("node_exhaustion_max_available_ratio")
+    horizon = t.value("node_exhaustion_horizon_seconds")
+    window = t.value("node_exhaustion_window")
+    rise = f'deriv({m("memlock_node_mlocked_bytes")}[{window}]) + deriv({m("memlock_node_pinned_bytes")}[{window}])'
+    available_ratio = f'{m("memlock_node_memory_available_bytes")} / {m("memlock_node_memory_total_bytes")}'
+    unused_hugepages = (
+        f'({m("memlock_node_hugepages", state="free")} - ignoring (state) {m("memlock_node_hugepages", state="reserved")})'
+        f' / ignoring (state) {m("memlock_node_hugepages", state="total")}'
+    )
+    overcommit = value_map({0: ("heuristic", "green"), 1: ("always", "green"), 2: ("strict", "red")})
+    return dashboard(
+        "memlock-node",
+        "memlock-exporter / Node overview",
+        "Locked, pinned and available memory, hugepages and overcommit of the node: the node-wide limits RDMA registration runs into.",
+        [
+            (row("Now"), 24, 1),
+            (stat("MemAvailable", targets((available_ratio, "")), "percentunit",
+                  f"MemAvailable as a share of MemTotal. Red below {low:.0%} (MemlockNodeMemoryAvailableLow).",
+                  steps("red", (low, "orange"), (guard, "green"))), 4, 4),
+            (stat("Mlocked", targets((m("memlock_node_mlocked_bytes"), "")), "bytes", "Pages locked with mlock(). RDMA registrations are not in it."), 4, 4),
+            (stat("Pinned", targets((m("memlock_node_pinned_bytes"), "")), "bytes", "Long-term pinned pages (FOLL_PIN): RDMA registrations, io_uring fixed buffers, vfio."), 4, 4),
+            (stat("Hugepage pools", targets((m("memlock_node_hugetlb_bytes"), "")), "bytes", "Memory held by hugepage pools of all sizes, taken out of ordinary memory."), 4, 4),
+            (stat("Overcommit", targets((m("memlock_node_overcommit_mode"), "")), "none",
+                  "vm.overcommit_memory. Strict (2) on an RDMA node makes large CUDA and NCCL reservations fail (MemlockNodeStrictOvercommitWithRdma).",
+                  steps("green", (2, "red")), overcommit), 4, 4),
+            (stat("Time to exhaustion", targets((f'min({m("memlock_trend_exhaustion_seconds", scope="node")})', "")), "s",
+                  "The exporter's own estimate from 1 s samples: seconds until Mlocked + pinned reaches MemAvailable at the current rise. Empty while not rising.",
+                  steps("red", (horizon, "green")), no_value="not rising"), 4, 4),
+            (row("Memory"), 24, 1),
+            (timeseries("Locked and pinned memory against MemAvailable", targets(
+                (m("memlock_node_memory_total_bytes"), "MemTotal"),
+                (m("memlock_node_memory_available_bytes"), "MemAvailable"),
+                (m("memlock_node_mlocked_bytes"), "Mlocked"),
+                (m("memlock_node_pinned_bytes"), "pinned"),
+                (f'{m("memlock_node_mlocked_bytes")} + {m("memlock_node_pinned_bytes")}', "Mlocked + pinned"),
+                (m("memlock_node_unevictable_bytes"), "Unevictable"),
+                (m("memlock_node_hugetlb_bytes"), "hugepage pools"),
+            ), "bytes", "Mlocked and pinned memory cannot be reclaimed; when their sum approaches MemAvailable, registrations and allocations fail.", min_value=0), 12, 8),
+            (timeseries("MemAvailable share of MemTotal", targets((available_ratio, "{{instance}}")), "percentunit",
+                        f"Dashed lines: {low:.0%} (MemlockNodeMemoryAvailableLow and the hugepage squeeze) and {guard:.0%} (below it a steep rise of locked + pinned memory alerts).",
+                        steps("red", (low, "orange"), (guard, "green")), min_value=0, max_value=1), 12, 8),
+            (timeseries("Time until locked + pinned memory reaches MemAvailable", targets(
+                (m("memlock_trend_exhaustion_seconds", scope="node"), "exporter trend (1 s samples)"),
+                (f'{m("memlock_node_memory_available_bytes")} / ({rise} > 0)', f"Prometheus, slope over {window}"),
+            ), "s", f"At the current rise. Dashed line: {horizon:.0f} s, the horizon of MemlockNodeMemoryExhaustionPredicted. Empty while not rising.",
+                steps("red", (horizon, "green")), min_value=0), 12, 8),
+            (timeseries("Rise of locked + pinned memory", targets(
+                (m("memlock_trend_rise_bytes_per_second", scope="node"), "exporter trend (1 s samples)"),
+                (rise, f"Prometheus, slope over {window}"),
+            ), "binBps", "How fast Mlocked + pinned grows."), 12, 8),
+            (row("Hugepages and overcommit"), 24, 1),
+            (timeseries("Hugepages by size and state", targets((m("memlock_node_hugepages"), "{{size_bytes}} B {{state}}")), "none",
+                        "Pages per pool. Free pages are neither used nor reserved; they are still unavailable to everything else."), 8, 8),
+            (timeseries("Hugepage pool neither used nor reserved", targets((unused_hugepages, "{{size_bytes}} B pages")), "percentunit",
+                        f"(free − reserved) / total per page size. Dashed line: {t.value('hugepages_unused_ratio'):.0%}, the squeeze alert's threshold (with MemAvailable low).",
+                        steps("green", (t.value("hugepages_unused_ratio"), "orange")), min_value=0, max_value=1), 8, 8),
+            (timeseries("Committed memory against CommitLimit", targets(
+                (m("memlock_node_committed_bytes"), "Committed_AS"),
+                (m("memlock_node_commit_limit_bytes"), "CommitLimit (enforced only in strict mode)"),
+            ), "bytes", "With vm.overcommit_memory = 2, allocations fail once Committed_AS reaches CommitLimit.", min_value=0), 8, 8),
+            (row("NUMA nodes"), 24, 1),
+            (timeseries("Mlocked and pinned per NUMA node", targets(
+                (m("memlock_numa_mlocked_bytes"), "node {{numa_node}} Mlocked"),
+                (m("memlock_numa_pinned_bytes"), "node {{numa_node}} pinned"),
+            ), "bytes", "Registrations pin memory on the NUMA node the buffer lives on.", min_value=0), 12, 8),
+            (timeseries("Free memory per NUMA node", targets(
+                (m("memlock_numa_memory_free_bytes"), "node {{numa_node}} free"),
+                (m("memlock_numa_memory_total_bytes"), "node {{numa_node}} total"),
+            ), "bytes", "A node can run out while the machine as a whole has memory left.", min_value=0), 12, 8),
+            (row("Exporter"), 24, 1),
+            (timeseries("Collector sample age", targets((m("memlock_exporter_collector_sample_age_seconds"), "{{collector}}")), "s",
+                        f"Seconds since each collector's latest run, at scrape time. Dashed line: {t.value('sample_stale_seconds')} s (MemlockCollectorSamplesStale).",
+                        steps("green", (t.value("sample_stale_seconds"), "red")), min_value=0), 8, 8),
+            (timeseries("Collector success", targets((m("memlock_scrape_collector_success"), "{{collector}}")), "none",
+                        "1 when the collector's latest run read all its sources (MemlockCollectorFailing when 0).",
+                        steps("red", (1, "green")), min_value=0, max_value=1), 8, 8),
+            (timeseries("Collector errors", targets(
+                (f'sum by (collector, kind) (rate({m("memlock_exporter_collector_errors_total")}[$__rate_interval]))', "{{collector}} {{kind}}"),
+            ), "ops", "Errors met by collectors, by kind. Empty while there have been none."), 8, 8),
+        ],
+    )
+
+
+def jobs_and_pods(t):
+    near = t.value("cgroup_near_limit_ratio")
+    process_near = t.value("process_near_limit_ratio")
+    ratio = f'{m("memlock_cgroup_memory_usage_bytes")} / {m("memlock_cgroup_memory_limit_bytes")}'
+    ratio_steps = steps("green", (near, "orange"), (1, "red"))
+    process_steps = steps("green", (process_near, "orange"), (1, "red"))
+    oom = f'sum without (event) (increase({m("memlock_cgroup_memory_events_total", event=("=~", "oom|oom_kill"))}[$__range]))'
+    cgroup_columns = [
+        ("instance", "instance"), ("namespace", "namespace"), ("pod", "pod"), ("cgroup", "cgroup"), ("slurm_job", "Slurm job"),
+        ("Value #A", "usage / limit"), ("Value #B", "usage"), ("Value #C", "limit"), ("Value #D", "locked (VmLck)"),
+        ("Value #E", "pinned (VmPin)"), ("Value #F", "worst process memlock ratio"), ("Value #G", "OOM events"),
+    ]
+    top = f"topk(50, {ratio})"
+    restrict = f"and on (instance, job, cgroup) {top}"
+    per_pod = lambda name: f'max by (instance, job, pod_uid) ({m(name, pod_uid=("!=", ""))})'
+    per_job = lambda name: f'max by (instance, job, slurm_job) ({m(name, slurm_job=("!=", ""))})'
+    pod_table_columns = [
+        ("instance", "instance"), ("namespace", "namespace"), ("pod", "pod"), ("pod_uid", "pod uid"),
+        ("Value #A", "usage"), ("Value #B", "limit"), ("Value #C", "pinned (VmPin)"), ("Value #D", "locked (VmLck)"), ("Value #E", "worst process memlock ratio"),
+    ]
+    metrics = ["memlock_cgroup_memory_usage_bytes", "memlock_cgroup_memory_limit_bytes", "memlock_cgroup_pinned_bytes", "memlock_cgroup_locked_bytes", "memlock_cgroup_limit_usage_ratio_max"]
+    bytes_columns = lambda names: [column(n, "bytes") for n in names]
+    return dashboard(
+        "memlock-workloads",
+        "memlock-exporter / Jobs and pods",
+        "Per cgroup: memory usage against the effective limit, locked and pinned sums, the worst process's memlock ratio; Kubernetes pods (joined through kube_pod_info{uid}) and Slurm jobs.",
+        [
+            (table("Cgroups closest to their memory limit", targets(
+                (with_pod(top), ""),
+                (with_pod(f'{m("memlock_cgroup_memory_usage_bytes")} {restrict}'), ""),
+                (with_pod(f'{m("memlock_cgroup_memory_limit_bytes")} {restrict}'), ""),
+                (with_pod(f'{m("memlock_cgroup_locked_bytes")} {restrict}'), ""),
+                (with_pod(f'{m("memlock_cgroup_pinned_bytes")} {restrict}'), ""),
+                (with_pod(f'{m("memlock_cgroup_limit_usage_ratio_max")} {restrict}'), ""),
+                (with_pod(f"{oom} {restrict}"), ""),
+                table=True,
+            ), cgroup_columns,
+                f"The 50 cgroups with the highest usage / effective limit. Orange from {near:.0%} (MemlockCgroupNearMemoryLimit). Pod names need kube-state-metrics.",
+                sort_by="usage / limit",
+                overrides=[column("usage / limit", "percentunit", ratio_steps, gauge=True), column("worst process memlock ratio", "percentunit", process_steps)]
+                + bytes_columns(["usage", "limit", "locked (VmLck)", "pinned (VmPin)"])
+                + [column("OOM events", "none", steps("green", (1, "red")))],
+                hidden=("Time", "__name__", "job", "pod_uid", "container_id", "qos_class", "slurm_step", "systemd_unit")), 24, 10),
+            (timeseries("Memory usage / effective limit", targets((f"topk(10, {ratio})", "{{cgroup}}")), "percentunit",
+                        f"The 10 cgroups nearest their limit. Dashed lines: {near:.0%} (MemlockCgroupNearMemoryLimit) and the limit.",
+                        ratio_steps, min_value=0), 12, 8),
+            (timeseries("Worst process memlock ratio per cgroup", targets((f'topk(10, {m("memlock_cgroup_limit_usage_ratio_max")})', "{{cgroup}}")), "percentunit",
+                        f"max(VmPin, VmLck) / soft memlock limit of the cgroup's worst process. Dashed lines: {process_near:.0%} (MemlockProcessNearLimit) and the limit.",
+                        process_steps, min_value=0), 12, 8),
+            (timeseries("Pinned memory per cgroup", targets((f'topk(10, {m("memlock_cgroup_pinned_bytes")})', "{{cgroup}}")), "bytes",
+                        "Sum of VmPin over the cgroup's processes: RDMA registrations. Cgroup memory accounting does not see pinning; this does.", min_value=0), 12, 8),
+            (timeseries("Locked memory per cgroup", targets((f'topk(10, {m("memlock_cgroup_locked_bytes")})', "{{cgroup}}")), "bytes",
+                        "Sum of VmLck over the cgroup's processes.", min_value=0), 12, 8),
+            (timeseries("OOM events", targets(
+                (f'sum by (instance, cgroup, event) (increase({m("memlock_cgroup_memory_events_total", event=("=~", "oom|oom_kill"))}[$__rate_interval])) > 0', "{{cgroup}} {{event}}"),
+            ), "none", "OOM and OOM-kill events per cgroup (MemlockCgroupOOMEvents when any).", steps("green", (1, "red")), bars=True), 12, 8),
+            (timeseries("rdma cgroup: objects against rdma.max", targets(
+                (m("memlock_cgroup_rdma", kind="current"), "{{cgroup}} {{device}} {{resource}}"),
+                (m("memlock_cgroup_rdma", kind="max"), "{{cgroup}} {{device}} {{resource}} max"),
+            ), "none", "hca_handle and hca_object counts of the rdma cgroup controller. Over rdma.max, verbs calls fail with EAGAIN, not ENOMEM."), 12, 8),
+            (row("Kubernetes pods and Slurm jobs"), 24, 1),
+            (table("Kubernetes pods", targets(*[(with_pod(per_pod(name), "instance, job, pod_uid"), "") for name in metrics], table=True),
+                   pod_table_columns,
+                   "Per pod, the largest of its cgroups (the pod cgroup itself, which holds its containers). Namespace and pod name come from kube_pod_info{uid}.",
+                   sort_by="usage",
+                   overrides=bytes_columns(["usage", "limit", "pinned (VmPin)", "locked (VmLck)"]) + [column("worst process memlock ratio", "percentunit", process_steps)]), 24, 8),
+            (table("Slurm jobs", targets(*[(per_job(name), "") for name in metrics], table=True),
+                   [("instance", "instance"), ("slurm_job", "Slurm job"), ("Value #A", "usage"), ("Value #B", "limit"), ("Value #C", "pinned (VmPin)"),
+                    ("Value #D", "locked (VmLck)"), ("Value #E", "worst process memlock ratio")],
+                   "Per Slurm job, the largest of its cgroups (the job cgroup, which holds its steps).",
+                   sort_by="usage",
+                   overrides=bytes_columns(["usage", "limit", "pinned (VmPin)", "locked (VmLck)"]) + [column("worst process memlock ratio", "percentunit", process_steps)]), 24, 8),
+        ],
+    )
+
+
+def processes(t):
+    near = t.value("process_near_limit_ratio")
+    too_low = t.value("process_limit_too_low_bytes")
+    ratio = m("memlock_process_limit_usage_ratio")
+    top = f"topk(50, {ratio})"
+    restrict = f"and on (instance, job, pid) {top}"
+    ratio_steps = steps("green", (near, "orange"), (1, "red"))
+    soft = f'max without (kind) ({m("memlock_process_limit_bytes", kind="soft")})'
+    hard = f'max without (kind) ({m("memlock_process_limit_bytes", kind="hard")})'
+    too_low_expr = (
+        f"({soft} < {too_low})\n"
+        f'and on (instance, job, pid) ({m("memlock_process_pinned_bytes")} > 0)\n'
+        f'unless on (instance, job, pid) ({m("memlock_process_ipc_lock")} == 1)'
+    )
+    yes_no = value_map({0: ("no", "text"), 1: ("yes", "green")})
+    columns = [
+        ("instance", "instance"), ("pid", "pid"), ("comm", "comm"), ("cgroup", "cgroup"), ("slurm_job", "Slurm job"), ("pod_uid", "pod uid"),
+        ("Value #A", "memlock ratio"), ("Value #B", "pinned (VmPin)"), ("Value #C", "locked (VmLck)"), ("Value #D", "soft limit"),
+        ("Value #E", "hard limit"), ("Value #F", "CAP_IPC_LOCK"),
+    ]
+    return dashboard(
+        "memlock-processes",
+        "memlock-exporter / Processes",
+        "Processes against their memlock limit: max(VmPin, VmLck) over the soft RLIMIT_MEMLOCK, which every ibv_reg_mr and mlock is checked against.",
+        [
+            (table("Processes closest to their memlock limit", targets(
+                (top, ""),
+                (f'{m("memlock_process_pinned_bytes")} {restrict}', ""),
+                (f'{m("memlock_process_locked_bytes")} {restrict}', ""),
+                (f"{soft} {restrict}", ""),
+                (f"{hard} {restrict}", ""),
+                (f'{m("memlock_process_ipc_lock")} {restrict}', ""),
+                table=True,
+            ), columns,
+                f"The 50 processes with the highest max(VmPin, VmLck) / soft memlock limit. Orange from {near:.0%} (MemlockProcessNearLimit), red at the limit. Processes with an unlimited limit have no ratio.",
+                sort_by="memlock ratio",
+                overrides=[column("memlock ratio", "percentunit", ratio_steps, gauge=True), column("CAP_IPC_LOCK", "none", mappings=yes_no)]
+                + [column(n, "bytes") for n in ("pinned (VmPin)", "locked (VmLck)", "soft limit", "hard limit")],
+                hidden=("Time", "__name__", "job", "container_id", "qos_class", "slurm_step", "systemd_unit")), 24, 10),
+            (table("Processes that pin memory under a memlock limit too low for RDMA", targets((too_low_expr, ""), table=True),
+                   [("instance", "instance"), ("pid", "pid"), ("comm", "comm"), ("cgroup", "cgroup"), ("Value", "soft limit")],
+                   f"VmPin > 0, soft limit below {too_low / 2**30:g} GiB, no CAP_IPC_LOCK (MemlockProcessLimitTooLowForRdma). Empty is good.",
+                   overrides=[column("soft limit", "bytes", steps("red", (too_low, "green")))]), 24, 6),
+            (timeseries("Memlock ratio of the top processes", targets((f"topk(10, {ratio})", "{{pid}} {{comm}}")), "percentunit",
+                        f"max(VmPin, VmLck) / soft memlock limit. Dashed lines: {near:.0%} (MemlockProcessNearLimit) and the limit.",
+                        ratio_steps, min_value=0), 12, 8),
+            (timeseries("Time until the memlock limit (exporter trend)", targets((m("memlock_trend_exhaustion_seconds", scope="process"), "{{pid}} {{comm}}")), "s",
+                        f"The exporter's estimate from 1 s samples. Dashed line: {t.value('process_exhaustion_horizon_seconds'):.0f} s, the horizon of MemlockProcessLimitExhaustionPredicted. Empty while nothing rises.",
+                        steps("red", (t.value("process_exhaustion_horizon_seconds"), "green")), min_value=0), 12, 8),
+            (timeseries("Pinned memory (VmPin) of the top processes", targets((f'topk(10, {m("memlock_process_pinned_bytes")})', "{{pid}} {{comm}}")), "bytes",
+                        "RDMA registrations and verbs queues; this is what ibv_reg_mr is checked against.", min_value=0), 12, 8),
+            (timeseries("Locked memory (VmLck) of the top processes", targets((f'topk(10, {m("memlock_process_locked_bytes")})', "{{pid}} {{comm}}")), "bytes",
+                        "mlock()ed memory, checked separately against the same limit.", min_value=0), 12, 8),
+            (stat("Tracked processes", targets((f'count({m("memlock_process_pinned_bytes")})', "")), "none", "Processes the exporter reports (those holding locked or pinned memory, or matching the name pattern)."), 8, 4),
+            (stat("Unlimited soft limit", targets((f'count({m("memlock_process_limit_unlimited", kind="soft")} == 1)', "")), "none", "Processes whose soft memlock limit is unlimited.", no_value="0"), 8, 4),
+            (stat("With CAP_IPC_LOCK", targets((f'count({m("memlock_process_ipc_lock")} == 1)', "")), "none", "Processes the kernel exempts from the memlock limit.", no_value="0"), 8, 4),
+        ],
+    )
+
+
+def rdma(t):
+    errors = t.value("rdma_registration_error_counters")
+    states = value_map(PORT_STATES)
+    traffic = "port_(xmit|rcv)_data.*"
+    error_counters = ".*(err|discard|dropped|downed|recovery|overrun|integrity).*"
+    return dashboard(
+        "memlock-rdma",
+        "memlock-exporter / RDMA",
+        "RDMA devices and ports, their counters, and the memory registered per device and per process.",
+        [
+            (table("Devices", targets((m("memlock_rdma_device_info"), ""), table=True),
+                   [("instance", "instance"), ("device", "device"), ("hca_type", "HCA type"), ("fw_ver", "firmware"), ("board_id", "board"), ("node_type", "node type")],
+                   "From /sys/class/infiniband.", hidden=("Time", "__name__", "job", "Value")), 12, 8),
+            (table("Ports", targets(
+                (m("memlock_rdma_port_state"), ""),
+                (m("memlock_rdma_port_rate_bytes_per_second"), ""),
+                table=True,
+            ), [("instance", "instance"), ("device", "device"), ("port", "port"), ("Value #A", "state"), ("Value #B", "rate")],
+                "Port state (4 is ACTIVE; MemlockRdmaPortNotActive below it) and link rate.",
+                overrides=[column("state", "none", steps("red", (4, "green")), mappings=states), column("rate", "binBps")]), 12, 8),
+            (timeseries("Port state", targets((m("memlock_rdma_port_state"), "{{device}} port {{port}}")), "none",
+                        "Dashed line: ACTIVE (4). Below it MemlockRdmaPortNotActive fires.", steps("red", (4, "green")), min_value=0, max_value=5), 12, 8),
+            (timeseries("Registration errors", targets(
+                (f'increase({m("memlock_rdma_hw_counter_total", counter=("=~", errors))}[$__rate_interval])', "{{device}} {{counter}}"),
+            ), "none", f"Driver counters of failed registrations ({errors}; EFA only, mlx5 has none). Any is MemlockRdmaRegistrationErrors.",
+                steps("green", (1, "red")), bars=True), 12, 8),
+            (timeseries("Port traffic", targets(
+                (f'rate({m("memlock_rdma_port_counter_total", counter=("=~", traffic))}[$__rate_interval])', "{{device}}/{{port}} {{counter}}"),
+            ), "binBps", "Data sent and received per port."), 12, 8),
+            (timeseries("Port error counters", targets(
+                (f'rate({m("memlock_rdma_port_counter_total", counter=("=~", error_counters))}[$__rate_interval]) > 0', "{{device}}/{{port}} {{counter}}"),
+            ), "ops", "Link and receive errors, discards and link downs per second; empty while there are none."), 12, 8),
+            (timeseries("Registered memory per device", targets((m("memlock_rdma_mr_registered_bytes"), "{{device}}")), "bytes",
+                        "Sum of MR lengths from RDMA netlink (rdma resource show mr), including ODP and dma-buf MRs that are not charged to VmPin.", min_value=0), 12, 8),
+            (timeseries("RDMA resources", targets((m("memlock_rdma_resources"), "{{device}} {{type}}")), "none",
+                        "Objects per device and type (mr, pd, qp, cq, ctx...) from RDMA netlink."), 12, 8),
+            (table("Registered memory per process", targets(
+                (f'topk(50, sum by (instance, job, pid, comm) ({m("memlock_rdma_process_mr_bytes")}))', ""),
+                (f'max by (instance, job, pid, comm) ({m("memlock_process_pinned_bytes")})', ""),
+                (f'max by (instance, job, pid, comm) ({m("memlock_process_limit_bytes", kind="soft")})', ""),
+                table=True,
+            ), [("instance", "instance"), ("pid", "pid"), ("comm", "comm"), ("Value #A", "registered (all devices)"), ("Value #B", "pinned (VmPin)"), ("Value #C", "soft memlock limit")],
+                "What each process registered, against what the kernel charged (VmPin) and its limit. Registered above VmPin means dma-buf or ODP MRs.",
+                sort_by="registered (all devices)",
+                overrides=[column(n, "bytes") for n in ("registered (all devices)", "pinned (VmPin)", "soft memlock limit")]), 12, 8),
+            (timeseries("Registered memory per process and device", targets((f'topk(10, {m("memlock_rdma_process_mr_bytes")})', "{{pid}} {{comm}} {{device}}")), "bytes",
+                        "The 10 largest.", min_value=0), 12, 8),
+        ],
+    )
+
+
+def dashboards(thresholds):
+    """{file name: dashboard} for every dashboard."""
+    return {
+        "node-overview.json": node_overview(thresholds),
+        "jobs-and-pods.json": jobs_and_pods(thresholds),
+        "processes.json": processes(thresholds),
+        "rdma.json": rdma(thresholds),
+    }
