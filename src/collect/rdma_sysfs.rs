@@ -282,7 +282,7 @@ impl RdmaSysfsStats {
             }
         }
         out.family(
-            "memlock_rdma_port_counter_total",
+            "memlock_rdma_port_stat_total",
             "Port counters from ports/N/counters (IBTA PMA). port_xmit_data and port_rcv_data count 4-byte words in the kernel file and are exported in bytes as port_xmit_data_bytes and port_rcv_data_bytes; the others are counts. PMA counters saturate rather than wrap. Sampled on the rdma_sysfs interval.",
             Kind::Counter,
         );
@@ -305,7 +305,7 @@ impl RdmaSysfsStats {
             );
         } else {
             out.family(
-                "memlock_rdma_hw_counter_total",
+                "memlock_rdma_hw_stat_total",
                 "Driver counters from hw_counters/ by file name (EFA reg_mr_err counts failed memory registrations, memlock ENOMEM included). port is empty for device-level counters. Some drivers' 32-bit counters wrap. Sampled on the rdma_sysfs interval.",
                 Kind::Counter,
             );
@@ -445,9 +445,9 @@ mod tests {
         stats.render(&mut out);
         let text = out.finish();
         assert!(text.contains("memlock_rdma_port_rate_bytes_per_second{device=\"mlx5_0\",port=\"1\"} 50000000000\n"), "{text}");
-        assert!(text.contains("memlock_rdma_hw_counter_total{device=\"efa_0\",port=\"\",counter=\"reg_mr_err\"} 3\n"), "{text}");
+        assert!(text.contains("memlock_rdma_hw_stat_total{device=\"efa_0\",port=\"\",counter=\"reg_mr_err\"} 3\n"), "{text}");
         assert!(text.contains("memlock_rdma_hw_objects{device=\"bnxt_re0\",port=\"1\",counter=\"active_mrs\"}"), "{text}");
-        assert!(!text.contains("memlock_rdma_hw_counter_total{device=\"bnxt_re0\",port=\"1\",counter=\"active_mrs\"}"), "levels are not counters");
+        assert!(!text.contains("memlock_rdma_hw_stat_total{device=\"bnxt_re0\",port=\"1\",counter=\"active_mrs\"}"), "levels are not counters");
         assert!(text.contains("memlock_rdma_port_info{device=\"mlx5_1\",port=\"1\",link_layer=\"Ethernet\"} 1\n"), "{text}");
         // Each family's header appears once, so its samples are contiguous.
         for line in text.lines().filter(|l| l.starts_with("# TYPE")) {

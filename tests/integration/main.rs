@@ -5,4 +5,5 @@
 
 mod golden;
 mod live_node;
+mod live_rdma;
 mod util;
