@@ -29,6 +29,9 @@ pub enum Command {
     /// Estimate how much host memory NCCL will register (and pin) per process and per node, and
     /// compare it with the memlock limit and the node's available memory.
     Estimate(EstimateArgs),
+    /// Ramp real pinned (io_uring) or locked (mlock) memory until the kernel refuses, to prove
+    /// the alert pipeline end to end.
+    Drill(crate::drill::DrillArgs),
 }
 
 /// Inputs of the NCCL registration model. Unset values come from the NCCL_* environment

@@ -14,6 +14,7 @@ pub mod alerting;
 pub mod cli;
 pub mod collect;
 pub mod config;
+pub mod drill;
 pub mod estimate;
 pub mod exposition;
 pub mod fsroot;

@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use memlock_exporter::cli::{Cli, Command, ServeArgs};
-use memlock_exporter::{estimate, exit, logging, serve};
+use memlock_exporter::{drill, estimate, exit, logging, serve};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -10,6 +10,17 @@ fn main() -> ExitCode {
         None => run_serve(cli.serve),
         Some(Command::Serve(args)) => run_serve(args),
         Some(Command::Estimate(args)) => ExitCode::from(estimate::run(&args)),
+        Some(Command::Drill(args)) => run_drill(&args),
+    }
+}
+
+fn run_drill(args: &drill::DrillArgs) -> ExitCode {
+    match drill::run(args) {
+        Ok(_) => ExitCode::from(exit::OK),
+        Err(err) => {
+            eprintln!("memlock-exporter drill: {err}");
+            ExitCode::from(err.exit_code())
+        }
     }
 }
 

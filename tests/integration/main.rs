@@ -6,4 +6,7 @@
 mod golden;
 mod live_node;
 mod live_rdma;
+mod reload;
+mod systemd_notify;
 mod util;
+mod web_security;

@@ -44,6 +44,14 @@ impl Exporter {
     }
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Exporter {
+        let exporter = Self::spawn(args, env);
+        exporter.wait_ready();
+        exporter
+    }
+
+    /// Starts the binary and waits until it listens, without the plain-HTTP readiness check
+    /// (for TLS or basic auth, where the caller checks readiness its own way).
+    pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Exporter {
         let mut cmd = Command::new(binary());
         cmd.args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--log.level", "debug"])
             .args(args)
@@ -71,9 +79,7 @@ impl Exporter {
             panic!("exporter did not start; log: {:?}", log.lock().unwrap())
         });
         let address = json_field(&line, "address").expect("listening line has an address");
-        let exporter = Exporter { child, address, log };
-        exporter.wait_ready();
-        exporter
+        Exporter { child, address, log }
     }
 
     pub fn wait_ready(&self) {

@@ -1,0 +1,1195 @@
+//! `memlock-exporter drill`: a controlled, real ramp of pinned or locked memory, so operators
+//! can prove on a real node that the exporter, the rules and Alertmanager see a job heading for
+//! `ENOMEM` before it gets there.
+//!
+//! - `pin` registers anonymous buffers with io_uring (`IORING_REGISTER_BUFFERS`). The kernel
+//!   pins them with FOLL_LONGTERM and charges them to the process's `mm->pinned_vm` (`VmPin`),
+//!   the counter `ibv_reg_mr` charges. A ring can register buffers only once, so every step
+//!   creates a ring of its own.
+//! - `lock` maps and `mlock`s one region per step: `VmLck` grows.
+//!
+//! When the kernel refuses a step (`ENOMEM`, `EPERM`, `EAGAIN`) that is the drill's expected end:
+//! the errno and the amount reached are printed, the memory is held for `--hold-seconds` (so the
+//! alert pipeline can be watched), then everything is released.
+//!
+//! This is the one module that deliberately changes the machine's state, so it refuses targets
+//! above half of `MemAvailable`, and every resource it takes is released by `Drop`, whatever
+//! path the run leaves by.
+
+use std::ffi::c_void;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::{Args, ValueEnum};
+use thiserror::Error;
+
+use crate::fsroot::{self, SourceError};
+use crate::kernel::{meminfo, pid_status};
+use crate::timefmt::rfc3339_millis;
+
+const MIB: u64 = 1 << 20;
+
+/// Steps are one mapping (and in pin mode one ring, hence one file descriptor) each; beyond
+/// this the drill would be measuring its own bookkeeping rather than the limit.
+pub const MAX_STEPS: u64 = 10_000;
+/// Faster than this, nothing that samples once a second could follow the ramp anyway.
+pub const MIN_INTERVAL_MS: u64 = 10;
+pub const MAX_INTERVAL_MS: u64 = 3_600_000;
+pub const MAX_HOLD_SECONDS: u64 = 86_400;
+/// io_uring refuses a single registered buffer above 1 GiB (`io_buffer_validate`), so larger
+/// steps are registered as several iovecs in one call.
+const IO_URING_MAX_BUFFER: usize = 1 << 30;
+/// Descriptors left for stdio, /proc reads and the runtime next to one ring per step.
+const SPARE_DESCRIPTORS: u64 = 64;
+/// How often sleeps look at the signal flag: the bound on how late SIGTERM is honoured.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
+const LONG_HELP: &str = "\
+Modes:
+  pin   Registers one anonymous buffer per step with io_uring (IORING_REGISTER_BUFFERS, a new ring
+        each step). The kernel pins the pages and charges them to this process's VmPin
+        (mm->pinned_vm), the counter ibv_reg_mr charges, and refuses with ENOMEM above the soft
+        RLIMIT_MEMLOCK. Two differences from ibv_reg_mr, both in what the limit is compared
+        with: io_uring checks the pages registered through io_uring by ALL processes of the
+        same user (user_struct locked_vm), where ibv_reg_mr checks this process's VmPin alone,
+        so another process of the same user holding io_uring buffers makes the drill refuse
+        early (run it as a user with nothing else registered); and since Linux 6.13 each
+        ring's own pages (2 per ring, 8 KiB) count there too but not in VmPin, so the refusal
+        can come one step before VmPin alone would reach the limit. The refused call is named
+        (call=io_uring_register, or io_uring_setup when a ring's pages tip it over). With
+        CAP_IPC_LOCK (root) nothing is checked and the ramp runs to --max-mib, VmPin still
+        growing.
+  lock  mmap + mlock one region per step: VmLck (mm->locked_vm) grows, checked per process
+        against the same soft limit. Locked pages also show in Mlocked and Unevictable.
+
+Output: one line per step with an RFC 3339 timestamp, the step number, the requested total,
+VmPin and VmLck read back from /proc/self/status, and the result; --json prints one JSON
+object per line instead. A refusal (ENOMEM, EPERM, EAGAIN) is the expected end: the errno and
+the amount reached are printed, the memory is held for --hold-seconds, then released (rings
+closed, munlock, munmap) and a final line printed. SIGINT or SIGTERM releases at once.
+
+Safety: refuses to start when --max-mib exceeds half of MemAvailable.
+
+Example, as root, for an unprivileged user with a 4 MiB soft limit:
+  prlimit --memlock=4194304:8388608 setpriv --reuid=65534 --regid=65534 --clear-groups \\
+    memlock-exporter drill --mode pin --step-mib 1 --max-mib 16 --hold-seconds 60
+
+Exit codes:
+  0  ramp done: --max-mib reached, refused by the kernel as intended, or stopped by SIGINT/SIGTERM
+  1  unexpected failure (for example io_uring disabled, or mmap failing)
+  2  bad arguments, or refused to start because --max-mib exceeds half of MemAvailable";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// io_uring registered buffers: VmPin, like RDMA memory registration.
+    Pin,
+    /// mlock: VmLck.
+    Lock,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Pin => "pin",
+            Mode::Lock => "lock",
+        }
+    }
+}
+
+/// Flags of `memlock-exporter drill`.
+#[derive(Debug, Clone, Args)]
+#[command(
+    about = "Ramp real pinned (io_uring) or locked (mlock) memory until the kernel refuses, to prove the alert pipeline",
+    after_help = "Exit codes: 0 ramp done or refused by the kernel as intended; 1 unexpected failure; 2 bad arguments or --max-mib above half of MemAvailable. See --help for details.",
+    after_long_help = LONG_HELP
+)]
+pub struct DrillArgs {
+    /// pin: io_uring registered buffers (VmPin, like ibv_reg_mr); lock: mlock (VmLck).
+    #[arg(long, value_enum, default_value_t = Mode::Pin)]
+    pub mode: Mode,
+    /// Memory added per step, MiB.
+    #[arg(long = "step-mib", value_name = "MIB", default_value_t = 64)]
+    pub step_mib: u64,
+    /// Pause between steps, milliseconds (10 to 3600000).
+    #[arg(long = "interval-ms", value_name = "MS", default_value_t = 1000)]
+    pub interval_ms: u64,
+    /// Stop adding memory at this total, MiB; must not exceed half of MemAvailable.
+    #[arg(long = "max-mib", value_name = "MIB")]
+    pub max_mib: u64,
+    /// Hold the memory this long after a refusal or after reaching --max-mib, seconds.
+    #[arg(long = "hold-seconds", value_name = "S", default_value_t = 30)]
+    pub hold_seconds: u64,
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// procfs mount point, for meminfo and self/status.
+    #[arg(long = "path.procfs", value_name = "PATH", default_value = "/proc")]
+    pub procfs: PathBuf,
+}
+
+/// Validated arguments, in bytes and durations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub mode: Mode,
+    pub step_bytes: u64,
+    pub max_bytes: u64,
+    pub interval: Duration,
+    pub hold: Duration,
+    pub json: bool,
+    pub procfs: PathBuf,
+}
+
+impl Plan {
+    /// Steps needed to reach the maximum; the last one may be smaller than the others.
+    pub fn steps(&self) -> u64 {
+        self.max_bytes.div_ceil(self.step_bytes)
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum DrillError {
+    #[error("--step-mib must be greater than 0")]
+    ZeroStep,
+    #[error("--max-mib ({max_mib}) must be at least --step-mib ({step_mib})")]
+    MaxBelowStep { max_mib: u64, step_mib: u64 },
+    #[error("--max-mib {0} is too large to express in bytes")]
+    Overflow(u64),
+    #[error("--interval-ms {0} is outside {MIN_INTERVAL_MS}..={MAX_INTERVAL_MS}")]
+    Interval(u64),
+    #[error("--hold-seconds {0} is above {MAX_HOLD_SECONDS} (one day)")]
+    Hold(u64),
+    #[error("{steps} steps are too many (at most {MAX_STEPS}): raise --step-mib")]
+    TooManySteps { steps: u64 },
+    #[error(
+        "refusing to start: --max-mib {max_mib} MiB exceeds half of MemAvailable ({available_mib} MiB available, so at most {limit_mib} MiB)"
+    )]
+    AboveHalfAvailable { max_mib: u64, available_mib: u64, limit_mib: u64 },
+    #[error("cannot check MemAvailable: {0}")]
+    Meminfo(#[source] SourceError),
+    #[error("cannot check MemAvailable: {} has no MemAvailable line", .0.display())]
+    NoMemAvailable(PathBuf),
+    #[error(
+        "{steps} steps need {needed} file descriptors (one io_uring ring each) but RLIMIT_NOFILE allows {hard}: raise --step-mib or the hard limit"
+    )]
+    Descriptors { steps: u64, needed: u64, hard: u64 },
+    #[error("{call}: {source}{hint}")]
+    Syscall { call: &'static str, source: io::Error, hint: &'static str },
+    #[error("writing the report: {0}")]
+    Output(#[source] io::Error),
+}
+
+impl DrillError {
+    /// 2 for what the operator asked (fix the flags), 1 for what the machine did.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            DrillError::ZeroStep
+            | DrillError::MaxBelowStep { .. }
+            | DrillError::Overflow(_)
+            | DrillError::Interval(_)
+            | DrillError::Hold(_)
+            | DrillError::TooManySteps { .. }
+            | DrillError::AboveHalfAvailable { .. }
+            | DrillError::Descriptors { .. } => crate::exit::USAGE,
+            DrillError::Meminfo(_) | DrillError::NoMemAvailable(_) | DrillError::Syscall { .. } | DrillError::Output(_) => {
+                crate::exit::RUNTIME
+            }
+        }
+    }
+
+    fn syscall(call: &'static str, source: io::Error) -> Self {
+        DrillError::Syscall { call, source, hint: "" }
+    }
+}
+
+impl DrillArgs {
+    pub fn plan(&self) -> Result<Plan, DrillError> {
+        if self.step_mib == 0 {
+            return Err(DrillError::ZeroStep);
+        }
+        if self.max_mib < self.step_mib {
+            return Err(DrillError::MaxBelowStep { max_mib: self.max_mib, step_mib: self.step_mib });
+        }
+        // Addresses and lengths are usize: the total must fit there too (32-bit targets).
+        let max_bytes = self.max_mib.checked_mul(MIB).filter(|b| usize::try_from(*b).is_ok()).ok_or(DrillError::Overflow(self.max_mib))?;
+        let step_bytes = self.step_mib * MIB;
+        if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&self.interval_ms) {
+            return Err(DrillError::Interval(self.interval_ms));
+        }
+        if self.hold_seconds > MAX_HOLD_SECONDS {
+            return Err(DrillError::Hold(self.hold_seconds));
+        }
+        let plan = Plan {
+            mode: self.mode,
+            step_bytes,
+            max_bytes,
+            interval: Duration::from_millis(self.interval_ms),
+            hold: Duration::from_secs(self.hold_seconds),
+            json: self.json,
+            procfs: self.procfs.clone(),
+        };
+        if plan.steps() > MAX_STEPS {
+            return Err(DrillError::TooManySteps { steps: plan.steps() });
+        }
+        Ok(plan)
+    }
+}
+
+/// Refuses a target above half of what the kernel thinks it can hand out without swapping:
+/// the drill must prove the alerting, not push the node into reclaim or the OOM killer.
+pub fn check_target(max_bytes: u64, mem_available: u64) -> Result<(), DrillError> {
+    let limit = mem_available / 2;
+    if max_bytes > limit {
+        return Err(DrillError::AboveHalfAvailable {
+            max_mib: max_bytes / MIB,
+            available_mib: mem_available / MIB,
+            limit_mib: limit / MIB,
+        });
+    }
+    Ok(())
+}
+
+pub fn mem_available(procfs: &Path) -> Result<u64, DrillError> {
+    let path = procfs.join("meminfo");
+    let info = fsroot::read_parsed(&path, meminfo::parse).map_err(DrillError::Meminfo)?;
+    info.mem_available.ok_or(DrillError::NoMemAvailable(path))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report lines.
+
+/// A refusal the drill is looking for: the kernel said no to more pinned or locked memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Over the soft RLIMIT_MEMLOCK (or out of memory).
+    Enomem,
+    /// Soft limit 0 without CAP_IPC_LOCK.
+    Eperm,
+    /// mlock: some pages could not be locked.
+    Eagain,
+}
+
+impl Refusal {
+    pub fn from_errno(errno: i32) -> Option<Self> {
+        match errno {
+            libc::ENOMEM => Some(Refusal::Enomem),
+            libc::EPERM => Some(Refusal::Eperm),
+            libc::EAGAIN => Some(Refusal::Eagain),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Refusal::Enomem => "ENOMEM",
+            Refusal::Eperm => "EPERM",
+            Refusal::Eagain => "EAGAIN",
+        }
+    }
+
+    pub fn errno(self) -> i32 {
+        match self {
+            Refusal::Enomem => libc::ENOMEM,
+            Refusal::Eperm => libc::EPERM,
+            Refusal::Eagain => libc::EAGAIN,
+        }
+    }
+}
+
+/// Which call refused, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    pub errno: Refusal,
+    /// `io_uring_register`, `io_uring_setup` (its ring pages count against the limit too) or
+    /// `mlock`.
+    pub call: &'static str,
+}
+
+/// VmPin and VmLck as read back from `/proc/self/status`; `None` when unreadable or absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub vm_pin: Option<u64>,
+    pub vm_lck: Option<u64>,
+}
+
+/// How the ramp ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    MaxReached,
+    Refused(Refusal),
+    /// SIGINT or SIGTERM arrived before the ramp ended.
+    Interrupted,
+}
+
+impl Outcome {
+    fn name(self) -> &'static str {
+        match self {
+            Outcome::MaxReached => "max_reached",
+            Outcome::Refused(_) => "refused",
+            Outcome::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// A memlock rlimit value; `None` is unlimited.
+pub type Limit = Option<u64>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Start {
+        mode: Mode,
+        step_bytes: u64,
+        max_bytes: u64,
+        interval: Duration,
+        hold: Duration,
+        memlock_soft: Limit,
+        memlock_hard: Limit,
+        cap_ipc_lock: Option<bool>,
+        mem_available: u64,
+        pid: u32,
+        uid: u32,
+    },
+    Step {
+        step: u64,
+        requested: u64,
+        counters: Counters,
+        refused: Option<Refused>,
+        reached: u64,
+    },
+    Hold {
+        reached: u64,
+        hold: Duration,
+    },
+    Released {
+        outcome: Outcome,
+        reached: u64,
+        counters: Counters,
+        signal: Option<i32>,
+    },
+}
+
+/// `1MiB`, `1536KiB`, `10B`: exact, and short for the sizes a drill uses.
+fn size(bytes: u64) -> String {
+    if bytes != 0 && bytes % MIB == 0 {
+        format!("{}MiB", bytes / MIB)
+    } else if bytes != 0 && bytes % 1024 == 0 {
+        format!("{}KiB", bytes / 1024)
+    } else {
+        format!("{bytes}B")
+    }
+}
+
+/// /proc/self/status units, so the line can be compared with the file by eye.
+fn kb(bytes: Option<u64>) -> String {
+    match bytes {
+        Some(b) => format!("{}kB", b / 1024),
+        None => "?".to_owned(),
+    }
+}
+
+fn limit_text(limit: Limit) -> String {
+    limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string())
+}
+
+fn json_opt<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(|| "null".to_owned(), |v| v.to_string())
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+impl Event {
+    /// One logfmt-style line (no newline): `time event=... key=value ...`.
+    pub fn text(&self, time: &str) -> String {
+        match self {
+            Event::Start {
+                mode,
+                step_bytes,
+                max_bytes,
+                interval,
+                hold,
+                memlock_soft,
+                memlock_hard,
+                cap_ipc_lock,
+                mem_available,
+                pid,
+                uid,
+            } => format!(
+                "{time} event=start mode={} step={} max={} interval={}ms hold={}s memlock_soft={} memlock_hard={} cap_ipc_lock={} mem_available={} pid={pid} uid={uid}",
+                mode.as_str(),
+                size(*step_bytes),
+                size(*max_bytes),
+                interval.as_millis(),
+                hold.as_secs(),
+                limit_text(*memlock_soft),
+                limit_text(*memlock_hard),
+                cap_ipc_lock.map_or("unknown", |c| if c { "yes" } else { "no" }),
+                kb(Some(*mem_available)),
+            ),
+            Event::Step { step, requested, counters, refused, reached } => {
+                let mut line = format!(
+                    "{time} event=step step={step} requested={} vmpin={} vmlck={} result=",
+                    size(*requested),
+                    kb(counters.vm_pin),
+                    kb(counters.vm_lck)
+                );
+                match refused {
+                    None => line.push_str("ok"),
+                    Some(Refused { errno, call }) => line.push_str(&format!(
+                        "{} errno={} call={call} reached={}",
+                        errno.name(),
+                        errno.errno(),
+                        size(*reached)
+                    )),
+                }
+                line
+            }
+            Event::Hold { reached, hold } => format!("{time} event=hold reached={} seconds={}", size(*reached), hold.as_secs()),
+            Event::Released { outcome, reached, counters, signal } => {
+                let mut line = format!("{time} event=released outcome={}", outcome.name());
+                if let Outcome::Refused(r) = outcome {
+                    line.push_str(&format!(" errno={}", r.name()));
+                }
+                line.push_str(&format!(" reached={} vmpin={} vmlck={}", size(*reached), kb(counters.vm_pin), kb(counters.vm_lck)));
+                if let Some(s) = signal {
+                    line.push_str(&format!(" signal={}", signal_name(*s)));
+                }
+                line
+            }
+        }
+    }
+
+    /// One JSON object (no newline). Sizes are bytes; `null` means unknown, or unlimited for
+    /// the rlimits. Every string value comes from a fixed set, so none needs escaping.
+    pub fn json(&self, time: &str) -> String {
+        match self {
+            Event::Start {
+                mode,
+                step_bytes,
+                max_bytes,
+                interval,
+                hold,
+                memlock_soft,
+                memlock_hard,
+                cap_ipc_lock,
+                mem_available,
+                pid,
+                uid,
+            } => format!(
+                r#"{{"time":"{time}","event":"start","mode":"{}","step_bytes":{step_bytes},"max_bytes":{max_bytes},"interval_ms":{},"hold_seconds":{},"memlock_soft_bytes":{},"memlock_hard_bytes":{},"cap_ipc_lock":{},"mem_available_bytes":{mem_available},"pid":{pid},"uid":{uid}}}"#,
+                mode.as_str(),
+                interval.as_millis(),
+                hold.as_secs(),
+                json_opt(*memlock_soft),
+                json_opt(*memlock_hard),
+                json_opt(*cap_ipc_lock),
+            ),
+            Event::Step { step, requested, counters, refused, reached } => {
+                let mut line = format!(
+                    r#"{{"time":"{time}","event":"step","step":{step},"requested_bytes":{requested},"vmpin_bytes":{},"vmlck_bytes":{},"result":"#,
+                    json_opt(counters.vm_pin),
+                    json_opt(counters.vm_lck)
+                );
+                match refused {
+                    None => line.push_str(r#""ok"}"#),
+                    Some(Refused { errno, call }) => line.push_str(&format!(
+                        r#""{}","errno":{},"call":"{call}","reached_bytes":{reached}}}"#,
+                        errno.name(),
+                        errno.errno()
+                    )),
+                }
+                line
+            }
+            Event::Hold { reached, hold } => {
+                format!(r#"{{"time":"{time}","event":"hold","reached_bytes":{reached},"hold_seconds":{}}}"#, hold.as_secs())
+            }
+            Event::Released { outcome, reached, counters, signal } => {
+                let errno = match outcome {
+                    Outcome::Refused(r) => format!(r#""{}""#, r.name()),
+                    _ => "null".to_owned(),
+                };
+                let signal = signal.map_or_else(|| "null".to_owned(), |s| format!(r#""{}""#, signal_name(s)));
+                format!(
+                    r#"{{"time":"{time}","event":"released","outcome":"{}","errno":{errno},"reached_bytes":{reached},"vmpin_bytes":{},"vmlck_bytes":{},"signal":{signal}}}"#,
+                    outcome.name(),
+                    json_opt(counters.vm_pin),
+                    json_opt(counters.vm_lck)
+                )
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the drill holds. Declaration order is drop order: rings unregister and close (unpinning)
+// before the regions they point into are unmapped.
+
+#[derive(Default)]
+struct Held {
+    rings: Vec<Ring>,
+    regions: Vec<Region>,
+}
+
+impl Held {
+    fn release(&mut self) {
+        self.rings.clear();
+        self.regions.clear();
+    }
+}
+
+/// An anonymous private mapping, unmapped (and so unlocked) on drop.
+struct Region {
+    addr: *mut c_void,
+    len: usize,
+    locked: bool,
+}
+
+impl Region {
+    fn map(len: usize, page: usize) -> Result<Region, DrillError> {
+        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+        let addr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(DrillError::syscall("mmap", io::Error::last_os_error()));
+        }
+        let region = Region { addr, len, locked: false };
+        // Populate every page now, so pinning and locking measure the limit, not page faults.
+        let base = addr.cast::<u8>();
+        for offset in (0..len).step_by(page) {
+            // SAFETY: offset < len, inside the writable mapping created above.
+            unsafe { base.add(offset).write_volatile(1) };
+        }
+        Ok(region)
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: addr/len describe a mapping this Region created and nothing else refers to it
+        // any more (rings are dropped first). Failures here cannot be acted on; munmap unlocks
+        // anyway.
+        unsafe {
+            if self.locked {
+                libc::munlock(self.addr, self.len);
+            }
+            libc::munmap(self.addr, self.len);
+        }
+    }
+}
+
+/// Mirrors `struct io_uring_params` (include/uapi/linux/io_uring.h, 120 bytes). Only the size
+/// matters to us: the rings are never mapped, the fd only carries the registration.
+#[repr(C)]
+#[derive(Default)]
+struct IoUringParams {
+    sq_entries: u32,
+    cq_entries: u32,
+    flags: u32,
+    sq_thread_cpu: u32,
+    sq_thread_idle: u32,
+    features: u32,
+    wq_fd: u32,
+    resv: [u32; 3],
+    sq_off: [u64; 5],
+    cq_off: [u64; 5],
+}
+
+const _: () = assert!(std::mem::size_of::<IoUringParams>() == 120);
+
+const IORING_REGISTER_BUFFERS: libc::c_uint = 0;
+const IORING_UNREGISTER_BUFFERS: libc::c_uint = 1;
+
+/// An io_uring instance holding one registration; unregistering on drop unpins synchronously
+/// (closing the fd alone defers the teardown to a kernel worker, so VmPin would lag).
+struct Ring {
+    fd: OwnedFd,
+    registered: bool,
+}
+
+impl Ring {
+    /// A ring with the smallest queues. Since Linux 6.13 the kernel charges the ring's own
+    /// pages (2 with one entry) to the user's locked_vm, so this call can be the one refused.
+    fn new() -> io::Result<Ring> {
+        let mut params = IoUringParams::default();
+        // SAFETY: io_uring_setup(entries, params) with a valid, writable params struct.
+        let ret = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1 as libc::c_uint, &mut params as *mut IoUringParams) };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let raw = i32::try_from(ret).map_err(|_| io::Error::other(format!("returned {ret}, not a descriptor")))?;
+        // SAFETY: the kernel just returned this descriptor to us and nothing else owns it.
+        Ok(Ring { fd: unsafe { OwnedFd::from_raw_fd(raw) }, registered: false })
+    }
+
+    fn setup_error(source: io::Error) -> DrillError {
+        let hint = match source.raw_os_error() {
+            Some(libc::ENOSYS) => " (kernel built without io_uring; use --mode lock)",
+            Some(libc::EPERM) => " (io_uring disabled: see /proc/sys/kernel/io_uring_disabled and io_uring_group; use --mode lock)",
+            Some(libc::EMFILE) | Some(libc::ENFILE) => " (out of file descriptors: raise --step-mib or ulimit -n)",
+            _ => "",
+        };
+        DrillError::Syscall { call: "io_uring_setup", source, hint }
+    }
+
+    /// Registers `region` as fixed buffers (several iovecs when it is larger than io_uring's
+    /// per-buffer maximum). The error carries the kernel's errno.
+    fn register(&mut self, region: &Region) -> io::Result<()> {
+        let base = region.addr.cast::<u8>();
+        let iovecs: Vec<libc::iovec> = (0..region.len)
+            .step_by(IO_URING_MAX_BUFFER)
+            .map(|offset| libc::iovec {
+                // SAFETY: offset < len, inside the mapping.
+                iov_base: unsafe { base.add(offset) }.cast::<c_void>(),
+                iov_len: IO_URING_MAX_BUFFER.min(region.len - offset),
+            })
+            .collect();
+        let count = libc::c_uint::try_from(iovecs.len()).map_err(io::Error::other)?;
+        // SAFETY: io_uring_register on our ring fd with an iovec array valid for the call.
+        let ret =
+            unsafe { libc::syscall(libc::SYS_io_uring_register, self.fd.as_raw_fd(), IORING_REGISTER_BUFFERS, iovecs.as_ptr(), count) };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.registered = true;
+        Ok(())
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.registered {
+            // SAFETY: unregister on our own ring fd; no argument array. A failure leaves the
+            // close below to unpin asynchronously.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_io_uring_register,
+                    self.fd.as_raw_fd(),
+                    IORING_UNREGISTER_BUFFERS,
+                    std::ptr::null::<c_void>(),
+                    0 as libc::c_uint,
+                )
+            };
+        }
+    }
+}
+
+/// The result of one step.
+enum Grow {
+    Done,
+    Refused(Refused),
+    /// A stop signal interrupted the call; nothing was added.
+    Interrupted,
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(page).ok().filter(|p| *p > 0).unwrap_or(4096)
+}
+
+impl Held {
+    /// Adds `len` bytes of pinned or locked memory. A refused region is dropped at once, so the
+    /// hold shows only what the kernel accepted.
+    fn grow(&mut self, mode: Mode, len: usize, page: usize, stop: &AtomicI32) -> Result<Grow, DrillError> {
+        let mut region = Region::map(len, page)?;
+        loop {
+            let (call, result) = match mode {
+                Mode::Pin => match Ring::new() {
+                    // Only the memlock gate makes a refusal here; EPERM means io_uring is disabled.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => ("io_uring_setup", Err(e)),
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => ("io_uring_setup", Err(e)),
+                    Err(e) => return Err(Ring::setup_error(e)),
+                    Ok(mut ring) => {
+                        let registered = ring.register(&region);
+                        if registered.is_ok() {
+                            self.rings.push(ring);
+                        }
+                        ("io_uring_register", registered)
+                    }
+                },
+                Mode::Lock => {
+                    // SAFETY: mlock over the mapping this region owns.
+                    let result = if unsafe { libc::mlock(region.addr, region.len) } == 0 {
+                        region.locked = true;
+                        Ok(())
+                    } else {
+                        Err(io::Error::last_os_error())
+                    };
+                    ("mlock", result)
+                }
+            };
+            match result {
+                Ok(()) => {
+                    self.regions.push(region);
+                    return Ok(Grow::Done);
+                }
+                // A signal during pinning: retry unless it was one asking us to stop.
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                    if stop.load(Ordering::Relaxed) != 0 {
+                        return Ok(Grow::Interrupted);
+                    }
+                }
+                Err(e) => {
+                    if let Some(errno) = e.raw_os_error().and_then(Refusal::from_errno) {
+                        return Ok(Grow::Refused(Refused { errno, call }));
+                    }
+                    return Err(DrillError::syscall(call, e));
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running.
+
+/// The signal that asked the drill to stop, 0 while none has. Set from the signal handler,
+/// which may do nothing but this store.
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(signal: libc::c_int) {
+    STOP.store(signal, Ordering::Relaxed);
+}
+
+fn install_stop_handlers() -> Result<(), DrillError> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a zeroed sigaction is valid; the handler only does an atomic store, which is
+        // async-signal-safe. No SA_RESTART: a blocking call may return EINTR, which we handle.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
+                return Err(DrillError::syscall("sigaction", io::Error::last_os_error()));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn memlock_limits() -> (Limit, Limit) {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0 {
+        return (None, None);
+    }
+    let value = |v: libc::rlim_t| if v == libc::RLIM_INFINITY { None } else { Some(v) };
+    (value(limit.rlim_cur), value(limit.rlim_max))
+}
+
+/// Pin mode keeps one ring descriptor per step: raise the soft RLIMIT_NOFILE towards the hard
+/// one when the default (often 1024) is too low, and refuse when even the hard one is.
+fn ensure_descriptors(steps: u64) -> Result<(), DrillError> {
+    let needed = steps + SPARE_DESCRIPTORS;
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(DrillError::syscall("getrlimit(RLIMIT_NOFILE)", io::Error::last_os_error()));
+    }
+    if limit.rlim_cur == libc::RLIM_INFINITY || limit.rlim_cur >= needed {
+        return Ok(());
+    }
+    if limit.rlim_max != libc::RLIM_INFINITY && limit.rlim_max < needed {
+        return Err(DrillError::Descriptors { steps, needed, hard: limit.rlim_max });
+    }
+    limit.rlim_cur = needed;
+    // SAFETY: setrlimit reads the struct we pass; raising the soft limit up to the hard one
+    // needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+        return Err(DrillError::syscall("setrlimit(RLIMIT_NOFILE)", io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+struct Reporter<'a> {
+    out: &'a mut dyn Write,
+    json: bool,
+    status_path: PathBuf,
+}
+
+impl Reporter<'_> {
+    fn emit(&mut self, event: &Event) -> Result<(), DrillError> {
+        let time = rfc3339_millis(SystemTime::now());
+        let line = if self.json { event.json(&time) } else { event.text(&time) };
+        writeln!(self.out, "{line}").and_then(|()| self.out.flush()).map_err(DrillError::Output)
+    }
+
+    /// VmPin and VmLck now. An unreadable status file is reported as unknown rather than
+    /// ending the drill: the memory must still be held and released on schedule.
+    fn counters(&self) -> Counters {
+        let Ok(text) = fsroot::read_string(&self.status_path) else { return Counters::default() };
+        match pid_status::parse(&text) {
+            Ok(status) => Counters { vm_pin: status.pinned_bytes, vm_lck: status.locked_bytes },
+            Err(_) => Counters::default(),
+        }
+    }
+
+    fn cap_ipc_lock(&self) -> Option<bool> {
+        let text = fsroot::read_string(&self.status_path).ok()?;
+        pid_status::parse(&text).ok()?.ipc_lock()
+    }
+}
+
+/// Sleeps up to `duration`; returns early (true) when a stop signal has arrived.
+fn sleep_unless_stopped(duration: Duration, stop: &AtomicI32) -> bool {
+    let deadline = Instant::now() + duration;
+    loop {
+        if stop.load(Ordering::Relaxed) != 0 {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        std::thread::sleep(STOP_POLL.min(deadline - now));
+    }
+}
+
+/// The whole drill, as the CLI runs it: validate, check memory, install the signal handlers,
+/// ramp, hold, release, reporting to stdout.
+pub fn run(args: &DrillArgs) -> Result<Outcome, DrillError> {
+    let plan = args.plan()?;
+    let available = mem_available(&plan.procfs)?;
+    check_target(plan.max_bytes, available)?;
+    if plan.mode == Mode::Pin {
+        ensure_descriptors(plan.steps())?;
+    }
+    install_stop_handlers()?;
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    execute(&plan, available, &mut out, &STOP)
+}
+
+/// Ramps, holds and releases according to `plan`, writing one line per event to `out`. `stop`
+/// holds the number of a signal that asks to stop early (0: none).
+pub fn execute(plan: &Plan, mem_available: u64, out: &mut dyn Write, stop: &AtomicI32) -> Result<Outcome, DrillError> {
+    let mut reporter = Reporter { out, json: plan.json, status_path: plan.procfs.join("self/status") };
+    let (memlock_soft, memlock_hard) = memlock_limits();
+    reporter.emit(&Event::Start {
+        mode: plan.mode,
+        step_bytes: plan.step_bytes,
+        max_bytes: plan.max_bytes,
+        interval: plan.interval,
+        hold: plan.hold,
+        memlock_soft,
+        memlock_hard,
+        cap_ipc_lock: reporter.cap_ipc_lock(),
+        mem_available,
+        pid: std::process::id(),
+        // SAFETY: getuid has no preconditions.
+        uid: unsafe { libc::getuid() },
+    })?;
+
+    let page = page_size();
+    let mut held = Held::default();
+    let mut reached: u64 = 0;
+    let mut step: u64 = 0;
+    let outcome = loop {
+        if stop.load(Ordering::Relaxed) != 0 {
+            break Outcome::Interrupted;
+        }
+        step += 1;
+        let len = plan.step_bytes.min(plan.max_bytes - reached);
+        let len_usize = usize::try_from(len).map_err(|_| DrillError::Overflow(plan.max_bytes / MIB))?;
+        let requested = reached + len;
+        let grow = held.grow(plan.mode, len_usize, page, stop)?;
+        let refused = match grow {
+            Grow::Done => {
+                reached = requested;
+                None
+            }
+            Grow::Refused(refused) => Some(refused),
+            Grow::Interrupted => break Outcome::Interrupted,
+        };
+        reporter.emit(&Event::Step { step, requested, counters: reporter.counters(), refused, reached })?;
+        if let Some(refused) = refused {
+            break Outcome::Refused(refused.errno);
+        }
+        if reached >= plan.max_bytes {
+            break Outcome::MaxReached;
+        }
+        if sleep_unless_stopped(plan.interval, stop) {
+            break Outcome::Interrupted;
+        }
+    };
+
+    if outcome != Outcome::Interrupted {
+        reporter.emit(&Event::Hold { reached, hold: plan.hold })?;
+        sleep_unless_stopped(plan.hold, stop);
+    }
+    held.release();
+    let signal = Some(stop.load(Ordering::Relaxed)).filter(|s| *s != 0);
+    reporter.emit(&Event::Released { outcome, reached, counters: reporter.counters(), signal })?;
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: DrillArgs,
+    }
+
+    fn args(extra: &[&str]) -> Result<DrillArgs, clap::Error> {
+        let mut argv = vec!["drill"];
+        argv.extend_from_slice(extra);
+        Wrapper::try_parse_from(argv).map(|w| w.args)
+    }
+
+    fn plan(extra: &[&str]) -> Result<Plan, DrillError> {
+        args(extra).unwrap().plan()
+    }
+
+    #[test]
+    fn defaults_and_units() {
+        let plan = plan(&["--max-mib", "256"]).unwrap();
+        assert_eq!(plan.mode, Mode::Pin);
+        assert_eq!(plan.step_bytes, 64 << 20);
+        assert_eq!(plan.max_bytes, 256 << 20);
+        assert_eq!(plan.interval, Duration::from_secs(1));
+        assert_eq!(plan.hold, Duration::from_secs(30));
+        assert_eq!(plan.steps(), 4);
+        assert!(!plan.json);
+        assert_eq!(plan.procfs, PathBuf::from("/proc"));
+
+        let plan =
+            plan_of(&["--mode", "lock", "--step-mib", "3", "--max-mib", "10", "--interval-ms", "10", "--hold-seconds", "0", "--json"]);
+        assert_eq!(plan.mode, Mode::Lock);
+        assert_eq!(plan.steps(), 4, "3+3+3+1");
+        assert_eq!(plan.hold, Duration::ZERO);
+        assert!(plan.json);
+    }
+
+    fn plan_of(extra: &[&str]) -> Plan {
+        plan(extra).unwrap()
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_with_exit_code_2() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["--max-mib", "16", "--step-mib", "0"], "greater than 0"),
+            (&["--max-mib", "4", "--step-mib", "8"], "at least --step-mib"),
+            (&["--max-mib", "16", "--step-mib", "1", "--interval-ms", "9"], "outside 10..=3600000"),
+            (&["--max-mib", "16", "--step-mib", "1", "--interval-ms", "3600001"], "outside"),
+            (&["--max-mib", "16", "--step-mib", "1", "--hold-seconds", "86401"], "one day"),
+            (&["--max-mib", "10001", "--step-mib", "1"], "too many"),
+            (&["--max-mib", "18446744073709551615", "--step-mib", "1"], "too large"),
+        ];
+        for (flags, message) in cases {
+            let err = plan(flags).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{flags:?}: {err}");
+            assert!(err.to_string().contains(message), "{flags:?}: {err}");
+        }
+        // Edges that are fine.
+        assert!(plan(&["--max-mib", "8", "--step-mib", "8", "--interval-ms", "10", "--hold-seconds", "86400"]).is_ok());
+        assert!(plan(&["--max-mib", "10000", "--step-mib", "1"]).is_ok());
+    }
+
+    #[test]
+    fn clap_rejects_what_is_not_a_number_or_mode() {
+        assert_eq!(args(&["--max-mib", "-1"]).unwrap_err().exit_code(), 2);
+        assert_eq!(args(&["--max-mib", "1", "--mode", "register"]).unwrap_err().exit_code(), 2);
+        assert_eq!(args(&[]).unwrap_err().exit_code(), 2, "--max-mib is required");
+    }
+
+    #[test]
+    fn targets_above_half_of_mem_available_are_refused() {
+        let available = 1000 * MIB + 123;
+        assert!(check_target(500 * MIB, available).is_ok());
+        let err = check_target(501 * MIB, available).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert_eq!(
+            err.to_string(),
+            "refusing to start: --max-mib 501 MiB exceeds half of MemAvailable (1000 MiB available, so at most 500 MiB)"
+        );
+    }
+
+    #[test]
+    fn mem_available_comes_from_the_procfs_root() {
+        let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc");
+        assert_eq!(mem_available(&fixtures).unwrap(), 23786376 * 1024);
+        let missing = mem_available(Path::new("/nonexistent-procfs")).unwrap_err();
+        assert_eq!(missing.exit_code(), 1);
+        assert!(missing.to_string().contains("/nonexistent-procfs/meminfo"), "{missing}");
+    }
+
+    #[test]
+    fn a_meminfo_without_mem_available_is_a_runtime_error() {
+        let dir = std::env::temp_dir().join(format!("memlock-drill-meminfo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Kernels before 3.14 have no MemAvailable line.
+        std::fs::write(dir.join("meminfo"), "MemTotal:       24684084 kB\nMemFree:        20000000 kB\n").unwrap();
+        let err = mem_available(&dir).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(err, DrillError::NoMemAvailable(_)), "{err}");
+        assert_eq!(err.exit_code(), 1);
+    }
+
+    const T: &str = "2026-11-30T08:19:19.123Z";
+
+    fn counters(pin_kb: u64, lck_kb: u64) -> Counters {
+        Counters { vm_pin: Some(pin_kb * 1024), vm_lck: Some(lck_kb * 1024) }
+    }
+
+    #[test]
+    fn step_lines() {
+        let ok = Event::Step { step: 3, requested: 3 * MIB, counters: counters(3072, 0), refused: None, reached: 3 * MIB };
+        assert_eq!(ok.text(T), "2026-11-30T08:19:19.123Z event=step step=3 requested=3MiB vmpin=3072kB vmlck=0kB result=ok");
+        assert_eq!(
+            ok.json(T),
+            r#"{"time":"2026-11-30T08:19:19.123Z","event":"step","step":3,"requested_bytes":3145728,"vmpin_bytes":3145728,"vmlck_bytes":0,"result":"ok"}"#
+        );
+        let refused = Event::Step {
+            step: 5,
+            requested: 5 * MIB,
+            counters: counters(4096, 0),
+            refused: Some(Refused { errno: Refusal::Enomem, call: "io_uring_register" }),
+            reached: 4 * MIB,
+        };
+        assert_eq!(
+            refused.text(T),
+            "2026-11-30T08:19:19.123Z event=step step=5 requested=5MiB vmpin=4096kB vmlck=0kB result=ENOMEM errno=12 call=io_uring_register reached=4MiB"
+        );
+        assert_eq!(
+            refused.json(T),
+            r#"{"time":"2026-11-30T08:19:19.123Z","event":"step","step":5,"requested_bytes":5242880,"vmpin_bytes":4194304,"vmlck_bytes":0,"result":"ENOMEM","errno":12,"call":"io_uring_register","reached_bytes":4194304}"#
+        );
+        let unknown = Event::Step {
+            step: 1,
+            requested: MIB,
+            counters: Counters::default(),
+            refused: Some(Refused { errno: Refusal::Eagain, call: "mlock" }),
+            reached: 0,
+        };
+        assert_eq!(
+            unknown.text(T),
+            format!("{T} event=step step=1 requested=1MiB vmpin=? vmlck=? result=EAGAIN errno=11 call=mlock reached=0B")
+        );
+        assert!(unknown
+            .json(T)
+            .contains(r#""vmpin_bytes":null,"vmlck_bytes":null,"result":"EAGAIN","errno":11,"call":"mlock","reached_bytes":0}"#));
+    }
+
+    #[test]
+    fn start_hold_and_released_lines() {
+        let start = Event::Start {
+            mode: Mode::Pin,
+            step_bytes: MIB,
+            max_bytes: 16 * MIB,
+            interval: Duration::from_millis(100),
+            hold: Duration::from_secs(2),
+            memlock_soft: Some(4 << 20),
+            memlock_hard: None,
+            cap_ipc_lock: Some(false),
+            mem_available: 23604268 * 1024,
+            pid: 42,
+            uid: 65534,
+        };
+        assert_eq!(
+            start.text(T),
+            format!("{T} event=start mode=pin step=1MiB max=16MiB interval=100ms hold=2s memlock_soft=4194304 memlock_hard=unlimited cap_ipc_lock=no mem_available=23604268kB pid=42 uid=65534")
+        );
+        assert_eq!(
+            start.json(T),
+            format!(
+                r#"{{"time":"{T}","event":"start","mode":"pin","step_bytes":1048576,"max_bytes":16777216,"interval_ms":100,"hold_seconds":2,"memlock_soft_bytes":4194304,"memlock_hard_bytes":null,"cap_ipc_lock":false,"mem_available_bytes":24170770432,"pid":42,"uid":65534}}"#
+            )
+        );
+        let hold = Event::Hold { reached: 4 * MIB, hold: Duration::from_secs(2) };
+        assert_eq!(hold.text(T), format!("{T} event=hold reached=4MiB seconds=2"));
+        assert_eq!(hold.json(T), format!(r#"{{"time":"{T}","event":"hold","reached_bytes":4194304,"hold_seconds":2}}"#));
+
+        let refused =
+            Event::Released { outcome: Outcome::Refused(Refusal::Enomem), reached: 4 * MIB, counters: counters(0, 0), signal: None };
+        assert_eq!(refused.text(T), format!("{T} event=released outcome=refused errno=ENOMEM reached=4MiB vmpin=0kB vmlck=0kB"));
+        assert_eq!(
+            refused.json(T),
+            format!(
+                r#"{{"time":"{T}","event":"released","outcome":"refused","errno":"ENOMEM","reached_bytes":4194304,"vmpin_bytes":0,"vmlck_bytes":0,"signal":null}}"#
+            )
+        );
+        let interrupted =
+            Event::Released { outcome: Outcome::Interrupted, reached: 2 * MIB, counters: counters(0, 0), signal: Some(libc::SIGTERM) };
+        assert_eq!(interrupted.text(T), format!("{T} event=released outcome=interrupted reached=2MiB vmpin=0kB vmlck=0kB signal=SIGTERM"));
+        assert!(interrupted
+            .json(T)
+            .ends_with(r#""errno":null,"reached_bytes":2097152,"vmpin_bytes":0,"vmlck_bytes":0,"signal":"SIGTERM"}"#));
+        let done =
+            Event::Released { outcome: Outcome::MaxReached, reached: 32 * MIB, counters: counters(0, 0), signal: Some(libc::SIGINT) };
+        assert_eq!(done.text(T), format!("{T} event=released outcome=max_reached reached=32MiB vmpin=0kB vmlck=0kB signal=SIGINT"));
+    }
+
+    #[test]
+    fn sizes_are_exact() {
+        assert_eq!(size(0), "0B");
+        assert_eq!(size(MIB), "1MiB");
+        assert_eq!(size(1536 * 1024), "1536KiB");
+        assert_eq!(size(4097), "4097B");
+        assert_eq!(kb(Some(4096 * 1024)), "4096kB");
+        assert_eq!(kb(None), "?");
+    }
+
+    #[test]
+    fn only_the_limit_errnos_are_refusals() {
+        assert_eq!(Refusal::from_errno(libc::ENOMEM), Some(Refusal::Enomem));
+        assert_eq!(Refusal::from_errno(libc::EPERM), Some(Refusal::Eperm));
+        assert_eq!(Refusal::from_errno(libc::EAGAIN), Some(Refusal::Eagain));
+        assert_eq!(Refusal::from_errno(libc::EFAULT), None);
+        assert_eq!(Refusal::from_errno(libc::EINVAL), None);
+        for r in [Refusal::Enomem, Refusal::Eperm, Refusal::Eagain] {
+            assert_eq!(Refusal::from_errno(r.errno()), Some(r));
+        }
+    }
+
+    #[test]
+    fn a_set_stop_flag_ends_sleeps_at_once() {
+        let stop = AtomicI32::new(libc::SIGTERM);
+        let started = Instant::now();
+        assert!(sleep_unless_stopped(Duration::from_secs(3600), &stop));
+        assert!(started.elapsed() < Duration::from_secs(60), "returned instead of sleeping an hour");
+        assert!(!sleep_unless_stopped(Duration::from_millis(1), &AtomicI32::new(0)));
+    }
+
+    #[test]
+    fn a_stop_before_the_first_step_takes_nothing_and_reports_the_signal() {
+        let plan = plan_of(&["--mode", "lock", "--max-mib", "4", "--step-mib", "1", "--interval-ms", "10"]);
+        let stop = AtomicI32::new(libc::SIGINT);
+        let mut out = Vec::new();
+        assert_eq!(execute(&plan, 1 << 30, &mut out, &stop).unwrap(), Outcome::Interrupted);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].contains(" event=start mode=lock step=1MiB max=4MiB "), "{text}");
+        assert!(lines[1].contains(" event=released outcome=interrupted reached=0B "), "{text}");
+        assert!(lines[1].ends_with(" signal=SIGINT"), "{text}");
+    }
+
+    #[test]
+    fn output_errors_are_reported_not_panics() {
+        struct Broken;
+        impl Write for Broken {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::Error::from_raw_os_error(libc::EPIPE))
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let plan = plan_of(&["--mode", "lock", "--max-mib", "1", "--step-mib", "1"]);
+        let err = execute(&plan, 1 << 30, &mut Broken, &AtomicI32::new(0)).unwrap_err();
+        assert!(matches!(err, DrillError::Output(_)), "{err}");
+        assert_eq!(err.exit_code(), 1);
+    }
+}

@@ -1,0 +1,142 @@
+//! Hot reload of the running binary: a valid change to the configuration file takes effect (a
+//! disabled collector's series disappear), an invalid one keeps the old configuration, logs the
+//! key and sets `memlock_exporter_config_last_reload_successful` to 0; both through the file
+//! watch and through SIGHUP.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::util::{fixtures, Exporter, Metrics};
+
+const NUMA_SERIES: &str = "memlock_scrape_collector_success{collector=\"numa\"}";
+const RELOAD_OK: &str = "memlock_exporter_config_last_reload_successful";
+const RELOAD_TIME: &str = "memlock_exporter_config_last_reload_success_timestamp_seconds";
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memlock-reload-it-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn start(config: &Path) -> Exporter {
+    let root = fixtures();
+    let (procfs, sysfs) = (root.join("proc").display().to_string(), root.join("sys").display().to_string());
+    let config = config.display().to_string();
+    Exporter::start(&["--config.file", &config, "--path.procfs", &procfs, "--path.sysfs", &sysfs, "--no-collector.rdma_netlink"])
+}
+
+/// Scrapes until `done` holds, for up to 15 s.
+fn wait_until(exporter: &Exporter, what: &str, done: impl Fn(&Metrics) -> bool) -> Metrics {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let metrics = exporter.metrics();
+        if done(&metrics) {
+            return metrics;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}; log:\n{}\nmetrics:\n{}", exporter.log_text(), metrics.text);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn sighup(exporter: &Exporter) {
+    // SAFETY: kill with the pid of our own running child.
+    assert_eq!(unsafe { libc::kill(exporter.child.id() as i32, libc::SIGHUP) }, 0);
+}
+
+/// Runs the valid-then-invalid-then-fixed sequence; `apply` writes the file and, for the
+/// SIGHUP variant, signals.
+fn valid_then_invalid_then_fixed(exporter: &Exporter, write: &dyn Fn(&str)) {
+    let first = exporter.metrics();
+    assert_eq!(first.value(NUMA_SERIES), 1.0, "numa runs at start");
+    assert_eq!(first.value(RELOAD_OK), 1.0);
+    let started_at = first.value(RELOAD_TIME);
+    std::thread::sleep(Duration::from_millis(1100));
+
+    write("[collector.numa]\nenabled = false\n");
+    let after = wait_until(exporter, "the numa collector to be dropped", |m| m.get(NUMA_SERIES).is_none());
+    assert!(after.family("memlock_numa_memory_free_bytes").is_empty(), "numa series are gone");
+    assert_eq!(after.value("memlock_scrape_collector_success{collector=\"node\"}"), 1.0, "node still runs");
+    assert_eq!(after.value(RELOAD_OK), 1.0);
+    assert!(after.value(RELOAD_TIME) > started_at, "the success time moved");
+    assert!(exporter.log_text().contains("configuration reloaded"));
+
+    write("[collector.numa]\nenabled = true\ninterval = \"fast\"\n");
+    let failed = wait_until(exporter, "the failed reload", |m| m.get(RELOAD_OK) == Some(0.0));
+    assert!(failed.get(NUMA_SERIES).is_none(), "the old configuration (numa off) stays");
+    assert_eq!(failed.value("memlock_scrape_collector_success{collector=\"node\"}"), 1.0);
+    assert_eq!(failed.value(RELOAD_TIME), after.value(RELOAD_TIME), "no new success time");
+    let log = exporter.log_text();
+    assert!(log.contains("configuration reload failed") && log.contains("collector.numa.interval"), "the log names the key:\n{log}");
+
+    write("[collector.numa]\nenabled = true\n");
+    let fixed = wait_until(exporter, "the fixed reload", |m| m.get(RELOAD_OK) == Some(1.0) && m.get(NUMA_SERIES).is_some());
+    assert!(!fixed.family("memlock_numa_memory_free_bytes").is_empty());
+}
+
+#[test]
+fn file_changes_reload_the_configuration() {
+    let dir = temp_dir("watch");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, "[collector.numa]\nenabled = true\n").unwrap();
+    let exporter = start(&config);
+    let write = |text: &str| {
+        // The way editors save: a new file renamed over the old one.
+        let tmp = dir.join(".config.toml.swp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &config).unwrap();
+    };
+    valid_then_invalid_then_fixed(&exporter, &write);
+    assert!(!exporter.log_text().contains("SIGHUP"), "the file watch did it alone");
+    let status = exporter.terminate();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn sighup_reloads_the_configuration() {
+    // The configuration is a symlink into a directory the exporter does not watch, so only the
+    // signal can make it notice the edits.
+    let dir = temp_dir("sighup");
+    let real_dir = dir.join("real");
+    std::fs::create_dir_all(&real_dir).unwrap();
+    let target = real_dir.join("config.toml");
+    std::fs::write(&target, "[collector.numa]\nenabled = true\n").unwrap();
+    let watched_dir = dir.join("etc");
+    std::fs::create_dir_all(&watched_dir).unwrap();
+    let config = watched_dir.join("memlock.toml");
+    std::os::unix::fs::symlink(&target, &config).unwrap();
+    let exporter = start(&config);
+
+    // Unchanged files: SIGHUP reloads anyway.
+    std::thread::sleep(Duration::from_millis(1100));
+    let before = exporter.metrics().value(RELOAD_TIME);
+    sighup(&exporter);
+    wait_until(&exporter, "a reload on SIGHUP", |m| m.get(RELOAD_TIME).is_some_and(|t| t > before));
+
+    let write = |text: &str| {
+        std::fs::write(&target, text).unwrap();
+        // Without the signal nothing happens.
+        std::thread::sleep(Duration::from_millis(800));
+        sighup(&exporter);
+    };
+    valid_then_invalid_then_fixed(&exporter, &write);
+    assert!(exporter.log_text().contains("SIGHUP received"));
+    assert!(!exporter.log_text().contains("configuration files changed"), "the watch did not see the symlink target");
+    let status = exporter.terminate();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn a_bad_web_config_on_reload_keeps_serving_with_the_old_one() {
+    let dir = temp_dir("web");
+    let web = dir.join("web.yml");
+    std::fs::write(&web, "http_server_config:\n  headers:\n    X-Frame-Options: deny\n").unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(&config, format!("[web]\nconfig_file = \"{}\"\n", web.display())).unwrap();
+    let exporter = start(&config);
+    std::fs::write(&web, "tls_server_config:\n  cert_file: /nonexistent/server.crt\n  key_file: /nonexistent/server.key\n").unwrap();
+    let failed = wait_until(&exporter, "the failed reload", |m| m.get(RELOAD_OK) == Some(0.0));
+    assert!(failed.get("memlock_node_mlocked_bytes").is_some(), "still serving plain HTTP");
+    let log = exporter.log_text();
+    assert!(log.contains("tls_server_config.cert_file") && log.contains("/nonexistent/server.crt"), "{log}");
+}

@@ -1,0 +1,298 @@
+//! `--web.config.file` with real clients: TLS and basic auth through curl, client certificates
+//! (good, expired, signed by another CA), plain HTTP on the TLS port, and the request limits
+//! (concurrent requests, header size, slow clients) over raw sockets.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{fixtures, http_get, Exporter};
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memlock-web-it-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl").current_dir(dir).args(args).output().expect("run openssl");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Certificates made with the openssl CLI: a CA; a server certificate for 127.0.0.1; a client
+/// certificate, an expired one, and one from a CA the server does not trust.
+fn make_pki(dir: &Path) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    for ca in ["ca", "other-ca"] {
+        let (key, crt, subject) = (format!("{ca}.key"), format!("{ca}.crt"), format!("/CN={ca}"));
+        let mut args = vec!["req", "-x509"];
+        args.extend(ec);
+        args.extend(["-keyout", &key, "-out", &crt, "-days", "2", "-subj", &subject]);
+        openssl(dir, &args);
+    }
+    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n").unwrap();
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    for (name, ca, ext, days) in [
+        ("server", "ca", "server.ext", "2"),
+        ("client", "ca", "client.ext", "2"),
+        ("expired", "ca", "client.ext", "-1"),
+        ("stranger", "other-ca", "client.ext", "2"),
+    ] {
+        let (key, csr, crt) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.crt"));
+        let mut args = vec!["req"];
+        args.extend(ec);
+        let subject = format!("/CN={name}");
+        args.extend(["-keyout", &key, "-out", &csr, "-subj", &subject]);
+        openssl(dir, &args);
+        let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+        openssl(dir, &["x509", "-req", "-in", &csr, "-CA", &ca_crt, "-CAkey", &ca_key, "-CAcreateserial", "-out", &crt, "-days", days, "-extfile", ext]);
+    }
+}
+
+/// curl's exit code, the HTTP status (0 when there was none) and the response headers and body.
+fn curl(args: &[&str]) -> (i32, u16, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--noproxy", "*", "--max-time", "10", "-D", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (out.status.code().unwrap_or(-1), code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+fn fixture_roots() -> Vec<String> {
+    let root = fixtures();
+    vec![
+        "--path.procfs".into(),
+        root.join("proc").display().to_string(),
+        "--path.sysfs".into(),
+        root.join("sys").display().to_string(),
+        "--no-collector.rdma_netlink".into(),
+    ]
+}
+
+fn spawn(web_config: &Path, extra: &[&str]) -> Exporter {
+    let mut args: Vec<String> = fixture_roots();
+    args.extend(["--web.config.file".to_owned(), web_config.display().to_string()]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Exporter::spawn(&args, &[])
+}
+
+/// Retries until the exporter answers `expected` (it samples once before it is ready).
+fn wait_for(expected: u16, args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, code, body) = curl(args);
+        if code == expected {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "never got {expected} from curl {args:?}; last {code}: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn tls_with_basic_auth_good_and_bad_credentials_and_plain_http_refused() {
+    let dir = temp_dir("tls-auth");
+    make_pki(&dir);
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let web = dir.join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: TLS13\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  prometheus: '{hash}'\n"
+        ),
+    )
+    .unwrap();
+    let exporter = spawn(&web, &[]);
+    let url = format!("https://{}/metrics", exporter.address);
+    let ca = dir.join("ca.crt").display().to_string();
+
+    wait_for(200, &["--cacert", &ca, "-u", "prometheus:s3cret", &format!("https://{}/-/ready", exporter.address)]);
+    let (rc, code, body) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret", &url]);
+    assert_eq!((rc, code), (0, 200), "{body}");
+    assert!(body.contains("\nmemlock_node_mlocked_bytes "), "{body}");
+    assert!(body.contains("\nmemlock_exporter_config_last_reload_successful 1\n"), "{body}");
+    assert!(body.to_ascii_lowercase().contains("x-frame-options: deny"), "configured headers are sent: {body}");
+
+    for credentials in [&["-u", "prometheus:wrong"][..], &["-u", "nobody:s3cret"], &[]] {
+        let mut args = vec!["--cacert", ca.as_str(), url.as_str()];
+        args.extend(credentials);
+        let (rc, code, body) = curl(&args);
+        assert_eq!((rc, code), (0, 401), "{credentials:?}: {body}");
+        assert!(body.to_ascii_lowercase().contains("www-authenticate: basic"), "{body}");
+        assert!(!body.contains("memlock_node"), "{body}");
+    }
+
+    // Plain HTTP to the TLS port gets a refusal, never metrics.
+    let (status, body) = http_get(&exporter.address, "/metrics").unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("HTTPS"), "{body}");
+    let (rc, code, _) = curl(&[&format!("http://{}/metrics", exporter.address)]);
+    assert_ne!(code, 200, "curl over plain HTTP: rc {rc}");
+
+    // min_version TLS13: a TLS 1.2-only client cannot connect.
+    let (rc, code, _) = curl(&["--cacert", &ca, "--tls-max", "1.2", "-u", "prometheus:s3cret", &url]);
+    assert!(rc != 0 && code == 0, "TLS 1.2 client got rc {rc}, status {code}");
+    // A client that does not trust the server's CA refuses it.
+    let (rc, _, _) = curl(&["-u", "prometheus:s3cret", &url]);
+    assert_ne!(rc, 0);
+}
+
+#[test]
+fn client_certificates_verified_against_the_client_ca() {
+    let dir = temp_dir("mtls");
+    make_pki(&dir);
+    let web = dir.join("web.yml");
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+    )
+    .unwrap();
+    let exporter = spawn(&web, &[]);
+    let url = format!("https://{}/metrics", exporter.address);
+    let path = |name: &str| dir.join(name).display().to_string();
+    let (ca, client_crt, client_key) = (path("ca.crt"), path("client.crt"), path("client.key"));
+
+    wait_for(200, &["--cacert", &ca, "--cert", &client_crt, "--key", &client_key, &format!("https://{}/-/ready", exporter.address)]);
+    let (rc, code, body) = curl(&["--cacert", &ca, "--cert", &client_crt, "--key", &client_key, &url]);
+    assert_eq!((rc, code), (0, 200), "{body}");
+    assert!(body.contains("memlock_node_mlocked_bytes"));
+
+    for (who, cert, key) in [("expired", path("expired.crt"), path("expired.key")), ("other CA", path("stranger.crt"), path("stranger.key"))] {
+        for tls in ["1.2", "1.3"] {
+            let (rc, code, body) = curl(&["--cacert", &ca, "--cert", &cert, "--key", &key, "--tls-max", tls, &url]);
+            assert!(rc != 0 && code == 0, "{who} certificate over TLS {tls} accepted: rc {rc}, status {code}: {body}");
+        }
+    }
+    let (rc, code, _) = curl(&["--cacert", &ca, &url]);
+    assert!(rc != 0 && code == 0, "no client certificate accepted: rc {rc}, status {code}");
+
+    // The same with openssl s_client, a second real TLS client: the handshake fails for the
+    // stranger, and succeeds (verify return code 0) for the client.
+    let s_client = |cert: &str, key: &str| {
+        let mut child = Command::new("openssl")
+            .args(["s_client", "-connect", &exporter.address, "-CAfile", &ca, "-cert", cert, "-key", key, "-tls1_2", "-ign_eof"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"GET /-/healthy HTTP/1.0\r\n\r\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let good = s_client(&client_crt, &client_key);
+    assert!(good.contains("Healthy"), "{good}");
+    let bad = s_client(&path("stranger.crt"), &path("stranger.key"));
+    assert!(!bad.contains("Healthy"), "{bad}");
+}
+
+/// One raw HTTP/1.1 request with extra header lines; the status and how long it took.
+fn raw_request(address: &str, path: &str, headers: &str) -> (u16, Duration) {
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}\r\n").unwrap();
+    let mut head = [0u8; 12];
+    let mut filled = 0;
+    while filled < head.len() {
+        match stream.read(&mut head[filled..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => filled += n,
+        }
+    }
+    let status = std::str::from_utf8(&head[..filled]).ok().and_then(|t| t.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, started.elapsed())
+}
+
+fn basic(user: &str, password: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let input = format!("{user}:{password}").into_bytes();
+    let mut out = String::new();
+    for chunk in input.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    format!("Authorization: Basic {out}\r\n")
+}
+
+#[test]
+fn excess_concurrent_requests_get_503_at_once() {
+    let dir = temp_dir("max-requests");
+    // A deliberately expensive hash: each uncached check keeps its request busy for a while,
+    // which is what the request limit bounds.
+    let hash = bcrypt::hash("right", 12).unwrap();
+    let web = dir.join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
+    let exporter = spawn(&web, &["--web.max-requests", "1"]);
+    let address = exporter.address.clone();
+    let (status, took) = raw_request(&address, "/metrics", &basic("prometheus", "warm-up"));
+    assert_eq!(status, 401);
+    assert!(took > Duration::from_millis(150), "bcrypt at cost 12 took only {took:?}; the test needs a slow request");
+
+    let slow_address = address.clone();
+    let slow = std::thread::spawn(move || raw_request(&slow_address, "/metrics", &basic("prometheus", "wrong-1")));
+    std::thread::sleep(took / 4);
+    let (status, quick) = raw_request(&address, "/-/healthy", &basic("prometheus", "wrong-2"));
+    assert_eq!(status, 503, "a second request while the first is being checked");
+    assert!(quick < took / 2, "503 must come at once, took {quick:?}");
+    assert_eq!(slow.join().unwrap().0, 401);
+    // The slot is free again: a cached good password passes.
+    let (status, _) = raw_request(&address, "/metrics", &basic("prometheus", "right"));
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn oversized_headers_are_refused_and_slow_clients_do_not_block_scrapes() {
+    let dir = temp_dir("limits");
+    let web = dir.join("web.yml");
+    std::fs::write(&web, "# no TLS, no auth\n").unwrap();
+    let exporter = spawn(&web, &[]);
+    exporter.wait_ready();
+    let address = exporter.address.clone();
+
+    let huge = format!("X-Padding: {}\r\n", "a".repeat(64 * 1024));
+    let (status, _) = raw_request(&address, "/metrics", &huge);
+    assert!(status == 431 || status == 0, "64 KiB of headers got {status}");
+
+    // Slow-loris clients: they send a byte per second and never finish their headers.
+    let started = Instant::now();
+    let mut slow: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(&address).unwrap()).collect();
+    let request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    let mut closed_after = None;
+    for i in 0..15 {
+        for stream in &mut slow {
+            let _ = stream.write_all(&request[i % request.len()..i % request.len() + 1]);
+        }
+        let (status, took) = raw_request(&address, "/metrics", "");
+        assert_eq!(status, 200);
+        assert!(took < Duration::from_secs(2), "a scrape next to slow clients took {took:?}");
+        std::thread::sleep(Duration::from_secs(1));
+        // The header read timeout (10 s) closes them: end of file, an error or a 408.
+        slow[0].set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+        let mut buf = [0u8; 512];
+        match slow[0].read(&mut buf) {
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            _ => {
+                closed_after = Some(started.elapsed());
+                break;
+            }
+        }
+    }
+    let closed_after = closed_after.expect("slow clients were never disconnected");
+    assert!(closed_after >= Duration::from_secs(9) && closed_after <= Duration::from_secs(14), "closed after {closed_after:?}");
+}
