@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# End to end, the fast path: a real Alertmanager with a webhook receiver, the exporter pushing
+# to it, and `memlock-exporter drill` ramping real pinned (io_uring) or locked memory. The
+# critical alert must reach the webhook before the drill's first ENOMEM, and resolve after the
+# drill exits. Prints the lead times; `RUNS=n` repeats each drill and reports the median.
+set -uo pipefail
+source "$(dirname "$0")/lib.bash"
+
+RUNS=${RUNS:-1}
+[ "$(id -u)" = 0 ] || fail "needs root (cgroups, setpriv, prlimit)"
+[ -x "$BIN" ] || fail "$BIN not built"
+
+start_webhook
+start_alertmanager
+log "alertmanager on 127.0.0.1:$AM_PORT, webhook on 127.0.0.1:$WEBHOOK_PORT"
+
+# Processes are found by a full scan every second; the trend window is the default.
+export MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL=1s
+export MEMLOCK_EXPORTER_COLLECTOR__CGROUP__FULL_SCAN_INTERVAL=1s
+start_exporter --no-collector.numa --alertmanager.url "http://127.0.0.1:${AM_PORT}"
+log "exporter at $EXPORTER_URL"
+
+DRILL=$(public_binary)
+
+# run_drill NAME CMD...: runs the drill with every output line stamped on arrival (Unix seconds).
+run_drill() {
+    local name=$1
+    shift
+    python3 -c '
+import subprocess, sys, time
+proc = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+with open(sys.argv[1], "w") as out:
+    for line in proc.stdout:
+        out.write("%.3f %s" % (time.time(), line))
+        out.flush()
+    code = proc.wait()
+    # A negative code is a signal: the memory cgroup OOM-killed the drill.
+    out.write("%.3f EXIT %d%s\n" % (time.time(), code, " killed" if code < 0 else ""))
+sys.exit(0 if code == 0 or code == -9 else 1)
+' "$E2E_TMP/$name.out" "$@"
+}
+
+# check_lead NAME ALERTNAME: the first firing ALERTNAME notification must precede the first
+# refusal in the drill's output; prints the lead time in seconds.
+check_lead() {
+    python3 - "$E2E_TMP/$1.out" "$WEBHOOK_OUT" "$2" "$3" <<'PY'
+import json, re, sys
+drill_out, webhook, alertname, since = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+refused = None
+for line in open(drill_out):
+    stamp, _, text = line.partition(" ")
+    if re.search(r"ENOMEM|EAGAIN|EPERM|refused|EXIT -9 killed", text):
+        refused = float(stamp)
+        break
+if refused is None:
+    sys.exit("the drill was never refused:\n" + open(drill_out).read())
+fired = None
+for line in open(webhook):
+    note = json.loads(line)
+    if note["received"] < since:
+        continue
+    for alert in note["payload"].get("alerts", []):
+        if alert["labels"].get("alertname") == alertname and alert["status"] == "firing":
+            fired = note["received"]
+            break
+    if fired:
+        break
+if fired is None:
+    sys.exit(f"{alertname} never reached the webhook")
+lead = refused - fired
+print(f"{alertname}: delivered {lead:.1f}s before the first refusal")
+sys.exit(0 if lead > 0 else f"{alertname} arrived {-lead:.1f}s after the refusal")
+PY
+}
+
+wait_resolved() {
+    python3 - "$WEBHOOK_OUT" "$1" "$2" <<'PY'
+import json, sys, time
+webhook, alertname, since = sys.argv[1], sys.argv[2], float(sys.argv[3])
+deadline = time.time() + 60
+while time.time() < deadline:
+    for line in open(webhook):
+        note = json.loads(line)
+        if note["received"] < since:
+            continue
+        for alert in note["payload"].get("alerts", []):
+            if alert["labels"].get("alertname") == alertname and alert["status"] == "resolved":
+                print(f"{alertname}: resolved {note['received'] - since:.1f}s after the drill ended")
+                sys.exit(0)
+    time.sleep(0.5)
+sys.exit(f"{alertname} did not resolve within 60s")
+PY
+}
+
+CGROUP=/sys/fs/cgroup/memory/memlock-e2e-$$
+cgroup_cleanup() {
+    if [ -d "$CGROUP" ]; then
+        for pid in $(cat "$CGROUP/cgroup.procs" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+        sleep 0.2
+        rmdir "$CGROUP" 2>/dev/null
+    fi
+    e2e_cleanup
+}
+trap cgroup_cleanup EXIT
+
+leads=()
+cg_leads=()
+rc=0
+for run in $(seq "$RUNS"); do
+    # 1. Pinned memory (io_uring), unprivileged, soft memlock limit 8 MiB: 1 MiB every 2 s.
+    since=$(date +%s.%N)
+    run_drill "pin$run" prlimit --memlock=8388608:8388608 \
+        setpriv --reuid=65534 --regid=65534 --clear-groups \
+        "$DRILL" drill --mode pin --step-mib 1 --interval-ms 2000 --max-mib 64 --hold-seconds 3 ||
+        { cat "$E2E_TMP/pin$run.out"; fail "pin drill failed"; }
+    ended=$(date +%s.%N)
+    out=$(check_lead "pin$run" MemlockProcessLimitExhaustionImminent "$since") || { echo "$out"; rc=1; }
+    echo "pin run $run: $out"
+    leads+=("$(echo "$out" | grep -oE '[0-9.]+s before' | grep -oE '[0-9.]+')")
+    wait_resolved MemlockProcessLimitExhaustionImminent "$ended" || rc=1
+
+    # 2. Locked memory (mlock) as root inside a v1 memory cgroup limited to 64 MiB: 4 MiB every
+    #    2 s. Locked pages cannot be reclaimed, so the cgroup OOM-kills the drill at its limit.
+    mkdir -p "$CGROUP"
+    echo $((64 << 20)) > "$CGROUP/memory.limit_in_bytes"
+    since=$(date +%s.%N)
+    run_drill "lock$run" sh -c 'echo $$ > "$1/cgroup.procs" && exec "$2" drill --mode lock --step-mib 4 --interval-ms 2000 --max-mib 256 --hold-seconds 3' \
+        sh "$CGROUP" "$DRILL" || { cat "$E2E_TMP/lock$run.out"; fail "lock drill failed"; }
+    ended=$(date +%s.%N)
+    out=$(check_lead "lock$run" MemlockCgroupMemoryExhaustionImminent "$since") || { echo "$out"; rc=1; }
+    echo "lock run $run: $out (the cgroup's OOM kills: $(awk '/^oom_kill /{print $2}' "$CGROUP/memory.oom_control"))"
+    cg_leads+=("$(echo "$out" | grep -oE '[0-9.]+s before' | grep -oE '[0-9.]+')")
+    rmdir "$CGROUP" 2>/dev/null || true
+    wait_resolved MemlockCgroupMemoryExhaustionImminent "$ended" || rc=1
+done
+
+if [ ${#leads[@]} -gt 0 ]; then
+    printf '%s\n' "${leads[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "pin drill lead time: median %.1fs over %d run(s)\n", a[int((NR+1)/2)], NR}'
+fi
+if [ ${#cg_leads[@]} -gt 0 ]; then
+    printf '%s\n' "${cg_leads[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "cgroup lock drill lead time: median %.1fs over %d run(s)\n", a[int((NR+1)/2)], NR}'
+fi
+[ $rc = 0 ] && echo "fast_alert: ok" || echo "fast_alert: FAILED"
+exit $rc
