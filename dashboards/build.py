@@ -492,46 +492,58 @@ def processes(t):
 def rdma(t):
     errors = t.value("rdma_registration_error_counters")
     states = value_map(PORT_STATES)
-    traffic = "port_(xmit|rcv)_data.*"
+    phys_states = value_map({1: ("Sleep", "orange"), 2: ("Polling", "red"), 3: ("Disabled", "red"), 4: ("Training", "orange"),
+                             5: ("LinkUp", "green"), 6: ("ErrorRecovery", "red"), 7: ("PhyTest", "orange")})
+    port_traffic = "port_(xmit|rcv)_data_bytes"
+    driver_traffic = "(tx|rx)_bytes"
     error_counters = ".*(err|discard|dropped|downed|recovery|overrun|integrity).*"
+    link_layer = f'* on (instance, job, device, port) group_left (link_layer) {m("memlock_rdma_port_info")}'
     return dashboard(
         "memlock-rdma",
         "memlock-exporter / RDMA",
         "RDMA devices and ports, their counters, and the memory registered per device and per process.",
         [
             (table("Devices", targets((m("memlock_rdma_device_info"), ""), table=True),
-                   [("instance", "instance"), ("device", "device"), ("hca_type", "HCA type"), ("fw_ver", "firmware"), ("board_id", "board"), ("node_type", "node type")],
+                   [("instance", "instance"), ("device", "device"), ("hca_type", "HCA type"), ("fw_ver", "firmware"), ("board_id", "board"),
+                    ("node_type", "node type"), ("node_guid", "node GUID")],
                    "From /sys/class/infiniband.", hidden=("Time", "__name__", "job", "Value")), 12, 8),
             (table("Ports", targets(
-                (m("memlock_rdma_port_state"), ""),
-                (m("memlock_rdma_port_rate_bytes_per_second"), ""),
+                (f'{m("memlock_rdma_port_state")} {link_layer}', ""),
+                (f'{m("memlock_rdma_port_phys_state")} {link_layer}', ""),
+                (f'{m("memlock_rdma_port_rate_bytes_per_second")} {link_layer}', ""),
                 table=True,
-            ), [("instance", "instance"), ("device", "device"), ("port", "port"), ("Value #A", "state"), ("Value #B", "rate")],
-                "Port state (4 is ACTIVE; MemlockRdmaPortNotActive below it) and link rate.",
-                overrides=[column("state", "none", steps("red", (4, "green")), mappings=states), column("rate", "binBps")]), 12, 8),
+            ), [("instance", "instance"), ("device", "device"), ("port", "port"), ("link_layer", "link layer"), ("Value #A", "state"),
+                ("Value #B", "physical state"), ("Value #C", "rate")],
+                "Port state (4 is ACTIVE; MemlockRdmaPortNotActive below it), physical state and signalling rate.",
+                overrides=[column("state", "none", steps("red", (4, "green")), mappings=states),
+                           column("physical state", "none", mappings=phys_states), column("rate", "binBps")]), 12, 8),
             (timeseries("Port state", targets((m("memlock_rdma_port_state"), "{{device}} port {{port}}")), "none",
                         "Dashed line: ACTIVE (4). Below it MemlockRdmaPortNotActive fires.", steps("red", (4, "green")), min_value=0, max_value=5), 12, 8),
             (timeseries("Registration errors", targets(
-                (f'increase({m("memlock_rdma_hw_counter_total", counter=("=~", errors))}[$__rate_interval])', "{{device}} {{counter}}"),
-            ), "none", f"Driver counters of failed registrations ({errors}; EFA only, mlx5 has none). Any is MemlockRdmaRegistrationErrors.",
+                (f'increase({m("memlock_rdma_hw_stat_total", counter=("=~", errors))}[$__rate_interval])', "{{device}} {{counter}}"),
+            ), "none", f"Driver counters of failed registrations ({errors}; EFA has reg_mr_err, mlx5 has none). Any is MemlockRdmaRegistrationErrors.",
                 steps("green", (1, "red")), bars=True), 12, 8),
             (timeseries("Port traffic", targets(
-                (f'rate({m("memlock_rdma_port_counter_total", counter=("=~", traffic))}[$__rate_interval])', "{{device}}/{{port}} {{counter}}"),
-            ), "binBps", "Data sent and received per port."), 12, 8),
+                (f'rate({m("memlock_rdma_port_stat_total", counter=("=~", port_traffic))}[$__rate_interval])', "{{device}}/{{port}} {{counter}}"),
+                (f'rate({m("memlock_rdma_hw_stat_total", counter=("=~", driver_traffic))}[$__rate_interval])', "{{device}}/{{port}} {{counter}}"),
+            ), "binBps", "Bytes sent and received per port: IBTA port counters (mlx5), or driver counters where the device has no PMA (EFA, bnxt_re)."), 12, 8),
             (timeseries("Port error counters", targets(
-                (f'rate({m("memlock_rdma_port_counter_total", counter=("=~", error_counters))}[$__rate_interval]) > 0', "{{device}}/{{port}} {{counter}}"),
-            ), "ops", "Link and receive errors, discards and link downs per second; empty while there are none."), 12, 8),
+                (f'rate({m("memlock_rdma_port_stat_total", counter=("=~", error_counters))}[$__rate_interval]) > 0', "{{device}}/{{port}} {{counter}}"),
+                (f'rate({m("memlock_rdma_hw_stat_total", counter=("=~", error_counters))}[$__rate_interval]) > 0', "{{device}}/{{port}} {{counter}}"),
+            ), "ops", "Link and receive errors, discards, link downs and failed verbs calls per second; empty while there are none."), 12, 8),
             (timeseries("Registered memory per device", targets((m("memlock_rdma_mr_registered_bytes"), "{{device}}")), "bytes",
                         "Sum of MR lengths from RDMA netlink (rdma resource show mr), including ODP and dma-buf MRs that are not charged to VmPin.", min_value=0), 12, 8),
-            (timeseries("RDMA resources", targets((m("memlock_rdma_resources"), "{{device}} {{type}}")), "none",
-                        "Objects per device and type (mr, pd, qp, cq, ctx...) from RDMA netlink."), 12, 8),
+            (timeseries("RDMA resources", targets(
+                (m("memlock_rdma_resources"), "{{device}} {{type}}"),
+                (m("memlock_rdma_hw_objects", counter=("=~", "active_.*")), "{{device}} {{counter}}"),
+            ), "none", "Objects per device and type (mr, pd, qp, cq, ctx...) from RDMA netlink, and the bnxt_re driver's active_* gauges."), 12, 8),
             (table("Registered memory per process", targets(
                 (f'topk(50, sum by (instance, job, pid, comm) ({m("memlock_rdma_process_mr_bytes")}))', ""),
                 (f'max by (instance, job, pid, comm) ({m("memlock_process_pinned_bytes")})', ""),
                 (f'max by (instance, job, pid, comm) ({m("memlock_process_limit_bytes", kind="soft")})', ""),
                 table=True,
             ), [("instance", "instance"), ("pid", "pid"), ("comm", "comm"), ("Value #A", "registered (all devices)"), ("Value #B", "pinned (VmPin)"), ("Value #C", "soft memlock limit")],
-                "What each process registered, against what the kernel charged (VmPin) and its limit. Registered above VmPin means dma-buf or ODP MRs.",
+                "What each process registered, against what the kernel charged (VmPin) and its limit. Registered above VmPin means dma-buf or ODP MRs. Kernel MRs have no pid.",
                 sort_by="registered (all devices)",
                 overrides=[column(n, "bytes") for n in ("registered (all devices)", "pinned (VmPin)", "soft memlock limit")]), 12, 8),
             (timeseries("Registered memory per process and device", targets((f'topk(10, {m("memlock_rdma_process_mr_bytes")})', "{{pid}} {{comm}} {{device}}")), "bytes",

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Checks a real Prometheus that scrapes memlock-exporter (started by scripts/e2e/prometheus.sh).
+
+    prometheus_check.py --prometheus URL --target JOB=EXPORTER_URL [--target ...]
+                        [--node-job JOB] [--holder-pid PID]
+
+1. every target is up;
+2. the alert rules loaded and evaluate without errors, with labels and annotations as the
+   conventions require (severity, summary, description, runbook_url to a section of
+   docs/runbooks.md);
+3. every query of every Grafana dashboard (panels and annotations), with the template variables
+   substituted as Grafana would, is accepted by Prometheus for every job; the node overview's
+   queries return data for the node job, and any query whose metrics the exporter exports
+   returns data unless it filters on purpose (FILTERED below);
+4. with --holder-pid: the alerts that a real unprivileged process holding locked and pinned
+   memory under an 8 MiB limit must trigger are pending, with their texts rendered.
+
+Prints PASS or FAIL per check; the exit status is 1 when any check failed. Standard library only.
+"""
+
+import argparse
+import json
+import re
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+RULES = ROOT / "alerts" / "memlock-exporter.rules.yml"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+DASHBOARDS = ROOT / "dashboards"
+
+# Grafana's values for its built-in variables with a 1 s scrape interval and a 6 h range.
+BUILTINS = {"__rate_interval": "20s", "__interval": "20s", "__range": "6h"}
+
+# Queries that may return nothing although the exporter exports their metrics: they keep only
+# what is abnormal, or select a label value that a healthy node need not have.
+FILTERED = {
+    ("*", "annotation: Memlock alerts", "A"): "empty while no Memlock alert fires",
+    ("memlock-node", "Collector errors", "A"): "the error counter has no series until the first error",
+    ("memlock-node", "Time to exhaustion", "A"): "the exporter exports no exhaustion time while nothing rises",
+    ("memlock-node", "Time until locked + pinned memory reaches MemAvailable", "A"): "no exhaustion time while nothing rises",
+    ("memlock-node", "Time until locked + pinned memory reaches MemAvailable", "B"): "keeps only a rising slope",
+    ("memlock-workloads", "OOM events", "A"): "keeps only cgroups with OOM events",
+    ("memlock-workloads", "Kubernetes pods", "*"): "only cgroups of Kubernetes pods",
+    ("memlock-workloads", "Slurm jobs", "*"): "only cgroups of Slurm jobs",
+    ("memlock-workloads", "rdma cgroup: objects against rdma.max", "*"): "only cgroups with the rdma controller",
+    ("memlock-processes", "Processes that pin memory under a memlock limit too low for RDMA", "A"): "keeps only misconfigured processes",
+    ("memlock-processes", "Unlimited soft limit", "A"): "count of a filtered set",
+    ("memlock-processes", "With CAP_IPC_LOCK", "A"): "count of a filtered set",
+    ("memlock-processes", "Time until the memlock limit (exporter trend)", "A"): "no exhaustion time while nothing rises",
+    ("memlock-rdma", "Registration errors", "A"): "only devices with a registration error counter (EFA)",
+    ("memlock-rdma", "Port error counters", "*"): "keeps only rising error counters",
+    ("memlock-rdma", "Port traffic", "*"): "IBTA counters and driver counters: a device has one or the other",
+    ("memlock-rdma", "RDMA resources", "B"): "only bnxt_re has active_* gauges",
+}
+
+failures = []
+
+
+def report(ok, message):
+    print(("PASS: " if ok else "FAIL: ") + message)
+    if not ok:
+        failures.append(message)
+    return ok
+
+
+def get_json(base, path, params=None):
+    url = base.rstrip("/") + path
+    if params:
+        url += "?" + urllib.parse.urlencode(params)
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as err:
+        # Prometheus answers bad queries with 400 and a JSON error body.
+        return json.load(err)
+
+
+def wait_for(what, probe, seconds):
+    """Polls probe() until it returns a true value; returns it, or None after `seconds`."""
+    deadline = time.time() + seconds
+    while True:
+        value = probe()
+        if value or time.time() > deadline:
+            if not value:
+                print(f"  (gave up waiting for {what} after {seconds}s)")
+            return value
+        time.sleep(0.5)
+
+
+def github_anchor(heading):
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+# --- 1. targets -------------------------------------------------------------------------------
+
+
+def check_targets(prometheus, jobs):
+    def all_up():
+        targets = get_json(prometheus, "/api/v1/targets")["data"]["activeTargets"]
+        healthy = {t["labels"]["job"]: t for t in targets if t["health"] == "up"}
+        return healthy if all(job in healthy for job in jobs) else None
+
+    healthy = wait_for("targets up", all_up, 30) or {}
+    for job in jobs:
+        report(job in healthy, f"target {job} is up")
+    return {job: healthy[job]["labels"]["instance"] for job in jobs if job in healthy}
+
+
+# --- 2. rules ---------------------------------------------------------------------------------
+
+
+def check_rules(prometheus):
+    expected = len(re.findall(r"^\s*- alert: ", RULES.read_text(), re.M))
+    anchors = {github_anchor(m.group(1)) for m in re.finditer(r"^#{2,3} (.+)$", RUNBOOKS.read_text(), re.M)}
+
+    def evaluated():
+        groups = get_json(prometheus, "/api/v1/rules")["data"]["groups"]
+        rules = [r for g in groups for r in g["rules"]]
+        done = rules and all(not r.get("lastEvaluation", "").startswith("0001") and r.get("health") != "unknown" for r in rules)
+        return rules if done else None
+
+    rules = wait_for("every rule to be evaluated", evaluated, 30) or []
+    alerts = [r for r in rules if r["type"] == "alerting"]
+    report(len(alerts) == expected, f"{len(alerts)} alerting rules loaded from {RULES.name} (the file has {expected})")
+    for rule in rules:
+        name = rule["name"]
+        report(rule["health"] == "ok" and not rule.get("lastError"), f"rule {name} evaluates: health {rule['health']}{', ' + rule['lastError'] if rule.get('lastError') else ''}")
+        if rule["type"] != "alerting":
+            continue
+        annotations, labels = rule.get("annotations", {}), rule.get("labels", {})
+        problems = []
+        if labels.get("severity") not in ("critical", "warning", "info"):
+            problems.append(f"severity {labels.get('severity')!r}")
+        problems += [f"no {key}" for key in ("summary", "description", "runbook_url") if not annotations.get(key)]
+        anchor = annotations.get("runbook_url", "").partition("#")[2]
+        if anchor not in anchors:
+            problems.append(f"runbook anchor #{anchor} is not a section of docs/runbooks.md")
+        report(not problems, f"rule {name} has severity, summary, description and a runbook section" + (f": {'; '.join(problems)}" if problems else ""))
+
+
+# --- 3. dashboards ----------------------------------------------------------------------------
+
+
+def exported_metrics(exporter_url):
+    with urllib.request.urlopen(exporter_url.rstrip("/") + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {re.split(r"[{ ]", line, 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def grafana_regex_escape(value):
+    """What Grafana writes for a value of a multi-value variable: regex specials escaped, and
+    the escape doubled for the PromQL string literal."""
+    return re.sub(r"([\\^$*+?.()|{}\[\]])", r"\\\\\1", value)
+
+
+def substitute(expr, variables):
+    """Replaces $name and ${name} as Grafana does; returns (query, unknown variable names)."""
+    unknown = []
+
+    def replace(match):
+        name = match.group(1) or match.group(2)
+        if name.isdigit():  # label_replace's "$1" is not a variable
+            return match.group(0)
+        if name not in variables:
+            unknown.append(name)
+            return match.group(0)
+        return variables[name]
+
+    return re.sub(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))", replace, expr), unknown
+
+
+def dashboard_queries(board):
+    """(panel title, refId, expr, instant) of every panel target and annotation query."""
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            if target.get("expr"):
+                yield panel["title"], target["refId"], target["expr"], bool(target.get("instant"))
+    for annotation in board.get("annotations", {}).get("list", []):
+        if annotation.get("expr"):
+            yield "annotation: " + annotation["name"], "A", annotation["expr"], False
+
+
+def run_query(prometheus, query, instant):
+    now = time.time()
+    if instant:
+        result = get_json(prometheus, "/api/v1/query", {"query": query, "time": now})
+    else:
+        result = get_json(prometheus, "/api/v1/query_range", {"query": query, "start": now - 60, "end": now, "step": 5})
+    if result.get("status") != "success":
+        return None, f"{result.get('errorType')}: {result.get('error')}"
+    return len(result["data"]["result"]), None
+
+
+def check_dashboards(prometheus, instances, exporters, node_job):
+    boards = [json.loads(p.read_text()) for p in sorted(DASHBOARDS.glob("*.json"))]
+    report(len(boards) >= 4, f"{len(boards)} dashboards in dashboards/")
+    for job, instance in instances.items():
+        metrics = exported_metrics(exporters[job])
+        variables = dict(BUILTINS, job=job, instance=grafana_regex_escape(instance), datasource="prometheus")
+        for board in boards:
+            uid, queries, with_data, accepted = board["uid"], 0, 0, 0
+            for title, ref, expr, instant in dashboard_queries(board):
+                queries += 1
+                query, unknown = substitute(expr, variables)
+                where = f"[{job}] {uid} / {title} / {ref}"
+                if unknown:
+                    report(False, f"{where}: unknown template variables {unknown}")
+                    continue
+                count, error = run_query(prometheus, query, instant)
+                if error:
+                    report(False, f"{where}: Prometheus rejected the query: {error}\n      {query}")
+                    continue
+                accepted += 1
+                with_data += count > 0
+                if count:
+                    continue
+                filtered = next((FILTERED[k] for k in ((uid, title, ref), (uid, title, "*"), ("*", title, ref)) if k in FILTERED), None)
+                referenced = set(re.findall(r"\bmemlock_[a-z_]+\b", expr))
+                missing = sorted(referenced - metrics)
+                if filtered:
+                    print(f"  note: {where}: empty, allowed: {filtered}")
+                elif uid == "memlock-node" and job == node_job:
+                    report(False, f"{where}: a node panel returned no data (exporter lacks {missing or 'nothing'})\n      {query}")
+                elif not missing:
+                    report(False, f"{where}: no data although the exporter exports {sorted(referenced)}\n      {query}")
+                else:
+                    print(f"  note: {where}: empty, the exporter does not export {missing} here")
+            report(accepted == queries, f"[{job}] {uid}: {accepted} of {queries} queries accepted, {with_data} returned data")
+
+
+# --- 4. alerts from a real process ------------------------------------------------------------
+
+
+def check_holder_alerts(prometheus, pid, node_job):
+    wanted = {
+        "MemlockProcessNearLimit": "holds 9",  # 7.5 MiB of 8 MiB: 93.75%
+        "MemlockProcessLimitTooLowForRdma": "under a soft RLIMIT_MEMLOCK of 8MiB",
+    }
+
+    def pending():
+        alerts = get_json(prometheus, "/api/v1/alerts")["data"]["alerts"]
+        mine = {a["labels"]["alertname"]: a for a in alerts if a["labels"].get("pid") == str(pid) and a["labels"].get("job") == node_job}
+        return mine if all(name in mine for name in wanted) else None
+
+    mine = wait_for("the holder's alerts", pending, 45) or {}
+    for name, text in wanted.items():
+        alert = mine.get(name)
+        if not alert:
+            report(False, f"{name} is pending or firing for the holder process {pid}")
+            continue
+        description = alert["annotations"].get("description", "")
+        report(alert["state"] in ("pending", "firing") and text in description,
+               f"{name} is {alert['state']} for the holder process {pid}: {description[:160]}...")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--prometheus", required=True)
+    parser.add_argument("--target", action="append", required=True, help="JOB=EXPORTER_URL")
+    parser.add_argument("--node-job", required=True, help="the job scraping the real /proc and /sys")
+    parser.add_argument("--holder-pid", type=int)
+    args = parser.parse_args()
+    exporters = dict(t.split("=", 1) for t in args.target)
+
+    instances = check_targets(args.prometheus, list(exporters))
+    check_rules(args.prometheus)
+    # rate() and deriv() need two samples in their window.
+    time.sleep(3)
+    check_dashboards(args.prometheus, instances, exporters, args.node_job)
+    if args.holder_pid:
+        check_holder_alerts(args.prometheus, args.holder_pid, args.node_job)
+    print(f"{len(failures)} check(s) failed" if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
