@@ -181,6 +181,8 @@ def render_rules(template, thresholds):
 
 
 def load_dashboard_builder():
+    # Keep the source tree free of __pycache__.
+    sys.dont_write_bytecode = True
     spec = importlib.util.spec_from_file_location("memlock_dashboards", DASHBOARD_BUILDER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -6,6 +6,7 @@
 mod golden;
 mod live_node;
 mod live_rdma;
+mod monitoring;
 mod reload;
 mod systemd_notify;
 mod util;

@@ -1,0 +1,151 @@
+"""Unit tests of alerts/generate.py: python3 -m unittest discover -s alerts -p 'test_*.py'
+(run by `cargo test`, tests/integration/monitoring.rs)."""
+
+import json
+import unittest
+
+import generate
+from generate import SourceError, check_dashboards, check_rules, parse_thresholds, render_rules
+
+VALID = """\
+# comment
+runbook_base_url: "https://example.invalid/runbooks.md"
+limit_bytes: 1073741824   # 1 GiB
+near_ratio: 0.9
+window: 15m
+horizon_seconds: 3600
+selector: 'job=~".*memlock.*"'
+"""
+
+
+class ThresholdsFile(unittest.TestCase):
+    def test_parses_each_kind(self):
+        t = parse_thresholds(VALID)
+        self.assertEqual(t.value("limit_bytes"), 1073741824)
+        self.assertEqual(t.value("near_ratio"), 0.9)
+        self.assertEqual(t.value("window"), "15m")
+        self.assertEqual(t.value("selector"), 'job=~".*memlock.*"')
+        self.assertEqual(t.get("limit_bytes").text(), "1GiB")
+        self.assertEqual(t.get("near_ratio").text(), "90%")
+        self.assertEqual(t.get("horizon_seconds").text(), "1h")
+        self.assertEqual(t.get("window").text(), "15m")
+
+    def test_rejects_what_is_not_a_flat_list_of_values(self):
+        bad = {
+            "indented": "  a: 1\n",
+            "no colon": "a 1\n",
+            "upper case": "Alpha: 1\n",
+            "twice": "a: 1\na: 2\n",
+            "word": "a: ten\n",
+            "unterminated": 'a: "x\n',
+            "after string": 'a: "x" y\n',
+            "ratio above 1": "a_ratio: 1.5\n",
+            "negative": "a_bytes: -1\n",
+            "empty": "# nothing\n",
+        }
+        for case, text in bad.items():
+            with self.subTest(case), self.assertRaises(SourceError):
+                parse_thresholds(text)
+
+    def test_unused_names_are_reported(self):
+        t = parse_thresholds(VALID)
+        t.value("limit_bytes")
+        self.assertIn("near_ratio", t.unused())
+        self.assertNotIn("limit_bytes", t.unused())
+
+
+class Template(unittest.TestCase):
+    def test_substitutes_promql_and_text_forms(self):
+        t = parse_thresholds(VALID)
+        out = render_rules("# template header\nexpr: x < ${limit_bytes}\ntext: below ${limit_bytes:text}, {{ $value }}\n", t)
+        self.assertIn("expr: x < 1073741824\n", out)
+        self.assertIn("text: below 1GiB, {{ $value }}\n", out)
+        self.assertNotIn("template header", out)
+        self.assertTrue(out.startswith(generate.HEADER))
+
+    def test_unknown_and_malformed_placeholders_fail(self):
+        t = parse_thresholds(VALID)
+        with self.assertRaises(SourceError):
+            render_rules("expr: x < ${no_such_threshold}\n", t)
+        with self.assertRaises(SourceError):
+            render_rules("expr: x < ${Limit-Bytes}\n", t)
+
+
+RULE = """\
+      - alert: MemlockThing
+        expr: x > 1
+        for: 5m
+        labels:
+          severity: warning
+        annotations:
+          summary: S.
+          description: D.
+          runbook_url: https://example.invalid/runbooks.md#memlockthing
+"""
+
+TESTS = """\
+      - eval_time: 5m
+        alertname: MemlockThing
+        exp_alerts:
+          - exp_labels: {}
+      - labels: 'ALERTS{alertname="MemlockThing",alertstate="pending"}'
+      - expr: ALERTS{alertname="MemlockThing",pid="2"}
+        eval_time: 9m
+        exp_samples: []
+"""
+
+
+class RuleConventions(unittest.TestCase):
+    def problems(self, rule=RULE, runbooks="## MemlockThing\n", tests=TESTS):
+        return check_rules(rule, runbooks, [tests], "https://example.invalid/runbooks.md")[1]
+
+    def test_a_complete_rule_passes(self):
+        self.assertEqual(self.problems(), [])
+
+    def test_each_missing_part_is_named(self):
+        self.assertTrue(any("no section" in p for p in self.problems(runbooks="## Other\n")))
+        self.assertTrue(any("severity" in p for p in self.problems(RULE.replace("warning", "page"))))
+        self.assertTrue(any("Memlock prefix" in p for p in self.problems(RULE.replace("alert: MemlockThing", "alert: Thing"))))
+        self.assertTrue(any("`for`" in p for p in self.problems(RULE.replace("        for: 5m\n", ""))))
+        self.assertTrue(any("description" in p for p in self.problems(RULE.replace("          description: D.\n", ""))))
+        self.assertTrue(any("runbook_url must be" in p for p in self.problems(RULE.replace("#memlockthing", "#thing"))))
+
+    def test_each_missing_test_case_is_named(self):
+        self.assertTrue(any("fires" in p for p in self.problems(tests=TESTS.replace("          - exp_labels: {}\n", "        exp_alerts: []\n"))))
+        self.assertTrue(any("pending case" in p for p in self.problems(tests=TESTS.replace('alertstate="pending"', 'alertstate="firing"'))))
+        self.assertTrue(any("quiet case" in p for p in self.problems(tests=TESTS.replace("exp_samples: []", "exp_samples:"))))
+
+
+class DashboardConventions(unittest.TestCase):
+    def board(self, **changes):
+        panel = {
+            "id": 1,
+            "type": "timeseries",
+            "title": "P",
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "targets": [{"expr": 'memlock_node_mlocked_bytes{job=~"$job", instance=~"$instance"}'}],
+        }
+        board = {
+            "uid": "memlock-x",
+            "schemaVersion": 39,
+            "templating": {"list": [{"name": "datasource"}, {"name": "job"}, {"name": "instance"}]},
+            "panels": [panel],
+        }
+        for key, value in changes.items():
+            (panel if key in panel else board)[key] = value
+        return {"x.json": json.dumps(board)}
+
+    def test_a_complete_dashboard_passes(self):
+        self.assertEqual(check_dashboards(self.board()), [])
+
+    def test_each_broken_convention_is_named(self):
+        self.assertTrue(check_dashboards(self.board(schemaVersion=36)))
+        self.assertTrue(check_dashboards(self.board(uid="abc")))
+        self.assertTrue(check_dashboards(self.board(templating={"list": [{"name": "datasource"}]})))
+        self.assertTrue(check_dashboards(self.board(datasource={"type": "prometheus", "uid": "prom"})))
+        self.assertTrue(check_dashboards(self.board(targets=[{"expr": "memlock_node_mlocked_bytes"}])))
+        self.assertTrue(check_dashboards(self.board(targets=[])))
+
+
+if __name__ == "__main__":
+    unittest.main()
