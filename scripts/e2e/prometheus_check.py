@@ -195,6 +195,23 @@ def run_query(prometheus, query, instant):
     return len(result["data"]["result"]), None
 
 
+def check_variables(prometheus, board, job, instance, variables):
+    """Each query variable, `label_values(SELECTOR, LABEL)`, must offer this target's value."""
+    for variable in board["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        definition, _ = substitute(variable["definition"], variables)
+        match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", definition)
+        if not match:
+            report(False, f"[{job}] {board['uid']}: variable ${variable['name']} is not label_values(selector, label): {definition}")
+            continue
+        result = get_json(prometheus, "/api/v1/query", {"query": match.group(1)})
+        values = {r["metric"].get(match.group(2)) for r in result.get("data", {}).get("result", [])}
+        expected = {"job": job, "instance": instance}.get(variable["name"])
+        ok = result.get("status") == "success" and bool(values - {None}) and (expected is None or expected in values)
+        report(ok, f"[{job}] {board['uid']}: variable ${variable['name']} offers {sorted(v for v in values if v)}")
+
+
 def check_dashboards(prometheus, instances, exporters, node_job):
     boards = [json.loads(p.read_text()) for p in sorted(DASHBOARDS.glob("*.json"))]
     report(len(boards) >= 4, f"{len(boards)} dashboards in dashboards/")
@@ -202,6 +219,7 @@ def check_dashboards(prometheus, instances, exporters, node_job):
         metrics = exported_metrics(exporters[job])
         variables = dict(BUILTINS, job=job, instance=grafana_regex_escape(instance), datasource="prometheus")
         for board in boards:
+            check_variables(prometheus, board, job, instance, variables)
             uid, queries, with_data, accepted = board["uid"], 0, 0, 0
             for title, ref, expr, instant in dashboard_queries(board):
                 queries += 1
