@@ -643,12 +643,11 @@ impl Ring {
     /// per-buffer maximum). The error carries the kernel's errno.
     fn register(&mut self, region: &Region) -> io::Result<()> {
         let base = region.addr.cast::<u8>();
-        let iovecs: Vec<libc::iovec> = (0..region.len)
-            .step_by(IO_URING_MAX_BUFFER)
-            .map(|offset| libc::iovec {
-                // SAFETY: offset < len, inside the mapping.
+        let iovecs: Vec<libc::iovec> = buffer_spans(region.len)
+            .map(|(offset, len)| libc::iovec {
+                // SAFETY: buffer_spans keeps offset + len within the mapping.
                 iov_base: unsafe { base.add(offset) }.cast::<c_void>(),
-                iov_len: IO_URING_MAX_BUFFER.min(region.len - offset),
+                iov_len: len,
             })
             .collect();
         let count = libc::c_uint::try_from(iovecs.len()).map_err(io::Error::other)?;
@@ -679,6 +678,11 @@ impl Drop for Ring {
             };
         }
     }
+}
+
+/// `(offset, len)` pieces of a buffer of `total` bytes, none above io_uring's per-buffer maximum.
+fn buffer_spans(total: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..total).step_by(IO_URING_MAX_BUFFER).map(move |offset| (offset, IO_URING_MAX_BUFFER.min(total - offset)))
 }
 
 /// The result of one step.
@@ -1139,6 +1143,17 @@ mod tests {
         assert_eq!(size(4097), "4097B");
         assert_eq!(kb(Some(4096 * 1024)), "4096kB");
         assert_eq!(kb(None), "?");
+    }
+
+    #[test]
+    fn steps_above_one_gib_are_registered_in_pieces() {
+        const GIB: usize = 1 << 30;
+        assert_eq!(buffer_spans(MIB as usize).collect::<Vec<_>>(), [(0, MIB as usize)]);
+        assert_eq!(buffer_spans(GIB).collect::<Vec<_>>(), [(0, GIB)]);
+        assert_eq!(buffer_spans(GIB + 4096).collect::<Vec<_>>(), [(0, GIB), (GIB, 4096)]);
+        let spans: Vec<_> = buffer_spans(5 * GIB / 2).collect();
+        assert_eq!(spans, [(0, GIB), (GIB, GIB), (2 * GIB, GIB / 2)]);
+        assert_eq!(buffer_spans(0).count(), 0);
     }
 
     #[test]

@@ -419,3 +419,46 @@ fn sigint_during_the_ramp_stops_it_without_a_hold() {
     assert_eq!(number(rest[0], "reached_bytes"), 2 * MIB);
     assert_eq!(number(rest[0], "vmpin_bytes"), 0, "unregistered synchronously: {}", rest[0]);
 }
+
+#[test]
+fn a_step_above_io_urings_one_gib_buffer_maximum_is_registered_whole() {
+    require_root();
+    let _guard = live_lock();
+    // 1025 MiB in one step: io_uring refuses single buffers above 1 GiB with EFAULT, so the
+    // drill registers it as two iovecs; VmPin must show the whole step.
+    let ramp = run(drill_as_root(&["--mode", "pin", "--step-mib", "1025", "--max-mib", "1025", "--hold-seconds", "0", "--json"]));
+    assert!(ramp.status.success(), "{}", ramp.context());
+    let lines = ramp.lines();
+    let steps = events(&lines, "step");
+    assert_eq!(steps.len(), 1, "{}", ramp.context());
+    assert_eq!(field(steps[0], "result"), Some("ok"), "{}", steps[0]);
+    assert_eq!(number(steps[0], "vmpin_bytes"), 1025 * MIB, "{}", steps[0]);
+    assert_eq!(number(events(&lines, "released")[0], "vmpin_bytes"), 0);
+}
+
+#[test]
+fn pin_mode_raises_the_descriptor_limit_or_refuses_to_start() {
+    require_root();
+    let _guard = live_lock();
+    // One ring (one descriptor) per step: 100 steps need more than a soft limit of 80.
+    let args = ["--mode", "pin", "--step-mib", "1", "--max-mib", "100", "--interval-ms", "10", "--hold-seconds", "0", "--json"];
+    let with_room = {
+        let mut cmd = Command::new("prlimit");
+        cmd.arg("--nofile=80:4096").arg(binary()).arg("drill").args(args);
+        run(cmd)
+    };
+    assert!(with_room.status.success(), "the soft limit is raised towards the hard one: {}", with_room.context());
+    let lines = with_room.lines();
+    let steps = events(&lines, "step");
+    assert_eq!(steps.len(), 100, "{}", with_room.context());
+    assert_eq!(number(steps[99], "vmpin_bytes"), 100 * MIB, "{}", steps[99]);
+
+    let without = {
+        let mut cmd = Command::new("prlimit");
+        cmd.arg("--nofile=80:100").arg(binary()).arg("drill").args(args);
+        run(cmd)
+    };
+    assert_eq!(without.status.code(), Some(2), "{}", without.context());
+    assert!(without.stdout.is_empty(), "{}", without.context());
+    assert!(without.stderr.contains("RLIMIT_NOFILE allows 100"), "{}", without.context());
+}
