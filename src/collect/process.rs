@@ -471,6 +471,11 @@ fn read_status(
 ) -> Option<bool> {
     let pid = record.sample.pid;
     let text = match reader.read(pid, "status") {
+        // A task reaped after the open reads as an empty file.
+        Ok("") => {
+            tally.vanished += 1;
+            return None;
+        }
         Ok(text) => text,
         Err(err) => {
             tally.note(err, errors);
@@ -511,6 +516,11 @@ fn read_limits_and_cgroup(
 ) -> bool {
     let pid = record.sample.pid;
     record.sample.limits = match reader.read(pid, "limits") {
+        // The kernel prints nothing once the task has been reaped (no sighand to lock).
+        Ok("") => {
+            tally.vanished += 1;
+            return false;
+        }
         Ok(text) => match pid_limits::parse(text) {
             Ok(limits) => Some(limits),
             Err(err) => {
@@ -528,6 +538,8 @@ fn read_limits_and_cgroup(
         }
     };
     record.sample.cgroup = match reader.read(pid, "cgroup") {
+        // Exiting mid-read, as for limits; the next pass drops it.
+        Ok("") => None,
         Ok(text) => match pid_cgroup::memory_path(text) {
             Ok(Some(path)) => match &record.sample.cgroup {
                 Some(same) if same.path == path => Some(same.clone()),
@@ -653,10 +665,10 @@ impl ProcessStats {
         each_cgroup(out, &|c| Some(c.processes.into()));
 
         let gauges = [
-            ("memlock_process_scanned_processes", "User processes covered by the latest process sample (kernel threads excluded); the cgroup aggregates sum over them.", self.scanned),
-            ("memlock_process_tracked_processes", "Processes re-read on every process interval (holding locked or pinned memory, or matching comm_pattern); the others are read on full scans.", self.tracked),
-            ("memlock_process_exported_processes", "Processes exported with per-process series (passing the filter, within top_n).", self.processes.len() as u64),
-            ("memlock_process_dropped_processes", "Processes that passed the filter but were not exported because of top_n.", self.dropped_by_top_n),
+            ("memlock_process_scanned_processes", "User processes covered by the latest process sample (kernel threads excluded); the cgroup aggregates sum over them. Sampled on the process interval.", self.scanned),
+            ("memlock_process_tracked_processes", "Processes re-read on every process interval (holding locked or pinned memory, or matching comm_pattern); the others are read on full scans. Sampled on the process interval.", self.tracked),
+            ("memlock_process_exported_processes", "Processes exported with per-process series (passing the filter, within top_n). Sampled on the process interval.", self.processes.len() as u64),
+            ("memlock_process_dropped_processes", "Processes that passed the filter but were not exported because of top_n. Sampled on the process interval.", self.dropped_by_top_n),
         ];
         for (name, help, value) in gauges {
             out.family(name, help, Kind::Gauge).sample(&[], value);
@@ -863,6 +875,11 @@ mod tests {
         // A status the parser refuses: an error, the process skipped, the others kept.
         tree.process(42, "bad", 0, 2048, "8388608", "/x");
         std::fs::write(tree.root.join("42/status"), "Name:\tbad\nVmLck:\t  many kB\n").unwrap();
+        // Reaped between open and read: the kernel returns empty files. Gone, not broken.
+        tree.process(44, "reaped", 0, 2048, "8388608", "/x");
+        std::fs::write(tree.root.join("44/limits"), "").unwrap();
+        tree.process(45, "reaped_early", 0, 2048, "8388608", "/x");
+        std::fs::write(tree.root.join("45/status"), "").unwrap();
         // Broken limits: kept, limits unknown.
         tree.process(43, "nolimits", 0, 2048, "8388608", "/x");
         std::fs::write(tree.root.join("43/limits"), "Limit\n").unwrap();
@@ -872,7 +889,7 @@ mod tests {
         assert_eq!(pids(&stats), vec![40, 43]);
         assert_eq!(stats.processes[1].limits, None);
         assert_eq!(stats.processes[1].usage_ratio(), None);
-        assert_eq!(stats.vanished_total, 1);
+        assert_eq!(stats.vanished_total, 3);
         assert_eq!(stats.read_errors_total, ReadErrors { parse: 2, ..ReadErrors::default() });
         assert_eq!(errors.len(), 2);
         assert!(errors.iter().any(|e| e.path().ends_with("42/status")), "{errors:?}");

@@ -5,8 +5,10 @@
 
 mod golden;
 mod live_node;
+mod live_process;
 mod live_rdma;
 mod monitoring;
+mod process_fixtures;
 mod reload;
 mod systemd_notify;
 mod util;
