@@ -29,6 +29,10 @@ pub enum Command {
     /// Estimate how much host memory NCCL will register (and pin) per process and per node, and
     /// compare it with the memlock limit and the node's available memory.
     Estimate(EstimateArgs),
+    /// Preflight for a job launcher: memlock limits, memory, cgroup, hugepages, overcommit, NCCL
+    /// environment and RDMA ports. Exit 0 all pass, 1 any FAIL (WARN too with --strict), 2 the
+    /// check could not run.
+    Check(CheckArgs),
     /// Ramp real pinned (io_uring) or locked (mlock) memory until the kernel refuses, to prove
     /// the alert pipeline end to end.
     Drill(crate::drill::DrillArgs),
@@ -37,7 +41,7 @@ pub enum Command {
 /// Inputs of the NCCL registration model. Unset values come from the NCCL_* environment
 /// variables when present, else NCCL's defaults.
 #[derive(Debug, Args, Default, Clone)]
-pub struct EstimateArgs {
+pub struct ModelArgs {
     /// Nodes in the job (1: no network registration at all).
     #[arg(long, default_value_t = 2)]
     pub nodes: u64,
@@ -80,6 +84,12 @@ pub struct EstimateArgs {
     /// Assumed pinned bytes per QP with its CQ (not verified on hardware).
     #[arg(long = "qp-ring-bytes", default_value_t = 65536)]
     pub qp_ring_bytes: u64,
+}
+
+#[derive(Debug, Args, Default, Clone)]
+pub struct EstimateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Compare with this process's memlock limit instead of the estimate's own.
     #[arg(long)]
     pub pid: Option<u32>,
@@ -226,4 +236,28 @@ mod tests {
         let err = Cli::try_parse_from(["memlock-exporter", "--web.listen-adress", "x"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
     }
+}
+
+#[derive(Debug, Args, Default, Clone)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Check the environment of this process instead of the checker's own.
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Memory checks want this multiple of the estimated need.
+    #[arg(long = "safety-factor", default_value_t = 2.0)]
+    pub safety_factor: f64,
+    /// WARN fails the check too (exit 1).
+    #[arg(long)]
+    pub strict: bool,
+    /// procfs mount point.
+    #[arg(long = "path.procfs", default_value = "/proc")]
+    pub procfs: String,
+    /// sysfs mount point.
+    #[arg(long = "path.sysfs", default_value = "/sys")]
+    pub sysfs: String,
+    /// JSON instead of the table (the format is documented in docs/check.md).
+    #[arg(long)]
+    pub json: bool,
 }

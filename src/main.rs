@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use memlock_exporter::cli::{Cli, Command, ServeArgs};
-use memlock_exporter::{drill, estimate, exit, logging, serve};
+use memlock_exporter::{check, drill, estimate, exit, logging, serve};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -10,6 +10,7 @@ fn main() -> ExitCode {
         None => run_serve(cli.serve),
         Some(Command::Serve(args)) => run_serve(args),
         Some(Command::Estimate(args)) => ExitCode::from(estimate::run(&args)),
+        Some(Command::Check(args)) => ExitCode::from(check::run(&args)),
         Some(Command::Drill(args)) => run_drill(&args),
     }
 }

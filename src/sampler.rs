@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::collect::Collector;
 use crate::snapshot::{Report, Snapshot};
-use crate::trend::{Scope, TrendConfig, Tracker};
+use crate::trend::{TrendConfig, Tracker};
 
 /// A stop signal that sleeping threads wake up for.
 #[derive(Default)]
@@ -63,11 +63,8 @@ impl Board {
         let at = report.finished.saturating_duration_since(self.epoch).as_secs_f64();
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(data) = &report.data {
-            let observations = data.observations(at);
-            let mut scopes: Vec<Scope> = observations.iter().map(|o| o.scope).collect();
-            scopes.dedup();
-            let trends: Vec<_> = observations.into_iter().map(|o| slots.tracker.observe(o)).collect();
-            for scope in scopes {
+            let trends: Vec<_> = data.observations(at).into_iter().map(|o| slots.tracker.observe(o)).collect();
+            for &scope in data.trend_scopes() {
                 slots.tracker.forget_unseen(scope, at);
             }
             report.trends = Arc::new(trends);
