@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::exposition::Exposition;
 use crate::fsroot::SourceError;
-use crate::trend::Observation;
+use crate::trend::{Observation, Scope};
 
 /// Every collector the exporter knows, in output order.
 pub const NAMES: &[&str] = &["node", "numa", "process", "rdma_sysfs", "rdma_netlink"];
@@ -33,7 +33,18 @@ impl Data {
     pub fn observations(&self, at: f64) -> Vec<Observation> {
         match self {
             Data::Node(stats) => stats.observation(at).into_iter().collect(),
+            Data::Process(stats) => process_observations(stats, at),
             _ => Vec::new(),
+        }
+    }
+
+    /// The trend scopes this data covers completely: scopes of that kind missing from it have
+    /// gone (the process exited, the cgroup was removed) and their history is dropped.
+    pub fn trend_scopes(&self) -> &'static [Scope] {
+        match self {
+            Data::Node(_) => &[Scope::Node],
+            Data::Process(_) => &[Scope::Process],
+            _ => &[],
         }
     }
 
@@ -46,6 +57,33 @@ impl Data {
             Data::RdmaNetlink(stats) => stats.render(out),
         }
     }
+}
+
+/// The process scope: max(VmPin, VmLck) of each exported process against its soft memlock
+/// limit. Processes exempt through CAP_IPC_LOCK, or with an unlimited limit, have no headroom
+/// to run out of: their rise is still reported.
+fn process_observations(stats: &process::ProcessStats, at: f64) -> Vec<Observation> {
+    stats
+        .processes
+        .iter()
+        .filter_map(|p| {
+            let usage = p.usage_bytes()?;
+            let soft = p.limits.and_then(|l| l.soft.bytes()).filter(|_| p.ipc_lock != Some(true));
+            let mut labels = vec![("pid", p.pid.to_string()), ("comm", p.comm.clone())];
+            if let Some(cgroup) = &p.cgroup {
+                labels.extend(cgroup.labels.iter().cloned());
+            }
+            Some(Observation {
+                scope: Scope::Process,
+                // The comm guards against pid reuse mixing two processes' histories.
+                id: format!("{}/{}", p.pid, p.comm),
+                labels,
+                at,
+                value: usage as f64,
+                headroom: soft.map(|s| s.saturating_sub(usage) as f64),
+            })
+        })
+        .collect()
 }
 
 /// One source of metrics.
