@@ -41,6 +41,7 @@ FILTERED = {
     ("*", "annotation: Memlock alerts", "A"): "empty while no Memlock alert fires",
     ("memlock-node", "Collector errors", "A"): "the error counter has no series until the first error",
     ("memlock-node", "Time to exhaustion", "A"): "the exporter exports no exhaustion time while nothing rises",
+    ("memlock-node", "Rise of locked + pinned memory", "A"): "the exporter has no fit for a few samples after a start or a reset (a drop to under half)",
     ("memlock-node", "Time until locked + pinned memory reaches MemAvailable", "A"): "no exhaustion time while nothing rises",
     ("memlock-node", "Time until locked + pinned memory reaches MemAvailable", "B"): "keeps only a rising slope",
     ("memlock-workloads", "OOM events", "A"): "keeps only cgroups with OOM events",
