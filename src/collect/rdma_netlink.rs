@@ -249,6 +249,24 @@ impl NetlinkSocket {
     }
 }
 
+/// The datagram pipe to the kernel's RDMA netlink side. A trait only so that a test can stand
+/// in for a kernel with RDMA, which this project's machines do not have.
+trait Transport: Send {
+    fn send(&mut self, request: &[u8]) -> io::Result<()>;
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+}
+
+impl Transport for NetlinkSocket {
+    fn send(&mut self, request: &[u8]) -> io::Result<()> {
+        NetlinkSocket::send(self, request)
+    }
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        NetlinkSocket::recv(self, buf)
+    }
+}
+
+type Connect = Box<dyn FnMut() -> io::Result<Box<dyn Transport>> + Send>;
+
 /// Why one exchange failed, kept apart so each maps to the right error kind.
 #[derive(Debug)]
 enum ExchangeError {
@@ -257,6 +275,7 @@ enum ExchangeError {
 }
 
 pub struct RdmaNetlinkCollector {
+    connect: Connect,
     roots: Roots,
     config: RdmaConfig,
     buffer: Vec<u8>,
@@ -266,10 +285,14 @@ pub struct RdmaNetlinkCollector {
 
 impl RdmaNetlinkCollector {
     pub fn new(roots: Roots, config: RdmaConfig) -> Self {
+        Self::with_transport(roots, config, Box::new(|| NetlinkSocket::open().map(|s| Box::new(s) as Box<dyn Transport>)))
+    }
+
+    fn with_transport(roots: Roots, config: RdmaConfig, connect: Connect) -> Self {
         // Start sequence numbers somewhere unpredictable so replies to an earlier run's
         // abandoned request are never mistaken for this one's.
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        Self { roots, config, buffer: vec![0; RECV_BUFFER_BYTES], seq: seed ^ std::process::id(), said_unsupported: false }
+        Self { connect, roots, config, buffer: vec![0; RECV_BUFFER_BYTES], seq: seed ^ std::process::id(), said_unsupported: false }
     }
 
     fn next_seq(&mut self) -> u32 {
@@ -278,7 +301,7 @@ impl RdmaNetlinkCollector {
     }
 
     pub fn read(&mut self, errors: &mut Vec<SourceError>) -> Option<RdmaNetlinkStats> {
-        let mut socket = match NetlinkSocket::open() {
+        let mut socket = match (self.connect)() {
             Ok(socket) => socket,
             Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => {
                 if !self.said_unsupported {
@@ -298,7 +321,7 @@ impl RdmaNetlinkCollector {
         let seq = self.next_seq();
         let config = &self.config;
         let mut summaries = Vec::new();
-        let result = exchange(&socket, &mut self.buffer, &nldev::res_summary_request(seq, None), nldev::nldev_type(cmd::RES_GET), seq, |body| {
+        let result = exchange(&mut *socket, &mut self.buffer, &nldev::res_summary_request(seq, None), nldev::nldev_type(cmd::RES_GET), seq, |body| {
             let summary = nldev::decode_res_summary(body)?;
             if config.wants(&summary.dev_name) {
                 summaries.push(summary);
@@ -308,7 +331,7 @@ impl RdmaNetlinkCollector {
         if let Err(e) = result {
             errors.push(into_source_error(e, "RES_GET", None));
             // Whatever was read is kept; the MR dumps need a fresh socket (see `reopen`).
-            socket = match reopen(errors) {
+            socket = match reopen(&mut self.connect, errors) {
                 Some(socket) => socket,
                 None => return Some(stats),
             };
@@ -316,11 +339,13 @@ impl RdmaNetlinkCollector {
         summaries.sort_by_key(|s| s.dev_index);
         summaries.dedup_by_key(|s| s.dev_index);
 
+        // A process with MRs on several devices is looked up once per run.
+        let mut comms: HashMap<u32, String> = HashMap::new();
         for summary in summaries {
             let seq = self.next_seq();
             let mut tally = MrTally::default();
             let index = summary.dev_index;
-            let result = exchange(&socket, &mut self.buffer, &nldev::res_mr_request(seq, index), nldev::nldev_type(cmd::RES_MR_GET), seq, |body| {
+            let result = exchange(&mut *socket, &mut self.buffer, &nldev::res_mr_request(seq, index), nldev::nldev_type(cmd::RES_MR_GET), seq, |body| {
                 let part = nldev::decode_mr_part(body)?;
                 // A part of another device would be a kernel bug; never mix devices' sums.
                 if part.dev_index == index {
@@ -329,7 +354,7 @@ impl RdmaNetlinkCollector {
                 Ok(())
             });
             let mrs = match result {
-                Ok(()) => Some(tally.finish(MAX_PROCESS_SERIES, |pid| self.comm(pid, errors))),
+                Ok(()) => Some(tally.finish(MAX_PROCESS_SERIES, |pid| comms.entry(pid).or_insert_with(|| self.comm(pid, errors)).clone())),
                 Err(e) => {
                     errors.push(into_source_error(e, "RES_MR_GET", Some(&summary.dev_name)));
                     None
@@ -338,7 +363,7 @@ impl RdmaNetlinkCollector {
             let failed = mrs.is_none();
             stats.devices.push(NetlinkDevice { name: summary.dev_name, index, resources: summary.entries, mrs });
             if failed {
-                socket = match reopen(errors) {
+                socket = match reopen(&mut self.connect, errors) {
                     Some(socket) => socket,
                     None => break,
                 };
@@ -364,8 +389,8 @@ impl RdmaNetlinkCollector {
 
 /// A socket whose exchange failed may still be in the middle of a dump, and netlink answers
 /// any further dump request on it with EBUSY until that one is read to the end: start afresh.
-fn reopen(errors: &mut Vec<SourceError>) -> Option<NetlinkSocket> {
-    match NetlinkSocket::open() {
+fn reopen(connect: &mut Connect, errors: &mut Vec<SourceError>) -> Option<Box<dyn Transport>> {
+    match connect() {
         Ok(socket) => Some(socket),
         Err(source) => {
             errors.push(SourceError::Io { path: source_name("socket", None), source });
@@ -376,7 +401,7 @@ fn reopen(errors: &mut Vec<SourceError>) -> Option<NetlinkSocket> {
 
 /// Sends one request and reads its reply to the end, handing each reply body to `on_reply`.
 fn exchange(
-    socket: &NetlinkSocket,
+    socket: &mut dyn Transport,
     buffer: &mut [u8],
     request: &[u8],
     reply_type: u16,
@@ -566,7 +591,7 @@ mod tests {
     fn a_real_netlink_dump_is_read_to_done() {
         const RTM_NEWLINK: u16 = 16;
         const RTM_GETLINK: u16 = 18;
-        let socket = NetlinkSocket::open_protocol(libc::NETLINK_ROUTE).unwrap();
+        let mut socket = NetlinkSocket::open_protocol(libc::NETLINK_ROUTE).unwrap();
         let mut buffer = vec![0; RECV_BUFFER_BYTES];
         let mut names = Vec::new();
         // A request for lo alone (ifindex 1) whose reply and ACK are left unread: the dump that
@@ -582,7 +607,7 @@ mod tests {
             let mut request = Vec::new();
             nldev::Header { len: 20, kind: RTM_GETLINK, flags: nldev::flags::REQUEST | nldev::flags::DUMP, seq, port: 0 }.write(&mut request);
             request.extend_from_slice(&[libc::AF_UNSPEC as u8, 0, 0, 0]);
-            exchange(&socket, &mut buffer, &request, RTM_NEWLINK, seq, |body| {
+            exchange(&mut socket, &mut buffer, &request, RTM_NEWLINK, seq, |body| {
                 // struct ifinfomsg (16 bytes), then the link's attributes; IFLA_IFNAME is 3.
                 let attrs = body.get(16..).ok_or(DecodeError::TruncatedPayload { what: "ifinfomsg", len: body.len() })?;
                 for a in nldev::attrs(attrs) {
@@ -605,15 +630,136 @@ mod tests {
 
         // Netlink runs one dump at a time per socket: a dump abandoned half-read makes the next
         // request fail with EBUSY, which is why the collector reopens its socket after a failure.
-        let socket = NetlinkSocket::open_protocol(libc::NETLINK_ROUTE).unwrap();
+        let mut socket = NetlinkSocket::open_protocol(libc::NETLINK_ROUTE).unwrap();
         let mut abandoned = Vec::new();
         nldev::Header { len: 20, kind: RTM_GETLINK, flags: nldev::flags::REQUEST | nldev::flags::DUMP, seq: 50, port: 0 }.write(&mut abandoned);
         abandoned.extend_from_slice(&[0; 4]);
         socket.send(&abandoned).unwrap();
         let mut again = abandoned.clone();
         again[8..12].copy_from_slice(&51u32.to_ne_bytes());
-        let result = exchange(&socket, &mut buffer, &again, RTM_NEWLINK, 51, |_| Ok(()));
+        let result = exchange(&mut socket, &mut buffer, &again, RTM_NEWLINK, 51, |_| Ok(()));
         assert!(matches!(result, Err(ExchangeError::Reply(ReplyError::Kernel { error })) if error == -libc::EBUSY), "{result:?}");
+    }
+
+    /// Stands in for a kernel with two wanted RDMA devices and one excluded one, answering the
+    /// requests with messages built from the uapi constants.
+    /// The requests a [`ReplayKernel`] received: (op, DEV_INDEX).
+    type RequestLog = Arc<std::sync::Mutex<Vec<(u16, Option<u32>)>>>;
+
+    struct ReplayKernel {
+        queue: std::collections::VecDeque<Vec<u8>>,
+        requests: RequestLog,
+    }
+
+    const GHOST_PID: u32 = 4_000_000_000;
+
+    impl Transport for ReplayKernel {
+        fn send(&mut self, request: &[u8]) -> io::Result<()> {
+            use crate::kernel::nldev::testing::*;
+            use crate::kernel::nldev::{attr, attrs, split_type, Header};
+            let header = Header::parse(request).unwrap();
+            let (_, op) = split_type(header.kind);
+            let dev_index = attrs(&request[nldev::HEADER_LEN..]).flatten().find(|a| a.kind == attr::DEV_INDEX).map(|a| a.u32().unwrap());
+            self.requests.lock().unwrap().push((op, dev_index));
+            let seq = header.seq;
+            let u64_attr = |kind, v: u64| attribute(kind, &v.to_ne_bytes());
+            let u32_attr = |kind, v: u32| attribute(kind, &v.to_ne_bytes());
+            match (op, dev_index) {
+                (cmd::RES_GET, None) => {
+                    self.queue.push_back([summary_part(seq, (0, "mlx5_0"), &[("pd", 4), ("mr", 5)]), summary_part(seq, (1, "mlx5_1"), &[("mr", 0)])].concat());
+                    self.queue.push_back([summary_part(seq, (2, "efa_0"), &[("mr", 9)]), done(seq, 0)].concat());
+                }
+                (cmd::RES_MR_GET, Some(0)) => {
+                    let own = std::process::id();
+                    self.queue.push_back(mr_part(
+                        seq,
+                        (0, "mlx5_0"),
+                        &[
+                            mr_entry(&[u64_attr(attr::RES_MRLEN, 1 << 20), u32_attr(attr::RES_PID, own)]),
+                            mr_entry(&[u64_attr(attr::RES_MRLEN, 4096), u32_attr(attr::RES_PID, own)]),
+                            mr_entry(&[u64_attr(attr::RES_MRLEN, 2 << 20), u32_attr(attr::RES_PID, GHOST_PID)]),
+                        ],
+                    ));
+                    let kernel = mr_entry(&[u64_attr(attr::RES_MRLEN, 8192), string(attr::RES_KERN_NAME, "nvme_rdma")]);
+                    let foreign = mr_entry(&[u64_attr(attr::RES_MRLEN, 4096), u32_attr(attr::RES_PDN, 7)]);
+                    self.queue.push_back([mr_part(seq, (0, "mlx5_0"), &[kernel, foreign]), done(seq, 0)].concat());
+                }
+                // The device went away between the summary and the MR dump.
+                (cmd::RES_MR_GET, Some(1)) => self.queue.push_back(done(seq, -libc::EINVAL)),
+                other => panic!("unexpected request {other:?}"),
+            }
+            Ok(())
+        }
+
+        fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let datagram = self.queue.pop_front().ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))?;
+            buf[..datagram.len()].copy_from_slice(&datagram);
+            Ok(datagram.len())
+        }
+    }
+
+    #[test]
+    fn a_collection_against_a_replayed_kernel_sums_mrs_per_owner_and_survives_a_failed_device() {
+        let requests = RequestLog::default();
+        let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (log, count) = (requests.clone(), opened.clone());
+        let connect: Connect = Box::new(move || {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(Box::new(ReplayKernel { queue: Default::default(), requests: log.clone() }) as Box<dyn Transport>)
+        });
+        let config = RdmaConfig { include: Vec::new(), exclude: vec![regex::Regex::new("^efa").unwrap()] };
+        let mut collector = RdmaNetlinkCollector::with_transport(Roots { procfs: "/proc".into(), sysfs: "/sys".into() }, config, connect);
+        let mut errors = Vec::new();
+        let stats = collector.read(&mut errors).unwrap();
+
+        assert_eq!(*requests.lock().unwrap(), [(cmd::RES_GET, None), (cmd::RES_MR_GET, Some(0)), (cmd::RES_MR_GET, Some(1))], "efa_0 is excluded");
+        assert_eq!(opened.load(std::sync::atomic::Ordering::SeqCst), 2, "a fresh socket after the failed dump");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].path(), std::path::Path::new("netlink:NETLINK_RDMA/RES_MR_GET/mlx5_1"));
+
+        assert!(stats.supported);
+        let names: Vec<&str> = stats.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["mlx5_0", "mlx5_1"]);
+        let mlx5_0 = &stats.devices[0];
+        assert_eq!(mlx5_0.resources, [("pd".to_owned(), 4), ("mr".to_owned(), 5)]);
+        let mrs = mlx5_0.mrs.as_ref().unwrap();
+        assert_eq!(mrs.registered_bytes, (1 << 20) + 4096 + (2 << 20) + 8192 + 4096);
+        // Our own process's comm, read from the real /proc.
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", std::process::id())).unwrap().trim().to_owned();
+        let own = std::process::id().to_string();
+        let ghost = GHOST_PID.to_string();
+        let rows: Vec<(&str, &str, u64, u64)> = mrs.owners.iter().map(|o| (o.pid.as_str(), o.comm.as_str(), o.mrs, o.bytes)).collect();
+        assert_eq!(
+            rows,
+            [
+                (own.as_str(), comm.as_str(), 2, (1 << 20) + 4096),
+                (ghost.as_str(), "", 1, 2 << 20),
+                ("", "[nvme_rdma]", 1, 8192),
+                ("unknown", "", 1, 4096),
+            ]
+        );
+        assert_eq!(stats.devices[1].mrs, None, "the failed dump is absent, not zero");
+        assert_eq!(stats.devices[1].resources, [("mr".to_owned(), 0)]);
+
+        let mut out = Exposition::new();
+        stats.render(&mut out);
+        let text = out.finish();
+        assert!(text.contains("memlock_rdma_process_mrs{pid=\"unknown\",comm=\"\",device=\"mlx5_0\"} 1\n"), "{text}");
+        assert!(!text.contains("memlock_rdma_mr_registered_bytes{device=\"mlx5_1\"}"), "{text}");
+    }
+
+    #[test]
+    fn a_socket_that_cannot_be_opened_is_an_error() {
+        let connect: Connect = Box::new(|| Err(io::Error::from_raw_os_error(libc::EACCES)));
+        let mut collector = RdmaNetlinkCollector::with_transport(Roots { procfs: "/proc".into(), sysfs: "/sys".into() }, RdmaConfig::default(), connect);
+        let mut errors = Vec::new();
+        assert_eq!(collector.read(&mut errors), None);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].kind(), "permission");
+        let connect: Connect = Box::new(|| Err(io::Error::from_raw_os_error(libc::EPROTONOSUPPORT)));
+        let mut collector = RdmaNetlinkCollector::with_transport(Roots { procfs: "/proc".into(), sysfs: "/sys".into() }, RdmaConfig::default(), connect);
+        assert_eq!(collector.read(&mut errors), Some(RdmaNetlinkStats { supported: false, devices: Vec::new() }));
+        assert_eq!(errors.len(), 1, "unsupported is not an error");
     }
 
     #[test]
