@@ -208,8 +208,9 @@ impl NetlinkSocket {
         }
     }
 
-    /// Receives one datagram from the kernel into `buf`, returning its length. Datagrams from
-    /// other senders are dropped; one larger than `buf` is an error, not a silent truncation.
+    /// Receives one datagram into `buf`, returning its length. A datagram from another sender
+    /// than the kernel is dropped and reported as length 0 (nothing to read), so the caller's
+    /// deadline still applies; one larger than `buf` is an error, not a silent truncation.
     fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             // SAFETY: as in `open`.
@@ -241,10 +242,7 @@ impl NetlinkSocket {
             if got > buf.len() {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{got}-byte datagram exceeds the {}-byte buffer", buf.len())));
             }
-            if from.nl_pid != 0 {
-                continue;
-            }
-            return Ok(got);
+            return Ok(if from.nl_pid == 0 { got } else { 0 });
         }
     }
 }
