@@ -115,6 +115,25 @@ pub fn list_dir(path: &Path) -> Result<Vec<String>, SourceError> {
     Ok(names)
 }
 
+/// Lists the names of the subdirectories of `path`, sorted. Uses the type readdir reports, so
+/// a cgroup directory with dozens of control files costs one readdir, not a stat per file.
+/// Symlinks are not followed (no loops). Names that are not UTF-8 are skipped.
+pub fn list_subdirs(path: &Path) -> Result<Vec<String>, SourceError> {
+    let io_err = |source| SourceError::Io { path: path.to_owned(), source };
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(io_err)? {
+        let entry = entry.map_err(io_err)?;
+        if !entry.file_type().map_err(io_err)?.is_dir() {
+            continue;
+        }
+        if let Some(name) = entry.file_name().to_str() {
+            names.push(name.to_owned());
+        }
+    }
+    names.sort_unstable();
+    Ok(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,11 +2,14 @@
 //! performs I/O. A value the kernel did not print is `None` (absent is not zero).
 
 pub mod cgroup_path;
+pub mod memcg;
 pub mod meminfo;
 pub mod nldev;
 pub mod pid_cgroup;
 pub mod pid_limits;
 pub mod pid_status;
+pub mod proc_cgroups;
+pub mod rdma_cgroup;
 pub mod rdma_sysfs;
 pub mod sysvm;
 pub mod vmstat;
