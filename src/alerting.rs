@@ -218,6 +218,13 @@ pub struct PostableAlert {
 /// Resolved alerts kept for delivery at most (bounded while Alertmanager is down).
 const MAX_RESOLVED: usize = 1000;
 
+/// Alerts that started or resolved in one update, for the log.
+#[derive(Debug, Default, PartialEq)]
+pub struct Transitions {
+    pub started: Vec<Labels>,
+    pub resolved: Vec<Labels>,
+}
+
 /// Tracks active and resolved alerts and decides what to send.
 pub struct AlertBook {
     active: BTreeMap<Labels, Active>,
@@ -241,8 +248,9 @@ impl AlertBook {
         self.dirty
     }
 
-    /// Applies an evaluation made at `now`.
-    pub fn update(&mut self, candidates: Vec<Candidate>, now: Instant, wall: SystemTime) {
+    /// Applies an evaluation made at `now`; returns the alerts that started and resolved.
+    pub fn update(&mut self, candidates: Vec<Candidate>, now: Instant, wall: SystemTime) -> Transitions {
+        let mut transitions = Transitions::default();
         for candidate in candidates {
             match self.active.get_mut(&candidate.labels) {
                 Some(active) => {
@@ -251,6 +259,7 @@ impl AlertBook {
                 }
                 None => {
                     self.dirty = true;
+                    transitions.started.push(candidate.labels.clone());
                     self.active.insert(candidate.labels.clone(), Active { candidate, starts_at: wall, last_seen: now });
                 }
             }
@@ -261,6 +270,7 @@ impl AlertBook {
         for labels in gone {
             if let Some(a) = self.active.remove(&labels) {
                 self.dirty = true;
+                transitions.resolved.push(labels);
                 self.resolved.push(Resolved { candidate: a.candidate, starts_at: a.starts_at, ends_at: wall });
             }
         }
@@ -268,6 +278,7 @@ impl AlertBook {
             let excess = self.resolved.len() - MAX_RESOLVED;
             self.resolved.drain(..excess);
         }
+        transitions
     }
 
     /// The payload to send: active alerts valid for four resend intervals (so Alertmanager
@@ -338,7 +349,14 @@ pub async fn run(mut snapshots: watch::Receiver<Arc<Snapshot>>, config: Alerting
                     return;
                 }
                 let snapshot = snapshots.borrow_and_update().clone();
-                book.update(evaluate(&snapshot, &config), Instant::now(), SystemTime::now());
+                let transitions = book.update(evaluate(&snapshot, &config), Instant::now(), SystemTime::now());
+                // One line per change, so an operator can line up the page with the sample.
+                for labels in &transitions.started {
+                    tracing::info!(alertname = labels.get("alertname").map_or("", String::as_str), labels = ?labels, "fast-path alert firing");
+                }
+                for labels in &transitions.resolved {
+                    tracing::info!(alertname = labels.get("alertname").map_or("", String::as_str), labels = ?labels, "fast-path alert resolved");
+                }
                 metrics.active.set(book.active_count() as i64);
             }
             () = sleep => {}
@@ -483,7 +501,8 @@ mod tests {
         let t0 = Instant::now();
         let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let firing = evaluate(&snapshot(vec![process(2.0 * MIB, 8.0 * MIB, Some(MIB), Some(6.0))]), &cfg);
-        book.update(firing.clone(), t0, wall);
+        let started = book.update(firing.clone(), t0, wall);
+        assert_eq!(started.started.len(), 1);
         assert!(book.is_dirty());
         assert_eq!(book.active_count(), 1);
         book.delivered();
@@ -492,7 +511,8 @@ mod tests {
         // Gone, but not for long enough yet.
         book.update(vec![], t0 + Duration::from_secs(3), wall + Duration::from_secs(3));
         assert_eq!(book.active_count(), 1);
-        book.update(vec![], t0 + Duration::from_secs(7), wall + Duration::from_secs(7));
+        let ended = book.update(vec![], t0 + Duration::from_secs(7), wall + Duration::from_secs(7));
+        assert_eq!(ended.resolved.len(), 1);
         assert_eq!(book.active_count(), 0);
         assert!(book.is_dirty());
         let payload = book.payload(wall + Duration::from_secs(7));

@@ -41,11 +41,13 @@ sys.exit(0 if code == 0 or code == -9 else 1)
 }
 
 # check_lead NAME ALERTNAME: the first firing ALERTNAME notification must precede the first
-# refusal in the drill's output; prints the lead time in seconds.
+# refusal in the drill's output; prints the lead time, and the delivery time from the moment
+# the exporter saw the trend cross its threshold (its "fast-path alert firing" log line).
 check_lead() {
-    python3 - "$E2E_TMP/$1.out" "$WEBHOOK_OUT" "$2" "$3" <<'PY'
+    python3 - "$E2E_TMP/$1.out" "$WEBHOOK_OUT" "$2" "$3" "$E2E_TMP/exporter.log" <<'PY'
 import json, re, sys
-drill_out, webhook, alertname, since = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+from datetime import datetime
+drill_out, webhook, alertname, since, exporter_log = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
 refused = None
 for line in open(drill_out):
     stamp, _, text = line.partition(" ")
@@ -67,8 +69,24 @@ for line in open(webhook):
         break
 if fired is None:
     sys.exit(f"{alertname} never reached the webhook")
+crossed = None
+for line in open(exporter_log):
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        continue
+    if entry.get("message") == "fast-path alert firing" and entry.get("alertname") == alertname:
+        at = datetime.fromisoformat(entry["timestamp"]).timestamp()
+        if at >= since:
+            crossed = at
+            break
+if crossed is None:
+    sys.exit(f"no 'fast-path alert firing' log line for {alertname}")
+delivery = f", {(fired - crossed) * 1000:.0f} ms after the threshold was crossed"
+if fired - crossed > 2.0:
+    sys.exit(f"{alertname}: delivery took {fired - crossed:.2f}s, target 2s")
 lead = refused - fired
-print(f"{alertname}: delivered {lead:.1f}s before the first refusal")
+print(f"{alertname}: delivered {lead:.1f}s before the first refusal{delivery}")
 sys.exit(0 if lead > 0 else f"{alertname} arrived {-lead:.1f}s after the refusal")
 PY
 }
