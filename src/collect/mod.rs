@@ -1,6 +1,7 @@
 //! Collectors: one per source. Each reads through [`crate::fsroot`], parses with
 //! [`crate::kernel`] and returns typed [`Data`]; rendering lives with the data type.
 
+pub mod cgroup;
 pub mod hugepages;
 pub mod node;
 pub mod numa;
@@ -16,7 +17,7 @@ use crate::fsroot::SourceError;
 use crate::trend::{Observation, Scope};
 
 /// Every collector the exporter knows, in output order.
-pub const NAMES: &[&str] = &["node", "numa", "process", "rdma_sysfs", "rdma_netlink"];
+pub const NAMES: &[&str] = &["node", "numa", "process", "cgroup", "rdma_sysfs", "rdma_netlink"];
 
 /// The typed result of one collection. Cheap to clone: snapshots share it.
 #[derive(Debug, Clone)]
@@ -24,6 +25,7 @@ pub enum Data {
     Node(Arc<node::NodeStats>),
     Numa(Arc<numa::NumaStats>),
     Process(Arc<process::ProcessStats>),
+    Cgroup(Arc<cgroup::CgroupStats>),
     RdmaSysfs(Arc<rdma_sysfs::RdmaSysfsStats>),
     RdmaNetlink(Arc<rdma_netlink::RdmaNetlinkStats>),
 }
@@ -33,6 +35,7 @@ impl Data {
     pub fn observations(&self, at: f64) -> Vec<Observation> {
         match self {
             Data::Node(stats) => stats.observation(at).into_iter().collect(),
+            Data::Cgroup(stats) => stats.observations(at),
             Data::Process(stats) => process_observations(stats, at),
             _ => Vec::new(),
         }
@@ -53,6 +56,7 @@ impl Data {
             Data::Node(stats) => stats.render(out),
             Data::Numa(stats) => stats.render(out),
             Data::Process(stats) => stats.render(out),
+            Data::Cgroup(stats) => stats.render(out),
             Data::RdmaSysfs(stats) => stats.render(out),
             Data::RdmaNetlink(stats) => stats.render(out),
         }
@@ -107,6 +111,7 @@ pub fn build(config: &Config) -> Vec<(Box<dyn Collector>, std::time::Duration)> 
             "process" => Box::new(process::ProcessCollector::new(&config.roots, config.process.clone(), c.interval)),
             "rdma_sysfs" => Box::new(rdma_sysfs::RdmaSysfsCollector::new(config.roots.clone(), config.rdma_sysfs.clone())),
             "rdma_netlink" => Box::new(rdma_netlink::RdmaNetlinkCollector::new(config.roots.clone(), config.rdma_netlink.clone())),
+            "cgroup" => Box::new(cgroup::CgroupCollector::new(config.roots.clone(), config.cgroup.clone())),
             _ => continue,
         };
         out.push((collector, c.interval));

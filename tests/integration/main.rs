@@ -3,7 +3,9 @@
 //! Live tests touch the real /proc, cgroups and rlimits of this machine; they need root and are
 //! serialised with [`util::live_lock`] so that one test's memory does not move another's figures.
 
+mod cgroup_fixtures;
 mod golden;
+mod live_cgroup;
 mod live_node;
 mod live_process;
 mod live_rdma;

@@ -1,0 +1,374 @@
+//! The cgroup collector on this machine's real cgroup v1 memory hierarchy: a cgroup with a
+//! limit holding a process that mlocks a known amount, a nested cgroup whose effective limit is
+//! its parent's, cgroups created and removed while the exporter walks, and unreadable files.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::util::{binary, fixtures, http_get, is_root, live_lock, Exporter, Metrics};
+
+const MEMORY: &str = "/sys/fs/cgroup/memory";
+const LIMIT: u64 = 256 << 20;
+const NESTED_LIMIT: u64 = 512 << 20;
+const LOCK_BYTES: u64 = 32 << 20;
+/// Usage moves by a few pages between the exporter's sample and our read (Python's allocator,
+/// kernel stacks); the locked buffer itself does not move.
+const USAGE_TOLERANCE: f64 = 2.0 * 1024.0 * 1024.0;
+
+fn require_root() {
+    if !is_root() {
+        panic!("live cgroup tests need root (they create memory cgroups and move processes into them)");
+    }
+    assert!(Path::new(MEMORY).join("memory.usage_in_bytes").exists(), "this machine has a v1 memory hierarchy at {MEMORY}");
+}
+
+/// Test cgroups and the processes in them, removed even when the test fails: the processes are
+/// killed first (a cgroup with members cannot be removed), then the directories, deepest first.
+#[derive(Default)]
+struct Cgroups {
+    dirs: Vec<PathBuf>,
+    children: Vec<Child>,
+}
+
+impl Cgroups {
+    fn create(&mut self, dir: PathBuf, limit: Option<u64>) -> PathBuf {
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        self.dirs.push(dir.clone());
+        if let Some(limit) = limit {
+            std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).unwrap();
+        }
+        dir
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for dir in self.dirs.iter().rev() {
+            // The last task leaves its cgroup shortly after it is reaped.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn read_u64(path: &Path) -> u64 {
+    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
+}
+
+fn config_file(name: &str, text: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("memlock-live-cgroup-{}-{name}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
+    require_root();
+    let _guard = live_lock();
+    let mut cgroups = Cgroups::default();
+    let name = format!("memlock-test-{}", std::process::id());
+    let outer = cgroups.create(Path::new(MEMORY).join(&name), Some(LIMIT));
+    let nested = cgroups.create(outer.join("nested"), Some(NESTED_LIMIT));
+    assert_eq!(read_u64(&nested.join("memory.limit_in_bytes")), NESTED_LIMIT, "the nested cgroup's own limit is the higher one");
+
+    // The child waits for "go" so that it is in the cgroup before it faults its buffer in.
+    let mut child = Command::new("python3")
+        .args(["-c", LOCKER])
+        .arg(LOCK_BYTES.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs the locking child");
+    std::fs::write(outer.join("cgroup.procs"), child.id().to_string()).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    cgroups.children.push(child);
+    writeln!(stdin, "go").unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "locked", "child failed to lock: {line}");
+
+    let config = config_file("limited", &format!("[collector.cgroup]\ninclude = [\"^/{name}(/|$)\"]\nfull_scan_interval = \"1s\"\n"));
+    let exporter = Exporter::start(&["--config.file", config.to_str().unwrap(), "--no-collector.process"]);
+    let outer_labels = format!("cgroup=\"/{name}\"");
+    let nested_labels = format!("cgroup=\"/{name}/nested\"");
+    let series = |family: &str, labels: &str| format!("{family}{{{labels}}}");
+
+    // Wait until a sample has seen the whole buffer as unevictable (memcg statistics are flushed
+    // every 2 s).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut m = exporter.metrics();
+    while Instant::now() < deadline {
+        m = exporter.metrics();
+        if m.get(&series("memlock_cgroup_memory_unevictable_bytes", &outer_labels)).is_some_and(|v| v >= LOCK_BYTES as f64) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let kernel_usage = read_u64(&outer.join("memory.usage_in_bytes")) as f64;
+    let usage = m.value(&series("memlock_cgroup_memory_usage_bytes", &outer_labels));
+    assert!((usage - kernel_usage).abs() <= USAGE_TOLERANCE, "exporter usage {usage}, memory.usage_in_bytes {kernel_usage}");
+    assert!(usage >= LOCK_BYTES as f64, "usage {usage} includes the locked buffer");
+    assert!(
+        m.value(&series("memlock_cgroup_memory_unevictable_bytes", &outer_labels)) >= LOCK_BYTES as f64,
+        "unevictable covers the {LOCK_BYTES} locked bytes:\n{}",
+        m.text
+    );
+    assert_eq!(m.value(&series("memlock_cgroup_memory_limit_bytes", &outer_labels)), LIMIT as f64);
+    assert_eq!(m.value(&series("memlock_cgroup_memory_limit_unlimited", &outer_labels)), 0.0);
+    // The nested cgroup's own limit is higher: its effective limit is the parent's.
+    assert_eq!(m.value(&series("memlock_cgroup_memory_limit_bytes", &nested_labels)), LIMIT as f64);
+    assert_eq!(m.value(&series("memlock_cgroup_memory_usage_bytes", &nested_labels)), 0.0, "nothing runs in the nested cgroup");
+    assert_eq!(m.value(&series("memlock_cgroup_memory_events_total", &format!("{outer_labels},event=\"max\""))), 0.0);
+    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"cgroup\"}"), 1.0);
+    assert_eq!(m.value("memlock_cgroup_hierarchy_info{layout=\"hybrid\",memory=\"v1\",rdma=\"none\"}"), 1.0);
+    // Only the two test cgroups pass the include pattern.
+    assert_eq!(m.family("memlock_cgroup_memory_usage_bytes").len(), 2, "{}", m.text);
+    drop(stdin);
+    drop(cgroups);
+    assert!(!outer.exists(), "the test cgroups are removed");
+}
+
+#[test]
+fn cgroups_removed_during_walks_do_not_fail_the_collector() {
+    require_root();
+    let _guard = live_lock();
+    let mut cgroups = Cgroups::default();
+    let name = format!("memlock-churn-{}", std::process::id());
+    let churn = cgroups.create(Path::new(MEMORY).join(&name), None);
+    let config = config_file(
+        "churn",
+        &format!("[collector.cgroup]\ninterval = \"100ms\"\nfull_scan_interval = \"100ms\"\ninclude = [\"^/{name}\"]\n"),
+    );
+    let exporter = Exporter::start(&["--config.file", config.to_str().unwrap(), "--no-collector.process", "--no-collector.numa"]);
+
+    // Keep about 30 cgroups alive while creating and removing others as fast as possible.
+    let stop = Arc::new(AtomicBool::new(false));
+    let churner = {
+        let (stop, churn) = (stop.clone(), churn.clone());
+        std::thread::spawn(move || {
+            let mut created = 0u64;
+            let mut live = std::collections::VecDeque::new();
+            while !stop.load(Ordering::Relaxed) {
+                let dir = churn.join(format!("c{created}"));
+                if std::fs::create_dir(&dir).is_ok() {
+                    live.push_back(dir);
+                    created += 1;
+                }
+                while live.len() > 30 {
+                    let _ = std::fs::remove_dir(live.pop_front().unwrap());
+                }
+            }
+            for dir in live {
+                let _ = std::fs::remove_dir(dir);
+            }
+            created
+        })
+    };
+    let started = Instant::now();
+    let mut scrapes = 0;
+    let mut walked_counts = std::collections::BTreeSet::new();
+    let mut vanished_seen = 0.0;
+    while started.elapsed() < Duration::from_secs(6) {
+        let m = exporter.metrics();
+        assert_eq!(m.value("memlock_scrape_collector_success{collector=\"cgroup\"}"), 1.0, "after {scrapes} scrapes:\n{}", m.text);
+        walked_counts.insert(m.value("memlock_cgroup_scan_cgroups_walked") as u64);
+        vanished_seen += m.value("memlock_cgroup_scan_cgroups_skipped{reason=\"vanished\"}");
+        scrapes += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let created = churner.join().unwrap();
+    let m = exporter.metrics();
+    assert!(m.family("memlock_exporter_collector_errors_total").iter().all(|(k, _)| !k.contains("collector=\"cgroup\"")), "{}", m.text);
+    assert!(created > 100, "the churn created only {created} cgroups");
+    assert!(walked_counts.len() > 3, "the walks saw the tree change: {walked_counts:?}");
+    eprintln!("churn: {created} cgroups created, {scrapes} scrapes, walked counts {walked_counts:?}, vanished seen {vanished_seen}");
+}
+
+#[test]
+fn unreadable_cgroup_files_are_counted_and_logged_not_fatal() {
+    require_root();
+    let _guard = live_lock();
+    // A copy of the v1 fixture tree, readable by uid 65534 except for one cgroup's memory.stat
+    // and the listing of one cgroup directory (its own files stay readable: mode --x).
+    let tree = std::env::temp_dir().join(format!("memlock-cgroup-perm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tree);
+    copy_tree(&fixtures().join("cgroup-v1/sys"), &tree.join("sys"));
+    std::fs::create_dir_all(tree.join("proc")).unwrap();
+    set_mode(&tree, 0o755);
+    let memory = tree.join("sys/fs/cgroup/memory");
+    set_mode(&memory.join("system.slice/sshd.service/memory.stat"), 0o000);
+    set_mode(&memory.join("slurm"), 0o111);
+
+    let exporter = NobodyExporter::start(&tree);
+    let m = exporter.wait_for(|m| m.get("memlock_cgroup_scan_cgroups_skipped{reason=\"permission_denied\"}").is_some());
+    // Counted (one file, one directory listing), logged once, and not a collector failure:
+    // like hidepid for processes, what the exporter may read is the deployment's choice.
+    assert_eq!(m.value("memlock_cgroup_scan_cgroups_skipped{reason=\"permission_denied\"}"), 2.0, "{}", m.text);
+    assert_eq!(m.value("memlock_cgroup_scan_cgroups_skipped{reason=\"read_error\"}"), 0.0);
+    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"cgroup\"}"), 1.0);
+    assert!(m.family("memlock_exporter_collector_errors_total").iter().all(|(k, _)| !k.contains("collector=\"cgroup\"")), "{}", m.text);
+    let log = exporter.log.lock().unwrap().clone();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("permission denied")).collect();
+    assert_eq!(warnings.len(), 1, "logged once, not on every run:\n{log}");
+    assert!(warnings[0].contains("\"level\":\"WARN\"") && warnings[0].contains("/slurm"), "{}", warnings[0]);
+    // Everything else is still there: the sshd cgroup without its memory.stat values, the
+    // slurm cgroup without its subtree, all other cgroups whole.
+    let sshd = "cgroup=\"/system.slice/sshd.service\",systemd_unit=\"sshd.service\"";
+    assert!(m.get(&format!("memlock_cgroup_memory_usage_bytes{{{sshd}}}")).is_some());
+    assert!(m.get(&format!("memlock_cgroup_memory_unevictable_bytes{{{sshd}}}")).is_none());
+    assert!(m.get("memlock_cgroup_memory_usage_bytes{cgroup=\"/slurm\"}").is_some());
+    assert!(!m.text.contains("job_99"));
+    assert!(m.text.contains("container_id=\"d41d8cd98f00b204e9800998ecf8427ed41d8cd98f00b204e9800998ecf8427e\""));
+    drop(exporter);
+    set_mode(&memory.join("slurm"), 0o755);
+    std::fs::remove_dir_all(&tree).unwrap();
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    set_mode(to, 0o755);
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+            set_mode(&target, 0o644);
+        }
+    }
+}
+
+/// The exporter run as uid 65534, for whom file modes apply (root reads anything).
+struct NobodyExporter {
+    child: Child,
+    address: String,
+    log: Arc<std::sync::Mutex<String>>,
+}
+
+impl NobodyExporter {
+    fn start(tree: &Path) -> Self {
+        let binary = runnable_binary();
+        let mut child = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(binary)
+            .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json"])
+            .arg("--path.sysfs")
+            .arg(tree.join("sys"))
+            .arg("--path.procfs")
+            .arg(tree.join("proc"))
+            .args(["--no-collector.node", "--no-collector.numa", "--no-collector.process"])
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("setpriv runs the exporter");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut address = None;
+        let mut log = String::new();
+        let mut line = String::new();
+        while address.is_none() && stderr.read_line(&mut line).unwrap_or(0) > 0 {
+            log.push_str(&line);
+            if line.contains("\"message\":\"listening\"") {
+                address = line.split("\"address\":\"").nth(1).and_then(|rest| rest.split('"').next()).map(str::to_owned);
+            }
+            line.clear();
+        }
+        let Some(address) = address else {
+            let _ = child.kill();
+            panic!("exporter as uid 65534 did not start:\n{log}");
+        };
+        // Keep draining the log so the exporter never blocks on a full pipe.
+        let log = Arc::new(std::sync::Mutex::new(log));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        Self { child, address, log }
+    }
+
+    fn wait_for(&self, ready: impl Fn(&Metrics) -> bool) -> Metrics {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok((200, body)) = http_get(&self.address, "/metrics") {
+                let m = Metrics::parse(&body);
+                if ready(&m) || Instant::now() > deadline {
+                    return m;
+                }
+            }
+            assert!(Instant::now() < deadline, "no metrics from the exporter at {}", self.address);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for NobodyExporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The built binary if uid 65534 can execute it in place, else a 0755 copy in a temp dir.
+fn runnable_binary() -> PathBuf {
+    let built = PathBuf::from(binary());
+    let runs = |path: &Path| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(path)
+            .arg("--version")
+            .current_dir("/")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if runs(&built) {
+        return built;
+    }
+    let dir = std::env::temp_dir().join(format!("memlock-cgroup-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    set_mode(&dir, 0o755);
+    let copy = dir.join("memlock-exporter");
+    std::fs::copy(&built, &copy).unwrap();
+    set_mode(&copy, 0o755);
+    assert!(runs(&copy), "uid 65534 cannot run {}", copy.display());
+    copy
+}
+
+/// Waits for "go", then maps and mlocks the buffer (faulting it in, charged to the cgroup it is
+/// in by then) and holds it until stdin closes.
+const LOCKER: &str = r#"
+import ctypes, mmap, sys
+size = int(sys.argv[1])
+sys.stdin.readline()
+libc = ctypes.CDLL(None, use_errno=True)
+buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+if libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) != 0:
+    print("mlock failed errno", ctypes.get_errno(), flush=True); sys.exit(1)
+print("locked", flush=True)
+sys.stdin.read()
+"#;
