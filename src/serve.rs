@@ -6,10 +6,10 @@
 //! configuration running, logs the error (which names the key) and sets
 //! `memlock_exporter_config_last_reload_successful` to 0. What can change at run time:
 //! collectors, their intervals, filters and roots, trend settings, fast-path alerting, the
-//! telemetry path, `web.max_requests`, TLS certificates, client CAs and basic auth users. A new
-//! sampler is started and the site swapped once it has its first complete sample, so scrapes
-//! never see a gap; the trend windows then start again. What needs a restart (logged as such):
-//! the listen address and the log format and level.
+//! telemetry path, `web.max_requests`, TLS certificates, client CAs, basic auth users and the
+//! log level. A new sampler is started and the site swapped once it has its first complete
+//! sample, so scrapes never see a gap; the trend windows then start again. What needs a restart
+//! (logged as such): the listen address and the log format.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -346,7 +346,6 @@ impl Daemon {
         let old = &self.running.config;
         for (key, changed) in [
             ("web.listen_address", config.listen_address != old.listen_address),
-            ("log.level", config.log_level != old.log_level),
             ("log.format", config.log_format != old.log_format),
         ] {
             if changed {
@@ -354,6 +353,13 @@ impl Daemon {
             }
         }
         let mut changes = Vec::new();
+        if config.log_level != old.log_level {
+            if crate::logging::set_level(config.log_level) {
+                changes.push(format!("log.level={:?}", config.log_level));
+            } else {
+                tracing::warn!(key = "log.level", "this setting changed but takes effect only after a restart");
+            }
+        }
         let resample = sampling_settings(&config) != sampling_settings(old);
         if resample {
             let (sampler, mut snapshots, enabled) = start_sampler(&config, &self.own)?;
