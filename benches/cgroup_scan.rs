@@ -1,0 +1,237 @@
+//! CPU cost of the cgroup collector at scale, against a plain read of the same files.
+//!
+//! Generates 5,000 cgroups in the cgroup v1 format (a hybrid host's memory hierarchy with
+//! Kubernetes pods of three containers each) in a temporary directory, then measures, in CPU
+//! time of the process (median of interleaved rounds):
+//! - full walk: readdir of every cgroup plus the four files the collector reads, parsed;
+//! - re-read: the ticks between walks, which read the known cgroups' files only;
+//! - baseline: open, read and close of the same 4 x 5,000 files, nothing else;
+//! - render: the collected data written in the Prometheus text format.
+//!
+//! Exits with status 1 when the full walk costs more than twice the baseline (the design's
+//! target).
+//!
+//! `cargo bench --bench cgroup_scan`. With `MEMLOCK_BENCH_REAL_CGROUPS=N` (root, cgroup v1
+//! memory at /sys/fs/cgroup/memory) it also measures N real, empty memory cgroups, whose files
+//! the kernel formats on every read.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use memlock_exporter::collect::cgroup::CgroupCollector;
+use memlock_exporter::config::CgroupConfig;
+use memlock_exporter::exposition::Exposition;
+use memlock_exporter::fsroot::Roots;
+
+const PODS: usize = 1249;
+const CONTAINERS_PER_POD: usize = 3;
+const ROUNDS: usize = 15;
+/// The design's target: a scan within 2x of a plain read of the same files.
+const TARGET_RATIO: f64 = 2.0;
+const FILES_READ: [&str; 4] = ["memory.usage_in_bytes", "memory.stat", "memory.failcnt", "memory.oom_control"];
+
+fn process_cpu() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn cpu_of(work: &mut dyn FnMut()) -> Duration {
+    let start = process_cpu();
+    work();
+    process_cpu() - start
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort_unstable();
+    samples[samples.len() / 2]
+}
+
+/// The files of one v1 memory cgroup, as a 6.x kernel lists them (the ones the collector does
+/// not read are there too: they make readdir cost what it costs on a real host).
+fn write_cgroup(dir: &Path, usage: u64, limit: u64) {
+    std::fs::create_dir_all(dir).unwrap();
+    let stat = format!(
+        "cache 1048576\nrss {usage}\nrss_huge 0\nshmem 0\nmapped_file 524288\ndirty 4096\nwriteback 0\nworkingset_refault_anon 0\n\
+         workingset_refault_file 12\nswap 0\nswapcached 0\npgpgin 2345\npgpgout 1234\npgfault 34567\npgmajfault 3\ninactive_anon {usage}\n\
+         active_anon 0\ninactive_file 524288\nactive_file 524288\nunevictable 0\nhierarchical_memory_limit {limit}\n\
+         hierarchical_memsw_limit 9223372036854771712\ntotal_cache 1048576\ntotal_rss {usage}\ntotal_rss_huge 0\ntotal_shmem 0\n\
+         total_mapped_file 524288\ntotal_dirty 4096\ntotal_writeback 0\ntotal_workingset_refault_anon 0\ntotal_workingset_refault_file 12\n\
+         total_swap 0\ntotal_swapcached 0\ntotal_pgpgin 2345\ntotal_pgpgout 1234\ntotal_pgfault 34567\ntotal_pgmajfault 3\n\
+         total_inactive_anon {usage}\ntotal_active_anon 0\ntotal_inactive_file 524288\ntotal_active_file 524288\ntotal_unevictable 0\n"
+    );
+    let files: [(&str, String); 16] = [
+        ("cgroup.clone_children", "0\n".into()),
+        ("cgroup.procs", String::new()),
+        ("memory.failcnt", "0\n".into()),
+        ("memory.limit_in_bytes", format!("{limit}\n")),
+        ("memory.max_usage_in_bytes", format!("{}\n", usage + 1048576)),
+        ("memory.memsw.limit_in_bytes", "9223372036854771712\n".into()),
+        ("memory.move_charge_at_immigrate", "0\n".into()),
+        ("memory.numa_stat", "total=256 N0=256\nfile=0 N0=0\nanon=256 N0=256\nunevictable=0 N0=0\n".into()),
+        ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n".into()),
+        ("memory.soft_limit_in_bytes", "9223372036854771712\n".into()),
+        ("memory.stat", stat),
+        ("memory.swappiness", "60\n".into()),
+        ("memory.usage_in_bytes", format!("{usage}\n")),
+        ("memory.use_hierarchy", "1\n".into()),
+        ("notify_on_release", "0\n".into()),
+        ("tasks", String::new()),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+}
+
+/// Builds the tree and returns every cgroup directory.
+fn generate(memory: &Path) -> Vec<PathBuf> {
+    const UNLIMITED: u64 = 9223372036854771712;
+    let mut dirs = Vec::new();
+    let mut add = |dir: PathBuf, usage: u64, limit: u64| {
+        write_cgroup(&dir, usage, limit);
+        dirs.push(dir);
+    };
+    add(memory.to_owned(), 8 << 30, UNLIMITED);
+    let kubepods = memory.join("kubepods.slice");
+    add(kubepods.clone(), 6 << 30, 200 << 30);
+    add(kubepods.join("kubepods-besteffort.slice"), 0, 200 << 30);
+    let burstable = kubepods.join("kubepods-burstable.slice");
+    add(burstable.clone(), 6 << 30, 200 << 30);
+    for pod in 0..PODS {
+        let pod_dir = burstable.join(format!("kubepods-burstable-pod{pod:08x}_2a43_4a3b_9c1e_2f1d0c7a9e11.slice"));
+        add(pod_dir.clone(), 3 << 20, 1 << 30);
+        for container in 0..CONTAINERS_PER_POD {
+            let id = format!("{:016x}{:048x}", pod, container);
+            add(pod_dir.join(format!("cri-containerd-{id}.scope")), 1 << 20, 1 << 30);
+        }
+    }
+    dirs
+}
+
+fn config(full_scan_interval: Duration) -> CgroupConfig {
+    CgroupConfig { full_scan_interval, include: vec![], exclude: vec![], max_depth: 12 }
+}
+
+/// Measures one tree; `sysfs` holds `fs/cgroup/memory` (v1). Returns the full walk's ratio to
+/// the baseline.
+fn measure(label: &str, sysfs: &Path, dirs: &[PathBuf], rounds: usize) -> f64 {
+    let cgroups = dirs.len() as f64;
+    let roots = Roots { procfs: PathBuf::from("/proc"), sysfs: sysfs.to_owned() };
+    let mut errors = Vec::new();
+
+    let mut walking = CgroupCollector::new(roots.clone(), config(Duration::ZERO));
+    let mut exported = 0;
+    let mut walk = || {
+        errors.clear();
+        exported = walking.read(&mut errors).memory.len();
+    };
+    let mut rereading = CgroupCollector::new(roots, config(Duration::from_secs(3600)));
+    let mut reread_errors = Vec::new();
+    // Shared by the re-read (which replaces it) and the render (which reads it).
+    let stats = std::cell::RefCell::new(rereading.read(&mut reread_errors));
+    let mut reread = || *stats.borrow_mut() = rereading.read(&mut reread_errors);
+    let paths: Vec<PathBuf> = dirs.iter().flat_map(|d| FILES_READ.iter().map(move |f| d.join(f))).collect();
+    let mut buf = Vec::with_capacity(4096);
+    let mut baseline = || {
+        for path in &paths {
+            buf.clear();
+            let mut file = std::fs::File::open(path).unwrap();
+            file.read_to_end(&mut buf).unwrap();
+        }
+    };
+
+    // Interleaved, so that a drift in the machine's speed hits every figure alike; the first
+    // round warms the page cache and the allocator and is not counted.
+    let (mut walks, mut rereads, mut baselines, mut renders) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        let w = cpu_of(&mut walk);
+        let r = cpu_of(&mut reread);
+        let b = cpu_of(&mut baseline);
+        let rendered = cpu_of(&mut || {
+            let mut out = Exposition::new();
+            stats.borrow().render(&mut out);
+            std::hint::black_box(out.finish());
+        });
+        if round > 0 {
+            walks.push(w);
+            rereads.push(r);
+            baselines.push(b);
+            renders.push(rendered);
+        }
+    }
+    assert!(errors.is_empty() && reread_errors.is_empty(), "{errors:?} {reread_errors:?}");
+    assert_eq!(exported, dirs.len(), "every cgroup exported");
+    let (walk, reread, baseline, render) = (median(walks), median(rereads), median(baselines), median(renders));
+
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / cgroups;
+    println!("{label}: {} cgroups, {} files read per cgroup, median of {rounds} rounds, process CPU time", dirs.len(), FILES_READ.len());
+    println!("  full walk (readdir + read + parse)  {:>8.1} ms  {:>6.2} us/cgroup", walk.as_secs_f64() * 1e3, per(walk));
+    println!("  re-read between walks               {:>8.1} ms  {:>6.2} us/cgroup", reread.as_secs_f64() * 1e3, per(reread));
+    println!("  baseline: plain read of the files   {:>8.1} ms  {:>6.2} us/cgroup", baseline.as_secs_f64() * 1e3, per(baseline));
+    println!("  render to exposition text           {:>8.1} ms  {:>6.2} us/cgroup", render.as_secs_f64() * 1e3, per(render));
+    let ratio = walk.as_secs_f64() / baseline.as_secs_f64();
+    println!("  ratio to baseline: full walk {ratio:.2}x (target <= {TARGET_RATIO}x), re-read {:.2}x", reread.as_secs_f64() / baseline.as_secs_f64());
+    ratio
+}
+
+/// Real, empty v1 memory cgroups below /sys/fs/cgroup/memory, removed afterwards.
+fn measure_real(count: usize) {
+    let base = PathBuf::from(format!("/sys/fs/cgroup/memory/memlock-bench-{}", std::process::id()));
+    if !base.parent().is_some_and(|p| p.join("memory.usage_in_bytes").exists()) {
+        println!("real cgroups: skipped, no v1 memory hierarchy at /sys/fs/cgroup/memory");
+        return;
+    }
+    let mut dirs = Vec::new();
+    let created = (|| -> std::io::Result<()> {
+        std::fs::create_dir(&base)?;
+        dirs.push(base.clone());
+        for group in 0..count.div_ceil(10) {
+            let parent = base.join(format!("g{group}"));
+            std::fs::create_dir(&parent)?;
+            dirs.push(parent.clone());
+            for leaf in 0..9 {
+                let dir = parent.join(format!("c{leaf}"));
+                std::fs::create_dir(&dir)?;
+                dirs.push(dir);
+            }
+        }
+        Ok(())
+    })();
+    match created {
+        // The collector's paths are relative to the hierarchy root; point a sysfs root at a
+        // directory whose fs/cgroup/memory is the test subtree.
+        Ok(()) => {
+            let fake_sysfs = std::env::temp_dir().join(format!("memlock-bench-real-{}", std::process::id()));
+            std::fs::create_dir_all(fake_sysfs.join("fs/cgroup")).unwrap();
+            let link = fake_sysfs.join("fs/cgroup/memory");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&base, &link).unwrap();
+            measure("real v1 memory cgroups (kernel-formatted files)", &fake_sysfs, &dirs, ROUNDS);
+            let _ = std::fs::remove_dir_all(&fake_sysfs);
+        }
+        Err(e) => println!("real cgroups: could not create them ({e}); needs root"),
+    }
+    for dir in dirs.iter().rev() {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+fn main() {
+    let root = std::env::temp_dir().join(format!("memlock-bench-cgroups-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let memory = root.join("sys/fs/cgroup/memory");
+    let dirs = generate(&memory);
+    // A v1 layout: the collector finds `memory` and no `unified`.
+    let ratio = measure("temp tree, v1 format", &root.join("sys"), &dirs, ROUNDS);
+    std::fs::remove_dir_all(&root).unwrap();
+    if let Some(count) = std::env::var("MEMLOCK_BENCH_REAL_CGROUPS").ok().and_then(|v| v.parse().ok()) {
+        measure_real(count);
+    }
+    if ratio > TARGET_RATIO {
+        println!("FAILED: the full walk costs {ratio:.2}x the plain reads (target <= {TARGET_RATIO}x)");
+        std::process::exit(1);
+    }
+}
