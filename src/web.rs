@@ -654,6 +654,16 @@ mod tests {
     }
 
     #[test]
+    fn the_packaged_example_is_valid() {
+        let dir = temp_dir("example");
+        self_signed(&dir);
+        let example = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("packaging/web-config.example.yml")).unwrap();
+        let config = load(Some(&write(&dir, "web-config.yml", &example))).unwrap();
+        assert!(config.tls.is_some());
+        assert_eq!(config.headers.len(), 2);
+    }
+
+    #[test]
     fn bcrypt_shapes() {
         assert!(check_bcrypt_shape("$2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_ok());
         assert!(check_bcrypt_shape("$2b$04$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_ok());
