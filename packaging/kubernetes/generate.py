@@ -37,8 +37,9 @@ def _str(dumper, value):
 _Dumper.add_representer(str, _str)
 
 
-def render() -> str:
-    rules = yaml.safe_load(RULES.read_text())
+def render(rules_text: str | None = None) -> str:
+    """The manifest for the given rule file text (by default the committed rule file)."""
+    rules = yaml.safe_load(RULES.read_text() if rules_text is None else rules_text)
     if not isinstance(rules, dict) or not rules.get("groups"):
         raise SystemExit(f"{RULES}: no rule groups")
     manifest = {
