@@ -66,10 +66,25 @@ fn read_u64(path: &Path) -> u64 {
     std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
 }
 
-fn config_file(name: &str, text: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("memlock-live-cgroup-{}-{name}.toml", std::process::id()));
-    std::fs::write(&path, text).unwrap();
-    path
+/// A configuration file, removed on drop.
+struct ConfigFile(PathBuf);
+
+impl ConfigFile {
+    fn new(name: &str, text: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("memlock-live-cgroup-{}-{name}.toml", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        Self(path)
+    }
+
+    fn arg(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 #[test]
@@ -99,8 +114,8 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "locked", "child failed to lock: {line}");
 
-    let config = config_file("limited", &format!("[collector.cgroup]\ninclude = [\"^/{name}(/|$)\"]\nfull_scan_interval = \"1s\"\n"));
-    let exporter = Exporter::start(&["--config.file", config.to_str().unwrap(), "--no-collector.process"]);
+    let config = ConfigFile::new("limited", &format!("[collector.cgroup]\ninclude = [\"^/{name}(/|$)\"]\nfull_scan_interval = \"1s\"\n"));
+    let exporter = Exporter::start(&["--config.file", config.arg(), "--no-collector.process"]);
     let outer_labels = format!("cgroup=\"/{name}\"");
     let nested_labels = format!("cgroup=\"/{name}/nested\"");
     let series = |family: &str, labels: &str| format!("{family}{{{labels}}}");
@@ -147,11 +162,11 @@ fn cgroups_removed_during_walks_do_not_fail_the_collector() {
     let mut cgroups = Cgroups::default();
     let name = format!("memlock-churn-{}", std::process::id());
     let churn = cgroups.create(Path::new(MEMORY).join(&name), None);
-    let config = config_file(
+    let config = ConfigFile::new(
         "churn",
         &format!("[collector.cgroup]\ninterval = \"100ms\"\nfull_scan_interval = \"100ms\"\ninclude = [\"^/{name}\"]\n"),
     );
-    let exporter = Exporter::start(&["--config.file", config.to_str().unwrap(), "--no-collector.process", "--no-collector.numa"]);
+    let exporter = Exporter::start(&["--config.file", config.arg(), "--no-collector.process", "--no-collector.numa"]);
 
     // Keep about 30 cgroups alive while creating and removing others as fast as possible.
     let stop = Arc::new(AtomicBool::new(false));
