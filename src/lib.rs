@@ -19,6 +19,8 @@ pub mod drill;
 pub mod estimate;
 pub mod exposition;
 pub mod fsroot;
+#[cfg(test)]
+mod fuzz;
 pub mod kernel;
 pub mod logging;
 pub mod reload;

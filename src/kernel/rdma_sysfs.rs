@@ -110,7 +110,8 @@ pub fn label_value(text: &str) -> String {
     while !line.is_char_boundary(end) {
         end -= 1;
     }
-    line[..end].to_owned()
+    // The cut can land just after a space: trim again, so the label never ends in one.
+    line[..end].trim_end().to_owned()
 }
 
 fn single_line(text: &str) -> Result<&str, ParseError> {
@@ -204,5 +205,15 @@ mod tests {
         let long = "é".repeat(100);
         let cut = label_value(&long);
         assert!(cut.len() <= MAX_LABEL_BYTES && cut.chars().all(|c| c == 'é'));
+    }
+
+    /// Found by the fuzzer (src/fuzz.rs, target rdma_sysfs_label): a long line whose byte 128
+    /// follows a space came out with a trailing space.
+    #[test]
+    fn a_label_cut_at_a_space_has_no_trailing_space() {
+        let text = format!("{} {}", "a".repeat(MAX_LABEL_BYTES - 1), "b".repeat(50));
+        assert_eq!(label_value(&text), "a".repeat(MAX_LABEL_BYTES - 1));
+        let form_feed = format!("{}\u{c}tail", "x".repeat(MAX_LABEL_BYTES - 1));
+        assert_eq!(label_value(&form_feed), "x".repeat(MAX_LABEL_BYTES - 1));
     }
 }
