@@ -1,8 +1,9 @@
 //! The thin I/O layer: roots are injected (`--path.procfs`, `--path.sysfs`) and every read is
 //! bounded, so a hostile or broken file cannot make the daemon allocate without limit.
 
-use std::fs::File;
+use std::fs::OpenOptions;
 use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -73,7 +74,9 @@ impl SourceError {
 pub fn read_into(path: &Path, buf: &mut String) -> Result<(), SourceError> {
     buf.clear();
     let io_err = |source| SourceError::Io { path: path.to_owned(), source };
-    let file = File::open(path).map_err(io_err)?;
+    // O_NONBLOCK: a FIFO or a terminal where a kernel file should be must not stall the
+    // collector in open() or read(); on regular, procfs and sysfs files it changes nothing.
+    let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(io_err)?;
     // Read into the caller's allocation: the process scan calls this three times per process.
     let mut bytes = std::mem::take(buf).into_bytes();
     bytes.reserve(4096);
@@ -160,5 +163,43 @@ mod tests {
     fn a_directory_is_an_io_error_not_a_panic() {
         let err = read_string(Path::new("/")).unwrap_err();
         assert_eq!(err.kind(), "io");
+    }
+
+    /// Reads on another thread, so that a read that blocks fails the test instead of hanging it.
+    fn read_within(path: &Path, limit: std::time::Duration) -> Result<String, SourceError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let owned = path.to_owned();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_string(&owned));
+        });
+        rx.recv_timeout(limit).unwrap_or_else(|_| panic!("reading {} blocked", path.display()))
+    }
+
+    #[test]
+    fn special_files_neither_block_nor_run_forever() {
+        let dir = std::env::temp_dir().join(format!("memlock-fsroot-special-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let limit = std::time::Duration::from_secs(10);
+        // A FIFO nobody writes to: a blocking open would wait for a writer forever.
+        let fifo = dir.join("status");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        assert_eq!(read_within(&fifo, limit).unwrap(), "", "no writer: end of file at once");
+        // A FIFO with a writer that never writes: EAGAIN, an I/O error, not a wait.
+        // (A non-blocking writer needs a reader to exist first.)
+        let keep_open = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+        let writer = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+        assert_eq!(read_within(&fifo, limit).unwrap_err().kind(), "io");
+        drop((writer, keep_open));
+        // An endless character device is cut at the bound.
+        let zero = dir.join("meminfo");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        assert_eq!(read_within(&zero, limit).unwrap_err().kind(), "too_large");
+        // A file whose read fails in the kernel: EIO, named, not a panic.
+        let eio = read_within(Path::new("/proc/self/mem"), limit).unwrap_err();
+        assert_eq!(eio.kind(), "io");
+        assert!(eio.to_string().contains("/proc/self/mem") && eio.to_string().contains("Input/output error"), "{eio}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
