@@ -299,7 +299,9 @@ impl ProcessCollector {
 
     /// Lists procfs and reads every process. `None` when procfs cannot be listed.
     pub fn full_scan(&mut self, errors: &mut Vec<SourceError>) -> Option<ProcessStats> {
-        self.last_full_scan = Some(Instant::now());
+        let started = Instant::now();
+        // On failure the next tick scans again (no tracked pass in between), so the collector
+        // keeps reporting the failure instead of alternating with tracked passes that succeed.
         let names = match fsroot::list_dir(&self.procfs) {
             Ok(names) => names,
             Err(err) => {
@@ -309,6 +311,15 @@ impl ProcessCollector {
         };
         let mut pids: Vec<u32> = names.iter().filter_map(|name| parse_pid(name)).collect();
         drop(names);
+        if pids.is_empty() {
+            // Every procfs lists at least its init process: this directory is something else.
+            errors.push(SourceError::Io {
+                path: self.procfs.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, "no process directories: not a procfs mount (see --path.procfs)"),
+            });
+            return None;
+        }
+        self.last_full_scan = Some(started);
         pids.sort_unstable();
         self.full_scans += 1;
 
@@ -898,6 +909,7 @@ mod tests {
     #[test]
     fn permission_errors_are_counted_not_failures() {
         let tree = Tree::new("perm");
+        tree.process(1, "init", 0, 0, "8388608", "/");
         let mut collector = tree.collector(0, "", 10);
         let mut errors = Vec::new();
         let denied = SourceError::Io { path: "/proc/1/status".into(), source: std::io::Error::from_raw_os_error(libc::EACCES) };
@@ -920,6 +932,33 @@ mod tests {
         let mut errors = Vec::new();
         assert!(collector.collect(&mut errors).is_none());
         assert_eq!(errors.len(), 1);
+        // Found by the fault tests (tests/integration/faults.rs): the ticks after a failed full
+        // scan were tracked passes of an empty table, which succeeded, so the collector
+        // reported success 4 times out of 5. Every tick retries the listing and fails.
+        for _ in 0..3 {
+            errors.clear();
+            assert!(collector.collect(&mut errors).is_none());
+            assert_eq!(errors.len(), 1, "{errors:?}");
+        }
+    }
+
+    /// Found by the fault tests: a directory that is not procfs (`--path.procfs=/etc`) gave
+    /// zero processes and success.
+    #[test]
+    fn a_procfs_root_without_processes_is_not_procfs() {
+        let tree = Tree::new("notprocfs");
+        let mut collector = tree.collector(0, "", 10);
+        let mut errors = Vec::new();
+        assert!(collector.collect(&mut errors).is_none());
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].to_string().contains("not a procfs"), "{}", errors[0]);
+        assert_eq!(errors[0].path(), tree.root.as_path());
+        // The first process appears: the next tick scans and succeeds.
+        tree.process(70, "w", 0, 2048, "8388608", "/x");
+        errors.clear();
+        let stats = collector.sample(&mut errors).unwrap();
+        assert!(stats.full_scan && errors.is_empty(), "{errors:?}");
+        assert_eq!(pids(&stats), vec![70]);
     }
 
     #[test]
