@@ -413,8 +413,7 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
     let mut file_keys = Map::new();
     if let Some(path) = &sources.file {
         // Read it ourselves so a missing file, a directory or bad TOML names the file.
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::File { path: path.clone(), message: e.to_string() })?;
+        let text = read_config_file(path).map_err(|message| ConfigError::File { path: path.clone(), message })?;
         let file = File::from_str(&text, FileFormat::Toml).required(true);
         file_keys = config::Source::collect(&file).map_err(|e| ConfigError::File { path: path.clone(), message: e.to_string() })?;
         builder = builder.add_source(file);
@@ -462,6 +461,28 @@ fn lookup(table: &Map<String, Value>, key: &str) -> bool {
         }
     }
     false
+}
+
+/// The largest configuration file read; a real one is a few KiB.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads the configuration file: a regular file, bounded, opened without blocking on a FIFO put
+/// in its place (a reload runs on the daemon's event loop).
+fn read_config_file(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(|e| e.to_string())?;
+    // A directory, FIFO or device in its place would read as an error or as an empty file,
+    // and an empty file is a valid configuration: say what is wrong instead.
+    if !file.metadata().map_err(|e| e.to_string())?.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text).map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!("larger than {MAX_CONFIG_BYTES} bytes, not a configuration file"));
+    }
+    Ok(text)
 }
 
 /// The flag that sets a key, for messages (`web.listen_address` -> `--web.listen-address`).
@@ -731,6 +752,26 @@ mod tests {
         let dir = std::env::temp_dir();
         let err = load_with(Some(dir.clone()), &[], vec![]).unwrap_err().to_string();
         assert!(err.contains(&dir.display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn enormous_files_and_fifos_are_refused_without_hanging() {
+        let path = write_temp("enormous", &format!("# {}\n", "x".repeat(2 << 20)));
+        let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()) && err.contains("larger than"), "{err}");
+        // A FIFO in place of the file: no writer, so a blocking open would never return.
+        let fifo = path.with_file_name("fifo.toml");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let owned = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(load_with(Some(owned), &[], vec![]).map(|_| ()).map_err(|e| e.to_string()));
+        });
+        let err = rx.recv_timeout(Duration::from_secs(10)).expect("loading a FIFO blocked").unwrap_err();
+        assert!(err.contains(&fifo.display().to_string()) && err.contains("not a regular file"), "{err}");
+        let _ = std::fs::remove_file(&fifo);
     }
 
     #[test]
