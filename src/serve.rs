@@ -215,6 +215,10 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     // Handle SIGHUP before anything can send it: its default action ends the process.
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .map_err(|source| ServeError::Io { context: "installing the SIGHUP handler", source })?;
+    // The files as they were when loaded: a change made before the watch below is in place
+    // would otherwise go unnoticed until the next one.
+    let loaded_files: Vec<std::path::PathBuf> = config.file.iter().chain(config.web_config_file.iter()).cloned().collect();
+    let loaded_fingerprint = reload::fingerprint(&loaded_files);
     let web = Arc::new(web::load(config.web_config_file.as_deref())?);
     let listener = server::bind(&config.listen_address)
         .await
@@ -254,6 +258,10 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     };
     daemon.rewatch(&web);
     daemon.fingerprint = reload::fingerprint(&daemon.watch_files);
+    if reload::fingerprint(&loaded_files) != loaded_fingerprint {
+        tracing::info!("configuration files changed while starting, reloading");
+        daemon.reload(notifier.as_deref()).await;
+    }
 
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

@@ -46,6 +46,7 @@ impl Data {
     pub fn trend_scopes(&self) -> &'static [Scope] {
         match self {
             Data::Node(_) => &[Scope::Node],
+            Data::Cgroup(_) => &[Scope::Cgroup],
             Data::Process(_) => &[Scope::Process],
             _ => &[],
         }

@@ -6,6 +6,8 @@
 mod cgroup_fixtures;
 mod golden;
 mod live_cgroup;
+mod live_check;
+mod live_drill;
 mod live_node;
 mod live_process;
 mod live_rdma;
