@@ -4,7 +4,7 @@
 E2E_TMP=$(mktemp -d /tmp/memlock-e2e.XXXXXX)
 E2E_PIDS=()
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-BIN=${MEMLOCK_EXPORTER_BIN:-$ROOT/target/debug/memlock-exporter}
+BIN=${MEMLOCK_EXPORTER_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/memlock-exporter}
 
 e2e_cleanup() {
     for pid in "${E2E_PIDS[@]}"; do
