@@ -11,7 +11,10 @@ use crate::alerting::bytes as human;
 use crate::cli::CheckArgs;
 use crate::estimate::{self, Estimate};
 use crate::fsroot::{self, Roots, SourceError};
-use crate::kernel::{meminfo, parse_u64, pid_limits, pid_status};
+use crate::collect::cgroup::CgroupCollector;
+use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice};
+use crate::config::{CgroupConfig, RdmaConfig};
+use crate::kernel::{meminfo, parse_u64, pid_cgroup, pid_limits, pid_status};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -59,6 +62,18 @@ pub struct Machine {
     pub overcommit_mode: Option<u64>,
     pub max_map_count: Option<u64>,
     pub environment: Vec<(String, String)>,
+    /// The memory cgroup of the process, when one could be read.
+    pub cgroup: Option<CgroupHeadroom>,
+    /// RDMA devices from sysfs (empty: none on this node).
+    pub rdma: Vec<SysfsDevice>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CgroupHeadroom {
+    pub path: String,
+    pub usage_bytes: Option<u64>,
+    /// The effective limit (lowest on the path); `None` when unlimited.
+    pub limit_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -86,7 +101,18 @@ pub fn read_machine(roots: &Roots, pid: &str, environment: Vec<(String, String)>
         .ipc_lock();
     let meminfo = fsroot::read_parsed(&roots.proc("meminfo"), meminfo::parse)?;
     let sysctl = |name: &str| fsroot::read_parsed(&roots.proc(format!("sys/vm/{name}")), parse_u64).ok();
+    let cgroup = fsroot::read_string(&proc_dir.join("cgroup"))
+        .ok()
+        .and_then(|text| pid_cgroup::memory_path(&text).ok().flatten().map(str::to_owned))
+        .and_then(|path| cgroup_headroom(roots, &path));
+    let mut rdma_errors = Vec::new();
+    let rdma = RdmaSysfsCollector::new(roots.clone(), RdmaConfig::default())
+        .read(&mut rdma_errors)
+        .map(|stats| stats.devices)
+        .unwrap_or_default();
     Ok(Machine {
+        cgroup,
+        rdma,
         pid: pid.to_owned(),
         limits: Some(limits),
         ipc_lock,
@@ -95,6 +121,21 @@ pub fn read_machine(roots: &Roots, pid: &str, environment: Vec<(String, String)>
         overcommit_mode: sysctl("overcommit_memory"),
         max_map_count: sysctl("max_map_count"),
         environment,
+    })
+}
+
+/// Reads one cgroup's usage and effective limit with the cgroup collector itself, limited to
+/// that path.
+fn cgroup_headroom(roots: &Roots, path: &str) -> Option<CgroupHeadroom> {
+    let exact = regex::Regex::new(&format!("^{}$", regex::escape(path))).ok()?;
+    let config = CgroupConfig { full_scan_interval: std::time::Duration::from_secs(3600), include: vec![exact], exclude: Vec::new(), max_depth: 64 };
+    let mut errors = Vec::new();
+    let stats = CgroupCollector::new(roots.clone(), config).read(&mut errors);
+    let memory = stats.memory.iter().find(|m| m.path() == path)?;
+    Some(CgroupHeadroom {
+        path: path.to_owned(),
+        usage_bytes: memory.usage_bytes,
+        limit_bytes: memory.limit.and_then(|l| l.bytes()),
     })
 }
 
@@ -112,6 +153,7 @@ pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
     let mut out = Vec::new();
     memlock(m, need, &mut out);
     memory(m, node_need, safety, &mut out);
+    cgroup(m, node_need, safety, &mut out);
     hugepages(m, node_need, safety, &mut out);
     overcommit(m, node_need, &mut out);
     if let Some(count) = m.max_map_count {
@@ -139,6 +181,94 @@ pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
         });
     }
     out.extend(nccl_environment(&m.environment));
+    out.extend(rdma(&m.rdma, &m.environment));
+    out
+}
+
+fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
+    let Some(c) = &m.cgroup else { return };
+    let (Some(limit), Some(usage)) = (c.limit_bytes, c.usage_bytes) else {
+        out.push(Finding::new("cgroup.memory", Status::Pass, format!("{}: no memory limit", c.path), ""));
+        return;
+    };
+    let room = limit.saturating_sub(usage);
+    let measured = format!(
+        "{}: {} of its {} limit free, estimated need {} (x{safety} wanted)",
+        c.path,
+        human(room as f64),
+        human(limit as f64),
+        human(need as f64)
+    );
+    out.push(if room as f64 >= need as f64 * safety {
+        Finding::new("cgroup.memory", Status::Pass, measured, "")
+    } else if room >= need {
+        Finding::new("cgroup.memory", Status::Warn, measured, "little margin: raise the container's or job's memory limit")
+    } else {
+        Finding::new("cgroup.memory", Status::Fail, measured, "registered buffers are charged to the cgroup: raise its memory limit (pod limits, Slurm --mem) or run fewer ranks in it")
+    });
+}
+
+/// Devices NCCL_IB_HCA selects: `mlx5_0,mlx5_1:1`, `=mlx5_0` (exact), `^mlx5_2` (all but).
+fn selected_by_ib_hca(spec: Option<&str>, device: &str) -> Option<bool> {
+    let spec = spec?.trim();
+    if spec.is_empty() {
+        return None;
+    }
+    let (exclude, list) = match spec.strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, spec),
+    };
+    let (exact, list) = match list.strip_prefix('=') {
+        Some(rest) => (true, rest),
+        None => (false, list),
+    };
+    let listed = list.split(',').map(|entry| entry.split(':').next().unwrap_or("")).any(|name| {
+        !name.is_empty() && if exact { name == device } else { device.starts_with(name) }
+    });
+    Some(listed != exclude)
+}
+
+/// Ports ACTIVE (FAIL for the ones NCCL_IB_HCA selects, WARN otherwise: NCCL skips inactive
+/// ports it was not told to use); one firmware version per HCA type.
+pub fn rdma(devices: &[SysfsDevice], env: &[(String, String)]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if devices.is_empty() {
+        out.push(Finding::new("rdma.devices", Status::Pass, "no RDMA devices on this node", ""));
+        return out;
+    }
+    let ib_hca = env.iter().find(|(n, _)| n == "NCCL_IB_HCA").map(|(_, v)| v.as_str());
+    for device in devices {
+        let selected = selected_by_ib_hca(ib_hca, &device.name);
+        if selected == Some(false) {
+            continue;
+        }
+        for port in &device.ports {
+            let id = format!("rdma.port.{}.{}", device.name, port.number);
+            match &port.state {
+                Some(state) if state.value == 4 => out.push(Finding::new(id, Status::Pass, format!("{}: {}", state.value, state.name), "")),
+                state => {
+                    let measured = state.as_ref().map(|s| format!("{}: {}", s.value, s.name)).unwrap_or_else(|| "state unreadable".into());
+                    let status = if selected == Some(true) { Status::Fail } else { Status::Warn };
+                    out.push(Finding::new(id, status, measured, "bring the link up (cable, switch port, subnet manager for InfiniBand) or leave the port out of NCCL_IB_HCA"));
+                }
+            }
+        }
+    }
+    let mut by_type: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> = Default::default();
+    for device in devices {
+        if let (Some(hca), Some(fw)) = (&device.hca_type, &device.fw_ver) {
+            by_type.entry(hca.as_str()).or_default().insert(fw.as_str());
+        }
+    }
+    for (hca, versions) in by_type {
+        let id = format!("rdma.firmware.{hca}");
+        let list = versions.iter().copied().collect::<Vec<_>>().join(", ");
+        out.push(if versions.len() > 1 {
+            Finding::new(id, Status::Warn, format!("different firmware on {hca} HCAs: {list}"), "update all HCAs of one type to the same firmware (mlxfwmanager, or the vendor's tool)")
+        } else {
+            Finding::new(id, Status::Pass, list, "")
+        });
+    }
     out
 }
 
@@ -388,9 +518,10 @@ pub fn run(args: &CheckArgs) -> u8 {
     }
     let roots = Roots { procfs: PathBuf::from(&args.procfs), sysfs: PathBuf::from(&args.sysfs) };
     let pid = args.pid.map(|p| p.to_string()).unwrap_or_else(|| "self".into());
-    let env = match environment(&roots.procfs, args.pid) {
-        Ok(env) => env,
-        Err(err) => return fail(err.to_string()),
+    // Another user's environ needs ptrace access: check the rest without it.
+    let (env, env_error) = match environment(&roots.procfs, args.pid) {
+        Ok(env) => (env, None),
+        Err(err) => (Vec::new(), Some(err.to_string())),
     };
     let lookup = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
     // Invalid NCCL numbers are findings, not a reason to stop: estimate with the defaults.
@@ -406,12 +537,12 @@ pub fn run(args: &CheckArgs) -> u8 {
         Ok(m) => m,
         Err(err) => return fail(err.to_string()),
     };
-    let report = Report {
-        pid,
-        need_per_process_bytes: e.per_process_bytes,
-        need_per_node_bytes: e.per_node_bytes,
-        findings: evaluate(&machine, &e, args.safety_factor),
-    };
+    let mut findings = evaluate(&machine, &e, args.safety_factor);
+    if let Some(err) = env_error {
+        findings.retain(|f| !f.id.starts_with("nccl."));
+        findings.push(Finding::new("nccl.environment", Status::Warn, format!("not readable: {err}"), "run the check as the job's user (or root) to see its NCCL_* variables"));
+    }
+    let report = Report { pid, need_per_process_bytes: e.per_process_bytes, need_per_node_bytes: e.per_node_bytes, findings };
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => println!("{text}"),
@@ -452,6 +583,8 @@ mod tests {
             overcommit_mode: Some(0),
             max_map_count: Some(65530),
             environment: vec![("NCCL_DEBUG".into(), "WARN".into())],
+            cgroup: Some(CgroupHeadroom { path: "/slurm/uid_1000/job_1870".into(), usage_bytes: Some(GIB), limit_bytes: Some(200 * GIB) }),
+            rdma: Vec::new(),
         }
     }
 
@@ -514,6 +647,62 @@ mod tests {
         assert_eq!(find(&run_checks(&strict), "vm.overcommit_memory").status, Status::Warn);
         strict.meminfo.committed_as = Some(300 * GIB - MIB);
         assert_eq!(find(&run_checks(&strict), "vm.overcommit_memory").status, Status::Fail);
+    }
+
+    #[test]
+    fn a_tight_cgroup_fails() {
+        let mut m = machine();
+        m.cgroup = Some(CgroupHeadroom { path: "/kubepods/pod1".into(), usage_bytes: Some(7 * GIB), limit_bytes: Some(8 * GIB) });
+        let f = run_checks(&m);
+        assert_eq!(find(&f, "cgroup.memory").status, Status::Fail);
+        assert!(find(&f, "cgroup.memory").measured.starts_with("/kubepods/pod1: 1.0 GiB of its 8.0 GiB limit free"));
+        m.cgroup = Some(CgroupHeadroom { path: "/".into(), usage_bytes: Some(GIB), limit_bytes: None });
+        assert_eq!(find(&run_checks(&m), "cgroup.memory").status, Status::Pass);
+    }
+
+    #[test]
+    fn rdma_ports_and_firmware() {
+        use crate::kernel::rdma_sysfs::Numbered;
+        let port = |n: u32, state: u32, name: &str| crate::collect::rdma_sysfs::SysfsPort {
+            number: n,
+            state: Some(Numbered { value: state, name: name.into() }),
+            ..Default::default()
+        };
+        let device = |name: &str, fw: &str, ports| SysfsDevice { name: name.into(), hca_type: Some("MT4129".into()), fw_ver: Some(fw.into()), ports, ..Default::default() };
+        let devices = vec![device("mlx5_0", "28.39.1002", vec![port(1, 4, "ACTIVE")]), device("mlx5_1", "28.40.1000", vec![port(1, 1, "DOWN")])];
+        let f = rdma(&devices, &[]);
+        assert_eq!(find(&f, "rdma.port.mlx5_0.1").status, Status::Pass);
+        assert_eq!(find(&f, "rdma.port.mlx5_1.1").status, Status::Warn, "NCCL skips inactive ports it was not told to use");
+        assert_eq!(find(&f, "rdma.firmware.MT4129").status, Status::Warn);
+        let selected = rdma(&devices, &[("NCCL_IB_HCA".into(), "mlx5_1:1".into())]);
+        assert_eq!(find(&selected, "rdma.port.mlx5_1.1").status, Status::Fail);
+        assert!(!selected.iter().any(|f| f.id == "rdma.port.mlx5_0.1"));
+        let excluded = rdma(&devices, &[("NCCL_IB_HCA".into(), "^mlx5_1".into())]);
+        assert!(!excluded.iter().any(|f| f.id == "rdma.port.mlx5_1.1"));
+        assert_eq!(find(&rdma(&[], &[]), "rdma.devices").status, Status::Pass);
+        assert_eq!(selected_by_ib_hca(Some("=mlx5_1"), "mlx5_10"), Some(false));
+        assert_eq!(selected_by_ib_hca(Some("mlx5_1"), "mlx5_10"), Some(true), "prefix match, as NCCL does");
+    }
+
+    #[test]
+    fn the_fixture_node_is_read_through_the_roots() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let roots = Roots { procfs: fixtures.join("proc"), sysfs: fixtures.join("sys") };
+        let pids: Vec<String> = std::fs::read_dir(&roots.procfs)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()) && roots.procfs.join(n).join("limits").exists())
+            .collect();
+        assert!(!pids.is_empty());
+        let mut with_cgroup_limit = 0;
+        for pid in &pids {
+            let m = read_machine(&roots, pid, Vec::new()).unwrap();
+            assert!(!m.rdma.is_empty(), "the fixture sysfs has RDMA devices");
+            if m.cgroup.as_ref().is_some_and(|c| c.limit_bytes.is_some()) {
+                with_cgroup_limit += 1;
+            }
+        }
+        assert!(with_cgroup_limit > 0, "some fixture process sits in a limited cgroup");
     }
 
     #[test]
