@@ -14,35 +14,9 @@ use super::ParseError;
 /// 2^62 bytes of memory.
 pub const V1_UNLIMITED_FROM: u64 = 1 << 62;
 
-/// A memory limit: a number of bytes or no limit at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
-    Bytes(u64),
-    Unlimited,
-}
+pub use super::Limit;
 
 impl Limit {
-    /// The bytes of a real limit; `None` when unlimited (not exported as a number).
-    pub fn bytes(self) -> Option<u64> {
-        match self {
-            Limit::Bytes(b) => Some(b),
-            Limit::Unlimited => None,
-        }
-    }
-
-    pub fn is_unlimited(self) -> bool {
-        self == Limit::Unlimited
-    }
-
-    /// The tighter of two limits.
-    pub fn min(self, other: Limit) -> Limit {
-        match (self, other) {
-            (Limit::Bytes(a), Limit::Bytes(b)) => Limit::Bytes(a.min(b)),
-            (Limit::Bytes(a), Limit::Unlimited) | (Limit::Unlimited, Limit::Bytes(a)) => Limit::Bytes(a),
-            (Limit::Unlimited, Limit::Unlimited) => Limit::Unlimited,
-        }
-    }
-
     /// A v1 value: the page-size-dependent sentinel and anything above 2^62 is unlimited.
     pub fn from_v1(value: u64) -> Limit {
         if value >= V1_UNLIMITED_FROM {

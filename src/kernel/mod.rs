@@ -31,6 +31,38 @@ pub enum ParseError {
     Format(String),
 }
 
+/// A limit the kernel prints either as a number or as "unlimited" (`unlimited` in
+/// `/proc/PID/limits`, `max` in cgroup v2, a page-size-dependent sentinel in cgroup v1). Never
+/// a huge number standing for "no limit".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    Bytes(u64),
+    Unlimited,
+}
+
+impl Limit {
+    /// The bytes of a real limit; `None` when unlimited (not exported as a number).
+    pub fn bytes(self) -> Option<u64> {
+        match self {
+            Limit::Bytes(b) => Some(b),
+            Limit::Unlimited => None,
+        }
+    }
+
+    pub fn is_unlimited(self) -> bool {
+        self == Limit::Unlimited
+    }
+
+    /// The tighter of two limits.
+    pub fn min(self, other: Limit) -> Limit {
+        match (self, other) {
+            (Limit::Bytes(a), Limit::Bytes(b)) => Limit::Bytes(a.min(b)),
+            (Limit::Bytes(a), Limit::Unlimited) | (Limit::Unlimited, Limit::Bytes(a)) => Limit::Bytes(a),
+            (Limit::Unlimited, Limit::Unlimited) => Limit::Unlimited,
+        }
+    }
+}
+
 /// Parses a decimal u64, tolerating surrounding whitespace (kernel files end in a newline).
 pub fn parse_u64(text: &str) -> Result<u64, ParseError> {
     let value = text.trim();

@@ -9,25 +9,7 @@ use super::ParseError;
 const MEMLOCK_LINE: &str = "Max locked memory";
 
 /// One RLIMIT value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
-    Bytes(u64),
-    Unlimited,
-}
-
-impl Limit {
-    /// The finite value; `None` when unlimited.
-    pub fn bytes(self) -> Option<u64> {
-        match self {
-            Limit::Bytes(bytes) => Some(bytes),
-            Limit::Unlimited => None,
-        }
-    }
-
-    pub fn is_unlimited(self) -> bool {
-        self == Limit::Unlimited
-    }
-}
+pub use super::Limit;
 
 /// RLIMIT_MEMLOCK. The kernel checks both `VmLck` (mlock) and `VmPin` (RDMA registration,
 /// io_uring buffers) against `soft`; `hard` is how far an unprivileged process may raise it.
