@@ -139,7 +139,13 @@ fn json_field(line: &str, key: &str) -> Option<String> {
 pub fn http_get(address: &str, path: &str) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect(address)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")?;
+    // One write: a server that answers early (400 to plain HTTP on a TLS port) and closes must
+    // not turn the rest of the request into EPIPE; and a refused write still has an answer to read.
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    match stream.write_all(request.as_bytes()) {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) => {}
+        other => other?,
+    }
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
     let text = String::from_utf8_lossy(&raw).into_owned();
