@@ -54,7 +54,7 @@ for run in $(seq "$RUNS"); do
     since=$(date +%s.%N)
     # 1 MiB every 4 s against an 8 MiB soft limit: about 30 s to the refusal.
     python3 - "$E2E_TMP/drill$run.out" prlimit --memlock=8388608:8388608 \
-        setpriv --reuid=65534 --regid=65534 --clear-groups \
+        setpriv --reuid=64437 --regid=64437 --clear-groups \
         "$DRILL" drill --mode pin --step-mib 1 --interval-ms 4000 --max-mib 64 --hold-seconds 5 <<'PY' ||
 import subprocess, sys, time
 proc = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -1,5 +1,5 @@
 //! `memlock-exporter drill` on this machine: real io_uring registrations and mlocks, refused by
-//! the kernel at a real RLIMIT_MEMLOCK in an unprivileged process (uid 65534 through prlimit and
+//! the kernel at a real RLIMIT_MEMLOCK in an unprivileged process (uid 64435 through prlimit and
 //! setpriv), run to the end as root (CAP_IPC_LOCK), refused before it starts, and stopped by
 //! signals. The drill's own report is checked against /proc/PID/status read from outside.
 
@@ -13,7 +13,11 @@ use std::time::{Duration, Instant};
 use crate::util::{binary, is_root, live_lock, meminfo_bytes};
 
 const MIB: u64 = 1 << 20;
-const NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+/// io_uring charges the limit to the *user* (every process of the uid together), so the drill
+/// runs as a uid no other test or service uses: another test's buffers under the same uid would
+/// move the refusal.
+const DRILL_UID: u32 = 64435;
+const NOBODY: [&str; 3] = ["--reuid=64435", "--regid=64435", "--clear-groups"];
 /// Far above any drill here (the longest holds 2 s); only there so a hang fails instead of
 /// blocking the suite.
 const WATCHDOG: Duration = Duration::from_secs(60);
@@ -24,7 +28,7 @@ fn require_root() {
     }
 }
 
-/// The binary as uid 65534 can execute it: the build's own file when every directory on its
+/// The binary as uid 64435 can execute it: the build's own file when every directory on its
 /// path lets others in, else a copy in a 0755 temp directory.
 fn nobody_binary() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
@@ -39,7 +43,7 @@ fn nobody_binary() -> &'static Path {
         let copy = dir.join("memlock-exporter");
         std::fs::copy(&built, &copy).unwrap();
         std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert!(runs_as_nobody(&copy), "uid 65534 cannot run {} even from a 0755 copy", copy.display());
+        assert!(runs_as_nobody(&copy), "uid 64435 cannot run {} even from a 0755 copy", copy.display());
         copy
     })
 }
@@ -56,7 +60,7 @@ fn runs_as_nobody(binary: &Path) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// `prlimit --memlock=SOFT:HARD setpriv <to uid 65534> memlock-exporter drill ARGS`. Both
+/// `prlimit --memlock=SOFT:HARD setpriv <to uid 64435> memlock-exporter drill ARGS`. Both
 /// tools exec, so the child's pid is the drill's.
 fn drill_as_nobody(soft: u64, hard: u64, args: &[&str]) -> Command {
     let mut cmd = Command::new("prlimit");
@@ -188,7 +192,7 @@ fn pin_ramp_is_refused_with_enomem_at_the_soft_limit() {
     let lines = ramp.lines();
     let start = events(&lines, "start");
     assert_eq!(start.len(), 1, "{}", ramp.context());
-    assert_eq!(number(start[0], "uid"), 65534);
+    assert_eq!(number(start[0], "uid"), u64::from(DRILL_UID));
     assert_eq!(number(start[0], "memlock_soft_bytes"), 4 * MIB);
     assert_eq!(number(start[0], "memlock_hard_bytes"), 8 * MIB);
     assert_eq!(field(start[0], "cap_ipc_lock"), Some("false"));
