@@ -38,7 +38,7 @@ pub enum ConfigError {
 // Raw layer: what the file, the environment and the flags may say. Every field has a default,
 // and the serialised defaults double as the list of known keys.
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawConfig {
     pub web: RawWeb,
@@ -119,19 +119,6 @@ impl RawConfig {
             rdma.exclude = one();
         }
         t
-    }
-}
-
-impl Default for RawConfig {
-    fn default() -> Self {
-        Self {
-            web: RawWeb::default(),
-            path: RawPaths::default(),
-            collector: RawCollectors::default(),
-            trend: RawTrend::default(),
-            alerting: RawAlerting::default(),
-            log: RawLog::default(),
-        }
     }
 }
 

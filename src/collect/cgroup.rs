@@ -338,7 +338,7 @@ impl CgroupCollector {
         // Ticks drift by a few milliseconds; without slack a walk due every 5 ticks would slip
         // to every 6th.
         let slack = self.config.full_scan_interval / 20;
-        let due = self.last_walk.map_or(true, |at| now.duration_since(at) + slack >= self.config.full_scan_interval);
+        let due = self.last_walk.is_none_or(|at| now.duration_since(at) + slack >= self.config.full_scan_interval);
         let mut run = ScanCounts::default();
         if due {
             self.walk(&mut run, errors);

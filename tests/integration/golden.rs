@@ -19,7 +19,7 @@ pub fn stable(text: &str) -> String {
             .strip_prefix("# HELP ")
             .or_else(|| line.strip_prefix("# TYPE "))
             .unwrap_or(line)
-            .split(|c| c == ' ' || c == '{')
+            .split([' ', '{'])
             .next()
             .unwrap_or("");
         if VOLATILE.iter().any(|v| name.starts_with(v)) {
