@@ -144,6 +144,9 @@ struct Record {
     comm_matches: bool,
     /// Re-read on every pass, not only on full scans.
     tracked: bool,
+    /// `limits` or `cgroup` could not be read or parsed (a real error, not a refusal): they are
+    /// read again on every pass until they can, so the failure shows on every run.
+    incomplete: bool,
 }
 
 /// Builds `<procfs>/<pid>/<file>` paths in one reused buffer and reads them into one reused
@@ -257,6 +260,11 @@ pub struct ProcessCollector {
     procfs: PathBuf,
     /// Every user process of the last full scan still alive, sorted by pid.
     table: Vec<Record>,
+    /// Processes whose `status` could not be read or parsed (a real error): retried on every
+    /// pass, so that the collector reports the failure on every run and not only on full scans
+    /// (where it would alternate with successful tracked passes, and an alert with a `for`
+    /// would never fire).
+    retry: Vec<u32>,
     interner: Interner,
     tally: Tally,
     last_full_scan: Option<Instant>,
@@ -273,6 +281,7 @@ impl ProcessCollector {
             reader: PidReader::new(&roots.procfs),
             procfs: roots.procfs.clone(),
             table: Vec::new(),
+            retry: Vec::new(),
             interner: Interner::default(),
             tally: Tally::default(),
             last_full_scan: None,
@@ -326,11 +335,15 @@ impl ProcessCollector {
         let previous = std::mem::take(&mut self.table);
         let mut previous = previous.into_iter().peekable();
         let mut table = Vec::with_capacity(pids.len());
+        self.retry.clear();
         for pid in pids {
             while previous.next_if(|r| r.sample.pid < pid).is_some() {}
             let known = previous.next_if(|r| r.sample.pid == pid);
-            if let Some(record) = read_process(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, pid, known, errors) {
-                table.push(record);
+            let before = errors.len();
+            match read_process(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, pid, known, errors) {
+                Some(record) => table.push(record),
+                None if errors.len() > before => self.retry.push(pid),
+                None => {}
             }
         }
         self.table = table;
@@ -338,15 +351,44 @@ impl ProcessCollector {
         Some(self.stats(true))
     }
 
-    /// Re-reads the `status` of the tracked processes only.
+    /// Re-reads the `status` of the tracked processes only, and every file of the processes
+    /// whose files failed (see [`Record::incomplete`] and `retry`).
     pub fn tracked_pass(&mut self, errors: &mut Vec<SourceError>) -> ProcessStats {
         let mut table = std::mem::take(&mut self.table);
+        let mut failed = Vec::new();
         table.retain_mut(|record| {
-            if !record.tracked {
+            if !record.tracked && !record.incomplete {
                 return true;
             }
-            refresh(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, record, errors)
+            let before = errors.len();
+            let kept = if record.incomplete {
+                read_status(&mut self.reader, &mut self.tally, &self.config, record, false, errors).is_some()
+                    && read_limits_and_cgroup(&mut self.reader, &mut self.tally, &mut self.interner, record, errors)
+            } else {
+                refresh(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, record, errors)
+            };
+            if kept {
+                record.incomplete = errors.len() > before;
+                record.tracked = is_tracked(&record.sample, record.comm_matches);
+            } else if errors.len() > before {
+                failed.push(record.sample.pid);
+            }
+            kept
         });
+        // Those that failed just now are retried on the next pass, not twice in this one.
+        let retry = std::mem::replace(&mut self.retry, failed);
+        for pid in retry {
+            let before = errors.len();
+            match read_process(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, pid, None, errors) {
+                Some(record) => {
+                    let at = table.partition_point(|r| r.sample.pid < pid);
+                    table.insert(at, record);
+                }
+                None if errors.len() > before => self.retry.push(pid),
+                // Gone, or a kernel thread: nothing to retry.
+                None => {}
+            }
+        }
         self.table = table;
         self.stats(false)
     }
@@ -441,12 +483,15 @@ fn read_process(
         },
         comm_matches: false,
         tracked: false,
+        incomplete: false,
     });
     let fresh = record.sample.comm.is_empty();
     read_status(reader, tally, config, &mut record, fresh, errors)?;
+    let before = errors.len();
     if !read_limits_and_cgroup(reader, tally, interner, &mut record, errors) {
         return None;
     }
+    record.incomplete = errors.len() > before;
     record.tracked = is_tracked(&record.sample, record.comm_matches);
     Some(record)
 }
@@ -904,6 +949,53 @@ mod tests {
         assert_eq!(stats.read_errors_total, ReadErrors { parse: 2, ..ReadErrors::default() });
         assert_eq!(errors.len(), 2);
         assert!(errors.iter().any(|e| e.path().ends_with("42/status")), "{errors:?}");
+    }
+
+    /// Found by the fault tests (tests/integration/faults.rs): a process whose files failed
+    /// made only the full scan fail; the tracked passes in between succeeded, so the collector
+    /// alternated between 0 and 1 and `MemlockCollectorFailing` (`for: 10m`) could never fire.
+    /// Broken files are now read again on every pass, until they can be read or the process
+    /// is gone.
+    #[test]
+    fn broken_files_fail_every_pass_until_fixed_or_gone() {
+        let tree = Tree::new("sticky");
+        tree.process(80, "ok", 0, 2048, "8388608", "/x").process(81, "badstatus", 0, 2048, "8388608", "/x").process(82, "badlimits", 0, 0, "8388608", "/x");
+        std::fs::write(tree.root.join("81/status"), "Name:\tbadstatus\nVmLck:\t  many kB\n").unwrap();
+        std::fs::write(tree.root.join("82/limits"), "Limit\n").unwrap();
+        let mut collector = tree.collector(0, "", 10);
+        let mut errors = Vec::new();
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(pids(&stats), vec![80, 82]);
+        for pass in 0..3 {
+            errors.clear();
+            let stats = collector.tracked_pass(&mut errors);
+            assert_eq!(errors.len(), 2, "pass {pass}: {errors:?}");
+            assert_eq!(pids(&stats), vec![80, 82]);
+            assert_eq!(stats.processes[1].limits, None);
+        }
+        assert_eq!(collector.tally.errors.parse, 8, "counted on every pass");
+        // Fixed: the next pass reads them and succeeds.
+        tree.status(81, "badstatus", 0, 4096);
+        tree.process(82, "badlimits", 0, 0, "8388608", "/x");
+        errors.clear();
+        let stats = collector.tracked_pass(&mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(pids(&stats), vec![81, 80, 82], "by usage ratio");
+        assert_eq!(stats.processes.iter().find(|p| p.pid == 81).unwrap().pinned_bytes, Some(4096 * 1024));
+        assert!(stats.processes.iter().find(|p| p.pid == 82).unwrap().limits.is_some());
+        // Broken again, then gone: a vanished process is not an error.
+        std::fs::write(tree.root.join("81/status"), "Name:\tbadstatus\nVmPin:\t  many kB\n").unwrap();
+        errors.clear();
+        collector.tracked_pass(&mut errors);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        tree.remove(81);
+        errors.clear();
+        let stats = collector.tracked_pass(&mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(pids(&stats), vec![80, 82]);
+        errors.clear();
+        assert!(collector.tracked_pass(&mut errors).processes.len() == 2 && errors.is_empty());
     }
 
     #[test]
