@@ -24,6 +24,9 @@ use memlock_exporter::config::CgroupConfig;
 use memlock_exporter::exposition::Exposition;
 use memlock_exporter::fsroot::Roots;
 
+#[path = "../tests/synthetic/mod.rs"]
+mod synthetic;
+
 const PODS: usize = 1249;
 const CONTAINERS_PER_POD: usize = 3;
 const ROUNDS: usize = 15;
@@ -50,65 +53,9 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
-/// The files of one v1 memory cgroup, as a 6.x kernel lists them (the ones the collector does
-/// not read are there too: they make readdir cost what it costs on a real host).
-fn write_cgroup(dir: &Path, usage: u64, limit: u64) {
-    std::fs::create_dir_all(dir).unwrap();
-    let stat = format!(
-        "cache 1048576\nrss {usage}\nrss_huge 0\nshmem 0\nmapped_file 524288\ndirty 4096\nwriteback 0\nworkingset_refault_anon 0\n\
-         workingset_refault_file 12\nswap 0\nswapcached 0\npgpgin 2345\npgpgout 1234\npgfault 34567\npgmajfault 3\ninactive_anon {usage}\n\
-         active_anon 0\ninactive_file 524288\nactive_file 524288\nunevictable 0\nhierarchical_memory_limit {limit}\n\
-         hierarchical_memsw_limit 9223372036854771712\ntotal_cache 1048576\ntotal_rss {usage}\ntotal_rss_huge 0\ntotal_shmem 0\n\
-         total_mapped_file 524288\ntotal_dirty 4096\ntotal_writeback 0\ntotal_workingset_refault_anon 0\ntotal_workingset_refault_file 12\n\
-         total_swap 0\ntotal_swapcached 0\ntotal_pgpgin 2345\ntotal_pgpgout 1234\ntotal_pgfault 34567\ntotal_pgmajfault 3\n\
-         total_inactive_anon {usage}\ntotal_active_anon 0\ntotal_inactive_file 524288\ntotal_active_file 524288\ntotal_unevictable 0\n"
-    );
-    let files: [(&str, String); 16] = [
-        ("cgroup.clone_children", "0\n".into()),
-        ("cgroup.procs", String::new()),
-        ("memory.failcnt", "0\n".into()),
-        ("memory.limit_in_bytes", format!("{limit}\n")),
-        ("memory.max_usage_in_bytes", format!("{}\n", usage + 1048576)),
-        ("memory.memsw.limit_in_bytes", "9223372036854771712\n".into()),
-        ("memory.move_charge_at_immigrate", "0\n".into()),
-        ("memory.numa_stat", "total=256 N0=256\nfile=0 N0=0\nanon=256 N0=256\nunevictable=0 N0=0\n".into()),
-        ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n".into()),
-        ("memory.soft_limit_in_bytes", "9223372036854771712\n".into()),
-        ("memory.stat", stat),
-        ("memory.swappiness", "60\n".into()),
-        ("memory.usage_in_bytes", format!("{usage}\n")),
-        ("memory.use_hierarchy", "1\n".into()),
-        ("notify_on_release", "0\n".into()),
-        ("tasks", String::new()),
-    ];
-    for (name, text) in files {
-        std::fs::write(dir.join(name), text).unwrap();
-    }
-}
-
 /// Builds the tree and returns every cgroup directory.
 fn generate(memory: &Path) -> Vec<PathBuf> {
-    const UNLIMITED: u64 = 9223372036854771712;
-    let mut dirs = Vec::new();
-    let mut add = |dir: PathBuf, usage: u64, limit: u64| {
-        write_cgroup(&dir, usage, limit);
-        dirs.push(dir);
-    };
-    add(memory.to_owned(), 8 << 30, UNLIMITED);
-    let kubepods = memory.join("kubepods.slice");
-    add(kubepods.clone(), 6 << 30, 200 << 30);
-    add(kubepods.join("kubepods-besteffort.slice"), 0, 200 << 30);
-    let burstable = kubepods.join("kubepods-burstable.slice");
-    add(burstable.clone(), 6 << 30, 200 << 30);
-    for pod in 0..PODS {
-        let pod_dir = burstable.join(format!("kubepods-burstable-pod{pod:08x}_2a43_4a3b_9c1e_2f1d0c7a9e11.slice"));
-        add(pod_dir.clone(), 3 << 20, 1 << 30);
-        for container in 0..CONTAINERS_PER_POD {
-            let id = format!("{:016x}{:048x}", pod, container);
-            add(pod_dir.join(format!("cri-containerd-{id}.scope")), 1 << 20, 1 << 30);
-        }
-    }
-    dirs
+    synthetic::write_kubepods(memory, PODS, CONTAINERS_PER_POD).expect("write the bench tree")
 }
 
 fn config(full_scan_interval: Duration) -> CgroupConfig {

@@ -16,9 +16,8 @@ use memlock_exporter::collect::process::ProcessCollector;
 use memlock_exporter::config::{self, ProcessConfig, Sources};
 use memlock_exporter::fsroot::Roots;
 
-const STATUS: &str = include_str!("../tests/fixtures/captures/proc_self_status");
-const LIMITS: &str = include_str!("../tests/fixtures/captures/proc_self_limits");
-const CGROUP: &str = include_str!("../tests/fixtures/captures/proc_self_cgroup_hybrid_v1");
+#[path = "../tests/synthetic/mod.rs"]
+mod synthetic;
 
 const ITERATIONS: usize = 15;
 const TARGET_US_PER_PROCESS: f64 = 25.0;
@@ -55,28 +54,7 @@ fn self_status_kib(key: &str) -> u64 {
 /// Writes `processes` pid directories in the kernel's formats: 1% pinning (RDMA workers),
 /// 1% named python3 (caught by the default comm pattern), spread over 100 cgroups.
 fn build_tree(root: &Path, processes: u32) {
-    std::fs::create_dir_all(root).expect("create bench tree");
-    for name in ["meminfo", "self"] {
-        let _ = std::fs::write(root.join(name), "");
-    }
-    for i in 0..processes {
-        let pid = 1000 + i;
-        let dir = root.join(pid.to_string());
-        std::fs::create_dir_all(&dir).expect("create pid dir");
-        let (name, pinned_kib) = match i % 100 {
-            0 => ("pt_main_thread", 9437184),
-            1 => ("python3", 0),
-            _ => ("worker", 0),
-        };
-        let status = STATUS
-            .replace("Name:\tcat", &format!("Name:\t{name}"))
-            .replace("Pid:\t15717", &format!("Pid:\t{pid}"))
-            .replace("VmPin:\t       0 kB", &format!("VmPin:\t{pinned_kib:>8} kB"));
-        std::fs::write(dir.join("status"), status).expect("write status");
-        std::fs::write(dir.join("limits"), LIMITS).expect("write limits");
-        let cgroup = CGROUP.replace("/process_api/dd1899f89d55a02163c5f19a2de9845b", &format!("/kubepods/burstable/pod{:032x}", i % 100));
-        std::fs::write(dir.join("cgroup"), cgroup).expect("write cgroup");
-    }
+    synthetic::write_procfs(root, 1000, processes, |i| format!("/kubepods/burstable/pod{:032x}", i % 100)).expect("write the bench tree");
 }
 
 /// The floor: list the directory and read every pid's three files (open, read to EOF into a
