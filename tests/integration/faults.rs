@@ -1,0 +1,404 @@
+//! Fault cases through the binary: kernel files that vanish, are unreadable, fail with EIO, are
+//! enormous, hold NUL bytes or numbers beyond u64, or are FIFOs; a procfs root that is not
+//! procfs; a configuration file replaced by a directory or a FIFO. Each must give a clear error
+//! (naming the file) or a skip, never a panic, and never a stalled sampler: every collector
+//! keeps finishing its runs and scrapes keep being answered.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::synthetic;
+use crate::util::{binary, fixtures, http_get, Exporter, Metrics};
+
+/// A copy of the fixture roots to break, removed on drop.
+struct Tree(PathBuf);
+
+impl Tree {
+    fn new(name: &str) -> Tree {
+        let root = std::env::temp_dir().join(format!("memlock-faults-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        synthetic::copy_tree(&fixtures().join("proc"), &root.join("proc")).unwrap();
+        synthetic::copy_tree(&fixtures().join("sys"), &root.join("sys")).unwrap();
+        Tree(root)
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.0.join(rel)
+    }
+
+    fn replace(&self, rel: &str, contents: &[u8]) {
+        let path = self.path(rel);
+        let _ = std::fs::remove_file(&path);
+        std::fs::write(path, contents).unwrap();
+    }
+
+    fn symlink(&self, rel: &str, target: &str) {
+        let path = self.path(rel);
+        let _ = std::fs::remove_file(&path);
+        std::os::unix::fs::symlink(target, path).unwrap();
+    }
+
+    fn fifo(&self, rel: &str) {
+        let path = self.path(rel);
+        let _ = std::fs::remove_file(&path);
+        mkfifo(&path);
+    }
+
+    fn roots(&self) -> [String; 4] {
+        ["--path.procfs".into(), self.path("proc").display().to_string(), "--path.sysfs".into(), self.path("sys").display().to_string()]
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn mkfifo(path: &Path) {
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path we own.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o644) }, 0, "mkfifo {}", path.display());
+}
+
+/// The captured status of a process with this pid, name and `VmPin` line.
+fn status(pid: u32, name: &str, vmpin: &str) -> String {
+    synthetic::STATUS.replace("Name:\tcat", &format!("Name:\t{name}")).replace("Pid:\t15717", &format!("Pid:\t{pid}")).replace("VmPin:\t       0 kB", vmpin)
+}
+
+fn errors_of(m: &Metrics, collector: &str, kind: &str) -> f64 {
+    m.get(&format!("memlock_exporter_collector_errors_total{{collector=\"{collector}\",kind=\"{kind}\"}}")).unwrap_or(0.0)
+}
+
+fn success(m: &Metrics, collector: &str) -> f64 {
+    m.value(&format!("memlock_scrape_collector_success{{collector=\"{collector}\"}}"))
+}
+
+/// Scrapes for `seconds`, checking every time that each collector keeps finishing runs (the
+/// sample age stays under two seconds at 100 ms intervals) and that the text stays well formed.
+fn watch(address: &str, seconds: u64) -> Metrics {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut scrapes = 0;
+    loop {
+        let (status, body) = http_get(address, "/metrics").expect("a scrape is answered");
+        assert_eq!(status, 200, "{body}");
+        let m = Metrics::parse(&body);
+        let ages = m.family("memlock_exporter_collector_sample_age_seconds");
+        assert!(!ages.is_empty());
+        for (series, age) in ages {
+            assert!(age < 2.0, "{series} = {age}: a sampler stalled (scrape {scrapes})");
+        }
+        scrapes += 1;
+        if Instant::now() >= deadline {
+            return m;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every collector every 100 ms, so that a stall shows within a second.
+const FAST: [(&str, &str); 6] = [
+    ("MEMLOCK_EXPORTER_COLLECTOR__NODE__INTERVAL", "100ms"),
+    ("MEMLOCK_EXPORTER_COLLECTOR__NUMA__INTERVAL", "100ms"),
+    ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__INTERVAL", "100ms"),
+    ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__INTERVAL", "100ms"),
+    ("MEMLOCK_EXPORTER_COLLECTOR__RDMA_SYSFS__INTERVAL", "100ms"),
+    ("MEMLOCK_EXPORTER_COLLECTOR__RDMA_NETLINK__INTERVAL", "100ms"),
+];
+
+#[test]
+fn broken_node_files_are_named_errors_and_the_rest_keeps_sampling() {
+    let tree = Tree::new("node");
+    // Enormous: past the 1 MiB read bound.
+    let mut huge = std::fs::read(tree.path("proc/meminfo")).unwrap();
+    while huge.len() <= 2 << 20 {
+        huge.extend_from_slice(b"Zzz:              0 kB\n");
+    }
+    tree.replace("proc/meminfo", &huge);
+    // EIO from the kernel: /proc/self/mem at offset 0 is unmapped.
+    tree.symlink("proc/sys/vm/max_map_count", "/proc/self/mem");
+    // Beyond u64.
+    tree.replace("proc/sys/vm/overcommit_ratio", b"184467440737095516160\n");
+    // A FIFO nobody writes to, in place of a sysfs file.
+    tree.fifo("sys/kernel/mm/transparent_hugepage/enabled");
+    // NUL bytes inside a value of the per-node meminfo.
+    let node0 = tree.path("sys/devices/system/node/node0/meminfo");
+    let text = std::fs::read_to_string(&node0).unwrap();
+    let broken = text.replacen("kB\n", "k\0B\n", 1);
+    assert_ne!(text, broken);
+    tree.replace("sys/devices/system/node/node0/meminfo", broken.as_bytes());
+
+    let roots = tree.roots();
+    let args: Vec<&str> = roots.iter().map(String::as_str).chain(["--no-collector.rdma_netlink"]).collect();
+    let exporter = Exporter::start_with_env(&args, &FAST);
+    let m = watch(&exporter.address, 3);
+    assert_eq!(success(&m, "node"), 0.0);
+    assert_eq!(success(&m, "numa"), 0.0);
+    for collector in ["process", "cgroup", "rdma_sysfs"] {
+        assert_eq!(success(&m, collector), 1.0, "{collector}: {}", exporter.log_text());
+    }
+    assert!(errors_of(&m, "node", "too_large") > 0.0, "{}", m.text);
+    assert!(errors_of(&m, "node", "io") > 0.0, "{}", m.text);
+    assert!(errors_of(&m, "node", "parse") > 0.0, "{}", m.text);
+    assert!(errors_of(&m, "numa", "parse") > 0.0, "{}", m.text);
+    // What still parsed is still exported: pinned pages, the hugepage pools, a sysctl.
+    for family in ["memlock_node_pinned_bytes", "memlock_node_overcommit_mode", "memlock_node_hugepages"] {
+        assert!(!m.family(family).is_empty(), "{family} missing:\n{}", m.text);
+    }
+    for family in ["memlock_node_mlocked_bytes", "memlock_node_max_map_areas", "memlock_node_overcommit_ratio", "memlock_node_transparent_hugepage_enabled"] {
+        assert!(m.family(family).is_empty(), "{family} from a broken file:\n{}", m.text);
+    }
+    // The log names the first broken file of a run and says what is wrong with it.
+    let log = exporter.log_text();
+    assert!(log.contains("proc/meminfo: larger than 1048576 bytes"), "{log}");
+    assert_alive(exporter);
+}
+
+/// Still running, and no thread of it panicked.
+fn assert_alive(mut exporter: Exporter) {
+    assert!(exporter.child.try_wait().unwrap().is_none(), "the exporter exited:\n{}", exporter.log_text());
+    assert!(!exporter.log_text().contains("panicked"), "{}", exporter.log_text());
+    let log = exporter.log.clone();
+    let status = exporter.terminate();
+    assert_eq!(status.code(), Some(0), "{status:?}\n{}", log.lock().unwrap().join("\n"));
+}
+
+#[test]
+fn broken_process_files_are_counted_and_the_other_processes_exported() {
+    let tree = Tree::new("process");
+    let pinned = |pid: u32, name: &str| synthetic::write_process(&tree.path("proc"), pid, name, 4096, "/job").unwrap();
+    for pid in 7001..=7006 {
+        pinned(pid, "worker");
+    }
+    // EIO, enormous, VmPin beyond u64 even before it is multiplied by 1024, NUL in the name,
+    // a FIFO (reads as empty: a process reaped mid-read, skipped), and a status whose VmPin
+    // times 1024 overflows.
+    tree.symlink("proc/7001/status", "/proc/self/mem");
+    tree.replace("proc/7002/status", status(7002, "big", &format!("VmPin:\t{:>8} kB\n{}", 1, "Zzz:\t0\n".repeat(200_000))).as_bytes());
+    tree.replace("proc/7003/status", status(7003, "overflow", "VmPin:\t99999999999999999999 kB").as_bytes());
+    tree.replace("proc/7004/status", status(7004, "ev\0il", "VmPin:\t    4096 kB").as_bytes());
+    tree.fifo("proc/7005/status");
+    tree.replace("proc/7006/status", status(7006, "times1024", "VmPin:\t18446744073709551 kB").as_bytes());
+    pinned(7007, "healthy");
+
+    let roots = tree.roots();
+    let args: Vec<&str> = roots.iter().map(String::as_str).chain(["--no-collector.rdma_netlink"]).collect();
+    let exporter = Exporter::start_with_env(&args, &FAST);
+    let m = watch(&exporter.address, 2);
+    // io, too_large and parse fail the collector (they are not expected on a real host)...
+    assert_eq!(success(&m, "process"), 0.0);
+    assert!(m.value("memlock_process_read_errors_total{kind=\"io\"}") >= 1.0, "{}", m.text);
+    assert!(m.value("memlock_process_read_errors_total{kind=\"too_large\"}") >= 1.0, "{}", m.text);
+    assert!(m.value("memlock_process_read_errors_total{kind=\"parse\"}") >= 2.0, "{}", m.text);
+    // ...but every readable process is still exported, NUL in its name included.
+    let pids: Vec<String> = m.family("memlock_process_pinned_bytes").iter().map(|(k, _)| k.split("pid=\"").nth(1).unwrap().split('"').next().unwrap().to_owned()).collect();
+    for pid in ["7004", "7007"] {
+        assert!(pids.iter().any(|p| p == pid), "pid {pid} not exported: {pids:?}");
+    }
+    for pid in ["7001", "7002", "7003", "7005", "7006"] {
+        assert!(!pids.iter().any(|p| p == pid), "pid {pid} exported: {pids:?}");
+    }
+    assert!(m.text.contains("comm=\"ev\0il\""));
+    for collector in ["node", "numa", "cgroup"] {
+        assert_eq!(success(&m, collector), 1.0, "{collector}");
+    }
+    // The collector logs its first error of a run (again when it changes); the counters
+    // above have them all.
+    let log = exporter.log_text();
+    assert!(["7001/status: Input/output error", "7002/status: larger than", "7003/status", "7006/status"].iter().any(|s| log.contains(s)), "{log}");
+    assert_alive(exporter);
+}
+
+#[test]
+fn a_procfs_root_that_is_not_procfs_fails_clearly_on_every_run() {
+    let exporter = Exporter::start_with_env(&["--path.procfs", "/sys", "--no-collector.rdma_netlink"], &FAST);
+    // Every scrape, not just one in five (full scans are 5 s apart, runs every 100 ms).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut scrapes = 0;
+    while Instant::now() < deadline {
+        let m = exporter.metrics();
+        assert_eq!(success(&m, "process"), 0.0, "scrape {scrapes}");
+        assert_eq!(success(&m, "node"), 0.0, "scrape {scrapes}");
+        assert_eq!(success(&m, "cgroup"), 1.0, "sysfs is fine");
+        scrapes += 1;
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    watch(&exporter.address, 1);
+    let log = exporter.log_text();
+    assert!(log.contains("/sys: no process directories: not a procfs mount"), "{log}");
+    assert!(log.contains("/sys/meminfo: No such file or directory"), "{log}");
+    assert_alive(exporter);
+}
+
+/// The exporter run as uid 65534, for whom file modes apply (root reads anything).
+struct Unprivileged {
+    child: Child,
+    address: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Unprivileged {
+    fn start(args: &[String]) -> Unprivileged {
+        let binary = runnable_binary();
+        let mut child = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(binary)
+            .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json"])
+            .args(args)
+            .envs(FAST)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("setpriv runs the exporter");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let (mut address, mut log, mut line) = (None, String::new(), String::new());
+        while address.is_none() && stderr.read_line(&mut line).unwrap_or(0) > 0 {
+            log.push_str(&line);
+            if line.contains("\"message\":\"listening\"") {
+                address = line.split("\"address\":\"").nth(1).and_then(|rest| rest.split('"').next()).map(str::to_owned);
+            }
+            line.clear();
+        }
+        let Some(address) = address else {
+            let _ = child.kill();
+            panic!("exporter as uid 65534 did not start:\n{log}");
+        };
+        let log = Arc::new(Mutex::new(log));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        Unprivileged { child, address, log }
+    }
+}
+
+impl Drop for Unprivileged {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The built binary if uid 65534 can execute it in place, else a 0755 copy in a temp dir.
+fn runnable_binary() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memlock-faults-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    set_mode(&dir, 0o755);
+    let copy = dir.join("memlock-exporter");
+    if !copy.exists() {
+        std::fs::copy(binary(), &copy).unwrap();
+        set_mode(&copy, 0o755);
+    }
+    copy
+}
+
+/// Opens every directory of the tree to others, so that only the files made 0000 are closed.
+fn open_to_others(dir: &Path) {
+    set_mode(dir, 0o755);
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            open_to_others(&entry.path());
+        } else if kind.is_file() {
+            set_mode(&entry.path(), 0o644);
+        }
+    }
+}
+
+#[test]
+fn unreadable_files_are_refusals_named_in_the_log_not_crashes() {
+    assert!(crate::util::is_root(), "needs root to run the exporter as another user");
+    let tree = Tree::new("unreadable");
+    open_to_others(&tree.0);
+    synthetic::write_process(&tree.path("proc"), 7101, "worker", 4096, "/job").unwrap();
+    synthetic::write_process(&tree.path("proc"), 7102, "private", 4096, "/job").unwrap();
+    open_to_others(&tree.path("proc/7101"));
+    open_to_others(&tree.path("proc/7102"));
+    set_mode(&tree.path("proc/meminfo"), 0o000);
+    set_mode(&tree.path("proc/7102/status"), 0o000);
+    let roots = tree.roots();
+    let args: Vec<String> = roots.iter().cloned().chain(["--no-collector.rdma_netlink".to_owned()]).collect();
+    let exporter = Unprivileged::start(&args);
+    let m = watch(&exporter.address, 2);
+    // A node file is needed: its refusal is an error of the node collector.
+    assert_eq!(success(&m, "node"), 0.0);
+    assert!(errors_of(&m, "node", "permission") > 0.0, "{}", m.text);
+    // A process hidden from us (hidepid, another user namespace) is counted, not a failure.
+    assert_eq!(success(&m, "process"), 1.0, "{}", exporter.log.lock().unwrap());
+    assert!(m.value("memlock_process_read_errors_total{kind=\"permission\"}") >= 1.0);
+    assert!(m.text.contains("pid=\"7101\""));
+    assert!(!m.text.contains("pid=\"7102\""));
+    let log = exporter.log.lock().unwrap().clone();
+    assert!(log.contains("proc/meminfo: Permission denied"), "{log}");
+}
+
+/// SIGHUP and a wait for the reload gauge to say `expected`.
+fn reload_until(exporter: &Exporter, expected: f64) -> Metrics {
+    // SAFETY: kill with the pid of our own child.
+    unsafe { libc::kill(exporter.child.id() as i32, libc::SIGHUP) };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let m = exporter.metrics();
+        if m.get("memlock_exporter_config_last_reload_successful") == Some(expected) {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "reload gauge never became {expected}:\n{}", exporter.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_configuration_file_replaced_by_a_directory() {
+    let dir = std::env::temp_dir().join(format!("memlock-faults-config-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.toml");
+
+    // At start: a usage error naming the file, nothing started.
+    std::fs::create_dir(&config).unwrap();
+    let out = Command::new(binary()).args(["--config.file", config.to_str().unwrap(), "--web.listen-address", "127.0.0.1:0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&config.display().to_string()) && stderr.contains("not a regular file"), "{stderr}");
+
+    // While running: the reload fails, the old configuration keeps serving.
+    std::fs::remove_dir(&config).unwrap();
+    std::fs::write(&config, "[collector.numa]\nenabled = false\n").unwrap();
+    let exporter = Exporter::start(&["--config.file", config.to_str().unwrap(), "--no-collector.rdma_netlink"]);
+    assert!(exporter.metrics().get("memlock_scrape_collector_success{collector=\"numa\"}").is_none());
+    std::fs::remove_file(&config).unwrap();
+    std::fs::create_dir(&config).unwrap();
+    let m = reload_until(&exporter, 0.0);
+    assert!(m.get("memlock_scrape_collector_success{collector=\"numa\"}").is_none(), "the old configuration stays");
+    assert!(exporter.log_text().contains("not a regular file"), "{}", exporter.log_text());
+    watch(&exporter.address, 1);
+    // Put back: the next reload succeeds.
+    std::fs::remove_dir(&config).unwrap();
+    std::fs::write(&config, "[collector.numa]\nenabled = true\n").unwrap();
+    let m = reload_until(&exporter, 1.0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut m = m;
+    while m.get("memlock_scrape_collector_success{collector=\"numa\"}").is_none() {
+        assert!(Instant::now() < deadline, "the fixed configuration was not applied");
+        std::thread::sleep(Duration::from_millis(100));
+        m = exporter.metrics();
+    }
+    let log = exporter.log.clone();
+    let status = exporter.terminate();
+    assert_eq!(status.code(), Some(0), "{status:?}\n{}", log.lock().unwrap().join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
