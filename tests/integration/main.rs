@@ -4,6 +4,7 @@
 //! serialised with [`util::live_lock`] so that one test's memory does not move another's figures.
 
 mod cgroup_fixtures;
+mod faults;
 mod golden;
 mod live_cgroup;
 mod live_check;
@@ -14,6 +15,10 @@ mod live_rdma;
 mod monitoring;
 mod process_fixtures;
 mod reload;
+mod scale;
 mod systemd_notify;
+/// Synthetic hosts, shared with the benchmarks.
+#[path = "../synthetic/mod.rs"]
+mod synthetic;
 mod util;
 mod web_security;

@@ -1,0 +1,510 @@
+//! Scale and churn: the exporter binary against a generated host of 20,000 processes and 10,000
+//! cgroups; against a generated host whose processes and cgroups are replaced while it samples;
+//! and against this machine with real short-lived processes in real memory cgroups that are
+//! created and removed while it runs. No errors beyond skips, series within the configured
+//! bounds, resident memory flat, nothing left behind by vanished pids, cgroups or trend scopes.
+//!
+//! CI runs short variants. `SCALE_CHURN_SAMPLES` (default 600) sets how many process samples the
+//! generated churn runs and `SCALE_LIVE_SECONDS` (default 20) how long the live churn runs;
+//! docs/reliability.md has the figures of long runs.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::synthetic;
+use crate::util::{fixtures, is_root, live_lock, Exporter, Metrics};
+
+/// A scratch directory, removed on drop (also when the test fails).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("memlock-scale-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// `VmRSS` or `VmHWM` of a process, in KiB.
+fn status_kib(pid: u32, key: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{key} missing from /proc/{pid}/status"))
+}
+
+fn thread_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count()
+}
+
+/// A procfs and sysfs: the fixture node files (meminfo, vmstat, vm sysctls, hugepages, NUMA,
+/// RDMA devices) with a generated cgroup v1 memory hierarchy in place of the fixture cgroups.
+fn host_with_fixture_node_files(root: &Path) -> (PathBuf, PathBuf) {
+    let (procfs, sysfs) = (root.join("proc"), root.join("sys"));
+    synthetic::copy_tree(&fixtures().join("proc"), &procfs).unwrap();
+    synthetic::copy_tree(&fixtures().join("sys"), &sysfs).unwrap();
+    std::fs::remove_dir_all(sysfs.join("fs/cgroup")).unwrap();
+    (procfs, sysfs)
+}
+
+/// The memory cgroup of generated process `index`: one of the containers of `pods` pods.
+fn container_of(index: u32, pods: usize) -> String {
+    let index = index as usize;
+    synthetic::container_path(index % pods, (index / pods) % 3)
+}
+
+/// How many series each family has, and the distinct values of a label across a family.
+fn family_count(m: &Metrics, name: &str) -> usize {
+    m.family(name).len()
+}
+
+fn label_values(m: &Metrics, prefix: &str, label: &str) -> BTreeSet<String> {
+    let needle = format!("{label}=\"");
+    m.series
+        .keys()
+        .filter(|k| k.starts_with(prefix))
+        .filter_map(|k| {
+            let start = k.find(&needle)? + needle.len();
+            Some(k[start..start + k[start..].find('"')?].to_owned())
+        })
+        .collect()
+}
+
+/// Every collector succeeded, and no collector error was ever counted.
+fn assert_clean(m: &Metrics, context: &str) {
+    for (series, value) in m.family("memlock_scrape_collector_success") {
+        assert_eq!(value, 1.0, "{context}: {series}");
+    }
+    let errors: Vec<_> = m.family("memlock_exporter_collector_errors_total").into_iter().filter(|(_, v)| *v > 0.0).collect();
+    assert!(errors.is_empty(), "{context}: {errors:?}");
+    for kind in ["permission", "io", "parse", "too_large"] {
+        assert_eq!(m.get(&format!("memlock_process_read_errors_total{{kind=\"{kind}\"}}")), Some(0.0), "{context}: process read errors {kind}");
+    }
+    for reason in ["permission_denied", "read_error"] {
+        assert_eq!(m.get(&format!("memlock_cgroup_scan_cgroups_skipped{{reason=\"{reason}\"}}")), Some(0.0), "{context}: cgroups {reason}");
+    }
+}
+
+/// No collector is stuck: each finished a run within `limit` of the scrape.
+fn assert_fresh(m: &Metrics, limit: f64, context: &str) {
+    let ages = m.family("memlock_exporter_collector_sample_age_seconds");
+    assert!(!ages.is_empty(), "{context}: no sample ages");
+    for (series, age) in ages {
+        assert!(age < limit, "{context}: {series} = {age} s: a sampler stalled");
+    }
+}
+
+/// The configured bounds, family by family: per-process series only for the top_n processes,
+/// trend series only for the scopes a sample covers.
+fn assert_bounded(m: &Metrics, top_n: usize, cgroups: usize, context: &str) {
+    let exported = label_values(m, "memlock_process_", "pid");
+    assert!(exported.len() <= top_n, "{context}: {} processes exported, top_n {top_n}", exported.len());
+    assert_eq!(m.value("memlock_process_exported_processes") as usize, exported.len(), "{context}");
+    for family in ["memlock_process_locked_bytes", "memlock_process_pinned_bytes", "memlock_process_ipc_lock", "memlock_process_limit_usage_ratio"] {
+        assert!(family_count(m, family) <= top_n, "{context}: {family} has {} series", family_count(m, family));
+    }
+    for family in ["memlock_process_limit_bytes", "memlock_process_limit_unlimited"] {
+        assert!(family_count(m, family) <= 2 * top_n, "{context}: {family}");
+    }
+    for family in ["memlock_cgroup_memory_usage_bytes", "memlock_cgroup_memory_limit_unlimited", "memlock_cgroup_memory_unevictable_bytes", "memlock_cgroup_processes"] {
+        assert!(family_count(m, family) <= cgroups, "{context}: {family} has {} series for {cgroups} cgroups", family_count(m, family));
+    }
+    // One trend series per scope: the node, each exported process, each limited cgroup.
+    for family in ["memlock_trend_rise_bytes_per_second", "memlock_trend_exhaustion_seconds"] {
+        let count = family_count(m, family);
+        assert!(count <= 1 + exported.len() + cgroups, "{context}: {family} has {count} series ({} processes, {cgroups} cgroups)", exported.len());
+    }
+}
+
+/// promtool, when installed (scripts/test.sh installs it), on a whole scrape.
+fn promtool_check(text: &str, context: &str) {
+    let Ok(mut child) = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()
+    else {
+        eprintln!("{context}: promtool not installed, lint skipped");
+        return;
+    };
+    use std::io::Write;
+    let mut stdin = child.stdin.take().unwrap();
+    let body = text.to_owned();
+    let writer = std::thread::spawn(move || stdin.write_all(body.as_bytes()));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(out.status.success(), "{context}: promtool check metrics: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+fn wait_for(exporter: &Exporter, limit: Duration, what: &str, done: impl Fn(&Metrics) -> bool) -> Metrics {
+    let deadline = Instant::now() + limit;
+    loop {
+        let m = exporter.metrics();
+        if done(&m) {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}:\n{}", exporter.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_generated_host_of_20000_processes_and_10000_cgroups() {
+    const PROCESSES: u32 = 20_000;
+    // 4 + pods * (1 pod + 3 containers) = 10,000 cgroups.
+    const PODS: usize = 2_499;
+    const CGROUPS: usize = 10_000;
+    let scratch_started = Instant::now();
+    let scratch = Scratch::new("host");
+    let (procfs, sysfs) = host_with_fixture_node_files(&scratch.0);
+    let fixture_processes = std::fs::read_dir(&procfs).unwrap().flatten().filter(|e| e.path().join("status").exists()).count();
+    let dirs = synthetic::write_kubepods(&sysfs.join("fs/cgroup/memory"), PODS, 3).unwrap();
+    assert_eq!(dirs.len(), CGROUPS);
+    synthetic::write_procfs(&procfs, 100_000, PROCESSES, |i| container_of(i, PODS)).unwrap();
+    eprintln!("generated host: written in {:?}", scratch_started.elapsed());
+
+    let started = Instant::now();
+    let exporter = Exporter::start_with_env(
+        &["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()],
+        &[("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL", "1s"), ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__FULL_SCAN_INTERVAL", "1s")],
+    );
+    let ready_after = started.elapsed();
+    let pid = exporter.child.id();
+    let m = wait_for(&exporter, Duration::from_secs(120), "three full scans", |m| m.get("memlock_process_full_scans_total").unwrap_or(0.0) >= 3.0);
+    let lines = m.text.lines().count();
+    eprintln!(
+        "generated host: ready after {ready_after:?}; {lines} lines ({} bytes) per scrape; exporter VmRSS {} KiB, VmHWM {} KiB; process scan {:.3} s, cgroup {:.3} s",
+        m.text.len(),
+        status_kib(pid, "VmRSS"),
+        status_kib(pid, "VmHWM"),
+        m.value("memlock_scrape_collector_duration_seconds{collector=\"process\"}"),
+        m.value("memlock_scrape_collector_duration_seconds{collector=\"cgroup\"}"),
+    );
+
+    assert_clean(&m, "generated host");
+    assert_fresh(&m, 30.0, "generated host");
+    // The fixture's kernel thread is not a user process; the rest are.
+    let scanned = m.value("memlock_process_scanned_processes") as usize;
+    assert!(scanned >= PROCESSES as usize && scanned < PROCESSES as usize + fixture_processes, "{scanned} scanned");
+    assert_eq!(m.value("memlock_cgroup_scan_cgroups_walked") as usize, CGROUPS);
+    assert_eq!(family_count(&m, "memlock_cgroup_memory_usage_bytes"), CGROUPS, "every cgroup exported");
+    // 1% pin and 1% are python3: 400 pass the filter (and some fixture processes), the
+    // default top_n keeps 200.
+    assert_eq!(m.value("memlock_process_exported_processes"), 200.0);
+    assert!(m.value("memlock_process_dropped_processes") >= 200.0);
+    assert_bounded(&m, 200, CGROUPS, "generated host");
+    // The cgroup aggregates of the process collector cover all 20,000 processes.
+    let counted: f64 = m.family("memlock_cgroup_processes").iter().map(|(_, v)| v).sum();
+    assert!(counted >= PROCESSES as f64, "{counted} processes in the cgroup aggregates");
+    // A cgroup with a limit gets a trend once it has three samples: 9,999 (the root has none).
+    let cgroup_trends = m.family("memlock_trend_rise_bytes_per_second").iter().filter(|(k, _)| k.contains("scope=\"cgroup\"")).count();
+    assert_eq!(cgroup_trends, CGROUPS - 1, "every limited cgroup is tracked");
+    // The unit's MemoryMax is 256M: the exporter must fit in it at this size.
+    let hwm = status_kib(pid, "VmHWM");
+    assert!(hwm < 256 * 1024, "peak RSS {hwm} KiB at 20,000 processes and 10,000 cgroups");
+    promtool_check(&m.text, "generated host");
+}
+
+/// Replaces processes and cgroups of a generated host while the exporter samples them every
+/// 100 ms, the way the kernel does: a new pid or cgroup appears whole (renamed into place from a
+/// staging directory), a vanished one disappears whole.
+struct Churn {
+    stop: Arc<AtomicBool>,
+    replaced: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Churn {
+    fn start(root: PathBuf, procfs: PathBuf, memory: PathBuf, processes: u32, pods: usize) -> Churn {
+        let stop = Arc::new(AtomicBool::new(false));
+        let replaced = Arc::new(AtomicU64::new(0));
+        let (stop_flag, count) = (stop.clone(), replaced.clone());
+        let thread = std::thread::spawn(move || {
+            let staging = root.join("staging");
+            std::fs::create_dir_all(&staging).unwrap();
+            // Live pids and pod indexes, oldest first.
+            let mut pids: std::collections::VecDeque<u32> = (0..processes).map(|i| 100_000 + i).collect();
+            let mut live_pods: std::collections::VecDeque<usize> = (0..pods).collect();
+            let (mut next_pid, mut next_pod) = (100_000 + processes, pods);
+            while !stop_flag.load(Ordering::Relaxed) {
+                // A tenth of the processes and of the pods per round.
+                for _ in 0..(processes / 10).max(1) {
+                    let old = pids.pop_front().unwrap();
+                    let gone = staging.join(format!("gone-{old}"));
+                    std::fs::rename(procfs.join(old.to_string()), &gone).unwrap();
+                    std::fs::remove_dir_all(&gone).unwrap();
+                    let pod = *live_pods.get(next_pid as usize % live_pods.len()).unwrap();
+                    let (name, pinned) = synthetic::process_mix(next_pid);
+                    synthetic::write_process(&staging, next_pid, name, pinned, &synthetic::container_path(pod, 0)).unwrap();
+                    std::fs::rename(staging.join(next_pid.to_string()), procfs.join(next_pid.to_string())).unwrap();
+                    pids.push_back(next_pid);
+                    next_pid += 1;
+                }
+                for _ in 0..(pods / 10).max(1) {
+                    let old = live_pods.pop_front().unwrap();
+                    let gone = staging.join(format!("gone-pod-{old}"));
+                    std::fs::rename(memory.join(&synthetic::pod_path(old)[1..]), &gone).unwrap();
+                    std::fs::remove_dir_all(&gone).unwrap();
+                    let fresh = staging.join("pod");
+                    synthetic::write_memory_cgroup(&fresh, 3 << 20, 1 << 30).unwrap();
+                    for container in 0..3 {
+                        let dir = fresh.join(Path::new(&synthetic::container_path(next_pod, container)).file_name().unwrap());
+                        synthetic::write_memory_cgroup(&dir, 1 << 20, 1 << 30).unwrap();
+                    }
+                    std::fs::rename(&fresh, memory.join(&synthetic::pod_path(next_pod)[1..])).unwrap();
+                    live_pods.push_back(next_pod);
+                    next_pod += 1;
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Churn { stop, replaced, thread: Some(thread) }
+    }
+
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("the churn thread panicked");
+        }
+        self.replaced.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Churn {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
+    const PROCESSES: u32 = 600;
+    const PODS: usize = 100;
+    let samples: f64 = env_or("SCALE_CHURN_SAMPLES", 600.0);
+    let scratch = Scratch::new("churn");
+    let (procfs, sysfs) = host_with_fixture_node_files(&scratch.0);
+    let memory = sysfs.join("fs/cgroup/memory");
+    synthetic::write_kubepods(&memory, PODS, 3).unwrap();
+    synthetic::write_procfs(&procfs, 100_000, PROCESSES, |i| container_of(i, PODS)).unwrap();
+    let cgroups = 4 + PODS * 4;
+
+    let mut env: Vec<(String, String)> = Vec::new();
+    for name in ["NODE", "NUMA", "PROCESS", "CGROUP", "RDMA_SYSFS", "RDMA_NETLINK"] {
+        env.push((format!("MEMLOCK_EXPORTER_COLLECTOR__{name}__INTERVAL"), "100ms".into()));
+    }
+    for name in ["PROCESS", "CGROUP"] {
+        env.push((format!("MEMLOCK_EXPORTER_COLLECTOR__{name}__FULL_SCAN_INTERVAL"), "100ms".into()));
+    }
+    // Every process passes the filter: all are exported (top_n 1000), each is a trend scope.
+    env.push(("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__MIN_BYTES".into(), "0".into()));
+    env.push(("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__TOP_N".into(), "1000".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let exporter = Exporter::start_with_env(&["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()], &env);
+    let pid = exporter.child.id();
+    wait_for(&exporter, Duration::from_secs(60), "a first trend", |m| family_count(m, "memlock_trend_rise_bytes_per_second") > 0);
+
+    let churn = Churn::start(scratch.0.clone(), procfs.clone(), memory.clone(), PROCESSES, PODS);
+    let first_scans = exporter.metrics().value("memlock_process_full_scans_total");
+    let (mut warm_rss, mut warm_threads, mut rss_max) = (None, 0, 0u64);
+    let mut scrapes = 0;
+    let started = Instant::now();
+    loop {
+        let m = exporter.metrics();
+        let done = m.value("memlock_process_full_scans_total") - first_scans;
+        let context = format!("after {done} process samples");
+        assert_clean(&m, &context);
+        assert_fresh(&m, 10.0, &context);
+        assert_bounded(&m, 1000, cgroups, &context);
+        // Vanished pids are not exported: at most the live ones plus those created since.
+        let exported = m.value("memlock_process_exported_processes") as u32;
+        assert!(exported <= PROCESSES + PROCESSES / 10, "{context}: {exported} exported of {PROCESSES} live");
+        let walked = m.value("memlock_cgroup_scan_cgroups_walked") as usize;
+        assert!(walked <= cgroups + 4 * (PODS / 10), "{context}: {walked} cgroups walked of {cgroups}");
+        let rss = status_kib(pid, "VmRSS");
+        rss_max = rss_max.max(rss);
+        // The warm-up is the first fifth: allocator pools and maps reach their working size.
+        if warm_rss.is_none() && done >= samples / 5.0 {
+            warm_rss = Some(rss);
+            warm_threads = thread_count(pid);
+        }
+        scrapes += 1;
+        if done >= samples {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(600), "{context}: too slow:\n{}", exporter.log_text());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let rounds = churn.finish();
+    let end_rss = status_kib(pid, "VmRSS");
+    let warm_rss = warm_rss.unwrap();
+    let m = exporter.metrics();
+    eprintln!(
+        "churn: {samples} process samples in {:.0?}, {rounds} churn rounds ({} processes and {} cgroups replaced), {scrapes} scrapes; VmRSS after warm-up {warm_rss} KiB, at the end {end_rss} KiB, max {rss_max} KiB, VmHWM {} KiB; {} vanished mid-scan",
+        started.elapsed(),
+        rounds * u64::from(PROCESSES / 10),
+        rounds * 4 * (PODS as u64 / 10),
+        status_kib(pid, "VmHWM"),
+        m.value("memlock_process_vanished_total"),
+    );
+    assert!(rounds * u64::from(PROCESSES / 10) > 2 * u64::from(PROCESSES), "the churn replaced too few processes ({rounds} rounds)");
+    // Nothing kept per vanished pid, cgroup or trend scope: what grows with churn would grow by
+    // much more than this between the warm-up and the end.
+    assert!(end_rss <= warm_rss + 4096, "VmRSS grew from {warm_rss} KiB to {end_rss} KiB over the churn");
+    assert_eq!(thread_count(pid), warm_threads, "threads");
+
+    // Once the churn stops, a full scan later only live pids and cgroups have series.
+    let live_pids: BTreeSet<String> = std::fs::read_dir(&procfs).unwrap().flatten().filter_map(|e| e.file_name().to_str().map(str::to_owned)).collect();
+    let m = wait_for(&exporter, Duration::from_secs(30), "series of live pids only", |m| {
+        label_values(m, "memlock_", "pid").iter().all(|p| live_pids.contains(p))
+    });
+    let cgroup_scopes: Metrics = Metrics::parse(&m.text.lines().filter(|l| l.contains("scope=\"cgroup\"")).collect::<Vec<_>>().join("\n"));
+    let cgroup_paths = label_values(&cgroup_scopes, "memlock_trend_", "cgroup");
+    assert!(!cgroup_paths.is_empty(), "cgroup trends after the churn");
+    for path in &cgroup_paths {
+        assert!(memory.join(path.trim_start_matches('/')).is_dir(), "trend series of a removed cgroup: {path}");
+    }
+    assert_bounded(&m, 1000, cgroups, "after the churn");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Live: real processes and real v1 memory cgroups.
+
+const MEMORY: &str = "/sys/fs/cgroup/memory";
+
+/// Real cgroups and processes of the live churn, removed even when the test fails: processes
+/// are killed first (a cgroup with members cannot be removed), then the cgroups, deepest first.
+struct LiveChurn {
+    base: PathBuf,
+    children: Vec<(Child, PathBuf)>,
+    cgroups: std::collections::VecDeque<PathBuf>,
+}
+
+impl LiveChurn {
+    fn remove_cgroup(dir: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while dir.exists() && std::fs::remove_dir(dir).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for LiveChurn {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for dir in self.cgroups.drain(..) {
+            Self::remove_cgroup(&dir);
+        }
+        Self::remove_cgroup(&self.base);
+    }
+}
+
+#[test]
+fn live_churn_of_real_processes_and_cgroups() {
+    assert!(is_root(), "the live churn needs root (it creates memory cgroups)");
+    assert!(Path::new(MEMORY).join("memory.usage_in_bytes").exists(), "this machine has a v1 memory hierarchy at {MEMORY}");
+    let _guard = live_lock();
+    let seconds: u64 = env_or("SCALE_LIVE_SECONDS", 20);
+    let scratch = Scratch::new("live");
+    // A copy of sleep named python3: the default comm pattern exports it, so every one is a
+    // process series and a trend scope for the time it lives.
+    let python3 = scratch.0.join("python3");
+    std::fs::copy("/bin/sleep", &python3).unwrap();
+    let name = format!("memlock-scale-{}", std::process::id());
+    let base = Path::new(MEMORY).join(&name);
+    std::fs::create_dir(&base).unwrap();
+    let mut live = LiveChurn { base: base.clone(), children: Vec::new(), cgroups: Default::default() };
+
+    let env = [
+        ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__INTERVAL", "100ms"),
+        ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL", "100ms"),
+        ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__INTERVAL", "100ms"),
+        ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__FULL_SCAN_INTERVAL", "100ms"),
+    ];
+    let exporter = Exporter::start_with_env(&["--no-collector.rdma_netlink"], &env);
+    let pid = exporter.child.id();
+    let started = Instant::now();
+    let (mut spawned, mut created, mut scrapes) = (0u64, 0u64, 0u64);
+    let (mut warm_rss, mut rss_max) = (None, 0u64);
+    let mut seen_ours = BTreeSet::new();
+    let mut next_scrape = Instant::now();
+    while started.elapsed() < Duration::from_secs(seconds) {
+        // About 30 cgroups alive, each with a limit (a trend scope) and a few processes that
+        // live 0.2 to 0.7 s; the oldest cgroup goes once its processes are gone.
+        if live.cgroups.len() < 30 {
+            let dir = base.join(format!("c{created}"));
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join("memory.limit_in_bytes"), (64u64 << 20).to_string()).unwrap();
+            live.cgroups.push_back(dir);
+            created += 1;
+        }
+        while live.children.len() < 40 {
+            let dir = live.cgroups[(spawned as usize * 7) % live.cgroups.len()].clone();
+            let child = Command::new(&python3).arg(format!("0.{}", 2 + spawned % 6)).stdout(Stdio::null()).spawn().unwrap();
+            // The child may already be gone (a short sleep on a busy machine).
+            let _ = std::fs::write(dir.join("cgroup.procs"), child.id().to_string());
+            live.children.push((child, dir));
+            spawned += 1;
+        }
+        live.children.retain_mut(|(child, _)| child.try_wait().ok().flatten().is_none());
+        if live.cgroups.len() >= 30 {
+            let oldest = live.cgroups[0].clone();
+            if !live.children.iter().any(|(_, dir)| *dir == oldest) && std::fs::remove_dir(&oldest).is_ok() {
+                live.cgroups.pop_front();
+            }
+        }
+        if Instant::now() >= next_scrape {
+            let m = exporter.metrics();
+            let context = format!("after {:.1} s", started.elapsed().as_secs_f64());
+            for collector in ["process", "cgroup"] {
+                assert_eq!(m.value(&format!("memlock_scrape_collector_success{{collector=\"{collector}\"}}")), 1.0, "{context}: {collector}\n{}", exporter.log_text());
+            }
+            assert_fresh(&m, 5.0, &context);
+            let cgroups = m.value("memlock_cgroup_scan_cgroups_walked") as usize;
+            assert_bounded(&m, 200, cgroups, &context);
+            seen_ours.extend(label_values(&m, "memlock_process_", "cgroup").into_iter().filter(|c| c.contains(&name)));
+            let rss = status_kib(pid, "VmRSS");
+            rss_max = rss_max.max(rss);
+            if warm_rss.is_none() && started.elapsed() >= Duration::from_secs(seconds / 5) {
+                warm_rss = Some(rss);
+            }
+            scrapes += 1;
+            next_scrape = Instant::now() + Duration::from_millis(500);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let end_rss = status_kib(pid, "VmRSS");
+    let m = exporter.metrics();
+    let errors: Vec<_> = m.family("memlock_exporter_collector_errors_total").into_iter().filter(|(_, v)| *v > 0.0).collect();
+    assert!(errors.is_empty(), "{errors:?}\n{}", exporter.log_text());
+    eprintln!(
+        "live churn: {seconds} s, {spawned} processes in {created} cgroups, {scrapes} scrapes, {} full scans, {} vanished mid-scan; VmRSS after warm-up {} KiB, at the end {end_rss} KiB, max {rss_max} KiB",
+        m.value("memlock_process_full_scans_total"),
+        m.value("memlock_process_vanished_total"),
+        warm_rss.unwrap_or(0),
+    );
+    assert!(spawned > 10 * seconds && created > seconds, "too little churn: {spawned} processes, {created} cgroups");
+    assert!(seen_ours.len() > 3, "the churned processes were exported with their cgroups: {seen_ours:?}");
+    assert!(end_rss <= warm_rss.unwrap() + 4096, "VmRSS grew from {warm_rss:?} KiB to {end_rss} KiB");
+
+    // Clean up, then every series of ours disappears: pids, cgroups, trend scopes.
+    drop(live);
+    assert!(!base.exists(), "the test cgroups are removed");
+    let m = wait_for(&exporter, Duration::from_secs(10), "no series of the removed cgroups", |m| !m.text.contains(&name));
+    assert!(!m.text.contains("comm=\"python3\",cgroup=\"/memlock-scale"), "{}", m.text);
+}
