@@ -6,6 +6,7 @@
 mod cgroup_fixtures;
 mod faults;
 mod golden;
+mod lifecycle;
 mod live_cgroup;
 mod live_check;
 mod live_drill;

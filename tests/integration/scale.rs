@@ -344,7 +344,8 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
         if done >= samples {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(600), "{context}: too slow:\n{}", exporter.log_text());
+        // 100 ms per sample when the scan keeps up; five times that is a stall, not slowness.
+        assert!(started.elapsed().as_secs_f64() < 60.0 + samples * 0.5, "{context}: too slow:\n{}", exporter.log_text());
         std::thread::sleep(Duration::from_millis(250));
     }
     let rounds = churn.finish();
