@@ -73,15 +73,21 @@ fn directory_of(file: &Path) -> PathBuf {
     }
 }
 
-/// A digest of each file's contents (`None`: unreadable or too large), to tell a real change
-/// from a touch.
+/// A digest of each file's contents (`None`: unreadable, too large or not a regular file), to
+/// tell a real change from a touch.
 pub fn fingerprint(files: &[PathBuf]) -> Vec<Option<[u8; 32]>> {
     files
         .iter()
         .map(|path| {
             use std::io::Read;
+            use std::os::unix::fs::OpenOptionsExt;
             let mut bytes = Vec::new();
-            let file = std::fs::File::open(path).ok()?;
+            // This runs on the daemon's event loop: a FIFO put in place of a watched file must
+            // not block it in open() (where SIGTERM could no longer be handled).
+            let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).ok()?;
+            if !file.metadata().ok()?.is_file() {
+                return None;
+            }
             file.take(MAX_FINGERPRINT_BYTES + 1).read_to_end(&mut bytes).ok()?;
             let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
             let mut out = [0u8; 32];
@@ -108,6 +114,28 @@ mod tests {
         assert_eq!(fingerprint(&files), first, "rewriting the same bytes is no change");
         std::fs::write(&file, "a = 2\n").unwrap();
         assert_ne!(fingerprint(&files), first);
+    }
+
+    /// Found by the fault tests: a configuration file replaced by a FIFO blocked the daemon's
+    /// event loop in open() for good (no reload, no scrape of the reload gauge changing, and
+    /// SIGTERM no longer handled).
+    #[test]
+    fn a_fifo_in_place_of_a_file_does_not_block() {
+        let dir = std::env::temp_dir().join(format!("memlock-reload-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("config.toml");
+        let _ = std::fs::remove_file(&fifo);
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let files = vec![fifo.clone(), dir.clone()];
+        std::thread::spawn(move || {
+            let _ = tx.send(fingerprint(&files));
+        });
+        let prints = rx.recv_timeout(Duration::from_secs(10)).expect("fingerprinting a FIFO blocked");
+        assert_eq!(prints, vec![None, None], "neither a FIFO nor a directory has contents to compare");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]

@@ -193,7 +193,17 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
 
 fn read_bounded(path: &Path) -> Result<String, String> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Non-blocking, and regular files only: a FIFO in place of a watched file must not block
+    // a reload (it runs on the daemon's event loop).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
     let mut text = String::new();
     file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text).map_err(|e| format!("{}: {e}", path.display()))?;
     if text.len() as u64 > MAX_FILE_BYTES {
@@ -569,6 +579,30 @@ mod tests {
             .status()
             .unwrap();
         assert!(status.success());
+    }
+
+    /// Found by the fault tests: a web configuration replaced by a FIFO blocked the reload in
+    /// open(), and with it the daemon's event loop.
+    #[test]
+    fn a_fifo_or_a_directory_in_place_of_the_file_is_refused_at_once() {
+        let dir = temp_dir("fifo");
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("web.yml");
+        let _ = std::fs::remove_file(&fifo);
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (path, directory) = (fifo.clone(), dir.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send((load(Some(&path)).err().map(|e| e.to_string()), load(Some(&directory)).err().map(|e| e.to_string())));
+        });
+        let (fifo_error, dir_error) = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("loading a FIFO blocked");
+        for error in [fifo_error, dir_error] {
+            let error = error.expect("refused");
+            assert!(error.contains("not a regular file"), "{error}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! Fault cases through the binary: kernel files that vanish, are unreadable, fail with EIO, are
+//! Fault cases through the binary: kernel files that are unreadable, fail with EIO, are
 //! enormous, hold NUL bytes or numbers beyond u64, or are FIFOs; a procfs root that is not
 //! procfs; a configuration file replaced by a directory or a FIFO. Each must give a clear error
 //! (naming the file) or a skip, never a panic, and never a stalled sampler: every collector
-//! keeps finishing its runs and scrapes keep being answered.
+//! keeps finishing its runs and scrapes keep being answered. (Files that vanish mid-read are
+//! the churn tests in scale.rs.)
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -362,7 +363,7 @@ fn reload_until(exporter: &Exporter, expected: f64) -> Metrics {
 }
 
 #[test]
-fn a_configuration_file_replaced_by_a_directory() {
+fn a_configuration_file_replaced_by_a_directory_or_a_fifo() {
     let dir = std::env::temp_dir().join(format!("memlock-faults-config-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -397,8 +398,16 @@ fn a_configuration_file_replaced_by_a_directory() {
         std::thread::sleep(Duration::from_millis(100));
         m = exporter.metrics();
     }
+    // A FIFO nobody writes to: a blocking open would hang the event loop (reload, SIGTERM).
+    std::fs::remove_file(&config).unwrap();
+    mkfifo(&config);
+    let m = reload_until(&exporter, 0.0);
+    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"numa\"}"), 1.0, "the old configuration stays");
+    watch(&exporter.address, 1);
     let log = exporter.log.clone();
+    let stopping = Instant::now();
     let status = exporter.terminate();
     assert_eq!(status.code(), Some(0), "{status:?}\n{}", log.lock().unwrap().join("\n"));
+    assert!(stopping.elapsed() < Duration::from_secs(5), "SIGTERM took {:?}", stopping.elapsed());
     let _ = std::fs::remove_dir_all(&dir);
 }
