@@ -1,25 +1,64 @@
 //! The systemd notify protocol, with this test in systemd's place: it binds the datagram socket
 //! named by NOTIFY_SOCKET and sets WATCHDOG_USEC. The daemon must say READY=1 after its first
-//! sample, ping WATCHDOG=1 while sampling, stop pinging when a collector is stuck (a real block:
-//! /proc/meminfo replaced by a FIFO nobody writes), and still exit promptly on SIGTERM.
+//! sample, ping WATCHDOG=1 while sampling, stop pinging when a collector is stuck (a real stop:
+//! the node collector's thread alone is frozen with ptrace, as a thread blocked in the kernel
+//! would be, while the HTTP threads run on), and still exit promptly on SIGTERM.
 
 use std::os::unix::net::UnixDatagram;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use crate::synthetic::copy_tree;
 use crate::util::{fixtures, Exporter};
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
+/// Stops one thread with ptrace (PTRACE_SEIZE + PTRACE_INTERRUPT) until stdin closes; the other
+/// threads of its process keep running. (Reads of kernel files are non-blocking now, so a FIFO
+/// no longer wedges a collector.)
+const FREEZER: &str = r#"
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+tid = int(sys.argv[1])
+for request in (0x4206, 0x4207):  # PTRACE_SEIZE, PTRACE_INTERRUPT
+    if libc.ptrace(request, tid, None, None) != 0:
+        print("ptrace failed errno", ctypes.get_errno(), flush=True); sys.exit(1)
+status = ctypes.c_int()
+libc.waitpid(tid, ctypes.byref(status), 0x40000000)  # __WALL: the tracee is a thread
+print("frozen", flush=True)
+# Keep it stopped (never PTRACE_CONT) and reap it when the process exits, or the process could
+# not be reaped by its parent; stdin closing ends the freeze early.
+import os, threading
+def watch_stdin():
+    sys.stdin.read()
+    os._exit(0)  # exiting detaches: the thread runs again
+threading.Thread(target=watch_stdin, daemon=True).start()
+while True:
+    if libc.waitpid(tid, ctypes.byref(status), 0x40000000) == -1:
+        break
+    if (status.value & 0x7f) != 0x7f:  # exited or killed, not a stop
+        break
+"#;
+
+/// The thread of `pid` whose name is `name`.
+fn thread_id(pid: u32, name: &str) -> u32 {
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let tid = entry.unwrap().file_name().into_string().unwrap();
+        if std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default().trim() == name {
+            return tid.parse().unwrap();
         }
     }
+    panic!("no thread {name} in {pid}");
+}
+
+fn freeze(tid: u32) -> Child {
+    let mut child = Command::new("python3").args(["-c", FREEZER, &tid.to_string()]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "frozen", "{line}");
+    child
 }
 
 /// Messages received within `window`.
@@ -49,7 +88,7 @@ fn ready_after_the_first_sample_watchdog_while_sampling_silence_when_stuck() {
         std::fs::create_dir_all(&procfs).unwrap();
         std::fs::copy(fixtures().join("proc").join(name), procfs.join(name)).unwrap();
     }
-    copy_tree(&fixtures().join("proc/sys"), &procfs.join("sys"));
+    copy_tree(&fixtures().join("proc/sys"), &procfs.join("sys")).unwrap();
     let socket_path = dir.join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
 
@@ -72,11 +111,8 @@ fn ready_after_the_first_sample_watchdog_while_sampling_silence_when_stuck() {
     let healthy = receive_for(&socket, Duration::from_millis(2600));
     assert!(pings(&healthy) >= 4, "a ping every 0.5 s: {healthy:?}");
 
-    // Wedge the node collector: its next open() of meminfo waits for a writer forever.
-    std::fs::remove_file(procfs.join("meminfo")).unwrap();
-    let fifo = std::ffi::CString::new(procfs.join("meminfo").display().to_string()).unwrap();
-    // SAFETY: mkfifo with a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    // Stop the node collector's thread, as a read blocked in the kernel would.
+    let mut freezer = freeze(thread_id(exporter.child.id(), "collect-node"));
     // Interval 1 s plus 2 s of grace, plus a tick: pings stop within about 4 s.
     let _ = receive_for(&socket, Duration::from_secs(5));
     let stuck = receive_for(&socket, Duration::from_secs(3));
@@ -91,5 +127,7 @@ fn ready_after_the_first_sample_watchdog_while_sampling_silence_when_stuck() {
     assert!(started.elapsed() < Duration::from_secs(8), "exit took {:?}", started.elapsed());
     let last = receive_for(&socket, Duration::from_millis(200));
     assert!(last.iter().any(|m| m.contains("STOPPING=1")), "{last:?}");
+    drop(freezer.stdin.take());
+    let _ = freezer.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
