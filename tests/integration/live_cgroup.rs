@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::util::{binary, fixtures, http_get, is_root, live_lock, Exporter, Metrics};
+use crate::util::{binary_runnable_by, fixtures, http_get, is_root, live_lock, Exporter, Metrics, MLOCK_HOLDER};
 
 const MEMORY: &str = "/sys/fs/cgroup/memory";
 const LIMIT: u64 = 256 << 20;
@@ -99,8 +99,9 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
 
     // The child waits for "go" so that it is in the cgroup before it faults its buffer in.
     let mut child = Command::new("python3")
-        .args(["-c", LOCKER])
+        .args(["-c", MLOCK_HOLDER])
         .arg(LOCK_BYTES.to_string())
+        .arg("--after-go")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -280,7 +281,7 @@ struct NobodyExporter {
 
 impl NobodyExporter {
     fn start(tree: &Path) -> Self {
-        let binary = runnable_binary();
+        let binary = binary_runnable_by(65534);
         let mut child = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(binary)
@@ -346,44 +347,3 @@ impl Drop for NobodyExporter {
     }
 }
 
-/// The built binary if uid 65534 can execute it in place, else a 0755 copy in a temp dir.
-fn runnable_binary() -> PathBuf {
-    let built = PathBuf::from(binary());
-    let runs = |path: &Path| {
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(path)
-            .arg("--version")
-            .current_dir("/")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if runs(&built) {
-        return built;
-    }
-    let dir = std::env::temp_dir().join(format!("memlock-cgroup-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    set_mode(&dir, 0o755);
-    let copy = dir.join("memlock-exporter");
-    std::fs::copy(&built, &copy).unwrap();
-    set_mode(&copy, 0o755);
-    assert!(runs(&copy), "uid 65534 cannot run {}", copy.display());
-    copy
-}
-
-/// Waits for "go", then maps and mlocks the buffer (faulting it in, charged to the cgroup it is
-/// in by then) and holds it until stdin closes.
-const LOCKER: &str = r#"
-import ctypes, mmap, sys
-size = int(sys.argv[1])
-sys.stdin.readline()
-libc = ctypes.CDLL(None, use_errno=True)
-buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-if libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) != 0:
-    print("mlock failed errno", ctypes.get_errno(), flush=True); sys.exit(1)
-print("locked", flush=True)
-sys.stdin.read()
-"#;

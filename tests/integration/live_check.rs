@@ -3,26 +3,12 @@
 
 use std::process::Command;
 
-use crate::util::{binary, is_root};
-
-/// A copy of the binary that uid 65534 can execute (the build tree may not be reachable).
-fn public_binary() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("memlock-check-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let copy = dir.join("memlock-exporter");
-    if !copy.exists() {
-        std::fs::copy(binary(), &copy).unwrap();
-    }
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    copy
-}
+use crate::util::{binary, binary_runnable_by, is_root};
 
 #[test]
 fn unprivileged_with_the_default_limit_fails_on_memlock() {
     assert!(is_root(), "live tests run as root");
-    let bin = public_binary();
+    let bin = binary_runnable_by(65534);
     let out = Command::new("prlimit")
         .args(["--memlock=8388608:8388608", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&bin)

@@ -4,13 +4,12 @@
 //! signals. The drill's own report is checked against /proc/PID/status read from outside.
 
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::util::{binary, is_root, live_lock, meminfo_bytes};
+use crate::util::{binary, binary_runnable_by, is_root, live_lock, meminfo_bytes};
 
 const MIB: u64 = 1 << 20;
 /// io_uring charges the limit to the *user* (every process of the uid together), so the drill
@@ -28,36 +27,9 @@ fn require_root() {
     }
 }
 
-/// The binary as uid 64435 can execute it: the build's own file when every directory on its
-/// path lets others in, else a copy in a 0755 temp directory.
 fn nobody_binary() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let built = PathBuf::from(binary());
-        if runs_as_nobody(&built) {
-            return built;
-        }
-        let dir = std::env::temp_dir().join(format!("memlock-drill-bin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let copy = dir.join("memlock-exporter");
-        std::fs::copy(&built, &copy).unwrap();
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert!(runs_as_nobody(&copy), "uid 64435 cannot run {} even from a 0755 copy", copy.display());
-        copy
-    })
-}
-
-fn runs_as_nobody(binary: &Path) -> bool {
-    Command::new("setpriv")
-        .args(NOBODY)
-        .arg(binary)
-        .arg("--version")
-        .current_dir("/")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    PATH.get_or_init(|| binary_runnable_by(DRILL_UID))
 }
 
 /// `prlimit --memlock=SOFT:HARD setpriv <to uid 64435> memlock-exporter drill ARGS`. Both

@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{is_root, live_lock, meminfo_bytes, Exporter};
+use crate::util::{is_root, live_lock, meminfo_bytes, Exporter, MLOCK_HOLDER};
 
 const LOCK_BYTES: u64 = 64 << 20;
 /// Other processes on the machine lock and unlock a little on their own.
@@ -36,7 +36,7 @@ fn mlock_in_a_child_raises_node_mlocked_bytes() {
 
     // A child that locks 64 MiB and holds it until its stdin closes.
     let mut child = Command::new("python3")
-        .args(["-c", LOCKER])
+        .args(["-c", MLOCK_HOLDER])
         .arg(LOCK_BYTES.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -74,16 +74,3 @@ fn mlock_in_a_child_raises_node_mlocked_bytes() {
     }
     assert!((after - before).abs() <= TOLERANCE, "mlocked did not fall back: before {before}, after {after}");
 }
-
-/// mmap + mlock through libc, no third-party module needed.
-const LOCKER: &str = r#"
-import ctypes, mmap, sys
-size = int(sys.argv[1])
-libc = ctypes.CDLL(None, use_errno=True)
-buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-if libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) != 0:
-    print("mlock failed errno", ctypes.get_errno(), flush=True); sys.exit(1)
-print("locked", flush=True)
-sys.stdin.read()
-"#;

@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{is_root, live_lock, Exporter, Metrics};
+use crate::util::{is_root, live_lock, Exporter, Metrics, MLOCK_HOLDER};
 
 const LOCK_BYTES: u64 = 48 << 20;
 const PIN_STEP: u64 = 1 << 20;
@@ -127,7 +127,7 @@ fn mlock_by_root_reports_exact_vmlck_limits_and_ratio() {
     let _guard = live_lock();
     let exporter = start_exporter(FAST_SCANS);
     let mut command = Command::new("python3");
-    command.args(["-c", LOCKER, &LOCK_BYTES.to_string()]);
+    command.args(["-c", MLOCK_HOLDER, &LOCK_BYTES.to_string(), "--name", "memlock-mlock"]);
     let mut locker = Held::spawn(command);
     assert_eq!(locker.line(), "locked");
     let pid = locker.child.id();
@@ -264,20 +264,6 @@ fn a_burst_of_short_lived_processes_is_not_an_error() {
     assert!(errors.is_empty(), "{errors:?}");
     assert!(!exporter.log_text().lines().any(|l| l.contains("collector failed") && l.contains("process")), "{}", exporter.log_text());
 }
-
-/// Locks `argv[1]` bytes with mlock() and holds them until stdin closes.
-const LOCKER: &str = r#"
-import ctypes, mmap, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.prctl(15, b"memlock-mlock", 0, 0, 0)  # PR_SET_NAME
-size = int(sys.argv[1])
-buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-if libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) != 0:
-    print("mlock failed errno", ctypes.get_errno(), flush=True); sys.exit(1)
-print("locked", flush=True)
-sys.stdin.read()
-"#;
 
 /// On each "pin" line: a new io_uring (a ring registers buffers once) with one fresh
 /// `argv[1]`-byte buffer registered (IORING_REGISTER_BUFFERS), which pins it and charges

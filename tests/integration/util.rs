@@ -219,3 +219,53 @@ pub fn meminfo_bytes(key: &str) -> u64 {
         .map(|kib| kib * 1024)
         .unwrap_or_else(|| panic!("{key} missing from /proc/meminfo"))
 }
+
+/// The built binary if `uid` can execute it in place (every directory on the way lets others
+/// in), else a 0755 copy in a 0755 temp directory. Unprivileged tests run the exporter and the
+/// drill through `setpriv --reuid=UID`.
+pub fn binary_runnable_by(uid: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let runs = |path: &std::path::Path| {
+        Command::new("setpriv")
+            .args([format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".into()])
+            .arg(path)
+            .arg("--version")
+            .current_dir("/")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let built = PathBuf::from(binary());
+    if runs(&built) {
+        return built;
+    }
+    let dir = std::env::temp_dir().join(format!("memlock-bin-{}-{uid}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.join("memlock-exporter");
+    std::fs::copy(&built, &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(runs(&copy), "uid {uid} cannot run {} even from a 0755 copy", copy.display());
+    copy
+}
+
+/// A python3 child that mlock()s `argv[1]` bytes, prints "locked" and holds them until its
+/// stdin closes. `--name NAME` sets its comm first; `--after-go` waits for a line on stdin before
+/// mapping (so the caller can move it into a cgroup that the pages are then charged to).
+pub const MLOCK_HOLDER: &str = r#"
+import ctypes, mmap, sys
+args = sys.argv[1:]
+size = int(args[0])
+libc = ctypes.CDLL(None, use_errno=True)
+if "--name" in args:
+    libc.prctl(15, args[args.index("--name") + 1].encode(), 0, 0, 0)  # PR_SET_NAME
+if "--after-go" in args:
+    sys.stdin.readline()
+buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+if libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) != 0:
+    print("mlock failed errno", ctypes.get_errno(), flush=True); sys.exit(1)
+print("locked", flush=True)
+sys.stdin.read()
+"#;
