@@ -24,8 +24,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -278,7 +277,7 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<I> {
     }
 }
 
-async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Response<Chunks>, Infallible> {
     let site = state.site();
     let mut response = respond(&req, &state, &site).await;
     for (name, value) in &site.web.headers {
@@ -287,7 +286,7 @@ async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Response
     Ok(response)
 }
 
-async fn respond(req: &Request<Incoming>, state: &AppState, site: &Arc<Site>) -> Response<Full<Bytes>> {
+async fn respond(req: &Request<Incoming>, state: &AppState, site: &Arc<Site>) -> Response<Chunks> {
     let Some(_slot) = state.admit(site.max_requests) else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many concurrent requests (web.max_requests); try again.\n");
     };
@@ -323,22 +322,22 @@ async fn authorized(header: Option<&HeaderValue>, site: &Arc<Site>) -> bool {
     tokio::task::spawn_blocking(move || web.users.as_ref().is_some_and(|u| u.verify(&user, &password))).await.unwrap_or(false)
 }
 
-fn metrics(state: &AppState, site: &Site) -> Response<Full<Bytes>> {
+fn metrics(state: &AppState, site: &Site) -> Response<Chunks> {
     let snapshot = site.snapshots.borrow().clone();
-    let mut body = String::with_capacity(snapshot.text().len() + 4096);
-    body.push_str(snapshot.text());
-    body.push_str(&snapshot.render_ages(Instant::now()));
     let mut own = Vec::new();
     if let Err(err) = TextEncoder::new().encode(&state.registry.gather(), &mut own) {
         tracing::warn!(error = %err, "encoding the exporter's own metrics failed");
+        own.clear();
     }
-    body.push_str(&String::from_utf8_lossy(&own));
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+    // The sampled text is shared with the snapshot, not copied: a request in flight costs a
+    // reference, however large the snapshot and however many scrapers.
+    let body = Chunks::new([snapshot.text_bytes(), Bytes::from(snapshot.render_ages(Instant::now())), Bytes::from(own)]);
+    let mut response = Response::new(body);
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
     response
 }
 
-fn ready(site: &Site) -> Response<Full<Bytes>> {
+fn ready(site: &Site) -> Response<Chunks> {
     let snapshot = site.snapshots.borrow().clone();
     let missing: Vec<&str> = site.collectors.iter().map(|(c, _)| *c).filter(|c| snapshot.report(c).is_none()).collect();
     if missing.is_empty() {
@@ -348,7 +347,7 @@ fn ready(site: &Site) -> Response<Full<Bytes>> {
     }
 }
 
-fn landing(site: &Site) -> Response<Full<Bytes>> {
+fn landing(site: &Site) -> Response<Chunks> {
     let snapshot = site.snapshots.borrow().clone();
     let now = Instant::now();
     let mut rows = String::new();
@@ -368,13 +367,13 @@ fn landing(site: &Site) -> Response<Full<Bytes>> {
          <h2>Collectors</h2>\n<table><tr><th>collector</th><th>last run</th><th>finished</th></tr>\n{rows}</table>\n</body></html>\n",
         version = env!("CARGO_PKG_VERSION"),
     );
-    let mut response = Response::new(Full::new(Bytes::from(page)));
+    let mut response = Response::new(Chunks::new([Bytes::from(page)]));
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     response
 }
 
-fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(text.to_owned())));
+fn plain(status: StatusCode, text: &str) -> Response<Chunks> {
+    let mut response = Response::new(Chunks::new([Bytes::from(text.to_owned())]));
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     response
@@ -382,6 +381,35 @@ fn plain(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
 
 fn html_escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// A response body made of shared chunks, sent in order, with an exact length (so hyper sends
+/// `Content-Length`, not chunked encoding).
+pub struct Chunks {
+    chunks: std::collections::VecDeque<Bytes>,
+}
+
+impl Chunks {
+    pub fn new(chunks: impl IntoIterator<Item = Bytes>) -> Self {
+        Self { chunks: chunks.into_iter().filter(|c| !c.is_empty()).collect() }
+    }
+}
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.chunks.iter().map(|c| c.len() as u64).sum())
+    }
 }
 
 /// The address actually bound, for logs (port 0 picks a free port).
@@ -431,6 +459,40 @@ mod tests {
         assert_eq!(drain.await.unwrap(), 640);
         let mut buf = [0u8; 64];
         assert_eq!(theirs.read(&mut buf).await.unwrap(), 64, "the first write went through");
+    }
+
+    /// Found by the scale tests: every scrape copied the whole snapshot text (37 MB with 10,000
+    /// cgroups), so 40 concurrent scrapes (the default web.max_requests) needed 1.5 GB, far
+    /// over the unit's MemoryMax. A response now holds a reference to the snapshot's text.
+    #[tokio::test]
+    async fn scrapes_share_the_snapshot_text_instead_of_copying_it() {
+        use http_body_util::BodyExt;
+        let report = crate::snapshot::Report {
+            collector: "node",
+            success: true,
+            duration: Duration::from_millis(3),
+            finished: Instant::now(),
+            data: None,
+            trends: Arc::default(),
+        };
+        let snapshot = Arc::new(Snapshot::new(vec![report]));
+        let (a, b) = (snapshot.text_bytes(), snapshot.text_bytes());
+        assert!(!a.is_empty());
+        assert_eq!(a.as_ptr(), b.as_ptr(), "two scrapes, one copy");
+        assert_eq!(a.as_ptr(), snapshot.text().as_ptr());
+        let (_, receiver) = watch::channel(snapshot.clone());
+        let site = Site { snapshots: receiver, telemetry_path: "/metrics".into(), collectors: vec![], web: Arc::default(), max_requests: 0 };
+        let registry = Registry::new();
+        let gauge = prometheus::IntGauge::new("memlock_exporter_test", "A test gauge.").unwrap();
+        registry.register(Box::new(gauge)).unwrap();
+        let state = AppState::new(Site { snapshots: site.snapshots.clone(), telemetry_path: "/metrics".into(), collectors: vec![], web: Arc::default(), max_requests: 0 }, registry);
+        let response = metrics(&state, &site);
+        let exact = response.body().size_hint().exact().expect("an exact length, so Content-Length is sent");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body.len() as u64, exact);
+        let text = std::str::from_utf8(&body).unwrap();
+        assert!(text.starts_with(snapshot.text()));
+        assert!(text.contains("memlock_exporter_collector_sample_age_seconds{collector=\"node\"}") && text.ends_with("memlock_exporter_test 0\n"), "{text}");
     }
 
     #[test]
