@@ -2,10 +2,13 @@
 # Load: 50 and 200 concurrent scrapers (wrk) against the exporter serving a snapshot of about
 # 5,000 series (real memory cgroups with limits, created here), and in the same run against
 # node_exporter serving only its meminfo collector; then slow clients (one byte per second)
-# next to normal scrapes. Prints p50/p99 latency, requests per second, errors, CPU (share of
-# one core, from /proc/PID/stat) and resident memory (VmRSS at the end, VmHWM during the level).
+# next to normal scrapes. Each level runs twice: saturated (every scraper sends its next
+# request as soon as the last is answered: throughput, and latency that is mostly queueing)
+# and paced (every scraper 10 requests per second: the latency of a scrape). Prints p50/p99
+# latency, requests per second, errors, CPU (share of one core, from /proc/PID/stat) and
+# resident memory (VmRSS at the end, VmHWM during the level).
 #
-#   bash scripts/e2e/load.sh      CI: 10 s per level, the debug build; fails on any error
+#   bash scripts/e2e/load.sh      CI: 10 s per run, the debug build; fails on any error
 #   DURATION=60 MEMLOCK_EXPORTER_BIN=target/release/memlock-exporter bash scripts/e2e/load.sh
 #                                 the figures in docs/benchmarks.md
 #
@@ -73,19 +76,24 @@ status_kib() { awk -v key="$2:" '$1 == key {print $2}' "/proc/$1/status"; }
 to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms$/,"",v)} else if (v ~ /s$/) {sub(/s$/,"",v); v*=1000}; printf "%.2f", v}'; }
 
 RESULTS=$E2E_TMP/results.md
-echo "| target | series | scrapers | p50 ms | p99 ms | requests/s | errors | CPU % of a core | VmRSS MiB end / peak |" > "$RESULTS"
-echo "|---|---|---|---|---|---|---|---|---|" >> "$RESULTS"
+echo "| target | series | scrapers | mode | p50 ms | p99 ms | requests/s | errors | CPU % of a core | VmRSS MiB end / peak |" > "$RESULTS"
+echo "|---|---|---|---|---|---|---|---|---|---|" >> "$RESULTS"
 FAILED=0
+# wrk waits delay() ms before each request of a connection; latency is measured from the write.
+echo 'function delay() return 100 end' > "$E2E_TMP/paced.lua"
 
-# run_level NAME URL PID SERIES SCRAPERS [LABEL]: one wrk run; appends a row, sets ERRORS and P99.
+# run_level NAME URL PID SERIES SCRAPERS MODE [LABEL]: one wrk run (MODE saturated or paced);
+# appends a row, sets ERRORS and P99.
 run_level() {
-    local name=$1 url=$2 pid=$3 series=$4 scrapers=$5 label=${6:-$1}
-    local out=$E2E_TMP/wrk-$name-$scrapers.txt
+    local name=$1 url=$2 pid=$3 series=$4 scrapers=$5 mode=$6 label=${7:-$1}
+    local out=$E2E_TMP/wrk-$name-$scrapers-$mode.txt
+    local script=()
+    [ "$mode" = paced ] && script=(-s "$E2E_TMP/paced.lua")
     # Resets VmHWM, so the peak is this level's.
     echo 5 > "/proc/$pid/clear_refs"
     local before after
     before=$(cpu_ticks "$pid")
-    wrk -t2 -c"$scrapers" -d"${DURATION}s" --timeout 10s --latency "$url/metrics" > "$out" 2>&1
+    wrk -t2 -c"$scrapers" -d"${DURATION}s" --timeout 10s --latency "${script[@]}" "$url/metrics" > "$out" 2>&1
     after=$(cpu_ticks "$pid")
     local p50 p99 rps socket non2xx
     p50=$(awk '$1 == "50%" {print $2}' "$out" | to_ms)
@@ -100,14 +108,16 @@ run_level() {
     rss=$(awk -v k="$(status_kib "$pid" VmRSS)" 'BEGIN {printf "%.1f", k / 1024}')
     hwm=$(awk -v k="$(status_kib "$pid" VmHWM)" 'BEGIN {printf "%.1f", k / 1024}')
     [ -n "$p50" ] && [ -n "$rps" ] || { cat "$out"; fail "cannot read wrk's output"; }
-    echo "| $label | $series | $scrapers | $p50 | $p99 | $rps | $ERRORS | $cpu | $rss / $hwm |" >> "$RESULTS"
-    log "$label, $scrapers scrapers: p50 ${p50} ms, p99 ${p99} ms, ${rps}/s, $ERRORS errors, CPU ${cpu}%, RSS ${rss} MiB (peak ${hwm})"
+    echo "| $label | $series | $scrapers | $mode | $p50 | $p99 | $rps | $ERRORS | $cpu | $rss / $hwm |" >> "$RESULTS"
+    log "$label, $scrapers scrapers, $mode: p50 ${p50} ms, p99 ${p99} ms, ${rps}/s, $ERRORS errors, CPU ${cpu}%, RSS ${rss} MiB (peak ${hwm})"
 }
 
 for scrapers in $LEVELS; do
-    run_level memlock "$EXPORTER_URL" "$EXPORTER_PID" "$SERIES" "$scrapers" memlock-exporter
-    [ "$ERRORS" = 0 ] || { cat "$E2E_TMP/wrk-memlock-$scrapers.txt"; log "FAIL: $ERRORS errors from the exporter"; FAILED=1; }
-    run_level node "$NODE_URL" "$NODE_PID" "$NODE_SERIES" "$scrapers" "node_exporter (meminfo)"
+    for mode in saturated paced; do
+        run_level memlock "$EXPORTER_URL" "$EXPORTER_PID" "$SERIES" "$scrapers" "$mode" memlock-exporter
+        [ "$ERRORS" = 0 ] || { cat "$E2E_TMP/wrk-memlock-$scrapers-$mode.txt"; log "FAIL: $ERRORS errors from the exporter"; FAILED=1; }
+        run_level node "$NODE_URL" "$NODE_PID" "$NODE_SERIES" "$scrapers" "$mode" "node_exporter (meminfo)"
+    done
 done
 
 # Slow clients: each sends one byte of a request per second and never finishes its headers.
@@ -144,7 +154,7 @@ PY
 SLOW_PID=$!
 E2E_PIDS+=($SLOW_PID)
 sleep 2
-run_level memlock-slow "$EXPORTER_URL" "$EXPORTER_PID" "$SERIES" 50 "memlock-exporter, $SLOW_CLIENTS slow clients connected"
+run_level memlock-slow "$EXPORTER_URL" "$EXPORTER_PID" "$SERIES" 50 saturated "memlock-exporter, $SLOW_CLIENTS slow clients connected"
 [ "$ERRORS" = 0 ] || { log "FAIL: $ERRORS errors next to slow clients"; FAILED=1; }
 # A plain scrape next to them: answered at once, not after the slow ones.
 single=$(curl -fsS -o /dev/null -w '%{time_total}' "$EXPORTER_URL/metrics") || { log "FAIL: a scrape next to slow clients failed"; FAILED=1; }
@@ -157,6 +167,6 @@ grep -q "closed by the server" "$E2E_TMP/slow.txt" || { log "FAIL: slow clients 
 echo
 cat "$RESULTS"
 echo
-echo "$(nproc) CPUs, $(uname -r), wrk -t2 --timeout 10s, ${DURATION} s per level, exporter $("$BIN" --version 2>&1 | head -1)"
+echo "$(nproc) CPUs, $(uname -r), wrk -t2 --timeout 10s (paced: 100 ms between a scraper's requests), ${DURATION} s per level, exporter $("$BIN" --version 2>&1 | head -1)"
 [ "$FAILED" = 0 ] || fail "load test failed"
 log "load test passed"
