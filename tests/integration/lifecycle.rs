@@ -144,7 +144,7 @@ fn big_host(root: &Path) -> (PathBuf, PathBuf) {
 
 #[test]
 fn a_restart_under_load_finishes_in_flight_scrapes_and_the_new_process_serves() {
-    let root = std::env::temp_dir().join(format!("memlock-lifecycle-{}-restart", std::process::id()));
+    let root = crate::scale::scratch_base().join(format!("memlock-lifecycle-{}-restart", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let (procfs, sysfs) = big_host(&root);
     let address = free_address();
