@@ -125,11 +125,11 @@ fn random_bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
 }
 
 /// The start and end of a random line of `data` (without its newline).
-fn random_line(rng: &mut Rng, data: &[u8]) -> Option<(usize, usize)> {
-    let starts: Vec<usize> = std::iter::once(0).chain(data.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1)).filter(|&s| s <= data.len()).collect();
+fn random_line(rng: &mut Rng, data: &[u8]) -> (usize, usize) {
+    let starts: Vec<usize> = std::iter::once(0).chain(data.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1)).collect();
     let start = *rng.pick(&starts);
     let end = data[start..].iter().position(|&b| b == b'\n').map_or(data.len(), |p| start + p);
-    Some((start, end))
+    (start, end)
 }
 
 /// One mutation of `data`; `seeds` supplies the other half of splices.
@@ -183,25 +183,24 @@ fn mutate_once(rng: &mut Rng, data: &mut Vec<u8>, seeds: &[Vec<u8>]) {
             }
         }
         9 => {
-            if let Some((start, end)) = random_line(rng, data) {
-                match rng.below(4) {
-                    0 => {
-                        data.drain(start..(end + 1).min(data.len()));
+            let (start, end) = random_line(rng, data);
+            match rng.below(4) {
+                0 => {
+                    data.drain(start..(end + 1).min(data.len()));
+                }
+                1 => {
+                    let mut line = data[start..end].to_vec();
+                    line.push(b'\n');
+                    data.splice(start..start, line);
+                }
+                2 => {
+                    // Join with the next line.
+                    if end < data.len() {
+                        data.remove(end);
                     }
-                    1 => {
-                        let mut line = data[start..end].to_vec();
-                        line.push(b'\n');
-                        data.splice(start..start, line);
-                    }
-                    2 => {
-                        // Join with the next line.
-                        if end < data.len() {
-                            data.remove(end);
-                        }
-                    }
-                    _ => {
-                        data.splice(end..end, b"\r".iter().copied());
-                    }
+                }
+                _ => {
+                    data.splice(end..end, b"\r".iter().copied());
                 }
             }
         }
@@ -229,13 +228,12 @@ fn mutate_once(rng: &mut Rng, data: &mut Vec<u8>, seeds: &[Vec<u8>]) {
         }
         13 if rng.chance(64) => {
             // Enormous: a line repeated up to about the 1 MiB read bound.
-            if let Some((start, end)) = random_line(rng, data) {
-                let mut line = data[start..end].to_vec();
-                line.push(b'\n');
-                let times = (1 << 20) / line.len().max(1);
-                let blown: Vec<u8> = line.iter().copied().cycle().take(line.len() * times.min(1 << 16)).collect();
-                data.splice(start..start, blown);
-            }
+            let (start, end) = random_line(rng, data);
+            let mut line = data[start..end].to_vec();
+            line.push(b'\n');
+            let times = (1 << 20) / line.len();
+            let blown: Vec<u8> = line.iter().copied().cycle().take(line.len() * times.min(1 << 16)).collect();
+            data.splice(start..start, blown);
         }
         14 if rng.chance(8) => {
             let count = rng.below(512);
