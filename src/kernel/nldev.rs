@@ -931,20 +931,7 @@ mod tests {
 
     // -- Fuzzing without extra crates. ------------------------------------------------------
 
-    /// splitmix64: deterministic, so a failure reproduces.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n.max(1) as u64) as usize
-        }
-    }
+    use crate::fuzz::Rng;
 
     /// Runs every decoder over a buffer, returning how many items came out in total.
     fn decode_everything(buf: &[u8]) -> usize {
