@@ -11,34 +11,9 @@
 # exit.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BIN=${MEMLOCK_EXPORTER_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/memlock-exporter}
+source "$(dirname "$0")/lib.bash"   # ROOT, BIN, log, fail, free_port, wait_http, cleanup on exit
 PROMETHEUS=${PROMETHEUS_BIN:-prometheus}
-WORK=$(mktemp -d /tmp/memlock-e2e-prometheus.XXXXXX)
-PIDS=()
-
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    [ -n "${E2E_KEEP:-}" ] || rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-log() { echo "[$(date +%T)] $*"; }
-fail() { echo "FAIL: $*"; exit 1; }
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-wait_http() {
-    local url=$1 tries=$(($2 * 10))
-    for _ in $(seq "$tries"); do
-        curl -fsS -o /dev/null "$url" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
+WORK=$E2E_TMP
 
 [ -x "$BIN" ] || fail "$BIN is not built (cargo build, or set MEMLOCK_EXPORTER_BIN)"
 command -v "$PROMETHEUS" >/dev/null || fail "prometheus is not installed (apt-get install prometheus)"
@@ -52,7 +27,7 @@ start_exporter() {
     # The exporter reads every MEMLOCK_EXPORTER_* variable as configuration: not this one.
     env -u MEMLOCK_EXPORTER_BIN "$BIN" --web.listen-address="127.0.0.1:$port" --log.format=json "$@" \
         > "$WORK/exporter-$name.log" 2>&1 &
-    PIDS+=($!)
+    E2E_PIDS+=($!)
     wait_http "http://127.0.0.1:$port/-/ready" 30 || { cat "$WORK/exporter-$name.log"; fail "exporter $name did not become ready"; }
     printf -v "URL_$name" '%s' "http://127.0.0.1:$port"
 }
@@ -72,7 +47,7 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
         /usr/bin/python3 "$ROOT/scripts/e2e/memlock_holder.py" $((7864320)) $((2 << 20)) \
         < "$WORK/holder.stdin" > "$WORK/holder.out" 2>&1 &
     HOLDER_PID=$!
-    PIDS+=($HOLDER_PID)
+    E2E_PIDS+=($HOLDER_PID)
     for _ in $(seq 50); do grep -q ready "$WORK/holder.out" 2>/dev/null && break; sleep 0.1; done
     grep -q ready "$WORK/holder.out" || { cat "$WORK/holder.out"; fail "the holder process could not lock and pin its memory"; }
     log "holder process $HOLDER_PID: $(grep -E 'VmLck|VmPin' /proc/$HOLDER_PID/status | tr -s '\t\n ' ' ')"
@@ -104,7 +79,7 @@ scrape_configs:
 YML
 "$PROMETHEUS" --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/data" \
     --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn > "$WORK/prometheus.log" 2>&1 &
-PIDS+=($!)
+E2E_PIDS+=($!)
 wait_http "http://127.0.0.1:$PROM_PORT/-/ready" 30 || { cat "$WORK/prometheus.log"; fail "prometheus did not become ready"; }
 log "prometheus $("$PROMETHEUS" --version 2>&1 | head -1 | cut -d' ' -f3) on 127.0.0.1:$PROM_PORT"
 
