@@ -90,25 +90,8 @@ sent_before=$(metric memlock_exporter_alerts_sent_total)
 [ "$sent_before" = 0 ] || fail "$sent_before alerts sent while nothing listened"
 
 # 3. Alertmanager comes back on the same port.
-mkdir -p "$E2E_TMP/am"
-cat > "$E2E_TMP/am/alertmanager.yml" <<YML
-route:
-  receiver: webhook
-  group_by: ['alertname', 'instance', 'pid', 'cgroup']
-  group_wait: 0s
-  group_interval: 1s
-  repeat_interval: 1h
-receivers:
-  - name: webhook
-    webhook_configs:
-      - url: http://127.0.0.1:${WEBHOOK_PORT}/
-        send_resolved: true
-YML
-"$(alertmanager_bin)" --config.file="$E2E_TMP/am/alertmanager.yml" --storage.path="$E2E_TMP/am/data" \
-    --web.listen-address="127.0.0.1:${AM_PORT}" --cluster.listen-address="" --log.level=warn > "$E2E_TMP/am/log" 2>&1 &
-E2E_PIDS+=($!)
 AM_UP=$(date +%s.%N)
-wait_http "http://127.0.0.1:${AM_PORT}/-/ready" 30 || { cat "$E2E_TMP/am/log"; fail "alertmanager did not start"; }
+start_alertmanager   # on AM_PORT, the port the exporter was given
 log "Alertmanager is back on 127.0.0.1:$AM_PORT"
 
 # The holder's alert reaches the webhook once, within the longest backoff (30 s) and a bit.

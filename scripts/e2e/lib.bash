@@ -61,9 +61,10 @@ alertmanager_bin() {
     command -v prometheus-alertmanager || command -v alertmanager
 }
 
-# start_alertmanager: forwards every alert to the webhook at once (group_wait 0s).
+# start_alertmanager: forwards every alert to the webhook at once (group_wait 0s); on AM_PORT
+# when it is already set, else on a free port.
 start_alertmanager() {
-    AM_PORT=$(free_port)
+    AM_PORT=${AM_PORT:-$(free_port)}
     mkdir -p "$E2E_TMP/am"
     cat > "$E2E_TMP/am/alertmanager.yml" <<YML
 route:
