@@ -6,7 +6,11 @@ E2E_PIDS=()
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 BIN=${MEMLOCK_EXPORTER_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/memlock-exporter}
 
+# Keeps the script's own exit status: under `set -e` a `wait` on a process it just killed
+# (status 143) would otherwise end the trap, and the script, with that status.
 e2e_cleanup() {
+    local rc=$?
+    set +e
     for pid in "${E2E_PIDS[@]}"; do
         kill "$pid" 2>/dev/null
     done
@@ -14,6 +18,7 @@ e2e_cleanup() {
         wait "$pid" 2>/dev/null
     done
     [ -n "${E2E_KEEP:-}" ] || rm -rf "$E2E_TMP"
+    exit "$rc"
 }
 trap e2e_cleanup EXIT
 
