@@ -117,9 +117,8 @@ cgroup_cleanup() {
         sleep 0.2
         rmdir "$CGROUP" 2>/dev/null
     fi
-    e2e_cleanup
 }
-trap cgroup_cleanup EXIT
+on_exit cgroup_cleanup
 
 leads=()
 cg_leads=()

@@ -6,11 +6,21 @@ E2E_PIDS=()
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 BIN=${MEMLOCK_EXPORTER_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/memlock-exporter}
 
+E2E_EXIT_HOOKS=()
+
+# on_exit FUNCTION: runs FUNCTION at exit, before the services are stopped (scripts register
+# their own cleanup here instead of replacing the trap, so the exit status survives).
+on_exit() { E2E_EXIT_HOOKS+=("$1"); }
+
 # Keeps the script's own exit status: under `set -e` a `wait` on a process it just killed
-# (status 143) would otherwise end the trap, and the script, with that status.
+# (status 143) would otherwise end the trap with that status, and a hook's last command would
+# otherwise replace it. scripts/e2e/lib_exit_status.sh checks this.
 e2e_cleanup() {
     local rc=$?
     set +e
+    for hook in "${E2E_EXIT_HOOKS[@]}"; do
+        "$hook"
+    done
     for pid in "${E2E_PIDS[@]}"; do
         kill "$pid" 2>/dev/null
     done

@@ -36,7 +36,7 @@ remove_cgroups() {
     done
     rmdir "$CGROUP_BASE"
 }
-trap 'remove_cgroups; e2e_cleanup' EXIT
+on_exit remove_cgroups
 
 # Real, empty v1 memory cgroups with a limit: each is ~7 series (usage, limit, unlimited,
 # unevictable, two event counters, a trend), so 700 make a snapshot of about 5,000 series.
