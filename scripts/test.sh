@@ -37,6 +37,10 @@ install_tools() {
     command -v promtool >/dev/null || missing+=(prometheus)
     command -v prometheus >/dev/null || missing+=(prometheus)
     command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null || missing+=(prometheus-alertmanager)
+    # load.sh serves node_exporter's meminfo collector beside ours (a Recommends of prometheus,
+    # which --no-install-recommends leaves out).
+    command -v prometheus-node-exporter >/dev/null || command -v node_exporter >/dev/null || missing+=(prometheus-node-exporter)
+    command -v wrk >/dev/null || missing+=(wrk)
     command -v python3 >/dev/null || missing+=(python3)
     command -v curl >/dev/null || missing+=(curl)
     command -v setpriv >/dev/null || missing+=(util-linux)
