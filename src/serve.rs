@@ -212,9 +212,12 @@ async fn stop_sampler(sampler: Sampler) {
 
 async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     let own = SelfMetrics::new()?;
-    // Handle SIGHUP before anything can send it: its default action ends the process.
+    // Handle SIGHUP, SIGTERM and SIGINT before anything can send them: their default action
+    // ends the process at once, and a supervisor may stop us while we are still starting.
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .map_err(|source| ServeError::Io { context: "installing the SIGHUP handler", source })?;
+    let stop_signals = StopSignals::install()?;
+    tracing::debug!("signal handlers installed");
     // The files as they were when loaded: a change made before the watch below is in place
     // would otherwise go unnoticed until the next one.
     let loaded_files: Vec<std::path::PathBuf> = config.file.iter().chain(config.web_config_file.iter()).cloned().collect();
@@ -263,7 +266,7 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
         daemon.reload(notifier.as_deref()).await;
     }
 
-    let shutdown = shutdown_signal();
+    let shutdown = stop_signals.received();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -461,19 +464,26 @@ fn hostname(config: &Config) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(err) => {
-            tracing::error!(error = %err, "cannot watch SIGTERM; only SIGINT will stop the exporter");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// SIGTERM and SIGINT, watched from the start (a signal that arrives before the main loop
+/// waits is kept, not lost).
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<Self, ServeError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate()).map_err(|source| ServeError::Io { context: "installing the SIGTERM handler", source })?;
+        let interrupt = signal(SignalKind::interrupt()).map_err(|source| ServeError::Io { context: "installing the SIGINT handler", source })?;
+        Ok(Self { term, interrupt })
+    }
+
+    async fn received(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => tracing::info!("SIGTERM received, shutting down"),
+            _ = self.interrupt.recv() => tracing::info!("SIGINT received, shutting down"),
         }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
     }
 }
 

@@ -339,3 +339,43 @@ fn sighup_storms_keep_the_exporter_serving_with_a_valid_configuration() {
     eprintln!("storms: {scrapes} scrapes, all answered; exit {:?} after SIGTERM", term.elapsed());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A supervisor may stop the exporter while it is still starting (binding, first samples,
+/// reading the web configuration): once the handlers are in place, SIGTERM is a clean exit.
+#[test]
+fn sigterm_while_starting_is_a_clean_exit() {
+    for attempt in 0..5 {
+        let mut child = Command::new(binary())
+            .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--log.level", "debug"])
+            .args(["--path.procfs", fixtures().join("proc").to_str().unwrap(), "--path.sysfs", fixtures().join("sys").to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn memlock-exporter");
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+        let mut seen = Vec::new();
+        for line in lines.by_ref() {
+            let installed = line.contains("signal handlers installed");
+            seen.push(line);
+            if installed {
+                break;
+            }
+        }
+        assert!(seen.last().is_some_and(|l| l.contains("signal handlers installed")), "no handler line: {seen:?}");
+        // SAFETY: kill with a valid pid of our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let rest: Vec<String> = lines.collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "attempt {attempt}: no exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(status.code(), Some(0), "attempt {attempt}: {status:?}\n{seen:?}\n{rest:?}");
+        assert!(rest.iter().any(|l| l.contains("SIGTERM received")), "attempt {attempt}: {rest:?}");
+    }
+}
