@@ -265,12 +265,21 @@ impl<'a> Attr<'a> {
         self.exact::<8>().map(u64::from_ne_bytes)
     }
 
-    /// A NUL-terminated string (a missing NUL is tolerated), cut at [`MAX_STRING_BYTES`];
-    /// invalid UTF-8 is replaced rather than rejected.
+    /// A NUL-terminated string (a missing NUL is tolerated); invalid UTF-8 is replaced rather
+    /// than rejected. The result is cut at [`MAX_STRING_BYTES`] after the replacement (each
+    /// invalid byte becomes a 3-byte U+FFFD), on a character boundary.
     pub fn string(&self) -> String {
         let text = self.payload.split(|b| *b == 0).next().unwrap_or_default();
         let text = &text[..text.len().min(MAX_STRING_BYTES)];
-        String::from_utf8_lossy(text).into_owned()
+        let mut string = String::from_utf8_lossy(text).into_owned();
+        if string.len() > MAX_STRING_BYTES {
+            let mut cut = MAX_STRING_BYTES;
+            while !string.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            string.truncate(cut);
+        }
+        string
     }
 
     /// The attributes nested in this one.
@@ -927,6 +936,18 @@ mod tests {
         assert_eq!(attrs(&bad).next().unwrap().unwrap().string(), "a\u{fffd}b");
         let unterminated = attribute(attr::DEV_NAME, b"mlx5_0");
         assert_eq!(attrs(&unterminated).next().unwrap().unwrap().string(), "mlx5_0");
+    }
+
+    /// Found by libFuzzer (scripts/fuzz.sh, target nldev): 120 invalid bytes became 360 bytes
+    /// of replacement characters, past the bound.
+    #[test]
+    fn invalid_utf8_does_not_stretch_a_string_past_the_bound() {
+        let mut value = vec![0xb8u8; 120];
+        value.push(0);
+        let a = attribute(attr::DEV_NAME, &value);
+        let string = attrs(&a).next().unwrap().unwrap().string();
+        assert!(string.len() <= MAX_STRING_BYTES, "{} bytes", string.len());
+        assert_eq!(string, "\u{fffd}".repeat(MAX_STRING_BYTES / 3));
     }
 
     // -- Fuzzing without extra crates. ------------------------------------------------------
