@@ -175,7 +175,19 @@ impl Tracker {
     }
 }
 
+/// Samples a series keeps at most, whatever the window and the interval: a 1 h window at 100 ms
+/// would otherwise hold 36,000 per scope (576 KB each, times `max_scopes`). The default 30 s at
+/// 1 s keeps 30.
+pub const MAX_SAMPLES_PER_SERIES: usize = 120;
+
 fn record(series: &mut Series, config: &TrendConfig, at: f64, value: f64) {
+    // Samples closer than this to the one before the newest are merged into the newest, so a
+    // window never holds more than MAX_SAMPLES_PER_SERIES + 1 of them.
+    let spacing = config.window.as_secs_f64() / MAX_SAMPLES_PER_SERIES as f64;
+    let len = series.samples.len();
+    if len >= 2 && series.samples.get(len - 2).is_some_and(|&(before_last, _)| at - before_last < spacing) {
+        series.samples.pop_back();
+    }
     if let Some(&(last_at, last_value)) = series.samples.back() {
         if at <= last_at {
             // Out of order or duplicate: keep the newest reading only.
@@ -363,5 +375,32 @@ mod tests {
         let p = run(&mut t, [(0.0, 0.0), (1.0, MIB), (1.0, MIB), (0.5, MIB), (2.0, 2.0 * MIB), (3.0, 3.0 * MIB)], 64.0 * MIB);
         assert!(p.rise.unwrap() > 0.0);
         assert!(p.value.is_finite());
+    }
+
+    #[test]
+    fn a_long_window_at_a_short_interval_keeps_a_bounded_number_of_samples() {
+        let config = TrendConfig { window: Duration::from_secs(3600), ..TrendConfig::default() };
+        let mut tracker = Tracker::new(config);
+        // Two hours at 100 ms, rising 1 MiB/s: the slope must survive the thinning.
+        let mut last = None;
+        for step in 0..72_000u32 {
+            let at = f64::from(step) * 0.1;
+            last = Some(tracker.observe(obs(at, 100.0 * MIB + at * MIB, Some(1e12))));
+        }
+        let kept = tracker.series.values().map(|s| s.samples.len()).max().unwrap_or(0);
+        assert!(kept <= MAX_SAMPLES_PER_SERIES + 1, "{kept} samples kept");
+        assert!(kept >= MAX_SAMPLES_PER_SERIES - 1, "{kept} samples kept: thinned too much");
+        let rise = last.and_then(|p| p.rise).unwrap_or(0.0);
+        assert!((rise - MIB).abs() < MIB * 1e-6, "rise {rise}");
+    }
+
+    #[test]
+    fn the_default_window_keeps_every_sample() {
+        let mut tracker = Tracker::new(TrendConfig::default());
+        for step in 0..100u32 {
+            tracker.observe(obs(f64::from(step), MIB, None));
+        }
+        let kept = tracker.series.values().map(|s| s.samples.len()).max().unwrap_or(0);
+        assert_eq!(kept, 31, "a 30 s window at 1 s holds both ends");
     }
 }
