@@ -80,6 +80,11 @@ promtool_rules() {
     promtool test rules "${tests[@]}"
 }
 
+# Coverage-guided, bounded: FUZZ_SECONDS per target (5 here; scripts/fuzz.sh alone runs longer).
+libfuzzer_bounded() {
+    FUZZ_SECONDS=${FUZZ_SECONDS:-5} bash scripts/fuzz.sh
+}
+
 e2e_scripts() {
     local rc=0
     for script in scripts/e2e/*.sh; do
@@ -95,9 +100,12 @@ if [ $QUICK = 1 ]; then
     step "unit and golden tests" unit_only
 else
     step "build" build
+    # The golden test writes this; a copy left by an earlier run must not pass for this one.
+    rm -f "${TMPDIR:-/tmp}/memlock-exporter-e2e-full.txt"
     step "cargo test (unit, integration, live)" unit_and_integration
     step "promtool check metrics (golden output)" promtool_metrics
     step "promtool rules" promtool_rules
+    step "libFuzzer (cargo-fuzz, every target)" libfuzzer_bounded
     step "end-to-end scripts" e2e_scripts
 fi
 

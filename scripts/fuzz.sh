@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing with libFuzzer (cargo-fuzz) of every target in src/fuzz_targets.rs:
+# the same parsers, seeds and oracles as the stable engine (`cargo test --lib fuzz`), driven by
+# coverage instead of blind mutation.
+#
+#   scripts/fuzz.sh                       every target, FUZZ_SECONDS (default 10) each
+#   FUZZ_SECONDS=600 scripts/fuzz.sh nldev config_file    the named targets, longer
+#
+# Seeds are written to fuzz/corpus/<target>/ from the fixtures on every run; what libFuzzer adds
+# there is kept between runs (fuzz/corpus is not committed). A finding is saved under
+# fuzz/artifacts/<target>/ and the script prints the command that replays it; it then becomes
+# a regression test beside its parser. Runs on the stable toolchain without a sanitizer (the
+# parsers are safe Rust); FUZZ_SANITIZER=address needs a nightly toolchain (`+nightly` is used
+# when FUZZ_TOOLCHAIN=nightly). Installs cargo-fuzz when it is missing.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+SECONDS_EACH=${FUZZ_SECONDS:-10}
+SANITIZER=${FUZZ_SANITIZER:-none}
+TOOLCHAIN=${FUZZ_TOOLCHAIN:+"+$FUZZ_TOOLCHAIN"}
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "installing cargo-fuzz"
+    cargo install cargo-fuzz --locked --quiet
+fi
+
+FUZZ_CORPUS_DIR="$ROOT/fuzz/corpus" cargo test --quiet --lib fuzz::write_corpus -- --ignored >/dev/null
+
+cd fuzz
+mapfile -t all < <(cargo fuzz list)
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
+started=$SECONDS
+# Built once, then run directly: `cargo fuzz run` would rebuild per target whenever a source
+# file changed meanwhile.
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/fuzz
+build=(cargo $TOOLCHAIN fuzz build --sanitizer "$SANITIZER" --target-dir "$TARGET_DIR")
+"${build[@]}" >/dev/null 2>&1 || "${build[@]}"
+BIN_DIR=$TARGET_DIR/$(rustc -vV | sed -n 's/^host: //p')/release
+echo "built ${#all[@]} targets in $((SECONDS - started))s; ${SECONDS_EACH}s each"
+
+failed=()
+for target in "${targets[@]}"; do
+    log=$(mktemp)
+    mkdir -p "corpus/$target" "artifacts/$target"
+    if "$BIN_DIR/$target" "corpus/$target" -artifact_prefix="artifacts/$target/" \
+        -max_total_time="$SECONDS_EACH" -print_final_stats=1 -close_fd_mask=1 >"$log" 2>&1; then
+        runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+        cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1)
+        printf '%-22s ok: %s runs, %s, corpus %s files\n' "$target" "${runs:-?}" "${cov:-cov: ?}" "$(ls "corpus/$target" | wc -l)"
+    else
+        echo "$target FAILED:"
+        grep -E 'panicked|fuzz target|ERROR|SUMMARY|Test unit written|Reproduce with' "$log" | head -20
+        artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
+        [ -z "$artifact" ] || echo "  replay: (cd fuzz && cargo fuzz run --sanitizer $SANITIZER $target $artifact), or $BIN_DIR/$target fuzz/$artifact"
+        failed+=("$target")
+    fi
+    rm -f "$log" "${TMPDIR:-/tmp}"/memlock-fuzz-*-"$target"
+done
+rm -f "${TMPDIR:-/tmp}"/memlock-fuzz-[0-9]*-*
+echo "libFuzzer: ${#targets[@]} targets, ${#failed[@]} failed, $((SECONDS - started))s"
+[ ${#failed[@]} -eq 0 ]
