@@ -191,6 +191,14 @@ class Containerfile(unittest.TestCase):
         self.assertRegex(container["image"], r"^[\w./-]+/memlock-exporter:\d+\.\d+\.\d+$")
         self.assertIn("EXPOSE 9478", self.text)
 
+    def test_the_kustomization_overrides_the_daemonsets_image(self):
+        # `kustomize edit set image` only rewrites images whose name matches an entry here.
+        ds = yaml.safe_load((K8S / "daemonset.yaml").read_text())
+        name, tag = ds["spec"]["template"]["spec"]["containers"][0]["image"].rsplit(":", 1)
+        images = yaml.safe_load((K8S / "kustomization.yaml").read_text())["images"]
+        self.assertEqual([i["name"] for i in images], [name])
+        self.assertEqual(images[0]["newTag"], tag)
+
 
 if __name__ == "__main__":
     unittest.main()
