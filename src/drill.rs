@@ -69,7 +69,8 @@ Output: one line per step with an RFC 3339 timestamp, the step number, the reque
 VmPin and VmLck read back from /proc/self/status, and the result; --json prints one JSON
 object per line instead. A refusal (ENOMEM, EPERM, EAGAIN) is the expected end: the errno and
 the amount reached are printed, the memory is held for --hold-seconds, then released (rings
-closed, munlock, munmap) and a final line printed. SIGINT or SIGTERM releases at once.
+closed, munlock, munmap) and a final line printed. SIGINT or SIGTERM releases at once, and so
+does a reader that stops reading (`| head`): the rest of the output is dropped.
 
 Safety: refuses to start when --max-mib exceeds half of MemAvailable.
 
@@ -79,7 +80,8 @@ Example, as root, for an unprivileged user with a 4 MiB soft limit:
 
 Exit codes:
   0  ramp done: --max-mib reached, refused by the kernel as intended, or stopped by SIGINT/SIGTERM
-  1  unexpected failure (for example io_uring disabled, or mmap failing)
+     or by the reader of its output going away
+  1  unexpected failure (for example io_uring disabled, mmap failing, or the output not writable)
   2  bad arguments, or refused to start because --max-mib exceeds half of MemAvailable";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -817,13 +819,25 @@ struct Reporter<'a> {
     out: &'a mut dyn Write,
     json: bool,
     status_path: PathBuf,
+    /// The reader went away (`| head`): nothing more is written, and the drill stops as it does
+    /// on SIGINT (the memory is released at once), then exits 0 as ripgrep does.
+    closed: bool,
 }
 
 impl Reporter<'_> {
     fn emit(&mut self, event: &Event) -> Result<(), DrillError> {
+        if self.closed {
+            return Ok(());
+        }
         let time = rfc3339_millis(SystemTime::now());
         let line = if self.json { event.json(&time) } else { event.text(&time) };
-        writeln!(self.out, "{line}").and_then(|()| self.out.flush()).map_err(DrillError::Output)
+        match writeln!(self.out, "{line}").and_then(|()| self.out.flush()) {
+            Err(err) if err.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            other => other.map_err(DrillError::Output),
+        }
     }
 
     /// VmPin and VmLck now. An unreadable status file is reported as unknown rather than
@@ -875,7 +889,7 @@ pub fn run(args: &DrillArgs) -> Result<Outcome, DrillError> {
 /// Ramps, holds and releases according to `plan`, writing one line per event to `out`. `stop`
 /// holds the number of a signal that asks to stop early (0: none).
 pub fn execute(plan: &Plan, mem_available: u64, out: &mut dyn Write, stop: &AtomicI32) -> Result<Outcome, DrillError> {
-    let mut reporter = Reporter { out, json: plan.json, status_path: plan.procfs.join("self/status") };
+    let mut reporter = Reporter { out, json: plan.json, status_path: plan.procfs.join("self/status"), closed: false };
     let (memlock_soft, memlock_hard) = memlock_limits();
     reporter.emit(&Event::Start {
         mode: plan.mode,
@@ -897,7 +911,7 @@ pub fn execute(plan: &Plan, mem_available: u64, out: &mut dyn Write, stop: &Atom
     let mut reached: u64 = 0;
     let mut step: u64 = 0;
     let outcome = loop {
-        if stop.load(Ordering::Relaxed) != 0 {
+        if stop.load(Ordering::Relaxed) != 0 || reporter.closed {
             break Outcome::Interrupted;
         }
         step += 1;
@@ -920,14 +934,16 @@ pub fn execute(plan: &Plan, mem_available: u64, out: &mut dyn Write, stop: &Atom
         if reached >= plan.max_bytes {
             break Outcome::MaxReached;
         }
-        if sleep_unless_stopped(plan.interval, stop) {
+        if reporter.closed || sleep_unless_stopped(plan.interval, stop) {
             break Outcome::Interrupted;
         }
     };
 
     if outcome != Outcome::Interrupted {
         reporter.emit(&Event::Hold { reached, hold: plan.hold })?;
-        sleep_unless_stopped(plan.hold, stop);
+        if !reporter.closed {
+            sleep_unless_stopped(plan.hold, stop);
+        }
     }
     held.release();
     let signal = Some(stop.load(Ordering::Relaxed)).filter(|s| *s != 0);
@@ -1191,20 +1207,48 @@ mod tests {
         assert!(lines[1].ends_with(" signal=SIGINT"), "{text}");
     }
 
+    /// An output whose writes fail with `errno` once `accepted` lines have been written.
+    struct Broken {
+        errno: i32,
+        accepted: usize,
+        lines: Vec<u8>,
+    }
+
+    impl Write for Broken {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.lines.iter().filter(|b| **b == b'\n').count() >= self.accepted {
+                return Err(io::Error::from_raw_os_error(self.errno));
+            }
+            self.lines.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
     #[test]
     fn output_errors_are_reported_not_panics() {
-        struct Broken;
-        impl Write for Broken {
-            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
-                Err(io::Error::from_raw_os_error(libc::EPIPE))
-            }
-            fn flush(&mut self) -> io::Result<()> {
-                Ok(())
-            }
-        }
         let plan = plan_of(&["--mode", "lock", "--max-mib", "1", "--step-mib", "1"]);
-        let err = execute(&plan, 1 << 30, &mut Broken, &AtomicI32::new(0)).unwrap_err();
+        let mut full = Broken { errno: libc::ENOSPC, accepted: 0, lines: Vec::new() };
+        let err = execute(&plan, 1 << 30, &mut full, &AtomicI32::new(0)).unwrap_err();
         assert!(matches!(err, DrillError::Output(_)), "{err}");
         assert_eq!(err.exit_code(), 1);
+    }
+
+    #[test]
+    fn a_reader_that_goes_away_stops_the_drill_quietly() {
+        // Interval and hold long enough that a drill carrying on would stand out.
+        let ramp = plan_of(&["--mode", "lock", "--max-mib", "4", "--step-mib", "1", "--interval-ms", "10000", "--hold-seconds", "600"]);
+        let one_step = plan_of(&["--mode", "lock", "--max-mib", "1", "--step-mib", "1", "--hold-seconds", "600"]);
+        // Gone before the start line, before the first step's, before the hold's.
+        for (plan, accepted, outcome) in [(&ramp, 0, Outcome::Interrupted), (&ramp, 1, Outcome::Interrupted), (&one_step, 2, Outcome::MaxReached)] {
+            let mut head = Broken { errno: libc::EPIPE, accepted, lines: Vec::new() };
+            let started = Instant::now();
+            assert_eq!(execute(plan, 1 << 30, &mut head, &AtomicI32::new(0)).unwrap(), outcome);
+            assert!(started.elapsed() < Duration::from_secs(5), "after {accepted} line(s) the drill stops at once");
+            let text = String::from_utf8(head.lines).unwrap();
+            assert_eq!(text.lines().count(), accepted, "{text}");
+        }
     }
 }
