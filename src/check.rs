@@ -451,6 +451,15 @@ pub fn nccl_environment(env: &[(String, String)]) -> Vec<Finding> {
             out.push(Finding::new(id, Status::Warn, format!("{name}={value}"), format!("{why}; remove it")));
         } else if INTEGER_VARS.contains(&name.as_str()) && value.trim().parse::<u64>().is_err() {
             out.push(Finding::new(id, Status::Fail, format!("{name}={value:?} is not a non-negative integer"), "NCCL ignores or rejects it: give a plain number of bytes or a count"));
+        } else if name == "NCCL_IB_QPS_PER_CONNECTION"
+            && value.trim().parse::<u64>().is_ok_and(|q| !(1..=estimate::MAX_QPS_PER_CONNECTION).contains(&q))
+        {
+            out.push(Finding::new(
+                id,
+                Status::Fail,
+                format!("{name}={value}"),
+                format!("NCCL needs 1 to {} QPs per connection: unset it (default 1) or give a count in that range", estimate::MAX_QPS_PER_CONNECTION),
+            ));
         } else if !KNOWN_VARS.contains(&name.as_str()) {
             out.push(Finding::new(id, Status::Warn, format!("{name}={value}"), "not a known NCCL variable: check the spelling"));
         }
@@ -497,6 +506,13 @@ pub fn exit_code(report: &Report, strict: bool) -> u8 {
     }
 }
 
+/// Without the target's environment the NCCL findings would judge an empty one: they are
+/// replaced by one WARN.
+fn environment_unreadable(findings: &mut Vec<Finding>, error: &str) {
+    findings.retain(|f| !f.id.starts_with("nccl."));
+    findings.push(Finding::new("nccl.environment", Status::Warn, format!("not readable: {error}"), "run the check as the job's user (or root) to see its NCCL_* variables"));
+}
+
 /// The environment of the checked process: ours, or `/proc/PID/environ` for `--pid`.
 fn environment(procfs: &Path, pid: Option<u32>) -> Result<Vec<(String, String)>, SourceError> {
     let Some(pid) = pid else { return Ok(std::env::vars().collect()) };
@@ -539,17 +555,21 @@ pub fn run(args: &CheckArgs) -> u8 {
     };
     let mut findings = evaluate(&machine, &e, args.safety_factor);
     if let Some(err) = env_error {
-        findings.retain(|f| !f.id.starts_with("nccl."));
-        findings.push(Finding::new("nccl.environment", Status::Warn, format!("not readable: {err}"), "run the check as the job's user (or root) to see its NCCL_* variables"));
+        environment_unreadable(&mut findings, &err);
     }
     let report = Report { pid, need_per_process_bytes: e.per_process_bytes, need_per_node_bytes: e.per_node_bytes, findings };
-    if args.json {
+    let text = if args.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => text + "\n",
             Err(err) => return fail(err.to_string()),
         }
     } else {
-        print!("{}", render_text(&report));
+        render_text(&report)
+    };
+    // A launcher that stops reading early still gets the verdict; a report that could not be
+    // written at all (a full disk) is a check that did not run.
+    if let Err(err) = crate::cli::print_report(&text) {
+        return fail(format!("writing the report: {err}"));
     }
     exit_code(&report, args.strict)
 }
@@ -682,6 +702,194 @@ mod tests {
         assert_eq!(find(&rdma(&[], &[]), "rdma.devices").status, Status::Pass);
         assert_eq!(selected_by_ib_hca(Some("=mlx5_1"), "mlx5_10"), Some(false));
         assert_eq!(selected_by_ib_hca(Some("mlx5_1"), "mlx5_10"), Some(true), "prefix match, as NCCL does");
+    }
+
+    fn with(change: impl FnOnce(&mut Machine)) -> Machine {
+        let mut m = machine();
+        change(&mut m);
+        m
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn hca(name: &str, fw: &str, state: Option<(u32, &str)>) -> SysfsDevice {
+        let state = state.map(|(value, name)| crate::kernel::rdma_sysfs::Numbered { value, name: name.into() });
+        let port = crate::collect::rdma_sysfs::SysfsPort { number: 1, state, ..Default::default() };
+        SysfsDevice { name: name.into(), hca_type: Some("MT4129".into()), fw_ver: Some(fw.into()), ports: vec![port], ..Default::default() }
+    }
+
+    /// Every WARN and FAIL the checks can emit, each from the machine state that causes it, with
+    /// the words its fix must contain. `rdma.devices` is the one finding that is only ever PASS.
+    #[test]
+    fn every_failure_mode_gives_its_status_and_fix() {
+        let low = |soft, hard| Some(MemlockLimits { soft: Limit::Bytes(soft), hard: Limit::Bytes(hard) });
+        let limit_fix = "`ulimit -l unlimited` via /etc/security/limits.conf memlock, systemd LimitMEMLOCK=infinity";
+        let link_fix = "bring the link up (cable, switch port, subnet manager for InfiniBand)";
+        let debug_fix = "set NCCL_DEBUG=WARN (or INFO) so the failing ibv_reg_mr call and its errno are logged";
+        let cases: Vec<(Machine, &str, Status, &str)> = vec![
+            (with(|m| m.limits = low(8 * MIB, 8 * MIB)), "memlock.soft", Status::Fail, limit_fix),
+            (with(|m| m.limits = low(0, 0)), "memlock.soft", Status::Fail, limit_fix),
+            (with(|m| m.limits = low(8 * MIB, 8 * MIB)), "memlock.hard", Status::Warn, "raise the hard limit where the job is started"),
+            (with(|m| (m.ipc_lock, m.initial_user_ns) = (Some(true), Some(false))), "memlock.cap_ipc_lock", Status::Warn, "rely on the memlock limit, not on the capability"),
+            (with(|m| m.ipc_lock = None), "memlock.cap_ipc_lock", Status::Warn, "run the check with access to /proc/PID/status"),
+            (with(|m| m.meminfo.mem_available = Some(6 * GIB)), "memory.available", Status::Warn, "little margin: free memory (drop caches"),
+            (with(|m| m.meminfo.mem_available = Some(GIB)), "memory.available", Status::Fail, "free memory or run fewer ranks on this node"),
+            (
+                with(|m| m.cgroup = Some(CgroupHeadroom { path: "/slurm/job_1".into(), usage_bytes: Some(194 * GIB), limit_bytes: Some(200 * GIB) })),
+                "cgroup.memory",
+                Status::Warn,
+                "little margin: raise the container's or job's memory limit",
+            ),
+            (
+                with(|m| m.cgroup = Some(CgroupHeadroom { path: "/slurm/job_1".into(), usage_bytes: Some(7 * GIB), limit_bytes: Some(8 * GIB) })),
+                "cgroup.memory",
+                Status::Fail,
+                "registered buffers are charged to the cgroup: raise its memory limit (pod limits, Slurm --mem)",
+            ),
+            (
+                with(|m| (m.meminfo.hugepages_total, m.meminfo.hugepages_free, m.meminfo.mem_available) = (Some(200_000), Some(200_000), Some(4 * GIB))),
+                "memory.hugepages",
+                Status::Fail,
+                "lower vm.nr_hugepages (sysctl -w vm.nr_hugepages=N)",
+            ),
+            (with(|m| m.overcommit_mode = Some(2)), "vm.overcommit_memory", Status::Warn, "strict overcommit makes large allocations fail early: prefer 0"),
+            (
+                with(|m| (m.overcommit_mode, m.meminfo.commit_limit) = (Some(2), None)),
+                "vm.overcommit_memory",
+                Status::Warn,
+                "strict overcommit makes large allocations fail early: prefer 0",
+            ),
+            (
+                with(|m| (m.overcommit_mode, m.meminfo.committed_as) = (Some(2), Some(300 * GIB - MIB))),
+                "vm.overcommit_memory",
+                Status::Fail,
+                "sysctl -w vm.overcommit_memory=0 or raise vm.overcommit_ratio",
+            ),
+            (with(|m| m.max_map_count = Some(65_529)), "vm.max_map_count", Status::Warn, "sysctl -w vm.max_map_count=262144"),
+            (
+                with(|m| (m.meminfo.cma_total, m.meminfo.cma_free) = (Some(256 * MIB), Some(512 * MIB))),
+                "memory.cma",
+                Status::Warn,
+                "check cma=/kho= on the kernel command line",
+            ),
+            (
+                with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_IB_MR_RANGE", "1")])),
+                "nccl.env.NCCL_IB_MR_RANGE",
+                Status::Warn,
+                "memlock limits are fixed with ulimit -l; remove it",
+            ),
+            (
+                with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_NCHANNELS", "8")])),
+                "nccl.env.NCCL_NCHANNELS",
+                Status::Warn,
+                "use NCCL_MIN_CTAS / NCCL_MAX_CTAS",
+            ),
+            (
+                with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_REGISTER_BUFFERS", "1")])),
+                "nccl.env.NCCL_REGISTER_BUFFERS",
+                Status::Warn,
+                "registration is NCCL_LOCAL_REGISTER / NCCL_GRAPH_REGISTER; remove it",
+            ),
+            (
+                with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_BUFFSIZE", "4M")])),
+                "nccl.env.NCCL_BUFFSIZE",
+                Status::Fail,
+                "give a plain number of bytes or a count",
+            ),
+            (
+                with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_IB_QPS_PER_CONNECTION", "0")])),
+                "nccl.env.NCCL_IB_QPS_PER_CONNECTION",
+                Status::Fail,
+                "NCCL needs 1 to 128 QPs per connection",
+            ),
+            (
+                with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_IB_QPS_PER_CONNECTION", "129")])),
+                "nccl.env.NCCL_IB_QPS_PER_CONNECTION",
+                Status::Fail,
+                "NCCL needs 1 to 128 QPs per connection",
+            ),
+            (
+                with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_IB_HCAA", "mlx5_0")])),
+                "nccl.env.NCCL_IB_HCAA",
+                Status::Warn,
+                "not a known NCCL variable: check the spelling",
+            ),
+            (with(|m| m.environment = Vec::new()), "nccl.debug", Status::Warn, debug_fix),
+            (with(|m| m.environment = env(&[("NCCL_DEBUG", "VERSION")])), "nccl.debug", Status::Warn, debug_fix),
+            (with(|m| m.rdma = vec![hca("mlx5_0", "28.39.1002", Some((1, "DOWN")))]), "rdma.port.mlx5_0.1", Status::Warn, link_fix),
+            (with(|m| m.rdma = vec![hca("mlx5_0", "28.39.1002", None)]), "rdma.port.mlx5_0.1", Status::Warn, link_fix),
+            (
+                with(|m| {
+                    m.rdma = vec![hca("mlx5_0", "28.39.1002", Some((1, "DOWN")))];
+                    m.environment.push(("NCCL_IB_HCA".into(), "=mlx5_0".into()));
+                }),
+                "rdma.port.mlx5_0.1",
+                Status::Fail,
+                link_fix,
+            ),
+            (
+                with(|m| m.rdma = vec![hca("mlx5_0", "28.39.1002", Some((4, "ACTIVE"))), hca("mlx5_1", "28.40.1000", Some((4, "ACTIVE")))]),
+                "rdma.firmware.MT4129",
+                Status::Warn,
+                "update all HCAs of one type to the same firmware",
+            ),
+        ];
+        let e = estimate::estimate(&Inputs::default());
+        for (m, id, status, fix) in cases {
+            let findings = evaluate(&m, &e, 2.0);
+            assert_printed(findings, id, status, fix);
+        }
+        let mut findings = run_checks(&machine());
+        environment_unreadable(&mut findings, "/proc/4242/environ: Permission denied (os error 13)");
+        assert!(!findings.iter().any(|f| f.id == "nccl.debug"), "the checker's own environment is not judged: {findings:?}");
+        assert_printed(findings, "nccl.environment", Status::Warn, "run the check as the job's user (or root) to see its NCCL_* variables");
+    }
+
+    /// The finding `id` has `status`, its fix contains `fix`, and the table prints both.
+    fn assert_printed(findings: Vec<Finding>, id: &str, status: Status, fix: &str) {
+        let found = find(&findings, id).clone();
+        assert_eq!(found.status, status, "{found:?}");
+        assert!(found.fix.contains(fix), "{id}: fix {:?} lacks {fix:?}", found.fix);
+        let report = Report { pid: "4242".into(), need_per_process_bytes: 0, need_per_node_bytes: 0, findings };
+        let text = render_text(&report);
+        let line = text.lines().position(|l| l.starts_with(&format!("{}  {id} ", status.as_str()))).unwrap_or_else(|| panic!("no {id} line:\n{text}"));
+        let next = text.lines().nth(line + 1).unwrap_or_default();
+        assert_eq!(next.trim_start(), format!("fix: {}", found.fix), "{text}");
+    }
+
+    #[test]
+    fn what_passes_needs_no_fix_and_the_rest_have_one() {
+        let e = estimate::estimate(&Inputs::default());
+        let machines = [
+            machine(),
+            with(|m| m.limits = Some(MemlockLimits { soft: Limit::Bytes(0), hard: Limit::Bytes(8 * MIB) })),
+            with(|m| (m.ipc_lock, m.initial_user_ns, m.overcommit_mode, m.max_map_count) = (None, None, Some(2), Some(1))),
+            with(|m| (m.meminfo.mem_available, m.meminfo.cma_total, m.meminfo.cma_free) = (Some(GIB), Some(MIB), Some(2 * MIB))),
+            with(|m| m.environment = env(&[("NCCL_IB_MR_RANGE", "1"), ("NCCL_BUFFSIZE", "x"), ("NCCL_FOO", "1")])),
+            with(|m| m.rdma = vec![hca("mlx5_0", "1", Some((1, "DOWN"))), hca("mlx5_1", "2", None)]),
+        ];
+        for m in &machines {
+            for f in evaluate(m, &e, 2.0) {
+                assert_eq!(f.status == Status::Pass, f.fix.is_empty(), "{f:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn max_map_count_and_cma_boundaries() {
+        assert_eq!(find(&run_checks(&with(|m| m.max_map_count = Some(65_530))), "vm.max_map_count").status, Status::Pass, "the kernel default");
+        assert!(!run_checks(&with(|m| m.max_map_count = None)).iter().any(|f| f.id == "vm.max_map_count"), "unreadable: no finding");
+        let cma = |total, free| run_checks(&with(|m| (m.meminfo.cma_total, m.meminfo.cma_free) = (total, free)));
+        let equal = cma(Some(256 * MIB), Some(256 * MIB));
+        assert_eq!(find(&equal, "memory.cma").status, Status::Pass);
+        assert_eq!(find(&equal, "memory.cma").measured, "CmaFree 256.0 MiB of 256.0 MiB");
+        let above = cma(Some(256 * MIB), Some(256 * MIB + 4096));
+        assert_eq!(find(&above, "memory.cma").status, Status::Warn);
+        assert!(find(&above, "memory.cma").measured.starts_with("CmaFree 256.0 MiB > CmaTotal 256.0 MiB"));
+        assert_eq!(find(&cma(Some(0), Some(0)), "memory.cma").status, Status::Pass, "a kernel with CMA but no area");
+        assert!(!cma(None, None).iter().any(|f| f.id == "memory.cma"), "no CMA in the kernel: no finding");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! `--path.procfs`, `--collector.<name>`); each sets the configuration key of the same name,
 //! overriding the file and the environment.
 
+use std::io::{self, Write};
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -78,7 +79,7 @@ pub struct ModelArgs {
     /// Devices each connection registers on (a merged virtual NIC registers on every member).
     #[arg(long = "devices-per-connection", default_value_t = 1)]
     pub devices_per_connection: u64,
-    /// NCCL_IB_QPS_PER_CONNECTION.
+    /// NCCL_IB_QPS_PER_CONNECTION (1 to 128).
     #[arg(long = "qps-per-connection")]
     pub qps_per_connection: Option<u64>,
     /// Assumed pinned bytes per QP with its CQ (not verified on hardware).
@@ -213,6 +214,21 @@ impl ServeArgs {
     }
 }
 
+/// Writes a subcommand's report. A reader that went away (`| head -c 400`) is not an error:
+/// nobody wants the rest, so it is dropped quietly and the command keeps its exit status, as
+/// ripgrep does. Rust ignores SIGPIPE, so without this the write fails and `println!` panics.
+pub fn write_report(out: &mut dyn Write, text: &str) -> io::Result<()> {
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// [`write_report`] to stdout.
+pub fn print_report(text: &str) -> io::Result<()> {
+    write_report(&mut io::stdout().lock(), text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +245,28 @@ mod tests {
         let cli = Cli::try_parse_from(["memlock-exporter", "serve", "--no-collector.node", "--collector.node"]).unwrap();
         let Some(Command::Serve(args)) = cli.command else { panic!("serve subcommand") };
         assert!(args.overrides().iter().any(|(k, v)| k == "collector.node.enabled" && v.clone().into_bool().unwrap()));
+    }
+
+    /// A stdout whose every write fails with `errno`.
+    struct Failing(i32);
+
+    impl Write for Failing {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::from_raw_os_error(self.0))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_reader_that_went_away_is_not_an_error_but_a_full_disk_is() {
+        assert!(write_report(&mut Failing(libc::EPIPE), "report\n").is_ok());
+        let err = write_report(&mut Failing(libc::ENOSPC), "report\n").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+        let mut out = Vec::new();
+        write_report(&mut out, "report\n").unwrap();
+        assert_eq!(out, b"report\n");
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub const DEFAULT_LL_BUFFSIZE: u64 = 524_288;
 pub const DEFAULT_LL128_BUFFSIZE: u64 = 4_915_200;
 pub const DEFAULT_BUFFSIZE: u64 = 4_194_304;
 pub const DEFAULT_P2P_CHUNKSIZE: u64 = 131_072;
+/// NCCL sizes its per-connection QP tables for at most this many (NCCL_IB_MAX_QPS).
+pub const MAX_QPS_PER_CONNECTION: u64 = 128;
 /// NCCL_STEPS for shared p2p buffers.
 const SHARED_STEPS: u64 = 16;
 /// Control MRs per net communicator and device (FIFOs, completion records, flush word).
@@ -186,11 +188,17 @@ pub fn estimate(inputs: &Inputs) -> Estimate {
 }
 
 /// Reads NCCL's variables for the defaults a job would run with. Unparseable values are
-/// reported, not silently replaced.
+/// reported, not silently replaced; so are values NCCL cannot run with.
 pub fn inputs_from_env(vars: impl Fn(&str) -> Option<String>, mut inputs: Inputs) -> Result<Inputs, String> {
+    let read = |name: &str| -> Result<Option<u64>, String> {
+        match vars(name) {
+            None => Ok(None),
+            Some(text) => text.trim().parse().map(Some).map_err(|_| format!("{name}={text:?} is not a non-negative integer")),
+        }
+    };
     let number = |name: &str, slot: &mut u64| -> Result<(), String> {
-        if let Some(text) = vars(name) {
-            *slot = text.trim().parse().map_err(|_| format!("{name}={text:?} is not a non-negative integer"))?;
+        if let Some(value) = read(name)? {
+            *slot = value;
         }
         Ok(())
     };
@@ -198,11 +206,18 @@ pub fn inputs_from_env(vars: impl Fn(&str) -> Option<String>, mut inputs: Inputs
     number("NCCL_LL_BUFFSIZE", &mut inputs.ll_buffsize)?;
     number("NCCL_LL128_BUFFSIZE", &mut inputs.ll128_buffsize)?;
     number("NCCL_P2P_NET_CHUNKSIZE", &mut inputs.p2p_chunksize)?;
-    number("NCCL_IB_QPS_PER_CONNECTION", &mut inputs.qps_per_connection)?;
-    let mut channels = inputs.channels;
-    number("NCCL_MAX_CTAS", &mut channels)?;
-    number("NCCL_MAX_NCHANNELS", &mut channels)?;
-    inputs.channels = channels;
+    if let Some(qps) = read("NCCL_IB_QPS_PER_CONNECTION")? {
+        qps_in_range(qps).map_err(|why| format!("NCCL_IB_QPS_PER_CONNECTION={qps}: {why}"))?;
+        inputs.qps_per_connection = qps;
+    }
+    // NCCL ignores NCCL_MAX_CTAS <= 0 ("too low, leaving it set") and raises NCCL_MAX_NCHANNELS
+    // below 1 to 1 (src/init.cc, src/graph/connect.cc), so neither can make the model 0 B.
+    if let Some(ctas) = read("NCCL_MAX_CTAS")?.filter(|c| *c > 0) {
+        inputs.channels = ctas;
+    }
+    if let Some(channels) = read("NCCL_MAX_NCHANNELS")? {
+        inputs.channels = channels.max(1);
+    }
     let mut ll = u64::from(inputs.alloc_p2p_net_ll_buffers);
     number("NCCL_ALLOC_P2P_NET_LL_BUFFERS", &mut ll)?;
     inputs.alloc_p2p_net_ll_buffers = ll != 0;
@@ -235,8 +250,41 @@ pub fn verdict(estimate: &Estimate, pid: &str, soft: pid_limits::Limit, availabl
     }
 }
 
+fn qps_in_range(qps: u64) -> Result<(), String> {
+    if (1..=MAX_QPS_PER_CONNECTION).contains(&qps) {
+        Ok(())
+    } else {
+        Err(format!("NCCL takes 1 to {MAX_QPS_PER_CONNECTION} QPs per connection"))
+    }
+}
+
+/// Rejects model flags no job can have. A zero node, rank, channel or connection count would
+/// model no registration at all: the need would come out as 0 B and every check would pass.
+pub fn validate(args: &ModelArgs) -> Result<(), String> {
+    let counts = [
+        ("--nodes", Some(args.nodes)),
+        ("--ranks-per-node", Some(args.ranks_per_node)),
+        ("--channels", args.channels),
+        ("--communicators", Some(args.communicators)),
+        ("--p2p-channels", args.p2p_channels),
+        ("--net-connections-per-channel", Some(args.net_connections_per_channel)),
+        ("--devices-per-connection", Some(args.devices_per_connection)),
+    ];
+    for (flag, value) in counts {
+        if value == Some(0) {
+            let hint = if flag == "--nodes" { " (--nodes 1 is a single-node job)" } else { "" };
+            return Err(format!("{flag} 0: must be at least 1{hint}"));
+        }
+    }
+    if let Some(qps) = args.qps_per_connection {
+        qps_in_range(qps).map_err(|why| format!("--qps-per-connection {qps}: {why}"))?;
+    }
+    Ok(())
+}
+
 /// Builds the model inputs from the flags, the NCCL_* environment and the defaults.
 pub fn inputs_from_args(args: &ModelArgs, env: impl Fn(&str) -> Option<String>) -> Result<Inputs, String> {
+    validate(args)?;
     let mut inputs = inputs_from_env(env, Inputs::default())?;
     inputs.nodes = args.nodes;
     inputs.ranks_per_node = args.ranks_per_node;
@@ -266,9 +314,6 @@ pub fn inputs_from_args(args: &ModelArgs, env: impl Fn(&str) -> Option<String>) 
     inputs.devices_per_connection = args.devices_per_connection;
     inputs.qp_ring_bytes = args.qp_ring_bytes;
     inputs.page_size = procfs::page_size();
-    if inputs.ranks_per_node == 0 || inputs.channels == 0 || inputs.devices_per_connection == 0 || inputs.communicators == 0 {
-        return Err("--ranks-per-node, --channels, --devices-per-connection and --communicators must be at least 1".into());
-    }
     Ok(inputs)
 }
 
@@ -330,7 +375,8 @@ fn ratio(part: u64, whole: u64) -> f64 {
     }
 }
 
-/// `memlock-exporter estimate`: prints the estimate; exit 0, or 2 when it cannot run.
+/// `memlock-exporter estimate`: prints the estimate; exit 0, 2 when it cannot run (bad flags,
+/// unreadable limits), 1 when the report cannot be written.
 pub fn run(args: &EstimateArgs) -> u8 {
     let inputs = match inputs_from_args(&args.model, |name| std::env::var(name).ok()) {
         Ok(i) => i,
@@ -349,21 +395,25 @@ pub fn run(args: &EstimateArgs) -> u8 {
         }
     };
     let v = verdict(&e, &pid, soft, available);
-    if args.json {
+    let text = if args.json {
         #[derive(Serialize)]
         struct Report<'a> {
             estimate: &'a Estimate,
             verdict: &'a Verdict,
         }
         match serde_json::to_string_pretty(&Report { estimate: &e, verdict: &v }) {
-            Ok(text) => println!("{text}"),
+            Ok(text) => text + "\n",
             Err(err) => {
                 eprintln!("memlock-exporter estimate: {err}");
                 return crate::exit::RUNTIME;
             }
         }
     } else {
-        print!("{}", render_text(&e, &v));
+        render_text(&e, &v)
+    };
+    if let Err(err) = crate::cli::print_report(&text) {
+        eprintln!("memlock-exporter estimate: writing the report: {err}");
+        return crate::exit::RUNTIME;
     }
     crate::exit::OK
 }
@@ -445,6 +495,46 @@ mod tests {
         assert_eq!(available, Some(23_786_376 * 1024));
         assert!(read_machine(&root, "999999999").unwrap_err().to_string().contains("999999999/limits"));
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    fn model(flags: &[&str]) -> ModelArgs {
+        use clap::Parser;
+        let argv = ["memlock-exporter", "estimate"].iter().chain(flags);
+        match crate::cli::Cli::try_parse_from(argv) {
+            Ok(crate::cli::Cli { command: Some(crate::cli::Command::Estimate(args)), .. }) => args.model,
+            other => panic!("{flags:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn model_inputs_no_job_can_have_are_refused_naming_the_flag() {
+        let no_env = |_: &str| None;
+        assert!(inputs_from_args(&model(&[]), no_env).is_ok());
+        assert!(inputs_from_args(&model(&["--nodes", "1", "--qps-per-connection", "128"]), no_env).is_ok());
+        for flag in ["--nodes", "--ranks-per-node", "--channels", "--communicators", "--p2p-channels", "--net-connections-per-channel", "--devices-per-connection"] {
+            let err = inputs_from_args(&model(&[flag, "0"]), no_env).unwrap_err();
+            assert!(err.starts_with(&format!("{flag} 0: must be at least 1")), "{err}");
+        }
+        for qps in ["0", "129"] {
+            let err = inputs_from_args(&model(&["--qps-per-connection", qps]), no_env).unwrap_err();
+            assert_eq!(err, format!("--qps-per-connection {qps}: NCCL takes 1 to 128 QPs per connection"));
+        }
+        // The flag is checked even when the environment is broken too: the flag is what to fix.
+        let broken = |name: &str| (name == "NCCL_BUFFSIZE").then(|| "4M".to_owned());
+        assert!(inputs_from_args(&model(&["--nodes", "0"]), broken).unwrap_err().starts_with("--nodes"));
+    }
+
+    #[test]
+    fn zero_channels_or_qps_from_the_environment_follow_nccl() {
+        let one = |name: &'static str, value: &'static str| move |n: &str| (n == name).then(|| value.to_owned());
+        // NCCL leaves its default for NCCL_MAX_CTAS <= 0 and raises NCCL_MAX_NCHANNELS to 1.
+        assert_eq!(inputs_from_env(one("NCCL_MAX_CTAS", "0"), Inputs::default()).unwrap().channels, 32);
+        assert_eq!(inputs_from_env(one("NCCL_MAX_NCHANNELS", "0"), Inputs::default()).unwrap().channels, 1);
+        assert_eq!(inputs_from_env(one("NCCL_IB_QPS_PER_CONNECTION", "4"), Inputs::default()).unwrap().qps_per_connection, 4);
+        for qps in ["0", "129"] {
+            let err = inputs_from_env(one("NCCL_IB_QPS_PER_CONNECTION", qps), Inputs::default()).unwrap_err();
+            assert!(err.starts_with(&format!("NCCL_IB_QPS_PER_CONNECTION={qps}: ")), "{err}");
+        }
     }
 
     #[test]
