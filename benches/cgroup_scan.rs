@@ -172,7 +172,12 @@ fn main() {
     let memory = root.join("sys/fs/cgroup/memory");
     let dirs = generate(&memory);
     // A v1 layout: the collector finds `memory` and no `unified`.
+    let rss_before = synthetic::status_kib("/proc/self/status", "VmRSS").unwrap_or(0);
     let ratio = measure("temp tree, v1 format", &root.join("sys"), &dirs, ROUNDS);
+    println!(
+        "peak RSS of the benchmark process (VmHWM): {} KiB ({rss_before} KiB before the rounds)",
+        synthetic::status_kib("/proc/self/status", "VmHWM").unwrap_or(0)
+    );
     std::fs::remove_dir_all(&root).unwrap();
     if let Some(count) = std::env::var("MEMLOCK_BENCH_REAL_CGROUPS").ok().and_then(|v| v.parse().ok()) {
         measure_real(count);

@@ -43,13 +43,6 @@ fn median(mut samples: Vec<f64>) -> f64 {
     samples[samples.len() / 2]
 }
 
-fn self_status_kib(key: &str) -> u64 {
-    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
 
 /// Writes `processes` pid directories in the kernel's formats: 1% pinning (RDMA workers),
 /// 1% named python3 (caught by the default comm pattern), spread over 100 cgroups.
@@ -170,7 +163,7 @@ fn main() {
     println!("  ratio:            {:>7.2}x the baseline", real.scan_us_per_process / real.baseline_us_per_process);
     println!("  tracked pass:     {:>7.1} us for {} tracked processes", real.tracked_pass_us, real.tracked);
 
-    println!("peak RSS of the benchmark process (VmHWM): {} KiB", self_status_kib("VmHWM"));
+    println!("peak RSS of the benchmark process (VmHWM): {} KiB", synthetic::status_kib("/proc/self/status", "VmHWM").unwrap_or(0));
 
     let mut missed = Vec::new();
     if synthetic.scan_us_per_process > TARGET_US_PER_PROCESS {

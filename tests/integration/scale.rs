@@ -54,11 +54,7 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 /// `VmRSS` or `VmHWM` of a process, in KiB.
 fn status_kib(pid: u32, key: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("{key} missing from /proc/{pid}/status"))
+    synthetic::status_kib(&format!("/proc/{pid}/status"), key).unwrap_or_else(|| panic!("{key} missing from /proc/{pid}/status"))
 }
 
 fn thread_count(pid: u32) -> usize {

@@ -144,3 +144,10 @@ pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// A `kB` field of a `/proc/<pid>/status` file (`VmRSS`, `VmHWM`), in KiB: what the benchmarks
+/// and the scale tests report as memory.
+pub fn status_kib(status_file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(status_file).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')).and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
