@@ -110,7 +110,9 @@ fn subject(point: &TrendPoint) -> String {
 fn what_is_watched(scope: Scope) -> (&'static str, &'static str) {
     match scope {
         Scope::Node => ("locked + pinned memory", "MemAvailable"),
-        Scope::Cgroup => ("memory usage", "its memory limit"),
+        // The cgroup trend follows the working set (see CgroupStats::observations): say so, or
+        // the figure will not match memory.current when someone checks.
+        Scope::Cgroup => ("working set (usage minus inactive page cache)", "its memory limit"),
         Scope::Process => ("max(VmPin, VmLck)", "its soft memlock limit"),
     }
 }
@@ -492,6 +494,27 @@ mod tests {
         assert_eq!(alerts.len(), 1);
         assert_eq!(alerts[0].labels["alertname"], "MemlockProcessNearLimitFast");
         assert_eq!(alerts[0].labels["severity"], "warning");
+    }
+
+    #[test]
+    fn cgroup_alerts_name_the_working_set() {
+        let point = TrendPoint {
+            scope: Scope::Cgroup,
+            id: "/kubepods/pod1".into(),
+            labels: vec![("cgroup", "/kubepods/pod1".into()), ("pod_uid", "1".into())],
+            value: 60.0 * MIB,
+            headroom: Some(4.0 * MIB),
+            rise: Some(2.0 * MIB),
+            exhaustion: Some(2.0),
+        };
+        let alerts = evaluate(&snapshot(vec![point]), &config());
+        let names: Vec<&str> = alerts.iter().map(|a| a.labels["alertname"].as_str()).collect();
+        assert_eq!(names, ["MemlockCgroupMemoryExhaustionImminent", "MemlockCgroupNearMemoryLimitFast"]);
+        for alert in &alerts {
+            assert_eq!((alert.labels["scope"].as_str(), alert.labels["pod_uid"].as_str()), ("cgroup", "1"));
+            assert!(alert.annotations["description"].starts_with("working set (usage minus inactive page cache) of cgroup /kubepods/pod1 is 60.0 MiB"), "{alert:?}");
+        }
+        assert!(alerts[1].annotations["summary"].contains("94% of its memory limit"), "{:?}", alerts[1]);
     }
 
     #[test]

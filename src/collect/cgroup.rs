@@ -155,6 +155,9 @@ pub struct MemoryEvents {
 pub struct CgroupMemory {
     pub labels: CgroupLabels,
     pub usage_bytes: Option<u64>,
+    /// Usage minus inactive page cache ([`memcg::working_set`]): what the cgroup cannot give
+    /// back without swapping or killing. `None` when usage or `memory.stat` is unknown.
+    pub working_set_bytes: Option<u64>,
     /// The lowest limit on the path to the root; `None` when it could not be read.
     pub limit: Option<Limit>,
     /// v2 `memory.high` of this cgroup.
@@ -495,6 +498,7 @@ fn read_v1_memory(tree: &mut Tree, reader: &mut Reader, out: &mut Vec<CgroupMemo
         out.push(CgroupMemory {
             labels: node.labels.clone(),
             usage_bytes: usage,
+            working_set_bytes: usage.zip(stat.subtree_inactive_file()).map(|(usage, inactive)| memcg::working_set(usage, inactive)),
             limit: stat.hierarchical_memory_limit,
             high: None,
             swap_limit: stat.hierarchical_memsw_limit,
@@ -580,6 +584,8 @@ fn read_v2_memory(tree: &mut Tree, reader: &mut Reader, out: &mut Vec<CgroupMemo
         out.push(CgroupMemory {
             labels: node.labels.clone(),
             usage_bytes: current,
+            // v2 memory.stat is hierarchical, like memory.current.
+            working_set_bytes: current.zip(stat.as_ref().and_then(|s| s.inactive_file)).map(|(usage, inactive)| memcg::working_set(usage, inactive)),
             limit: max[index],
             high,
             swap_limit: swap[index],
@@ -655,21 +661,23 @@ impl Collector for CgroupCollector {
 }
 
 impl CgroupStats {
-    /// The cgroup scope of the trend analysis: usage against the effective limit. Cgroups
-    /// without a limit have nothing to run out of and are not tracked.
+    /// The cgroup scope of the trend analysis: the working set against the effective limit.
+    /// Not the raw usage: a job streaming a dataset through page cache fills its cgroup with
+    /// cache that the kernel reclaims at the limit, and would look like a steep ramp to OOM.
+    /// Cgroups without a limit have nothing to run out of and are not tracked.
     pub fn observations(&self, at: f64) -> Vec<Observation> {
         self.memory
             .iter()
             .filter_map(|c| {
-                let usage = c.usage_bytes?;
+                let working_set = c.working_set_bytes?;
                 let limit = c.limit?.bytes()?;
                 Some(Observation {
                     scope: Scope::Cgroup,
                     id: c.path().to_owned(),
                     labels: (*c.labels).clone(),
                     at,
-                    value: usage as f64,
-                    headroom: Some(limit.saturating_sub(usage) as f64),
+                    value: working_set as f64,
+                    headroom: Some(limit.saturating_sub(working_set) as f64),
                 })
             })
             .collect()
@@ -679,11 +687,16 @@ impl CgroupStats {
         let base: Vec<Vec<(&str, &str)>> =
             self.memory.iter().map(|c| c.labels.iter().map(|(k, v)| (*k, v.as_str())).collect()).collect();
         type Field = fn(&CgroupMemory) -> Option<u64>;
-        let gauges: [(&'static str, &'static str, Field); 6] = [
+        let gauges: [(&'static str, &'static str, Field); 7] = [
             (
                 "memlock_cgroup_memory_usage_bytes",
-                "Memory charged to the cgroup and its descendants (v1 memory.usage_in_bytes, v2 memory.current). Sampled on the cgroup interval (default 1s), not at scrape time.",
+                "Memory charged to the cgroup and its descendants (v1 memory.usage_in_bytes, v2 memory.current), page cache included. Sampled on the cgroup interval (default 1s), not at scrape time.",
                 |c| c.usage_bytes,
+            ),
+            (
+                "memlock_cgroup_memory_working_set_bytes",
+                "Usage minus inactive page cache (v1 total_inactive_file, v2 inactive_file in memory.stat), floored at 0, as kubelet and cAdvisor compute it: memory the kernel cannot reclaim without swapping or killing. Locked and pinned pages are always in it. Sampled on the cgroup interval.",
+                |c| c.working_set_bytes,
             ),
             (
                 "memlock_cgroup_memory_limit_bytes",
@@ -831,7 +844,10 @@ mod tests {
             self.write(&format!("{dir}/memory.usage_in_bytes"), &format!("{usage}\n"));
             self.write(
                 &format!("{dir}/memory.stat"),
-                &format!("cache 0\nrss {usage}\nunevictable 0\nhierarchical_memory_limit {hierarchical_limit}\ntotal_unevictable 4096\n"),
+                &format!(
+                    "cache 0\nrss {usage}\ninactive_anon {usage}\ninactive_file 0\nunevictable 0\nhierarchical_memory_limit {hierarchical_limit}\n\
+                     total_cache 0\ntotal_rss {usage}\ntotal_inactive_anon {usage}\ntotal_inactive_file 0\ntotal_unevictable 4096\n"
+                ),
             );
             self.write(&format!("{dir}/memory.failcnt"), "0\n");
             self.write(&format!("{dir}/memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n");
@@ -967,7 +983,7 @@ mod tests {
             scratch.write(&format!("{dir}/memory.current"), "4096\n");
             scratch.write(&format!("{dir}/memory.max"), &format!("{max}\n"));
             scratch.write(&format!("{dir}/memory.high"), "max\n");
-            scratch.write(&format!("{dir}/memory.stat"), "anon 4096\nunevictable 4096\n");
+            scratch.write(&format!("{dir}/memory.stat"), "anon 4096\nfile 0\ninactive_file 0\nunevictable 4096\n");
             scratch.write(&format!("{dir}/memory.events"), "low 0\nhigh 0\nmax 3\noom 0\noom_kill 0\n");
         }
         // No swap support: no memory.swap.max anywhere. A unit without the memory controller.
@@ -994,5 +1010,64 @@ mod tests {
         assert_eq!(observations.len(), 3, "the unlimited root is not tracked");
         assert_eq!(observations[2].headroom, Some((524288 - 4096) as f64));
         assert_eq!(observations[2].id, "/job/step/task");
+    }
+
+    /// The trend and the alerts follow the working set: a cgroup full of inactive page cache
+    /// is not running out of memory; one full of locked memory is.
+    #[test]
+    fn working_set_leaves_out_inactive_file_and_feeds_the_trend() {
+        let scratch = Scratch::new("working-set");
+        scratch.write("sys/fs/cgroup/cgroup.controllers", "memory\n");
+        scratch.write("sys/fs/cgroup/memory.stat", "anon 0\nfile 0\ninactive_file 0\nunevictable 0\n");
+        let v2 = |name: &str, current: u64, stat: &str| {
+            let dir = format!("sys/fs/cgroup/{name}");
+            scratch.write(&format!("{dir}/cgroup.controllers"), "memory\n");
+            scratch.write(&format!("{dir}/memory.current"), &format!("{current}\n"));
+            scratch.write(&format!("{dir}/memory.max"), "1073741824\n");
+            scratch.write(&format!("{dir}/memory.stat"), stat);
+        };
+        // 950 MiB of a 1 GiB limit, 900 MiB of it inactive file cache.
+        v2("loader", 950 << 20, "anon 52428800\nfile 943718400\ninactive_anon 52428800\nactive_anon 0\ninactive_file 943718400\nactive_file 0\nunevictable 0\n");
+        // 950 MiB, 900 MiB of it mlock()ed: unevictable, so never inactive_file.
+        v2("locker", 950 << 20, "anon 996147200\nfile 0\ninactive_anon 52428800\nactive_anon 0\ninactive_file 0\nactive_file 0\nunevictable 943718400\n");
+        // The statistics lag usage (flushed lazily): cache just dropped still shows as inactive.
+        v2("stale", 1 << 20, "anon 0\nfile 8388608\ninactive_file 8388608\nactive_file 0\nunevictable 0\n");
+        // A memory.stat without the LRU lines: the working set is unknown, not the usage.
+        v2("nolru", 4096, "anon 4096\nunevictable 0\n");
+        let mut errors = Vec::new();
+        let stats = scratch.collector(Duration::from_secs(3600)).read(&mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        let by_path = |path: &str| stats.memory.iter().find(|c| c.path() == path).unwrap();
+        assert_eq!(by_path("/loader").working_set_bytes, Some(50 << 20));
+        assert_eq!(by_path("/locker").working_set_bytes, Some(950 << 20));
+        assert_eq!(by_path("/stale").working_set_bytes, Some(0), "floored at 0");
+        assert_eq!(by_path("/stale").usage_bytes, Some(1 << 20));
+        assert_eq!(by_path("/nolru").working_set_bytes, None);
+        assert_eq!(by_path("/").working_set_bytes, None, "the v2 root has no memory.current");
+
+        let observations = stats.observations(1.0);
+        let watched = |id: &str| observations.iter().find(|o| o.id == id).map(|o| (o.value, o.headroom));
+        assert_eq!(watched("/loader"), Some(((50u64 << 20) as f64, Some((974u64 << 20) as f64))));
+        assert_eq!(watched("/locker"), Some(((950u64 << 20) as f64, Some((74u64 << 20) as f64))));
+        assert_eq!(watched("/stale"), Some((0.0, Some((1u64 << 30) as f64))));
+        assert_eq!(watched("/nolru"), None);
+
+        let mut out = Exposition::new();
+        stats.render(&mut out);
+        let text = out.finish();
+        assert!(text.contains("memlock_cgroup_memory_working_set_bytes{cgroup=\"/loader\"} 52428800\n"), "{text}");
+        assert!(text.contains("memlock_cgroup_memory_usage_bytes{cgroup=\"/loader\"} 996147200\n"), "{text}");
+        assert!(!text.contains("memlock_cgroup_memory_working_set_bytes{cgroup=\"/nolru\"}"), "{text}");
+
+        // v1: total_inactive_file, the subtree's, like usage_in_bytes.
+        let v1 = Scratch::new("working-set-v1");
+        v1.v1_cgroup("", 1 << 30, UNLIMITED);
+        v1.write(
+            "sys/fs/cgroup/memory/memory.stat",
+            "cache 0\nrss 0\ninactive_file 4096\nunevictable 0\nhierarchical_memory_limit 9223372036854771712\ntotal_cache 805306368\ntotal_rss 268435456\ntotal_inactive_file 805306368\ntotal_unevictable 0\n",
+        );
+        let stats = v1.collector(Duration::from_secs(3600)).read(&mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(stats.memory[0].working_set_bytes, Some(256 << 20));
     }
 }

@@ -46,6 +46,8 @@ pub fn parse_v2_limit(text: &str) -> Result<Limit, ParseError> {
 pub struct V1Stat {
     pub unevictable: Option<u64>,
     pub total_unevictable: Option<u64>,
+    pub inactive_file: Option<u64>,
+    pub total_inactive_file: Option<u64>,
     /// The lowest `limit_in_bytes` on the path to the root: the limit that applies.
     pub hierarchical_memory_limit: Option<Limit>,
     /// The same for memory plus swap; absent without swap accounting.
@@ -57,15 +59,33 @@ impl V1Stat {
     pub fn subtree_unevictable(&self) -> Option<u64> {
         self.total_unevictable.or(self.unevictable)
     }
+
+    /// Page cache on the inactive list, of the subtree: what reclaim takes first.
+    pub fn subtree_inactive_file(&self) -> Option<u64> {
+        self.total_inactive_file.or(self.inactive_file)
+    }
+}
+
+/// The working set as kubelet and cAdvisor define it: usage minus the inactive page cache,
+/// which the kernel reclaims before it would fail a charge. mlock()ed pages sit on the
+/// unevictable list, never on inactive_file, so they always count. Floored at 0 because
+/// `memory.stat` is flushed from per-CPU counters lazily (up to 2 s late) while usage is exact:
+/// right after a large file is dropped the stale inactive_file can exceed usage.
+pub fn working_set(usage: u64, inactive_file: u64) -> u64 {
+    usage.saturating_sub(inactive_file)
 }
 
 /// Parses v1 `memory.stat`.
 pub fn parse_v1_stat(text: &str) -> Result<V1Stat, ParseError> {
-    let [unevictable, total_unevictable, memory_limit, memsw_limit] =
-        parse_pairs(text, ["unevictable", "total_unevictable", "hierarchical_memory_limit", "hierarchical_memsw_limit"])?;
+    let [unevictable, total_unevictable, inactive_file, total_inactive_file, memory_limit, memsw_limit] = parse_pairs(
+        text,
+        ["unevictable", "total_unevictable", "inactive_file", "total_inactive_file", "hierarchical_memory_limit", "hierarchical_memsw_limit"],
+    )?;
     Ok(V1Stat {
         unevictable,
         total_unevictable,
+        inactive_file,
+        total_inactive_file,
         hierarchical_memory_limit: memory_limit.map(Limit::from_v1),
         hierarchical_memsw_limit: memsw_limit.map(Limit::from_v1),
     })
@@ -90,11 +110,12 @@ pub fn parse_oom_control(text: &str) -> Result<OomControl, ParseError> {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct V2Stat {
     pub unevictable: Option<u64>,
+    pub inactive_file: Option<u64>,
 }
 
 pub fn parse_v2_stat(text: &str) -> Result<V2Stat, ParseError> {
-    let [unevictable] = parse_pairs(text, ["unevictable"])?;
-    Ok(V2Stat { unevictable })
+    let [unevictable, inactive_file] = parse_pairs(text, ["unevictable", "inactive_file"])?;
+    Ok(V2Stat { unevictable, inactive_file })
 }
 
 /// v2 `memory.events` (hierarchical counts).
@@ -172,6 +193,9 @@ mod tests {
         assert_eq!(stat.unevictable, Some(13049856));
         assert_eq!(stat.total_unevictable, Some(516452352));
         assert_eq!(stat.subtree_unevictable(), Some(516452352));
+        assert_eq!((stat.inactive_file, stat.total_inactive_file), (Some(98304), Some(164372480)));
+        assert_eq!(stat.subtree_inactive_file(), Some(164372480), "the subtree's, like usage_in_bytes");
+        assert_eq!(working_set(parse_u64(ROOT_USAGE).unwrap(), stat.subtree_inactive_file().unwrap()), 895455232 - 164372480);
         assert_eq!(stat.hierarchical_memory_limit, Some(Limit::Unlimited));
         assert_eq!(stat.hierarchical_memsw_limit, Some(Limit::Unlimited));
     }
@@ -196,8 +220,10 @@ mod tests {
         assert_eq!(stat.hierarchical_memory_limit, Some(Limit::Bytes(256 << 20)));
         assert_eq!(stat.hierarchical_memsw_limit, None, "absent without swap accounting");
         assert_eq!(stat.subtree_unevictable(), Some(64 << 20));
+        assert_eq!(stat.subtree_inactive_file(), None, "absent, not zero");
         // A kernel that printed only local keys.
         assert_eq!(parse_v1_stat("unevictable 5\n").unwrap().subtree_unevictable(), Some(5));
+        assert_eq!(parse_v1_stat("inactive_file 8192\nunevictable 5\n").unwrap().subtree_inactive_file(), Some(8192));
     }
 
     #[test]
@@ -226,7 +252,16 @@ mod tests {
         assert_eq!(events.high, Some(3));
         let stat = parse_v2_stat("anon 7340032\nfile 1048576\nshmem 0\nunevictable 4194304\nworkingset_refault_anon 0\npgfault 120\n").unwrap();
         assert_eq!(stat.unevictable, Some(4 << 20));
+        assert_eq!(stat.inactive_file, None, "absent, not zero");
         assert_eq!(parse_v2_stat("anon 1\n").unwrap().unevictable, None, "absent, not zero");
+        // The LRU lines as 6.x prints them, between the THP and the unevictable lines;
+        // workingset_* and the active_/inactive_ prefixes must not be confused with them.
+        let stat = parse_v2_stat(
+            "anon 943718400\nfile 83886080\nanon_thp 471859200\ninactive_anon 849346560\nactive_anon 94371840\ninactive_file 41943040\nactive_file 41943040\nunevictable 0\nworkingset_refault_file 0\n",
+        )
+        .unwrap();
+        assert_eq!((stat.inactive_file, stat.unevictable), (Some(41943040), Some(0)));
+        assert!(matches!(parse_v2_stat("inactive_file -4096\n"), Err(ParseError::NotANumber { line: 1, .. })));
     }
 
     #[test]
@@ -245,6 +280,18 @@ mod tests {
         assert_eq!(parse_oom_control(&binary), Err(ParseError::Empty));
         assert!(parse_u64("12 kB\n").is_err());
         assert!(parse_v1_limit("").is_err());
+    }
+
+    #[test]
+    fn working_set_is_usage_without_inactive_file_floored_at_zero() {
+        // A loader streaming a dataset: most of its usage is reclaimable cache.
+        assert_eq!(working_set(4081057792, 3355443200), 725614592);
+        assert_eq!(working_set(4096, 0), 4096);
+        assert_eq!(working_set(0, 0), 0);
+        // memory.stat lags usage: just after a cached file is deleted, inactive_file can
+        // still show pages that usage no longer holds. Never negative, never a wrap.
+        assert_eq!(working_set(1 << 20, 3 << 20), 0);
+        assert_eq!(working_set(0, u64::MAX), 0);
     }
 
     #[test]

@@ -101,6 +101,20 @@ fn v2_effective_limits_events_and_absences() {
         .parse()
         .unwrap();
     assert_eq!(m.value(&format!("memlock_cgroup_memory_usage_bytes{{{labels}}}")), current);
+    // The working set is memory.current minus inactive_file of the same cgroup's memory.stat.
+    assert_eq!(m.value(&format!("memlock_cgroup_memory_working_set_bytes{{{labels}}}")), current - 138936320.0);
+    // A unit staging a dataset through page cache: 95% of its 4 GiB limit in use, thousands of
+    // `max` events (reclaim at the limit) and no OOM, because most of it is inactive cache.
+    // The working set says so; the usage would page.
+    let stage = "cgroup=\"/system.slice/dataset-stage.service\",systemd_unit=\"dataset-stage.service\"";
+    assert_eq!(m.value(&format!("memlock_cgroup_memory_usage_bytes{{{stage}}}")), 4081057792.0);
+    assert_eq!(m.value(&format!("memlock_cgroup_memory_limit_bytes{{{stage}}}")), (4 * GIB) as f64);
+    assert_eq!(m.value(&format!("memlock_cgroup_memory_working_set_bytes{{{stage}}}")), (4081057792u64 - 3355443200) as f64);
+    assert_eq!(m.value(&format!("memlock_cgroup_memory_events_total{{{stage},event=\"max\"}}")), 4121.0);
+    assert_eq!(m.value(&format!("memlock_cgroup_memory_events_total{{{stage},event=\"oom_kill\"}}")), 0.0);
+    let trend = stats.observations(0.0);
+    let watched = trend.iter().find(|o| o.id == "/system.slice/dataset-stage.service").unwrap();
+    assert_eq!((watched.value, watched.headroom), (725614592.0, Some((4 * GIB - 725614592) as f64)));
 
     // The sidecar has no limit and neither has its pod: the node allocatable of kubepods.slice applies.
     let sidecar = stats.memory.iter().find(|c| c.path().contains("cri-containerd-a1b2")).unwrap();
@@ -115,13 +129,14 @@ fn v2_effective_limits_events_and_absences() {
 
     // The root has memory.stat but no memory.current, memory.max or memory.events.
     assert!(m.get("memlock_cgroup_memory_usage_bytes{cgroup=\"/\"}").is_none());
+    assert!(m.get("memlock_cgroup_memory_working_set_bytes{cgroup=\"/\"}").is_none(), "no usage, no working set");
     assert_eq!(m.value("memlock_cgroup_memory_limit_unlimited{cgroup=\"/\"}"), 1.0);
     assert!(m.get("memlock_cgroup_memory_unevictable_bytes{cgroup=\"/\"}").is_some());
     assert!(m.family("memlock_cgroup_memory_events_total").iter().all(|(k, _)| !k.contains("cgroup=\"/\",")));
     // A cgroup without the memory controller is walked, not exported, and not an error.
     assert!(!m.text.contains("session-3.scope"));
-    // 10 under kubepods.slice and the root, 9 under system.slice, 3 under user.slice.
-    assert_eq!(stats.scan.walked, 22);
+    // 10 under kubepods.slice and the root, 10 under system.slice, 3 under user.slice.
+    assert_eq!(stats.scan.walked, 23);
     assert_eq!((stats.scan.read_errors, stats.scan.permission_denied), (0, 0));
 
     // rdma: current and max per device; "max" is not a number; absent at the root and where
@@ -152,6 +167,8 @@ fn v1_sentinels_for_64k_pages_and_cgroupfs_driver_paths() {
     assert_eq!(m.value(&format!("memlock_cgroup_memory_events_total{{{container},event=\"oom_kill\"}}")), 2.0);
     assert!(m.get(&format!("memlock_cgroup_memory_events_total{{{container},event=\"oom\"}}")).is_none(), "v1 has no oom count");
     assert_eq!(m.value(&format!("memlock_cgroup_memory_unevictable_bytes{{{container}}}")), (8 * GIB) as f64);
+    // usage_in_bytes minus total_inactive_file, the subtree's like the usage.
+    assert_eq!(m.value(&format!("memlock_cgroup_memory_working_set_bytes{{{container}}}")), (31776047104u64 - 268435456) as f64);
     // 9223372036854710272, the 64 KiB-page sentinel, is unlimited.
     assert_eq!(m.value("memlock_cgroup_memory_limit_unlimited{cgroup=\"/\"}"), 1.0);
     assert!(m.get("memlock_cgroup_memory_limit_bytes{cgroup=\"/\"}").is_none());
@@ -177,11 +194,12 @@ fn hybrid_main_tree_uses_v1_memory_and_the_v1_rdma_hierarchy() {
     // The root is the captured VM's, byte for byte.
     assert_eq!(m.value("memlock_cgroup_memory_usage_bytes{cgroup=\"/\"}"), 895455232.0);
     assert_eq!(m.value("memlock_cgroup_memory_unevictable_bytes{cgroup=\"/\"}"), 516452352.0);
-    // opensm locks 64 MiB (VmLck in tests/fixtures/proc/1187/status).
-    assert_eq!(
-        m.value("memlock_cgroup_memory_unevictable_bytes{cgroup=\"/system.slice/opensm.service\",systemd_unit=\"opensm.service\"}"),
-        (64u64 << 20) as f64
-    );
+    assert_eq!(m.value("memlock_cgroup_memory_working_set_bytes{cgroup=\"/\"}"), (895455232u64 - 164372480) as f64);
+    // opensm locks 64 MiB (VmLck in tests/fixtures/proc/1187/status): unevictable, and all of
+    // it in the working set.
+    let opensm = "cgroup=\"/system.slice/opensm.service\",systemd_unit=\"opensm.service\"";
+    assert_eq!(m.value(&format!("memlock_cgroup_memory_unevictable_bytes{{{opensm}}}")), (64u64 << 20) as f64);
+    assert_eq!(m.value(&format!("memlock_cgroup_memory_working_set_bytes{{{opensm}}}")), (96468992u64 - 1572864) as f64);
     // The Slurm job's memory and memory+swap limits reach the step.
     let step = "cgroup=\"/slurm/uid_1000/job_1870/step_0\",slurm_job=\"1870\",slurm_step=\"0\"";
     assert_eq!(m.value(&format!("memlock_cgroup_memory_limit_bytes{{{step}}}")), (2 * GIB) as f64);
@@ -211,7 +229,7 @@ fn include_and_exclude_select_exported_cgroups_but_limits_still_apply() {
     let (stats, _) = collect(&v2, no_system);
     assert!(stats.memory.iter().all(|c| !c.path().starts_with("/system.slice") && !c.path().starts_with("/user.slice")));
     assert!(stats.memory.iter().any(|c| c.path().starts_with("/kubepods.slice")));
-    assert_eq!(stats.scan.filtered, 9 + 3);
+    assert_eq!(stats.scan.filtered, 10 + 3);
 }
 
 #[test]
@@ -219,10 +237,10 @@ fn max_depth_bounds_the_walk_and_counts_what_it_left_out() {
     let shallow = CgroupConfig { max_depth: 1, ..config() };
     let (stats, errors) = collect(&tree("cgroup-v2"), shallow);
     assert!(errors.is_empty(), "{errors:?}");
-    // The root and its four children; their subdirectories (3 in kubepods.slice, 3 in
+    // The root and its four children; their subdirectories (3 in kubepods.slice, 4 in
     // system.slice, 1 in user.slice) are not walked.
     assert_eq!(stats.scan.walked, 5);
-    assert_eq!(stats.scan.too_deep, 7);
+    assert_eq!(stats.scan.too_deep, 8);
     assert!(stats.memory.iter().all(|c| c.path().matches('/').count() <= 1));
     let root_only = CgroupConfig { max_depth: 0, ..config() };
     let (stats, _) = collect(&tree("cgroup-v2"), root_only);

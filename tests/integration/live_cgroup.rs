@@ -66,6 +66,21 @@ fn read_u64(path: &Path) -> u64 {
     std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
 }
 
+/// One `key value` line of a v1 `memory.stat`.
+fn stat_value(dir: &Path, key: &str) -> u64 {
+    let text = std::fs::read_to_string(dir.join("memory.stat")).unwrap();
+    text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok()).unwrap_or_else(|| panic!("{key} in memory.stat"))
+}
+
+/// A file removed on drop (declared after the cgroups, so it goes first and frees its cache).
+struct ScratchFile(PathBuf);
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// A configuration file, removed on drop.
 struct ConfigFile(PathBuf);
 
@@ -141,6 +156,10 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
         "unevictable covers the {LOCK_BYTES} locked bytes:\n{}",
         m.text
     );
+    // Locked pages are unevictable, never inactive file cache: all of them are in the working
+    // set, which is what the cgroup trend and alerts follow.
+    let working_set = m.value(&series("memlock_cgroup_memory_working_set_bytes", &outer_labels));
+    assert!(working_set >= LOCK_BYTES as f64 && working_set <= usage, "working set {working_set}, usage {usage}");
     assert_eq!(m.value(&series("memlock_cgroup_memory_limit_bytes", &outer_labels)), LIMIT as f64);
     assert_eq!(m.value(&series("memlock_cgroup_memory_limit_unlimited", &outer_labels)), 0.0);
     // The nested cgroup's own limit is higher: its effective limit is the parent's.
@@ -151,7 +170,38 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
     assert_eq!(m.value("memlock_cgroup_hierarchy_info{layout=\"hybrid\",memory=\"v1\",rdma=\"none\"}"), 1.0);
     // Only the two test cgroups pass the include pattern.
     assert_eq!(m.family("memlock_cgroup_memory_usage_bytes").len(), 2, "{}", m.text);
+
+    // Page cache: a writer in the nested cgroup leaves 64 MiB of file pages charged to it (on a
+    // disk file system: tmpfs pages would be shmem, on the anon lists). New file pages start on
+    // the inactive list, so the usage grows and the working set does not.
+    const CACHE_BYTES: u64 = 64 << 20;
+    let file = ScratchFile(PathBuf::from(format!("/var/tmp/memlock-live-cache-{}", std::process::id())));
+    let status = Command::new("sh")
+        .args(["-c", "echo $$ > \"$1/cgroup.procs\" && exec dd if=/dev/zero of=\"$2\" bs=1M count=64 status=none", "sh"])
+        .arg(&nested)
+        .arg(&file.0)
+        .status()
+        .expect("sh runs dd");
+    assert!(status.success(), "dd in the nested cgroup: {status}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (mut usage, mut working_set) = (0.0, 0.0);
+    while Instant::now() < deadline {
+        let m = exporter.metrics();
+        usage = m.value(&series("memlock_cgroup_memory_usage_bytes", &nested_labels));
+        working_set = m.value(&series("memlock_cgroup_memory_working_set_bytes", &nested_labels));
+        if usage >= CACHE_BYTES as f64 && working_set + (CACHE_BYTES / 2) as f64 <= usage {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let inactive = stat_value(&nested, "total_inactive_file");
+    let kernel_working_set = read_u64(&nested.join("memory.usage_in_bytes")).saturating_sub(inactive) as f64;
+    eprintln!("page cache: usage {usage}, working set {working_set}, kernel usage − total_inactive_file {kernel_working_set}");
+    assert!(usage >= CACHE_BYTES as f64, "the 64 MiB written are charged to the nested cgroup: usage {usage}");
+    assert!(working_set + (CACHE_BYTES / 2) as f64 <= usage, "most of the cache is inactive: working set {working_set}, usage {usage}");
+    assert!((working_set - kernel_working_set).abs() <= USAGE_TOLERANCE, "exporter {working_set}, kernel {kernel_working_set}");
     drop(stdin);
+    drop(file);
     drop(cgroups);
     assert!(!outer.exists(), "the test cgroups are removed");
 }
