@@ -87,9 +87,11 @@ impl ProcessSample {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CgroupAggregate {
     pub cgroup: Arc<CgroupInfo>,
+    /// Every process counts in the byte sums, CAP_IPC_LOCK or not: the memory is held either way.
     pub locked_bytes: u64,
     pub pinned_bytes: u64,
-    /// The highest [`ProcessSample::usage_ratio`] among its processes; `None` when none has one.
+    /// The highest [`ProcessSample::usage_ratio`] among its processes whose limit the kernel
+    /// enforces (not known to hold CAP_IPC_LOCK); `None` when none has one.
     pub usage_ratio_max: Option<f64>,
     pub processes: u64,
 }
@@ -452,6 +454,13 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
         agg.processes += 1;
         agg.locked_bytes = agg.locked_bytes.saturating_add(record.sample.locked_bytes.unwrap_or(0));
         agg.pinned_bytes = agg.pinned_bytes.saturating_add(record.sample.pinned_bytes.unwrap_or(0));
+        // The worst ratio is there to alert on processes the per-process series do not cover;
+        // an exempt process (opensm with CAP_IPC_LOCK, far over its 8 MiB limit) is never
+        // refused, and would keep its cgroup alerting forever. An unknown CapEff still counts:
+        // missing a real refusal costs more than a false warning.
+        if record.sample.ipc_lock == Some(true) {
+            continue;
+        }
         if let Some(ratio) = record.sample.usage_ratio() {
             agg.usage_ratio_max = Some(agg.usage_ratio_max.map_or(ratio, |max: f64| max.max(ratio)));
         }
@@ -709,7 +718,7 @@ impl ProcessStats {
         each_cgroup(out, &|c| Some(c.pinned_bytes.into()));
         out.family(
             "memlock_cgroup_limit_usage_ratio_max",
-            "The highest max(VmPin, VmLck) / soft RLIMIT_MEMLOCK among the cgroup's processes; absent when none has a finite, non-zero limit. Sampled on the process interval.",
+            "The highest max(VmPin, VmLck) / soft RLIMIT_MEMLOCK among the cgroup's processes that the limit applies to (those with CAP_IPC_LOCK are left out; they still count in the byte sums), exported or not; absent when none has a finite, non-zero limit. Sampled on the process interval.",
             Kind::Gauge,
         );
         each_cgroup(out, &|c| c.usage_ratio_max.map(Into::into));
@@ -799,6 +808,13 @@ mod tests {
             std::fs::write(self.root.join(pid.to_string()).join("status"), status).unwrap();
         }
 
+        /// Gives the process CAP_IPC_LOCK (bit 14) in its effective set.
+        fn ipc_lock(&self, pid: u32) {
+            let path = self.root.join(pid.to_string()).join("status");
+            let status = std::fs::read_to_string(&path).unwrap().replace("CapEff:\t0000000000000000", "CapEff:\t0000000000004000");
+            std::fs::write(path, status).unwrap();
+        }
+
         fn kernel_thread(&self, pid: u32) {
             let dir = self.root.join(pid.to_string());
             std::fs::create_dir_all(&dir).unwrap();
@@ -873,6 +889,35 @@ mod tests {
         assert_eq!(b.processes, 3);
         assert_eq!(b.usage_ratio_max, Some(1.0));
         assert_eq!(b.cgroup.labels[0], ("cgroup", "/b".to_owned()));
+    }
+
+    /// Issue 3 review: opensm (CAP_IPC_LOCK, 64 MiB locked under 8 MiB) made its cgroup's
+    /// worst ratio 8, which the kernel never refuses: a page that cannot be fixed.
+    #[test]
+    fn exempt_processes_count_in_the_sums_but_not_in_the_worst_ratio() {
+        let tree = Tree::new("exempt");
+        tree.process(90, "opensm", 65536, 0, "8388608", "/infra") // ratio 8, exempt
+            .process(91, "helper", 0, 4096, "8388608", "/infra") // ratio 0.5
+            .process(92, "ibv_rc_pingpong", 0, 16384, "8388608", "/alone"); // ratio 2, exempt
+        tree.ipc_lock(90);
+        tree.ipc_lock(92);
+        let mut collector = tree.collector(1 << 20, "", 10);
+        let mut errors = Vec::new();
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        let infra = stats.cgroups.iter().find(|c| c.cgroup.path == "/infra").unwrap();
+        assert_eq!(infra.usage_ratio_max, Some(0.5), "the exempt process is left out");
+        assert_eq!((infra.locked_bytes, infra.pinned_bytes, infra.processes), (64 << 20, 4 << 20, 2), "but its memory is summed");
+        let alone = stats.cgroups.iter().find(|c| c.cgroup.path == "/alone").unwrap();
+        assert_eq!(alone.usage_ratio_max, None, "no process the limit applies to");
+        assert_eq!(alone.pinned_bytes, 16 << 20);
+        // The per-process series still show the exempt process with its ratio and ipc_lock 1.
+        let opensm = stats.processes.iter().find(|p| p.pid == 90).unwrap();
+        assert_eq!((opensm.usage_ratio(), opensm.ipc_lock), (Some(8.0), Some(true)));
+        // Dropping the capability brings it back into the aggregate at the next pass.
+        tree.status(90, "opensm", 65536, 0);
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(stats.cgroups.iter().find(|c| c.cgroup.path == "/infra").unwrap().usage_ratio_max, Some(8.0));
     }
 
     #[test]
