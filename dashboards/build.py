@@ -356,14 +356,16 @@ def node_overview(t):
 def jobs_and_pods(t):
     near = t.value("cgroup_near_limit_ratio")
     process_near = t.value("process_near_limit_ratio")
-    ratio = f'{m("memlock_cgroup_memory_usage_bytes")} / {m("memlock_cgroup_memory_limit_bytes")}'
+    # The working set (usage minus inactive page cache), like the cgroup alerts: usage alone sits
+    # at the limit whenever a job reads more data than fits, and the kernel reclaims that cache.
+    ratio = f'{m("memlock_cgroup_memory_working_set_bytes")} / {m("memlock_cgroup_memory_limit_bytes")}'
     ratio_steps = steps("green", (near, "orange"), (1, "red"))
     process_steps = steps("green", (process_near, "orange"), (1, "red"))
     oom = f'sum without (event) (increase({m("memlock_cgroup_memory_events_total", event=("=~", "oom|oom_kill"))}[$__range]))'
     cgroup_columns = [
         ("instance", "instance"), ("namespace", "namespace"), ("pod", "pod"), ("cgroup", "cgroup"), ("slurm_job", "Slurm job"),
-        ("Value #A", "usage / limit"), ("Value #B", "usage"), ("Value #C", "limit"), ("Value #D", "locked (VmLck)"),
-        ("Value #E", "pinned (VmPin)"), ("Value #F", "worst process memlock ratio"), ("Value #G", "OOM events"),
+        ("Value #A", "working set / limit"), ("Value #B", "working set"), ("Value #C", "usage (with page cache)"), ("Value #D", "limit"),
+        ("Value #E", "locked (VmLck)"), ("Value #F", "pinned (VmPin)"), ("Value #G", "worst process memlock ratio"), ("Value #H", "OOM events"),
     ]
     top = f"topk(50, {ratio})"
     restrict = f"and on (instance, job, cgroup) {top}"
@@ -371,17 +373,31 @@ def jobs_and_pods(t):
     per_job = lambda name: f'max by (instance, job, slurm_job) ({m(name, slurm_job=("!=", ""))})'
     pod_table_columns = [
         ("instance", "instance"), ("namespace", "namespace"), ("pod", "pod"), ("pod_uid", "pod uid"),
-        ("Value #A", "usage"), ("Value #B", "limit"), ("Value #C", "pinned (VmPin)"), ("Value #D", "locked (VmLck)"), ("Value #E", "worst process memlock ratio"),
+        ("Value #A", "working set"), ("Value #B", "usage (with page cache)"), ("Value #C", "limit"), ("Value #D", "pinned (VmPin)"),
+        ("Value #E", "locked (VmLck)"), ("Value #F", "worst process memlock ratio"),
     ]
-    metrics = ["memlock_cgroup_memory_usage_bytes", "memlock_cgroup_memory_limit_bytes", "memlock_cgroup_pinned_bytes", "memlock_cgroup_locked_bytes", "memlock_cgroup_limit_usage_ratio_max"]
+    metrics = [
+        "memlock_cgroup_memory_working_set_bytes", "memlock_cgroup_memory_usage_bytes", "memlock_cgroup_memory_limit_bytes",
+        "memlock_cgroup_pinned_bytes", "memlock_cgroup_locked_bytes", "memlock_cgroup_limit_usage_ratio_max",
+    ]
     bytes_columns = lambda names: [column(n, "bytes") for n in names]
+    workload_bytes = ["working set", "usage (with page cache)", "limit", "pinned (VmPin)", "locked (VmLck)"]
+    # The condition of MemlockCgroupProcessNearLimit: a process near its limit that no
+    # per-process series shows (below the filter, or beyond top_n).
+    hidden_near = (
+        f'{m("memlock_cgroup_limit_usage_ratio_max")} >= {process_near}\n'
+        f"unless on (instance, job, cgroup) (\n"
+        f'  {m("memlock_process_limit_usage_ratio")} >= {process_near}\n'
+        f'  unless on (instance, job, pid) ({m("memlock_process_ipc_lock")} == 1)\n)'
+    )
     return dashboard(
         "memlock-workloads",
         "memlock-exporter / Jobs and pods",
-        "Per cgroup: memory usage against the effective limit, locked and pinned sums, the worst process's memlock ratio; Kubernetes pods (joined through kube_pod_info{uid}) and Slurm jobs.",
+        "Per cgroup: working set (usage minus inactive page cache) against the effective memory limit, locked and pinned sums, the worst process's memlock ratio; Kubernetes pods (joined through kube_pod_info{uid}) and Slurm jobs.",
         [
             (table("Cgroups closest to their memory limit", targets(
                 (with_pod(top), ""),
+                (with_pod(f'{m("memlock_cgroup_memory_working_set_bytes")} {restrict}'), ""),
                 (with_pod(f'{m("memlock_cgroup_memory_usage_bytes")} {restrict}'), ""),
                 (with_pod(f'{m("memlock_cgroup_memory_limit_bytes")} {restrict}'), ""),
                 (with_pod(f'{m("memlock_cgroup_locked_bytes")} {restrict}'), ""),
@@ -390,18 +406,23 @@ def jobs_and_pods(t):
                 (with_pod(f"{oom} {restrict}"), ""),
                 table=True,
             ), cgroup_columns,
-                f"The 50 cgroups with the highest usage / effective limit. Orange from {near:.0%} (MemlockCgroupNearMemoryLimit). Pod names need kube-state-metrics.",
-                sort_by="usage / limit",
-                overrides=[column("usage / limit", "percentunit", ratio_steps, gauge=True), column("worst process memlock ratio", "percentunit", process_steps)]
-                + bytes_columns(["usage", "limit", "locked (VmLck)", "pinned (VmPin)"])
+                f"The 50 cgroups with the highest working set / effective limit (the working set is usage minus inactive page cache, which the kernel reclaims at the limit). Orange from {near:.0%} (MemlockCgroupNearMemoryLimit). Worst process memlock ratio: orange from {process_near:.0%} (MemlockCgroupProcessNearLimit when no per-process series shows that process); CAP_IPC_LOCK holders are left out. Pod names need kube-state-metrics.",
+                sort_by="working set / limit",
+                overrides=[column("working set / limit", "percentunit", ratio_steps, gauge=True), column("worst process memlock ratio", "percentunit", process_steps)]
+                + bytes_columns(["working set", "usage (with page cache)", "limit", "locked (VmLck)", "pinned (VmPin)"])
                 + [column("OOM events", "none", steps("green", (1, "red")))],
                 hidden=("Time", "__name__", "job", "pod_uid", "container_id", "qos_class", "slurm_step", "systemd_unit")), 24, 10),
-            (timeseries("Memory usage / effective limit", targets((f"topk(10, {ratio})", "{{cgroup}}")), "percentunit",
-                        f"The 10 cgroups nearest their limit. Dashed lines: {near:.0%} (MemlockCgroupNearMemoryLimit) and the limit.",
+            (timeseries("Working set / effective limit", targets((f"topk(10, {ratio})", "{{cgroup}}")), "percentunit",
+                        f"The 10 cgroups nearest their limit, as working set (usage minus inactive page cache) / effective limit. Dashed lines: {near:.0%} (MemlockCgroupNearMemoryLimit) and the limit.",
                         ratio_steps, min_value=0), 12, 8),
             (timeseries("Worst process memlock ratio per cgroup", targets((f'topk(10, {m("memlock_cgroup_limit_usage_ratio_max")})', "{{cgroup}}")), "percentunit",
-                        f"max(VmPin, VmLck) / soft memlock limit of the cgroup's worst process. Dashed lines: {process_near:.0%} (MemlockProcessNearLimit) and the limit.",
+                        f"max(VmPin, VmLck) / soft memlock limit of the cgroup's worst process, over every process the exporter scanned (exported or not), CAP_IPC_LOCK holders left out. Dashed lines: {process_near:.0%} (MemlockProcessNearLimit, or MemlockCgroupProcessNearLimit for processes without their own series) and the limit.",
                         process_steps, min_value=0), 12, 8),
+            (table("Cgroups with a process near its memlock limit that has no per-process series", targets((hidden_near, ""), table=True),
+                   [("instance", "instance"), ("cgroup", "cgroup"), ("pod_uid", "pod uid"), ("slurm_job", "Slurm job"), ("systemd_unit", "systemd unit"), ("Value", "worst process memlock ratio")],
+                   f"MemlockCgroupProcessNearLimit: the cgroup's worst process is at {process_near:.0%} or more of its soft memlock limit and is below the per-process filter (min_bytes) or beyond top_n, so the Processes dashboard does not list it. Empty is good.",
+                   overrides=[column("worst process memlock ratio", "percentunit", process_steps)],
+                   hidden=("Time", "__name__", "job", "container_id", "qos_class", "slurm_step")), 24, 5),
             (timeseries("Pinned memory per cgroup", targets((f'topk(10, {m("memlock_cgroup_pinned_bytes")})', "{{cgroup}}")), "bytes",
                         "Sum of VmPin over the cgroup's processes: RDMA registrations. Cgroup memory accounting does not see pinning; this does.", min_value=0), 12, 8),
             (timeseries("Locked memory per cgroup", targets((f'topk(10, {m("memlock_cgroup_locked_bytes")})', "{{cgroup}}")), "bytes",
@@ -416,15 +437,15 @@ def jobs_and_pods(t):
             (row("Kubernetes pods and Slurm jobs"), 24, 1),
             (table("Kubernetes pods", targets(*[(with_pod(per_pod(name), "instance, job, pod_uid"), "") for name in metrics], table=True),
                    pod_table_columns,
-                   "Per pod, the largest of its cgroups (the pod cgroup itself, which holds its containers). Namespace and pod name come from kube_pod_info{uid}.",
-                   sort_by="usage",
-                   overrides=bytes_columns(["usage", "limit", "pinned (VmPin)", "locked (VmLck)"]) + [column("worst process memlock ratio", "percentunit", process_steps)]), 24, 8),
+                   "Per pod, the largest of its cgroups (the pod cgroup itself, which holds its containers). Working set: usage minus inactive page cache. Namespace and pod name come from kube_pod_info{uid}.",
+                   sort_by="working set",
+                   overrides=bytes_columns(workload_bytes) + [column("worst process memlock ratio", "percentunit", process_steps)]), 24, 8),
             (table("Slurm jobs", targets(*[(per_job(name), "") for name in metrics], table=True),
-                   [("instance", "instance"), ("slurm_job", "Slurm job"), ("Value #A", "usage"), ("Value #B", "limit"), ("Value #C", "pinned (VmPin)"),
-                    ("Value #D", "locked (VmLck)"), ("Value #E", "worst process memlock ratio")],
-                   "Per Slurm job, the largest of its cgroups (the job cgroup, which holds its steps).",
-                   sort_by="usage",
-                   overrides=bytes_columns(["usage", "limit", "pinned (VmPin)", "locked (VmLck)"]) + [column("worst process memlock ratio", "percentunit", process_steps)]), 24, 8),
+                   [("instance", "instance"), ("slurm_job", "Slurm job"), ("Value #A", "working set"), ("Value #B", "usage (with page cache)"), ("Value #C", "limit"),
+                    ("Value #D", "pinned (VmPin)"), ("Value #E", "locked (VmLck)"), ("Value #F", "worst process memlock ratio")],
+                   "Per Slurm job, the largest of its cgroups (the job cgroup, which holds its steps). Working set: usage minus inactive page cache.",
+                   sort_by="working set",
+                   overrides=bytes_columns(workload_bytes) + [column("worst process memlock ratio", "percentunit", process_steps)]), 24, 8),
         ],
     )
 

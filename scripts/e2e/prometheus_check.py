@@ -13,7 +13,8 @@
    queries return data for the node job, and any query whose metrics the exporter exports
    returns data unless it filters on purpose (FILTERED below);
 4. with --holder-pid: the alerts that a real unprivileged process holding locked and pinned
-   memory under an 8 MiB limit must trigger are pending, with their texts rendered.
+   memory under an 8 MiB limit must trigger are pending, with their texts rendered, and the
+   cgroup-level MemlockCgroupProcessNearLimit does not alert for it a second time.
 
 Prints PASS or FAIL per check; the exit status is 1 when any check failed. Standard library only.
 """
@@ -45,6 +46,7 @@ FILTERED = {
     ("memlock-node", "Time until locked + pinned memory reaches MemAvailable", "A"): "no exhaustion time while nothing rises",
     ("memlock-node", "Time until locked + pinned memory reaches MemAvailable", "B"): "keeps only a rising slope",
     ("memlock-workloads", "OOM events", "A"): "keeps only cgroups with OOM events",
+    ("memlock-workloads", "Cgroups with a process near its memlock limit that has no per-process series", "A"): "keeps only cgroups that MemlockCgroupProcessNearLimit would alert on",
     ("memlock-workloads", "Kubernetes pods", "*"): "only cgroups of Kubernetes pods",
     ("memlock-workloads", "Slurm jobs", "*"): "only cgroups of Slurm jobs",
     ("memlock-workloads", "rdma cgroup: objects against rdma.max", "*"): "only cgroups with the rdma controller",
@@ -274,6 +276,19 @@ def check_holder_alerts(prometheus, pid, node_job):
         description = alert["annotations"].get("description", "")
         report(alert["state"] in ("pending", "firing") and text in description,
                f"{name} is {alert['state']} for the holder process {pid}: {description[:160]}...")
+    # One process near its limit pages once: the cgroup's worst ratio sees the holder, and
+    # MemlockCgroupProcessNearLimit stays quiet because MemlockProcessNearLimit names it.
+    cgroup = (mine.get("MemlockProcessNearLimit") or {}).get("labels", {}).get("cgroup")
+    if cgroup is None:
+        report(False, "the holder's MemlockProcessNearLimit alert has a cgroup label")
+        return
+    selector = f'job="{node_job}",cgroup="{cgroup}"'
+    result = get_json(prometheus, "/api/v1/query", {"query": f"memlock_cgroup_limit_usage_ratio_max{{{selector}}}"})
+    worst = [float(r["value"][1]) for r in result.get("data", {}).get("result", [])]
+    report(bool(worst) and max(worst) >= 0.9, f"memlock_cgroup_limit_usage_ratio_max of the holder's cgroup {cgroup} is {worst}")
+    alerts = get_json(prometheus, "/api/v1/alerts")["data"]["alerts"]
+    doubled = [a for a in alerts if a["labels"]["alertname"] == "MemlockCgroupProcessNearLimit" and a["labels"].get("cgroup") == cgroup]
+    report(not doubled, f"MemlockCgroupProcessNearLimit stays quiet for the holder's cgroup {cgroup} (MemlockProcessNearLimit names the process)")
 
 
 def main():
