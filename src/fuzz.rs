@@ -355,7 +355,7 @@ macro_rules! targets {
 }
 
 targets! {
-    meminfo vmstat single_numbers pid_status pid_limits pid_cgroup proc_cgroups rdma_cgroup
+    meminfo vmstat single_numbers pid_status pid_limits uid_map pid_cgroup proc_cgroups rdma_cgroup
     memcg_v1_limit memcg_v2_limit memcg_v1_stat memcg_v2_stat memcg_oom_control memcg_events
     rdma_sysfs_numbered rdma_sysfs_rate rdma_sysfs_counter rdma_sysfs_label thp_choice
     hugepage_dir_name cgroup_path nldev config_file web_config_file duration listen_address

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::config::{self, ConfigError, Sources};
 use crate::exposition::{Exposition, Kind};
 use crate::kernel::nldev::{self, cmd, nldev_type, ReplyReader};
-use crate::kernel::{self, cgroup_path, memcg, meminfo, pid_cgroup, pid_limits, pid_status, proc_cgroups, rdma_cgroup, rdma_sysfs, sysvm, vmstat};
+use crate::kernel::{self, cgroup_path, memcg, meminfo, pid_cgroup, pid_limits, pid_status, proc_cgroups, rdma_cgroup, rdma_sysfs, sysvm, uid_map, vmstat};
 
 /// What a parser made of one input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,7 @@ pub const TARGETS: &[Target] = &[
     Target { name: "single_numbers", expect: Expect::BothPaths, seeds: single_number_seeds, check: check_single_numbers },
     Target { name: "pid_status", expect: Expect::BothPaths, seeds: || corpus(|n| n == "status" || n == "proc_self_status"), check: check_pid_status },
     Target { name: "pid_limits", expect: Expect::BothPaths, seeds: || corpus(|n| n == "limits" || n == "proc_self_limits"), check: check_pid_limits },
+    Target { name: "uid_map", expect: Expect::BothPaths, seeds: || corpus(|n| n == "uid_map" || n.ends_with("_uid_map")), check: check_uid_map },
     Target { name: "pid_cgroup", expect: Expect::BothPaths, seeds: || corpus(|n| n == "cgroup" || n == "proc_self_cgroup_hybrid_v1"), check: check_pid_cgroup },
     Target { name: "proc_cgroups", expect: Expect::BothPaths, seeds: || corpus(|n| n == "proc_cgroups" || n == "cgroups"), check: check_proc_cgroups },
     Target { name: "rdma_cgroup", expect: Expect::BothPaths, seeds: || corpus(|n| n == "rdma.current" || n == "rdma.max"), check: check_rdma_cgroup },
@@ -356,6 +357,20 @@ fn check_pid_limits(bytes: &[u8]) -> Result<Verdict, String> {
     let parsed = pid_limits::parse(&text);
     if parsed.is_ok() {
         unchanged_by(pid_limits::parse, &text, "Max zzz                   1                    1                    zzz       ")?;
+    }
+    Ok(verdict(&parsed))
+}
+
+fn check_uid_map(bytes: &[u8]) -> Result<Verdict, String> {
+    let text = text(bytes);
+    let parsed = uid_map::is_initial(&text);
+    // Only one extent of every uid onto itself is the initial namespace.
+    let numbers: Vec<Option<u64>> = text.split_ascii_whitespace().map(|n| n.parse().ok()).collect();
+    if parsed == Ok(true) && numbers != [Some(0), Some(0), Some(u64::from(u32::MAX))] {
+        return Err(format!("called the initial namespace: {text:?}"));
+    }
+    if parsed.is_ok() {
+        unchanged_by(uid_map::is_initial, &text, "")?;
     }
     Ok(verdict(&parsed))
 }

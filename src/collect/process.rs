@@ -26,7 +26,7 @@ use crate::config::ProcessConfig;
 use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::pid_limits::{self, Limit, MemlockLimits};
-use crate::kernel::{cgroup_path, pid_cgroup, pid_status, ParseError};
+use crate::kernel::{cgroup_path, pid_cgroup, pid_status, uid_map, ParseError};
 
 use super::{Collector, Data};
 
@@ -567,7 +567,33 @@ fn read_status(
     record.sample.locked_bytes = status.locked_bytes;
     record.sample.pinned_bytes = status.pinned_bytes;
     record.sample.ipc_lock = status.ipc_lock();
+    if record.sample.ipc_lock == Some(true) {
+        record.sample.ipc_lock = Some(exempting_namespace(reader, tally, record.sample.pid, errors));
+    }
     Some(changed)
+}
+
+/// Whether CAP_IPC_LOCK in a process's CapEff lifts its memlock limit: only when held in the
+/// initial user namespace. Read only for the processes that have the capability (the
+/// privileged daemons), from `uid_map`, which anyone may read (`ns/user` needs ptrace access).
+/// When it cannot be told, the capability is taken at its word, as before it was checked.
+fn exempting_namespace(reader: &mut PidReader, tally: &mut Tally, pid: u32, errors: &mut Vec<SourceError>) -> bool {
+    match reader.read(pid, "uid_map") {
+        Ok(text) => match uid_map::is_initial(text) {
+            Ok(initial) => initial,
+            Err(err) => {
+                let err = reader.parse_error(err);
+                tally.note(err, errors);
+                true
+            }
+        },
+        // Vanished since its status was read: the next pass drops it.
+        Err(err) if err.is_not_found() => true,
+        Err(err) => {
+            tally.note(err, errors);
+            true
+        }
+    }
 }
 
 /// Reads `limits` and `cgroup` into the record. False when the process vanished meanwhile.
@@ -686,7 +712,7 @@ impl ProcessStats {
         }
         out.family(
             "memlock_process_ipc_lock",
-            "1 when CAP_IPC_LOCK is in the process's effective capabilities (CapEff bit 14): the memlock limit is not enforced (if held in the initial user namespace). Sampled on the process interval.",
+            "1 when the process holds CAP_IPC_LOCK (CapEff bit 14) in the initial user namespace: the memlock limit is not enforced. 0 when it holds it only inside a user namespace (uid_map), where it does not exempt. Sampled on the process interval.",
             Kind::Gauge,
         );
         each(out, &|p| p.ipc_lock.map(Into::into));
@@ -918,6 +944,39 @@ mod tests {
         tree.status(90, "opensm", 65536, 0);
         let stats = collector.tracked_pass(&mut errors);
         assert_eq!(stats.cgroups.iter().find(|c| c.cgroup.path == "/infra").unwrap().usage_ratio_max, Some(8.0));
+    }
+
+    /// A rootless or Enroot container: root inside its user namespace, so CapEff has every
+    /// capability, but `capable()` checks the initial namespace and the limit still applies.
+    #[test]
+    fn cap_ipc_lock_inside_a_user_namespace_does_not_exempt() {
+        let tree = Tree::new("userns");
+        tree.process(93, "python3", 0, 16384, "8388608", "/slurm/uid_1000/job_77/step_0") // ratio 2
+            .process(94, "opensm", 65536, 0, "8388608", "/infra") // ratio 8, exempt
+            .process(95, "ib_write_bw", 0, 4096, "8388608", "/infra"); // ratio 0.5, no uid_map file
+        for pid in [93, 94, 95] {
+            tree.ipc_lock(pid);
+        }
+        let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures");
+        let map = |pid: u32, capture: &str| std::fs::copy(format!("{captures}/{capture}"), tree.root.join(pid.to_string()).join("uid_map")).unwrap();
+        map(93, "proc_userns_uid_map");
+        map(94, "proc_self_uid_map");
+        let mut collector = tree.collector(1 << 20, "", 10);
+        let mut errors = Vec::new();
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        let exempt = |pid: u32| stats.processes.iter().find(|p| p.pid == pid).unwrap().ipc_lock;
+        assert_eq!(exempt(93), Some(false), "held only inside a user namespace");
+        assert_eq!(exempt(94), Some(true), "held in the initial namespace");
+        assert_eq!(exempt(95), Some(true), "no uid_map to tell: the capability is taken at its word");
+        let job = stats.cgroups.iter().find(|c| c.cgroup.path == "/slurm/uid_1000/job_77/step_0").unwrap();
+        assert_eq!(job.usage_ratio_max, Some(2.0), "the namespaced process counts against its limit");
+
+        // A malformed map is a parse error naming the file, and the capability stands.
+        std::fs::write(tree.root.join("93/uid_map"), "0 65534\n").unwrap();
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(stats.processes.iter().find(|p| p.pid == 93).unwrap().ipc_lock, Some(true));
+        assert!(errors.iter().any(|e| e.to_string().contains("93/uid_map")), "{errors:?}");
     }
 
     #[test]

@@ -213,6 +213,33 @@ fn io_uring_pinning_by_an_unprivileged_process_until_enomem() {
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
 }
 
+/// Root inside a user namespace (`unshare --user --map-root-user`, as rootless containers and
+/// Enroot do) has CAP_IPC_LOCK in CapEff, but the memlock limit still applies to it: the
+/// exporter must not call it exempt.
+#[test]
+fn cap_ipc_lock_inside_a_user_namespace_is_not_an_exemption() {
+    assert!(is_root(), "live tests need root (to drop to an unprivileged uid)");
+    let _guard = live_lock();
+    let exporter = start_exporter(FAST_SCANS);
+    const LOCK: u64 = 2 << 20;
+    let mut command = Command::new("setpriv");
+    command.args(["--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user", "--map-root-user"]);
+    command.args([unprivileged_python(), "-c", MLOCK_HOLDER, &LOCK.to_string(), "--name", "memlock-userns"]);
+    let mut holder = Held::spawn(command);
+    assert_eq!(holder.line(), "locked");
+    // setpriv and unshare exec: the pid is the python process's.
+    let pid = holder.child.id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("holder alive");
+    let cap_eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).map(str::trim).unwrap_or("");
+    let cap_eff = u64::from_str_radix(cap_eff, 16).expect("CapEff is hex");
+    assert_eq!(cap_eff >> 14 & 1, 1, "CAP_IPC_LOCK is in CapEff inside the namespace");
+    let m = wait_equal(&exporter, "memlock_process_locked_bytes", pid, || status_bytes(pid, "VmLck"));
+    assert_eq!(of(&m, "memlock_process_ipc_lock", pid, "comm=\"memlock-userns\""), Some(0.0), "{}", m.text);
+    let (soft, _) = memlock_limits(pid);
+    let soft: u64 = soft.parse().expect("a finite soft memlock limit");
+    assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, ""), Some(LOCK as f64 / soft as f64));
+}
+
 #[test]
 fn a_burst_of_short_lived_processes_is_not_an_error() {
     assert!(is_root(), "live tests run as root (the exporter must read every process)");

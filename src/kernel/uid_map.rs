@@ -1,0 +1,75 @@
+//! `/proc/PID/uid_map`: which user namespace a process is in, as far as capabilities go.
+//!
+//! Every line is `%10u %10u %10u\n`: the first uid inside the namespace, the uid it maps to in
+//! the parent namespace, and how many. The initial user namespace maps all 2^32 - 1 uids onto
+//! themselves: one line `0 0 4294967295`. `capable(CAP_IPC_LOCK)`, which lifts RLIMIT_MEMLOCK
+//! for mlock and RDMA registration, checks the initial namespace, so a capability held only
+//! inside a user namespace (rootless containers, Enroot and other Slurm container plugins)
+//! does not exempt.
+//!
+//! A namespace made to map every uid onto itself cannot be told from the initial one by this
+//! file alone (`/proc/PID/ns/user` can, but reading it needs ptrace access); only a privileged
+//! process can make one.
+
+use super::ParseError;
+
+const ALL_UIDS: u64 = u32::MAX as u64;
+
+/// True when the map is the initial namespace's identity map of every uid.
+pub fn is_initial(text: &str) -> Result<bool, ParseError> {
+    let mut extents = Vec::with_capacity(1);
+    for (index, line) in text.split('\n').enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let mut fields = line.split_ascii_whitespace();
+        let mut number = |name: &str| -> Result<u64, ParseError> {
+            let value = fields.next().ok_or_else(|| ParseError::MissingValue { line: index + 1, key: name.to_owned() })?;
+            let parsed: u64 = value.parse().map_err(|_| ParseError::NotANumber { line: index + 1, key: name.to_owned(), value: value.to_owned() })?;
+            if parsed > ALL_UIDS {
+                return Err(ParseError::Overflow { line: index + 1, key: name.to_owned() });
+            }
+            Ok(parsed)
+        };
+        let extent = (number("inside")?, number("outside")?, number("count")?);
+        if fields.next().is_some() {
+            return Err(ParseError::Format(format!("line {}: more than three fields", index + 1)));
+        }
+        extents.push(extent);
+    }
+    if extents.is_empty() {
+        // An empty map: a new namespace whose map is not written yet. Not the initial one.
+        return Ok(false);
+    }
+    Ok(extents == [(0, 0, ALL_UIDS)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_initial_namespace_maps_every_uid_onto_itself() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures/proc_self_uid_map")).unwrap();
+        assert_eq!(is_initial(&text), Ok(true));
+        assert_eq!(is_initial("         0          0 4294967295\n"), Ok(true));
+    }
+
+    #[test]
+    fn a_user_namespace_is_not_the_initial_one() {
+        // `unshare --user --map-root-user` as uid 65534, and a rootless container's subuid range.
+        assert_eq!(is_initial("         0      65534          1\n"), Ok(false));
+        assert_eq!(is_initial("         0       1000          1\n         1     100000      65536\n"), Ok(false));
+        // Identity, but not of every uid.
+        assert_eq!(is_initial("         0          0      65536\n"), Ok(false));
+        assert_eq!(is_initial(""), Ok(false));
+    }
+
+    #[test]
+    fn malformed_maps_are_errors() {
+        assert!(matches!(is_initial("0 0\n"), Err(ParseError::MissingValue { line: 1, .. })));
+        assert!(matches!(is_initial("0 x 1\n"), Err(ParseError::NotANumber { line: 1, .. })));
+        assert!(matches!(is_initial("0 0 4294967296\n"), Err(ParseError::Overflow { line: 1, .. })));
+        assert!(matches!(is_initial("0 0 1 1\n"), Err(ParseError::Format(_))));
+    }
+}
