@@ -72,6 +72,9 @@ pub struct Machine {
 pub struct CgroupHeadroom {
     pub path: String,
     pub usage_bytes: Option<u64>,
+    /// Usage minus inactive page cache, which the kernel reclaims before it refuses a charge;
+    /// `None` when `memory.stat` could not be read (usage is used instead).
+    pub working_set_bytes: Option<u64>,
     /// The effective limit (lowest on the path); `None` when unlimited.
     pub limit_bytes: Option<u64>,
 }
@@ -135,6 +138,7 @@ fn cgroup_headroom(roots: &Roots, path: &str) -> Option<CgroupHeadroom> {
     Some(CgroupHeadroom {
         path: path.to_owned(),
         usage_bytes: memory.usage_bytes,
+        working_set_bytes: memory.working_set_bytes,
         limit_bytes: memory.limit.and_then(|l| l.bytes()),
     })
 }
@@ -187,16 +191,22 @@ pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
 
 fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
     let Some(c) = &m.cgroup else { return };
-    let (Some(limit), Some(usage)) = (c.limit_bytes, c.usage_bytes) else {
+    // Page cache is reclaimed before a charge fails: only the working set takes room.
+    let (used, what) = match (c.working_set_bytes, c.usage_bytes) {
+        (Some(working_set), _) => (Some(working_set), "working set"),
+        (None, usage) => (usage, "usage"),
+    };
+    let (Some(limit), Some(used)) = (c.limit_bytes, used) else {
         out.push(Finding::new("cgroup.memory", Status::Pass, format!("{}: no memory limit", c.path), ""));
         return;
     };
-    let room = limit.saturating_sub(usage);
+    let room = limit.saturating_sub(used);
     let measured = format!(
-        "{}: {} of its {} limit free, estimated need {} (x{safety} wanted)",
+        "{}: {} of its {} limit free ({what} {}), estimated need {} (x{safety} wanted)",
         c.path,
         human(room as f64),
         human(limit as f64),
+        human(used as f64),
         human(need as f64)
     );
     out.push(if room as f64 >= need as f64 * safety {
@@ -603,7 +613,7 @@ mod tests {
             overcommit_mode: Some(0),
             max_map_count: Some(65530),
             environment: vec![("NCCL_DEBUG".into(), "WARN".into())],
-            cgroup: Some(CgroupHeadroom { path: "/slurm/uid_1000/job_1870".into(), usage_bytes: Some(GIB), limit_bytes: Some(200 * GIB) }),
+            cgroup: Some(CgroupHeadroom { path: "/slurm/uid_1000/job_1870".into(), usage_bytes: Some(GIB), working_set_bytes: None, limit_bytes: Some(200 * GIB) }),
             rdma: Vec::new(),
         }
     }
@@ -672,12 +682,29 @@ mod tests {
     #[test]
     fn a_tight_cgroup_fails() {
         let mut m = machine();
-        m.cgroup = Some(CgroupHeadroom { path: "/kubepods/pod1".into(), usage_bytes: Some(7 * GIB), limit_bytes: Some(8 * GIB) });
+        m.cgroup = Some(CgroupHeadroom { path: "/kubepods/pod1".into(), usage_bytes: Some(7 * GIB), working_set_bytes: None, limit_bytes: Some(8 * GIB) });
         let f = run_checks(&m);
         assert_eq!(find(&f, "cgroup.memory").status, Status::Fail);
         assert!(find(&f, "cgroup.memory").measured.starts_with("/kubepods/pod1: 1.0 GiB of its 8.0 GiB limit free"));
-        m.cgroup = Some(CgroupHeadroom { path: "/".into(), usage_bytes: Some(GIB), limit_bytes: None });
+        m.cgroup = Some(CgroupHeadroom { path: "/".into(), usage_bytes: Some(GIB), working_set_bytes: None, limit_bytes: None });
         assert_eq!(find(&run_checks(&m), "cgroup.memory").status, Status::Pass);
+    }
+
+    /// A job that staged its dataset through page cache: usage is at the limit, but the kernel
+    /// reclaims that cache before it refuses a charge, so only the working set takes room.
+    #[test]
+    fn page_cache_in_the_cgroup_is_not_counted_against_it() {
+        let mut m = machine();
+        let cached = CgroupHeadroom { path: "/slurm/job_2".into(), usage_bytes: Some(64 * GIB - MIB), working_set_bytes: Some(GIB), limit_bytes: Some(64 * GIB) };
+        m.cgroup = Some(cached.clone());
+        let f = run_checks(&m);
+        assert_eq!(find(&f, "cgroup.memory").status, Status::Pass);
+        assert!(find(&f, "cgroup.memory").measured.starts_with("/slurm/job_2: 63.0 GiB of its 64.0 GiB limit free (working set 1.0 GiB)"), "{:?}", find(&f, "cgroup.memory"));
+        // Without memory.stat, usage is all there is to go on.
+        m.cgroup = Some(CgroupHeadroom { working_set_bytes: None, ..cached });
+        let f = run_checks(&m);
+        assert_eq!(find(&f, "cgroup.memory").status, Status::Fail);
+        assert!(find(&f, "cgroup.memory").measured.contains("(usage 64.0 GiB)"), "{:?}", find(&f, "cgroup.memory"));
     }
 
     #[test]
@@ -737,13 +764,13 @@ mod tests {
             (with(|m| m.meminfo.mem_available = Some(6 * GIB)), "memory.available", Status::Warn, "little margin: free memory (drop caches"),
             (with(|m| m.meminfo.mem_available = Some(GIB)), "memory.available", Status::Fail, "free memory or run fewer ranks on this node"),
             (
-                with(|m| m.cgroup = Some(CgroupHeadroom { path: "/slurm/job_1".into(), usage_bytes: Some(194 * GIB), limit_bytes: Some(200 * GIB) })),
+                with(|m| m.cgroup = Some(CgroupHeadroom { path: "/slurm/job_1".into(), usage_bytes: Some(194 * GIB), working_set_bytes: None, limit_bytes: Some(200 * GIB) })),
                 "cgroup.memory",
                 Status::Warn,
                 "little margin: raise the container's or job's memory limit",
             ),
             (
-                with(|m| m.cgroup = Some(CgroupHeadroom { path: "/slurm/job_1".into(), usage_bytes: Some(7 * GIB), limit_bytes: Some(8 * GIB) })),
+                with(|m| m.cgroup = Some(CgroupHeadroom { path: "/slurm/job_1".into(), usage_bytes: Some(7 * GIB), working_set_bytes: None, limit_bytes: Some(8 * GIB) })),
                 "cgroup.memory",
                 Status::Fail,
                 "registered buffers are charged to the cgroup: raise its memory limit (pod limits, Slurm --mem)",
