@@ -144,10 +144,13 @@ fn cgroup_headroom(roots: &Roots, path: &str) -> Option<CgroupHeadroom> {
 }
 
 /// CAP_IPC_LOCK exempts only when held in the initial user namespace (capable() checks it there).
+/// The namespace links are exact but need ptrace access to pid 1; `uid_map` is readable by all.
 fn same_user_namespace(proc_dir: &Path, init_dir: &Path) -> Option<bool> {
-    let ours = std::fs::read_link(proc_dir.join("ns/user")).ok()?;
-    let init = std::fs::read_link(init_dir.join("ns/user")).ok()?;
-    Some(ours == init)
+    let links = std::fs::read_link(proc_dir.join("ns/user")).and_then(|ours| Ok(ours == std::fs::read_link(init_dir.join("ns/user"))?));
+    match links {
+        Ok(same) => Some(same),
+        Err(_) => fsroot::read_parsed(&proc_dir.join("uid_map"), crate::kernel::uid_map::is_initial).ok(),
+    }
 }
 
 /// Runs every check against the machine state and the estimated need.
