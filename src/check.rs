@@ -693,6 +693,26 @@ mod tests {
         assert_eq!(find(&run_checks(&m), "cgroup.memory").status, Status::Pass);
     }
 
+    #[test]
+    fn the_user_namespace_is_told_from_uid_map_without_the_namespace_links() {
+        let dir = std::env::temp_dir().join(format!("memlock-check-userns-{}", std::process::id()));
+        let (proc_dir, init_dir) = (dir.join("4100"), dir.join("1"));
+        std::fs::create_dir_all(&proc_dir).unwrap();
+        let captures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/captures");
+        assert_eq!(same_user_namespace(&proc_dir, &init_dir), None, "nothing to tell it by");
+        std::fs::copy(captures.join("proc_userns_uid_map"), proc_dir.join("uid_map")).unwrap();
+        assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(false));
+        std::fs::copy(captures.join("proc_self_uid_map"), proc_dir.join("uid_map")).unwrap();
+        assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(true));
+        // The links win when they can be read.
+        std::fs::create_dir_all(proc_dir.join("ns")).unwrap();
+        std::fs::create_dir_all(init_dir.join("ns")).unwrap();
+        std::os::unix::fs::symlink("user:[4026532001]", proc_dir.join("ns/user")).unwrap();
+        std::os::unix::fs::symlink("user:[4026531837]", init_dir.join("ns/user")).unwrap();
+        assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(false));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A job that staged its dataset through page cache: usage is at the limit, but the kernel
     /// reclaims that cache before it refuses a charge, so only the working set takes room.
     #[test]
