@@ -11,22 +11,26 @@ use std::path::{Path, PathBuf};
 pub const STATUS: &str = include_str!("../fixtures/captures/proc_self_status");
 pub const LIMITS: &str = include_str!("../fixtures/captures/proc_self_limits");
 pub const CGROUP: &str = include_str!("../fixtures/captures/proc_self_cgroup_hybrid_v1");
+pub const UID_MAP: &str = include_str!("../fixtures/captures/proc_self_uid_map");
 
 /// What v1 prints for "no limit" with 4 KiB pages.
 pub const V1_UNLIMITED: u64 = 9223372036854771712;
 
-/// One process directory: the captured `status` with this name, pid and `VmPin`, the captured
-/// `limits` (8 MiB memlock), and the captured hybrid `cgroup` with its memory line pointing at
-/// `memory_cgroup`.
+/// One process directory: the captured `status` with this name, pid and `VmPin`, and no
+/// capabilities (the capture is root's; training workers run as users), the captured `limits`
+/// (8 MiB memlock), the captured hybrid `cgroup` with its memory line pointing at
+/// `memory_cgroup`, and the initial namespace's `uid_map`.
 pub fn write_process(procfs: &Path, pid: u32, name: &str, pinned_kib: u64, memory_cgroup: &str) -> std::io::Result<()> {
     let dir = procfs.join(pid.to_string());
     std::fs::create_dir_all(&dir)?;
     let status = STATUS
         .replace("Name:\tcat", &format!("Name:\t{name}"))
         .replace("Pid:\t15717", &format!("Pid:\t{pid}"))
-        .replace("VmPin:\t       0 kB", &format!("VmPin:\t{pinned_kib:>8} kB"));
+        .replace("VmPin:\t       0 kB", &format!("VmPin:\t{pinned_kib:>8} kB"))
+        .replace("CapEff:\t000001fffeffffff", "CapEff:\t0000000000000000");
     std::fs::write(dir.join("status"), status)?;
     std::fs::write(dir.join("limits"), LIMITS)?;
+    std::fs::write(dir.join("uid_map"), UID_MAP)?;
     std::fs::write(dir.join("cgroup"), CGROUP.replace("/process_api/dd1899f89d55a02163c5f19a2de9845b", memory_cgroup))
 }
 
