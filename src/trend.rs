@@ -175,19 +175,12 @@ impl Tracker {
     }
 }
 
-/// Samples a series keeps at most, whatever the window and the interval: a 1 h window at 100 ms
-/// would otherwise hold 36,000 per scope (576 KB each, times `max_scopes`). The default 30 s at
-/// 1 s keeps 30.
+/// Samples a series keeps beyond its short tail, whatever the window and the interval: a 1 h
+/// window at 100 ms would otherwise hold 36,000 per scope (576 KB each, times `max_scopes`).
+/// The default 30 s at 1 s keeps 30.
 pub const MAX_SAMPLES_PER_SERIES: usize = 120;
 
 fn record(series: &mut Series, config: &TrendConfig, at: f64, value: f64) {
-    // Samples closer than this to the one before the newest are merged into the newest, so a
-    // window never holds more than MAX_SAMPLES_PER_SERIES + 1 of them.
-    let spacing = config.window.as_secs_f64() / MAX_SAMPLES_PER_SERIES as f64;
-    let len = series.samples.len();
-    if len >= 2 && series.samples.get(len - 2).is_some_and(|&(before_last, _)| at - before_last < spacing) {
-        series.samples.pop_back();
-    }
     if let Some(&(last_at, last_value)) = series.samples.back() {
         if at <= last_at {
             // Out of order or duplicate: keep the newest reading only.
@@ -200,9 +193,27 @@ fn record(series: &mut Series, config: &TrendConfig, at: f64, value: f64) {
     }
     series.samples.push_back((at, value));
     series.last_seen = at;
+    thin(&mut series.samples, config);
     let horizon = at - config.window.as_secs_f64();
     while series.samples.front().is_some_and(|&(t, _)| t < horizon) {
         series.samples.pop_front();
+    }
+}
+
+/// Keeps the samples older than the short tail at least `window / MAX_SAMPLES_PER_SERIES`
+/// apart; the tail stays at full resolution so the short fit still reacts within seconds.
+/// Each push moves one sample out of the tail, so checking that one keeps the invariant.
+fn thin(samples: &mut VecDeque<(f64, f64)>, config: &TrendConfig) {
+    let spacing = config.window.as_secs_f64() / MAX_SAMPLES_PER_SERIES as f64;
+    let len = samples.len();
+    if len < config.short_samples + 3 {
+        return;
+    }
+    let left_tail = len - config.short_samples - 1;
+    if let (Some(&(older, _)), Some(&(leaving, _))) = (samples.get(left_tail - 1), samples.get(left_tail)) {
+        if leaving - older < spacing {
+            samples.remove(left_tail);
+        }
     }
 }
 
@@ -379,19 +390,36 @@ mod tests {
 
     #[test]
     fn a_long_window_at_a_short_interval_keeps_a_bounded_number_of_samples() {
-        let config = TrendConfig { window: Duration::from_secs(3600), ..TrendConfig::default() };
-        let mut tracker = Tracker::new(config);
-        // Two hours at 100 ms, rising 1 MiB/s: the slope must survive the thinning.
-        let mut last = None;
-        for step in 0..72_000u32 {
-            let at = f64::from(step) * 0.1;
-            last = Some(tracker.observe(obs(at, 100.0 * MIB + at * MIB, Some(1e12))));
+        for window in [30u64, 3600] {
+            for interval in [0.05, 0.1, 0.13, 0.2, 0.5, 1.0, 16.0] {
+                let config = TrendConfig { window: Duration::from_secs(window), ..TrendConfig::default() };
+                let short = config.short_samples;
+                let mut tracker = Tracker::new(config);
+                // Two windows' worth, rising 1 MiB/s: the slope must survive the thinning.
+                let steps = (2.0 * window as f64 / interval) as u32;
+                let mut last = None;
+                for step in 0..steps {
+                    let at = f64::from(step) * interval;
+                    last = Some(tracker.observe(obs(at, 100.0 * MIB + at * MIB, Some(1e15))));
+                }
+                let series = tracker.series.values().next().unwrap();
+                let kept = series.samples.len();
+                let whole = (window as f64 / interval) as usize + 1;
+                let case = format!("window {window} s, interval {interval} s: {kept} samples kept");
+                assert!(kept <= MAX_SAMPLES_PER_SERIES + short + 2, "{case}");
+                // Thinned samples are at most one interval more than the spacing apart.
+                let spacing = window as f64 / MAX_SAMPLES_PER_SERIES as f64;
+                assert!(kept >= whole.min((window as f64 / (spacing + interval)) as usize), "{case}: thinned too much");
+                // The short tail keeps every sample.
+                let tail: Vec<f64> = series.samples.iter().rev().take(short).map(|s| s.0).collect();
+                assert!(tail.windows(2).all(|w| (w[0] - w[1] - interval).abs() < 1e-9), "{case}: tail {tail:?}");
+                // A fit needs three samples in the window.
+                if whole >= 3 {
+                    let rise = last.and_then(|p| p.rise).unwrap_or(0.0);
+                    assert!((rise - MIB).abs() < MIB * 1e-6, "{case}: rise {rise}");
+                }
+            }
         }
-        let kept = tracker.series.values().map(|s| s.samples.len()).max().unwrap_or(0);
-        assert!(kept <= MAX_SAMPLES_PER_SERIES + 1, "{kept} samples kept");
-        assert!(kept >= MAX_SAMPLES_PER_SERIES - 1, "{kept} samples kept: thinned too much");
-        let rise = last.and_then(|p| p.rise).unwrap_or(0.0);
-        assert!((rise - MIB).abs() < MIB * 1e-6, "rise {rise}");
     }
 
     #[test]
