@@ -144,12 +144,17 @@ fn cgroup_headroom(roots: &Roots, path: &str) -> Option<CgroupHeadroom> {
 }
 
 /// CAP_IPC_LOCK exempts only when held in the initial user namespace (capable() checks it there).
-/// The namespace links are exact but need ptrace access to pid 1; `uid_map` is readable by all.
+/// `uid_map` tells it from any reader in the initial namespace or in the process's own (the map
+/// is shown relative to the parent there). The `ns/user` links are exact but compare with this
+/// procfs's pid 1, which in a container with its own PID namespace is the container's init, in
+/// the same user namespace: they can only prove a difference.
 fn same_user_namespace(proc_dir: &Path, init_dir: &Path) -> Option<bool> {
-    let links = std::fs::read_link(proc_dir.join("ns/user")).and_then(|ours| Ok(ours == std::fs::read_link(init_dir.join("ns/user"))?));
-    match links {
-        Ok(same) => Some(same),
-        Err(_) => fsroot::read_parsed(&proc_dir.join("uid_map"), crate::kernel::uid_map::is_initial).ok(),
+    let links = std::fs::read_link(proc_dir.join("ns/user")).and_then(|ours| Ok(ours == std::fs::read_link(init_dir.join("ns/user"))?)).ok();
+    let map = fsroot::read_parsed(&proc_dir.join("uid_map"), crate::kernel::uid_map::is_initial).ok();
+    match (map, links) {
+        (_, Some(false)) => Some(false),
+        (Some(initial), _) => Some(initial),
+        (None, links) => links,
     }
 }
 
@@ -704,12 +709,20 @@ mod tests {
         assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(false));
         std::fs::copy(captures.join("proc_self_uid_map"), proc_dir.join("uid_map")).unwrap();
         assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(true));
-        // The links win when they can be read.
+        // Links that differ prove a namespace of its own.
         std::fs::create_dir_all(proc_dir.join("ns")).unwrap();
         std::fs::create_dir_all(init_dir.join("ns")).unwrap();
         std::os::unix::fs::symlink("user:[4026532001]", proc_dir.join("ns/user")).unwrap();
         std::os::unix::fs::symlink("user:[4026531837]", init_dir.join("ns/user")).unwrap();
         assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(false));
+        // Links that match prove nothing when pid 1 is a rootless container's init: uid_map
+        // decides.
+        std::fs::remove_file(proc_dir.join("ns/user")).unwrap();
+        std::os::unix::fs::symlink("user:[4026531837]", proc_dir.join("ns/user")).unwrap();
+        std::fs::copy(captures.join("proc_userns_uid_map"), proc_dir.join("uid_map")).unwrap();
+        assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(false));
+        std::fs::remove_file(proc_dir.join("uid_map")).unwrap();
+        assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(true), "the links alone");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -61,6 +61,14 @@ impl SourceError {
         }
     }
 
+    /// The errno of an I/O failure.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            SourceError::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
     /// True when the file is simply gone (a process or cgroup vanished mid-scan).
     pub fn is_not_found(&self) -> bool {
         matches!(self, SourceError::Io { source, .. }

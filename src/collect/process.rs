@@ -157,11 +157,28 @@ struct PidReader {
     procfs: OsString,
     path: PathBuf,
     text: String,
+    /// Whether `uid_map` can tell the initial user namespace: the kernel shows the map relative
+    /// to the reader's own namespace, so from inside a user namespace (rootless Podman,
+    /// systemd `PrivateUsers=`) every host process would look namespaced.
+    reads_user_namespaces: bool,
 }
 
 impl PidReader {
     fn new(procfs: &std::path::Path) -> Self {
-        Self { procfs: procfs.as_os_str().to_owned(), path: PathBuf::with_capacity(64), text: String::with_capacity(4096) }
+        let own_map = fsroot::read_parsed(&procfs.join("self/uid_map"), uid_map::is_initial).ok();
+        if own_map == Some(false) {
+            tracing::warn!(
+                procfs = %procfs.display(),
+                "the exporter runs in a user namespace: CAP_IPC_LOCK is taken as exempting wherever it is held, since uid_map cannot tell the initial namespace from here"
+            );
+        }
+        Self {
+            procfs: procfs.as_os_str().to_owned(),
+            path: PathBuf::with_capacity(64),
+            text: String::with_capacity(4096),
+            // A root without `self` (a fixture tree) is read as the initial namespace's view.
+            reads_user_namespaces: own_map != Some(false),
+        }
     }
 
     fn read(&mut self, pid: u32, file: &str) -> Result<&str, SourceError> {
@@ -567,7 +584,7 @@ fn read_status(
     record.sample.locked_bytes = status.locked_bytes;
     record.sample.pinned_bytes = status.pinned_bytes;
     record.sample.ipc_lock = status.ipc_lock();
-    if record.sample.ipc_lock == Some(true) {
+    if record.sample.ipc_lock == Some(true) && reader.reads_user_namespaces {
         record.sample.ipc_lock = Some(exempting_namespace(reader, tally, record.sample.pid, errors));
     }
     Some(changed)
@@ -587,8 +604,9 @@ fn exempting_namespace(reader: &mut PidReader, tally: &mut Tally, pid: u32, erro
                 true
             }
         },
-        // Vanished since its status was read: the next pass drops it.
-        Err(err) if err.is_not_found() => true,
+        // Vanished since its status was read (a reaped task's uid_map fails to open with
+        // EINVAL): the next pass drops it.
+        Err(err) if err.is_not_found() || err.raw_os_error() == Some(libc::EINVAL) => true,
         Err(err) => {
             tally.note(err, errors);
             true
@@ -977,6 +995,28 @@ mod tests {
         let stats = collector.tracked_pass(&mut errors);
         assert_eq!(stats.processes.iter().find(|p| p.pid == 93).unwrap().ipc_lock, Some(true));
         assert!(errors.iter().any(|e| e.to_string().contains("93/uid_map")), "{errors:?}");
+    }
+
+    /// From inside a user namespace every host process's uid_map looks namespaced (the kernel
+    /// shows it relative to the reader): the capability is then taken at its word.
+    #[test]
+    fn an_exporter_in_a_user_namespace_does_not_judge_namespaces() {
+        let tree = Tree::new("reader-userns");
+        tree.process(96, "opensm", 65536, 0, "8388608", "/infra");
+        tree.ipc_lock(96);
+        let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures");
+        std::fs::copy(format!("{captures}/proc_userns_uid_map"), tree.root.join("96/uid_map")).unwrap();
+        let own = tree.root.join("self");
+        let _ = std::fs::remove_file(&own);
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::copy(format!("{captures}/proc_userns_uid_map"), own.join("uid_map")).unwrap();
+        let mut errors = Vec::new();
+        let stats = tree.collector(1 << 20, "", 10).full_scan(&mut errors).unwrap();
+        assert_eq!(stats.processes.iter().find(|p| p.pid == 96).unwrap().ipc_lock, Some(true));
+        // The same tree read from the initial namespace judges it.
+        std::fs::copy(format!("{captures}/proc_self_uid_map"), own.join("uid_map")).unwrap();
+        let stats = tree.collector(1 << 20, "", 10).full_scan(&mut errors).unwrap();
+        assert_eq!(stats.processes.iter().find(|p| p.pid == 96).unwrap().ipc_lock, Some(false));
     }
 
     #[test]
