@@ -669,7 +669,8 @@ impl CgroupStats {
         self.memory
             .iter()
             .filter_map(|c| {
-                let working_set = c.working_set_bytes?;
+                // Usage when memory.stat is unreadable: a larger value, so the trend errs early.
+                let working_set = c.working_set_bytes.or(c.usage_bytes)?;
                 let limit = c.limit?.bytes()?;
                 Some(Observation {
                     scope: Scope::Cgroup,
@@ -1050,7 +1051,7 @@ mod tests {
         assert_eq!(watched("/loader"), Some(((50u64 << 20) as f64, Some((974u64 << 20) as f64))));
         assert_eq!(watched("/locker"), Some(((950u64 << 20) as f64, Some((74u64 << 20) as f64))));
         assert_eq!(watched("/stale"), Some((0.0, Some((1u64 << 30) as f64))));
-        assert_eq!(watched("/nolru"), None);
+        assert_eq!(watched("/nolru"), Some((4096.0, Some(((1u64 << 30) - 4096) as f64))), "without a working set, usage stands in");
 
         let mut out = Exposition::new();
         stats.render(&mut out);
