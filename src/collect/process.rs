@@ -762,7 +762,7 @@ impl ProcessStats {
         each_cgroup(out, &|c| Some(c.pinned_bytes.into()));
         out.family(
             "memlock_cgroup_limit_usage_ratio_max",
-            "The highest max(VmPin, VmLck) / soft RLIMIT_MEMLOCK among the cgroup's processes that the limit applies to (those with CAP_IPC_LOCK are left out; they still count in the byte sums), exported or not; absent when none has a finite, non-zero limit. Sampled on the process interval.",
+            "The highest max(VmPin, VmLck) / soft RLIMIT_MEMLOCK among the cgroup's processes that the limit applies to (those with CAP_IPC_LOCK in the initial user namespace are left out; they still count in the byte sums), exported or not; absent when none has a finite, non-zero limit. Sampled on the process interval.",
             Kind::Gauge,
         );
         each_cgroup(out, &|c| c.usage_ratio_max.map(Into::into));
