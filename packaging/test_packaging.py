@@ -192,7 +192,8 @@ class Containerfile(unittest.TestCase):
         self.assertIn("EXPOSE 9478", self.text)
 
     def test_the_kustomization_overrides_the_daemonsets_image(self):
-        # `kustomize edit set image` only rewrites images whose name matches an entry here.
+        # The entry names the DaemonSet's image, so `kustomize edit set image` with that name
+        # edits it (instead of adding an entry beside it) and the override applies.
         ds = yaml.safe_load((K8S / "daemonset.yaml").read_text())
         name, tag = ds["spec"]["template"]["spec"]["containers"][0]["image"].rsplit(":", 1)
         images = yaml.safe_load((K8S / "kustomization.yaml").read_text())["images"]

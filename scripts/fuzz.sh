@@ -28,9 +28,15 @@ fi
 FUZZ_CORPUS_DIR="$ROOT/fuzz/corpus" cargo test --quiet --lib fuzz::write_corpus -- --ignored >/dev/null
 
 cd fuzz
-mapfile -t all < <(cargo fuzz list)
+listed=$(cargo fuzz list) || { echo "cargo fuzz list failed"; exit 1; }
+mapfile -t all <<< "$listed"
+[ -n "${all[0]:-}" ] || { echo "fuzz/Cargo.toml lists no targets"; exit 1; }
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
+# The targets that load real files write them to TMPDIR: a directory of this run's own, so a
+# concurrent `cargo test --lib fuzz` keeps its files.
+export TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/memlock-libfuzzer.XXXXXX")
+trap 'rm -rf "$TMPDIR"' EXIT
 started=$SECONDS
 # Built once, then run directly: `cargo fuzz run` would rebuild per target whenever a source
 # file changed meanwhile.
@@ -56,8 +62,7 @@ for target in "${targets[@]}"; do
         [ -z "$artifact" ] || echo "  replay: (cd fuzz && cargo fuzz run --sanitizer $SANITIZER $target $artifact), or $BIN_DIR/$target fuzz/$artifact"
         failed+=("$target")
     fi
-    rm -f "$log" "${TMPDIR:-/tmp}"/memlock-fuzz-*-"$target"
+    rm -f "$log"
 done
-rm -f "${TMPDIR:-/tmp}"/memlock-fuzz-[0-9]*-*
 echo "libFuzzer: ${#targets[@]} targets, ${#failed[@]} failed, $((SECONDS - started))s"
 [ ${#failed[@]} -eq 0 ]

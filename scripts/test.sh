@@ -41,6 +41,8 @@ install_tools() {
     # which --no-install-recommends leaves out).
     command -v prometheus-node-exporter >/dev/null || command -v node_exporter >/dev/null || missing+=(prometheus-node-exporter)
     command -v wrk >/dev/null || missing+=(wrk)
+    # libfuzzer-sys builds libFuzzer's C++ sources.
+    command -v g++ >/dev/null || missing+=(g++)
     command -v python3 >/dev/null || missing+=(python3)
     command -v curl >/dev/null || missing+=(curl)
     command -v setpriv >/dev/null || missing+=(util-linux)

@@ -351,6 +351,21 @@ macro_rules! targets {
             let registered: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
             assert_eq!(registered, tested);
         }
+
+        /// And a libFuzzer binary: fuzz/Cargo.toml lists one per target.
+        #[test]
+        fn every_registered_target_has_a_libfuzzer_binary() {
+            let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/Cargo.toml")).expect("fuzz/Cargo.toml");
+            let mut binaries: Vec<&str> = manifest
+                .split("[[bin]]")
+                .skip(1)
+                .filter_map(|section| section.lines().find_map(|l| l.trim().strip_prefix("name = ")).map(|n| n.trim_matches('"')))
+                .collect();
+            let mut registered: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
+            binaries.sort_unstable();
+            registered.sort_unstable();
+            assert_eq!(binaries, registered);
+        }
     };
 }
 

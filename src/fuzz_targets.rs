@@ -369,8 +369,12 @@ fn check_uid_map(bytes: &[u8]) -> Result<Verdict, String> {
     if parsed == Ok(true) && numbers != [Some(0), Some(0), Some(u64::from(u32::MAX))] {
         return Err(format!("called the initial namespace: {text:?}"));
     }
-    if parsed.is_ok() {
-        unchanged_by(uid_map::is_initial, &text, "")?;
+    // A second extent makes any map a user namespace's.
+    if parsed.is_ok() && !text.trim().is_empty() {
+        let extended = format!("{}\n1 1 1\n", text.trim_end_matches('\n'));
+        if uid_map::is_initial(&extended) != Ok(false) {
+            return Err(format!("{extended:?} is not a user namespace's map: {:?}", uid_map::is_initial(&extended)));
+        }
     }
     Ok(verdict(&parsed))
 }

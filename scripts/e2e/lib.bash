@@ -13,8 +13,9 @@ E2E_EXIT_HOOKS=()
 on_exit() { E2E_EXIT_HOOKS+=("$1"); }
 
 # Keeps the script's own exit status: under `set -e` a `wait` on a process it just killed
-# (status 143) would otherwise end the trap with that status, and a hook's last command would
-# otherwise replace it. scripts/e2e/lib_exit_status.sh checks this.
+# (status 143) would otherwise end the trap, and the script, with that status; hooks run with
+# errexit off, so a failing one cannot end it either. scripts/e2e/lib_exit_status.sh checks
+# these cases.
 e2e_cleanup() {
     local rc=$?
     set +e

@@ -226,7 +226,7 @@ fn cap_ipc_lock_inside_a_user_namespace_is_not_an_exemption() {
     command.args(["--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user", "--map-root-user"]);
     command.args([unprivileged_python(), "-c", MLOCK_HOLDER, &LOCK.to_string(), "--name", "memlock-userns"]);
     let mut holder = Held::spawn(command);
-    assert_eq!(holder.line(), "locked");
+    assert_eq!(holder.line(), "locked", "the holder did not start: this test needs unprivileged user namespaces (unshare --user as nobody)");
     // setpriv and unshare exec: the pid is the python process's.
     let pid = holder.child.id();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("holder alive");
