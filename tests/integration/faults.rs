@@ -5,15 +5,12 @@
 //! keeps finishing its runs and scrapes keep being answered. (Files that vanish mid-read are
 //! the churn tests in scale.rs.)
 
-use std::io::{BufRead, BufReader};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::synthetic;
-use crate::util::{binary, fixtures, http_get, Exporter, Metrics};
+use crate::util::{binary, command_as_nobody, fixtures, http_get, set_mode, Exporter, Metrics};
 
 /// A copy of the fixture roots to break, removed on drop.
 struct Tree(PathBuf);
@@ -235,76 +232,12 @@ fn a_procfs_root_that_is_not_procfs_fails_clearly_on_every_run() {
     assert_alive(exporter);
 }
 
-/// The exporter run as uid 65534, for whom file modes apply (root reads anything).
-struct Unprivileged {
-    child: Child,
-    address: String,
-    log: Arc<Mutex<String>>,
-}
-
-impl Unprivileged {
-    fn start(args: &[String]) -> Unprivileged {
-        let binary = runnable_binary();
-        let mut child = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(binary)
-            .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json"])
-            .args(args)
-            .envs(FAST)
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("setpriv runs the exporter");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let (mut address, mut log, mut line) = (None, String::new(), String::new());
-        while address.is_none() && stderr.read_line(&mut line).unwrap_or(0) > 0 {
-            log.push_str(&line);
-            if line.contains("\"message\":\"listening\"") {
-                address = line.split("\"address\":\"").nth(1).and_then(|rest| rest.split('"').next()).map(str::to_owned);
-            }
-            line.clear();
-        }
-        let Some(address) = address else {
-            let _ = child.kill();
-            panic!("exporter as uid 65534 did not start:\n{log}");
-        };
-        let log = Arc::new(Mutex::new(log));
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        Unprivileged { child, address, log }
-    }
-}
-
-impl Drop for Unprivileged {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn set_mode(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-/// The built binary if uid 65534 can execute it in place, else a 0755 copy in a temp dir.
-fn runnable_binary() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memlock-faults-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    set_mode(&dir, 0o755);
-    let copy = dir.join("memlock-exporter");
-    if !copy.exists() {
-        std::fs::copy(binary(), &copy).unwrap();
-        set_mode(&copy, 0o755);
-    }
-    copy
+/// The exporter run as uid 65534, for whom file modes apply (root reads anything), with every
+/// collector at 100 ms.
+fn start_unprivileged(args: &[String]) -> Exporter {
+    let mut cmd = command_as_nobody();
+    cmd.args(args).envs(FAST);
+    Exporter::from_command(cmd)
 }
 
 /// Opens every directory of the tree to others, so that only the files made 0000 are closed.
@@ -333,17 +266,17 @@ fn unreadable_files_are_refusals_named_in_the_log_not_crashes() {
     set_mode(&tree.path("proc/7102/status"), 0o000);
     let roots = tree.roots();
     let args: Vec<String> = roots.iter().cloned().chain(["--no-collector.rdma_netlink".to_owned()]).collect();
-    let exporter = Unprivileged::start(&args);
+    let exporter = start_unprivileged(&args);
     let m = watch(&exporter.address, 2);
     // A node file is needed: its refusal is an error of the node collector.
     assert_eq!(success(&m, "node"), 0.0);
     assert!(errors_of(&m, "node", "permission") > 0.0, "{}", m.text);
     // A process hidden from us (hidepid, another user namespace) is counted, not a failure.
-    assert_eq!(success(&m, "process"), 1.0, "{}", exporter.log.lock().unwrap());
+    assert_eq!(success(&m, "process"), 1.0, "{}", exporter.log_text());
     assert!(m.value("memlock_process_read_errors_total{kind=\"permission\"}") >= 1.0);
     assert!(m.text.contains("pid=\"7101\""));
     assert!(!m.text.contains("pid=\"7102\""));
-    let log = exporter.log.lock().unwrap().clone();
+    let log = exporter.log_text();
     assert!(log.contains("proc/meminfo: Permission denied"), "{log}");
 }
 

@@ -5,41 +5,19 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::synthetic;
-use crate::util::{binary, fixtures, http_get, Exporter, Metrics};
+use crate::util::{binary, command, fixtures, http_get, Exporter, Metrics};
 
 /// Starts the binary on a given address (util's `Exporter::start` always picks a free port).
 fn spawn_on(address: &str, args: &[&str]) -> Exporter {
-    let mut child = Command::new(binary())
-        .args(["--web.listen-address", address, "--log.format", "json", "--log.level", "debug"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn memlock-exporter");
-    let stderr = child.stderr.take().unwrap();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("\"message\":\"listening\"") {
-                let _ = tx.send(());
-            }
-            sink.lock().unwrap().push(line);
-        }
-    });
-    if rx.recv_timeout(Duration::from_secs(20)).is_err() {
-        let _ = child.kill();
-        panic!("exporter did not start on {address}: {:?}", log.lock().unwrap());
-    }
-    let exporter = Exporter { child, address: address.to_owned(), log };
+    let mut cmd = command(binary(), address);
+    cmd.args(args);
+    let exporter = Exporter::from_command(cmd);
     exporter.wait_ready();
     exporter
 }
@@ -345,8 +323,7 @@ fn sighup_storms_keep_the_exporter_serving_with_a_valid_configuration() {
 #[test]
 fn sigterm_while_starting_is_a_clean_exit() {
     for attempt in 0..5 {
-        let mut child = Command::new(binary())
-            .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--log.level", "debug"])
+        let mut child = command(binary(), "127.0.0.1:0")
             .args(["--path.procfs", fixtures().join("proc").to_str().unwrap(), "--path.sysfs", fixtures().join("sys").to_str().unwrap()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -3,14 +3,13 @@
 //! its parent's, cgroups created and removed while the exporter walks, and unreadable files.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::util::{binary_runnable_by, fixtures, http_get, is_root, live_lock, Exporter, Metrics, MLOCK_HOLDER};
+use crate::util::{command_as_nobody, fixtures, http_get, is_root, live_lock, set_mode, Exporter, Metrics, MLOCK_HOLDER};
 
 const MEMORY: &str = "/sys/fs/cgroup/memory";
 const LIMIT: u64 = 256 << 20;
@@ -278,15 +277,15 @@ fn unreadable_cgroup_files_are_counted_and_logged_not_fatal() {
     set_mode(&memory.join("system.slice/sshd.service/memory.stat"), 0o000);
     set_mode(&memory.join("slurm"), 0o111);
 
-    let exporter = NobodyExporter::start(&tree);
-    let m = exporter.wait_for(|m| m.get("memlock_cgroup_scan_cgroups_skipped{reason=\"permission_denied\"}").is_some());
+    let exporter = start_as_nobody(&tree);
+    let m = wait_for(&exporter, |m| m.get("memlock_cgroup_scan_cgroups_skipped{reason=\"permission_denied\"}").is_some());
     // Counted (one file, one directory listing), logged once, and not a collector failure:
     // like hidepid for processes, what the exporter may read is the deployment's choice.
     assert_eq!(m.value("memlock_cgroup_scan_cgroups_skipped{reason=\"permission_denied\"}"), 2.0, "{}", m.text);
     assert_eq!(m.value("memlock_cgroup_scan_cgroups_skipped{reason=\"read_error\"}"), 0.0);
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"cgroup\"}"), 1.0);
     assert!(m.family("memlock_exporter_collector_errors_total").iter().all(|(k, _)| !k.contains("collector=\"cgroup\"")), "{}", m.text);
-    let log = exporter.log.lock().unwrap().clone();
+    let log = exporter.log_text();
     let warnings: Vec<&str> = log.lines().filter(|l| l.contains("permission denied")).collect();
     assert_eq!(warnings.len(), 1, "logged once, not on every run:\n{log}");
     assert!(warnings[0].contains("\"level\":\"WARN\"") && warnings[0].contains("/slurm"), "{}", warnings[0]);
@@ -301,10 +300,6 @@ fn unreadable_cgroup_files_are_counted_and_logged_not_fatal() {
     drop(exporter);
     set_mode(&memory.join("slurm"), 0o755);
     std::fs::remove_dir_all(&tree).unwrap();
-}
-
-fn set_mode(path: &Path, mode: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -322,78 +317,26 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The exporter run as uid 65534, for whom file modes apply (root reads anything).
-struct NobodyExporter {
-    child: Child,
-    address: String,
-    log: Arc<std::sync::Mutex<String>>,
+/// The exporter as nobody on a copy of a cgroup tree (only the cgroup and RDMA collectors).
+fn start_as_nobody(tree: &Path) -> Exporter {
+    let mut cmd = command_as_nobody();
+    cmd.arg("--path.sysfs").arg(tree.join("sys")).arg("--path.procfs").arg(tree.join("proc"));
+    cmd.args(["--no-collector.node", "--no-collector.numa", "--no-collector.process"]);
+    Exporter::from_command(cmd)
 }
 
-impl NobodyExporter {
-    fn start(tree: &Path) -> Self {
-        let binary = binary_runnable_by(65534);
-        let mut child = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(binary)
-            .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json"])
-            .arg("--path.sysfs")
-            .arg(tree.join("sys"))
-            .arg("--path.procfs")
-            .arg(tree.join("proc"))
-            .args(["--no-collector.node", "--no-collector.numa", "--no-collector.process"])
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("setpriv runs the exporter");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut address = None;
-        let mut log = String::new();
-        let mut line = String::new();
-        while address.is_none() && stderr.read_line(&mut line).unwrap_or(0) > 0 {
-            log.push_str(&line);
-            if line.contains("\"message\":\"listening\"") {
-                address = line.split("\"address\":\"").nth(1).and_then(|rest| rest.split('"').next()).map(str::to_owned);
+/// Scrapes until `ready` says so (or 15 s pass), returning the last metrics.
+fn wait_for(exporter: &Exporter, ready: impl Fn(&Metrics) -> bool) -> Metrics {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok((200, body)) = http_get(&exporter.address, "/metrics") {
+            let m = Metrics::parse(&body);
+            if ready(&m) || Instant::now() > deadline {
+                return m;
             }
-            line.clear();
         }
-        let Some(address) = address else {
-            let _ = child.kill();
-            panic!("exporter as uid 65534 did not start:\n{log}");
-        };
-        // Keep draining the log so the exporter never blocks on a full pipe.
-        let log = Arc::new(std::sync::Mutex::new(log));
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        Self { child, address, log }
-    }
-
-    fn wait_for(&self, ready: impl Fn(&Metrics) -> bool) -> Metrics {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Ok((200, body)) = http_get(&self.address, "/metrics") {
-                let m = Metrics::parse(&body);
-                if ready(&m) || Instant::now() > deadline {
-                    return m;
-                }
-            }
-            assert!(Instant::now() < deadline, "no metrics from the exporter at {}", self.address);
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for NobodyExporter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        assert!(Instant::now() < deadline, "no metrics from the exporter at {}", exporter.address);
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

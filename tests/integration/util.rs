@@ -30,6 +30,29 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+pub fn set_mode(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The exporter `binary` on `address`, logging JSON at debug level.
+pub fn command(binary: impl AsRef<std::ffi::OsStr>, address: &str) -> Command {
+    let mut cmd = Command::new(binary);
+    cmd.args(["--web.listen-address", address, "--log.format", "json", "--log.level", "debug"]);
+    cmd
+}
+
+/// The exporter run as nobody (uid 65534) through setpriv, from a copy nobody may execute, on a
+/// free loopback port, logging JSON at the default level.
+pub fn command_as_nobody() -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(binary_runnable_by(65534))
+        .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json"])
+        .current_dir("/");
+    cmd
+}
+
 /// A running exporter, killed on drop.
 pub struct Exporter {
     pub child: Child,
@@ -52,16 +75,15 @@ impl Exporter {
     /// Starts the binary and waits until it listens, without the plain-HTTP readiness check
     /// (for TLS or basic auth, where the caller checks readiness its own way).
     pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Exporter {
-        let mut cmd = Command::new(binary());
-        cmd.args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--log.level", "debug"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn memlock-exporter");
+        let mut cmd = command(binary(), "127.0.0.1:0");
+        cmd.args(args).envs(env.iter().copied());
+        Self::from_command(cmd)
+    }
+
+    /// Starts `cmd` (the exporter logging JSON, directly or under setpriv) and waits until it
+    /// logs `listening`; its log is collected from then on.
+    pub fn from_command(mut cmd: Command) -> Exporter {
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn memlock-exporter");
         let stderr = child.stderr.take().expect("stderr is piped");
         let log = std::sync::Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
