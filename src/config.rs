@@ -509,6 +509,13 @@ fn type_error(err: config::ConfigError, origin_of: &dyn Fn(&str) -> String) -> C
             key,
             message: format!("found {unexpected}, expected {expected}"),
         },
+        // serde's own errors (a string where a list belongs) arrive wrapped with the key.
+        config::ConfigError::At { error, key: Some(key), .. } => match *error {
+            config::ConfigError::Type { unexpected, expected, .. } => {
+                ConfigError::Invalid { origin: origin_of(&key), key, message: format!("found {unexpected}, expected {expected}") }
+            }
+            inner => ConfigError::Invalid { origin: origin_of(&key), key, message: inner.to_string() },
+        },
         other => ConfigError::Other(other.to_string()),
     }
 }
@@ -720,6 +727,14 @@ mod tests {
         let path = write_temp("badtype", "[collector.node]\nenabled = \"sometimes\"\n");
         let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
         assert!(err.contains("collector.node.enabled"), "{err}");
+
+        // A string where a list belongs: serde's error, wrapped by the config crate (found by
+        // libFuzzer; it named the key but not the file).
+        let path = write_temp("notalist", "[alerting]\nalertmanager_urls = \"node-1\"\n");
+        let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err();
+        assert!(matches!(&err, ConfigError::Invalid { key, .. } if key == "alerting.alertmanager_urls"), "{err:?}");
+        let err = err.to_string();
+        assert!(err.contains(&path.display().to_string()) && err.contains("node-1"), "{err}");
 
         let path = write_temp("interval", "[collector.node]\ninterval = \"10\"\n");
         let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
