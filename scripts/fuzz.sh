@@ -11,13 +11,17 @@
 # fuzz/artifacts/<target>/ and the script prints the command that replays it; it then becomes
 # a regression test beside its parser. Runs on the stable toolchain without a sanitizer (the
 # parsers are safe Rust); FUZZ_SANITIZER=address needs a nightly toolchain (`+nightly` is used
-# when FUZZ_TOOLCHAIN=nightly). Installs cargo-fuzz when it is missing.
+# when FUZZ_TOOLCHAIN=nightly). Installs cargo-fuzz when it is missing. FUZZ_LIBFUZZER_SEED=N
+# repeats a run exactly as far as time allows (test.sh uses 1).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 SECONDS_EACH=${FUZZ_SECONDS:-10}
 SANITIZER=${FUZZ_SANITIZER:-none}
+# A fixed FUZZ_LIBFUZZER_SEED makes a run repeat the same inputs (CI); unset, each run explores
+# new ones.
+SEED=(${FUZZ_LIBFUZZER_SEED:+"-seed=$FUZZ_LIBFUZZER_SEED"})
 TOOLCHAIN=${FUZZ_TOOLCHAIN:+"+$FUZZ_TOOLCHAIN"}
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
@@ -50,7 +54,7 @@ failed=()
 for target in "${targets[@]}"; do
     log=$(mktemp)
     mkdir -p "corpus/$target" "artifacts/$target"
-    if "$BIN_DIR/$target" "corpus/$target" -artifact_prefix="artifacts/$target/" \
+    if "$BIN_DIR/$target" "corpus/$target" -artifact_prefix="artifacts/$target/" "${SEED[@]}" \
         -max_total_time="$SECONDS_EACH" -print_final_stats=1 -close_fd_mask=1 >"$log" 2>&1; then
         runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
         cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1)
