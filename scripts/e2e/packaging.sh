@@ -53,7 +53,9 @@ dpkg-deb -c "$DEB" | awk '{print $NF}' | sed 's|^\./||' > "$OUT/deb-files.txt"
 for path in "${expected[@]}" etc/default/memlock-exporter usr/lib/systemd/system/memlock-exporter.service; do
     grep -qx "$path" "$OUT/deb-files.txt" || fail ".deb lacks $path"
 done
-dpkg-deb -c "$DEB" | grep ' ./usr/bin/memlock-exporter$' | grep -q '^-rwxr-xr-x' || fail "the binary is not mode 755"
+# Outputs are captured before grep -q reads them: under pipefail, grep -q leaving at the first
+# match makes the writer die of SIGPIPE, and the pipeline fail, whenever it had more to write.
+grep -qE '^-rwxr-xr-x .* \./usr/bin/memlock-exporter$' <<< "$(dpkg-deb -c "$DEB")" || fail "the binary is not mode 755"
 dpkg-deb -f "$DEB" Package Version Depends | tee "$OUT/deb-control.txt"
 grep -q '^Depends:.*libc6' "$OUT/deb-control.txt" || fail "no libc6 dependency"
 dpkg-deb -e "$DEB" "$OUT/DEBIAN"
@@ -67,7 +69,7 @@ rpm -qlp "$RPM" 2>/dev/null | sed 's|^/||' > "$OUT/rpm-files.txt"
 for path in "${expected[@]}" etc/sysconfig/memlock-exporter usr/lib/systemd/system/memlock-exporter.service; do
     grep -qx "$path" "$OUT/rpm-files.txt" || fail ".rpm lacks $path"
 done
-rpm -qp --configfiles "$RPM" 2>/dev/null | grep -qx /etc/memlock-exporter/config.toml || fail "config.toml is not %config in the .rpm"
+grep -qx /etc/memlock-exporter/config.toml <<< "$(rpm -qp --configfiles "$RPM" 2>/dev/null)" || fail "config.toml is not %config in the .rpm"
 rpm -qp --scripts "$RPM" 2>/dev/null > "$OUT/rpm-scripts.txt"
 grep -q 'useradd -r -g memlock-exporter' "$OUT/rpm-scripts.txt" || fail ".rpm does not create the user"
 rpm -qp --queryformat '%{NAME} %{VERSION} %{ARCH}\n' "$RPM" 2>/dev/null
@@ -84,7 +86,7 @@ dpkg --purge memlock-exporter >/dev/null 2>&1 || true
 cleanup() { dpkg --purge memlock-exporter >/dev/null 2>&1 || true; [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null || true; }
 trap cleanup EXIT
 dpkg -i "$DEB" >/dev/null
-dpkg -s memlock-exporter | grep -q '^Status: install ok installed' || fail "not installed"
+grep -q '^Status: install ok installed' <<< "$(dpkg -s memlock-exporter)" || fail "not installed"
 getent passwd memlock-exporter >/dev/null || fail "the memlock-exporter user was not created"
 /usr/bin/memlock-exporter --version
 systemd-analyze verify /usr/lib/systemd/system/memlock-exporter.service || fail "the installed unit does not verify"

@@ -89,7 +89,7 @@ python3 "$ROOT/scripts/e2e/prometheus_check.py" --prometheus "http://127.0.0.1:$
     ${HOLDER_PID:+--holder-pid "$HOLDER_PID"} || rc=$?
 if grep -qiE 'level=(error|warn)' "$WORK/prometheus.log"; then
     echo "prometheus log:"
-    grep -iE 'level=(error|warn)' "$WORK/prometheus.log" | head -20
+    grep -iE 'level=(error|warn)' "$WORK/prometheus.log" | head -20 || true  # head may cut grep off (SIGPIPE)
 fi
 log "prometheus end to end: $([ $rc = 0 ] && echo passed || echo FAILED) in $((SECONDS - started))s"
 exit $rc
