@@ -410,17 +410,18 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
     assert!(end_rss <= warm_rss + 4096, "VmRSS grew from {warm_rss} KiB to {end_rss} KiB over the churn");
     assert_eq!(thread_count(pid), warm_threads, "threads");
 
-    // Once the churn stops, a full scan later only live pids and cgroups have series.
+    // Once the churn stops, a full scan later only live pids and cgroups have series (each
+    // collector's next run after the last removal: wait for it rather than race it).
     let live_pids: BTreeSet<String> = std::fs::read_dir(&procfs).unwrap().flatten().filter_map(|e| e.file_name().to_str().map(str::to_owned)).collect();
-    let m = wait_for(&exporter, Duration::from_secs(30), "series of live pids only", |m| {
-        label_values(m, "memlock_", "pid").iter().all(|p| live_pids.contains(p))
+    let cgroup_trends = |m: &Metrics| {
+        let scopes = Metrics::parse(&m.text.lines().filter(|l| l.contains("scope=\"cgroup\"")).collect::<Vec<_>>().join("\n"));
+        label_values(&scopes, "memlock_trend_", "cgroup")
+    };
+    let removed = |path: &String| !memory.join(path.trim_start_matches('/')).is_dir();
+    let m = wait_for(&exporter, Duration::from_secs(30), "series of live pids and cgroups only", |m| {
+        label_values(m, "memlock_", "pid").iter().all(|p| live_pids.contains(p)) && !cgroup_trends(m).iter().any(removed)
     });
-    let cgroup_scopes: Metrics = Metrics::parse(&m.text.lines().filter(|l| l.contains("scope=\"cgroup\"")).collect::<Vec<_>>().join("\n"));
-    let cgroup_paths = label_values(&cgroup_scopes, "memlock_trend_", "cgroup");
-    assert!(!cgroup_paths.is_empty(), "cgroup trends after the churn");
-    for path in &cgroup_paths {
-        assert!(memory.join(path.trim_start_matches('/')).is_dir(), "trend series of a removed cgroup: {path}");
-    }
+    assert!(!cgroup_trends(&m).is_empty(), "cgroup trends after the churn");
     assert_bounded(&m, 1000, cgroups, "after the churn");
 }
 
