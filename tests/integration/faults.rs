@@ -284,15 +284,9 @@ fn unreadable_files_are_refusals_named_in_the_log_not_crashes() {
 fn reload_until(exporter: &Exporter, expected: f64) -> Metrics {
     // SAFETY: kill with the pid of our own child.
     unsafe { libc::kill(exporter.child.id() as i32, libc::SIGHUP) };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let m = exporter.metrics();
-        if m.get("memlock_exporter_config_last_reload_successful") == Some(expected) {
-            return m;
-        }
-        assert!(Instant::now() < deadline, "reload gauge never became {expected}:\n{}", exporter.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    exporter.wait_metrics(Duration::from_secs(15), &format!("the reload gauge to become {expected}"), |m| {
+        m.get("memlock_exporter_config_last_reload_successful") == Some(expected)
+    })
 }
 
 #[test]

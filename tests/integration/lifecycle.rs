@@ -234,15 +234,7 @@ fn scrape_continuously(address: String, stop: Arc<AtomicBool>) -> std::thread::J
 }
 
 fn wait_metrics(exporter: &Exporter, what: &str, done: impl Fn(&Metrics) -> bool) -> Metrics {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let m = exporter.metrics();
-        if done(&m) {
-            return m;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}:\n{}", exporter.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    exporter.wait_metrics(Duration::from_secs(20), what, done)
 }
 
 #[test]

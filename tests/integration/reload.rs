@@ -28,15 +28,7 @@ fn start(config: &Path) -> Exporter {
 
 /// Scrapes until `done` holds, for up to 15 s.
 fn wait_until(exporter: &Exporter, what: &str, done: impl Fn(&Metrics) -> bool) -> Metrics {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let metrics = exporter.metrics();
-        if done(&metrics) {
-            return metrics;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}; log:\n{}\nmetrics:\n{}", exporter.log_text(), metrics.text);
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    exporter.wait_metrics(Duration::from_secs(15), what, done)
 }
 
 fn sighup(exporter: &Exporter) {

@@ -156,18 +156,6 @@ fn promtool_check(text: &str, context: &str) {
     assert!(out.status.success(), "{context}: promtool check metrics: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
-fn wait_for(exporter: &Exporter, limit: Duration, what: &str, done: impl Fn(&Metrics) -> bool) -> Metrics {
-    let deadline = Instant::now() + limit;
-    loop {
-        let m = exporter.metrics();
-        if done(&m) {
-            return m;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}:\n{}", exporter.log_text());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 #[test]
 fn a_generated_host_of_20000_processes_and_10000_cgroups() {
     const PROCESSES: u32 = 20_000;
@@ -192,7 +180,7 @@ fn a_generated_host_of_20000_processes_and_10000_cgroups() {
     let pid = exporter.child.id();
     // Three full scans, and three samples of every cgroup (a trend needs three).
     let cgroup_trends = |m: &Metrics| m.family("memlock_trend_rise_bytes_per_second").iter().filter(|(k, _)| k.contains("scope=\"cgroup\"")).count();
-    let m = wait_for(&exporter, Duration::from_secs(120), "three full scans and every cgroup's trend", |m| {
+    let m = exporter.wait_metrics(Duration::from_secs(120), "three full scans and every cgroup's trend", |m| {
         m.get("memlock_process_full_scans_total").unwrap_or(0.0) >= 3.0 && cgroup_trends(m) >= CGROUPS - 1
     });
     let lines = m.text.lines().count();
@@ -358,7 +346,7 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let exporter = Exporter::start_with_env(&["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()], &env);
     let pid = exporter.child.id();
-    wait_for(&exporter, Duration::from_secs(60), "a first trend", |m| family_count(m, "memlock_trend_rise_bytes_per_second") > 0);
+    exporter.wait_metrics(Duration::from_secs(60), "a first trend", |m| family_count(m, "memlock_trend_rise_bytes_per_second") > 0);
 
     let churn = Churn::start(scratch.0.clone(), procfs.clone(), memory.clone(), PROCESSES, PODS);
     let first_scans = exporter.metrics().value("memlock_process_full_scans_total");
@@ -418,7 +406,7 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
         label_values(&scopes, "memlock_trend_", "cgroup")
     };
     let removed = |path: &String| !memory.join(path.trim_start_matches('/')).is_dir();
-    let m = wait_for(&exporter, Duration::from_secs(30), "series of live pids and cgroups only", |m| {
+    let m = exporter.wait_metrics(Duration::from_secs(30), "series of live pids and cgroups only", |m| {
         label_values(m, "memlock_", "pid").iter().all(|p| live_pids.contains(p)) && !cgroup_trends(m).iter().any(removed)
     });
     assert!(!cgroup_trends(&m).is_empty(), "cgroup trends after the churn");
@@ -553,6 +541,6 @@ fn live_churn_of_real_processes_and_cgroups() {
     // Clean up, then every series of ours disappears: pids, cgroups, trend scopes.
     drop(live);
     assert!(!base.exists(), "the test cgroups are removed");
-    let m = wait_for(&exporter, Duration::from_secs(10), "no series of the removed cgroups", |m| !m.text.contains(&name));
+    let m = exporter.wait_metrics(Duration::from_secs(10), "no series of the removed cgroups", |m| !m.text.contains(&name));
     assert!(!m.text.contains("comm=\"python3\",cgroup=\"/memlock-scale"), "{}", m.text);
 }

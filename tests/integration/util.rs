@@ -139,6 +139,20 @@ impl Exporter {
         }
     }
 
+    /// Scrapes every 100 ms until `done` holds; fails naming `what` after `limit`, with the log
+    /// and the last metrics.
+    pub fn wait_metrics(&self, limit: Duration, what: &str, done: impl Fn(&Metrics) -> bool) -> Metrics {
+        let deadline = Instant::now() + limit;
+        loop {
+            let metrics = self.metrics();
+            if done(&metrics) {
+                return metrics;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; log:\n{}\nmetrics:\n{}", self.log_text(), metrics.text);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
