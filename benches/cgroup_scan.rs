@@ -114,13 +114,36 @@ fn measure(label: &str, sysfs: &Path, dirs: &[PathBuf], rounds: usize) -> f64 {
     let (walk, reread, baseline, render) = (median(walks), median(rereads), median(baselines), median(renders));
 
     let per = |d: Duration| d.as_secs_f64() * 1e6 / cgroups;
-    println!("{label}: {} cgroups, {} files read per cgroup, median of {rounds} rounds, process CPU time", dirs.len(), FILES_READ.len());
-    println!("  full walk (readdir + read + parse)  {:>8.1} ms  {:>6.2} us/cgroup", walk.as_secs_f64() * 1e3, per(walk));
-    println!("  re-read between walks               {:>8.1} ms  {:>6.2} us/cgroup", reread.as_secs_f64() * 1e3, per(reread));
-    println!("  baseline: plain read of the files   {:>8.1} ms  {:>6.2} us/cgroup", baseline.as_secs_f64() * 1e3, per(baseline));
-    println!("  render to exposition text           {:>8.1} ms  {:>6.2} us/cgroup", render.as_secs_f64() * 1e3, per(render));
+    println!(
+        "{label}: {} cgroups, {} files read per cgroup, median of {rounds} rounds, process CPU time",
+        dirs.len(),
+        FILES_READ.len()
+    );
+    println!(
+        "  full walk (readdir + read + parse)  {:>8.1} ms  {:>6.2} us/cgroup",
+        walk.as_secs_f64() * 1e3,
+        per(walk)
+    );
+    println!(
+        "  re-read between walks               {:>8.1} ms  {:>6.2} us/cgroup",
+        reread.as_secs_f64() * 1e3,
+        per(reread)
+    );
+    println!(
+        "  baseline: plain read of the files   {:>8.1} ms  {:>6.2} us/cgroup",
+        baseline.as_secs_f64() * 1e3,
+        per(baseline)
+    );
+    println!(
+        "  render to exposition text           {:>8.1} ms  {:>6.2} us/cgroup",
+        render.as_secs_f64() * 1e3,
+        per(render)
+    );
     let ratio = walk.as_secs_f64() / baseline.as_secs_f64();
-    println!("  ratio to baseline: full walk {ratio:.2}x (target <= {TARGET_RATIO}x), re-read {:.2}x", reread.as_secs_f64() / baseline.as_secs_f64());
+    println!(
+        "  ratio to baseline: full walk {ratio:.2}x (target <= {TARGET_RATIO}x), re-read {:.2}x",
+        reread.as_secs_f64() / baseline.as_secs_f64()
+    );
     ratio
 }
 

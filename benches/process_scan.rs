@@ -43,11 +43,11 @@ fn median(mut samples: Vec<f64>) -> f64 {
     samples[samples.len() / 2]
 }
 
-
 /// Writes `processes` pid directories in the kernel's formats: 1% pinning (RDMA workers),
 /// 1% named python3 (caught by the default comm pattern), spread over 100 cgroups.
 fn build_tree(root: &Path, processes: u32) {
-    synthetic::write_procfs(root, 1000, processes, |i| format!("/kubepods/burstable/pod{:032x}", i % 100)).expect("write the bench tree");
+    synthetic::write_procfs(root, 1000, processes, |i| format!("/kubepods/burstable/pod{:032x}", i % 100))
+        .expect("write the bench tree");
 }
 
 /// The floor: list the directory and read every pid's three files (open, read to EOF into a
@@ -129,7 +129,11 @@ fn measure(procfs: &Path, listed: usize) -> Figures {
 
 fn numeric_entries(procfs: &Path) -> usize {
     std::fs::read_dir(procfs)
-        .map(|dir| dir.flatten().filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))).count())
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+                .count()
+        })
         .unwrap_or(0)
 }
 
@@ -142,8 +146,15 @@ fn main() {
     let synthetic = measure(&root, processes as usize);
     let _ = std::fs::remove_dir_all(&root);
     let ratio = synthetic.scan_us_per_process / synthetic.baseline_us_per_process;
-    println!("process scan, synthetic procfs of {processes} processes (ext4/page cache), median of {ITERATIONS} runs, CPU time:");
-    println!("  full scan:        {:>7.2} us per process ({:.1} ms per scan)", synthetic.scan_us_per_process, synthetic.scan_us_per_process * processes as f64 / 1e3);
+    println!(
+        "process scan, synthetic procfs of {processes} processes (ext4/page cache), median of {ITERATIONS} runs, \
+        CPU time:"
+    );
+    println!(
+        "  full scan:        {:>7.2} us per process ({:.1} ms per scan)",
+        synthetic.scan_us_per_process,
+        synthetic.scan_us_per_process * processes as f64 / 1e3
+    );
     println!("  baseline (read):  {:>7.2} us per process", synthetic.baseline_us_per_process);
     println!("  ratio:            {ratio:>7.2}x the baseline");
     println!(
@@ -157,13 +168,19 @@ fn main() {
     let proc_root = Path::new("/proc");
     let listed = numeric_entries(proc_root);
     let real = measure(proc_root, listed);
-    println!("process scan, this machine's /proc ({listed} pids, {} user processes), median of {ITERATIONS} runs, CPU time:", real.scanned);
+    println!(
+        "process scan, this machine's /proc ({listed} pids, {} user processes), median of {ITERATIONS} runs, CPU time:",
+        real.scanned
+    );
     println!("  full scan:        {:>7.2} us per pid", real.scan_us_per_process);
     println!("  baseline (read):  {:>7.2} us per pid", real.baseline_us_per_process);
     println!("  ratio:            {:>7.2}x the baseline", real.scan_us_per_process / real.baseline_us_per_process);
     println!("  tracked pass:     {:>7.1} us for {} tracked processes", real.tracked_pass_us, real.tracked);
 
-    println!("peak RSS of the benchmark process (VmHWM): {} KiB", synthetic::status_kib("/proc/self/status", "VmHWM").unwrap_or(0));
+    println!(
+        "peak RSS of the benchmark process (VmHWM): {} KiB",
+        synthetic::status_kib("/proc/self/status", "VmHWM").unwrap_or(0)
+    );
 
     let mut missed = Vec::new();
     if synthetic.scan_us_per_process > TARGET_US_PER_PROCESS {

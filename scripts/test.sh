@@ -52,11 +52,26 @@ install_tools() {
         apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || return 1
     fi
     command -v cargo >/dev/null || { echo "cargo is required (rustup)"; return 1; }
+    for component in fmt clippy; do
+        cargo "$component" --version >/dev/null 2>&1 ||
+            rustup component add "$( [ "$component" = fmt ] && echo rustfmt || echo clippy )" ||
+            { echo "cargo $component is required (rustup component add)"; return 1; }
+    done
     echo "promtool: $(promtool --version 2>&1 | head -1)"
 }
 
 build() {
     cargo build --locked --all-targets
+}
+
+# Format and lint gates: rustfmt.toml's style, clippy's default lints as errors, and no line of
+# src/ over 120 columns (rustfmt does not break string literals).
+format_and_lint() {
+    cargo fmt --check || return 1
+    cargo clippy --locked --all-targets -- -D warnings || return 1
+    local long
+    long=$(find src -name '*.rs' -exec awk 'length($0) > 120 { print FILENAME ":" FNR }' {} +)
+    [ -z "$long" ] || { echo "lines over 120 columns:"; echo "$long"; return 1; }
 }
 
 unit_and_integration() {
@@ -104,6 +119,7 @@ if [ $QUICK = 1 ]; then
     step "unit and golden tests" unit_only
 else
     step "build" build
+    step "format and lint" format_and_lint
     # The golden test writes this; a copy left by an earlier run must not pass for this one.
     rm -f "${TMPDIR:-/tmp}/memlock-exporter-e2e-full.txt"
     step "cargo test (unit, integration, live)" unit_and_integration

@@ -135,7 +135,8 @@ fn exhaustion_alert(point: &TrendPoint, seconds: f64, config: &AlertingConfig) -
     annotations.insert(
         "description".into(),
         format!(
-            "{} of {} is {} and rising {}/s; {} left before {limit}. At this rate it is reached in {seconds:.0}s and {consequence}.",
+            "{} of {} is {} and rising {}/s; {} left before {limit}. At this rate it is reached in {seconds:.0}s and \
+                {consequence}.",
             watched,
             subject(point),
             bytes(point.value),
@@ -267,8 +268,12 @@ impl AlertBook {
             }
         }
         let resolve_after = self.resolve_after;
-        let gone: Vec<Labels> =
-            self.active.iter().filter(|(_, a)| now.saturating_duration_since(a.last_seen) >= resolve_after).map(|(k, _)| k.clone()).collect();
+        let gone: Vec<Labels> = self
+            .active
+            .iter()
+            .filter(|(_, a)| now.saturating_duration_since(a.last_seen) >= resolve_after)
+            .map(|(k, _)| k.clone())
+            .collect();
         for labels in gone {
             if let Some(a) = self.active.remove(&labels) {
                 self.dirty = true;
@@ -354,10 +359,12 @@ pub async fn run(mut snapshots: watch::Receiver<Arc<Snapshot>>, config: Alerting
                 let transitions = book.update(evaluate(&snapshot, &config), Instant::now(), SystemTime::now());
                 // One line per change, so an operator can line up the page with the sample.
                 for labels in &transitions.started {
-                    tracing::info!(alertname = labels.get("alertname").map_or("", String::as_str), labels = ?labels, "fast-path alert firing");
+                    let alertname = labels.get("alertname").map_or("", String::as_str);
+                    tracing::info!(alertname, labels = ?labels, "fast-path alert firing");
                 }
                 for labels in &transitions.resolved {
-                    tracing::info!(alertname = labels.get("alertname").map_or("", String::as_str), labels = ?labels, "fast-path alert resolved");
+                    let alertname = labels.get("alertname").map_or("", String::as_str);
+                    tracing::info!(alertname, labels = ?labels, "fast-path alert resolved");
                 }
                 metrics.active.set(book.active_count() as i64);
             }
@@ -401,7 +408,12 @@ pub async fn run(mut snapshots: watch::Receiver<Arc<Snapshot>>, config: Alerting
     }
 }
 
-async fn post(client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>, endpoint: &Endpoint, body: Bytes, timeout: Duration) -> Result<(), String> {
+async fn post(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    endpoint: &Endpoint,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<(), String> {
     let request = Request::builder()
         .method(Method::POST)
         .uri(endpoint.alerts_url())
@@ -478,8 +490,14 @@ mod tests {
         assert_eq!(a.labels["instance"], "gpu-node-17");
         assert_eq!(a.labels["pid"], "4242");
         assert_eq!(a.labels["cgroup"], "/slurm/job_1870");
-        assert!(a.annotations["description"].contains("2.0 MiB") && a.annotations["description"].contains("512.0 KiB/s"), "{a:?}");
-        assert_eq!(a.annotations["runbook_url"], "https://example.invalid/runbooks.md#memlockprocesslimitexhaustionimminent");
+        assert!(
+            a.annotations["description"].contains("2.0 MiB") && a.annotations["description"].contains("512.0 KiB/s"),
+            "{a:?}"
+        );
+        assert_eq!(
+            a.annotations["runbook_url"],
+            "https://example.invalid/runbooks.md#memlockprocesslimitexhaustionimminent"
+        );
     }
 
     #[test]
@@ -512,7 +530,11 @@ mod tests {
         assert_eq!(names, ["MemlockCgroupMemoryExhaustionImminent", "MemlockCgroupNearMemoryLimitFast"]);
         for alert in &alerts {
             assert_eq!((alert.labels["scope"].as_str(), alert.labels["pod_uid"].as_str()), ("cgroup", "1"));
-            assert!(alert.annotations["description"].starts_with("working set (usage minus inactive page cache) of cgroup /kubepods/pod1 is 60.0 MiB"), "{alert:?}");
+            assert!(
+                alert.annotations["description"]
+                    .starts_with("working set (usage minus inactive page cache) of cgroup /kubepods/pod1 is 60.0 MiB"),
+                "{alert:?}"
+            );
         }
         assert!(alerts[1].annotations["summary"].contains("94% of its memory limit"), "{:?}", alerts[1]);
     }
@@ -552,7 +574,11 @@ mod tests {
         let cfg = config();
         let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
         let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        book.update(evaluate(&snapshot(vec![process(2.0 * MIB, 8.0 * MIB, Some(MIB), Some(6.0))]), &cfg), Instant::now(), wall);
+        book.update(
+            evaluate(&snapshot(vec![process(2.0 * MIB, 8.0 * MIB, Some(MIB), Some(6.0))]), &cfg),
+            Instant::now(),
+            wall,
+        );
         let payload = book.payload(wall);
         assert_eq!(payload[0].ends_at, "2027-01-15T08:02:00.000Z", "4 x 30 s resend interval");
         let json = serde_json::to_value(&payload).unwrap();
@@ -576,8 +602,14 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        assert_eq!(Endpoint::parse("http://127.0.0.1:9093/").unwrap().alerts_url(), "http://127.0.0.1:9093/api/v2/alerts");
-        assert_eq!(Endpoint::parse("http://am.example:9093/prefix").unwrap().alerts_url(), "http://am.example:9093/prefix/api/v2/alerts");
+        assert_eq!(
+            Endpoint::parse("http://127.0.0.1:9093/").unwrap().alerts_url(),
+            "http://127.0.0.1:9093/api/v2/alerts"
+        );
+        assert_eq!(
+            Endpoint::parse("http://am.example:9093/prefix").unwrap().alerts_url(),
+            "http://am.example:9093/prefix/api/v2/alerts"
+        );
         assert!(Endpoint::parse("https://am:9093").is_err());
         assert!(Endpoint::parse("am:9093").is_err());
         assert!(Endpoint::parse("http://").is_err());

@@ -9,11 +9,11 @@ use serde::Serialize;
 
 use crate::alerting::bytes as human;
 use crate::cli::CheckArgs;
-use crate::estimate::{self, Estimate};
-use crate::fsroot::{self, Roots, SourceError};
 use crate::collect::cgroup::CgroupCollector;
 use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice};
 use crate::config::{CgroupConfig, RdmaConfig};
+use crate::estimate::{self, Estimate};
+use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::{meminfo, parse_u64, pid_cgroup, pid_limits, pid_status};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -131,7 +131,12 @@ pub fn read_machine(roots: &Roots, pid: &str, environment: Vec<(String, String)>
 /// that path.
 fn cgroup_headroom(roots: &Roots, path: &str) -> Option<CgroupHeadroom> {
     let exact = regex::Regex::new(&format!("^{}$", regex::escape(path))).ok()?;
-    let config = CgroupConfig { full_scan_interval: std::time::Duration::from_secs(3600), include: vec![exact], exclude: Vec::new(), max_depth: 64 };
+    let config = CgroupConfig {
+        full_scan_interval: std::time::Duration::from_secs(3600),
+        include: vec![exact],
+        exclude: Vec::new(),
+        max_depth: 64,
+    };
     let mut errors = Vec::new();
     let stats = CgroupCollector::new(roots.clone(), config).read(&mut errors);
     let memory = stats.memory.iter().find(|m| m.path() == path)?;
@@ -149,7 +154,9 @@ fn cgroup_headroom(roots: &Roots, path: &str) -> Option<CgroupHeadroom> {
 /// procfs's pid 1, which in a container with its own PID namespace is the container's init, in
 /// the same user namespace: they can only prove a difference.
 fn same_user_namespace(proc_dir: &Path, init_dir: &Path) -> Option<bool> {
-    let links = std::fs::read_link(proc_dir.join("ns/user")).and_then(|ours| Ok(ours == std::fs::read_link(init_dir.join("ns/user"))?)).ok();
+    let links = std::fs::read_link(proc_dir.join("ns/user"))
+        .and_then(|ours| Ok(ours == std::fs::read_link(init_dir.join("ns/user"))?))
+        .ok();
     let map = fsroot::read_parsed(&proc_dir.join("uid_map"), crate::kernel::uid_map::is_initial).ok();
     match (map, links) {
         (_, Some(false)) => Some(false),
@@ -174,7 +181,8 @@ pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
                 "vm.max_map_count",
                 Status::Warn,
                 count.to_string(),
-                "below the kernel default 65530: registrations split VMAs (fork protection); sysctl -w vm.max_map_count=262144",
+                "below the kernel default 65530: registrations split VMAs (fork protection); sysctl -w \
+                    vm.max_map_count=262144",
             )
         } else {
             Finding::new("vm.max_map_count", Status::Pass, count.to_string(), "")
@@ -186,10 +194,21 @@ pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
                 "memory.cma",
                 Status::Warn,
                 format!("CmaFree {} > CmaTotal {}", human(free as f64), human(total as f64)),
-                "inconsistent CMA accounting has preceded long-term pin failures (ENOMEM with a fine memlock limit); check cma=/kho= on the kernel command line",
+                "inconsistent CMA accounting has preceded long-term pin failures (ENOMEM with a fine memlock limit); \
+                    check cma=/kho= on the kernel command line",
             )
         } else {
-            Finding::new("memory.cma", Status::Pass, format!("CmaFree {} of {}", human(free as f64), human(total as f64)), "")
+            Finding::new(
+                "memory.cma",
+                Status::Pass,
+                format!(
+                    "CmaFree {} of \
+                {}",
+                    human(free as f64),
+                    human(total as f64)
+                ),
+                "",
+            )
         });
     }
     out.extend(nccl_environment(&m.environment));
@@ -220,9 +239,21 @@ fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
     out.push(if room as f64 >= need as f64 * safety {
         Finding::new("cgroup.memory", Status::Pass, measured, "")
     } else if room >= need {
-        Finding::new("cgroup.memory", Status::Warn, measured, "little margin: raise the container's or job's memory limit")
+        Finding::new(
+            "cgroup.memory",
+            Status::Warn,
+            measured,
+            "little margin: raise the container's or job's memory \
+            limit",
+        )
     } else {
-        Finding::new("cgroup.memory", Status::Fail, measured, "registered buffers are charged to the cgroup: raise its memory limit (pod limits, Slurm --mem) or run fewer ranks in it")
+        Finding::new(
+            "cgroup.memory",
+            Status::Fail,
+            measured,
+            "registered buffers are charged to the cgroup: raise its \
+            memory limit (pod limits, Slurm --mem) or run fewer ranks in it",
+        )
     });
 }
 
@@ -240,9 +271,10 @@ fn selected_by_ib_hca(spec: Option<&str>, device: &str) -> Option<bool> {
         Some(rest) => (true, rest),
         None => (false, list),
     };
-    let listed = list.split(',').map(|entry| entry.split(':').next().unwrap_or("")).any(|name| {
-        !name.is_empty() && if exact { name == device } else { device.starts_with(name) }
-    });
+    let listed = list
+        .split(',')
+        .map(|entry| entry.split(':').next().unwrap_or(""))
+        .any(|name| !name.is_empty() && if exact { name == device } else { device.starts_with(name) });
     Some(listed != exclude)
 }
 
@@ -263,11 +295,22 @@ pub fn rdma(devices: &[SysfsDevice], env: &[(String, String)]) -> Vec<Finding> {
         for port in &device.ports {
             let id = format!("rdma.port.{}.{}", device.name, port.number);
             match &port.state {
-                Some(state) if state.value == 4 => out.push(Finding::new(id, Status::Pass, format!("{}: {}", state.value, state.name), "")),
+                Some(state) if state.value == 4 => {
+                    out.push(Finding::new(id, Status::Pass, format!("{}: {}", state.value, state.name), ""))
+                }
                 state => {
-                    let measured = state.as_ref().map(|s| format!("{}: {}", s.value, s.name)).unwrap_or_else(|| "state unreadable".into());
+                    let measured = state
+                        .as_ref()
+                        .map(|s| format!("{}: {}", s.value, s.name))
+                        .unwrap_or_else(|| "state unreadable".into());
                     let status = if selected == Some(true) { Status::Fail } else { Status::Warn };
-                    out.push(Finding::new(id, status, measured, "bring the link up (cable, switch port, subnet manager for InfiniBand) or leave the port out of NCCL_IB_HCA"));
+                    out.push(Finding::new(
+                        id,
+                        status,
+                        measured,
+                        "bring the link up (cable, switch port, subnet manager \
+                        for InfiniBand) or leave the port out of NCCL_IB_HCA",
+                    ));
                 }
             }
         }
@@ -282,7 +325,12 @@ pub fn rdma(devices: &[SysfsDevice], env: &[(String, String)]) -> Vec<Finding> {
         let id = format!("rdma.firmware.{hca}");
         let list = versions.iter().copied().collect::<Vec<_>>().join(", ");
         out.push(if versions.len() > 1 {
-            Finding::new(id, Status::Warn, format!("different firmware on {hca} HCAs: {list}"), "update all HCAs of one type to the same firmware (mlxfwmanager, or the vendor's tool)")
+            Finding::new(
+                id,
+                Status::Warn,
+                format!("different firmware on {hca} HCAs: {list}"),
+                "update all HCAs of one type to the same firmware (mlxfwmanager, or the vendor's tool)",
+            )
         } else {
             Finding::new(id, Status::Pass, list, "")
         });
@@ -293,7 +341,8 @@ pub fn rdma(devices: &[SysfsDevice], env: &[(String, String)]) -> Vec<Finding> {
 fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
     let Some(limits) = m.limits else { return };
     let exempt = m.ipc_lock == Some(true) && m.initial_user_ns != Some(false);
-    let fix = "raise it: `ulimit -l unlimited` via /etc/security/limits.conf memlock, systemd LimitMEMLOCK=infinity, docker run --ulimit memlock=-1, or the container runtime's default rlimits";
+    let fix = "raise it: `ulimit -l unlimited` via /etc/security/limits.conf memlock, systemd LimitMEMLOCK=infinity, \
+        docker run --ulimit memlock=-1, or the container runtime's default rlimits";
     let soft = match limits.soft {
         pid_limits::Limit::Unlimited => Finding::new("memlock.soft", Status::Pass, "unlimited", ""),
         _ if exempt => Finding::new(
@@ -302,21 +351,28 @@ fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
             format!("{} (CAP_IPC_LOCK: not enforced)", show_limit(limits.soft)),
             "",
         ),
-        pid_limits::Limit::Bytes(0) => Finding::new("memlock.soft", Status::Fail, "0 bytes: every registration fails with EPERM", fix),
+        pid_limits::Limit::Bytes(0) => {
+            Finding::new("memlock.soft", Status::Fail, "0 bytes: every registration fails with EPERM", fix)
+        }
         pid_limits::Limit::Bytes(limit) if limit < need => Finding::new(
             "memlock.soft",
             Status::Fail,
             format!("{} < estimated need {}", human(limit as f64), human(need as f64)),
             fix,
         ),
-        pid_limits::Limit::Bytes(limit) => {
-            Finding::new("memlock.soft", Status::Pass, format!("{} >= estimated need {}", human(limit as f64), human(need as f64)), "")
-        }
+        pid_limits::Limit::Bytes(limit) => Finding::new(
+            "memlock.soft",
+            Status::Pass,
+            format!("{} >= estimated need {}", human(limit as f64), human(need as f64)),
+            "",
+        ),
     };
     out.push(soft);
     let hard = match limits.hard {
         pid_limits::Limit::Unlimited => Finding::new("memlock.hard", Status::Pass, "unlimited", ""),
-        _ if exempt => Finding::new("memlock.hard", Status::Pass, format!("{} (CAP_IPC_LOCK)", show_limit(limits.hard)), ""),
+        _ if exempt => {
+            Finding::new("memlock.hard", Status::Pass, format!("{} (CAP_IPC_LOCK)", show_limit(limits.hard)), "")
+        }
         pid_limits::Limit::Bytes(limit) if limit < need => Finding::new(
             "memlock.hard",
             Status::Warn,
@@ -333,9 +389,18 @@ fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
             "CAP_IPC_LOCK held only inside a user namespace: it does not exempt from the limit",
             "rely on the memlock limit, not on the capability, in user-namespaced containers",
         ),
-        (Some(true), _) => Finding::new("memlock.cap_ipc_lock", Status::Pass, "held: the memlock limit is not enforced", ""),
-        (Some(false), _) => Finding::new("memlock.cap_ipc_lock", Status::Pass, "not held: the memlock limit applies", ""),
-        (None, _) => Finding::new("memlock.cap_ipc_lock", Status::Warn, "CapEff not readable", "run the check with access to /proc/PID/status"),
+        (Some(true), _) => {
+            Finding::new("memlock.cap_ipc_lock", Status::Pass, "held: the memlock limit is not enforced", "")
+        }
+        (Some(false), _) => {
+            Finding::new("memlock.cap_ipc_lock", Status::Pass, "not held: the memlock limit applies", "")
+        }
+        (None, _) => Finding::new(
+            "memlock.cap_ipc_lock",
+            Status::Warn,
+            "CapEff not readable",
+            "run the check with access to /proc/PID/status",
+        ),
     };
     out.push(cap);
 }
@@ -350,13 +415,27 @@ fn show_limit(limit: pid_limits::Limit) -> String {
 fn memory(m: &Machine, node_need: u64, safety: f64, out: &mut Vec<Finding>) {
     let Some(available) = m.meminfo.mem_available else { return };
     let wanted = node_need as f64 * safety;
-    let measured = format!("MemAvailable {} for an estimated {} per node (x{safety} wanted)", human(available as f64), human(node_need as f64));
+    let measured = format!(
+        "MemAvailable {} for an estimated {} per node (x{safety} wanted)",
+        human(available as f64),
+        human(node_need as f64)
+    );
     out.push(if (available as f64) >= wanted {
         Finding::new("memory.available", Status::Pass, measured, "")
     } else if available >= node_need {
-        Finding::new("memory.available", Status::Warn, measured, "little margin: free memory (drop caches, stop other services, release hugepages) before the job")
+        Finding::new(
+            "memory.available",
+            Status::Warn,
+            measured,
+            "little margin: free memory (drop caches, stop other services, release hugepages) before the job",
+        )
     } else {
-        Finding::new("memory.available", Status::Fail, measured, "not enough memory for the registrations: free memory or run fewer ranks on this node")
+        Finding::new(
+            "memory.available",
+            Status::Fail,
+            measured,
+            "not enough memory for the registrations: free memory or run fewer ranks on this node",
+        )
     });
 }
 
@@ -369,14 +448,16 @@ fn hugepages(m: &Machine, node_need: u64, safety: f64, out: &mut Vec<Finding>) {
     }
     let unused = free.saturating_sub(i.hugepages_reserved.unwrap_or(0)).saturating_mul(size);
     let available = i.mem_available.unwrap_or(0);
-    let measured = format!("{} of hugepages reserved and unused, MemAvailable {}", human(unused as f64), human(available as f64));
+    let measured =
+        format!("{} of hugepages reserved and unused, MemAvailable {}", human(unused as f64), human(available as f64));
     let short = (available as f64) < node_need as f64 * safety;
     out.push(if unused > 0 && short {
         Finding::new(
             "memory.hugepages",
             Status::Fail,
             measured,
-            "hugepages reserved for other services squeeze normal memory: lower vm.nr_hugepages (sysctl -w vm.nr_hugepages=N) if they are not needed",
+            "hugepages reserved for other services squeeze normal memory: lower vm.nr_hugepages (sysctl -w \
+                vm.nr_hugepages=N) if they are not needed",
         )
     } else {
         Finding::new("memory.hugepages", Status::Pass, measured, "")
@@ -390,22 +471,46 @@ fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
         return;
     }
     let (Some(limit), Some(committed)) = (m.meminfo.commit_limit, m.meminfo.committed_as) else {
-        out.push(Finding::new("vm.overcommit_memory", Status::Warn, "2 (strict)", "strict overcommit makes large allocations fail early: prefer 0"));
+        out.push(Finding::new(
+            "vm.overcommit_memory",
+            Status::Warn,
+            "2 (strict)",
+            "strict overcommit makes large allocations fail early: prefer 0",
+        ));
         return;
     };
     let room = limit.saturating_sub(committed);
-    let measured = format!("2 (strict): {} of CommitLimit left, estimated need {}", human(room as f64), human(node_need as f64));
+    let measured =
+        format!("2 (strict): {} of CommitLimit left, estimated need {}", human(room as f64), human(node_need as f64));
     out.push(if room < node_need {
-        Finding::new("vm.overcommit_memory", Status::Fail, measured, "allocations fail with ENOMEM: sysctl -w vm.overcommit_memory=0 or raise vm.overcommit_ratio")
+        Finding::new(
+            "vm.overcommit_memory",
+            Status::Fail,
+            measured,
+            "allocations fail with ENOMEM: sysctl -w vm.overcommit_memory=0 or raise vm.overcommit_ratio",
+        )
     } else {
-        Finding::new("vm.overcommit_memory", Status::Warn, measured, "strict overcommit makes large allocations fail early: prefer 0")
+        Finding::new(
+            "vm.overcommit_memory",
+            Status::Warn,
+            measured,
+            "strict overcommit makes large allocations fail early: prefer 0",
+        )
     });
 }
 
 /// Variables that are widely recommended but do not exist in NCCL: setting them changes nothing.
 const NOT_NCCL: &[(&str, &str)] = &[
-    ("NCCL_IB_MR_RANGE", "not an NCCL variable (nowhere in NCCL's source or docs); memlock limits are fixed with ulimit -l"),
-    ("NCCL_NCHANNELS", "not an NCCL variable: use NCCL_MIN_CTAS / NCCL_MAX_CTAS (or the older NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS)"),
+    (
+        "NCCL_IB_MR_RANGE",
+        "not an NCCL variable (nowhere in NCCL's source or docs); memlock limits are fixed with \
+        ulimit -l",
+    ),
+    (
+        "NCCL_NCHANNELS",
+        "not an NCCL variable: use NCCL_MIN_CTAS / NCCL_MAX_CTAS (or the older NCCL_MIN_NCHANNELS / \
+        NCCL_MAX_NCHANNELS)",
+    ),
 ];
 
 /// NCCL variables that take a non-negative integer.
@@ -434,28 +539,109 @@ const INTEGER_VARS: &[&str] = &[
 /// NCCL variables known to exist (NVIDIA/nccl 5067397c and its documentation); anything else
 /// with the NCCL_ prefix is reported as a possible typo.
 const KNOWN_VARS: &[&str] = &[
-    "NCCL_ALGO", "NCCL_ALLOC_P2P_NET_LL_BUFFERS", "NCCL_BUFFSIZE", "NCCL_CGA_CLUSTER_SIZE", "NCCL_CHECKS_DISABLE",
-    "NCCL_CHECK_POINTERS", "NCCL_COLLNET_ENABLE", "NCCL_COMM_BLOCKING", "NCCL_COMM_ID", "NCCL_CONF_FILE",
-    "NCCL_CROSS_NIC", "NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE", "NCCL_DEBUG", "NCCL_DEBUG_FILE",
-    "NCCL_DEBUG_SUBSYS", "NCCL_DMABUF_ENABLE", "NCCL_ELASTIC_BUFFER_REGISTER", "NCCL_GDRCOPY_ENABLE",
-    "NCCL_GRAPH_DUMP_FILE", "NCCL_GRAPH_FILE", "NCCL_GRAPH_REGISTER", "NCCL_HOSTID", "NCCL_IB_ADAPTIVE_ROUTING",
-    "NCCL_IB_ADDR_FAMILY", "NCCL_IB_ADDR_RANGE", "NCCL_IB_AR_THRESHOLD", "NCCL_IB_CUDA_SUPPORT", "NCCL_IB_DISABLE",
-    "NCCL_IB_ECE_ENABLE", "NCCL_IB_FIFO_TC", "NCCL_IB_GID_INDEX", "NCCL_IB_HCA", "NCCL_IB_MERGE_NICS",
-    "NCCL_IB_MERGE_VFS", "NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_RETRY_CNT",
-    "NCCL_IB_RETURN_ASYNC_EVENTS", "NCCL_IB_ROCE_VERSION_NUM", "NCCL_IB_SL", "NCCL_IB_SPLIT_DATA_ON_QPS",
-    "NCCL_IB_TC", "NCCL_IB_TIMEOUT", "NCCL_IB_USE_INLINE", "NCCL_IGNORE_CPU_AFFINITY", "NCCL_IGNORE_DISABLED_P2P",
-    "NCCL_LAUNCH_MODE", "NCCL_LEGACY_CUDA_REGISTER", "NCCL_LL128_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LOCAL_REGISTER",
-    "NCCL_MAX_CTAS", "NCCL_MAX_NCHANNELS", "NCCL_MAX_P2P_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS",
-    "NCCL_MIN_P2P_NCHANNELS", "NCCL_MNNVL_ENABLE", "NCCL_MULTI_SEGMENT_REGISTER", "NCCL_NCHANNELS_PER_NET_PEER",
-    "NCCL_NET", "NCCL_NET_DISABLE_INTRA", "NCCL_NET_FORCE_FLUSH", "NCCL_NET_GDR_C2C", "NCCL_NET_GDR_LEVEL",
-    "NCCL_NET_GDR_READ", "NCCL_NET_OVERHEAD", "NCCL_NET_PLUGIN", "NCCL_NET_SHARED_BUFFERS", "NCCL_NET_SHARED_COMMS",
-    "NCCL_NSOCKS_PERTHREAD", "NCCL_NTHREADS", "NCCL_NVB_DISABLE", "NCCL_NVLS_ENABLE", "NCCL_NVLS_NCHANNELS",
-    "NCCL_NVTX_DISABLE", "NCCL_P2P_DIRECT_DISABLE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_P2P_NET_CHUNKSIZE",
-    "NCCL_P2P_NVL_CHUNKSIZE", "NCCL_P2P_PCI_CHUNKSIZE", "NCCL_P2P_PXN_LEVEL", "NCCL_P2P_READ_ENABLE",
-    "NCCL_P2P_USE_CUDA_MEMCPY", "NCCL_PROFILER_PLUGIN", "NCCL_PROTO", "NCCL_PXN_DISABLE", "NCCL_RAS_ENABLE",
-    "NCCL_RUNTIME_CONNECT", "NCCL_SET_STACK_SIZE", "NCCL_SET_THREAD_NAME", "NCCL_SHM_DISABLE",
-    "NCCL_SINGLE_PROC_MEM_REG_ENABLE", "NCCL_SOCKET_FAMILY", "NCCL_SOCKET_IFNAME", "NCCL_SOCKET_NTHREADS",
-    "NCCL_TOPO_DUMP_FILE", "NCCL_TOPO_FILE", "NCCL_TUNER_PLUGIN", "NCCL_WORK_FIFO_BYTES", "NCCL_WORK_FIFO_DEPTH",
+    "NCCL_ALGO",
+    "NCCL_ALLOC_P2P_NET_LL_BUFFERS",
+    "NCCL_BUFFSIZE",
+    "NCCL_CGA_CLUSTER_SIZE",
+    "NCCL_CHECKS_DISABLE",
+    "NCCL_CHECK_POINTERS",
+    "NCCL_COLLNET_ENABLE",
+    "NCCL_COMM_BLOCKING",
+    "NCCL_COMM_ID",
+    "NCCL_CONF_FILE",
+    "NCCL_CROSS_NIC",
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_CUMEM_HOST_ENABLE",
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_FILE",
+    "NCCL_DEBUG_SUBSYS",
+    "NCCL_DMABUF_ENABLE",
+    "NCCL_ELASTIC_BUFFER_REGISTER",
+    "NCCL_GDRCOPY_ENABLE",
+    "NCCL_GRAPH_DUMP_FILE",
+    "NCCL_GRAPH_FILE",
+    "NCCL_GRAPH_REGISTER",
+    "NCCL_HOSTID",
+    "NCCL_IB_ADAPTIVE_ROUTING",
+    "NCCL_IB_ADDR_FAMILY",
+    "NCCL_IB_ADDR_RANGE",
+    "NCCL_IB_AR_THRESHOLD",
+    "NCCL_IB_CUDA_SUPPORT",
+    "NCCL_IB_DISABLE",
+    "NCCL_IB_ECE_ENABLE",
+    "NCCL_IB_FIFO_TC",
+    "NCCL_IB_GID_INDEX",
+    "NCCL_IB_HCA",
+    "NCCL_IB_MERGE_NICS",
+    "NCCL_IB_MERGE_VFS",
+    "NCCL_IB_PCI_RELAXED_ORDERING",
+    "NCCL_IB_QPS_PER_CONNECTION",
+    "NCCL_IB_RETRY_CNT",
+    "NCCL_IB_RETURN_ASYNC_EVENTS",
+    "NCCL_IB_ROCE_VERSION_NUM",
+    "NCCL_IB_SL",
+    "NCCL_IB_SPLIT_DATA_ON_QPS",
+    "NCCL_IB_TC",
+    "NCCL_IB_TIMEOUT",
+    "NCCL_IB_USE_INLINE",
+    "NCCL_IGNORE_CPU_AFFINITY",
+    "NCCL_IGNORE_DISABLED_P2P",
+    "NCCL_LAUNCH_MODE",
+    "NCCL_LEGACY_CUDA_REGISTER",
+    "NCCL_LL128_BUFFSIZE",
+    "NCCL_LL_BUFFSIZE",
+    "NCCL_LOCAL_REGISTER",
+    "NCCL_MAX_CTAS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MAX_P2P_NCHANNELS",
+    "NCCL_MIN_CTAS",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MIN_P2P_NCHANNELS",
+    "NCCL_MNNVL_ENABLE",
+    "NCCL_MULTI_SEGMENT_REGISTER",
+    "NCCL_NCHANNELS_PER_NET_PEER",
+    "NCCL_NET",
+    "NCCL_NET_DISABLE_INTRA",
+    "NCCL_NET_FORCE_FLUSH",
+    "NCCL_NET_GDR_C2C",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_NET_GDR_READ",
+    "NCCL_NET_OVERHEAD",
+    "NCCL_NET_PLUGIN",
+    "NCCL_NET_SHARED_BUFFERS",
+    "NCCL_NET_SHARED_COMMS",
+    "NCCL_NSOCKS_PERTHREAD",
+    "NCCL_NTHREADS",
+    "NCCL_NVB_DISABLE",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_NVLS_NCHANNELS",
+    "NCCL_NVTX_DISABLE",
+    "NCCL_P2P_DIRECT_DISABLE",
+    "NCCL_P2P_DISABLE",
+    "NCCL_P2P_LEVEL",
+    "NCCL_P2P_NET_CHUNKSIZE",
+    "NCCL_P2P_NVL_CHUNKSIZE",
+    "NCCL_P2P_PCI_CHUNKSIZE",
+    "NCCL_P2P_PXN_LEVEL",
+    "NCCL_P2P_READ_ENABLE",
+    "NCCL_P2P_USE_CUDA_MEMCPY",
+    "NCCL_PROFILER_PLUGIN",
+    "NCCL_PROTO",
+    "NCCL_PXN_DISABLE",
+    "NCCL_RAS_ENABLE",
+    "NCCL_RUNTIME_CONNECT",
+    "NCCL_SET_STACK_SIZE",
+    "NCCL_SET_THREAD_NAME",
+    "NCCL_SHM_DISABLE",
+    "NCCL_SINGLE_PROC_MEM_REG_ENABLE",
+    "NCCL_SOCKET_FAMILY",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_SOCKET_NTHREADS",
+    "NCCL_TOPO_DUMP_FILE",
+    "NCCL_TOPO_FILE",
+    "NCCL_TUNER_PLUGIN",
+    "NCCL_WORK_FIFO_BYTES",
+    "NCCL_WORK_FIFO_DEPTH",
 ];
 
 /// Checks the NCCL_* variables of the job's environment.
@@ -464,11 +650,19 @@ pub fn nccl_environment(env: &[(String, String)]) -> Vec<Finding> {
     for (name, value) in env.iter().filter(|(n, _)| n.starts_with("NCCL_")) {
         let id = format!("nccl.env.{name}");
         if let Some((_, why)) = NOT_NCCL.iter().find(|(n, _)| n == name).or_else(|| {
-            name.starts_with("NCCL_REGISTER_").then_some(&("NCCL_REGISTER_*", "no NCCL_REGISTER_* variable exists: registration is NCCL_LOCAL_REGISTER / NCCL_GRAPH_REGISTER"))
+            name.starts_with("NCCL_REGISTER_").then_some(&(
+                "NCCL_REGISTER_*",
+                "no NCCL_REGISTER_* variable exists: registration is NCCL_LOCAL_REGISTER / NCCL_GRAPH_REGISTER",
+            ))
         }) {
             out.push(Finding::new(id, Status::Warn, format!("{name}={value}"), format!("{why}; remove it")));
         } else if INTEGER_VARS.contains(&name.as_str()) && value.trim().parse::<u64>().is_err() {
-            out.push(Finding::new(id, Status::Fail, format!("{name}={value:?} is not a non-negative integer"), "NCCL ignores or rejects it: give a plain number of bytes or a count"));
+            out.push(Finding::new(
+                id,
+                Status::Fail,
+                format!("{name}={value:?} is not a non-negative integer"),
+                "NCCL ignores or rejects it: give a plain number of bytes or a count",
+            ));
         } else if name == "NCCL_IB_QPS_PER_CONNECTION"
             && value.trim().parse::<u64>().is_ok_and(|q| !(1..=estimate::MAX_QPS_PER_CONNECTION).contains(&q))
         {
@@ -476,22 +670,37 @@ pub fn nccl_environment(env: &[(String, String)]) -> Vec<Finding> {
                 id,
                 Status::Fail,
                 format!("{name}={value}"),
-                format!("NCCL needs 1 to {} QPs per connection: unset it (default 1) or give a count in that range", estimate::MAX_QPS_PER_CONNECTION),
+                format!(
+                    "NCCL needs 1 to {} QPs per connection: unset it (default 1) or give a count in that range",
+                    estimate::MAX_QPS_PER_CONNECTION
+                ),
             ));
         } else if !KNOWN_VARS.contains(&name.as_str()) {
-            out.push(Finding::new(id, Status::Warn, format!("{name}={value}"), "not a known NCCL variable: check the spelling"));
+            out.push(Finding::new(
+                id,
+                Status::Warn,
+                format!("{name}={value}"),
+                "not a known NCCL variable: check the spelling",
+            ));
         }
     }
     let debug = env.iter().find(|(n, _)| n == "NCCL_DEBUG").map(|(_, v)| v.to_ascii_uppercase());
     out.push(match debug.as_deref() {
-        Some("WARN" | "INFO" | "TRACE") => Finding::new("nccl.debug", Status::Pass, format!("NCCL_DEBUG={}", debug.unwrap_or_default()), ""),
+        Some("WARN" | "INFO" | "TRACE") => {
+            Finding::new("nccl.debug", Status::Pass, format!("NCCL_DEBUG={}", debug.unwrap_or_default()), "")
+        }
         Some(other) => Finding::new(
             "nccl.debug",
             Status::Warn,
             format!("NCCL_DEBUG={other}"),
             "set NCCL_DEBUG=WARN (or INFO) so the failing ibv_reg_mr call and its errno are logged",
         ),
-        None => Finding::new("nccl.debug", Status::Warn, "NCCL_DEBUG unset", "set NCCL_DEBUG=WARN (or INFO) so the failing ibv_reg_mr call and its errno are logged"),
+        None => Finding::new(
+            "nccl.debug",
+            Status::Warn,
+            "NCCL_DEBUG unset",
+            "set NCCL_DEBUG=WARN (or INFO) so the failing ibv_reg_mr call and its errno are logged",
+        ),
     });
     out
 }
@@ -511,7 +720,12 @@ pub fn render_text(report: &Report) -> String {
         }
     }
     let count = |s: Status| report.findings.iter().filter(|f| f.status == s).count();
-    out.push_str(&format!("\n{} passed, {} warnings, {} failed\n", count(Status::Pass), count(Status::Warn), count(Status::Fail)));
+    out.push_str(&format!(
+        "\n{} passed, {} warnings, {} failed\n",
+        count(Status::Pass),
+        count(Status::Warn),
+        count(Status::Fail)
+    ));
     out
 }
 
@@ -528,7 +742,12 @@ pub fn exit_code(report: &Report, strict: bool) -> u8 {
 /// replaced by one WARN.
 fn environment_unreadable(findings: &mut Vec<Finding>, error: &str) {
     findings.retain(|f| !f.id.starts_with("nccl."));
-    findings.push(Finding::new("nccl.environment", Status::Warn, format!("not readable: {error}"), "run the check as the job's user (or root) to see its NCCL_* variables"));
+    findings.push(Finding::new(
+        "nccl.environment",
+        Status::Warn,
+        format!("not readable: {error}"),
+        "run the check as the job's user (or root) to see its NCCL_* variables",
+    ));
 }
 
 /// The environment of the checked process: ours, or `/proc/PID/environ` for `--pid`.
@@ -536,10 +755,7 @@ fn environment(procfs: &Path, pid: Option<u32>) -> Result<Vec<(String, String)>,
     let Some(pid) = pid else { return Ok(std::env::vars().collect()) };
     let path: PathBuf = procfs.join(pid.to_string()).join("environ");
     let text = fsroot::read_string(&path)?;
-    Ok(text
-        .split('\0')
-        .filter_map(|entry| entry.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
-        .collect())
+    Ok(text.split('\0').filter_map(|entry| entry.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned()))).collect())
 }
 
 pub fn run(args: &CheckArgs) -> u8 {
@@ -575,7 +791,8 @@ pub fn run(args: &CheckArgs) -> u8 {
     if let Some(err) = env_error {
         environment_unreadable(&mut findings, &err);
     }
-    let report = Report { pid, need_per_process_bytes: e.per_process_bytes, need_per_node_bytes: e.per_node_bytes, findings };
+    let report =
+        Report { pid, need_per_process_bytes: e.per_process_bytes, need_per_node_bytes: e.per_node_bytes, findings };
     let text = if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => text + "\n",
@@ -621,7 +838,12 @@ mod tests {
             overcommit_mode: Some(0),
             max_map_count: Some(65530),
             environment: vec![("NCCL_DEBUG".into(), "WARN".into())],
-            cgroup: Some(CgroupHeadroom { path: "/slurm/uid_1000/job_1870".into(), usage_bytes: Some(GIB), working_set_bytes: None, limit_bytes: Some(200 * GIB) }),
+            cgroup: Some(CgroupHeadroom {
+                path: "/slurm/uid_1000/job_1870".into(),
+                usage_bytes: Some(GIB),
+                working_set_bytes: None,
+                limit_bytes: Some(200 * GIB),
+            }),
             rdma: Vec::new(),
         }
     }
@@ -642,13 +864,17 @@ mod tests {
 
     #[test]
     fn the_default_8_mib_limit_fails_with_the_fix() {
-        let m = Machine { limits: Some(MemlockLimits { soft: Limit::Bytes(8 * MIB), hard: Limit::Bytes(8 * MIB) }), ..machine() };
+        let m = Machine {
+            limits: Some(MemlockLimits { soft: Limit::Bytes(8 * MIB), hard: Limit::Bytes(8 * MIB) }),
+            ..machine()
+        };
         let findings = run_checks(&m);
         let soft = find(&findings, "memlock.soft");
         assert_eq!(soft.status, Status::Fail);
         assert!(soft.fix.contains("ulimit -l unlimited") && soft.fix.contains("LimitMEMLOCK"));
         assert_eq!(find(&findings, "memlock.hard").status, Status::Warn);
-        let zero = Machine { limits: Some(MemlockLimits { soft: Limit::Bytes(0), hard: Limit::Bytes(0) }), ..machine() };
+        let zero =
+            Machine { limits: Some(MemlockLimits { soft: Limit::Bytes(0), hard: Limit::Bytes(0) }), ..machine() };
         assert!(find(&run_checks(&zero), "memlock.soft").measured.contains("EPERM"));
     }
 
@@ -690,11 +916,21 @@ mod tests {
     #[test]
     fn a_tight_cgroup_fails() {
         let mut m = machine();
-        m.cgroup = Some(CgroupHeadroom { path: "/kubepods/pod1".into(), usage_bytes: Some(7 * GIB), working_set_bytes: None, limit_bytes: Some(8 * GIB) });
+        m.cgroup = Some(CgroupHeadroom {
+            path: "/kubepods/pod1".into(),
+            usage_bytes: Some(7 * GIB),
+            working_set_bytes: None,
+            limit_bytes: Some(8 * GIB),
+        });
         let f = run_checks(&m);
         assert_eq!(find(&f, "cgroup.memory").status, Status::Fail);
         assert!(find(&f, "cgroup.memory").measured.starts_with("/kubepods/pod1: 1.0 GiB of its 8.0 GiB limit free"));
-        m.cgroup = Some(CgroupHeadroom { path: "/".into(), usage_bytes: Some(GIB), working_set_bytes: None, limit_bytes: None });
+        m.cgroup = Some(CgroupHeadroom {
+            path: "/".into(),
+            usage_bytes: Some(GIB),
+            working_set_bytes: None,
+            limit_bytes: None,
+        });
         assert_eq!(find(&run_checks(&m), "cgroup.memory").status, Status::Pass);
     }
 
@@ -731,11 +967,22 @@ mod tests {
     #[test]
     fn page_cache_in_the_cgroup_is_not_counted_against_it() {
         let mut m = machine();
-        let cached = CgroupHeadroom { path: "/slurm/job_2".into(), usage_bytes: Some(64 * GIB - MIB), working_set_bytes: Some(GIB), limit_bytes: Some(64 * GIB) };
+        let cached = CgroupHeadroom {
+            path: "/slurm/job_2".into(),
+            usage_bytes: Some(64 * GIB - MIB),
+            working_set_bytes: Some(GIB),
+            limit_bytes: Some(64 * GIB),
+        };
         m.cgroup = Some(cached.clone());
         let f = run_checks(&m);
         assert_eq!(find(&f, "cgroup.memory").status, Status::Pass);
-        assert!(find(&f, "cgroup.memory").measured.starts_with("/slurm/job_2: 63.0 GiB of its 64.0 GiB limit free (working set 1.0 GiB)"), "{:?}", find(&f, "cgroup.memory"));
+        assert!(
+            find(&f, "cgroup.memory")
+                .measured
+                .starts_with("/slurm/job_2: 63.0 GiB of its 64.0 GiB limit free (working set 1.0 GiB)"),
+            "{:?}",
+            find(&f, "cgroup.memory")
+        );
         // Without memory.stat, usage is all there is to go on.
         m.cgroup = Some(CgroupHeadroom { working_set_bytes: None, ..cached });
         let f = run_checks(&m);
@@ -751,11 +998,24 @@ mod tests {
             state: Some(Numbered { value: state, name: name.into() }),
             ..Default::default()
         };
-        let device = |name: &str, fw: &str, ports| SysfsDevice { name: name.into(), hca_type: Some("MT4129".into()), fw_ver: Some(fw.into()), ports, ..Default::default() };
-        let devices = vec![device("mlx5_0", "28.39.1002", vec![port(1, 4, "ACTIVE")]), device("mlx5_1", "28.40.1000", vec![port(1, 1, "DOWN")])];
+        let device = |name: &str, fw: &str, ports| SysfsDevice {
+            name: name.into(),
+            hca_type: Some("MT4129".into()),
+            fw_ver: Some(fw.into()),
+            ports,
+            ..Default::default()
+        };
+        let devices = vec![
+            device("mlx5_0", "28.39.1002", vec![port(1, 4, "ACTIVE")]),
+            device("mlx5_1", "28.40.1000", vec![port(1, 1, "DOWN")]),
+        ];
         let f = rdma(&devices, &[]);
         assert_eq!(find(&f, "rdma.port.mlx5_0.1").status, Status::Pass);
-        assert_eq!(find(&f, "rdma.port.mlx5_1.1").status, Status::Warn, "NCCL skips inactive ports it was not told to use");
+        assert_eq!(
+            find(&f, "rdma.port.mlx5_1.1").status,
+            Status::Warn,
+            "NCCL skips inactive ports it was not told to use"
+        );
         assert_eq!(find(&f, "rdma.firmware.MT4129").status, Status::Warn);
         let selected = rdma(&devices, &[("NCCL_IB_HCA".into(), "mlx5_1:1".into())]);
         assert_eq!(find(&selected, "rdma.port.mlx5_1.1").status, Status::Fail);
@@ -780,7 +1040,13 @@ mod tests {
     fn hca(name: &str, fw: &str, state: Option<(u32, &str)>) -> SysfsDevice {
         let state = state.map(|(value, name)| crate::kernel::rdma_sysfs::Numbered { value, name: name.into() });
         let port = crate::collect::rdma_sysfs::SysfsPort { number: 1, state, ..Default::default() };
-        SysfsDevice { name: name.into(), hca_type: Some("MT4129".into()), fw_ver: Some(fw.into()), ports: vec![port], ..Default::default() }
+        SysfsDevice {
+            name: name.into(),
+            hca_type: Some("MT4129".into()),
+            fw_ver: Some(fw.into()),
+            ports: vec![port],
+            ..Default::default()
+        }
     }
 
     /// Every WARN and FAIL the checks can emit, each from the machine state that causes it, with
@@ -794,30 +1060,77 @@ mod tests {
         let cases: Vec<(Machine, &str, Status, &str)> = vec![
             (with(|m| m.limits = low(8 * MIB, 8 * MIB)), "memlock.soft", Status::Fail, limit_fix),
             (with(|m| m.limits = low(0, 0)), "memlock.soft", Status::Fail, limit_fix),
-            (with(|m| m.limits = low(8 * MIB, 8 * MIB)), "memlock.hard", Status::Warn, "raise the hard limit where the job is started"),
-            (with(|m| (m.ipc_lock, m.initial_user_ns) = (Some(true), Some(false))), "memlock.cap_ipc_lock", Status::Warn, "rely on the memlock limit, not on the capability"),
-            (with(|m| m.ipc_lock = None), "memlock.cap_ipc_lock", Status::Warn, "run the check with access to /proc/PID/status"),
-            (with(|m| m.meminfo.mem_available = Some(6 * GIB)), "memory.available", Status::Warn, "little margin: free memory (drop caches"),
-            (with(|m| m.meminfo.mem_available = Some(GIB)), "memory.available", Status::Fail, "free memory or run fewer ranks on this node"),
             (
-                with(|m| m.cgroup = Some(CgroupHeadroom { path: "/slurm/job_1".into(), usage_bytes: Some(194 * GIB), working_set_bytes: None, limit_bytes: Some(200 * GIB) })),
+                with(|m| m.limits = low(8 * MIB, 8 * MIB)),
+                "memlock.hard",
+                Status::Warn,
+                "raise the hard limit where the job is started",
+            ),
+            (
+                with(|m| (m.ipc_lock, m.initial_user_ns) = (Some(true), Some(false))),
+                "memlock.cap_ipc_lock",
+                Status::Warn,
+                "rely on the memlock limit, not on the capability",
+            ),
+            (
+                with(|m| m.ipc_lock = None),
+                "memlock.cap_ipc_lock",
+                Status::Warn,
+                "run the check with access to /proc/PID/status",
+            ),
+            (
+                with(|m| m.meminfo.mem_available = Some(6 * GIB)),
+                "memory.available",
+                Status::Warn,
+                "little margin: free memory (drop caches",
+            ),
+            (
+                with(|m| m.meminfo.mem_available = Some(GIB)),
+                "memory.available",
+                Status::Fail,
+                "free memory or run fewer ranks on this node",
+            ),
+            (
+                with(|m| {
+                    m.cgroup = Some(CgroupHeadroom {
+                        path: "/slurm/job_1".into(),
+                        usage_bytes: Some(194 * GIB),
+                        working_set_bytes: None,
+                        limit_bytes: Some(200 * GIB),
+                    })
+                }),
                 "cgroup.memory",
                 Status::Warn,
                 "little margin: raise the container's or job's memory limit",
             ),
             (
-                with(|m| m.cgroup = Some(CgroupHeadroom { path: "/slurm/job_1".into(), usage_bytes: Some(7 * GIB), working_set_bytes: None, limit_bytes: Some(8 * GIB) })),
+                with(|m| {
+                    m.cgroup = Some(CgroupHeadroom {
+                        path: "/slurm/job_1".into(),
+                        usage_bytes: Some(7 * GIB),
+                        working_set_bytes: None,
+                        limit_bytes: Some(8 * GIB),
+                    })
+                }),
                 "cgroup.memory",
                 Status::Fail,
                 "registered buffers are charged to the cgroup: raise its memory limit (pod limits, Slurm --mem)",
             ),
             (
-                with(|m| (m.meminfo.hugepages_total, m.meminfo.hugepages_free, m.meminfo.mem_available) = (Some(200_000), Some(200_000), Some(4 * GIB))),
+                with(|m| {
+                    (m.meminfo.hugepages_total, m.meminfo.hugepages_free, m.meminfo.mem_available) =
+                        (Some(200_000), Some(200_000), Some(4 * GIB))
+                }),
                 "memory.hugepages",
                 Status::Fail,
                 "lower vm.nr_hugepages (sysctl -w vm.nr_hugepages=N)",
             ),
-            (with(|m| m.overcommit_mode = Some(2)), "vm.overcommit_memory", Status::Warn, "strict overcommit makes large allocations fail early: prefer 0"),
+            (
+                with(|m| m.overcommit_mode = Some(2)),
+                "vm.overcommit_memory",
+                Status::Warn,
+                "strict overcommit makes large allocations fail early: prefer 0",
+            ),
             (
                 with(|m| (m.overcommit_mode, m.meminfo.commit_limit) = (Some(2), None)),
                 "vm.overcommit_memory",
@@ -830,7 +1143,12 @@ mod tests {
                 Status::Fail,
                 "sysctl -w vm.overcommit_memory=0 or raise vm.overcommit_ratio",
             ),
-            (with(|m| m.max_map_count = Some(65_529)), "vm.max_map_count", Status::Warn, "sysctl -w vm.max_map_count=262144"),
+            (
+                with(|m| m.max_map_count = Some(65_529)),
+                "vm.max_map_count",
+                Status::Warn,
+                "sysctl -w vm.max_map_count=262144",
+            ),
             (
                 with(|m| (m.meminfo.cma_total, m.meminfo.cma_free) = (Some(256 * MIB), Some(512 * MIB))),
                 "memory.cma",
@@ -881,7 +1199,12 @@ mod tests {
             ),
             (with(|m| m.environment = Vec::new()), "nccl.debug", Status::Warn, debug_fix),
             (with(|m| m.environment = env(&[("NCCL_DEBUG", "VERSION")])), "nccl.debug", Status::Warn, debug_fix),
-            (with(|m| m.rdma = vec![hca("mlx5_0", "28.39.1002", Some((1, "DOWN")))]), "rdma.port.mlx5_0.1", Status::Warn, link_fix),
+            (
+                with(|m| m.rdma = vec![hca("mlx5_0", "28.39.1002", Some((1, "DOWN")))]),
+                "rdma.port.mlx5_0.1",
+                Status::Warn,
+                link_fix,
+            ),
             (with(|m| m.rdma = vec![hca("mlx5_0", "28.39.1002", None)]), "rdma.port.mlx5_0.1", Status::Warn, link_fix),
             (
                 with(|m| {
@@ -893,7 +1216,12 @@ mod tests {
                 link_fix,
             ),
             (
-                with(|m| m.rdma = vec![hca("mlx5_0", "28.39.1002", Some((4, "ACTIVE"))), hca("mlx5_1", "28.40.1000", Some((4, "ACTIVE")))]),
+                with(|m| {
+                    m.rdma = vec![
+                        hca("mlx5_0", "28.39.1002", Some((4, "ACTIVE"))),
+                        hca("mlx5_1", "28.40.1000", Some((4, "ACTIVE"))),
+                    ]
+                }),
                 "rdma.firmware.MT4129",
                 Status::Warn,
                 "update all HCAs of one type to the same firmware",
@@ -906,8 +1234,16 @@ mod tests {
         }
         let mut findings = run_checks(&machine());
         environment_unreadable(&mut findings, "/proc/4242/environ: Permission denied (os error 13)");
-        assert!(!findings.iter().any(|f| f.id == "nccl.debug"), "the checker's own environment is not judged: {findings:?}");
-        assert_printed(findings, "nccl.environment", Status::Warn, "run the check as the job's user (or root) to see its NCCL_* variables");
+        assert!(
+            !findings.iter().any(|f| f.id == "nccl.debug"),
+            "the checker's own environment is not judged: {findings:?}"
+        );
+        assert_printed(
+            findings,
+            "nccl.environment",
+            Status::Warn,
+            "run the check as the job's user (or root) to see its NCCL_* variables",
+        );
     }
 
     /// The finding `id` has `status`, its fix contains `fix`, and the table prints both.
@@ -917,7 +1253,10 @@ mod tests {
         assert!(found.fix.contains(fix), "{id}: fix {:?} lacks {fix:?}", found.fix);
         let report = Report { pid: "4242".into(), need_per_process_bytes: 0, need_per_node_bytes: 0, findings };
         let text = render_text(&report);
-        let line = text.lines().position(|l| l.starts_with(&format!("{}  {id} ", status.as_str()))).unwrap_or_else(|| panic!("no {id} line:\n{text}"));
+        let line = text
+            .lines()
+            .position(|l| l.starts_with(&format!("{}  {id} ", status.as_str())))
+            .unwrap_or_else(|| panic!("no {id} line:\n{text}"));
         let next = text.lines().nth(line + 1).unwrap_or_default();
         assert_eq!(next.trim_start(), format!("fix: {}", found.fix), "{text}");
     }
@@ -928,8 +1267,13 @@ mod tests {
         let machines = [
             machine(),
             with(|m| m.limits = Some(MemlockLimits { soft: Limit::Bytes(0), hard: Limit::Bytes(8 * MIB) })),
-            with(|m| (m.ipc_lock, m.initial_user_ns, m.overcommit_mode, m.max_map_count) = (None, None, Some(2), Some(1))),
-            with(|m| (m.meminfo.mem_available, m.meminfo.cma_total, m.meminfo.cma_free) = (Some(GIB), Some(MIB), Some(2 * MIB))),
+            with(|m| {
+                (m.ipc_lock, m.initial_user_ns, m.overcommit_mode, m.max_map_count) = (None, None, Some(2), Some(1))
+            }),
+            with(|m| {
+                (m.meminfo.mem_available, m.meminfo.cma_total, m.meminfo.cma_free) =
+                    (Some(GIB), Some(MIB), Some(2 * MIB))
+            }),
             with(|m| m.environment = env(&[("NCCL_IB_MR_RANGE", "1"), ("NCCL_BUFFSIZE", "x"), ("NCCL_FOO", "1")])),
             with(|m| m.rdma = vec![hca("mlx5_0", "1", Some((1, "DOWN"))), hca("mlx5_1", "2", None)]),
         ];
@@ -942,8 +1286,15 @@ mod tests {
 
     #[test]
     fn max_map_count_and_cma_boundaries() {
-        assert_eq!(find(&run_checks(&with(|m| m.max_map_count = Some(65_530))), "vm.max_map_count").status, Status::Pass, "the kernel default");
-        assert!(!run_checks(&with(|m| m.max_map_count = None)).iter().any(|f| f.id == "vm.max_map_count"), "unreadable: no finding");
+        assert_eq!(
+            find(&run_checks(&with(|m| m.max_map_count = Some(65_530))), "vm.max_map_count").status,
+            Status::Pass,
+            "the kernel default"
+        );
+        assert!(
+            !run_checks(&with(|m| m.max_map_count = None)).iter().any(|f| f.id == "vm.max_map_count"),
+            "unreadable: no finding"
+        );
         let cma = |total, free| run_checks(&with(|m| (m.meminfo.cma_total, m.meminfo.cma_free) = (total, free)));
         let equal = cma(Some(256 * MIB), Some(256 * MIB));
         assert_eq!(find(&equal, "memory.cma").status, Status::Pass);
@@ -978,7 +1329,8 @@ mod tests {
 
     #[test]
     fn nccl_variables() {
-        let env = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        let env =
+            |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
         let findings = nccl_environment(&env(&[
             ("NCCL_IB_MR_RANGE", "1"),
             ("NCCL_BUFFSIZE", "4M"),
@@ -999,9 +1351,17 @@ mod tests {
 
     #[test]
     fn exit_codes_and_text() {
-        let low = Machine { limits: Some(MemlockLimits { soft: Limit::Bytes(8 * MIB), hard: Limit::Unlimited }), ..machine() };
+        let low = Machine {
+            limits: Some(MemlockLimits { soft: Limit::Bytes(8 * MIB), hard: Limit::Unlimited }),
+            ..machine()
+        };
         let e = estimate::estimate(&Inputs::default());
-        let report = Report { pid: "4242".into(), need_per_process_bytes: e.per_process_bytes, need_per_node_bytes: e.per_node_bytes, findings: evaluate(&low, &e, 2.0) };
+        let report = Report {
+            pid: "4242".into(),
+            need_per_process_bytes: e.per_process_bytes,
+            need_per_node_bytes: e.per_node_bytes,
+            findings: evaluate(&low, &e, 2.0),
+        };
         assert_eq!(exit_code(&report, false), 1);
         let text = render_text(&report);
         assert!(text.contains("FAIL  memlock.soft") && text.contains("fix: raise it"), "{text}");

@@ -235,14 +235,17 @@ mod tests {
 
     #[test]
     fn serve_is_the_default_and_flags_become_keys() {
-        let cli = Cli::try_parse_from(["memlock-exporter", "--web.listen-address", "127.0.0.1:1", "--no-collector.numa"]).unwrap();
+        let cli =
+            Cli::try_parse_from(["memlock-exporter", "--web.listen-address", "127.0.0.1:1", "--no-collector.numa"])
+                .unwrap();
         assert!(cli.command.is_none());
         let o = cli.serve.overrides();
         assert!(o.iter().any(|(k, v)| k == "web.listen_address" && v.clone().into_string().unwrap() == "127.0.0.1:1"));
         assert!(o.iter().any(|(k, v)| k == "collector.numa.enabled" && !v.clone().into_bool().unwrap()));
         assert!(!o.iter().any(|(k, _)| k == "collector.node.enabled"));
 
-        let cli = Cli::try_parse_from(["memlock-exporter", "serve", "--no-collector.node", "--collector.node"]).unwrap();
+        let cli =
+            Cli::try_parse_from(["memlock-exporter", "serve", "--no-collector.node", "--collector.node"]).unwrap();
         let Some(Command::Serve(args)) = cli.command else { panic!("serve subcommand") };
         assert!(args.overrides().iter().any(|(k, v)| k == "collector.node.enabled" && v.clone().into_bool().unwrap()));
     }

@@ -135,7 +135,12 @@ pub struct RawWeb {
 
 impl Default for RawWeb {
     fn default() -> Self {
-        Self { listen_address: ":9478".into(), telemetry_path: "/metrics".into(), config_file: String::new(), max_requests: 40 }
+        Self {
+            listen_address: ":9478".into(),
+            telemetry_path: "/metrics".into(),
+            config_file: String::new(),
+            max_requests: 40,
+        }
     }
 }
 
@@ -331,14 +336,16 @@ pub struct RdmaConfig {
 impl RdmaConfig {
     /// Whether a device passes the include and exclude patterns.
     pub fn wants(&self, device: &str) -> bool {
-        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(device))) && !self.exclude.iter().any(|r| r.is_match(device))
+        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(device)))
+            && !self.exclude.iter().any(|r| r.is_match(device))
     }
 }
 
 impl CgroupConfig {
     /// Whether a cgroup path passes the include and exclude patterns.
     pub fn wants(&self, path: &str) -> bool {
-        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(path))) && !self.exclude.iter().any(|r| r.is_match(path))
+        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(path)))
+            && !self.exclude.iter().any(|r| r.is_match(path))
     }
 }
 
@@ -402,7 +409,8 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
         // Read it ourselves so a missing file, a directory or bad TOML names the file.
         let text = read_config_file(path).map_err(|message| ConfigError::File { path: path.clone(), message })?;
         let file = File::from_str(&text, FileFormat::Toml).required(true);
-        file_keys = config::Source::collect(&file).map_err(|e| ConfigError::File { path: path.clone(), message: e.to_string() })?;
+        file_keys = config::Source::collect(&file)
+            .map_err(|e| ConfigError::File { path: path.clone(), message: e.to_string() })?;
         builder = builder.add_source(file);
     }
     let mut env = Environment::with_prefix(ENV_PREFIX).prefix_separator("_").separator("__").try_parsing(true);
@@ -427,7 +435,8 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
             "the built-in defaults".into()
         }
     };
-    let known = config::Source::collect(&config::Config::try_from(&RawConfig::key_template()).map_err(other)?).map_err(other)?;
+    let known = config::Source::collect(&config::Config::try_from(&RawConfig::key_template()).map_err(other)?)
+        .map_err(other)?;
     let given = config::Source::collect(&merged).map_err(other)?;
     check_known_keys("", &given, &known, &origin_of)?;
 
@@ -458,7 +467,11 @@ const MAX_CONFIG_BYTES: u64 = 1 << 20;
 fn read_config_file(path: &std::path::Path) -> Result<String, String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(|e| e.to_string())?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| e.to_string())?;
     // A directory, FIFO or device in its place would read as an error or as an empty file,
     // and an empty file is a valid configuration: say what is wrong instead.
     if !file.metadata().map_err(|e| e.to_string())?.is_file() {
@@ -511,9 +524,11 @@ fn type_error(err: config::ConfigError, origin_of: &dyn Fn(&str) -> String) -> C
         },
         // serde's own errors (a string where a list belongs) arrive wrapped with the key.
         config::ConfigError::At { error, key: Some(key), .. } => match *error {
-            config::ConfigError::Type { unexpected, expected, .. } => {
-                ConfigError::Invalid { origin: origin_of(&key), key, message: format!("found {unexpected}, expected {expected}") }
-            }
+            config::ConfigError::Type { unexpected, expected, .. } => ConfigError::Invalid {
+                origin: origin_of(&key),
+                key,
+                message: format!("found {unexpected}, expected {expected}"),
+            },
             inner => ConfigError::Invalid { origin: origin_of(&key), key, message: inner.to_string() },
         },
         other => ConfigError::Other(other.to_string()),
@@ -521,14 +536,21 @@ fn type_error(err: config::ConfigError, origin_of: &dyn Fn(&str) -> String) -> C
 }
 
 fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> String) -> Result<Config, ConfigError> {
-    let invalid = |key: &str, message: String| ConfigError::Invalid { key: key.into(), origin: origin_of(key), message };
+    let invalid =
+        |key: &str, message: String| ConfigError::Invalid { key: key.into(), origin: origin_of(key), message };
 
     if raw.web.listen_address.trim().is_empty() {
-        return Err(invalid("web.listen_address", "must not be empty (for example \":9478\" or \"127.0.0.1:9478\")".into()));
+        return Err(invalid(
+            "web.listen_address",
+            "must not be empty (for example \":9478\" or \"127.0.0.1:9478\")".into(),
+        ));
     }
     crate::server::split_listen_address(&raw.web.listen_address).map_err(|m| invalid("web.listen_address", m))?;
     if !raw.web.telemetry_path.starts_with('/') || raw.web.telemetry_path.len() < 2 {
-        return Err(invalid("web.telemetry_path", format!("{:?} must start with '/' and name a path", raw.web.telemetry_path)));
+        return Err(invalid(
+            "web.telemetry_path",
+            format!("{:?} must start with '/' and name a path", raw.web.telemetry_path),
+        ));
     }
     for (key, path) in [("path.procfs", &raw.path.procfs), ("path.sysfs", &raw.path.sysfs)] {
         if path.is_empty() {
@@ -543,7 +565,10 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         Ok(value)
     };
     let regexes = |key: &str, patterns: &[String]| -> Result<Vec<Regex>, ConfigError> {
-        patterns.iter().map(|p| Regex::new(p).map_err(|e| invalid(key, format!("{p:?} is not a valid regex: {e}")))).collect()
+        patterns
+            .iter()
+            .map(|p| Regex::new(p).map_err(|e| invalid(key, format!("{p:?} is not a valid regex: {e}"))))
+            .collect()
     };
     let c = &raw.collector;
     let toggles = [
@@ -556,11 +581,18 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     ];
     let mut collectors = Vec::new();
     for (name, enabled, text) in toggles {
-        collectors.push(CollectorConfig { name, enabled, interval: interval(&format!("collector.{name}.interval"), text)? });
+        collectors.push(CollectorConfig {
+            name,
+            enabled,
+            interval: interval(&format!("collector.{name}.interval"), text)?,
+        });
     }
     let comm_pattern = match c.process.comm_pattern.as_str() {
         "" => None,
-        p => Some(Regex::new(p).map_err(|e| invalid("collector.process.comm_pattern", format!("{p:?} is not a valid regex: {e}")))?),
+        p => Some(
+            Regex::new(p)
+                .map_err(|e| invalid("collector.process.comm_pattern", format!("{p:?} is not a valid regex: {e}")))?,
+        ),
     };
     if c.process.top_n == 0 {
         return Err(invalid("collector.process.top_n", "must be at least 1".into()));
@@ -589,7 +621,11 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     if window < Duration::from_secs(3) || window > Duration::from_secs(3600) {
         return Err(invalid("trend.window", format!("{:?} is outside 3s..1h", raw.trend.window)));
     }
-    let trend = TrendConfig { window, min_rise_bytes_per_second: raw.trend.min_rise_bytes_per_second as f64, ..TrendConfig::default() };
+    let trend = TrendConfig {
+        window,
+        min_rise_bytes_per_second: raw.trend.min_rise_bytes_per_second as f64,
+        ..TrendConfig::default()
+    };
 
     let a = &raw.alerting;
     for url in &a.alertmanager_urls {
@@ -668,7 +704,11 @@ mod tests {
         path
     }
 
-    fn load_with(file: Option<PathBuf>, env: &[(&str, &str)], flags: Vec<(String, Value)>) -> Result<Config, ConfigError> {
+    fn load_with(
+        file: Option<PathBuf>,
+        env: &[(&str, &str)],
+        flags: Vec<(String, Value)>,
+    ) -> Result<Config, ConfigError> {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         load(&Sources { file, env: Some(env), flags })
     }
@@ -686,7 +726,11 @@ mod tests {
 
     #[test]
     fn layers_override_in_order_file_env_flags() {
-        let path = write_temp("layers", "[web]\nlisten_address = \"127.0.0.1:1\"\n[log]\nlevel = \"debug\"\n[collector.numa]\nenabled = false\ninterval = \"5s\"\n");
+        let path = write_temp(
+            "layers",
+            "[web]\nlisten_address = \"127.0.0.1:1\"\n[log]\nlevel \
+            = \"debug\"\n[collector.numa]\nenabled = false\ninterval = \"5s\"\n",
+        );
         let cfg = load_with(
             Some(path.clone()),
             &[("MEMLOCK_EXPORTER_WEB__LISTEN_ADDRESS", "127.0.0.1:2"), ("MEMLOCK_EXPORTER_LOG__FORMAT", "json")],
@@ -722,7 +766,10 @@ mod tests {
     fn invalid_values_name_the_key_and_where_they_were_set() {
         let path = write_temp("invalid", "[log]\nlevel = \"loud\"\n");
         let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
-        assert!(err.contains("`log.level`") && err.contains("loud") && err.contains(&path.display().to_string()), "{err}");
+        assert!(
+            err.contains("`log.level`") && err.contains("loud") && err.contains(&path.display().to_string()),
+            "{err}"
+        );
 
         let path = write_temp("badtype", "[collector.node]\nenabled = \"sometimes\"\n");
         let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
@@ -740,7 +787,8 @@ mod tests {
         let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
         assert!(err.contains("collector.node.interval") && err.contains("unit"), "{err}");
 
-        let err = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from("metrics"))]).unwrap_err().to_string();
+        let err =
+            load_with(None, &[], vec![("web.telemetry_path".into(), Value::from("metrics"))]).unwrap_err().to_string();
         assert!(err.contains("--web.telemetry-path"), "{err}");
     }
 

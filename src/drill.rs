@@ -104,8 +104,10 @@ impl Mode {
 /// Flags of `memlock-exporter drill`.
 #[derive(Debug, Clone, Args)]
 #[command(
-    about = "Ramp real pinned (io_uring) or locked (mlock) memory until the kernel refuses, to prove the alert pipeline",
-    after_help = "Exit codes: 0 ramp done or refused by the kernel as intended; 1 unexpected failure; 2 bad arguments or --max-mib above half of MemAvailable. See --help for details.",
+    about = "Ramp real pinned (io_uring) or locked (mlock) memory until the kernel refuses, to prove the alert \
+        pipeline",
+    after_help = "Exit codes: 0 ramp done or refused by the kernel as intended; 1 unexpected failure; 2 bad arguments \
+        or --max-mib above half of MemAvailable. See --help for details.",
     after_long_help = LONG_HELP
 )]
 pub struct DrillArgs {
@@ -166,7 +168,8 @@ pub enum DrillError {
     #[error("{steps} steps are too many (at most {MAX_STEPS}): raise --step-mib")]
     TooManySteps { steps: u64 },
     #[error(
-        "refusing to start: --max-mib {max_mib} MiB exceeds half of MemAvailable ({available_mib} MiB available, so at most {limit_mib} MiB)"
+        "refusing to start: --max-mib {max_mib} MiB exceeds half of MemAvailable ({available_mib} MiB available, so at \
+            most {limit_mib} MiB)"
     )]
     AboveHalfAvailable { max_mib: u64, available_mib: u64, limit_mib: u64 },
     #[error("cannot check MemAvailable: {0}")]
@@ -174,7 +177,8 @@ pub enum DrillError {
     #[error("cannot check MemAvailable: {} has no MemAvailable line", .0.display())]
     NoMemAvailable(PathBuf),
     #[error(
-        "{steps} steps need {needed} file descriptors (one io_uring ring each) but RLIMIT_NOFILE allows {hard}: raise --step-mib or the hard limit"
+        "{steps} steps need {needed} file descriptors (one io_uring ring each) but RLIMIT_NOFILE allows {hard}: raise \
+            --step-mib or the hard limit"
     )]
     Descriptors { steps: u64, needed: u64, hard: u64 },
     #[error("{call}: {source}{hint}")]
@@ -195,9 +199,10 @@ impl DrillError {
             | DrillError::TooManySteps { .. }
             | DrillError::AboveHalfAvailable { .. }
             | DrillError::Descriptors { .. } => crate::exit::USAGE,
-            DrillError::Meminfo(_) | DrillError::NoMemAvailable(_) | DrillError::Syscall { .. } | DrillError::Output(_) => {
-                crate::exit::RUNTIME
-            }
+            DrillError::Meminfo(_)
+            | DrillError::NoMemAvailable(_)
+            | DrillError::Syscall { .. }
+            | DrillError::Output(_) => crate::exit::RUNTIME,
         }
     }
 
@@ -215,7 +220,11 @@ impl DrillArgs {
             return Err(DrillError::MaxBelowStep { max_mib: self.max_mib, step_mib: self.step_mib });
         }
         // Addresses and lengths are usize: the total must fit there too (32-bit targets).
-        let max_bytes = self.max_mib.checked_mul(MIB).filter(|b| usize::try_from(*b).is_ok()).ok_or(DrillError::Overflow(self.max_mib))?;
+        let max_bytes = self
+            .max_mib
+            .checked_mul(MIB)
+            .filter(|b| usize::try_from(*b).is_ok())
+            .ok_or(DrillError::Overflow(self.max_mib))?;
         let step_bytes = self.step_mib * MIB;
         if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&self.interval_ms) {
             return Err(DrillError::Interval(self.interval_ms));
@@ -424,7 +433,8 @@ impl Event {
                 pid,
                 uid,
             } => format!(
-                "{time} event=start mode={} step={} max={} interval={}ms hold={}s memlock_soft={} memlock_hard={} cap_ipc_lock={} mem_available={} pid={pid} uid={uid}",
+                "{time} event=start mode={} step={} max={} interval={}ms hold={}s memlock_soft={} memlock_hard={} \
+                    cap_ipc_lock={} mem_available={} pid={pid} uid={uid}",
                 mode.as_str(),
                 size(*step_bytes),
                 size(*max_bytes),
@@ -453,13 +463,24 @@ impl Event {
                 }
                 line
             }
-            Event::Hold { reached, hold } => format!("{time} event=hold reached={} seconds={}", size(*reached), hold.as_secs()),
+            Event::Hold { reached, hold } => format!(
+                "{time} event=hold reached={} \
+                seconds={}",
+                size(*reached),
+                hold.as_secs()
+            ),
             Event::Released { outcome, reached, counters, signal } => {
                 let mut line = format!("{time} event=released outcome={}", outcome.name());
                 if let Outcome::Refused(r) = outcome {
                     line.push_str(&format!(" errno={}", r.name()));
                 }
-                line.push_str(&format!(" reached={} vmpin={} vmlck={}", size(*reached), kb(counters.vm_pin), kb(counters.vm_lck)));
+                line.push_str(&format!(
+                    " reached={} vmpin={} \
+                    vmlck={}",
+                    size(*reached),
+                    kb(counters.vm_pin),
+                    kb(counters.vm_lck)
+                ));
                 if let Some(s) = signal {
                     line.push_str(&format!(" signal={}", signal_name(*s)));
                 }
@@ -485,19 +506,36 @@ impl Event {
                 pid,
                 uid,
             } => format!(
-                r#"{{"time":"{time}","event":"start","mode":"{}","step_bytes":{step_bytes},"max_bytes":{max_bytes},"interval_ms":{},"hold_seconds":{},"memlock_soft_bytes":{},"memlock_hard_bytes":{},"cap_ipc_lock":{},"mem_available_bytes":{mem_available},"pid":{pid},"uid":{uid}}}"#,
+                concat!(
+                    r#"{{"time":"{time}","event":"start","mode":"{}","step_bytes":{step_bytes},"#,
+                    r#""max_bytes":{max_bytes},"interval_ms":{},"hold_seconds":{},"memlock_soft_bytes":{},"#,
+                    r#""memlock_hard_bytes":{},"cap_ipc_lock":{},"mem_available_bytes":{mem_available},"#,
+                    r#""pid":{pid},"uid":{uid}}}"#,
+                ),
                 mode.as_str(),
                 interval.as_millis(),
                 hold.as_secs(),
                 json_opt(*memlock_soft),
                 json_opt(*memlock_hard),
                 json_opt(*cap_ipc_lock),
+                time = time,
+                step_bytes = step_bytes,
+                max_bytes = max_bytes,
+                mem_available = mem_available,
+                pid = pid,
+                uid = uid,
             ),
             Event::Step { step, requested, counters, refused, reached } => {
                 let mut line = format!(
-                    r#"{{"time":"{time}","event":"step","step":{step},"requested_bytes":{requested},"vmpin_bytes":{},"vmlck_bytes":{},"result":"#,
+                    concat!(
+                        r#"{{"time":"{time}","event":"step","step":{step},"requested_bytes":{requested},"#,
+                        r#""vmpin_bytes":{},"vmlck_bytes":{},"result":"#,
+                    ),
                     json_opt(counters.vm_pin),
-                    json_opt(counters.vm_lck)
+                    json_opt(counters.vm_lck),
+                    time = time,
+                    step = step,
+                    requested = requested,
                 );
                 match refused {
                     None => line.push_str(r#""ok"}"#),
@@ -510,7 +548,10 @@ impl Event {
                 line
             }
             Event::Hold { reached, hold } => {
-                format!(r#"{{"time":"{time}","event":"hold","reached_bytes":{reached},"hold_seconds":{}}}"#, hold.as_secs())
+                format!(
+                    r#"{{"time":"{time}","event":"hold","reached_bytes":{reached},"hold_seconds":{}}}"#,
+                    hold.as_secs()
+                )
             }
             Event::Released { outcome, reached, counters, signal } => {
                 let errno = match outcome {
@@ -519,10 +560,17 @@ impl Event {
                 };
                 let signal = signal.map_or_else(|| "null".to_owned(), |s| format!(r#""{}""#, signal_name(s)));
                 format!(
-                    r#"{{"time":"{time}","event":"released","outcome":"{}","errno":{errno},"reached_bytes":{reached},"vmpin_bytes":{},"vmlck_bytes":{},"signal":{signal}}}"#,
+                    concat!(
+                        r#"{{"time":"{time}","event":"released","outcome":"{}","errno":{errno},"#,
+                        r#""reached_bytes":{reached},"vmpin_bytes":{},"vmlck_bytes":{},"signal":{signal}}}"#,
+                    ),
                     outcome.name(),
                     json_opt(counters.vm_pin),
-                    json_opt(counters.vm_lck)
+                    json_opt(counters.vm_lck),
+                    time = time,
+                    errno = errno,
+                    reached = reached,
+                    signal = signal,
                 )
             }
         }
@@ -557,7 +605,14 @@ impl Region {
     fn map(len: usize, page: usize) -> Result<Region, DrillError> {
         // SAFETY: a fresh anonymous mapping; no existing memory is touched.
         let addr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         if addr == libc::MAP_FAILED {
             return Err(DrillError::syscall("mmap", io::Error::last_os_error()));
@@ -622,7 +677,8 @@ impl Ring {
     fn new() -> io::Result<Ring> {
         let mut params = IoUringParams::default();
         // SAFETY: io_uring_setup(entries, params) with a valid, writable params struct.
-        let ret = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1 as libc::c_uint, &mut params as *mut IoUringParams) };
+        let ret =
+            unsafe { libc::syscall(libc::SYS_io_uring_setup, 1 as libc::c_uint, &mut params as *mut IoUringParams) };
         if ret < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -634,7 +690,9 @@ impl Ring {
     fn setup_error(source: io::Error) -> DrillError {
         let hint = match source.raw_os_error() {
             Some(libc::ENOSYS) => " (kernel built without io_uring; use --mode lock)",
-            Some(libc::EPERM) => " (io_uring disabled: see /proc/sys/kernel/io_uring_disabled and io_uring_group; use --mode lock)",
+            Some(libc::EPERM) => {
+                " (io_uring disabled: see /proc/sys/kernel/io_uring_disabled and io_uring_group; use --mode lock)"
+            }
             Some(libc::EMFILE) | Some(libc::ENFILE) => " (out of file descriptors: raise --step-mib or ulimit -n)",
             _ => "",
         };
@@ -654,8 +712,15 @@ impl Ring {
             .collect();
         let count = libc::c_uint::try_from(iovecs.len()).map_err(io::Error::other)?;
         // SAFETY: io_uring_register on our ring fd with an iovec array valid for the call.
-        let ret =
-            unsafe { libc::syscall(libc::SYS_io_uring_register, self.fd.as_raw_fd(), IORING_REGISTER_BUFFERS, iovecs.as_ptr(), count) };
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_register,
+                self.fd.as_raw_fd(),
+                IORING_REGISTER_BUFFERS,
+                iovecs.as_ptr(),
+                count,
+            )
+        };
         if ret < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -984,8 +1049,19 @@ mod tests {
         assert!(!plan.json);
         assert_eq!(plan.procfs, PathBuf::from("/proc"));
 
-        let plan =
-            plan_of(&["--mode", "lock", "--step-mib", "3", "--max-mib", "10", "--interval-ms", "10", "--hold-seconds", "0", "--json"]);
+        let plan = plan_of(&[
+            "--mode",
+            "lock",
+            "--step-mib",
+            "3",
+            "--max-mib",
+            "10",
+            "--interval-ms",
+            "10",
+            "--hold-seconds",
+            "0",
+            "--json",
+        ]);
         assert_eq!(plan.mode, Mode::Lock);
         assert_eq!(plan.steps(), 4, "3+3+3+1");
         assert_eq!(plan.hold, Duration::ZERO);
@@ -1065,11 +1141,18 @@ mod tests {
 
     #[test]
     fn step_lines() {
-        let ok = Event::Step { step: 3, requested: 3 * MIB, counters: counters(3072, 0), refused: None, reached: 3 * MIB };
-        assert_eq!(ok.text(T), "2026-11-30T08:19:19.123Z event=step step=3 requested=3MiB vmpin=3072kB vmlck=0kB result=ok");
+        let ok =
+            Event::Step { step: 3, requested: 3 * MIB, counters: counters(3072, 0), refused: None, reached: 3 * MIB };
+        assert_eq!(
+            ok.text(T),
+            "2026-11-30T08:19:19.123Z event=step step=3 requested=3MiB vmpin=3072kB vmlck=0kB result=ok"
+        );
         assert_eq!(
             ok.json(T),
-            r#"{"time":"2026-11-30T08:19:19.123Z","event":"step","step":3,"requested_bytes":3145728,"vmpin_bytes":3145728,"vmlck_bytes":0,"result":"ok"}"#
+            concat!(
+                r#"{"time":"2026-11-30T08:19:19.123Z","event":"step","step":3,"requested_bytes":3145728,"#,
+                r#""vmpin_bytes":3145728,"vmlck_bytes":0,"result":"ok"}"#,
+            )
         );
         let refused = Event::Step {
             step: 5,
@@ -1080,11 +1163,16 @@ mod tests {
         };
         assert_eq!(
             refused.text(T),
-            "2026-11-30T08:19:19.123Z event=step step=5 requested=5MiB vmpin=4096kB vmlck=0kB result=ENOMEM errno=12 call=io_uring_register reached=4MiB"
+            "2026-11-30T08:19:19.123Z event=step step=5 requested=5MiB vmpin=4096kB vmlck=0kB result=ENOMEM errno=12 \
+                call=io_uring_register reached=4MiB"
         );
         assert_eq!(
             refused.json(T),
-            r#"{"time":"2026-11-30T08:19:19.123Z","event":"step","step":5,"requested_bytes":5242880,"vmpin_bytes":4194304,"vmlck_bytes":0,"result":"ENOMEM","errno":12,"call":"io_uring_register","reached_bytes":4194304}"#
+            concat!(
+                r#"{"time":"2026-11-30T08:19:19.123Z","event":"step","step":5,"requested_bytes":5242880,"#,
+                r#""vmpin_bytes":4194304,"vmlck_bytes":0,"result":"ENOMEM","errno":12,"#,
+                r#""call":"io_uring_register","reached_bytes":4194304}"#,
+            )
         );
         let unknown = Event::Step {
             step: 1,
@@ -1095,11 +1183,13 @@ mod tests {
         };
         assert_eq!(
             unknown.text(T),
-            format!("{T} event=step step=1 requested=1MiB vmpin=? vmlck=? result=EAGAIN errno=11 call=mlock reached=0B")
+            format!(
+                "{T} event=step step=1 requested=1MiB vmpin=? vmlck=? result=EAGAIN errno=11 call=mlock reached=0B"
+            )
         );
-        assert!(unknown
-            .json(T)
-            .contains(r#""vmpin_bytes":null,"vmlck_bytes":null,"result":"EAGAIN","errno":11,"call":"mlock","reached_bytes":0}"#));
+        assert!(unknown.json(T).contains(
+            r#""vmpin_bytes":null,"vmlck_bytes":null,"result":"EAGAIN","errno":11,"call":"mlock","reached_bytes":0}"#
+        ));
     }
 
     #[test]
@@ -1119,36 +1209,73 @@ mod tests {
         };
         assert_eq!(
             start.text(T),
-            format!("{T} event=start mode=pin step=1MiB max=16MiB interval=100ms hold=2s memlock_soft=4194304 memlock_hard=unlimited cap_ipc_lock=no mem_available=23604268kB pid=42 uid=65534")
+            format!(
+                "{T} event=start mode=pin step=1MiB max=16MiB interval=100ms hold=2s memlock_soft=4194304 \
+                memlock_hard=unlimited cap_ipc_lock=no mem_available=23604268kB pid=42 uid=65534"
+            )
         );
         assert_eq!(
             start.json(T),
             format!(
-                r#"{{"time":"{T}","event":"start","mode":"pin","step_bytes":1048576,"max_bytes":16777216,"interval_ms":100,"hold_seconds":2,"memlock_soft_bytes":4194304,"memlock_hard_bytes":null,"cap_ipc_lock":false,"mem_available_bytes":24170770432,"pid":42,"uid":65534}}"#
+                concat!(
+                    r#"{{"time":"{T}","event":"start","mode":"pin","step_bytes":1048576,"max_bytes":16777216,"#,
+                    r#""interval_ms":100,"hold_seconds":2,"memlock_soft_bytes":4194304,"#,
+                    r#""memlock_hard_bytes":null,"cap_ipc_lock":false,"mem_available_bytes":24170770432,"#,
+                    r#""pid":42,"uid":65534}}"#,
+                ),
+                T = T
             )
         );
         let hold = Event::Hold { reached: 4 * MIB, hold: Duration::from_secs(2) };
         assert_eq!(hold.text(T), format!("{T} event=hold reached=4MiB seconds=2"));
-        assert_eq!(hold.json(T), format!(r#"{{"time":"{T}","event":"hold","reached_bytes":4194304,"hold_seconds":2}}"#));
+        assert_eq!(
+            hold.json(T),
+            format!(r#"{{"time":"{T}","event":"hold","reached_bytes":4194304,"hold_seconds":2}}"#)
+        );
 
-        let refused =
-            Event::Released { outcome: Outcome::Refused(Refusal::Enomem), reached: 4 * MIB, counters: counters(0, 0), signal: None };
-        assert_eq!(refused.text(T), format!("{T} event=released outcome=refused errno=ENOMEM reached=4MiB vmpin=0kB vmlck=0kB"));
+        let refused = Event::Released {
+            outcome: Outcome::Refused(Refusal::Enomem),
+            reached: 4 * MIB,
+            counters: counters(0, 0),
+            signal: None,
+        };
+        assert_eq!(
+            refused.text(T),
+            format!("{T} event=released outcome=refused errno=ENOMEM reached=4MiB vmpin=0kB vmlck=0kB")
+        );
         assert_eq!(
             refused.json(T),
             format!(
-                r#"{{"time":"{T}","event":"released","outcome":"refused","errno":"ENOMEM","reached_bytes":4194304,"vmpin_bytes":0,"vmlck_bytes":0,"signal":null}}"#
+                concat!(
+                    r#"{{"time":"{T}","event":"released","outcome":"refused","errno":"ENOMEM","#,
+                    r#""reached_bytes":4194304,"vmpin_bytes":0,"vmlck_bytes":0,"signal":null}}"#,
+                ),
+                T = T
             )
         );
-        let interrupted =
-            Event::Released { outcome: Outcome::Interrupted, reached: 2 * MIB, counters: counters(0, 0), signal: Some(libc::SIGTERM) };
-        assert_eq!(interrupted.text(T), format!("{T} event=released outcome=interrupted reached=2MiB vmpin=0kB vmlck=0kB signal=SIGTERM"));
+        let interrupted = Event::Released {
+            outcome: Outcome::Interrupted,
+            reached: 2 * MIB,
+            counters: counters(0, 0),
+            signal: Some(libc::SIGTERM),
+        };
+        assert_eq!(
+            interrupted.text(T),
+            format!("{T} event=released outcome=interrupted reached=2MiB vmpin=0kB vmlck=0kB signal=SIGTERM")
+        );
         assert!(interrupted
             .json(T)
             .ends_with(r#""errno":null,"reached_bytes":2097152,"vmpin_bytes":0,"vmlck_bytes":0,"signal":"SIGTERM"}"#));
-        let done =
-            Event::Released { outcome: Outcome::MaxReached, reached: 32 * MIB, counters: counters(0, 0), signal: Some(libc::SIGINT) };
-        assert_eq!(done.text(T), format!("{T} event=released outcome=max_reached reached=32MiB vmpin=0kB vmlck=0kB signal=SIGINT"));
+        let done = Event::Released {
+            outcome: Outcome::MaxReached,
+            reached: 32 * MIB,
+            counters: counters(0, 0),
+            signal: Some(libc::SIGINT),
+        };
+        assert_eq!(
+            done.text(T),
+            format!("{T} event=released outcome=max_reached reached=32MiB vmpin=0kB vmlck=0kB signal=SIGINT")
+        );
     }
 
     #[test]
@@ -1239,10 +1366,23 @@ mod tests {
     #[test]
     fn a_reader_that_goes_away_stops_the_drill_quietly() {
         // Interval and hold long enough that a drill carrying on would stand out.
-        let ramp = plan_of(&["--mode", "lock", "--max-mib", "4", "--step-mib", "1", "--interval-ms", "10000", "--hold-seconds", "600"]);
+        let ramp = plan_of(&[
+            "--mode",
+            "lock",
+            "--max-mib",
+            "4",
+            "--step-mib",
+            "1",
+            "--interval-ms",
+            "10000",
+            "--hold-seconds",
+            "600",
+        ]);
         let one_step = plan_of(&["--mode", "lock", "--max-mib", "1", "--step-mib", "1", "--hold-seconds", "600"]);
         // Gone before the start line, before the first step's, before the hold's.
-        for (plan, accepted, outcome) in [(&ramp, 0, Outcome::Interrupted), (&ramp, 1, Outcome::Interrupted), (&one_step, 2, Outcome::MaxReached)] {
+        for (plan, accepted, outcome) in
+            [(&ramp, 0, Outcome::Interrupted), (&ramp, 1, Outcome::Interrupted), (&one_step, 2, Outcome::MaxReached)]
+        {
             let mut head = Broken { errno: libc::EPIPE, accepted, lines: Vec::new() };
             let started = Instant::now();
             assert_eq!(execute(plan, 1 << 30, &mut head, &AtomicI32::new(0)).unwrap(), outcome);

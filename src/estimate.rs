@@ -110,7 +110,8 @@ fn round_pages(bytes: u64, page: u64) -> u64 {
 pub fn estimate(inputs: &Inputs) -> Estimate {
     let i = inputs;
     let page = i.page_size.max(1);
-    let (l, l128, s) = (round_pages(i.ll_buffsize, page), round_pages(i.ll128_buffsize, page), round_pages(i.buffsize, page));
+    let (l, l128, s) =
+        (round_pages(i.ll_buffsize, page), round_pages(i.ll128_buffsize, page), round_pages(i.buffsize, page));
     let d = i.devices_per_connection;
     let networked = i.nodes > 1;
     let sends = if networked { i.channels.saturating_mul(i.net_sends_per_channel) } else { 0 };
@@ -132,7 +133,11 @@ pub fn estimate(inputs: &Inputs) -> Estimate {
             name: "collective receives",
             formula: format!(
                 "{d} device(s) x {recvs} receives x {per_recv} B ({})",
-                if i.gdr_write { "none: GDR write puts every receive buffer on the GPU" } else { "LL + LL128 + Simple" }
+                if i.gdr_write {
+                    "none: GDR write puts every receive buffer on the GPU"
+                } else {
+                    "LL + LL128 + Simple"
+                }
             ),
             bytes: d.saturating_mul(recvs).saturating_mul(per_recv),
         },
@@ -145,7 +150,10 @@ pub fn estimate(inputs: &Inputs) -> Estimate {
         };
         terms.push(Term {
             name: "shared p2p pool",
-            formula: format!("{d} device(s) x 2 directions x {} p2p channels x {SHARED_STEPS} steps x {} B chunk", i.p2p_channels, i.p2p_chunksize),
+            formula: format!(
+                "{d} device(s) x 2 directions x {} p2p channels x {SHARED_STEPS} steps x {} B chunk",
+                i.p2p_channels, i.p2p_chunksize
+            ),
             bytes: d.saturating_mul(pool),
         });
     }
@@ -165,7 +173,10 @@ pub fn estimate(inputs: &Inputs) -> Estimate {
         let qps = sends.saturating_add(recvs).saturating_mul(i.qps_per_connection);
         terms.push(Term {
             name: "QP and CQ rings",
-            formula: format!("{d} device(s) x {qps} QPs ({} per connection) x {} B (assumed)", i.qps_per_connection, i.qp_ring_bytes),
+            formula: format!(
+                "{d} device(s) x {qps} QPs ({} per connection) x {} B (assumed)",
+                i.qps_per_connection, i.qp_ring_bytes
+            ),
             bytes: d.saturating_mul(qps).saturating_mul(i.qp_ring_bytes),
         });
     }
@@ -177,11 +188,15 @@ pub fn estimate(inputs: &Inputs) -> Estimate {
         per_process_bytes,
         per_node_bytes: per_process_bytes.saturating_mul(i.ranks_per_node),
         assumptions: vec![
-            "an upper-bound model of NCCL's net transport (NVIDIA/nccl 5067397c), not a measurement: calibrate against the VmPin step at communicator init",
+            "an upper-bound model of NCCL's net transport (NVIDIA/nccl 5067397c), not a measurement: calibrate against \
+                the VmPin step at communicator init",
             "a single node (--nodes 1) registers nothing for the network: intra-node traffic uses P2P/SHM",
-            "per process: one rank holds all of its channels' network connections (ring: 1 send and 1 receive per channel); trees and all-to-all add connections",
-            "per node: every rank holds as many (rail-optimised topologies); with PXN the proxy process is charged, not the rank",
-            "GPU buffers registered through dma-buf are not charged to VmPin; host buffers (cudaHostAlloc) registered with ibv_reg_mr are",
+            "per process: one rank holds all of its channels' network connections (ring: 1 send and 1 receive per \
+                channel); trees and all-to-all add connections",
+            "per node: every rank holds as many (rail-optimised topologies); with PXN the proxy process is charged, \
+                not the rank",
+            "GPU buffers registered through dma-buf are not charged to VmPin; host buffers (cudaHostAlloc) registered \
+                with ibv_reg_mr are",
             "QP/CQ ring size per QP is not verified on hardware",
         ],
     }
@@ -193,7 +208,9 @@ pub fn inputs_from_env(vars: impl Fn(&str) -> Option<String>, mut inputs: Inputs
     let read = |name: &str| -> Result<Option<u64>, String> {
         match vars(name) {
             None => Ok(None),
-            Some(text) => text.trim().parse().map(Some).map_err(|_| format!("{name}={text:?} is not a non-negative integer")),
+            Some(text) => {
+                text.trim().parse().map(Some).map_err(|_| format!("{name}={text:?} is not a non-negative integer"))
+            }
         }
     };
     let number = |name: &str, slot: &mut u64| -> Result<(), String> {
@@ -292,7 +309,11 @@ pub fn inputs_from_args(args: &ModelArgs, env: impl Fn(&str) -> Option<String>) 
     if let Some(c) = args.channels {
         inputs.channels = c;
     }
-    for (flag, slot) in [(args.buffsize, &mut inputs.buffsize), (args.ll_buffsize, &mut inputs.ll_buffsize), (args.ll128_buffsize, &mut inputs.ll128_buffsize)] {
+    for (flag, slot) in [
+        (args.buffsize, &mut inputs.buffsize),
+        (args.ll_buffsize, &mut inputs.ll_buffsize),
+        (args.ll128_buffsize, &mut inputs.ll128_buffsize),
+    ] {
         if let Some(v) = flag {
             *slot = v;
         }
@@ -334,7 +355,8 @@ pub fn render_text(e: &Estimate, v: &Verdict) -> String {
     };
     let mut out = String::from("NCCL host memory registration estimate (an upper-bound model, not a measurement)\n\n");
     out.push_str(&format!(
-        "inputs: {} node(s) x {} ranks, {} channels, {} communicator(s), GDR {gdr}, buffers LL {} / LL128 {} / Simple {} B\n\n",
+        "inputs: {} node(s) x {} ranks, {} channels, {} communicator(s), GDR {gdr}, buffers LL {} / LL128 {} / Simple \
+            {} B\n\n",
         i.nodes, i.ranks_per_node, i.channels, i.communicators, i.ll_buffsize, i.ll128_buffsize, i.buffsize
     ));
     out.push_str("per communicator, per process:\n");
@@ -342,22 +364,38 @@ pub fn render_text(e: &Estimate, v: &Verdict) -> String {
         out.push_str(&format!("  {:<20} {:>12}  = {}\n", t.name, human(t.bytes as f64), t.formula));
     }
     out.push_str(&format!("\nper process: {} ({} bytes)\n", human(e.per_process_bytes as f64), e.per_process_bytes));
-    out.push_str(&format!("per node ({} ranks): {} ({} bytes)\n\n", i.ranks_per_node, human(e.per_node_bytes as f64), e.per_node_bytes));
+    out.push_str(&format!(
+        "per node ({} ranks): {} ({} bytes)\n\n",
+        i.ranks_per_node,
+        human(e.per_node_bytes as f64),
+        e.per_node_bytes
+    ));
     out.push_str(&format!("against this machine (pid {}):\n", v.pid));
     match v.soft_limit_bytes {
         None => out.push_str("  soft memlock limit: unlimited: fits\n"),
-        Some(limit) if v.fits_memlock_limit => {
-            out.push_str(&format!("  soft memlock limit {}: fits ({:.0}% of it)\n", human(limit as f64), ratio(e.per_process_bytes, limit) * 100.0))
-        }
+        Some(limit) if v.fits_memlock_limit => out.push_str(&format!(
+            "  soft memlock limit {}: fits ({:.0}% of \
+                it)\n",
+            human(limit as f64),
+            ratio(e.per_process_bytes, limit) * 100.0
+        )),
         Some(limit) => out.push_str(&format!(
-            "  soft memlock limit {}: TOO LOW, the estimate is {:.1}x the limit: registration fails with ENOMEM. Set `ulimit -l unlimited` (limits.conf memlock, systemd LimitMEMLOCK=infinity, docker --ulimit memlock=-1)\n",
+            "  soft memlock limit {}: TOO LOW, the estimate is {:.1}x the limit: registration fails with ENOMEM. Set \
+                `ulimit -l unlimited` (limits.conf memlock, systemd LimitMEMLOCK=infinity, docker --ulimit \
+                memlock=-1)\n",
             human(limit as f64),
             ratio(e.per_process_bytes, limit)
         )),
     }
     match (v.memory_available_bytes, v.fits_memory_available) {
-        (Some(a), Some(true)) => out.push_str(&format!("  MemAvailable {}: fits ({:.1}% of it per node)\n", human(a as f64), ratio(e.per_node_bytes, a) * 100.0)),
-        (Some(a), _) => out.push_str(&format!("  MemAvailable {}: TOO LITTLE for the per-node estimate\n", human(a as f64))),
+        (Some(a), Some(true)) => out.push_str(&format!(
+            "  MemAvailable {}: fits ({:.1}% of it per node)\n",
+            human(a as f64),
+            ratio(e.per_node_bytes, a) * 100.0
+        )),
+        (Some(a), _) => {
+            out.push_str(&format!("  MemAvailable {}: TOO LITTLE for the per-node estimate\n", human(a as f64)))
+        }
         (None, _) => out.push_str("  MemAvailable: unknown\n"),
     }
     out.push_str("\nassumptions:\n");
@@ -465,7 +503,8 @@ mod tests {
     fn odd_buffer_sizes_round_up_to_pages_and_huge_values_saturate() {
         let e = estimate(&Inputs { buffsize: 4097, channels: 1, ..Inputs::default() });
         assert_eq!(e.terms[0].bytes, DEFAULT_LL_BUFFSIZE + DEFAULT_LL128_BUFFSIZE + 8192);
-        let huge = estimate(&Inputs { channels: u64::MAX, buffsize: u64::MAX, communicators: u64::MAX, ..Inputs::default() });
+        let huge =
+            estimate(&Inputs { channels: u64::MAX, buffsize: u64::MAX, communicators: u64::MAX, ..Inputs::default() });
         assert_eq!(huge.per_node_bytes, u64::MAX);
     }
 
@@ -511,7 +550,15 @@ mod tests {
         let no_env = |_: &str| None;
         assert!(inputs_from_args(&model(&[]), no_env).is_ok());
         assert!(inputs_from_args(&model(&["--nodes", "1", "--qps-per-connection", "128"]), no_env).is_ok());
-        for flag in ["--nodes", "--ranks-per-node", "--channels", "--communicators", "--p2p-channels", "--net-connections-per-channel", "--devices-per-connection"] {
+        for flag in [
+            "--nodes",
+            "--ranks-per-node",
+            "--channels",
+            "--communicators",
+            "--p2p-channels",
+            "--net-connections-per-channel",
+            "--devices-per-connection",
+        ] {
             let err = inputs_from_args(&model(&[flag, "0"]), no_env).unwrap_err();
             assert!(err.starts_with(&format!("{flag} 0: must be at least 1")), "{err}");
         }
@@ -530,7 +577,10 @@ mod tests {
         // NCCL leaves its default for NCCL_MAX_CTAS <= 0 and raises NCCL_MAX_NCHANNELS to 1.
         assert_eq!(inputs_from_env(one("NCCL_MAX_CTAS", "0"), Inputs::default()).unwrap().channels, 32);
         assert_eq!(inputs_from_env(one("NCCL_MAX_NCHANNELS", "0"), Inputs::default()).unwrap().channels, 1);
-        assert_eq!(inputs_from_env(one("NCCL_IB_QPS_PER_CONNECTION", "4"), Inputs::default()).unwrap().qps_per_connection, 4);
+        assert_eq!(
+            inputs_from_env(one("NCCL_IB_QPS_PER_CONNECTION", "4"), Inputs::default()).unwrap().qps_per_connection,
+            4
+        );
         for qps in ["0", "129"] {
             let err = inputs_from_env(one("NCCL_IB_QPS_PER_CONNECTION", qps), Inputs::default()).unwrap_err();
             assert!(err.starts_with(&format!("NCCL_IB_QPS_PER_CONNECTION={qps}: ")), "{err}");

@@ -145,7 +145,8 @@ mod tests {
         let text = e.finish();
         assert_eq!(
             text,
-            "# HELP m_bytes Bytes.\n# TYPE m_bytes gauge\nm_bytes{a=\"x\\\"y\\\\z\\nw\"} 5\nm_bytes 1.5\nm_bytes +Inf\nm_bytes 18446744073709551615\n"
+            "# HELP m_bytes Bytes.\n# TYPE m_bytes gauge\nm_bytes{a=\"x\\\"y\\\\z\\nw\"} 5\nm_bytes 1.5\nm_bytes \
+                +Inf\nm_bytes 18446744073709551615\n"
         );
     }
 }

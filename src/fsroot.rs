@@ -84,7 +84,8 @@ pub fn read_into(path: &Path, buf: &mut String) -> Result<(), SourceError> {
     let io_err = |source| SourceError::Io { path: path.to_owned(), source };
     // O_NONBLOCK: a FIFO or a terminal where a kernel file should be must not stall the
     // collector in open() or read(); on regular, procfs and sysfs files it changes nothing.
-    let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(io_err)?;
+    let file =
+        OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(io_err)?;
     // Read into the caller's allocation: the process scan calls this three times per process.
     let mut bytes = std::mem::take(buf).into_bytes();
     bytes.reserve(4096);

@@ -127,7 +127,8 @@ fn random_bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
 
 /// The start and end of a random line of `data` (without its newline).
 fn random_line(rng: &mut Rng, data: &[u8]) -> (usize, usize) {
-    let starts: Vec<usize> = std::iter::once(0).chain(data.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1)).collect();
+    let starts: Vec<usize> =
+        std::iter::once(0).chain(data.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1)).collect();
     let start = *rng.pick(&starts);
     let end = data[start..].iter().position(|&b| b == b'\n').map_or(data.len(), |p| start + p);
     (start, end)
@@ -172,7 +173,8 @@ fn mutate_once(rng: &mut Rng, data: &mut Vec<u8>, seeds: &[Vec<u8>]) {
         }
         7 | 8 => {
             // Replace a run of digits (most values) with an edge-case number.
-            let digits: Vec<usize> = data.iter().enumerate().filter(|(_, b)| b.is_ascii_digit()).map(|(i, _)| i).collect();
+            let digits: Vec<usize> =
+                data.iter().enumerate().filter(|(_, b)| b.is_ascii_digit()).map(|(i, _)| i).collect();
             if let Some(&start) = digits.get(rng.below(digits.len())) {
                 let mut begin = start;
                 while begin > 0 && data[begin - 1].is_ascii_digit() {
@@ -274,7 +276,9 @@ fn fuzz(spec: &Target) {
     for (index, seed) in seeds.iter().enumerate() {
         match catch_unwind(AssertUnwindSafe(|| check(seed))) {
             Ok(Ok(Verdict::Accepted)) => {}
-            Ok(Ok(Verdict::Rejected)) => panic!("{target}: seed {index} is rejected, but the corpus holds valid files: {}", escape_preview(seed)),
+            Ok(Ok(Verdict::Rejected)) => {
+                panic!("{target}: seed {index} is rejected, but the corpus holds valid files: {}", escape_preview(seed))
+            }
             Ok(Err(message)) => panic!("{target}: seed {index}: {message}: {}", escape_preview(seed)),
             Err(_) => panic!("{target}: seed {index} panics: {}", escape_preview(seed)),
         }
@@ -301,7 +305,11 @@ fn fuzz(spec: &Target) {
             Ok(Err(message)) => Some(message),
             Err(panic) => Some(format!(
                 "panicked: {}",
-                panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied()).unwrap_or("?")
+                panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("?")
             )),
         };
         if let Some(message) = failure {
@@ -310,7 +318,8 @@ fn fuzz(spec: &Target) {
             let saved = dir.join(format!("{target}-{seed:x}-{case}.bin"));
             let _ = std::fs::write(&saved, &input);
             panic!(
-                "fuzz target {target}, case {case}: {message}\n  replay: FUZZ_SEED={seed} FUZZ_CASE={case} cargo test --lib fuzz::\n  input saved to {}\n  input: {}",
+                "fuzz target {target}, case {case}: {message}\n  replay: FUZZ_SEED={seed} FUZZ_CASE={case} cargo test \
+                    --lib fuzz::\n  input saved to {}\n  input: {}",
                 saved.display(),
                 escape_preview(&input)
             );
@@ -323,13 +332,18 @@ fn fuzz(spec: &Target) {
     }
     eprintln!("fuzz {target}: {cases} cases, {accepted} accepted, {rejected} rejected, {} seeds", seeds.len());
     if only.is_none() {
-        assert!(accepted > 0, "{target}: no mutated input was accepted in {cases} cases: the mutations never reach the success path");
+        assert!(
+            accepted > 0,
+            "{target}: no mutated input was accepted in {cases} cases: the mutations never reach the success path"
+        );
         if matches!(expect, Expect::BothPaths) {
-            assert!(rejected > 0, "{target}: no mutated input was rejected in {cases} cases: the parser accepts garbage");
+            assert!(
+                rejected > 0,
+                "{target}: no mutated input was rejected in {cases} cases: the parser accepts garbage"
+            );
         }
     }
 }
-
 
 /// One test per target, so the harness runs them in parallel and names the one that failed.
 macro_rules! targets {
@@ -355,11 +369,13 @@ macro_rules! targets {
         /// And a libFuzzer binary: fuzz/Cargo.toml lists one per target.
         #[test]
         fn every_registered_target_has_a_libfuzzer_binary() {
-            let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/Cargo.toml")).expect("fuzz/Cargo.toml");
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/Cargo.toml");
+            let manifest = std::fs::read_to_string(path).expect("fuzz/Cargo.toml");
             let mut binaries: Vec<&str> = manifest
                 .split("[[bin]]")
                 .skip(1)
-                .filter_map(|section| section.lines().find_map(|l| l.trim().strip_prefix("name = ")).map(|n| n.trim_matches('"')))
+                .filter_map(|section| section.lines().find_map(|l| l.trim().strip_prefix("name \
+                    = ")).map(|n| n.trim_matches('"')))
                 .collect();
             let mut registered: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
             binaries.sort_unstable();

@@ -12,7 +12,10 @@ use std::time::Duration;
 use crate::config::{self, ConfigError, Sources};
 use crate::exposition::{Exposition, Kind};
 use crate::kernel::nldev::{self, cmd, nldev_type, ReplyReader};
-use crate::kernel::{self, cgroup_path, memcg, meminfo, pid_cgroup, pid_limits, pid_status, proc_cgroups, rdma_cgroup, rdma_sysfs, sysvm, uid_map, vmstat};
+use crate::kernel::{
+    self, cgroup_path, memcg, meminfo, pid_cgroup, pid_limits, pid_status, proc_cgroups, rdma_cgroup, rdma_sysfs,
+    sysvm, uid_map, vmstat,
+};
 
 /// What a parser made of one input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,39 +45,159 @@ pub struct Target {
 
 /// Every target, in the order of docs/reliability.md's table.
 pub const TARGETS: &[Target] = &[
-    Target { name: "meminfo", expect: Expect::BothPaths, seeds: || corpus(|n| n == "meminfo" || n == "proc_meminfo" || n == "node0_meminfo"), check: check_meminfo },
-    Target { name: "vmstat", expect: Expect::BothPaths, seeds: || corpus(|n| n == "vmstat" || n == "proc_vmstat"), check: check_vmstat },
-    Target { name: "single_numbers", expect: Expect::BothPaths, seeds: single_number_seeds, check: check_single_numbers },
-    Target { name: "pid_status", expect: Expect::BothPaths, seeds: || corpus(|n| n == "status" || n == "proc_self_status"), check: check_pid_status },
-    Target { name: "pid_limits", expect: Expect::BothPaths, seeds: || corpus(|n| n == "limits" || n == "proc_self_limits"), check: check_pid_limits },
-    Target { name: "uid_map", expect: Expect::BothPaths, seeds: || corpus(|n| n == "uid_map" || n.ends_with("_uid_map")), check: check_uid_map },
-    Target { name: "pid_cgroup", expect: Expect::BothPaths, seeds: || corpus(|n| n == "cgroup" || n == "proc_self_cgroup_hybrid_v1"), check: check_pid_cgroup },
-    Target { name: "proc_cgroups", expect: Expect::BothPaths, seeds: || corpus(|n| n == "proc_cgroups" || n == "cgroups"), check: check_proc_cgroups },
-    Target { name: "rdma_cgroup", expect: Expect::BothPaths, seeds: || corpus(|n| n == "rdma.current" || n == "rdma.max"), check: check_rdma_cgroup },
-    Target { name: "memcg_v1_limit", expect: Expect::BothPaths, seeds: || memcg_seeds(&["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]), check: check_memcg_v1_limit },
-    Target { name: "memcg_v2_limit", expect: Expect::BothPaths, seeds: || memcg_seeds(&["memory.max", "memory.high", "memory.swap.max"]), check: check_memcg_v2_limit },
-    Target { name: "memcg_v1_stat", expect: Expect::BothPaths, seeds: || memory_stat_seeds(false), check: check_memcg_v1_stat },
-    Target { name: "memcg_v2_stat", expect: Expect::BothPaths, seeds: || memory_stat_seeds(true), check: check_memcg_v2_stat },
-    Target { name: "memcg_oom_control", expect: Expect::BothPaths, seeds: || memcg_seeds(&["memory.oom_control"]), check: check_memcg_oom_control },
-    Target { name: "memcg_events", expect: Expect::BothPaths, seeds: || memcg_seeds(&["memory.events"]), check: check_memcg_events },
-    Target { name: "rdma_sysfs_numbered", expect: Expect::BothPaths, seeds: || corpus(|n| n == "state" || n == "phys_state" || n == "node_type"), check: check_rdma_sysfs_numbered },
-    Target { name: "rdma_sysfs_rate", expect: Expect::BothPaths, seeds: || corpus(|n| n == "rate"), check: check_rdma_sysfs_rate },
-    Target { name: "rdma_sysfs_counter", expect: Expect::BothPaths, seeds: rdma_counter_seeds, check: check_rdma_sysfs_counter },
+    Target {
+        name: "meminfo",
+        expect: Expect::BothPaths,
+        seeds: || corpus(|n| n == "meminfo" || n == "proc_meminfo" || n == "node0_meminfo"),
+        check: check_meminfo,
+    },
+    Target {
+        name: "vmstat",
+        expect: Expect::BothPaths,
+        seeds: || corpus(|n| n == "vmstat" || n == "proc_vmstat"),
+        check: check_vmstat,
+    },
+    Target {
+        name: "single_numbers",
+        expect: Expect::BothPaths,
+        seeds: single_number_seeds,
+        check: check_single_numbers,
+    },
+    Target {
+        name: "pid_status",
+        expect: Expect::BothPaths,
+        seeds: || corpus(|n| n == "status" || n == "proc_self_status"),
+        check: check_pid_status,
+    },
+    Target {
+        name: "pid_limits",
+        expect: Expect::BothPaths,
+        seeds: || corpus(|n| n == "limits" || n == "proc_self_limits"),
+        check: check_pid_limits,
+    },
+    Target {
+        name: "uid_map",
+        expect: Expect::BothPaths,
+        seeds: || corpus(|n| n == "uid_map" || n.ends_with("_uid_map")),
+        check: check_uid_map,
+    },
+    Target {
+        name: "pid_cgroup",
+        expect: Expect::BothPaths,
+        seeds: || corpus(|n| n == "cgroup" || n == "proc_self_cgroup_hybrid_v1"),
+        check: check_pid_cgroup,
+    },
+    Target {
+        name: "proc_cgroups",
+        expect: Expect::BothPaths,
+        seeds: || corpus(|n| n == "proc_cgroups" || n == "cgroups"),
+        check: check_proc_cgroups,
+    },
+    Target {
+        name: "rdma_cgroup",
+        expect: Expect::BothPaths,
+        seeds: || corpus(|n| n == "rdma.current" || n == "rdma.max"),
+        check: check_rdma_cgroup,
+    },
+    Target {
+        name: "memcg_v1_limit",
+        expect: Expect::BothPaths,
+        seeds: || memcg_seeds(&["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]),
+        check: check_memcg_v1_limit,
+    },
+    Target {
+        name: "memcg_v2_limit",
+        expect: Expect::BothPaths,
+        seeds: || memcg_seeds(&["memory.max", "memory.high", "memory.swap.max"]),
+        check: check_memcg_v2_limit,
+    },
+    Target {
+        name: "memcg_v1_stat",
+        expect: Expect::BothPaths,
+        seeds: || memory_stat_seeds(false),
+        check: check_memcg_v1_stat,
+    },
+    Target {
+        name: "memcg_v2_stat",
+        expect: Expect::BothPaths,
+        seeds: || memory_stat_seeds(true),
+        check: check_memcg_v2_stat,
+    },
+    Target {
+        name: "memcg_oom_control",
+        expect: Expect::BothPaths,
+        seeds: || memcg_seeds(&["memory.oom_control"]),
+        check: check_memcg_oom_control,
+    },
+    Target {
+        name: "memcg_events",
+        expect: Expect::BothPaths,
+        seeds: || memcg_seeds(&["memory.events"]),
+        check: check_memcg_events,
+    },
+    Target {
+        name: "rdma_sysfs_numbered",
+        expect: Expect::BothPaths,
+        seeds: || corpus(|n| n == "state" || n == "phys_state" || n == "node_type"),
+        check: check_rdma_sysfs_numbered,
+    },
+    Target {
+        name: "rdma_sysfs_rate",
+        expect: Expect::BothPaths,
+        seeds: || corpus(|n| n == "rate"),
+        check: check_rdma_sysfs_rate,
+    },
+    Target {
+        name: "rdma_sysfs_counter",
+        expect: Expect::BothPaths,
+        seeds: rdma_counter_seeds,
+        check: check_rdma_sysfs_counter,
+    },
     Target {
         name: "rdma_sysfs_label",
         expect: Expect::AlwaysAccepts,
         seeds: || corpus(|n| ["fw_ver", "hca_type", "board_id", "node_guid", "link_layer", "node_desc"].contains(&n)),
         check: check_rdma_sysfs_label,
     },
-    Target { name: "thp_choice", expect: Expect::BothPaths, seeds: || corpus(|n| n.starts_with("thp_") || n == "enabled" || n == "defrag" || n == "shmem_enabled"), check: check_thp_choice },
-    Target { name: "hugepage_dir_name", expect: Expect::BothPaths, seeds: || strings(&["hugepages-2048kB", "hugepages-1048576kB", "hugepages-64kB"]), check: check_hugepage_dir_name },
+    Target {
+        name: "thp_choice",
+        expect: Expect::BothPaths,
+        seeds: || corpus(|n| n.starts_with("thp_") || n == "enabled" || n == "defrag" || n == "shmem_enabled"),
+        check: check_thp_choice,
+    },
+    Target {
+        name: "hugepage_dir_name",
+        expect: Expect::BothPaths,
+        seeds: || strings(&["hugepages-2048kB", "hugepages-1048576kB", "hugepages-64kB"]),
+        check: check_hugepage_dir_name,
+    },
     Target { name: "cgroup_path", expect: Expect::AlwaysAccepts, seeds: cgroup_path_seeds, check: check_cgroup_path },
     Target { name: "nldev", expect: Expect::BothPaths, seeds: netlink_samples, check: check_nldev },
     Target { name: "config_file", expect: Expect::BothPaths, seeds: config_seeds, check: check_config_file },
-    Target { name: "web_config_file", expect: Expect::BothPaths, seeds: web_config_seeds, check: check_web_config_file },
-    Target { name: "duration", expect: Expect::BothPaths, seeds: || strings(&["1s", "500ms", "1.5s", "2m", "1h", "30s"]), check: check_duration },
-    Target { name: "listen_address", expect: Expect::BothPaths, seeds: || strings(&[":9478", "127.0.0.1:9478", "[::1]:9478", "0.0.0.0:0"]), check: check_listen_address },
-    Target { name: "alertmanager_url", expect: Expect::BothPaths, seeds: || strings(&["http://127.0.0.1:9093", "http://am.example:9093/prefix/"]), check: check_alertmanager_url },
+    Target {
+        name: "web_config_file",
+        expect: Expect::BothPaths,
+        seeds: web_config_seeds,
+        check: check_web_config_file,
+    },
+    Target {
+        name: "duration",
+        expect: Expect::BothPaths,
+        seeds: || strings(&["1s", "500ms", "1.5s", "2m", "1h", "30s"]),
+        check: check_duration,
+    },
+    Target {
+        name: "listen_address",
+        expect: Expect::BothPaths,
+        seeds: || strings(&[":9478", "127.0.0.1:9478", "[::1]:9478", "0.0.0.0:0"]),
+        check: check_listen_address,
+    },
+    Target {
+        name: "alertmanager_url",
+        expect: Expect::BothPaths,
+        seeds: || strings(&["http://127.0.0.1:9093", "http://am.example:9093/prefix/"]),
+        check: check_alertmanager_url,
+    },
     // "prometheus:secret" and "a:" in base64: headers arrive from any client.
     Target {
         name: "basic_authorization",
@@ -136,7 +259,11 @@ fn verdict<T, E>(result: &Result<T, E>) -> Verdict {
 }
 
 /// Same result after appending a line the parser must skip.
-fn unchanged_by<T: PartialEq + std::fmt::Debug>(parse: impl Fn(&str) -> T, text: &str, extra: &str) -> Result<(), String> {
+fn unchanged_by<T: PartialEq + std::fmt::Debug>(
+    parse: impl Fn(&str) -> T,
+    text: &str,
+    extra: &str,
+) -> Result<(), String> {
     let before = parse(text);
     let after = parse(&format!("{text}\n{extra}\n"));
     if before != after {
@@ -181,7 +308,13 @@ fn dedup(mut seeds: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
 
 /// The contents of the fixture files whose name satisfies `pick`, deduplicated.
 fn corpus(pick: impl Fn(&str) -> bool) -> Vec<Vec<u8>> {
-    dedup(fixture_files().iter().filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(&pick)).filter_map(|p| std::fs::read(p).ok()).collect())
+    dedup(
+        fixture_files()
+            .iter()
+            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(&pick))
+            .filter_map(|p| std::fs::read(p).ok())
+            .collect(),
+    )
 }
 
 fn strings(items: &[&str]) -> Vec<Vec<u8>> {
@@ -203,9 +336,17 @@ fn memory_stat_seeds(v2: bool) -> Vec<Vec<u8>> {
 /// Single-number sysfs, sysctl and memory cgroup files (hugepage pools, vm sysctls, counters).
 fn single_number_seeds() -> Vec<Vec<u8>> {
     let mut seeds = corpus(|n| {
-        ["nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages", "nr_overcommit_hugepages", "max_map_count", "overcommit_memory"]
-            .iter()
-            .any(|k| n == *k || n.ends_with(&format!("_{k}")))
+        [
+            "nr_hugepages",
+            "free_hugepages",
+            "resv_hugepages",
+            "surplus_hugepages",
+            "nr_overcommit_hugepages",
+            "max_map_count",
+            "overcommit_memory",
+        ]
+        .iter()
+        .any(|k| n == *k || n.ends_with(&format!("_{k}")))
     });
     seeds.extend(memcg_seeds(&["memory.usage_in_bytes", "memory.failcnt", "memory.current"]));
     dedup(seeds)
@@ -251,7 +392,10 @@ fn netlink_samples() -> Vec<Vec<u8>> {
     let text = std::fs::read_to_string(fixtures().join("captures/rdma-netlink-samples.txt")).unwrap_or_default();
     let mut out: Vec<Vec<u8>> = Vec::new();
     for line in text.lines() {
-        if line.strip_prefix("## ").is_some_and(|rest| rest.split_once(". ").is_some_and(|(n, _)| n.parse::<u32>().is_ok())) {
+        if line
+            .strip_prefix("## ")
+            .is_some_and(|rest| rest.split_once(". ").is_some_and(|(n, _)| n.parse::<u32>().is_ok()))
+        {
             out.push(Vec::new());
             continue;
         }
@@ -274,11 +418,15 @@ fn config_seeds() -> Vec<Vec<u8>> {
     let mut seeds: Vec<Vec<u8>> = std::fs::read(root.join("docs/config.example.toml")).into_iter().collect();
     seeds.extend(strings(&[
         "[web]\nlisten_address = \"127.0.0.1:9478\"\ntelemetry_path = \"/metrics\"\nmax_requests = 40\n",
-        "[collector.process]\ninterval = \"1s\"\nfull_scan_interval = \"5s\"\nmin_bytes = 1048576\ncomm_pattern = \"^python\"\ntop_n = 200\n",
-        "[collector.cgroup]\nenabled = true\ninclude = [\"^/kubepods\"]\nexclude = [\"^/system.slice\"]\nmax_depth = 12\n",
-        "[collector.rdma_netlink]\nenabled = false\n[collector.rdma_sysfs]\ninterval = \"5s\"\ninclude = [\"^mlx5_\"]\n",
+        "[collector.process]\ninterval = \"1s\"\nfull_scan_interval = \"5s\"\nmin_bytes = 1048576\ncomm_pattern \
+            = \"^python\"\ntop_n = 200\n",
+        "[collector.cgroup]\nenabled = true\ninclude = [\"^/kubepods\"]\nexclude = [\"^/system.slice\"]\nmax_depth = \
+            12\n",
+        "[collector.rdma_netlink]\nenabled = false\n[collector.rdma_sysfs]\ninterval = \"5s\"\ninclude = \
+            [\"^mlx5_\"]\n",
         "[trend]\nwindow = \"30s\"\nmin_rise_bytes_per_second = 4096\n",
-        "[alerting]\nalertmanager_urls = [\"http://127.0.0.1:9093\"]\ninstance = \"node-1\"\nresend_interval = \"30s\"\nusage_ratio_warning = 0.9\n",
+        "[alerting]\nalertmanager_urls = [\"http://127.0.0.1:9093\"]\ninstance = \"node-1\"\nresend_interval \
+            = \"30s\"\nusage_ratio_warning = 0.9\n",
         "[log]\nlevel = \"debug\"\nformat = \"json\"\n[path]\nprocfs = \"/host/proc\"\nsysfs = \"/host/sys\"\n",
         "",
     ]));
@@ -290,7 +438,8 @@ fn config_seeds() -> Vec<Vec<u8>> {
 fn web_config_seeds() -> Vec<Vec<u8>> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut seeds = strings(&[
-        "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n    Strict-Transport-Security: max-age=31536000\n",
+        "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n    Strict-Transport-Security: \
+            max-age=31536000\n",
         "basic_auth_users:\n  prometheus: $2y$10$X0h1bKHBCrqPjRsAUyRHLOHRyv0GHdNjUJ8o4gYFaVqVbIRMGNY9O\n",
         "# nothing\n",
     ]);
@@ -356,7 +505,11 @@ fn check_pid_limits(bytes: &[u8]) -> Result<Verdict, String> {
     let text = text(bytes);
     let parsed = pid_limits::parse(&text);
     if parsed.is_ok() {
-        unchanged_by(pid_limits::parse, &text, "Max zzz                   1                    1                    zzz       ")?;
+        unchanged_by(
+            pid_limits::parse,
+            &text,
+            "Max zzz                   1                    1                    zzz       ",
+        )?;
     }
     Ok(verdict(&parsed))
 }
@@ -395,7 +548,9 @@ fn check_proc_cgroups(bytes: &[u8]) -> Result<Verdict, String> {
     let text = text(bytes);
     let parsed = proc_cgroups::parse(&text);
     if let Ok(controllers) = &parsed {
-        if controllers.is_empty() || controllers.iter().any(|c| c.name.is_empty() || c.name.bytes().any(|b| b.is_ascii_whitespace())) {
+        if controllers.is_empty()
+            || controllers.iter().any(|c| c.name.is_empty() || c.name.bytes().any(|b| b.is_ascii_whitespace()))
+        {
             return Err(format!("controllers must be non-empty names: {controllers:?}"));
         }
         unchanged_by(proc_cgroups::parse, &text, "#subsys_name\thierarchy\tnum_cgroups\tenabled")?;
@@ -407,7 +562,8 @@ fn check_rdma_cgroup(bytes: &[u8]) -> Result<Verdict, String> {
     let text = text(bytes);
     let parsed = rdma_cgroup::parse(&text);
     if let Ok(devices) = &parsed {
-        if devices.iter().any(|d| d.device.is_empty() || d.device.bytes().any(|b| b.is_ascii_whitespace() || b == b'=')) {
+        if devices.iter().any(|d| d.device.is_empty() || d.device.bytes().any(|b| b.is_ascii_whitespace() || b == b'='))
+        {
             return Err(format!("device names must be single words: {devices:?}"));
         }
         unchanged_by(rdma_cgroup::parse, &text, "")?;
@@ -532,8 +688,13 @@ fn check_cgroup_path(bytes: &[u8]) -> Result<Verdict, String> {
     }
     for (key, value) in &labels[1..] {
         let ok = match *key {
-            "container_id" => value.len() == 64 && value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
-            "pod_uid" => value.len() == 36 && value.bytes().all(|b| b == b'-' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+            "container_id" => {
+                value.len() == 64 && value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            }
+            "pod_uid" => {
+                value.len() == 36
+                    && value.bytes().all(|b| b == b'-' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            }
             "qos_class" => ["guaranteed", "burstable", "besteffort"].contains(&value.as_str()),
             "slurm_job" => !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()),
             "slurm_step" | "systemd_unit" => !value.is_empty() && path.contains(value.as_str()),
@@ -586,7 +747,10 @@ fn check_config_file(bytes: &[u8]) -> Result<Verdict, String> {
     let sources = Sources { file: Some(path), env: Some(Default::default()), flags: Vec::new() };
     match config::load(&sources) {
         Ok(cfg) => {
-            let bad_interval = cfg.collectors.iter().find(|c| c.interval < Duration::from_millis(100) || c.interval > Duration::from_secs(3600));
+            let bad_interval = cfg
+                .collectors
+                .iter()
+                .find(|c| c.interval < Duration::from_millis(100) || c.interval > Duration::from_secs(3600));
             if let Some(c) = bad_interval {
                 return Err(format!("collector {} accepted with interval {:?}", c.name, c.interval));
             }
@@ -599,7 +763,9 @@ fn check_config_file(bytes: &[u8]) -> Result<Verdict, String> {
             let message = err.to_string();
             let clear = match &err {
                 ConfigError::File { .. } | ConfigError::Other(_) => message.contains(&shown),
-                ConfigError::UnknownKey { key, .. } | ConfigError::Invalid { key, .. } => !key.is_empty() && message.contains(key.as_str()),
+                ConfigError::UnknownKey { key, .. } | ConfigError::Invalid { key, .. } => {
+                    !key.is_empty() && message.contains(key.as_str())
+                }
             };
             if !clear {
                 return Err(format!("the error does not name the file or the key: {message}"));
@@ -659,10 +825,14 @@ fn check_basic_authorization(bytes: &[u8]) -> Result<Verdict, String> {
 fn check_exposition_labels(bytes: &[u8]) -> Result<Verdict, String> {
     let value = text(bytes).into_owned();
     let mut out = Exposition::new();
-    out.family("memlock_fuzz_bytes", "A\nhelp \\ text.", Kind::Gauge).sample(&[("comm", value.as_str()), ("cgroup", "/")], 1u64);
+    out.family("memlock_fuzz_bytes", "A\nhelp \\ text.", Kind::Gauge)
+        .sample(&[("comm", value.as_str()), ("cgroup", "/")], 1u64);
     let rendered = out.finish();
     let lines: Vec<&str> = rendered.lines().collect();
-    if lines.len() != 3 || !lines[0].starts_with("# HELP memlock_fuzz_bytes ") || lines[1] != "# TYPE memlock_fuzz_bytes gauge" {
+    if lines.len() != 3
+        || !lines[0].starts_with("# HELP memlock_fuzz_bytes ")
+        || lines[1] != "# TYPE memlock_fuzz_bytes gauge"
+    {
         return Err(format!("not three lines: {rendered:?}"));
     }
     let values = parse_sample(lines[2])?;

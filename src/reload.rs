@@ -37,7 +37,9 @@ impl FileWatch {
         }
         let handler = move |event: notify::Result<notify::Event>| {
             let relevant = match &event {
-                Ok(event) => event.paths.iter().any(|p| p.file_name().is_some_and(|n| names.contains(n) || n.as_encoded_bytes().starts_with(b".."))),
+                Ok(event) => event.paths.iter().any(|p| {
+                    p.file_name().is_some_and(|n| names.contains(n) || n.as_encoded_bytes().starts_with(b".."))
+                }),
                 // The watch itself failed (for example the queue overflowed): compare anyway.
                 Err(_) => true,
             };
@@ -84,7 +86,11 @@ pub fn fingerprint(files: &[PathBuf]) -> Vec<Option<[u8; 32]>> {
             let mut bytes = Vec::new();
             // This runs on the daemon's event loop: a FIFO put in place of a watched file must
             // not block it in open() (where SIGTERM could no longer be handled).
-            let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).ok()?;
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(path)
+                .ok()?;
             if !file.metadata().ok()?.is_file() {
                 return None;
             }
@@ -147,7 +153,10 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let _watch = FileWatch::new(vec![file.clone()], tx);
         std::fs::write(dir.join("unrelated.txt"), "x").unwrap();
-        assert!(tokio::time::timeout(Duration::from_millis(300), rx.recv()).await.is_err(), "an unrelated file is ignored");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), rx.recv()).await.is_err(),
+            "an unrelated file is ignored"
+        );
         // An editor's save: write a temporary file, rename it over the original.
         std::fs::write(dir.join("config.toml.tmp"), "a = 2\n").unwrap();
         std::fs::rename(dir.join("config.toml.tmp"), &file).unwrap();

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::collect::Collector;
 use crate::snapshot::{Report, Snapshot};
-use crate::trend::{TrendConfig, Tracker};
+use crate::trend::{Tracker, TrendConfig};
 
 /// A stop signal that sleeping threads wake up for.
 #[derive(Default)]
@@ -118,7 +118,14 @@ impl Sampler {
     }
 }
 
-fn run(mut collector: Box<dyn Collector>, interval: Duration, index: usize, board: &Board, stop: &Stop, errors_total: &IntCounterVec) {
+fn run(
+    mut collector: Box<dyn Collector>,
+    interval: Duration,
+    index: usize,
+    board: &Board,
+    stop: &Stop,
+    errors_total: &IntCounterVec,
+) {
     let name = collector.name();
     let mut next = Instant::now();
     let mut errors = Vec::new();
@@ -133,7 +140,10 @@ fn run(mut collector: Box<dyn Collector>, interval: Duration, index: usize, boar
         }
         let success = data.is_some() && errors.is_empty();
         log_outcome(name, &errors, &mut last_logged, finished);
-        board.post(index, Report { collector: name, success, duration: finished - started, finished, data, trends: Arc::default() });
+        board.post(
+            index,
+            Report { collector: name, success, duration: finished - started, finished, data, trends: Arc::default() },
+        );
 
         // Keep a steady cadence; after an overrun, start again one interval from now rather
         // than running back to back to catch up.
@@ -199,7 +209,12 @@ mod tests {
     #[test]
     fn publishes_reports_and_counts_errors_and_stops_promptly() {
         let errors_total = IntCounterVec::new(Opts::new("e", "e"), &["collector", "kind"]).unwrap();
-        let (sampler, mut rx) = Sampler::start(vec![(Box::new(Flaky { runs: 0 }), Duration::from_millis(20))], TrendConfig::default(), errors_total.clone()).unwrap();
+        let (sampler, mut rx) = Sampler::start(
+            vec![(Box::new(Flaky { runs: 0 }), Duration::from_millis(20))],
+            TrendConfig::default(),
+            errors_total.clone(),
+        )
+        .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while errors_total.with_label_values(&["flaky", "permission"]).get() < 2 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));

@@ -26,7 +26,8 @@ impl Notifier {
         match Self::connect(path.as_encoded_bytes()) {
             Ok(notifier) => Some(notifier),
             Err(err) => {
-                tracing::warn!(error = %err, socket = %path.to_string_lossy(), "NOTIFY_SOCKET is set but unusable; not notifying systemd");
+                tracing::warn!(error = %err, socket = %path.to_string_lossy(), "NOTIFY_SOCKET is set but unusable; not \
+                    notifying systemd");
                 None
             }
         }
@@ -79,7 +80,13 @@ pub fn stall_grace(watchdog: Duration) -> Duration {
 
 /// The collectors (of `expected`: name and interval) whose latest run finished longer ago than
 /// their interval plus `grace`, or that never ran although the sampler started `started` ago.
-pub fn stalled<'a>(snapshot: &Snapshot, expected: &'a [(&'static str, Duration)], started: Instant, now: Instant, grace: Duration) -> Vec<&'a str> {
+pub fn stalled<'a>(
+    snapshot: &Snapshot,
+    expected: &'a [(&'static str, Duration)],
+    started: Instant,
+    now: Instant,
+    grace: Duration,
+) -> Vec<&'a str> {
     expected
         .iter()
         .filter(|(name, interval)| {
@@ -102,7 +109,14 @@ mod tests {
     use std::sync::Arc;
 
     fn report(name: &'static str, finished: Instant) -> Report {
-        Report { collector: name, success: true, duration: Duration::ZERO, finished, data: None, trends: Arc::default() }
+        Report {
+            collector: name,
+            success: true,
+            duration: Duration::ZERO,
+            finished,
+            data: None,
+            trends: Arc::default(),
+        }
     }
 
     #[test]
@@ -114,7 +128,10 @@ mod tests {
         assert!(stalled(&snapshot, &expected, start, start + Duration::from_secs(3), grace).is_empty());
         // 3.5 s after node's last run: over 1 s + 2 s; rdma_sysfs (5 s interval) is still on time.
         assert_eq!(stalled(&snapshot, &expected, start, start + Duration::from_millis(3500), grace), vec!["node"]);
-        assert_eq!(stalled(&snapshot, &expected, start, start + Duration::from_secs(8), grace), vec!["node", "rdma_sysfs"]);
+        assert_eq!(
+            stalled(&snapshot, &expected, start, start + Duration::from_secs(8), grace),
+            vec!["node", "rdma_sysfs"]
+        );
     }
 
     #[test]
@@ -124,7 +141,10 @@ mod tests {
         let empty = Snapshot::empty();
         assert!(!all_reported(&empty, &expected));
         assert!(stalled(&empty, &expected, start, start + Duration::from_secs(2), Duration::from_secs(2)).is_empty());
-        assert_eq!(stalled(&empty, &expected, start, start + Duration::from_secs(4), Duration::from_secs(2)), vec!["node"]);
+        assert_eq!(
+            stalled(&empty, &expected, start, start + Duration::from_secs(4), Duration::from_secs(2)),
+            vec!["node"]
+        );
         assert!(all_reported(&Snapshot::new(vec![report("node", start)]), &expected));
     }
 
@@ -148,7 +168,8 @@ mod tests {
 
         use std::os::linux::net::SocketAddrExt;
         let name = format!("memlock-sdnotify-test-{}", std::process::id());
-        let abstract_listener = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+        let abstract_listener =
+            UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
         Notifier::connect(format!("@{name}").as_bytes()).unwrap().send("WATCHDOG=1").unwrap();
         let n = abstract_listener.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"WATCHDOG=1");

@@ -89,22 +89,35 @@ impl SelfMetrics {
             &["version", "revision", "rustc"],
         )?;
         build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("MEMLOCKEXP_BUILD_REVISION"), env!("MEMLOCKEXP_BUILD_RUSTC")])
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                env!("MEMLOCKEXP_BUILD_REVISION"),
+                env!("MEMLOCKEXP_BUILD_RUSTC"),
+            ])
             .set(1);
         registry.register(Box::new(build_info))?;
         let collector_errors = IntCounterVec::new(
-            Opts::new("memlock_exporter_collector_errors_total", "Errors met by collectors, by kind (io, not_found, permission, parse, too_large)."),
+            Opts::new(
+                "memlock_exporter_collector_errors_total",
+                "Errors met by collectors, by kind (io, not_found, permission, parse, too_large).",
+            ),
             &["collector", "kind"],
         )?;
         registry.register(Box::new(collector_errors.clone()))?;
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
         let alerts = AlertMetrics {
             sent: IntCounterVec::new(
-                Opts::new("memlock_exporter_alerts_sent_total", "Alerts (firing and resolved) delivered to Alertmanager by the fast path."),
+                Opts::new(
+                    "memlock_exporter_alerts_sent_total",
+                    "Alerts (firing and resolved) delivered to Alertmanager by the fast path.",
+                ),
                 &["alertmanager"],
             )?,
             failures: IntCounterVec::new(
-                Opts::new("memlock_exporter_alert_send_failures_total", "Failed deliveries to Alertmanager (each is retried with backoff)."),
+                Opts::new(
+                    "memlock_exporter_alert_send_failures_total",
+                    "Failed deliveries to Alertmanager (each is retried with backoff).",
+                ),
                 &["alertmanager"],
             )?,
             active: IntGauge::new("memlock_exporter_alerts_active", "Alerts the fast path currently holds as firing.")?,
@@ -114,7 +127,8 @@ impl SelfMetrics {
         registry.register(Box::new(alerts.active.clone()))?;
         let reload_successful = IntGauge::new(
             "memlock_exporter_config_last_reload_successful",
-            "1 if the latest configuration load (start or reload) succeeded, 0 if it failed and the previous configuration is still in use.",
+            "1 if the latest configuration load (start or reload) succeeded, 0 if it failed and the previous \
+                configuration is still in use.",
         )?;
         let reload_success_timestamp = Gauge::new(
             "memlock_exporter_config_last_reload_success_timestamp_seconds",
@@ -128,7 +142,8 @@ impl SelfMetrics {
     fn loaded(&self, ok: bool) {
         self.reload_successful.set(i64::from(ok));
         if ok {
-            self.reload_success_timestamp.set(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()));
+            self.reload_success_timestamp
+                .set(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()));
         }
     }
 }
@@ -160,7 +175,15 @@ struct Running {
 fn sampling_settings(config: &Config) -> String {
     format!(
         "{:?}",
-        (&config.collectors, &config.roots, &config.process, &config.cgroup, &config.rdma_sysfs, &config.rdma_netlink, &config.trend)
+        (
+            &config.collectors,
+            &config.roots,
+            &config.process,
+            &config.cgroup,
+            &config.rdma_sysfs,
+            &config.rdma_netlink,
+            &config.trend
+        )
     )
 }
 
@@ -174,7 +197,11 @@ fn start_sampler(config: &Config, own: &SelfMetrics) -> Result<Sampling, ServeEr
     Ok((sampler, snapshots, enabled))
 }
 
-fn start_alerting(config: &Config, snapshots: &watch::Receiver<Arc<Snapshot>>, own: &SelfMetrics) -> Option<JoinHandle<()>> {
+fn start_alerting(
+    config: &Config,
+    snapshots: &watch::Receiver<Arc<Snapshot>>,
+    own: &SelfMetrics,
+) -> Option<JoinHandle<()>> {
     if config.alerting.alertmanager_urls.is_empty() {
         return None;
     }
@@ -182,12 +209,24 @@ fn start_alerting(config: &Config, snapshots: &watch::Receiver<Arc<Snapshot>>, o
     if alerting.instance.is_empty() {
         alerting.instance = hostname(config);
     }
-    tracing::info!(alertmanagers = %alerting.alertmanager_urls.join(","), instance = %alerting.instance, "fast-path alerting on");
+    tracing::info!(alertmanagers = %alerting.alertmanager_urls.join(","), instance = %alerting.instance, "fast-path \
+        alerting on");
     Some(tokio::spawn(alerting::run(snapshots.clone(), alerting, own.alerts.clone())))
 }
 
-fn site(config: &Config, snapshots: watch::Receiver<Arc<Snapshot>>, collectors: Vec<(&'static str, Duration)>, web: Arc<WebConfig>) -> Site {
-    Site { snapshots, telemetry_path: config.telemetry_path.clone(), collectors, web, max_requests: config.max_requests }
+fn site(
+    config: &Config,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    collectors: Vec<(&'static str, Duration)>,
+    web: Arc<WebConfig>,
+) -> Site {
+    Site {
+        snapshots,
+        telemetry_path: config.telemetry_path.clone(),
+        collectors,
+        web,
+        max_requests: config.max_requests,
+    }
 }
 
 fn names(collectors: &[(&'static str, Duration)]) -> String {
@@ -206,7 +245,8 @@ async fn stop_sampler(sampler: Sampler) {
         return;
     }
     if tokio::time::timeout(SAMPLER_STOP, stopped).await.is_err() {
-        tracing::warn!(timeout = ?SAMPLER_STOP, "a collector did not stop in time (blocked in a read?); leaving its thread behind");
+        tracing::warn!(timeout = ?SAMPLER_STOP, "a collector did not stop in time (blocked in a read?); leaving its \
+            thread behind");
     }
 }
 
@@ -220,7 +260,8 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     tracing::debug!("signal handlers installed");
     // The files as they were when loaded: a change made before the watch below is in place
     // would otherwise go unnoticed until the next one.
-    let loaded_files: Vec<std::path::PathBuf> = config.file.iter().chain(config.web_config_file.iter()).cloned().collect();
+    let loaded_files: Vec<std::path::PathBuf> =
+        config.file.iter().chain(config.web_config_file.iter()).cloned().collect();
     let loaded_fingerprint = reload::fingerprint(&loaded_files);
     let web = Arc::new(web::load(config.web_config_file.as_deref())?);
     let listener = server::bind(&config.listen_address)
@@ -240,10 +281,18 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     );
     let alert_task = start_alerting(&config, &snapshots, &own);
     own.loaded(true);
-    let state = Arc::new(AppState::new(site(&config, snapshots.clone(), enabled.clone(), web.clone()), own.registry.clone()));
+    let state =
+        Arc::new(AppState::new(site(&config, snapshots.clone(), enabled.clone(), web.clone()), own.registry.clone()));
 
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server_task = tokio::spawn(server::serve(listener, state.clone(), async move { let _ = server_stopped.await; }, DRAIN));
+    let server_task = tokio::spawn(server::serve(
+        listener,
+        state.clone(),
+        async move {
+            let _ = server_stopped.await;
+        },
+        DRAIN,
+    ));
 
     let notifier = Notifier::from_env().map(Arc::new);
     let supervisor = notifier.clone().map(|n| tokio::spawn(supervise(state.clone(), n, sdnotify::watchdog_timeout())));
@@ -381,7 +430,8 @@ impl Daemon {
                     break;
                 }
                 if tokio::time::timeout_at(deadline, snapshots.changed()).await.is_err() {
-                    tracing::warn!(collectors = %names(&enabled), "not every collector has a first sample yet; swapping anyway");
+                    tracing::warn!(collectors = %names(&enabled), "not every collector has a first sample yet; \
+                        swapping anyway");
                     break;
                 }
             }
@@ -389,10 +439,20 @@ impl Daemon {
             self.running.snapshots = snapshots;
             changes.push(format!("collectors={}", names(&enabled)));
             self.running.collectors = enabled;
-            self.state.replace_site(site(&config, self.running.snapshots.clone(), self.running.collectors.clone(), web.clone()));
+            self.state.replace_site(site(
+                &config,
+                self.running.snapshots.clone(),
+                self.running.collectors.clone(),
+                web.clone(),
+            ));
             stop_sampler(old_sampler).await;
         } else {
-            self.state.replace_site(site(&config, self.running.snapshots.clone(), self.running.collectors.clone(), web.clone()));
+            self.state.replace_site(site(
+                &config,
+                self.running.snapshots.clone(),
+                self.running.collectors.clone(),
+                web.clone(),
+            ));
         }
         if resample || config.alerting != old.alerting {
             if let Some(task) = self.running.alert_task.take() {
@@ -430,11 +490,15 @@ async fn supervise(state: Arc<AppState>, notifier: Arc<Notifier>, watchdog: Opti
         tick.tick().await;
         let site = state.site();
         let snapshot = site.snapshots.borrow().clone();
-        let stalled: Vec<String> = sdnotify::stalled(&snapshot, &site.collectors, started, Instant::now(), grace).into_iter().map(str::to_owned).collect();
+        let stalled: Vec<String> = sdnotify::stalled(&snapshot, &site.collectors, started, Instant::now(), grace)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         if stalled.is_empty() {
             notifier.notify("WATCHDOG=1");
         } else if stalled != reported {
-            tracing::error!(collectors = %stalled.join(","), ?grace, "collectors are stuck; no longer pinging the systemd watchdog");
+            tracing::error!(collectors = %stalled.join(","), ?grace, "collectors are stuck; no longer pinging the \
+                systemd watchdog");
             notifier.notify(&format!("STATUS=Stuck collectors: {}", stalled.join(",")));
         }
         if stalled != reported {
@@ -474,8 +538,10 @@ struct StopSignals {
 impl StopSignals {
     fn install() -> Result<Self, ServeError> {
         use tokio::signal::unix::{signal, SignalKind};
-        let term = signal(SignalKind::terminate()).map_err(|source| ServeError::Io { context: "installing the SIGTERM handler", source })?;
-        let interrupt = signal(SignalKind::interrupt()).map_err(|source| ServeError::Io { context: "installing the SIGINT handler", source })?;
+        let term = signal(SignalKind::terminate())
+            .map_err(|source| ServeError::Io { context: "installing the SIGTERM handler", source })?;
+        let interrupt = signal(SignalKind::interrupt())
+            .map_err(|source| ServeError::Io { context: "installing the SIGINT handler", source })?;
         Ok(Self { term, interrupt })
     }
 
@@ -498,7 +564,8 @@ mod tests {
     #[test]
     fn only_sampling_settings_restart_the_sampler() {
         let base = load(vec![]);
-        let other_web = load(vec![("web.max_requests".into(), 3u64.into()), ("web.telemetry_path".into(), "/m".into())]);
+        let other_web =
+            load(vec![("web.max_requests".into(), 3u64.into()), ("web.telemetry_path".into(), "/m".into())]);
         assert_eq!(sampling_settings(&base), sampling_settings(&other_web));
         let no_numa = load(vec![("collector.numa.enabled".into(), false.into())]);
         assert_ne!(sampling_settings(&base), sampling_settings(&no_numa));

@@ -104,9 +104,8 @@ impl Drop for Slot<'_> {
 
 /// Splits a Go-style listen address: `:9478` (all interfaces), `host:port`, `[v6]:port`.
 pub fn split_listen_address(address: &str) -> Result<(Option<String>, u16), String> {
-    let (host, port) = address
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{address:?} has no port (expected host:port or :port)"))?;
+    let (host, port) =
+        address.rsplit_once(':').ok_or_else(|| format!("{address:?} has no port (expected host:port or :port)"))?;
     let port: u16 = port.parse().map_err(|_| format!("{address:?}: port {port:?} is not a number from 0 to 65535"))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     Ok(((!host.is_empty()).then(|| host.to_owned()), port))
@@ -114,7 +113,8 @@ pub fn split_listen_address(address: &str) -> Result<(Option<String>, u16), Stri
 
 /// Binds the listen address; `:port` means every interface, IPv6 and IPv4 when available.
 pub async fn bind(address: &str) -> std::io::Result<TcpListener> {
-    let (host, port) = split_listen_address(address).map_err(|m| std::io::Error::new(std::io::ErrorKind::InvalidInput, m))?;
+    let (host, port) =
+        split_listen_address(address).map_err(|m| std::io::Error::new(std::io::ErrorKind::InvalidInput, m))?;
     match host {
         Some(host) => TcpListener::bind((host.as_str(), port)).await,
         None => match TcpListener::bind(("::", port)).await {
@@ -160,12 +160,14 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl F
     drop(listener);
     tokio::select! {
         () = graceful.shutdown() => tracing::debug!("all connections drained"),
-        () = tokio::time::sleep(drain) => tracing::warn!(?drain, "connections still open after the drain period; closing"),
+        () = tokio::time::sleep(drain) => tracing::warn!(?drain, "connections still open after the drain period; \
+            closing"),
     }
 }
 
 /// What a plain HTTP client gets from a TLS port (the words Go's servers use).
-const PLAIN_HTTP_ON_TLS: &[u8] = b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
+const PLAIN_HTTP_ON_TLS: &[u8] = b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: \
+    close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
 
 /// The first byte of every TLS connection: a handshake record.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
@@ -233,7 +235,10 @@ impl<I> WriteDeadline<I> {
                 let limit = self.limit;
                 let timer = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
                 if timer.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the client stopped reading the response")));
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the client stopped reading the response",
+                    )));
                 }
                 Poll::Pending
             }
@@ -257,7 +262,11 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<I> {
         self.track(cx, poll)
     }
 
-    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
         self.track(cx, poll)
     }
@@ -313,13 +322,17 @@ async fn respond(req: &Request<Incoming>, state: &AppState, site: &Arc<Site>) ->
 /// Checks basic auth credentials. bcrypt takes tens of milliseconds of CPU, so an uncached check
 /// runs on the blocking pool; the request slot it holds bounds how many run at once.
 async fn authorized(header: Option<&HeaderValue>, site: &Arc<Site>) -> bool {
-    let Some((user, password)) = header.and_then(|h| web::parse_basic_authorization(h.as_bytes())) else { return false };
+    let Some((user, password)) = header.and_then(|h| web::parse_basic_authorization(h.as_bytes())) else {
+        return false;
+    };
     let Some(users) = &site.web.users else { return true };
     if let Some(known) = users.cached(&user, &password) {
         return known;
     }
     let web = site.web.clone();
-    tokio::task::spawn_blocking(move || web.users.as_ref().is_some_and(|u| u.verify(&user, &password))).await.unwrap_or(false)
+    tokio::task::spawn_blocking(move || web.users.as_ref().is_some_and(|u| u.verify(&user, &password)))
+        .await
+        .unwrap_or(false)
 }
 
 fn metrics(state: &AppState, site: &Site) -> Response<Chunks> {
@@ -331,7 +344,8 @@ fn metrics(state: &AppState, site: &Site) -> Response<Chunks> {
     }
     // The sampled text is shared with the snapshot, not copied: a request in flight costs a
     // reference, however large the snapshot and however many scrapers.
-    let body = Chunks::new([snapshot.text_bytes(), Bytes::from(snapshot.render_ages(Instant::now())), Bytes::from(own)]);
+    let body =
+        Chunks::new([snapshot.text_bytes(), Bytes::from(snapshot.render_ages(Instant::now())), Bytes::from(own)]);
     let mut response = Response::new(body);
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
     response
@@ -343,7 +357,10 @@ fn ready(site: &Site) -> Response<Chunks> {
     if missing.is_empty() {
         plain(StatusCode::OK, "Ready\n")
     } else {
-        plain(StatusCode::SERVICE_UNAVAILABLE, &format!("Not ready: waiting for the first run of {}\n", missing.join(", ")))
+        plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("Not ready: waiting for the first run of {}\n", missing.join(", ")),
+        )
     }
 }
 
@@ -353,7 +370,10 @@ fn landing(site: &Site) -> Response<Chunks> {
     let mut rows = String::new();
     for (name, _) in &site.collectors {
         let (status, age) = match snapshot.report(name) {
-            Some(r) => (if r.success { "ok" } else { "failing" }, format!("{:.1}s ago", now.saturating_duration_since(r.finished).as_secs_f64())),
+            Some(r) => (
+                if r.success { "ok" } else { "failing" },
+                format!("{:.1}s ago", now.saturating_duration_since(r.finished).as_secs_f64()),
+            ),
             None => ("not run yet", "-".to_owned()),
         };
         rows.push_str(&format!("<tr><td>{}</td><td>{status}</td><td>{age}</td></tr>\n", html_escape(name)));
@@ -363,8 +383,10 @@ fn landing(site: &Site) -> Response<Chunks> {
         "<!DOCTYPE html>\n<html><head><title>memlock-exporter</title></head><body>\n\
          <h1>memlock-exporter {version}</h1>\n\
          <p>Locked and pinned memory against the limits that stop RDMA registration.</p>\n\
-         <ul><li><a href=\"{path}\">Metrics</a></li><li><a href=\"/-/healthy\">Health</a></li><li><a href=\"/-/ready\">Readiness</a></li></ul>\n\
-         <h2>Collectors</h2>\n<table><tr><th>collector</th><th>last run</th><th>finished</th></tr>\n{rows}</table>\n</body></html>\n",
+         <ul><li><a href=\"{path}\">Metrics</a></li><li><a href=\"/-/healthy\">Health</a></li><li><a \
+         href=\"/-/ready\">Readiness</a></li></ul>\n\
+         <h2>Collectors</h2>\n<table><tr><th>collector</th><th>last \
+         run</th><th>finished</th></tr>\n{rows}</table>\n</body></html>\n",
         version = env!("CARGO_PKG_VERSION"),
     );
     let mut response = Response::new(Chunks::new([Bytes::from(page)]));
@@ -481,24 +503,49 @@ mod tests {
         assert_eq!(a.as_ptr(), b.as_ptr(), "two scrapes, one copy");
         assert_eq!(a.as_ptr(), snapshot.text().as_ptr());
         let (_, receiver) = watch::channel(snapshot.clone());
-        let site = Site { snapshots: receiver, telemetry_path: "/metrics".into(), collectors: vec![], web: Arc::default(), max_requests: 0 };
+        let site = Site {
+            snapshots: receiver,
+            telemetry_path: "/metrics".into(),
+            collectors: vec![],
+            web: Arc::default(),
+            max_requests: 0,
+        };
         let registry = Registry::new();
         let gauge = prometheus::IntGauge::new("memlock_exporter_test", "A test gauge.").unwrap();
         registry.register(Box::new(gauge)).unwrap();
-        let state = AppState::new(Site { snapshots: site.snapshots.clone(), telemetry_path: "/metrics".into(), collectors: vec![], web: Arc::default(), max_requests: 0 }, registry);
+        let state = AppState::new(
+            Site {
+                snapshots: site.snapshots.clone(),
+                telemetry_path: "/metrics".into(),
+                collectors: vec![],
+                web: Arc::default(),
+                max_requests: 0,
+            },
+            registry,
+        );
         let response = metrics(&state, &site);
         let exact = response.body().size_hint().exact().expect("an exact length, so Content-Length is sent");
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body.len() as u64, exact);
         let text = std::str::from_utf8(&body).unwrap();
         assert!(text.starts_with(snapshot.text()));
-        assert!(text.contains("memlock_exporter_collector_sample_age_seconds{collector=\"node\"}") && text.ends_with("memlock_exporter_test 0\n"), "{text}");
+        assert!(
+            text.contains("memlock_exporter_collector_sample_age_seconds{collector=\"node\"}")
+                && text.ends_with("memlock_exporter_test 0\n"),
+            "{text}"
+        );
     }
 
     #[test]
     fn request_slots_are_bounded_and_released() {
         let state = AppState::new(
-            Site { snapshots: watch::channel(Arc::new(Snapshot::empty())).1, telemetry_path: "/metrics".into(), collectors: vec![], web: Arc::default(), max_requests: 2 },
+            Site {
+                snapshots: watch::channel(Arc::new(Snapshot::empty())).1,
+                telemetry_path: "/metrics".into(),
+                collectors: vec![],
+                web: Arc::default(),
+                max_requests: 2,
+            },
             Registry::new(),
         );
         let first = state.admit(2).unwrap();

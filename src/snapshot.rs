@@ -8,8 +8,8 @@ use std::time::{Duration, Instant, SystemTime};
 use std::sync::Arc;
 
 use crate::collect::Data;
-use crate::trend::TrendPoint;
 use crate::exposition::{Exposition, Kind};
+use crate::trend::TrendPoint;
 
 /// The outcome of a collector's latest run.
 #[derive(Debug, Clone)]
@@ -85,13 +85,18 @@ impl Snapshot {
         self.render_trends(&mut out);
         out.family(
             "memlock_scrape_collector_success",
-            "1 if the collector's latest run read all its sources, 0 if any failed (see the log and memlock_exporter_collector_errors_total).",
+            "1 if the collector's latest run read all its sources, 0 if any failed (see the log and \
+                memlock_exporter_collector_errors_total).",
             Kind::Gauge,
         );
         for report in &self.reports {
             out.sample(&[("collector", report.collector)], report.success);
         }
-        out.family("memlock_scrape_collector_duration_seconds", "Wall time of the collector's latest run.", Kind::Gauge);
+        out.family(
+            "memlock_scrape_collector_duration_seconds",
+            "Wall time of the collector's latest run.",
+            Kind::Gauge,
+        );
         for report in &self.reports {
             out.sample(&[("collector", report.collector)], report.duration.as_secs_f64());
         }
@@ -106,7 +111,8 @@ impl Snapshot {
     fn render_trends(&self, out: &mut Exposition) {
         out.family(
             "memlock_trend_rise_bytes_per_second",
-            "How fast the scope's watched memory rises, by least squares over the trend window of 1 s samples (node: Mlocked + pinned; cgroup: usage; process: max(VmPin, VmLck)).",
+            "How fast the scope's watched memory rises, by least squares over the trend window of 1 s samples (node: \
+                Mlocked + pinned; cgroup: usage; process: max(VmPin, VmLck)).",
             Kind::Gauge,
         );
         for point in self.trends() {
@@ -116,7 +122,9 @@ impl Snapshot {
         }
         out.family(
             "memlock_trend_exhaustion_seconds",
-            "At the current rise, seconds until the scope's limit is reached (node: MemAvailable; cgroup: its effective limit; process: its soft memlock limit). Absent when not rising significantly or without a limit.",
+            "At the current rise, seconds until the scope's limit is reached (node: MemAvailable; cgroup: its \
+                effective limit; process: its soft memlock limit). Absent when not rising significantly or without a \
+                limit.",
             Kind::Gauge,
         );
         for point in self.trends() {
@@ -131,11 +139,15 @@ impl Snapshot {
         let mut out = Exposition::new();
         out.family(
             "memlock_exporter_collector_sample_age_seconds",
-            "Seconds since the collector's latest run finished, at scrape time. Grows without bound when a collector is stuck.",
+            "Seconds since the collector's latest run finished, at scrape time. Grows without bound when a collector \
+                is stuck.",
             Kind::Gauge,
         );
         for report in &self.reports {
-            out.sample(&[("collector", report.collector)], now.saturating_duration_since(report.finished).as_secs_f64());
+            out.sample(
+                &[("collector", report.collector)],
+                now.saturating_duration_since(report.finished).as_secs_f64(),
+            );
         }
         out.finish()
     }

@@ -161,7 +161,15 @@ impl Tracker {
             (Some(r), Some(headroom)) if self.significant(r) => Some((headroom / r.slope).max(0.0)),
             _ => None,
         };
-        TrendPoint { scope: obs.scope, id: obs.id, labels: obs.labels, value: obs.value, headroom: obs.headroom, rise: rise.map(|r| r.slope), exhaustion }
+        TrendPoint {
+            scope: obs.scope,
+            id: obs.id,
+            labels: obs.labels,
+            value: obs.value,
+            headroom: obs.headroom,
+            rise: rise.map(|r| r.slope),
+            exhaustion,
+        }
     }
 
     fn significant(&self, fit: Fit) -> bool {
@@ -279,7 +287,11 @@ mod tests {
     fn noise_without_a_trend_is_not_significant() {
         let mut t = Tracker::new(TrendConfig::default());
         // A deterministic zig-zag of +-2 MiB around 100 MiB.
-        let p = run(&mut t, (0..30).map(|i| (i as f64, 100.0 * MIB + if i % 2 == 0 { 2.0 } else { -2.0 } * MIB)), 200.0 * MIB);
+        let p = run(
+            &mut t,
+            (0..30).map(|i| (i as f64, 100.0 * MIB + if i % 2 == 0 { 2.0 } else { -2.0 } * MIB)),
+            200.0 * MIB,
+        );
         assert_eq!(p.exhaustion, None, "{p:?}");
     }
 
@@ -383,7 +395,11 @@ mod tests {
         assert!(exact.t_statistic.is_infinite());
         let mut t = Tracker::new(TrendConfig::default());
         // Out-of-order timestamps replace the newest sample rather than corrupting the fit.
-        let p = run(&mut t, [(0.0, 0.0), (1.0, MIB), (1.0, MIB), (0.5, MIB), (2.0, 2.0 * MIB), (3.0, 3.0 * MIB)], 64.0 * MIB);
+        let p = run(
+            &mut t,
+            [(0.0, 0.0), (1.0, MIB), (1.0, MIB), (0.5, MIB), (2.0, 2.0 * MIB), (3.0, 3.0 * MIB)],
+            64.0 * MIB,
+        );
         assert!(p.rise.unwrap() > 0.0);
         assert!(p.value.is_finite());
     }

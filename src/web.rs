@@ -158,7 +158,8 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
     let fail = |key: &str, message: String| WebConfigError { path: path.to_owned(), key: key.to_owned(), message };
     let text = read_bounded(path).map_err(|m| fail("", m))?;
     // An empty file (or one holding only comments) is a valid, empty configuration.
-    let raw: RawWebConfig = yaml_serde::from_str::<Option<RawWebConfig>>(&text).map_err(|e| fail("", e.to_string()))?.unwrap_or_default();
+    let raw: RawWebConfig =
+        yaml_serde::from_str::<Option<RawWebConfig>>(&text).map_err(|e| fail("", e.to_string()))?.unwrap_or_default();
     let dir = path.parent().map(Path::to_owned).unwrap_or_default();
     let mut config = WebConfig { file: Some(path.to_owned()), sources: vec![path.to_owned()], ..WebConfig::default() };
 
@@ -168,7 +169,10 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
     if let Some(users) = raw.basic_auth_users {
         for (user, hash) in &users {
             if user.contains(':') {
-                return Err(fail(&format!("basic_auth_users.{user}"), "a user name cannot contain ':' (basic auth separates it from the password)".into()));
+                return Err(fail(
+                    &format!("basic_auth_users.{user}"),
+                    "a user name cannot contain ':' (basic auth separates it from the password)".into(),
+                ));
             }
             check_bcrypt_shape(hash).map_err(|m| fail(&format!("basic_auth_users.{user}"), m))?;
         }
@@ -178,11 +182,13 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
     }
     if let Some(http) = raw.http_server_config {
         let _ = http.http2;
-        config.headers = security_headers(&http.headers).map_err(|(key, m)| fail(&format!("http_server_config.headers.{key}"), m))?;
+        config.headers = security_headers(&http.headers)
+            .map_err(|(key, m)| fail(&format!("http_server_config.headers.{key}"), m))?;
     }
     if let Some(tls) = raw.tls_server_config {
         if tls_enabled(&tls) {
-            let (server, client_auth, files) = tls_config(&tls, &dir).map_err(|(key, m)| fail(&format!("tls_server_config.{key}"), m))?;
+            let (server, client_auth, files) =
+                tls_config(&tls, &dir).map_err(|(key, m)| fail(&format!("tls_server_config.{key}"), m))?;
             config.tls = Some(Arc::new(server));
             config.client_auth = client_auth;
             config.sources.extend(files);
@@ -213,7 +219,9 @@ fn read_bounded(path: &Path) -> Result<String, String> {
 }
 
 fn tls_enabled(tls: &RawTls) -> bool {
-    [&tls.cert, &tls.key, &tls.cert_file, &tls.key_file, &tls.client_ca, &tls.client_ca_file, &tls.client_auth_type].iter().any(|s| !s.is_empty())
+    [&tls.cert, &tls.key, &tls.cert_file, &tls.key_file, &tls.client_ca, &tls.client_ca_file, &tls.client_auth_type]
+        .iter()
+        .any(|s| !s.is_empty())
 }
 
 type KeyedError = (&'static str, String);
@@ -252,7 +260,8 @@ fn tls_config(tls: &RawTls, dir: &Path) -> Result<(ServerConfig, ClientAuth, Vec
     if chain.is_empty() {
         return Err(("cert_file", "holds no certificate".into()));
     }
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| ("key_file", format!("not a PEM private key: {e}")))?;
+    let key =
+        PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| ("key_file", format!("not a PEM private key: {e}")))?;
 
     let versions = protocol_versions(tls)?;
     let mut provider = rustls::crypto::ring::default_provider();
@@ -263,7 +272,8 @@ fn tls_config(tls: &RawTls, dir: &Path) -> Result<(ServerConfig, ClientAuth, Vec
     if !tls.client_ca.is_empty() && !tls.client_ca_file.is_empty() {
         return Err(("client_ca", "set either client_ca or client_ca_file, not both".into()));
     }
-    let client_ca = pem_source(dir, &tls.client_ca_file, &tls.client_ca, &mut files).map_err(|m| ("client_ca_file", m))?;
+    let client_ca =
+        pem_source(dir, &tls.client_ca_file, &tls.client_ca, &mut files).map_err(|m| ("client_ca_file", m))?;
     let client_auth = match tls.client_auth_type.as_str() {
         "" | "NoClientCert" => ClientAuth::None,
         "VerifyClientCertIfGiven" => ClientAuth::VerifyIfGiven,
@@ -271,7 +281,10 @@ fn tls_config(tls: &RawTls, dir: &Path) -> Result<(ServerConfig, ClientAuth, Vec
         "RequestClientCert" | "RequireAnyClientCert" | "RequireClientCert" => {
             return Err((
                 "client_auth_type",
-                format!("{:?} accepts certificates that nobody verifies and is not supported; use RequireAndVerifyClientCert", tls.client_auth_type),
+                format!(
+                "{:?} accepts certificates that nobody verifies and is not supported; use RequireAndVerifyClientCert",
+                tls.client_auth_type
+            ),
             ))
         }
         other => {
@@ -282,16 +295,29 @@ fn tls_config(tls: &RawTls, dir: &Path) -> Result<(ServerConfig, ClientAuth, Vec
         }
     };
     if tls.client_allowed_sans.is_some() {
-        return Err(("client_allowed_sans", "is not supported; sign client certificates with a dedicated client CA instead".into()));
+        return Err((
+            "client_allowed_sans",
+            "is not supported; sign client certificates with a dedicated client CA instead".into(),
+        ));
     }
 
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
         .map_err(|e| ("min_version", e.to_string()))?;
     let builder = match (client_auth, client_ca) {
-        (ClientAuth::None, Some(_)) => return Err(("client_ca_file", "a client CA is set but client_auth_type is NoClientCert; set it to RequireAndVerifyClientCert".into())),
+        (ClientAuth::None, Some(_)) => {
+            return Err((
+                "client_ca_file",
+                "a client CA is set but client_auth_type is NoClientCert; set it to RequireAndVerifyClientCert".into(),
+            ))
+        }
         (ClientAuth::None, None) => builder.with_no_client_auth(),
-        (_, None) => return Err(("client_ca_file", format!("client_auth_type {} needs client_ca_file (or client_ca)", tls.client_auth_type))),
+        (_, None) => {
+            return Err((
+                "client_ca_file",
+                format!("client_auth_type {} needs client_ca_file (or client_ca)", tls.client_auth_type),
+            ))
+        }
         (auth, Some(pem)) => {
             let mut roots = RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(&pem) {
@@ -306,7 +332,9 @@ fn tls_config(tls: &RawTls, dir: &Path) -> Result<(ServerConfig, ClientAuth, Vec
             builder.with_client_cert_verifier(verifier.build().map_err(|e| ("client_ca_file", e.to_string()))?)
         }
     };
-    let mut config = builder.with_single_cert(chain, key).map_err(|e| ("key_file", format!("does not match the certificate or is unusable: {e}")))?;
+    let mut config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| ("key_file", format!("does not match the certificate or is unusable: {e}")))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     config.ignore_client_order = tls.prefer_server_cipher_suites.unwrap_or(true);
     Ok((config, client_auth, files))
@@ -388,7 +416,13 @@ fn restrict_curves(provider: &mut CryptoProvider, names: &[String]) -> Result<()
 }
 
 fn security_headers(given: &BTreeMap<String, String>) -> Result<Vec<(HeaderName, HeaderValue)>, (String, String)> {
-    const ALLOWED: [&str; 5] = ["Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options", "X-XSS-Protection", "Strict-Transport-Security"];
+    const ALLOWED: [&str; 5] = [
+        "Content-Security-Policy",
+        "X-Frame-Options",
+        "X-Content-Type-Options",
+        "X-XSS-Protection",
+        "Strict-Transport-Security",
+    ];
     let mut out = Vec::new();
     for (name, value) in given {
         if !ALLOWED.contains(&name.as_str()) {
@@ -414,7 +448,8 @@ fn security_headers(given: &BTreeMap<String, String>) -> Result<Vec<(HeaderName,
 /// `$2a$`, `$2b$`, `$2x$` or `$2y$`, a two-digit cost from 4 to 31, and 53 characters of
 /// bcrypt's base64 (22 of salt, 31 of hash).
 fn check_bcrypt_shape(hash: &str) -> Result<(), String> {
-    let bad = || "is not a bcrypt hash (expected $2y$10$ followed by 53 characters, as made by htpasswd -nBC 10)".to_owned();
+    let bad =
+        || "is not a bcrypt hash (expected $2y$10$ followed by 53 characters, as made by htpasswd -nBC 10)".to_owned();
     let parts: Vec<&str> = hash.split('$').collect();
     let [empty, version, cost, rest] = parts.as_slice() else { return Err(bad()) };
     if !empty.is_empty() || !matches!(*version, "2a" | "2b" | "2x" | "2y") {
@@ -570,7 +605,19 @@ mod tests {
     fn self_signed(dir: &Path) {
         std::fs::create_dir_all(dir).unwrap();
         let status = std::process::Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost"])
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=localhost",
+            ])
             .arg("-keyout")
             .arg(dir.join("server.key"))
             .arg("-out")
@@ -595,9 +642,13 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let (path, directory) = (fifo.clone(), dir.clone());
         std::thread::spawn(move || {
-            let _ = tx.send((load(Some(&path)).err().map(|e| e.to_string()), load(Some(&directory)).err().map(|e| e.to_string())));
+            let _ = tx.send((
+                load(Some(&path)).err().map(|e| e.to_string()),
+                load(Some(&directory)).err().map(|e| e.to_string()),
+            ));
         });
-        let (fifo_error, dir_error) = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("loading a FIFO blocked");
+        let (fifo_error, dir_error) =
+            rx.recv_timeout(std::time::Duration::from_secs(10)).expect("loading a FIFO blocked");
         for error in [fifo_error, dir_error] {
             let error = error.expect("refused");
             assert!(error.contains("not a regular file"), "{error}");
@@ -623,7 +674,9 @@ mod tests {
             &dir,
             "web.yml",
             &format!(
-                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: TLS13\n  curve_preferences: [X25519]\nhttp_server_config:\n  http2: false\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  prometheus: '{hash}'\n"
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: \
+                    TLS13\n  curve_preferences: [X25519]\nhttp_server_config:\n  http2: \
+                    false\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  prometheus: '{hash}'\n"
             ),
         );
         let config = load(Some(&path)).unwrap();
@@ -652,15 +705,43 @@ mod tests {
             ("tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n", "missing.crt"),
             ("tls_server_config:\n  cert_file: server.key\n  key_file: server.key\n", "tls_server_config.cert_file"),
             ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.crt\n", "tls_server_config.key_file"),
-            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: TLS14\n", "tls_server_config.min_version"),
-            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  max_version: TLS11\n", "tls_server_config.max_version"),
-            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_ca_file: server.crt\n", "tls_server_config.client_ca_file"),
-            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n", "tls_server_config.client_ca_file"),
-            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAnyClientCert\n", "tls_server_config.client_auth_type"),
-            ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n", "tls_server_config.cipher_suites"),
+            (
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: \
+                TLS14\n",
+                "tls_server_config.min_version",
+            ),
+            (
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  max_version: \
+                TLS11\n",
+                "tls_server_config.max_version",
+            ),
+            (
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_ca_file: \
+                server.crt\n",
+                "tls_server_config.client_ca_file",
+            ),
+            (
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: \
+                RequireAndVerifyClientCert\n",
+                "tls_server_config.client_ca_file",
+            ),
+            (
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: \
+                RequireAnyClientCert\n",
+                "tls_server_config.client_auth_type",
+            ),
+            (
+                "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  cipher_suites: \
+                [TLS_RSA_WITH_RC4_128_SHA]\n",
+                "tls_server_config.cipher_suites",
+            ),
             ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users.alice"),
             ("basic_auth_users: [alice]\n", "basic_auth_users"),
-            ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "http_server_config.headers.X-Frame-Options"),
+            (
+                "http_server_config:\n  headers:\n    X-Frame-Options: \
+                allow\n",
+                "http_server_config.headers.X-Frame-Options",
+            ),
             ("http_server_config:\n  headers:\n    Server: me\n", "http_server_config.headers.Server"),
             ("rate_limit:\n  interval: 1s\n", "rate_limit"),
             ("tls_server_config: [\n", "web.yml"),
@@ -679,7 +760,9 @@ mod tests {
         let path = write(
             &dir,
             "web.yml",
-            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: server.crt\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n  prefer_server_cipher_suites: false\n",
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: \
+                VerifyClientCertIfGiven\n  client_ca_file: server.crt\n  cipher_suites: \
+                [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]\n  prefer_server_cipher_suites: false\n",
         );
         let config = load(Some(&path)).unwrap();
         assert_eq!(config.client_auth, ClientAuth::VerifyIfGiven);
@@ -691,7 +774,9 @@ mod tests {
     fn the_packaged_example_is_valid() {
         let dir = temp_dir("example");
         self_signed(&dir);
-        let example = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("packaging/web-config.example.yml")).unwrap();
+        let example =
+            std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("packaging/web-config.example.yml"))
+                .unwrap();
         let config = load(Some(&write(&dir, "web-config.yml", &example))).unwrap();
         assert!(config.tls.is_some());
         assert_eq!(config.headers.len(), 2);

@@ -133,7 +133,8 @@ pub fn detect(cgroup_fs: &Path, proc_cgroups_file: &Path, errors: &mut Vec<Sourc
 /// A cgroup removed between listing and reading: gone before `open` (ENOENT), or while the
 /// open file was read (kernfs answers ENODEV).
 fn vanished(error: &SourceError) -> bool {
-    error.is_not_found() || matches!(error, SourceError::Io { source, .. } if source.raw_os_error() == Some(libc::ENODEV))
+    error.is_not_found()
+        || matches!(error, SourceError::Io { source, .. } if source.raw_os_error() == Some(libc::ENODEV))
 }
 
 /// Labels of one cgroup: `cgroup` first, then the attribution labels.
@@ -383,7 +384,8 @@ impl CgroupCollector {
         // not log them: say once that data is missing, and again after they went away.
         match self.reader.first_denied.take() {
             Some(path) if !self.denial_logged => {
-                tracing::warn!(path = %path.display(), cgroups = run.permission_denied, "cgroup files not readable (permission denied); those values are not exported");
+                tracing::warn!(path = %path.display(), cgroups = run.permission_denied, "cgroup files not readable \
+                    (permission denied); those values are not exported");
                 self.denial_logged = true;
             }
             Some(_) => {}
@@ -483,22 +485,54 @@ macro_rules! value_or_gone {
     };
 }
 
-fn read_v1_memory(tree: &mut Tree, reader: &mut Reader, out: &mut Vec<CgroupMemory>, run: &mut ScanCounts, errors: &mut Vec<SourceError>) {
+fn read_v1_memory(
+    tree: &mut Tree,
+    reader: &mut Reader,
+    out: &mut Vec<CgroupMemory>,
+    run: &mut ScanCounts,
+    errors: &mut Vec<SourceError>,
+) {
     // Every v1 memory cgroup, the root included, has all four files: a missing one means the
     // cgroup was removed.
     'nodes: for node in tree.nodes.iter_mut().filter(|n| n.wanted && !n.gone) {
         let mut failed = false;
         let dir = node.dir.as_path();
-        let usage = value_or_gone!(reader.read(dir, "memory.usage_in_bytes", parse_u64, errors, &mut failed), reader, node, run, 'nodes);
-        let stat = value_or_gone!(reader.read(dir, "memory.stat", memcg::parse_v1_stat, errors, &mut failed), reader, node, run, 'nodes);
-        let failcnt = value_or_gone!(reader.read(dir, "memory.failcnt", parse_u64, errors, &mut failed), reader, node, run, 'nodes);
-        let oom = value_or_gone!(reader.read(dir, "memory.oom_control", memcg::parse_oom_control, errors, &mut failed), reader, node, run, 'nodes);
+        let usage = value_or_gone!(
+            reader.read(dir, "memory.usage_in_bytes", parse_u64, errors, &mut failed),
+            reader,
+            node,
+            run,
+            'nodes
+        );
+        let stat = value_or_gone!(
+            reader.read(dir, "memory.stat", memcg::parse_v1_stat, errors, &mut failed),
+            reader,
+            node,
+            run,
+            'nodes
+        );
+        let failcnt = value_or_gone!(
+            reader.read(dir, "memory.failcnt", parse_u64, errors, &mut failed),
+            reader,
+            node,
+            run,
+            'nodes
+        );
+        let oom = value_or_gone!(
+            reader.read(dir, "memory.oom_control", memcg::parse_oom_control, errors, &mut failed),
+            reader,
+            node,
+            run,
+            'nodes
+        );
         count_failures(run, reader.take_denied(), failed);
         let stat = stat.unwrap_or_default();
         out.push(CgroupMemory {
             labels: node.labels.clone(),
             usage_bytes: usage,
-            working_set_bytes: usage.zip(stat.subtree_inactive_file()).map(|(usage, inactive)| memcg::working_set(usage, inactive)),
+            working_set_bytes: usage
+                .zip(stat.subtree_inactive_file())
+                .map(|(usage, inactive)| memcg::working_set(usage, inactive)),
             limit: stat.hierarchical_memory_limit,
             high: None,
             swap_limit: stat.hierarchical_memsw_limit,
@@ -510,7 +544,14 @@ fn read_v1_memory(tree: &mut Tree, reader: &mut Reader, out: &mut Vec<CgroupMemo
 
 /// A limit file of one v2 cgroup: the limit, `Unlimited` when the file is absent (the root, or
 /// no controller there: nothing to enforce at that level), `None` when it could not be read.
-fn own_v2_limit(reader: &mut Reader, node: &mut Node, file: &str, bit: u8, errors: &mut Vec<SourceError>, failed: &mut bool) -> Option<Limit> {
+fn own_v2_limit(
+    reader: &mut Reader,
+    node: &mut Node,
+    file: &str,
+    bit: u8,
+    errors: &mut Vec<SourceError>,
+    failed: &mut bool,
+) -> Option<Limit> {
     if node.absent & bit != 0 {
         return Some(Limit::Unlimited);
     }
@@ -524,7 +565,13 @@ fn own_v2_limit(reader: &mut Reader, node: &mut Node, file: &str, bit: u8, error
     }
 }
 
-fn read_v2_memory(tree: &mut Tree, reader: &mut Reader, out: &mut Vec<CgroupMemory>, run: &mut ScanCounts, errors: &mut Vec<SourceError>) {
+fn read_v2_memory(
+    tree: &mut Tree,
+    reader: &mut Reader,
+    out: &mut Vec<CgroupMemory>,
+    run: &mut ScanCounts,
+    errors: &mut Vec<SourceError>,
+) {
     let count = tree.nodes.len();
     let mut failed = vec![false; count];
     let mut denied = vec![false; count];
@@ -577,15 +624,19 @@ fn read_v2_memory(tree: &mut Tree, reader: &mut Reader, out: &mut Vec<CgroupMemo
             }
         };
         let current = optional_v2(reader, node, "memory.current", ABSENT_CURRENT, parse_u64, errors, &mut node_failed);
-        let high = optional_v2(reader, node, "memory.high", ABSENT_HIGH, memcg::parse_v2_limit, errors, &mut node_failed);
-        let events = optional_v2(reader, node, "memory.events", ABSENT_EVENTS, memcg::parse_v2_events, errors, &mut node_failed)
-            .unwrap_or_default();
+        let high =
+            optional_v2(reader, node, "memory.high", ABSENT_HIGH, memcg::parse_v2_limit, errors, &mut node_failed);
+        let events =
+            optional_v2(reader, node, "memory.events", ABSENT_EVENTS, memcg::parse_v2_events, errors, &mut node_failed)
+                .unwrap_or_default();
         count_failures(run, reader.take_denied() || denied[index], node_failed);
         out.push(CgroupMemory {
             labels: node.labels.clone(),
             usage_bytes: current,
             // v2 memory.stat is hierarchical, like memory.current.
-            working_set_bytes: current.zip(stat.as_ref().and_then(|s| s.inactive_file)).map(|(usage, inactive)| memcg::working_set(usage, inactive)),
+            working_set_bytes: current
+                .zip(stat.as_ref().and_then(|s| s.inactive_file))
+                .map(|(usage, inactive)| memcg::working_set(usage, inactive)),
             limit: max[index],
             high,
             swap_limit: swap[index],
@@ -619,22 +670,34 @@ fn optional_v2<T>(
     }
 }
 
-fn read_rdma(tree: &mut Tree, reader: &mut Reader, out: &mut Vec<CgroupRdma>, run: &mut ScanCounts, errors: &mut Vec<SourceError>) {
+fn read_rdma(
+    tree: &mut Tree,
+    reader: &mut Reader,
+    out: &mut Vec<CgroupRdma>,
+    run: &mut ScanCounts,
+    errors: &mut Vec<SourceError>,
+) {
     // Absent at the root and where the controller is not enabled: not an error.
     for node in tree.nodes.iter_mut().filter(|n| n.wanted && !n.gone) {
         let mut failed = false;
-        let mut devices = |file: &str, failed: &mut bool| match reader.read(&node.dir, file, rdma_cgroup::parse, errors, failed) {
-            Read::Value(devices) => devices,
-            Read::Missing | Read::Failed => Vec::new(),
-        };
+        let mut devices =
+            |file: &str, failed: &mut bool| match reader.read(&node.dir, file, rdma_cgroup::parse, errors, failed) {
+                Read::Value(devices) => devices,
+                Read::Missing | Read::Failed => Vec::new(),
+            };
         let mut current = devices("rdma.current", &mut failed);
         let mut max = devices("rdma.max", &mut failed);
         // Every cgroup lists every RDMA device; one with neither usage nor a limit for a device
         // has no pool for it, and exporting its zeros would multiply series by cgroups x devices.
         let pooled: Vec<String> = current
             .iter()
-            .filter(|d| [d.hca_handle, d.hca_object].iter().any(|v| v.and_then(RdmaValue::count).is_some_and(|n| n > 0)))
-            .chain(max.iter().filter(|d| [d.hca_handle, d.hca_object].iter().any(|v| v.is_some_and(|v| v != RdmaValue::Max))))
+            .filter(|d| {
+                [d.hca_handle, d.hca_object].iter().any(|v| v.and_then(RdmaValue::count).is_some_and(|n| n > 0))
+            })
+            .chain(
+                max.iter()
+                    .filter(|d| [d.hca_handle, d.hca_object].iter().any(|v| v.is_some_and(|v| v != RdmaValue::Max))),
+            )
             .map(|d| d.device.clone())
             .collect();
         current.retain(|d| pooled.contains(&d.device));
@@ -691,37 +754,47 @@ impl CgroupStats {
         let gauges: [(&'static str, &'static str, Field); 7] = [
             (
                 "memlock_cgroup_memory_usage_bytes",
-                "Memory charged to the cgroup and its descendants (v1 memory.usage_in_bytes, v2 memory.current), page cache included. Sampled on the cgroup interval (default 1s), not at scrape time.",
+                "Memory charged to the cgroup and its descendants (v1 memory.usage_in_bytes, v2 memory.current), page \
+                    cache included. Sampled on the cgroup interval (default 1s), not at scrape time.",
                 |c| c.usage_bytes,
             ),
             (
                 "memlock_cgroup_memory_working_set_bytes",
-                "Usage minus inactive page cache (v1 total_inactive_file, v2 inactive_file in memory.stat), floored at 0, as kubelet and cAdvisor compute it: memory the kernel cannot reclaim without swapping or killing. Locked and pinned pages are always in it. Sampled on the cgroup interval.",
+                "Usage minus inactive page cache (v1 total_inactive_file, v2 inactive_file in memory.stat), floored at \
+                    0, as kubelet and cAdvisor compute it: memory the kernel cannot reclaim without swapping or \
+                    killing. Locked and pinned pages are always in it. Sampled on the cgroup interval.",
                 |c| c.working_set_bytes,
             ),
             (
                 "memlock_cgroup_memory_limit_bytes",
-                "Effective memory limit: the lowest limit on the path to the root (v1 hierarchical_memory_limit, v2 the lowest memory.max of the cgroup and its ancestors). Absent when unlimited. Sampled on the cgroup interval.",
+                "Effective memory limit: the lowest limit on the path to the root (v1 hierarchical_memory_limit, v2 \
+                    the lowest memory.max of the cgroup and its ancestors). Absent when unlimited. Sampled on the \
+                    cgroup interval.",
                 |c| c.limit?.bytes(),
             ),
             (
                 "memlock_cgroup_memory_limit_unlimited",
-                "1 when no memory limit applies on the cgroup's path to the root, 0 when memlock_cgroup_memory_limit_bytes is set. Sampled on the cgroup interval.",
+                "1 when no memory limit applies on the cgroup's path to the root, 0 when \
+                    memlock_cgroup_memory_limit_bytes is set. Sampled on the cgroup interval.",
                 |c| c.limit.map(|l| u64::from(l.is_unlimited())),
             ),
             (
                 "memlock_cgroup_memory_high_bytes",
-                "memory.high of the cgroup (v2): above it the cgroup is throttled and reclaimed. Absent when not set. Sampled on the cgroup interval.",
+                "memory.high of the cgroup (v2): above it the cgroup is throttled and reclaimed. Absent when not set. \
+                    Sampled on the cgroup interval.",
                 |c| c.high?.bytes(),
             ),
             (
                 "memlock_cgroup_memory_swap_limit_bytes",
-                "Effective swap limit: v1 hierarchical_memsw_limit (memory plus swap), v2 the lowest memory.swap.max on the path to the root (swap only). Absent when unlimited or without swap accounting. Sampled on the cgroup interval.",
+                "Effective swap limit: v1 hierarchical_memsw_limit (memory plus swap), v2 the lowest memory.swap.max \
+                    on the path to the root (swap only). Absent when unlimited or without swap accounting. Sampled on \
+                    the cgroup interval.",
                 |c| c.swap_limit?.bytes(),
             ),
             (
                 "memlock_cgroup_memory_unevictable_bytes",
-                "Unevictable (mlocked) memory of the cgroup and its descendants (v1 total_unevictable, v2 unevictable in memory.stat). RDMA-pinned pages are not in it. Sampled on the cgroup interval.",
+                "Unevictable (mlocked) memory of the cgroup and its descendants (v1 total_unevictable, v2 unevictable \
+                    in memory.stat). RDMA-pinned pages are not in it. Sampled on the cgroup interval.",
                 |c| c.unevictable_bytes,
             ),
         ];
@@ -733,7 +806,9 @@ impl CgroupStats {
         }
         out.family(
             "memlock_cgroup_memory_events_total",
-            "Memory events of the cgroup and its descendants: max (usage hit the limit; on v1 memory.failcnt, hits of this cgroup's own limit only), oom (the OOM path was entered; v2 only), oom_kill (processes killed by the OOM killer). Sampled on the cgroup interval.",
+            "Memory events of the cgroup and its descendants: max (usage hit the limit; on v1 memory.failcnt, hits of \
+                this cgroup's own limit only), oom (the OOM path was entered; v2 only), oom_kill (processes killed by \
+                the OOM killer). Sampled on the cgroup interval.",
             Kind::Counter,
         );
         for (cgroup, labels) in self.memory.iter().zip(&base) {
@@ -751,7 +826,10 @@ impl CgroupStats {
     fn render_rdma(&self, out: &mut Exposition) {
         out.family(
             "memlock_cgroup_rdma",
-            "rdma cgroup controller per device: open verbs contexts (resource hca_handle) and uverbs objects such as MRs and QPs (hca_object); kind current (rdma.current) or max (rdma.max; a max of \"max\" is not exported). Counts, not bytes. Only devices the cgroup uses or has a limit for. Sampled on the cgroup interval.",
+            "rdma cgroup controller per device: open verbs contexts (resource hca_handle) and uverbs objects such as \
+                MRs and QPs (hca_object); kind current (rdma.current) or max (rdma.max; a max of \"max\" is not \
+                exported). Counts, not bytes. Only devices the cgroup uses or has a limit for. Sampled on the cgroup \
+                interval.",
             Kind::Gauge,
         );
         for cgroup in &self.rdma {
@@ -778,22 +856,32 @@ impl CgroupStats {
             Some(Version::V2) => "v2",
             None => "none",
         };
-        let memory = if self.memory_version.is_none() && self.memory_disabled { "disabled" } else { version(self.memory_version) };
+        let memory = if self.memory_version.is_none() && self.memory_disabled {
+            "disabled"
+        } else {
+            version(self.memory_version)
+        };
         out.family(
             "memlock_cgroup_hierarchy_info",
-            "Always 1. layout: how <sysfs>/fs/cgroup is mounted (v1, v2, hybrid, none); memory and rdma: the hierarchy version of each controller (v1, v2, none, or disabled at boot).",
+            "Always 1. layout: how <sysfs>/fs/cgroup is mounted (v1, v2, hybrid, none); memory and rdma: the hierarchy \
+                version of each controller (v1, v2, none, or disabled at boot).",
             Kind::Gauge,
         )
         .sample(&[("layout", self.layout.as_str()), ("memory", memory), ("rdma", version(self.rdma_version))], 1u64);
         out.family(
             "memlock_cgroup_scan_cgroups_walked",
-            "Cgroup directories found by the latest walk of the memory and rdma hierarchies (walks run every full_scan_interval; between them only known cgroups are read).",
+            "Cgroup directories found by the latest walk of the memory and rdma hierarchies (walks run every \
+                full_scan_interval; between them only known cgroups are read).",
             Kind::Gauge,
         )
         .sample(&[], self.scan.walked);
         out.family(
             "memlock_cgroup_scan_cgroups_skipped",
-            "Cgroups not exported, or exported in part, by reason: filtered (include/exclude patterns) and too_deep (subdirectories below max_depth, not walked) in the latest walk; in the latest run vanished (removed while being read), permission_denied (a file or directory the exporter may not read; logged, not a collector failure) and read_error (a file that could not be read or parsed; see memlock_exporter_collector_errors_total).",
+            "Cgroups not exported, or exported in part, by reason: filtered (include/exclude patterns) and too_deep \
+                (subdirectories below max_depth, not walked) in the latest walk; in the latest run vanished (removed \
+                while being read), permission_denied (a file or directory the exporter may not read; logged, not a \
+                collector failure) and read_error (a file that could not be read or parsed; see \
+                memlock_exporter_collector_errors_total).",
             Kind::Gauge,
         );
         let s = &self.scan;
@@ -846,8 +934,10 @@ mod tests {
             self.write(
                 &format!("{dir}/memory.stat"),
                 &format!(
-                    "cache 0\nrss {usage}\ninactive_anon {usage}\ninactive_file 0\nunevictable 0\nhierarchical_memory_limit {hierarchical_limit}\n\
-                     total_cache 0\ntotal_rss {usage}\ntotal_inactive_anon {usage}\ntotal_inactive_file 0\ntotal_unevictable 4096\n"
+                    "cache 0\nrss {usage}\ninactive_anon {usage}\ninactive_file 0\nunevictable \
+                        0\nhierarchical_memory_limit {hierarchical_limit}\n\
+                     total_cache 0\ntotal_rss {usage}\ntotal_inactive_anon {usage}\ntotal_inactive_file \
+                     0\ntotal_unevictable 4096\n"
                 ),
             );
             self.write(&format!("{dir}/memory.failcnt"), "0\n");
@@ -856,7 +946,10 @@ mod tests {
 
         fn collector(&self, full_scan_interval: Duration) -> CgroupCollector {
             let roots = Roots { procfs: self.root.join("proc"), sysfs: self.root.join("sys") };
-            CgroupCollector::new(roots, CgroupConfig { full_scan_interval, include: vec![], exclude: vec![], max_depth: 12 })
+            CgroupCollector::new(
+                roots,
+                CgroupConfig { full_scan_interval, include: vec![], exclude: vec![], max_depth: 12 },
+            )
         }
     }
 
@@ -874,7 +967,8 @@ mod tests {
 
     #[test]
     fn layouts_are_told_apart() {
-        let detect_in = |scratch: &Scratch| detect(&scratch.cgroup_fs(), &scratch.root.join("proc/cgroups"), &mut Vec::new());
+        let detect_in =
+            |scratch: &Scratch| detect(&scratch.cgroup_fs(), &scratch.root.join("proc/cgroups"), &mut Vec::new());
 
         let v2 = Scratch::new("detect-v2");
         v2.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc\n");
@@ -901,14 +995,18 @@ mod tests {
         // Booted with cgroup_disable=memory: no memory hierarchy, and /proc/cgroups says why.
         let disabled = Scratch::new("detect-disabled");
         disabled.write("sys/fs/cgroup/pids/cgroup.procs", "");
-        disabled.write("proc/cgroups", "#subsys_name\thierarchy\tnum_cgroups\tenabled\nmemory\t0\t1\t0\npids\t3\t1\t1\n");
+        disabled
+            .write("proc/cgroups", "#subsys_name\thierarchy\tnum_cgroups\tenabled\nmemory\t0\t1\t0\npids\t3\t1\t1\n");
         let found = detect_in(&disabled);
         assert_eq!((found.layout, found.memory.is_none(), found.memory_disabled), (Layout::V1, true, true));
 
         let none = Scratch::new("detect-none");
         assert_eq!(detect_in(&none).layout, Layout::None);
         let mut errors = Vec::new();
-        assert_eq!(detect(&none.root.join("no/such/dir"), &none.root.join("proc/cgroups"), &mut errors).layout, Layout::None);
+        assert_eq!(
+            detect(&none.root.join("no/such/dir"), &none.root.join("proc/cgroups"), &mut errors).layout,
+            Layout::None
+        );
         assert!(errors.is_empty(), "{errors:?}");
     }
 
@@ -995,7 +1093,15 @@ mod tests {
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(paths(&stats), ["/", "/job", "/job/step", "/job/step/task"]);
         let limits: Vec<Option<Limit>> = stats.memory.iter().map(|c| c.limit).collect();
-        assert_eq!(limits, [Some(Limit::Unlimited), Some(Limit::Bytes(1 << 20)), Some(Limit::Bytes(1 << 20)), Some(Limit::Bytes(1 << 20))]);
+        assert_eq!(
+            limits,
+            [
+                Some(Limit::Unlimited),
+                Some(Limit::Bytes(1 << 20)),
+                Some(Limit::Bytes(1 << 20)),
+                Some(Limit::Bytes(1 << 20))
+            ]
+        );
         assert_eq!(stats.memory[0].usage_bytes, None, "the v2 root has no memory.current");
         assert!(stats.memory.iter().all(|c| c.swap_limit == Some(Limit::Unlimited)));
         assert_eq!(stats.memory[3].events.max, Some(3));
@@ -1028,9 +1134,19 @@ mod tests {
             scratch.write(&format!("{dir}/memory.stat"), stat);
         };
         // 950 MiB of a 1 GiB limit, 900 MiB of it inactive file cache.
-        v2("loader", 950 << 20, "anon 52428800\nfile 943718400\ninactive_anon 52428800\nactive_anon 0\ninactive_file 943718400\nactive_file 0\nunevictable 0\n");
+        v2(
+            "loader",
+            950 << 20,
+            "anon 52428800\nfile 943718400\ninactive_anon 52428800\nactive_anon 0\ninactive_file \
+            943718400\nactive_file 0\nunevictable 0\n",
+        );
         // 950 MiB, 900 MiB of it mlock()ed: unevictable, so never inactive_file.
-        v2("locker", 950 << 20, "anon 996147200\nfile 0\ninactive_anon 52428800\nactive_anon 0\ninactive_file 0\nactive_file 0\nunevictable 943718400\n");
+        v2(
+            "locker",
+            950 << 20,
+            "anon 996147200\nfile 0\ninactive_anon 52428800\nactive_anon 0\ninactive_file \
+            0\nactive_file 0\nunevictable 943718400\n",
+        );
         // The statistics lag usage (flushed lazily): cache just dropped still shows as inactive.
         v2("stale", 1 << 20, "anon 0\nfile 8388608\ninactive_file 8388608\nactive_file 0\nunevictable 0\n");
         // A memory.stat without the LRU lines: the working set is unknown, not the usage.
@@ -1051,7 +1167,11 @@ mod tests {
         assert_eq!(watched("/loader"), Some(((50u64 << 20) as f64, Some((974u64 << 20) as f64))));
         assert_eq!(watched("/locker"), Some(((950u64 << 20) as f64, Some((74u64 << 20) as f64))));
         assert_eq!(watched("/stale"), Some((0.0, Some((1u64 << 30) as f64))));
-        assert_eq!(watched("/nolru"), Some((4096.0, Some(((1u64 << 30) - 4096) as f64))), "without a working set, usage stands in");
+        assert_eq!(
+            watched("/nolru"),
+            Some((4096.0, Some(((1u64 << 30) - 4096) as f64))),
+            "without a working set, usage stands in"
+        );
 
         let mut out = Exposition::new();
         stats.render(&mut out);
@@ -1065,7 +1185,9 @@ mod tests {
         v1.v1_cgroup("", 1 << 30, UNLIMITED);
         v1.write(
             "sys/fs/cgroup/memory/memory.stat",
-            "cache 0\nrss 0\ninactive_file 4096\nunevictable 0\nhierarchical_memory_limit 9223372036854771712\ntotal_cache 805306368\ntotal_rss 268435456\ntotal_inactive_file 805306368\ntotal_unevictable 0\n",
+            "cache 0\nrss 0\ninactive_file 4096\nunevictable 0\nhierarchical_memory_limit \
+                9223372036854771712\ntotal_cache 805306368\ntotal_rss 268435456\ntotal_inactive_file \
+                805306368\ntotal_unevictable 0\n",
         );
         let stats = v1.collector(Duration::from_secs(3600)).read(&mut errors);
         assert!(errors.is_empty(), "{errors:?}");

@@ -110,8 +110,12 @@ pub fn build(config: &Config) -> Vec<(Box<dyn Collector>, std::time::Duration)> 
             "node" => Box::new(node::NodeCollector::new(config.roots.clone(), page_size)),
             "numa" => Box::new(numa::NumaCollector::new(config.roots.clone(), page_size)),
             "process" => Box::new(process::ProcessCollector::new(&config.roots, config.process.clone(), c.interval)),
-            "rdma_sysfs" => Box::new(rdma_sysfs::RdmaSysfsCollector::new(config.roots.clone(), config.rdma_sysfs.clone())),
-            "rdma_netlink" => Box::new(rdma_netlink::RdmaNetlinkCollector::new(config.roots.clone(), config.rdma_netlink.clone())),
+            "rdma_sysfs" => {
+                Box::new(rdma_sysfs::RdmaSysfsCollector::new(config.roots.clone(), config.rdma_sysfs.clone()))
+            }
+            "rdma_netlink" => {
+                Box::new(rdma_netlink::RdmaNetlinkCollector::new(config.roots.clone(), config.rdma_netlink.clone()))
+            }
             "cgroup" => Box::new(cgroup::CgroupCollector::new(config.roots.clone(), config.cgroup.clone())),
             _ => continue,
         };

@@ -50,13 +50,18 @@ impl NodeCollector {
             }
             Err(e) => errors.push(e),
         }
-        let mut sysctl = |name: &str| keep(optional(fsroot::read_parsed(&self.roots.proc(format!("sys/vm/{name}")), parse_u64)), errors);
+        let mut sysctl = |name: &str| {
+            keep(optional(fsroot::read_parsed(&self.roots.proc(format!("sys/vm/{name}")), parse_u64)), errors)
+        };
         stats.overcommit_mode = sysctl("overcommit_memory");
         stats.overcommit_ratio = sysctl("overcommit_ratio");
         stats.max_map_count = sysctl("max_map_count");
         stats.hugepages = hugepages::read_pools(&self.roots.sys("kernel/mm/hugepages"), errors);
         stats.thp_enabled = keep(
-            optional(fsroot::read_parsed(&self.roots.sys("kernel/mm/transparent_hugepage/enabled"), sysvm::parse_choice)),
+            optional(fsroot::read_parsed(
+                &self.roots.sys("kernel/mm/transparent_hugepage/enabled"),
+                sysvm::parse_choice,
+            )),
             errors,
         );
         any.then_some(stats)
@@ -94,38 +99,98 @@ impl NodeStats {
     pub fn render(&self, out: &mut Exposition) {
         let m = &self.meminfo;
         let gauges: [(&'static str, &'static str, Option<u64>); 10] = [
-            ("memlock_node_memory_total_bytes", "MemTotal from /proc/meminfo. Sampled on the node interval (default 1s), not at scrape time.", m.mem_total),
+            (
+                "memlock_node_memory_total_bytes",
+                "MemTotal from /proc/meminfo. Sampled on the node interval (default \
+                1s), not at scrape time.",
+                m.mem_total,
+            ),
             ("memlock_node_memory_free_bytes", "MemFree from /proc/meminfo. Sampled on the node interval.", m.mem_free),
-            ("memlock_node_memory_available_bytes", "MemAvailable from /proc/meminfo: memory available for new allocations without swapping. Sampled on the node interval.", m.mem_available),
-            ("memlock_node_mlocked_bytes", "Mlocked from /proc/meminfo: pages locked with mlock(). RDMA registrations are not in it (see memlock_node_pinned_bytes). Sampled on the node interval.", m.mlocked),
-            ("memlock_node_unevictable_bytes", "Unevictable from /proc/meminfo. Sampled on the node interval.", m.unevictable),
-            ("memlock_node_committed_bytes", "Committed_AS from /proc/meminfo. Sampled on the node interval.", m.committed_as),
-            ("memlock_node_commit_limit_bytes", "CommitLimit from /proc/meminfo; enforced only when vm.overcommit_memory is 2. Sampled on the node interval.", m.commit_limit),
-            ("memlock_node_cma_total_bytes", "CmaTotal from /proc/meminfo (absent without CONFIG_CMA). Sampled on the node interval.", m.cma_total),
-            ("memlock_node_cma_free_bytes", "CmaFree from /proc/meminfo (absent without CONFIG_CMA). Sampled on the node interval.", m.cma_free),
-            ("memlock_node_hugetlb_bytes", "Hugetlb from /proc/meminfo: memory in hugepage pools of all sizes. Sampled on the node interval.", m.hugetlb),
+            (
+                "memlock_node_memory_available_bytes",
+                "MemAvailable from /proc/meminfo: memory available for new \
+                allocations without swapping. Sampled on the node interval.",
+                m.mem_available,
+            ),
+            (
+                "memlock_node_mlocked_bytes",
+                "Mlocked from /proc/meminfo: pages locked with mlock(). RDMA registrations \
+                are not in it (see memlock_node_pinned_bytes). Sampled on the node interval.",
+                m.mlocked,
+            ),
+            (
+                "memlock_node_unevictable_bytes",
+                "Unevictable from /proc/meminfo. Sampled on the node \
+                interval.",
+                m.unevictable,
+            ),
+            (
+                "memlock_node_committed_bytes",
+                "Committed_AS from /proc/meminfo. Sampled on the node \
+                interval.",
+                m.committed_as,
+            ),
+            (
+                "memlock_node_commit_limit_bytes",
+                "CommitLimit from /proc/meminfo; enforced only when \
+                vm.overcommit_memory is 2. Sampled on the node interval.",
+                m.commit_limit,
+            ),
+            (
+                "memlock_node_cma_total_bytes",
+                "CmaTotal from /proc/meminfo (absent without CONFIG_CMA). Sampled on the \
+                node interval.",
+                m.cma_total,
+            ),
+            (
+                "memlock_node_cma_free_bytes",
+                "CmaFree from /proc/meminfo (absent without CONFIG_CMA). Sampled on the \
+                node interval.",
+                m.cma_free,
+            ),
+            (
+                "memlock_node_hugetlb_bytes",
+                "Hugetlb from /proc/meminfo: memory in hugepage pools of all sizes. Sampled \
+                on the node interval.",
+                m.hugetlb,
+            ),
         ];
         for (name, help, value) in gauges {
             out.family(name, help, Kind::Gauge).maybe(&[], value);
         }
         out.family(
             "memlock_node_pinned_bytes",
-            "Long-term pinned memory (FOLL_PIN pages acquired minus released in /proc/vmstat, times the page size): RDMA registrations, io_uring fixed buffers, vfio. Sampled on the node interval.",
+            "Long-term pinned memory (FOLL_PIN pages acquired minus released in /proc/vmstat, times the page size): \
+                RDMA registrations, io_uring fixed buffers, vfio. Sampled on the node interval.",
             Kind::Gauge,
         )
         .maybe(&[], self.pinned_bytes);
         out.family(
             "memlock_node_hugepages",
-            "Hugepages per page size and state (total, free, reserved, surplus), in pages, from /sys/kernel/mm/hugepages. Sampled on the node interval.",
+            "Hugepages per page size and state (total, free, reserved, surplus), in pages, from \
+                /sys/kernel/mm/hugepages. Sampled on the node interval.",
             Kind::Gauge,
         );
         hugepages::render(out, &[], &self.hugepages);
-        out.family("memlock_node_overcommit_mode", "vm.overcommit_memory: 0 heuristic, 1 always, 2 strict (CommitLimit enforced).", Kind::Gauge)
-            .maybe(&[], self.overcommit_mode);
-        out.family("memlock_node_overcommit_ratio", "vm.overcommit_ratio as a fraction (sysctl 50 is 0.5).", Kind::Gauge)
-            .maybe(&[], self.overcommit_ratio.map(|r| r as f64 / 100.0));
-        out.family("memlock_node_max_map_areas", "vm.max_map_count: the most memory map areas (VMAs) a process may have. Named without the _count suffix, which Prometheus reserves for histograms.", Kind::Gauge)
-            .maybe(&[], self.max_map_count);
+        out.family(
+            "memlock_node_overcommit_mode",
+            "vm.overcommit_memory: 0 heuristic, 1 always, 2 strict (CommitLimit enforced).",
+            Kind::Gauge,
+        )
+        .maybe(&[], self.overcommit_mode);
+        out.family(
+            "memlock_node_overcommit_ratio",
+            "vm.overcommit_ratio as a fraction (sysctl 50 is 0.5).",
+            Kind::Gauge,
+        )
+        .maybe(&[], self.overcommit_ratio.map(|r| r as f64 / 100.0));
+        out.family(
+            "memlock_node_max_map_areas",
+            "vm.max_map_count: the most memory map areas (VMAs) a process may \
+            have. Named without the _count suffix, which Prometheus reserves for histograms.",
+            Kind::Gauge,
+        )
+        .maybe(&[], self.max_map_count);
         if let Some(thp) = &self.thp_enabled {
             out.family(
                 "memlock_node_transparent_hugepage_enabled",

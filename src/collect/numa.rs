@@ -92,10 +92,25 @@ impl NumaStats {
         let ids: Vec<String> = self.nodes.iter().map(|n| n.id.to_string()).collect();
         type Field = fn(&NumaNode) -> Option<u64>;
         let gauges: [(&'static str, &'static str, Field); 4] = [
-            ("memlock_numa_memory_total_bytes", "MemTotal of the NUMA node. Sampled on the numa interval (default 1s).", |n| n.mem_total),
-            ("memlock_numa_memory_free_bytes", "MemFree of the NUMA node. Sampled on the numa interval.", |n| n.mem_free),
+            (
+                "memlock_numa_memory_total_bytes",
+                "MemTotal of the NUMA node. Sampled on the numa interval (default \
+                1s).",
+                |n| n.mem_total,
+            ),
+            (
+                "memlock_numa_memory_free_bytes",
+                "MemFree of the NUMA node. Sampled on the numa \
+                interval.",
+                |n| n.mem_free,
+            ),
             ("memlock_numa_mlocked_bytes", "Mlocked of the NUMA node. Sampled on the numa interval.", |n| n.mlocked),
-            ("memlock_numa_pinned_bytes", "Long-term pinned memory on the NUMA node (FOLL_PIN acquired minus released in its vmstat, times the page size). Sampled on the numa interval.", |n| n.pinned_bytes),
+            (
+                "memlock_numa_pinned_bytes",
+                "Long-term pinned memory on the NUMA node (FOLL_PIN acquired minus released \
+                in its vmstat, times the page size). Sampled on the numa interval.",
+                |n| n.pinned_bytes,
+            ),
         ];
         for (name, help, field) in gauges {
             out.family(name, help, Kind::Gauge);
@@ -105,7 +120,8 @@ impl NumaStats {
         }
         out.family(
             "memlock_numa_hugepages",
-            "Hugepages of the NUMA node per page size and state (total, free, surplus), in pages. Sampled on the numa interval.",
+            "Hugepages of the NUMA node per page size and state (total, free, surplus), in pages. Sampled on the numa \
+                interval.",
             Kind::Gauge,
         );
         for (node, id) in self.nodes.iter().zip(&ids) {

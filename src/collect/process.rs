@@ -169,7 +169,8 @@ impl PidReader {
         if own_map == Some(false) {
             tracing::warn!(
                 procfs = %procfs.display(),
-                "the exporter runs in a user namespace: CAP_IPC_LOCK is taken as exempting wherever it is held, since uid_map cannot tell the initial namespace from here"
+                "the exporter runs in a user namespace: CAP_IPC_LOCK is taken as exempting wherever it is held, since \
+                    uid_map cannot tell the initial namespace from here"
             );
         }
         Self {
@@ -343,7 +344,10 @@ impl ProcessCollector {
             // Every procfs lists at least its init process: this directory is something else.
             errors.push(SourceError::Io {
                 path: self.procfs.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, "no process directories: not a procfs mount (see --path.procfs)"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "no process directories: not a procfs mount (see --path.procfs)",
+                ),
             });
             return None;
         }
@@ -359,7 +363,8 @@ impl ProcessCollector {
             while previous.next_if(|r| r.sample.pid < pid).is_some() {}
             let known = previous.next_if(|r| r.sample.pid == pid);
             let before = errors.len();
-            match read_process(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, pid, known, errors) {
+            match read_process(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, pid, known, errors)
+            {
                 Some(record) => table.push(record),
                 None if errors.len() > before => self.retry.push(pid),
                 None => {}
@@ -464,7 +469,13 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
     for record in table {
         let Some(cgroup) = &record.sample.cgroup else { continue };
         let slot = *index.entry(Arc::as_ptr(cgroup)).or_insert_with(|| {
-            out.push(CgroupAggregate { cgroup: cgroup.clone(), locked_bytes: 0, pinned_bytes: 0, usage_ratio_max: None, processes: 0 });
+            out.push(CgroupAggregate {
+                cgroup: cgroup.clone(),
+                locked_bytes: 0,
+                pinned_bytes: 0,
+                usage_ratio_max: None,
+                processes: 0,
+            });
             out.len() - 1
         });
         let agg = &mut out[slot];
@@ -695,20 +706,24 @@ impl ProcessStats {
 
         out.family(
             "memlock_process_locked_bytes",
-            "VmLck of the process (/proc/PID/status): memory locked with mlock(), checked against the soft memlock limit. Sampled on the process interval (default 1s), only for processes passing the filter.",
+            "VmLck of the process (/proc/PID/status): memory locked with mlock(), checked against the soft memlock \
+                limit. Sampled on the process interval (default 1s), only for processes passing the filter.",
             Kind::Gauge,
         );
         each(out, &|p| p.locked_bytes.map(Into::into));
         out.family(
             "memlock_process_pinned_bytes",
-            "VmPin of the process (/proc/PID/status): long-term pinned memory (RDMA registrations, io_uring fixed buffers), checked against the soft memlock limit separately from VmLck. Sampled on the process interval.",
+            "VmPin of the process (/proc/PID/status): long-term pinned memory (RDMA registrations, io_uring fixed \
+                buffers), checked against the soft memlock limit separately from VmLck. Sampled on the process \
+                interval.",
             Kind::Gauge,
         );
         each(out, &|p| p.pinned_bytes.map(Into::into));
 
         out.family(
             "memlock_process_limit_bytes",
-            "RLIMIT_MEMLOCK of the process (/proc/PID/limits), soft (enforced) and hard (the ceiling for raising it); absent when unlimited. Sampled on the full scan interval (default 5s).",
+            "RLIMIT_MEMLOCK of the process (/proc/PID/limits), soft (enforced) and hard (the ceiling for raising it); \
+                absent when unlimited. Sampled on the full scan interval (default 5s).",
             Kind::Gauge,
         );
         for (process, labels) in self.processes.iter().zip(&labels) {
@@ -719,7 +734,8 @@ impl ProcessStats {
         }
         out.family(
             "memlock_process_limit_unlimited",
-            "1 when the process's RLIMIT_MEMLOCK (soft or hard, by kind) is unlimited, else 0. Sampled on the full scan interval.",
+            "1 when the process's RLIMIT_MEMLOCK (soft or hard, by kind) is unlimited, else 0. Sampled on the full \
+                scan interval.",
             Kind::Gauge,
         );
         for (process, labels) in self.processes.iter().zip(&labels) {
@@ -730,27 +746,32 @@ impl ProcessStats {
         }
         out.family(
             "memlock_process_ipc_lock",
-            "1 when the process holds CAP_IPC_LOCK (CapEff bit 14) in the initial user namespace: the memlock limit is not enforced. 0 when it holds it only inside a user namespace (uid_map), where it does not exempt. Sampled on the process interval.",
+            "1 when the process holds CAP_IPC_LOCK (CapEff bit 14) in the initial user namespace: the memlock limit is \
+                not enforced. 0 when it holds it only inside a user namespace (uid_map), where it does not exempt. \
+                Sampled on the process interval.",
             Kind::Gauge,
         );
         each(out, &|p| p.ipc_lock.map(Into::into));
         out.family(
             "memlock_process_limit_usage_ratio",
-            "max(VmPin, VmLck) / soft RLIMIT_MEMLOCK: at 1 the next mlock or RDMA registration fails with ENOMEM (unless ipc_lock is 1). Absent when the limit is unlimited or 0. Sampled on the process interval.",
+            "max(VmPin, VmLck) / soft RLIMIT_MEMLOCK: at 1 the next mlock or RDMA registration fails with ENOMEM \
+                (unless ipc_lock is 1). Absent when the limit is unlimited or 0. Sampled on the process interval.",
             Kind::Gauge,
         );
         each(out, &|p| p.usage_ratio().map(Into::into));
 
         let cgroup_labels: Vec<Vec<(&str, &str)>> =
             self.cgroups.iter().map(|c| c.cgroup.labels.iter().map(|(k, v)| (*k, v.as_str())).collect()).collect();
-        let each_cgroup = |out: &mut Exposition, value: &dyn Fn(&CgroupAggregate) -> Option<crate::exposition::Value>| {
-            for (cgroup, labels) in self.cgroups.iter().zip(&cgroup_labels) {
-                out.maybe(labels, value(cgroup));
-            }
-        };
+        let each_cgroup =
+            |out: &mut Exposition, value: &dyn Fn(&CgroupAggregate) -> Option<crate::exposition::Value>| {
+                for (cgroup, labels) in self.cgroups.iter().zip(&cgroup_labels) {
+                    out.maybe(labels, value(cgroup));
+                }
+            };
         out.family(
             "memlock_cgroup_locked_bytes",
-            "Sum of VmLck over every scanned process in the cgroup (not only the exported ones). Sampled on the process interval.",
+            "Sum of VmLck over every scanned process in the cgroup (not only the exported ones). Sampled on the \
+                process interval.",
             Kind::Gauge,
         );
         each_cgroup(out, &|c| Some(c.locked_bytes.into()));
@@ -762,7 +783,10 @@ impl ProcessStats {
         each_cgroup(out, &|c| Some(c.pinned_bytes.into()));
         out.family(
             "memlock_cgroup_limit_usage_ratio_max",
-            "The highest max(VmPin, VmLck) / soft RLIMIT_MEMLOCK among the cgroup's processes that the limit applies to (those with CAP_IPC_LOCK in the initial user namespace are left out; they still count in the byte sums), exported or not; absent when none has a finite, non-zero limit. Sampled on the process interval.",
+            "The highest max(VmPin, VmLck) / soft RLIMIT_MEMLOCK among the cgroup's processes that the limit applies \
+                to (those with CAP_IPC_LOCK in the initial user namespace are left out; they still count in the byte \
+                sums), exported or not; absent when none has a finite, non-zero limit. Sampled on the process \
+                interval.",
             Kind::Gauge,
         );
         each_cgroup(out, &|c| c.usage_ratio_max.map(Into::into));
@@ -774,10 +798,31 @@ impl ProcessStats {
         each_cgroup(out, &|c| Some(c.processes.into()));
 
         let gauges = [
-            ("memlock_process_scanned_processes", "User processes covered by the latest process sample (kernel threads excluded); the cgroup aggregates sum over them. Sampled on the process interval.", self.scanned),
-            ("memlock_process_tracked_processes", "Processes re-read on every process interval (holding locked or pinned memory, or matching comm_pattern); the others are read on full scans. Sampled on the process interval.", self.tracked),
-            ("memlock_process_exported_processes", "Processes exported with per-process series (passing the filter, within top_n). Sampled on the process interval.", self.processes.len() as u64),
-            ("memlock_process_dropped_processes", "Processes that passed the filter but were not exported because of top_n. Sampled on the process interval.", self.dropped_by_top_n),
+            (
+                "memlock_process_scanned_processes",
+                "User processes covered by the latest process sample (kernel threads \
+                excluded); the cgroup aggregates sum over them. Sampled on the process interval.",
+                self.scanned,
+            ),
+            (
+                "memlock_process_tracked_processes",
+                "Processes re-read on every process interval (holding locked or \
+                pinned memory, or matching comm_pattern); the others are read on full scans. Sampled on the process \
+                interval.",
+                self.tracked,
+            ),
+            (
+                "memlock_process_exported_processes",
+                "Processes exported with per-process series (passing the filter, \
+                within top_n). Sampled on the process interval.",
+                self.processes.len() as u64,
+            ),
+            (
+                "memlock_process_dropped_processes",
+                "Processes that passed the filter but were not exported because of \
+                top_n. Sampled on the process interval.",
+                self.dropped_by_top_n,
+            ),
         ];
         for (name, help, value) in gauges {
             out.family(name, help, Kind::Gauge).sample(&[], value);
@@ -792,7 +837,8 @@ impl ProcessStats {
         .sample(&[], self.vanished_total);
         out.family(
             "memlock_process_read_errors_total",
-            "Per-process files that could not be read or parsed, by kind (permission, io, parse, too_large). Permission errors do not fail the collector; the others do.",
+            "Per-process files that could not be read or parsed, by kind (permission, io, parse, too_large). \
+                Permission errors do not fail the collector; the others do.",
             Kind::Counter,
         );
         for (kind, count) in self.read_errors_total.kinds() {
@@ -855,7 +901,9 @@ mod tests {
         /// Gives the process CAP_IPC_LOCK (bit 14) in its effective set.
         fn ipc_lock(&self, pid: u32) {
             let path = self.root.join(pid.to_string()).join("status");
-            let status = std::fs::read_to_string(&path).unwrap().replace("CapEff:\t0000000000000000", "CapEff:\t0000000000004000");
+            let status = std::fs::read_to_string(&path)
+                .unwrap()
+                .replace("CapEff:\t0000000000000000", "CapEff:\t0000000000004000");
             std::fs::write(path, status).unwrap();
         }
 
@@ -951,7 +999,11 @@ mod tests {
         assert!(errors.is_empty(), "{errors:?}");
         let infra = stats.cgroups.iter().find(|c| c.cgroup.path == "/infra").unwrap();
         assert_eq!(infra.usage_ratio_max, Some(0.5), "the exempt process is left out");
-        assert_eq!((infra.locked_bytes, infra.pinned_bytes, infra.processes), (64 << 20, 4 << 20, 2), "but its memory is summed");
+        assert_eq!(
+            (infra.locked_bytes, infra.pinned_bytes, infra.processes),
+            (64 << 20, 4 << 20, 2),
+            "but its memory is summed"
+        );
         let alone = stats.cgroups.iter().find(|c| c.cgroup.path == "/alone").unwrap();
         assert_eq!(alone.usage_ratio_max, None, "no process the limit applies to");
         assert_eq!(alone.pinned_bytes, 16 << 20);
@@ -976,7 +1028,9 @@ mod tests {
             tree.ipc_lock(pid);
         }
         let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures");
-        let map = |pid: u32, capture: &str| std::fs::copy(format!("{captures}/{capture}"), tree.root.join(pid.to_string()).join("uid_map")).unwrap();
+        let map = |pid: u32, capture: &str| {
+            std::fs::copy(format!("{captures}/{capture}"), tree.root.join(pid.to_string()).join("uid_map")).unwrap()
+        };
         map(93, "proc_userns_uid_map");
         map(94, "proc_self_uid_map");
         let mut collector = tree.collector(1 << 20, "", 10);
@@ -1022,7 +1076,9 @@ mod tests {
     #[test]
     fn tracked_pass_rereads_only_tracked_status() {
         let tree = Tree::new("tracked");
-        tree.process(20, "worker", 0, 1024, "8388608", "/job").process(21, "idle", 0, 0, "8388608", "/job").process(22, "python3", 0, 0, "8388608", "/job");
+        tree.process(20, "worker", 0, 1024, "8388608", "/job")
+            .process(21, "idle", 0, 0, "8388608", "/job")
+            .process(22, "python3", 0, 0, "8388608", "/job");
         let mut collector = tree.collector(0, "^python3$", 10);
         let mut errors = Vec::new();
         let stats = collector.full_scan(&mut errors).unwrap();
@@ -1103,7 +1159,14 @@ mod tests {
     #[test]
     fn broken_files_fail_every_pass_until_fixed_or_gone() {
         let tree = Tree::new("sticky");
-        tree.process(80, "ok", 0, 2048, "8388608", "/x").process(81, "badstatus", 0, 2048, "8388608", "/x").process(82, "badlimits", 0, 0, "8388608", "/x");
+        tree.process(80, "ok", 0, 2048, "8388608", "/x").process(81, "badstatus", 0, 2048, "8388608", "/x").process(
+            82,
+            "badlimits",
+            0,
+            0,
+            "8388608",
+            "/x",
+        );
         std::fs::write(tree.root.join("81/status"), "Name:\tbadstatus\nVmLck:\t  many kB\n").unwrap();
         std::fs::write(tree.root.join("82/limits"), "Limit\n").unwrap();
         let mut collector = tree.collector(0, "", 10);
@@ -1148,11 +1211,13 @@ mod tests {
         tree.process(1, "init", 0, 0, "8388608", "/");
         let mut collector = tree.collector(0, "", 10);
         let mut errors = Vec::new();
-        let denied = SourceError::Io { path: "/proc/1/status".into(), source: std::io::Error::from_raw_os_error(libc::EACCES) };
+        let denied =
+            SourceError::Io { path: "/proc/1/status".into(), source: std::io::Error::from_raw_os_error(libc::EACCES) };
         assert!(!collector.tally.note(denied, &mut errors));
         assert!(errors.is_empty());
         assert_eq!(collector.tally.errors.permission, 1);
-        let gone = SourceError::Io { path: "/proc/1/status".into(), source: std::io::Error::from_raw_os_error(libc::ESRCH) };
+        let gone =
+            SourceError::Io { path: "/proc/1/status".into(), source: std::io::Error::from_raw_os_error(libc::ESRCH) };
         assert!(collector.tally.note(gone, &mut errors));
         assert!(errors.is_empty());
         let stats = collector.full_scan(&mut errors).unwrap();
@@ -1163,7 +1228,8 @@ mod tests {
     #[test]
     fn unlistable_procfs_is_an_error_not_a_panic() {
         let roots = Roots { procfs: PathBuf::from("/nonexistent/proc"), sysfs: PathBuf::from("/nonexistent") };
-        let config = ProcessConfig { full_scan_interval: Duration::from_secs(5), min_bytes: 0, comm_pattern: None, top_n: 1 };
+        let config =
+            ProcessConfig { full_scan_interval: Duration::from_secs(5), min_bytes: 0, comm_pattern: None, top_n: 1 };
         let mut collector = ProcessCollector::new(&roots, config, Duration::from_secs(1));
         let mut errors = Vec::new();
         assert!(collector.collect(&mut errors).is_none());
@@ -1215,14 +1281,24 @@ mod tests {
     #[test]
     fn renders_labels_limits_and_aggregates() {
         let tree = Tree::new("render");
-        tree.process(60, "pt_main_thread", 0, 9437184, "10737418240", "/kubepods/pod1")
-            .process(61, "opensm", 65536, 0, "unlimited", "/infra/opensm");
+        tree.process(60, "pt_main_thread", 0, 9437184, "10737418240", "/kubepods/pod1").process(
+            61,
+            "opensm",
+            65536,
+            0,
+            "unlimited",
+            "/infra/opensm",
+        );
         let mut collector = tree.collector(1 << 20, "", 10);
         let stats = collector.full_scan(&mut Vec::new()).unwrap();
         let mut out = Exposition::new();
         stats.render(&mut out);
         let text = out.finish();
-        let line = |series: &str| text.lines().find(|l| l.rsplit_once(' ').map(|(k, _)| k) == Some(series)).map(|l| l.rsplit_once(' ').unwrap().1.to_owned());
+        let line = |series: &str| {
+            text.lines()
+                .find(|l| l.rsplit_once(' ').map(|(k, _)| k) == Some(series))
+                .map(|l| l.rsplit_once(' ').unwrap().1.to_owned())
+        };
         let worker = r#"pid="60",comm="pt_main_thread",cgroup="/kubepods/pod1""#;
         assert_eq!(line(&format!("memlock_process_pinned_bytes{{{worker}}}")), Some("9663676416".into()));
         assert_eq!(line(&format!("memlock_process_locked_bytes{{{worker}}}")), Some("0".into()));

@@ -154,7 +154,10 @@ impl NetlinkSocket {
         }
         // SAFETY: `raw` is a new descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let timeout = libc::timeval { tv_sec: RECV_TIMEOUT.as_secs() as libc::time_t, tv_usec: RECV_TIMEOUT.subsec_micros() as libc::suseconds_t };
+        let timeout = libc::timeval {
+            tv_sec: RECV_TIMEOUT.as_secs() as libc::time_t,
+            tv_usec: RECV_TIMEOUT.subsec_micros() as libc::suseconds_t,
+        };
         // SAFETY: the option value points to a live timeval of the size passed.
         let rc = unsafe {
             libc::setsockopt(
@@ -174,7 +177,11 @@ impl NetlinkSocket {
         // SAFETY: the address points to a live sockaddr_nl of the size passed; port 0 lets the
         // kernel pick a unique port id.
         let rc = unsafe {
-            libc::bind(fd.as_raw_fd(), (&local as *const libc::sockaddr_nl).cast(), std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t)
+            libc::bind(
+                fd.as_raw_fd(),
+                (&local as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
         };
         if rc < 0 {
             return Err(io::Error::last_os_error());
@@ -199,7 +206,11 @@ impl NetlinkSocket {
                 )
             };
             if sent >= 0 {
-                return if sent as usize == request.len() { Ok(()) } else { Err(io::Error::new(io::ErrorKind::WriteZero, "short netlink send")) };
+                return if sent as usize == request.len() {
+                    Ok(())
+                } else {
+                    Err(io::Error::new(io::ErrorKind::WriteZero, "short netlink send"))
+                };
             }
             let err = io::Error::last_os_error();
             if err.kind() != io::ErrorKind::Interrupted {
@@ -233,14 +244,20 @@ impl NetlinkSocket {
                 match err.kind() {
                     io::ErrorKind::Interrupted => continue,
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                        return Err(io::Error::new(io::ErrorKind::TimedOut, format!("no reply within {RECV_TIMEOUT:?}")))
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("no reply within {RECV_TIMEOUT:?}"),
+                        ))
                     }
                     _ => return Err(err),
                 }
             }
             let got = got as usize;
             if got > buf.len() {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{got}-byte datagram exceeds the {}-byte buffer", buf.len())));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{got}-byte datagram exceeds the {}-byte buffer", buf.len()),
+                ));
             }
             return Ok(if from.nl_pid == 0 { got } else { 0 });
         }
@@ -283,14 +300,26 @@ pub struct RdmaNetlinkCollector {
 
 impl RdmaNetlinkCollector {
     pub fn new(roots: Roots, config: RdmaConfig) -> Self {
-        Self::with_transport(roots, config, Box::new(|| NetlinkSocket::open().map(|s| Box::new(s) as Box<dyn Transport>)))
+        Self::with_transport(
+            roots,
+            config,
+            Box::new(|| NetlinkSocket::open().map(|s| Box::new(s) as Box<dyn Transport>)),
+        )
     }
 
     fn with_transport(roots: Roots, config: RdmaConfig, connect: Connect) -> Self {
         // Start sequence numbers somewhere unpredictable so replies to an earlier run's
         // abandoned request are never mistaken for this one's.
-        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        Self { connect, roots, config, buffer: vec![0; RECV_BUFFER_BYTES], seq: seed ^ std::process::id(), said_unsupported: false }
+        let seed =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        Self {
+            connect,
+            roots,
+            config,
+            buffer: vec![0; RECV_BUFFER_BYTES],
+            seq: seed ^ std::process::id(),
+            said_unsupported: false,
+        }
     }
 
     fn next_seq(&mut self) -> u32 {
@@ -303,7 +332,10 @@ impl RdmaNetlinkCollector {
             Ok(socket) => socket,
             Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => {
                 if !self.said_unsupported {
-                    tracing::debug!(collector = "rdma_netlink", "the kernel has no RDMA netlink (socket: EPROTONOSUPPORT): no RDMA here");
+                    tracing::debug!(
+                        collector = "rdma_netlink",
+                        "the kernel has no RDMA netlink (socket: EPROTONOSUPPORT): no RDMA here"
+                    );
                     self.said_unsupported = true;
                 }
                 return Some(RdmaNetlinkStats { supported: false, devices: Vec::new() });
@@ -319,13 +351,20 @@ impl RdmaNetlinkCollector {
         let seq = self.next_seq();
         let config = &self.config;
         let mut summaries = Vec::new();
-        let result = exchange(&mut *socket, &mut self.buffer, &nldev::res_summary_request(seq, None), nldev::nldev_type(cmd::RES_GET), seq, |body| {
-            let summary = nldev::decode_res_summary(body)?;
-            if config.wants(&summary.dev_name) {
-                summaries.push(summary);
-            }
-            Ok(())
-        });
+        let result = exchange(
+            &mut *socket,
+            &mut self.buffer,
+            &nldev::res_summary_request(seq, None),
+            nldev::nldev_type(cmd::RES_GET),
+            seq,
+            |body| {
+                let summary = nldev::decode_res_summary(body)?;
+                if config.wants(&summary.dev_name) {
+                    summaries.push(summary);
+                }
+                Ok(())
+            },
+        );
         if let Err(e) = result {
             errors.push(into_source_error(e, "RES_GET", None));
             // Whatever was read is kept; the MR dumps need a fresh socket (see `reopen`).
@@ -343,16 +382,25 @@ impl RdmaNetlinkCollector {
             let seq = self.next_seq();
             let mut tally = MrTally::default();
             let index = summary.dev_index;
-            let result = exchange(&mut *socket, &mut self.buffer, &nldev::res_mr_request(seq, index), nldev::nldev_type(cmd::RES_MR_GET), seq, |body| {
-                let part = nldev::decode_mr_part(body)?;
-                // A part of another device would be a kernel bug; never mix devices' sums.
-                if part.dev_index == index {
-                    part.entries.iter().for_each(|entry| tally.add(entry));
-                }
-                Ok(())
-            });
+            let result = exchange(
+                &mut *socket,
+                &mut self.buffer,
+                &nldev::res_mr_request(seq, index),
+                nldev::nldev_type(cmd::RES_MR_GET),
+                seq,
+                |body| {
+                    let part = nldev::decode_mr_part(body)?;
+                    // A part of another device would be a kernel bug; never mix devices' sums.
+                    if part.dev_index == index {
+                        part.entries.iter().for_each(|entry| tally.add(entry));
+                    }
+                    Ok(())
+                },
+            );
             let mrs = match result {
-                Ok(()) => Some(tally.finish(MAX_PROCESS_SERIES, |pid| comms.entry(pid).or_insert_with(|| self.comm(pid, errors)).clone())),
+                Ok(()) => Some(tally.finish(MAX_PROCESS_SERIES, |pid| {
+                    comms.entry(pid).or_insert_with(|| self.comm(pid, errors)).clone()
+                })),
                 Err(e) => {
                     errors.push(into_source_error(e, "RES_MR_GET", Some(&summary.dev_name)));
                     None
@@ -411,7 +459,10 @@ fn exchange(
     let deadline = Instant::now() + EXCHANGE_DEADLINE;
     loop {
         if Instant::now() > deadline {
-            return Err(ExchangeError::Io(io::Error::new(io::ErrorKind::TimedOut, format!("reply not complete within {EXCHANGE_DEADLINE:?}"))));
+            return Err(ExchangeError::Io(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("reply not complete within {EXCHANGE_DEADLINE:?}"),
+            )));
         }
         let len = socket.recv(buffer).map_err(ExchangeError::Io)?;
         let datagram = buffer.get(..len).unwrap_or_default();
@@ -435,8 +486,12 @@ fn into_source_error(error: ExchangeError, what: &str, device: Option<&str>) -> 
     let path = source_name(what, device);
     match error {
         ExchangeError::Io(source) => SourceError::Io { path, source },
-        ExchangeError::Reply(ReplyError::Kernel { error }) => SourceError::Io { path, source: io::Error::from_raw_os_error(error.saturating_neg()) },
-        ExchangeError::Reply(ReplyError::Decode(e)) => SourceError::Parse { path, source: ParseError::Format(e.to_string()) },
+        ExchangeError::Reply(ReplyError::Kernel { error }) => {
+            SourceError::Io { path, source: io::Error::from_raw_os_error(error.saturating_neg()) }
+        }
+        ExchangeError::Reply(ReplyError::Decode(e)) => {
+            SourceError::Parse { path, source: ParseError::Format(e.to_string()) }
+        }
         ExchangeError::Reply(other) => SourceError::Io { path, source: io::Error::other(other.to_string()) },
     }
 }
@@ -455,13 +510,16 @@ impl RdmaNetlinkStats {
     pub fn render(&self, out: &mut Exposition) {
         out.family(
             "memlock_rdma_netlink_supported",
-            "1 if the kernel answers RDMA netlink (NETLINK_RDMA), 0 if it has no RDMA support at all (socket() fails with EPROTONOSUPPORT). Tells \"no RDMA here\" from a broken collector. Sampled on the rdma_netlink interval (default 5s).",
+            "1 if the kernel answers RDMA netlink (NETLINK_RDMA), 0 if it has no RDMA support at all (socket() fails \
+                with EPROTONOSUPPORT). Tells \"no RDMA here\" from a broken collector. Sampled on the rdma_netlink \
+                interval (default 5s).",
             Kind::Gauge,
         )
         .sample(&[], self.supported);
         out.family(
             "memlock_rdma_resources",
-            "RDMA objects that exist now per device and type (pd, cq, qp, cm_id, mr, ctx, srq), the summary of `rdma resource show`. Sampled on the rdma_netlink interval.",
+            "RDMA objects that exist now per device and type (pd, cq, qp, cm_id, mr, ctx, srq), the summary of `rdma \
+                resource show`. Sampled on the rdma_netlink interval.",
             Kind::Gauge,
         );
         for d in &self.devices {
@@ -471,7 +529,8 @@ impl RdmaNetlinkStats {
         }
         out.family(
             "memlock_rdma_mr_registered_bytes",
-            "Sum of the lengths of all memory regions registered on the device (RES_MR_GET), user and kernel. dma-buf and ODP MRs are included although they pin nothing. Sampled on the rdma_netlink interval.",
+            "Sum of the lengths of all memory regions registered on the device (RES_MR_GET), user and kernel. dma-buf \
+                and ODP MRs are included although they pin nothing. Sampled on the rdma_netlink interval.",
             Kind::Gauge,
         );
         for d in &self.devices {
@@ -481,12 +540,16 @@ impl RdmaNetlinkStats {
         let per_owner: [(&'static str, &'static str, Field); 2] = [
             (
                 "memlock_rdma_process_mrs",
-                "Memory regions per owning process and device. pid is empty for kernel MRs (comm \"[nvme_rdma]\"), \"unknown\" for owners outside the exporter's PID namespace, \"other\" for the smallest owners past the series limit. Sampled on the rdma_netlink interval.",
+                "Memory regions per owning process and device. pid is empty for kernel MRs \
+                    (comm \"[nvme_rdma]\"), \"unknown\" for owners outside the exporter's PID namespace, \"other\" for \
+                    the smallest owners past the series limit. Sampled on the rdma_netlink interval.",
                 |o| o.mrs,
             ),
             (
                 "memlock_rdma_process_mr_bytes",
-                "Sum of the lengths of the memory regions per owning process and device: the kernel's record of what a process registered (compare with memlock_process_pinned_bytes). Labels as memlock_rdma_process_mrs. Sampled on the rdma_netlink interval.",
+                "Sum of the lengths of the memory regions per owning process and device: the kernel's record of what a \
+                    process registered (compare with memlock_process_pinned_bytes). Labels as \
+                    memlock_rdma_process_mrs. Sampled on the rdma_netlink interval.",
                 |o| o.bytes,
             ),
         ];
@@ -526,7 +589,8 @@ mod tests {
         }
         let usage = tally.finish(10, |pid| if pid == 4242 { "python".into() } else { String::new() });
         assert_eq!(usage.registered_bytes, 9_633_792 + 4096 + (1 << 30) + 8192 + 8192);
-        let rows: Vec<(&str, &str, u64, u64)> = usage.owners.iter().map(|o| (o.pid.as_str(), o.comm.as_str(), o.mrs, o.bytes)).collect();
+        let rows: Vec<(&str, &str, u64, u64)> =
+            usage.owners.iter().map(|o| (o.pid.as_str(), o.comm.as_str(), o.mrs, o.bytes)).collect();
         assert_eq!(
             rows,
             [
@@ -566,9 +630,13 @@ mod tests {
     fn no_rdma_in_this_kernel_is_reported_as_unsupported_not_as_a_failure() {
         // This machine's kernel has no InfiniBand: socket(NETLINK_RDMA) fails with
         // EPROTONOSUPPORT. On a kernel with RDMA the same call must succeed instead.
-        let rdma_in_kernel = NetlinkSocket::open().map(|_| true).or_else(|e| if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) { Ok(false) } else { Err(e) }).unwrap();
+        let rdma_in_kernel = NetlinkSocket::open()
+            .map(|_| true)
+            .or_else(|e| if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) { Ok(false) } else { Err(e) })
+            .unwrap();
         let procfs = PathBuf::from("/proc");
-        let mut collector = RdmaNetlinkCollector::new(Roots { procfs: procfs.clone(), sysfs: "/sys".into() }, RdmaConfig::default());
+        let mut collector =
+            RdmaNetlinkCollector::new(Roots { procfs: procfs.clone(), sysfs: "/sys".into() }, RdmaConfig::default());
         let mut errors = Vec::new();
         let stats = collector.read(&mut errors).expect("data either way");
         assert!(errors.is_empty(), "{errors:?}");
@@ -595,7 +663,14 @@ mod tests {
         // A request for lo alone (ifindex 1) whose reply and ACK are left unread: the dump that
         // follows must skip them by sequence number.
         let mut stale = Vec::new();
-        nldev::Header { len: 32, kind: RTM_GETLINK, flags: nldev::flags::REQUEST | nldev::flags::ACK, seq: 41, port: 0 }.write(&mut stale);
+        nldev::Header {
+            len: 32,
+            kind: RTM_GETLINK,
+            flags: nldev::flags::REQUEST | nldev::flags::ACK,
+            seq: 41,
+            port: 0,
+        }
+        .write(&mut stale);
         stale.extend_from_slice(&[0; 4]);
         stale.extend_from_slice(&1i32.to_ne_bytes());
         stale.extend_from_slice(&[0; 8]);
@@ -603,11 +678,19 @@ mod tests {
         {
             let seq = 42;
             let mut request = Vec::new();
-            nldev::Header { len: 20, kind: RTM_GETLINK, flags: nldev::flags::REQUEST | nldev::flags::DUMP, seq, port: 0 }.write(&mut request);
+            nldev::Header {
+                len: 20,
+                kind: RTM_GETLINK,
+                flags: nldev::flags::REQUEST | nldev::flags::DUMP,
+                seq,
+                port: 0,
+            }
+            .write(&mut request);
             request.extend_from_slice(&[libc::AF_UNSPEC as u8, 0, 0, 0]);
             exchange(&mut socket, &mut buffer, &request, RTM_NEWLINK, seq, |body| {
                 // struct ifinfomsg (16 bytes), then the link's attributes; IFLA_IFNAME is 3.
-                let attrs = body.get(16..).ok_or(DecodeError::TruncatedPayload { what: "ifinfomsg", len: body.len() })?;
+                let attrs =
+                    body.get(16..).ok_or(DecodeError::TruncatedPayload { what: "ifinfomsg", len: body.len() })?;
                 for a in nldev::attrs(attrs) {
                     let a = a?;
                     if a.kind == 3 {
@@ -620,7 +703,10 @@ mod tests {
         }
         // Every link of this network namespace, once: the stale reply was not counted and its
         // ACK did not end the dump early.
-        let mut expected: Vec<String> = std::fs::read_dir("/sys/class/net").unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        let mut expected: Vec<String> = std::fs::read_dir("/sys/class/net")
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
         expected.sort();
         names.sort();
         assert_eq!(names, expected);
@@ -630,13 +716,23 @@ mod tests {
         // request fail with EBUSY, which is why the collector reopens its socket after a failure.
         let mut socket = NetlinkSocket::open_protocol(libc::NETLINK_ROUTE).unwrap();
         let mut abandoned = Vec::new();
-        nldev::Header { len: 20, kind: RTM_GETLINK, flags: nldev::flags::REQUEST | nldev::flags::DUMP, seq: 50, port: 0 }.write(&mut abandoned);
+        nldev::Header {
+            len: 20,
+            kind: RTM_GETLINK,
+            flags: nldev::flags::REQUEST | nldev::flags::DUMP,
+            seq: 50,
+            port: 0,
+        }
+        .write(&mut abandoned);
         abandoned.extend_from_slice(&[0; 4]);
         socket.send(&abandoned).unwrap();
         let mut again = abandoned.clone();
         again[8..12].copy_from_slice(&51u32.to_ne_bytes());
         let result = exchange(&mut socket, &mut buffer, &again, RTM_NEWLINK, 51, |_| Ok(()));
-        assert!(matches!(result, Err(ExchangeError::Reply(ReplyError::Kernel { error })) if error == -libc::EBUSY), "{result:?}");
+        assert!(
+            matches!(result, Err(ExchangeError::Reply(ReplyError::Kernel { error })) if error == -libc::EBUSY),
+            "{result:?}"
+        );
     }
 
     /// Stands in for a kernel with two wanted RDMA devices and one excluded one, answering the
@@ -657,14 +753,23 @@ mod tests {
             use crate::kernel::nldev::{attr, attrs, split_type, Header};
             let header = Header::parse(request).unwrap();
             let (_, op) = split_type(header.kind);
-            let dev_index = attrs(&request[nldev::HEADER_LEN..]).flatten().find(|a| a.kind == attr::DEV_INDEX).map(|a| a.u32().unwrap());
+            let dev_index = attrs(&request[nldev::HEADER_LEN..])
+                .flatten()
+                .find(|a| a.kind == attr::DEV_INDEX)
+                .map(|a| a.u32().unwrap());
             self.requests.lock().unwrap().push((op, dev_index));
             let seq = header.seq;
             let u64_attr = |kind, v: u64| attribute(kind, &v.to_ne_bytes());
             let u32_attr = |kind, v: u32| attribute(kind, &v.to_ne_bytes());
             match (op, dev_index) {
                 (cmd::RES_GET, None) => {
-                    self.queue.push_back([summary_part(seq, (0, "mlx5_0"), &[("pd", 4), ("mr", 5)]), summary_part(seq, (1, "mlx5_1"), &[("mr", 0)])].concat());
+                    self.queue.push_back(
+                        [
+                            summary_part(seq, (0, "mlx5_0"), &[("pd", 4), ("mr", 5)]),
+                            summary_part(seq, (1, "mlx5_1"), &[("mr", 0)]),
+                        ]
+                        .concat(),
+                    );
                     self.queue.push_back([summary_part(seq, (2, "efa_0"), &[("mr", 9)]), done(seq, 0)].concat());
                 }
                 (cmd::RES_MR_GET, Some(0)) => {
@@ -706,11 +811,19 @@ mod tests {
             Ok(Box::new(ReplayKernel { queue: Default::default(), requests: log.clone() }) as Box<dyn Transport>)
         });
         let config = RdmaConfig { include: Vec::new(), exclude: vec![regex::Regex::new("^efa").unwrap()] };
-        let mut collector = RdmaNetlinkCollector::with_transport(Roots { procfs: "/proc".into(), sysfs: "/sys".into() }, config, connect);
+        let mut collector = RdmaNetlinkCollector::with_transport(
+            Roots { procfs: "/proc".into(), sysfs: "/sys".into() },
+            config,
+            connect,
+        );
         let mut errors = Vec::new();
         let stats = collector.read(&mut errors).unwrap();
 
-        assert_eq!(*requests.lock().unwrap(), [(cmd::RES_GET, None), (cmd::RES_MR_GET, Some(0)), (cmd::RES_MR_GET, Some(1))], "efa_0 is excluded");
+        assert_eq!(
+            *requests.lock().unwrap(),
+            [(cmd::RES_GET, None), (cmd::RES_MR_GET, Some(0)), (cmd::RES_MR_GET, Some(1))],
+            "efa_0 is excluded"
+        );
         assert_eq!(opened.load(std::sync::atomic::Ordering::SeqCst), 2, "a fresh socket after the failed dump");
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].path(), std::path::Path::new("netlink:NETLINK_RDMA/RES_MR_GET/mlx5_1"));
@@ -726,7 +839,8 @@ mod tests {
         let comm = std::fs::read_to_string(format!("/proc/{}/comm", std::process::id())).unwrap().trim().to_owned();
         let own = std::process::id().to_string();
         let ghost = GHOST_PID.to_string();
-        let rows: Vec<(&str, &str, u64, u64)> = mrs.owners.iter().map(|o| (o.pid.as_str(), o.comm.as_str(), o.mrs, o.bytes)).collect();
+        let rows: Vec<(&str, &str, u64, u64)> =
+            mrs.owners.iter().map(|o| (o.pid.as_str(), o.comm.as_str(), o.mrs, o.bytes)).collect();
         assert_eq!(
             rows,
             [
@@ -749,24 +863,37 @@ mod tests {
     #[test]
     fn a_socket_that_cannot_be_opened_is_an_error() {
         let connect: Connect = Box::new(|| Err(io::Error::from_raw_os_error(libc::EACCES)));
-        let mut collector = RdmaNetlinkCollector::with_transport(Roots { procfs: "/proc".into(), sysfs: "/sys".into() }, RdmaConfig::default(), connect);
+        let mut collector = RdmaNetlinkCollector::with_transport(
+            Roots { procfs: "/proc".into(), sysfs: "/sys".into() },
+            RdmaConfig::default(),
+            connect,
+        );
         let mut errors = Vec::new();
         assert_eq!(collector.read(&mut errors), None);
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].kind(), "permission");
         let connect: Connect = Box::new(|| Err(io::Error::from_raw_os_error(libc::EPROTONOSUPPORT)));
-        let mut collector = RdmaNetlinkCollector::with_transport(Roots { procfs: "/proc".into(), sysfs: "/sys".into() }, RdmaConfig::default(), connect);
+        let mut collector = RdmaNetlinkCollector::with_transport(
+            Roots { procfs: "/proc".into(), sysfs: "/sys".into() },
+            RdmaConfig::default(),
+            connect,
+        );
         assert_eq!(collector.read(&mut errors), Some(RdmaNetlinkStats { supported: false, devices: Vec::new() }));
         assert_eq!(errors.len(), 1, "unsupported is not an error");
     }
 
     #[test]
     fn errors_name_the_request_and_keep_the_errno() {
-        let e = into_source_error(ExchangeError::Reply(ReplyError::Kernel { error: -22 }), "RES_MR_GET", Some("mlx5_0"));
+        let e =
+            into_source_error(ExchangeError::Reply(ReplyError::Kernel { error: -22 }), "RES_MR_GET", Some("mlx5_0"));
         assert_eq!(e.path(), std::path::Path::new("netlink:NETLINK_RDMA/RES_MR_GET/mlx5_0"));
         assert_eq!(e.kind(), "io");
         assert!(e.to_string().contains("Invalid argument"), "{e}");
-        let e = into_source_error(ExchangeError::Reply(ReplyError::Decode(DecodeError::TruncatedHeader { have: 3 })), "RES_GET", None);
+        let e = into_source_error(
+            ExchangeError::Reply(ReplyError::Decode(DecodeError::TruncatedHeader { have: 3 })),
+            "RES_GET",
+            None,
+        );
         assert_eq!(e.kind(), "parse");
         assert!(e.to_string().starts_with("netlink:NETLINK_RDMA/RES_GET: "), "{e}");
     }

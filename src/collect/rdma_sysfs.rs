@@ -134,7 +134,12 @@ impl RdmaSysfsCollector {
 
     /// Reads and parses one optional file; an absent or unreadable-by-design file is `None`,
     /// anything else is recorded in `errors`.
-    fn value<T>(&mut self, path: &Path, parse: impl FnOnce(&str) -> Result<T, ParseError>, errors: &mut Vec<SourceError>) -> Option<T> {
+    fn value<T>(
+        &mut self,
+        path: &Path,
+        parse: impl FnOnce(&str) -> Result<T, ParseError>,
+        errors: &mut Vec<SourceError>,
+    ) -> Option<T> {
         match absent_ok(fsroot::read_into(path, &mut self.text)) {
             Ok(Some(())) => match parse(&self.text) {
                 Ok(value) => Some(value),
@@ -227,7 +232,9 @@ impl RdmaSysfsStats {
     pub fn render(&self, out: &mut Exposition) {
         out.family(
             "memlock_rdma_device_info",
-            "RDMA device from /sys/class/infiniband, always 1; labels carry firmware, HCA type, board id, node type and node GUID (empty when the driver does not provide the file). Sampled on the rdma_sysfs interval (default 5s).",
+            "RDMA device from /sys/class/infiniband, always 1; labels carry firmware, HCA type, board id, node type \
+                and node GUID (empty when the driver does not provide the file). Sampled on the rdma_sysfs interval \
+                (default 5s).",
             Kind::Gauge,
         );
         for d in &self.devices {
@@ -251,17 +258,21 @@ impl RdmaSysfsStats {
         let gauges: [(&'static str, &'static str, Field); 3] = [
             (
                 "memlock_rdma_port_state",
-                "Logical port state, the kernel's number in ports/N/state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER. Sampled on the rdma_sysfs interval.",
+                "Logical port state, the kernel's number in ports/N/state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 \
+                    ACTIVE_DEFER. Sampled on the rdma_sysfs interval.",
                 |p| p.state.as_ref().map(|s| u64::from(s.value)),
             ),
             (
                 "memlock_rdma_port_phys_state",
-                "Physical port state, the kernel's number in ports/N/phys_state: 1 Sleep, 2 Polling, 3 Disabled, 4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test. Sampled on the rdma_sysfs interval.",
+                "Physical port state, the kernel's number in ports/N/phys_state: 1 Sleep, 2 Polling, 3 Disabled, 4 \
+                    PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test. Sampled on the rdma_sysfs \
+                    interval.",
                 |p| p.phys_state.as_ref().map(|s| u64::from(s.value)),
             ),
             (
                 "memlock_rdma_port_rate_bytes_per_second",
-                "Port signalling rate from ports/N/rate (\"400 Gb/sec (4X NDR)\" is 5e10 bytes per second). Sampled on the rdma_sysfs interval.",
+                "Port signalling rate from ports/N/rate (\"400 Gb/sec (4X NDR)\" is 5e10 bytes per second). Sampled on \
+                    the rdma_sysfs interval.",
                 |p| p.rate_bytes_per_second,
             ),
         ];
@@ -273,7 +284,8 @@ impl RdmaSysfsStats {
         }
         out.family(
             "memlock_rdma_port_info",
-            "RDMA port, always 1; link_layer is InfiniBand, Ethernet (RoCE) or Unknown (EFA). Sampled on the rdma_sysfs interval.",
+            "RDMA port, always 1; link_layer is InfiniBand, Ethernet (RoCE) or Unknown (EFA). Sampled on the \
+                rdma_sysfs interval.",
             Kind::Gauge,
         );
         for (d, p, port) in &ports {
@@ -283,7 +295,9 @@ impl RdmaSysfsStats {
         }
         out.family(
             "memlock_rdma_port_stat_total",
-            "Port counters from ports/N/counters (IBTA PMA). port_xmit_data and port_rcv_data count 4-byte words in the kernel file and are exported in bytes as port_xmit_data_bytes and port_rcv_data_bytes; the others are counts. PMA counters saturate rather than wrap. Sampled on the rdma_sysfs interval.",
+            "Port counters from ports/N/counters (IBTA PMA). port_xmit_data and port_rcv_data count 4-byte words in \
+                the kernel file and are exported in bytes as port_xmit_data_bytes and port_rcv_data_bytes; the others \
+                are counts. PMA counters saturate rather than wrap. Sampled on the rdma_sysfs interval.",
             Kind::Counter,
         );
         for (d, p, port) in &ports {
@@ -300,13 +314,17 @@ impl RdmaSysfsStats {
         if gauges {
             out.family(
                 "memlock_rdma_hw_objects",
-                "Driver hw_counters that are levels, not counts: bnxt_re active_* (verbs objects that exist now, such as active_mrs) and watermark_* (their peak). port is empty for device-level files. Sampled on the rdma_sysfs interval.",
+                "Driver hw_counters that are levels, not counts: bnxt_re active_* (verbs objects that exist now, such \
+                    as active_mrs) and watermark_* (their peak). port is empty for device-level files. Sampled on the \
+                    rdma_sysfs interval.",
                 Kind::Gauge,
             );
         } else {
             out.family(
                 "memlock_rdma_hw_stat_total",
-                "Driver counters from hw_counters/ by file name (EFA reg_mr_err counts failed memory registrations, memlock ENOMEM included). port is empty for device-level counters. Some drivers' 32-bit counters wrap. Sampled on the rdma_sysfs interval.",
+                "Driver counters from hw_counters/ by file name (EFA reg_mr_err counts failed memory registrations, \
+                    memlock ENOMEM included). port is empty for device-level counters. Some drivers' 32-bit counters \
+                    wrap. Sampled on the rdma_sysfs interval.",
                 Kind::Counter,
             );
         }
@@ -356,7 +374,10 @@ mod tests {
         let names: Vec<&str> = stats.devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["bnxt_re0", "efa_0", "mlx5_0", "mlx5_1"]);
         assert!(
-            std::fs::symlink_metadata(fixture_roots().sysfs.join("class/infiniband/mlx5_0")).unwrap().file_type().is_symlink(),
+            std::fs::symlink_metadata(fixture_roots().sysfs.join("class/infiniband/mlx5_0"))
+                .unwrap()
+                .file_type()
+                .is_symlink(),
             "the fixture models sysfs: class entries are symlinks"
         );
 
@@ -371,7 +392,13 @@ mod tests {
         assert_eq!(port.rate_bytes_per_second, Some(50_000_000_000));
         assert_eq!(port.link_layer.as_deref(), Some("InfiniBand"));
         // 4-byte words in the file, bytes in the export.
-        let words: u64 = std::fs::read_to_string(fixture_roots().sysfs.join("class/infiniband/mlx5_0/ports/1/counters/port_xmit_data")).unwrap().trim().parse().unwrap();
+        let words: u64 = std::fs::read_to_string(
+            fixture_roots().sysfs.join("class/infiniband/mlx5_0/ports/1/counters/port_xmit_data"),
+        )
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
         assert_eq!(counter(&port.counters, "port_xmit_data_bytes"), Some(words * 4));
         assert_eq!(counter(&port.counters, "port_xmit_data"), None);
         // "N/A (no PMA)" is absent, not an error and not zero.
@@ -394,7 +421,8 @@ mod tests {
 
     #[test]
     fn include_and_exclude_patterns_select_devices() {
-        let config = RdmaConfig { include: vec![Regex::new("^mlx5_").unwrap()], exclude: vec![Regex::new("_1$").unwrap()] };
+        let config =
+            RdmaConfig { include: vec![Regex::new("^mlx5_").unwrap()], exclude: vec![Regex::new("_1$").unwrap()] };
         let (stats, _) = collect(config);
         assert_eq!(stats.devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["mlx5_0"]);
     }
@@ -419,7 +447,9 @@ mod tests {
         std::fs::write(port.join("counters/port_rcv_data"), "lots\n").unwrap();
         std::fs::write(port.join("counters/port_rcv_packets"), "12\n").unwrap();
         let mut errors = Vec::new();
-        let stats = RdmaSysfsCollector::new(Roots { procfs: root.clone(), sysfs: root.clone() }, RdmaConfig::default()).read(&mut errors).unwrap();
+        let stats = RdmaSysfsCollector::new(Roots { procfs: root.clone(), sysfs: root.clone() }, RdmaConfig::default())
+            .read(&mut errors)
+            .unwrap();
         std::fs::remove_dir_all(&root).unwrap();
         let paths: Vec<String> = errors.iter().map(|e| e.path().display().to_string()).collect();
         assert_eq!(errors.len(), 2, "{paths:?}");
@@ -444,11 +474,26 @@ mod tests {
         let mut out = Exposition::new();
         stats.render(&mut out);
         let text = out.finish();
-        assert!(text.contains("memlock_rdma_port_rate_bytes_per_second{device=\"mlx5_0\",port=\"1\"} 50000000000\n"), "{text}");
-        assert!(text.contains("memlock_rdma_hw_stat_total{device=\"efa_0\",port=\"\",counter=\"reg_mr_err\"} 3\n"), "{text}");
-        assert!(text.contains("memlock_rdma_hw_objects{device=\"bnxt_re0\",port=\"1\",counter=\"active_mrs\"}"), "{text}");
-        assert!(!text.contains("memlock_rdma_hw_stat_total{device=\"bnxt_re0\",port=\"1\",counter=\"active_mrs\"}"), "levels are not counters");
-        assert!(text.contains("memlock_rdma_port_info{device=\"mlx5_1\",port=\"1\",link_layer=\"Ethernet\"} 1\n"), "{text}");
+        assert!(
+            text.contains("memlock_rdma_port_rate_bytes_per_second{device=\"mlx5_0\",port=\"1\"} 50000000000\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("memlock_rdma_hw_stat_total{device=\"efa_0\",port=\"\",counter=\"reg_mr_err\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("memlock_rdma_hw_objects{device=\"bnxt_re0\",port=\"1\",counter=\"active_mrs\"}"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("memlock_rdma_hw_stat_total{device=\"bnxt_re0\",port=\"1\",counter=\"active_mrs\"}"),
+            "levels are not counters"
+        );
+        assert!(
+            text.contains("memlock_rdma_port_info{device=\"mlx5_1\",port=\"1\",link_layer=\"Ethernet\"} 1\n"),
+            "{text}"
+        );
         // Each family's header appears once, so its samples are contiguous.
         for line in text.lines().filter(|l| l.starts_with("# TYPE")) {
             assert_eq!(text.matches(&format!("{line}\n")).count(), 1, "{line}");

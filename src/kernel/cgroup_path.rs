@@ -96,7 +96,10 @@ enum Segment<'a> {
     KubepodsRoot,
     /// `kubepods-burstable.slice`, or `burstable` / `besteffort` below `kubepods`.
     QosSlice(&'static str),
-    Pod { uid: String, qos: Option<&'static str> },
+    Pod {
+        uid: String,
+        qos: Option<&'static str>,
+    },
     Container(String),
     /// `docker` (cgroupfs driver).
     DockerRoot,
@@ -284,7 +287,9 @@ mod tests {
                 vec![("pod_uid", UID), ("container_id", HEX), ("qos_class", "burstable")],
             ),
             (
-                format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_}.slice/crio-{HEX}.scope"),
+                format!(
+                    "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_}.slice/crio-{HEX}.scope"
+                ),
                 vec![("pod_uid", UID), ("container_id", HEX), ("qos_class", "besteffort")],
             ),
             (
@@ -306,9 +311,15 @@ mod tests {
 
     #[test]
     fn kubernetes_cgroupfs_driver() {
-        check(&format!("/kubepods/burstable/pod{UID}/{HEX}"), &[("pod_uid", UID), ("container_id", HEX), ("qos_class", "burstable")]);
+        check(
+            &format!("/kubepods/burstable/pod{UID}/{HEX}"),
+            &[("pod_uid", UID), ("container_id", HEX), ("qos_class", "burstable")],
+        );
         check(&format!("/kubepods/besteffort/pod{UID}"), &[("pod_uid", UID), ("qos_class", "besteffort")]);
-        check(&format!("/kubepods/pod{UID}/{HEX}"), &[("pod_uid", UID), ("container_id", HEX), ("qos_class", "guaranteed")]);
+        check(
+            &format!("/kubepods/pod{UID}/{HEX}"),
+            &[("pod_uid", UID), ("container_id", HEX), ("qos_class", "guaranteed")],
+        );
         check("/kubepods/burstable", &[("qos_class", "burstable")]);
         check("/kubepods", &[]);
         // `burstable` means nothing outside kubepods.
@@ -334,22 +345,19 @@ mod tests {
     #[test]
     fn slurm() {
         // The §3.3 examples.
-        check("/system.slice/slurmstepd.scope/job_1870/step_0/user/task_0", &[
-            ("slurm_job", "1870"),
-            ("slurm_step", "0"),
-            ("systemd_unit", "slurmstepd.scope"),
-        ]);
+        check(
+            "/system.slice/slurmstepd.scope/job_1870/step_0/user/task_0",
+            &[("slurm_job", "1870"), ("slurm_step", "0"), ("systemd_unit", "slurmstepd.scope")],
+        );
         check("/slurm/uid_1000/job_1870/step_0", &[("slurm_job", "1870"), ("slurm_step", "0")]);
-        check("/system.slice/node07_slurmstepd.scope/job_42/step_batch/slurm", &[
-            ("slurm_job", "42"),
-            ("slurm_step", "batch"),
-            ("systemd_unit", "node07_slurmstepd.scope"),
-        ]);
-        check("/system.slice/slurmstepd.scope/job_42/step_extern", &[
-            ("slurm_job", "42"),
-            ("slurm_step", "extern"),
-            ("systemd_unit", "slurmstepd.scope"),
-        ]);
+        check(
+            "/system.slice/node07_slurmstepd.scope/job_42/step_batch/slurm",
+            &[("slurm_job", "42"), ("slurm_step", "batch"), ("systemd_unit", "node07_slurmstepd.scope")],
+        );
+        check(
+            "/system.slice/slurmstepd.scope/job_42/step_extern",
+            &[("slurm_job", "42"), ("slurm_step", "extern"), ("systemd_unit", "slurmstepd.scope")],
+        );
         check("/slurm/uid_1000/job_7", &[("slurm_job", "7")]);
         check("/slurm_node3/uid_0/job_7/step_interactive", &[("slurm_job", "7"), ("slurm_step", "interactive")]);
         check("/slurm", &[]);
@@ -369,18 +377,18 @@ mod tests {
         check(&format!("/docker/{HEX}/docker/{}", "a".repeat(64)), &[("container_id", &"a".repeat(64))]);
         check("/system.slice/containerd.service", &[("systemd_unit", "containerd.service")]);
         check("/user.slice/user-1000.slice/session-3.scope", &[("systemd_unit", "session-3.scope")]);
-        check("/user.slice/user-1000.slice/user@1000.service/app.slice/app-foo@autostart.service", &[(
-            "systemd_unit",
-            "app-foo@autostart.service",
-        )]);
+        check(
+            "/user.slice/user-1000.slice/user@1000.service/app.slice/app-foo@autostart.service",
+            &[("systemd_unit", "app-foo@autostart.service")],
+        );
         check("/user.slice/user-1000.slice/user@1000.service", &[("systemd_unit", "user@1000.service")]);
         check("/init.scope", &[("systemd_unit", "init.scope")]);
         check("/system.slice", &[]);
         // A unit inside a container.
-        check(&format!("/system.slice/docker-{HEX}.scope/system.slice/nginx.service"), &[
-            ("container_id", HEX),
-            ("systemd_unit", "nginx.service"),
-        ]);
+        check(
+            &format!("/system.slice/docker-{HEX}.scope/system.slice/nginx.service"),
+            &[("container_id", HEX), ("systemd_unit", "nginx.service")],
+        );
     }
 
     #[test]
@@ -405,11 +413,10 @@ mod tests {
     fn uppercase_ids_are_normalised() {
         let upper_uid = UID_.to_ascii_uppercase();
         let upper_hex = HEX.to_ascii_uppercase();
-        check(&format!("/kubepods.slice/kubepods-pod{upper_uid}.slice/cri-containerd-{upper_hex}.scope"), &[
-            ("pod_uid", UID),
-            ("container_id", HEX),
-            ("qos_class", "guaranteed"),
-        ]);
+        check(
+            &format!("/kubepods.slice/kubepods-pod{upper_uid}.slice/cri-containerd-{upper_hex}.scope"),
+            &[("pod_uid", UID), ("container_id", HEX), ("qos_class", "guaranteed")],
+        );
     }
 
     #[test]
@@ -455,9 +462,13 @@ mod tests {
     fn labels_come_in_the_fixed_order() {
         // Every label at once: a Slurm job inside a pod container running a unit.
         let path = format!(
-            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{HEX}.scope/system.slice/slurmstepd.scope/job_5/step_1"
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{HEX}.scope\
+             /system.slice/slurmstepd.scope/job_5/step_1"
         );
         let names: Vec<&str> = labels(&path).iter().map(|(k, _)| *k).collect();
-        assert_eq!(names, ["cgroup", "pod_uid", "container_id", "qos_class", "slurm_job", "slurm_step", "systemd_unit"]);
+        assert_eq!(
+            names,
+            ["cgroup", "pod_uid", "container_id", "qos_class", "slurm_job", "slurm_step", "systemd_unit"]
+        );
     }
 }

@@ -79,7 +79,14 @@ pub fn working_set(usage: u64, inactive_file: u64) -> u64 {
 pub fn parse_v1_stat(text: &str) -> Result<V1Stat, ParseError> {
     let [unevictable, total_unevictable, inactive_file, total_inactive_file, memory_limit, memsw_limit] = parse_pairs(
         text,
-        ["unevictable", "total_unevictable", "inactive_file", "total_inactive_file", "hierarchical_memory_limit", "hierarchical_memsw_limit"],
+        [
+            "unevictable",
+            "total_unevictable",
+            "inactive_file",
+            "total_inactive_file",
+            "hierarchical_memory_limit",
+            "hierarchical_memsw_limit",
+        ],
     )?;
     Ok(V1Stat {
         unevictable,
@@ -133,7 +140,8 @@ pub struct V2Events {
 }
 
 pub fn parse_v2_events(text: &str) -> Result<V2Events, ParseError> {
-    let [low, high, max, oom, oom_kill, oom_group_kill] = parse_pairs(text, ["low", "high", "max", "oom", "oom_kill", "oom_group_kill"])?;
+    let [low, high, max, oom, oom_kill, oom_group_kill] =
+        parse_pairs(text, ["low", "high", "max", "oom", "oom_kill", "oom_group_kill"])?;
     Ok(V2Events { low, high, max, oom, oom_kill, oom_group_kill })
 }
 
@@ -158,7 +166,11 @@ fn parse_pairs<const N: usize>(text: &str, keys: [&str; N]) -> Result<[Option<u6
         let Some(value) = value else {
             return Err(ParseError::MissingValue { line: line_no, key: key.to_owned() });
         };
-        let parsed = value.parse::<u64>().map_err(|_| ParseError::NotANumber { line: line_no, key: key.to_owned(), value: value.to_owned() })?;
+        let parsed = value.parse::<u64>().map_err(|_| ParseError::NotANumber {
+            line: line_no,
+            key: key.to_owned(),
+            value: value.to_owned(),
+        })?;
         values[slot] = Some(parsed);
         numeric_lines += 1;
     }
@@ -188,21 +200,29 @@ mod tests {
         assert_eq!(parse_u64(ROOT_USAGE), Ok(895455232));
         assert_eq!(parse_u64(ROOT_MAX_USAGE), Ok(1278595072));
         assert_eq!(parse_u64(ROOT_FAILCNT), Ok(0));
-        assert_eq!(parse_oom_control(ROOT_OOM), Ok(OomControl { oom_kill_disable: Some(0), under_oom: Some(0), oom_kill: Some(0) }));
+        assert_eq!(
+            parse_oom_control(ROOT_OOM),
+            Ok(OomControl { oom_kill_disable: Some(0), under_oom: Some(0), oom_kill: Some(0) })
+        );
         let stat = parse_v1_stat(ROOT_STAT).unwrap();
         assert_eq!(stat.unevictable, Some(13049856));
         assert_eq!(stat.total_unevictable, Some(516452352));
         assert_eq!(stat.subtree_unevictable(), Some(516452352));
         assert_eq!((stat.inactive_file, stat.total_inactive_file), (Some(98304), Some(164372480)));
         assert_eq!(stat.subtree_inactive_file(), Some(164372480), "the subtree's, like usage_in_bytes");
-        assert_eq!(working_set(parse_u64(ROOT_USAGE).unwrap(), stat.subtree_inactive_file().unwrap()), 895455232 - 164372480);
+        assert_eq!(
+            working_set(parse_u64(ROOT_USAGE).unwrap(), stat.subtree_inactive_file().unwrap()),
+            895455232 - 164372480
+        );
         assert_eq!(stat.hierarchical_memory_limit, Some(Limit::Unlimited));
         assert_eq!(stat.hierarchical_memsw_limit, Some(Limit::Unlimited));
     }
 
     #[test]
     fn the_v1_sentinel_is_unlimited_for_every_page_size() {
-        for sentinel in ["9223372036854771712\n", "9223372036854759424\n", "9223372036854710272\n", "9223372036854775807\n"] {
+        for sentinel in
+            ["9223372036854771712\n", "9223372036854759424\n", "9223372036854710272\n", "9223372036854775807\n"]
+        {
             assert_eq!(parse_v1_limit(sentinel), Ok(Limit::Unlimited), "{sentinel}");
         }
         assert_eq!(parse_v1_limit("4611686018427387904\n"), Ok(Limit::Unlimited), "2^62 itself");
@@ -215,7 +235,8 @@ mod tests {
 
     #[test]
     fn v1_stat_of_a_limited_child_without_swap_accounting() {
-        let text = "cache 4096\nrss 536870912\nunevictable 33554432\nhierarchical_memory_limit 268435456\ntotal_cache 4096\ntotal_unevictable 67108864\n";
+        let text = "cache 4096\nrss 536870912\nunevictable 33554432\nhierarchical_memory_limit 268435456\ntotal_cache \
+            4096\ntotal_unevictable 67108864\n";
         let stat = parse_v1_stat(text).unwrap();
         assert_eq!(stat.hierarchical_memory_limit, Some(Limit::Bytes(256 << 20)));
         assert_eq!(stat.hierarchical_memsw_limit, None, "absent without swap accounting");
@@ -244,20 +265,31 @@ mod tests {
         let events = parse_v2_events("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n").unwrap();
         assert_eq!(
             events,
-            V2Events { low: Some(0), high: Some(0), max: Some(12), oom: Some(1), oom_kill: Some(1), oom_group_kill: Some(0) }
+            V2Events {
+                low: Some(0),
+                high: Some(0),
+                max: Some(12),
+                oom: Some(1),
+                oom_kill: Some(1),
+                oom_group_kill: Some(0)
+            }
         );
         // Older kernels lack oom_group_kill; newer ones add sock_throttled.
         let events = parse_v2_events("low 0\nhigh 3\nmax 0\noom 0\noom_kill 0\nsock_throttled 7\n").unwrap();
         assert_eq!(events.oom_group_kill, None);
         assert_eq!(events.high, Some(3));
-        let stat = parse_v2_stat("anon 7340032\nfile 1048576\nshmem 0\nunevictable 4194304\nworkingset_refault_anon 0\npgfault 120\n").unwrap();
+        let stat = parse_v2_stat(
+            "anon 7340032\nfile 1048576\nshmem 0\nunevictable 4194304\nworkingset_refault_anon 0\npgfault 120\n",
+        )
+        .unwrap();
         assert_eq!(stat.unevictable, Some(4 << 20));
         assert_eq!(stat.inactive_file, None, "absent, not zero");
         assert_eq!(parse_v2_stat("anon 1\n").unwrap().unevictable, None, "absent, not zero");
         // The LRU lines as 6.x prints them, between the THP and the unevictable lines;
         // workingset_* and the active_/inactive_ prefixes must not be confused with them.
         let stat = parse_v2_stat(
-            "anon 943718400\nfile 83886080\nanon_thp 471859200\ninactive_anon 849346560\nactive_anon 94371840\ninactive_file 41943040\nactive_file 41943040\nunevictable 0\nworkingset_refault_file 0\n",
+            "anon 943718400\nfile 83886080\nanon_thp 471859200\ninactive_anon 849346560\nactive_anon \
+                94371840\ninactive_file 41943040\nactive_file 41943040\nunevictable 0\nworkingset_refault_file 0\n",
         )
         .unwrap();
         assert_eq!((stat.inactive_file, stat.unevictable), (Some(41943040), Some(0)));
@@ -270,7 +302,10 @@ mod tests {
             parse_v1_stat("cache 1\nunevictable lots\n"),
             Err(ParseError::NotANumber { line: 2, key: "unevictable".into(), value: "lots".into() })
         );
-        assert_eq!(parse_oom_control("oom_kill_disable 0\nunder_oom 0\noom_kill\n"), Err(ParseError::MissingValue { line: 3, key: "oom_kill".into() }));
+        assert_eq!(
+            parse_oom_control("oom_kill_disable 0\nunder_oom 0\noom_kill\n"),
+            Err(ParseError::MissingValue { line: 3, key: "oom_kill".into() })
+        );
         assert!(matches!(parse_v2_events("max -1\n"), Err(ParseError::NotANumber { .. })));
         assert!(matches!(parse_v2_events("max 18446744073709551616\n"), Err(ParseError::NotANumber { .. })));
         assert_eq!(parse_v2_events(""), Err(ParseError::Empty));

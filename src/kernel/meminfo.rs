@@ -72,12 +72,10 @@ pub fn parse(text: &str) -> Result<Meminfo, ParseError> {
             value: number.to_owned(),
         })?;
         let value = match fields.next() {
-            Some("kB") => value
-                .checked_mul(1024)
-                .ok_or_else(|| ParseError::Overflow { line: line_no, key: key.to_owned() })?,
-            Some(unit) => {
-                return Err(ParseError::Format(format!("line {line_no}: {key}: unknown unit {unit:?}")))
+            Some("kB") => {
+                value.checked_mul(1024).ok_or_else(|| ParseError::Overflow { line: line_no, key: key.to_owned() })?
             }
+            Some(unit) => return Err(ParseError::Format(format!("line {line_no}: {key}: unknown unit {unit:?}"))),
             None => value,
         };
         *slot = Some(value);
@@ -141,7 +139,8 @@ mod tests {
 
     #[test]
     fn hugepage_block_of_a_gpu_node() {
-        let text = "HugePages_Total:    1024\nHugePages_Free:      924\nHugePages_Rsvd:        0\nHugePages_Surp:        0\nHugepagesize:       2048 kB\nHugetlb:         2097152 kB\n";
+        let text = "HugePages_Total:    1024\nHugePages_Free:      924\nHugePages_Rsvd:        0\n\
+            HugePages_Surp:        0\nHugepagesize:       2048 kB\nHugetlb:         2097152 kB\n";
         let info = parse(text).unwrap();
         assert_eq!(info.hugepages_total, Some(1024));
         assert_eq!(info.hugepages_free, Some(924));

@@ -182,7 +182,10 @@ pub enum Message<'a> {
 impl Message<'_> {
     pub fn header(&self) -> &Header {
         match self {
-            Message::Reply { header, .. } | Message::Done { header, .. } | Message::Error { header, .. } | Message::Control { header } => header,
+            Message::Reply { header, .. }
+            | Message::Done { header, .. }
+            | Message::Error { header, .. }
+            | Message::Control { header } => header,
         }
     }
 }
@@ -249,7 +252,11 @@ pub struct Attr<'a> {
 
 impl<'a> Attr<'a> {
     fn exact<const N: usize>(&self) -> Result<[u8; N], DecodeError> {
-        self.payload.try_into().map_err(|_| DecodeError::BadAttributeSize { kind: self.kind, len: self.payload.len(), expected: N })
+        self.payload.try_into().map_err(|_| DecodeError::BadAttributeSize {
+            kind: self.kind,
+            len: self.payload.len(),
+            expected: N,
+        })
     }
 
     pub fn u8(&self) -> Result<u8, DecodeError> {
@@ -355,8 +362,10 @@ pub fn decode_res_summary(body: &[u8]) -> Result<ResourceSummary, DecodeError> {
                             _ => {}
                         }
                     }
-                    let name = name.ok_or(DecodeError::MissingAttribute { what: WHAT, attribute: "RES_SUMMARY_ENTRY_NAME" })?;
-                    let current = current.ok_or(DecodeError::MissingAttribute { what: WHAT, attribute: "RES_SUMMARY_ENTRY_CURR" })?;
+                    let name =
+                        name.ok_or(DecodeError::MissingAttribute { what: WHAT, attribute: "RES_SUMMARY_ENTRY_NAME" })?;
+                    let current = current
+                        .ok_or(DecodeError::MissingAttribute { what: WHAT, attribute: "RES_SUMMARY_ENTRY_CURR" })?;
                     entries.push((name, current));
                 }
             }
@@ -446,7 +455,8 @@ pub struct DeviceInfo {
 pub fn decode_device(body: &[u8]) -> Result<DeviceInfo, DecodeError> {
     const WHAT: &str = "GET reply";
     let (mut index, mut name) = (None, None);
-    let mut info = DeviceInfo { index: 0, name: String::new(), ports: None, fw_version: None, node_guid: None, protocol: None };
+    let mut info =
+        DeviceInfo { index: 0, name: String::new(), ports: None, fw_version: None, node_guid: None, protocol: None };
     for a in attrs(body) {
         let a = a?;
         match a.kind {
@@ -626,7 +636,12 @@ pub(crate) mod testing {
     }
 
     pub fn mr_part(seq: u32, dev: (u32, &str), entries: &[Vec<u8>]) -> Vec<u8> {
-        let body = [attribute(attr::DEV_INDEX, &dev.0.to_ne_bytes()), string(attr::DEV_NAME, dev.1), attribute(attr::RES_MR, &entries.concat())].concat();
+        let body = [
+            attribute(attr::DEV_INDEX, &dev.0.to_ne_bytes()),
+            string(attr::DEV_NAME, dev.1),
+            attribute(attr::RES_MR, &entries.concat()),
+        ]
+        .concat();
         message(nldev_type(cmd::RES_MR_GET), flags::MULTI, seq, &body)
     }
 
@@ -639,19 +654,28 @@ pub(crate) mod testing {
         let table: Vec<u8> = entries
             .iter()
             .flat_map(|(name, current)| {
-                let fields = [string(attr::RES_SUMMARY_ENTRY_NAME, name), attribute(attr::RES_SUMMARY_ENTRY_CURR, &current.to_ne_bytes())].concat();
+                let fields = [
+                    string(attr::RES_SUMMARY_ENTRY_NAME, name),
+                    attribute(attr::RES_SUMMARY_ENTRY_CURR, &current.to_ne_bytes()),
+                ]
+                .concat();
                 attribute(attr::RES_SUMMARY_ENTRY, &fields)
             })
             .collect();
-        let body = [attribute(attr::DEV_INDEX, &dev.0.to_ne_bytes()), string(attr::DEV_NAME, dev.1), attribute(attr::RES_SUMMARY, &table)].concat();
+        let body = [
+            attribute(attr::DEV_INDEX, &dev.0.to_ne_bytes()),
+            string(attr::DEV_NAME, dev.1),
+            attribute(attr::RES_SUMMARY, &table),
+        ]
+        .concat();
         message(nldev_type(cmd::RES_GET), flags::MULTI, seq, &body)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::testing::*;
+    use super::*;
 
     const SAMPLES: &str = include_str!("../../tests/fixtures/captures/rdma-netlink-samples.txt");
 
@@ -710,9 +734,16 @@ mod tests {
 
     #[test]
     fn decodes_the_request_samples() {
-        for (n, op, flags, index) in [(1, cmd::RES_MR_GET, 0x0305, Some(0)), (2, cmd::RES_GET, 0x0005, Some(0)), (8, cmd::RES_MR_GET, 0x0305, None), (10, cmd::RES_MR_GET_RAW, 0x0305, Some(0))] {
+        for (n, op, flags, index) in [
+            (1, cmd::RES_MR_GET, 0x0305, Some(0)),
+            (2, cmd::RES_GET, 0x0005, Some(0)),
+            (8, cmd::RES_MR_GET, 0x0305, None),
+            (10, cmd::RES_MR_GET_RAW, 0x0305, Some(0)),
+        ] {
             let bytes = sample(n);
-            let Message::Reply { header, attrs: body } = messages(&bytes).next().unwrap().unwrap() else { panic!("sample {n}") };
+            let Message::Reply { header, attrs: body } = messages(&bytes).next().unwrap().unwrap() else {
+                panic!("sample {n}")
+            };
             assert_eq!(split_type(header.kind), (CLIENT_NLDEV, op), "sample {n}");
             assert_eq!(header.flags, flags, "sample {n}");
             let mut dev_index = None;
@@ -740,7 +771,10 @@ mod tests {
         });
         assert_eq!(progress, Ok(Progress::More), "a doit reply is followed by its ACK");
         let expected: Vec<(String, u64)> =
-            [("pd", 4), ("cq", 9), ("qp", 18), ("cm_id", 0), ("mr", 37), ("ctx", 2), ("srq", 0)].iter().map(|(n, v)| (n.to_string(), *v)).collect();
+            [("pd", 4), ("cq", 9), ("qp", 18), ("cm_id", 0), ("mr", 37), ("ctx", 2), ("srq", 0)]
+                .iter()
+                .map(|(n, v)| (n.to_string(), *v))
+                .collect();
         assert_eq!(summaries, [ResourceSummary { dev_index: 0, dev_name: "mlx5_0".into(), entries: expected }]);
 
         let ack = sample(4);
@@ -763,7 +797,10 @@ mod tests {
             ]
         );
         let privileged = decode_mr_body(&sample(7));
-        assert_eq!(privileged.entries, [MrEntry { length: Some(9_633_792), mrn: Some(4), pdn: Some(2), pid: Some(4242), kern_name: None }]);
+        assert_eq!(
+            privileged.entries,
+            [MrEntry { length: Some(9_633_792), mrn: Some(4), pdn: Some(2), pid: Some(4242), kern_name: None }]
+        );
     }
 
     fn decode_mr_body(bytes: &[u8]) -> MrDumpPart {
@@ -813,15 +850,28 @@ mod tests {
             attribute(attr::RES_PID, &77u32.to_ne_bytes()),
         ]);
         // Architectures without efficient unaligned access put a PAD before each u64.
-        let padded = mr_entry(&[attribute(attr::PAD, &[]), attribute(attr::RES_MRLEN, &8192u64.to_ne_bytes()), string(attr::RES_KERN_NAME, "nvme_rdma")]);
+        let padded = mr_entry(&[
+            attribute(attr::PAD, &[]),
+            attribute(attr::RES_MRLEN, &8192u64.to_ne_bytes()),
+            string(attr::RES_KERN_NAME, "nvme_rdma"),
+        ]);
         // Owner outside our PID namespace: no PID, no kernel name. And a driver nest flagged NESTED.
         let mut driver = attribute(attr::DRIVER, &string(54, "odp"));
         driver[2..4].copy_from_slice(&(attr::DRIVER | NLA_F_NESTED).to_ne_bytes());
-        let foreign = mr_entry(&[attribute(attr::RES_MRLEN, &4096u64.to_ne_bytes()), attribute(attr::RES_PDN, &3u32.to_ne_bytes()), driver]);
+        let foreign = mr_entry(&[
+            attribute(attr::RES_MRLEN, &4096u64.to_ne_bytes()),
+            attribute(attr::RES_PDN, &3u32.to_ne_bytes()),
+            driver,
+        ]);
 
         let seq = 500;
-        let first = [mr_part(seq, (2, "mlx5_2"), &[user.clone(), padded]), mr_part(seq - 1, (2, "mlx5_2"), std::slice::from_ref(&user))].concat();
-        let second = [mr_part(seq, (2, "mlx5_2"), &[foreign]), done(seq, 0), mr_part(seq, (2, "mlx5_2"), &[user])].concat();
+        let first = [
+            mr_part(seq, (2, "mlx5_2"), &[user.clone(), padded]),
+            mr_part(seq - 1, (2, "mlx5_2"), std::slice::from_ref(&user)),
+        ]
+        .concat();
+        let second =
+            [mr_part(seq, (2, "mlx5_2"), &[foreign]), done(seq, 0), mr_part(seq, (2, "mlx5_2"), &[user])].concat();
 
         let mut reader = ReplyReader::new(nldev_type(cmd::RES_MR_GET), seq, 100);
         let mut all = Vec::new();
@@ -849,7 +899,9 @@ mod tests {
 
         let request = res_mr_request(10, 0);
         let error = message(msg::ERROR, 0, 10, &[(-libc::EPERM).to_ne_bytes().to_vec(), request.clone()].concat());
-        let Message::Error { error: code, request: echoed, .. } = messages(&error).next().unwrap().unwrap() else { panic!() };
+        let Message::Error { error: code, request: echoed, .. } = messages(&error).next().unwrap().unwrap() else {
+            panic!()
+        };
         assert_eq!((code, echoed), (-1, Some(Header::parse(&request).unwrap())));
         let mut reader = ReplyReader::new(nldev_type(cmd::RES_MR_GET), 10, 10);
         assert_eq!(reader.feed(&error, |_, _| Ok(())).unwrap_err().errno(), Some(libc::EPERM));
@@ -857,14 +909,20 @@ mod tests {
         let mut reader = ReplyReader::new(nldev_type(cmd::RES_MR_GET), 11, 10);
         assert_eq!(reader.feed(&message(msg::OVERRUN, 0, 11, &[]), |_, _| Ok(())), Err(ReplyError::Overrun));
         let mut reader = ReplyReader::new(nldev_type(cmd::RES_MR_GET), 12, 10);
-        assert_eq!(reader.feed(&[message(msg::NOOP, 0, 12, &[]), done(12, 0)].concat(), |_, _| Ok(())), Ok(Progress::Finished));
+        assert_eq!(
+            reader.feed(&[message(msg::NOOP, 0, 12, &[]), done(12, 0)].concat(), |_, _| Ok(())),
+            Ok(Progress::Finished)
+        );
     }
 
     #[test]
     fn replies_of_another_type_and_endless_replies_are_refused() {
         let part = mr_part(3, (0, "mlx5_0"), &[]);
         let mut reader = ReplyReader::new(nldev_type(cmd::RES_GET), 3, 10);
-        assert!(matches!(reader.feed(&part, |_, _| Ok(())), Err(ReplyError::Decode(DecodeError::UnexpectedType { .. }))));
+        assert!(matches!(
+            reader.feed(&part, |_, _| Ok(())),
+            Err(ReplyError::Decode(DecodeError::UnexpectedType { .. }))
+        ));
         let mut reader = ReplyReader::new(nldev_type(cmd::RES_MR_GET), 3, 3);
         let three = [part.clone(), part.clone(), part.clone()].concat();
         assert_eq!(reader.feed(&three, |_, _| Ok(())), Ok(Progress::More));
@@ -901,7 +959,10 @@ mod tests {
     fn malformed_framing_is_an_error() {
         let good = sample(5);
         assert_eq!(messages(&good[..10]).next(), Some(Err(DecodeError::TruncatedHeader { have: 10 })));
-        assert!(matches!(messages(&good[..100]).next(), Some(Err(DecodeError::BadMessageLength { len: 120, available: 100 }))));
+        assert!(matches!(
+            messages(&good[..100]).next(),
+            Some(Err(DecodeError::BadMessageLength { len: 120, available: 100 }))
+        ));
         let mut short = good.clone();
         short[0] = 8;
         assert!(matches!(messages(&short).next(), Some(Err(DecodeError::BadMessageLength { len: 8, .. }))));
@@ -914,14 +975,31 @@ mod tests {
         let bad_u64 = attribute(attr::RES_MRLEN, &[1, 2, 3, 4]);
         let part = mr_part(1, (0, "x"), &[mr_entry(&[bad_u64])]);
         let Message::Reply { attrs: body, .. } = messages(&part).next().unwrap().unwrap() else { panic!() };
-        assert_eq!(decode_mr_part(body), Err(DecodeError::BadAttributeSize { kind: attr::RES_MRLEN, len: 4, expected: 8 }));
+        assert_eq!(
+            decode_mr_part(body),
+            Err(DecodeError::BadAttributeSize { kind: attr::RES_MRLEN, len: 4, expected: 8 })
+        );
         // A summary entry without its value.
         let entry = attribute(attr::RES_SUMMARY_ENTRY, &string(attr::RES_SUMMARY_ENTRY_NAME, "mr"));
-        let body = [attribute(attr::DEV_INDEX, &0u32.to_ne_bytes()), string(attr::DEV_NAME, "x"), attribute(attr::RES_SUMMARY, &entry)].concat();
-        assert!(matches!(decode_res_summary(&body), Err(DecodeError::MissingAttribute { attribute: "RES_SUMMARY_ENTRY_CURR", .. })));
+        let body = [
+            attribute(attr::DEV_INDEX, &0u32.to_ne_bytes()),
+            string(attr::DEV_NAME, "x"),
+            attribute(attr::RES_SUMMARY, &entry),
+        ]
+        .concat();
+        assert!(matches!(
+            decode_res_summary(&body),
+            Err(DecodeError::MissingAttribute { attribute: "RES_SUMMARY_ENTRY_CURR", .. })
+        ));
         // DONE and ERROR without their error code.
-        assert!(matches!(messages(&message(msg::DONE, 0, 1, &[])).next(), Some(Err(DecodeError::TruncatedPayload { .. }))));
-        assert!(matches!(messages(&message(msg::ERROR, 0, 1, &[0, 0])).next(), Some(Err(DecodeError::TruncatedPayload { .. }))));
+        assert!(matches!(
+            messages(&message(msg::DONE, 0, 1, &[])).next(),
+            Some(Err(DecodeError::TruncatedPayload { .. }))
+        ));
+        assert!(matches!(
+            messages(&message(msg::ERROR, 0, 1, &[0, 0])).next(),
+            Some(Err(DecodeError::TruncatedPayload { .. }))
+        ));
         // Trailing bytes too short for an attribute header.
         assert!(matches!(attrs(&[4, 0, 1, 0, 9]).nth(1), Some(Err(DecodeError::BadAttributeLength { .. }))));
         assert!(attrs(&[]).next().is_none());
@@ -1012,7 +1090,11 @@ mod tests {
             let items = decode_everything(&buf);
             // Every item needs at least one 4-byte attribute header; the decoders ran three
             // times with four views each, so nothing can come out of thin air.
-            assert!(items <= 12 * (buf.len() / ATTR_HEADER_LEN + 1), "round {round}: {items} items from {} bytes", buf.len());
+            assert!(
+                items <= 12 * (buf.len() / ATTR_HEADER_LEN + 1),
+                "round {round}: {items} items from {} bytes",
+                buf.len()
+            );
             decoded_something += usize::from(items > 0);
         }
         assert!(decoded_something > 10_000, "mutations should often still decode: {decoded_something}");

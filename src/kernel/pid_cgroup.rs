@@ -34,7 +34,11 @@ pub fn memory_path(text: &str) -> Result<Option<&str>, ParseError> {
         }
     }
     if valid_lines == 0 {
-        return Err(if text.trim().is_empty() { ParseError::Empty } else { ParseError::Format("no ID:CONTROLLERS:PATH line".into()) });
+        return Err(if text.trim().is_empty() {
+            ParseError::Empty
+        } else {
+            ParseError::Format("no ID:CONTROLLERS:PATH line".into())
+        });
     }
     Ok(unified)
 }
@@ -53,7 +57,10 @@ mod tests {
     #[test]
     fn the_memory_line_wins_wherever_it_is() {
         // After the 0:: line, and in a co-mounted hierarchy.
-        assert_eq!(memory_path("0::/user.slice\n7:memory:/slurm/uid_1000/job_1870/step_0\n"), Ok(Some("/slurm/uid_1000/job_1870/step_0")));
+        assert_eq!(
+            memory_path("0::/user.slice\n7:memory:/slurm/uid_1000/job_1870/step_0\n"),
+            Ok(Some("/slurm/uid_1000/job_1870/step_0"))
+        );
         assert_eq!(memory_path("3:cpu,memory,blkio:/a\n0::/b\n"), Ok(Some("/a")));
         // "memory" must be a whole controller name.
         assert_eq!(memory_path("3:memory_x:/a\n0::/b\n"), Ok(Some("/b")));
@@ -61,10 +68,15 @@ mod tests {
 
     #[test]
     fn pure_v2_uses_the_unified_line() {
-        let kube = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b0e3b1a_2a43_4a3b_9c1e_2f1d0c7a9e11.slice/cri-containerd-3f2b6c1d8e9a0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c.scope\n";
+        let kube = "0::/kubepods.slice/kubepods-burstable.slice\
+            /kubepods-burstable-pod6b0e3b1a_2a43_4a3b_9c1e_2f1d0c7a9e11.slice\
+            /cri-containerd-3f2b6c1d8e9a0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c.scope\n";
         assert_eq!(memory_path(kube), Ok(Some(kube.trim_start_matches("0::").trim_end())));
         assert_eq!(memory_path("0::/\n"), Ok(Some("/")));
-        assert_eq!(memory_path("0::/system.slice/slurmstepd.scope/job_1870/step_0/user/task_0"), Ok(Some("/system.slice/slurmstepd.scope/job_1870/step_0/user/task_0")));
+        assert_eq!(
+            memory_path("0::/system.slice/slurmstepd.scope/job_1870/step_0/user/task_0"),
+            Ok(Some("/system.slice/slurmstepd.scope/job_1870/step_0/user/task_0"))
+        );
     }
 
     #[test]

@@ -32,7 +32,9 @@ pub fn parse(text: &str) -> Result<MemlockLimits, ParseError> {
         match fields.next() {
             // A line cut before its unit still carries both values.
             None | Some("bytes") => {}
-            Some(unit) => return Err(ParseError::Format(format!("line {line_no}: {MEMLOCK_LINE}: unknown unit {unit:?}"))),
+            Some(unit) => {
+                return Err(ParseError::Format(format!("line {line_no}: {MEMLOCK_LINE}: unknown unit {unit:?}")))
+            }
         }
         return Ok(MemlockLimits { soft: parse_limit(line_no, soft)?, hard: parse_limit(line_no, hard)? });
     }
@@ -46,10 +48,11 @@ fn parse_limit(line: usize, value: &str) -> Result<Limit, ParseError> {
     if value == "unlimited" {
         return Ok(Limit::Unlimited);
     }
-    value
-        .parse()
-        .map(Limit::Bytes)
-        .map_err(|_| ParseError::NotANumber { line, key: MEMLOCK_LINE.to_owned(), value: value.to_owned() })
+    value.parse().map(Limit::Bytes).map_err(|_| ParseError::NotANumber {
+        line,
+        key: MEMLOCK_LINE.to_owned(),
+        value: value.to_owned(),
+    })
 }
 
 #[cfg(test)]
@@ -77,7 +80,8 @@ mod tests {
 
     #[test]
     fn soft_below_hard_and_wide_values() {
-        let text = "Limit                     Soft Limit           Hard Limit           Units     \nMax locked memory         65536                18446744073709551614 bytes     \n";
+        let text = "Limit                     Soft Limit           Hard Limit           Units     \nMax locked \
+            memory         65536                18446744073709551614 bytes     \n";
         let limits = parse(text).unwrap();
         assert_eq!(limits.soft, Limit::Bytes(65536));
         assert_eq!(limits.hard, Limit::Bytes(u64::MAX - 1));
@@ -90,13 +94,28 @@ mod tests {
             parse("Limit\nMax locked memory         lots                 8388608              bytes     \n"),
             Err(ParseError::NotANumber { line: 2, key: MEMLOCK_LINE.into(), value: "lots".into() })
         );
-        assert_eq!(parse("Max locked memory         8388608"), Err(ParseError::MissingValue { line: 1, key: MEMLOCK_LINE.into() }));
+        assert_eq!(
+            parse("Max locked memory         8388608"),
+            Err(ParseError::MissingValue { line: 1, key: MEMLOCK_LINE.into() })
+        );
         assert_eq!(parse("Max locked memory"), Err(ParseError::MissingValue { line: 1, key: MEMLOCK_LINE.into() }));
-        assert!(matches!(parse("Max locked memory         -1                   -1                   bytes     "), Err(ParseError::NotANumber { .. })));
-        assert!(matches!(parse("Max locked memory         1                    99999999999999999999999"), Err(ParseError::NotANumber { .. })));
-        assert!(matches!(parse("Max locked memory         1                    1                    pages     "), Err(ParseError::Format(_))));
+        assert!(matches!(
+            parse("Max locked memory         -1                   -1                   bytes     "),
+            Err(ParseError::NotANumber { .. })
+        ));
+        assert!(matches!(
+            parse("Max locked memory         1                    99999999999999999999999"),
+            Err(ParseError::NotANumber { .. })
+        ));
+        assert!(matches!(
+            parse("Max locked memory         1                    1                    pages     "),
+            Err(ParseError::Format(_))
+        ));
         // Cut after the hard value: both values are there.
-        assert_eq!(parse("Max locked memory         1                    2"), Ok(MemlockLimits { soft: Limit::Bytes(1), hard: Limit::Bytes(2) }));
+        assert_eq!(
+            parse("Max locked memory         1                    2"),
+            Ok(MemlockLimits { soft: Limit::Bytes(1), hard: Limit::Bytes(2) })
+        );
     }
 
     #[test]

@@ -97,9 +97,8 @@ fn parse_kb(line: usize, key: &str, value: &str) -> Result<u64, ParseError> {
     let Some(number) = fields.next() else {
         return Err(ParseError::MissingValue { line, key: key.to_owned() });
     };
-    let kib: u64 = number
-        .parse()
-        .map_err(|_| ParseError::NotANumber { line, key: key.to_owned(), value: number.to_owned() })?;
+    let kib: u64 =
+        number.parse().map_err(|_| ParseError::NotANumber { line, key: key.to_owned(), value: number.to_owned() })?;
     match fields.next() {
         Some("kB") => kib.checked_mul(1024).ok_or_else(|| ParseError::Overflow { line, key: key.to_owned() }),
         // A value without its unit is a cut-off line, not a number we can trust.
@@ -117,7 +116,11 @@ fn parse_hex(line: usize, key: &str, value: &str) -> Result<u64, ParseError> {
     if digits.len() > 16 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(ParseError::NotANumber { line, key: key.to_owned(), value: digits.to_owned() });
     }
-    u64::from_str_radix(digits, 16).map_err(|_| ParseError::NotANumber { line, key: key.to_owned(), value: digits.to_owned() })
+    u64::from_str_radix(digits, 16).map_err(|_| ParseError::NotANumber {
+        line,
+        key: key.to_owned(),
+        value: digits.to_owned(),
+    })
 }
 
 /// `0` or `1`.
@@ -137,7 +140,13 @@ mod tests {
     const CAPTURE: &str = include_str!("../../tests/fixtures/captures/proc_self_status");
 
     /// `/proc/2/status` of this kernel (6.18): no Vm lines, `Kthread: 1`.
-    const KTHREADD: &str = "Name:\tkthreadd\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t2\nNgid:\t0\nPid:\t2\nPPid:\t0\nTracerPid:\t0\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t \nNStgid:\t2\nNSpid:\t2\nNSpgid:\t0\nNSsid:\t0\nKthread:\t1\nThreads:\t1\nSigQ:\t0/96365\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\nSigIgn:\tffffffffffffffff\nSigCgt:\t0000000000000000\nCapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\nCapEff:\t000001ffffffffff\nCapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\nNoNewPrivs:\t0\n";
+    const KTHREADD: &str = "Name:\tkthreadd\nUmask:\t0022\nState:\tS \
+        (sleeping)\nTgid:\t2\nNgid:\t0\nPid:\t2\nPPid:\t0\nTracerPid:\t0\nUid:\t0\t0\t0\t0\n\
+        Gid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t \nNStgid:\t2\nNSpid:\t2\nNSpgid:\t0\nNSsid:\t0\n\
+        Kthread:\t1\nThreads:\t1\nSigQ:\t0/96365\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\n\
+        SigBlk:\t0000000000000000\nSigIgn:\tffffffffffffffff\nSigCgt:\t0000000000000000\n\
+        CapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\nCapEff:\t000001ffffffffff\n\
+        CapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\nNoNewPrivs:\t0\n";
 
     #[test]
     fn parses_the_captured_status_of_a_root_cat() {
@@ -168,7 +177,9 @@ mod tests {
 
     #[test]
     fn gpu_worker_with_nine_gib_pinned_and_no_ipc_lock() {
-        let text = "Name:\tpt_main_thread\nKthread:\t0\nVmPeak:\t123456789 kB\nVmSize:\t123456788 kB\nVmLck:\t       0 kB\nVmPin:\t 9437184 kB\nVmHWM:\t 12000000 kB\nCapEff:\t0000000000000000\n";
+        let text =
+            "Name:\tpt_main_thread\nKthread:\t0\nVmPeak:\t123456789 kB\nVmSize:\t123456788 kB\nVmLck:\t       0 \
+            kB\nVmPin:\t 9437184 kB\nVmHWM:\t 12000000 kB\nCapEff:\t0000000000000000\n";
         let status = parse(text).unwrap();
         assert_eq!(status.name, "pt_main_thread");
         assert_eq!(status.pinned_bytes, Some(9437184 * 1024));

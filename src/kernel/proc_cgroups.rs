@@ -33,10 +33,20 @@ pub fn parse(text: &str) -> Result<Vec<Controller>, ParseError> {
             return Err(ParseError::Format(format!("line {line_no}: expected 4 fields, found {}", fields.len())));
         };
         let number = |value: &str| {
-            value.parse::<u64>().map_err(|_| ParseError::NotANumber { line: line_no, key: name.to_owned(), value: value.to_owned() })
+            value.parse::<u64>().map_err(|_| ParseError::NotANumber {
+                line: line_no,
+                key: name.to_owned(),
+                value: value.to_owned(),
+            })
         };
-        let hierarchy = u32::try_from(number(hierarchy)?).map_err(|_| ParseError::Overflow { line: line_no, key: name.to_owned() })?;
-        controllers.push(Controller { name: name.to_owned(), hierarchy, num_cgroups: number(num_cgroups)?, enabled: number(enabled)? != 0 });
+        let hierarchy = u32::try_from(number(hierarchy)?)
+            .map_err(|_| ParseError::Overflow { line: line_no, key: name.to_owned() })?;
+        controllers.push(Controller {
+            name: name.to_owned(),
+            hierarchy,
+            num_cgroups: number(num_cgroups)?,
+            enabled: number(enabled)? != 0,
+        });
     }
     if controllers.is_empty() {
         return Err(ParseError::Empty);

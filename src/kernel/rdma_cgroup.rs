@@ -77,8 +77,16 @@ mod tests {
         assert_eq!(
             max,
             vec![
-                RdmaDevice { device: "mlx5_0".into(), hca_handle: Some(RdmaValue::Count(2)), hca_object: Some(RdmaValue::Count(2000)) },
-                RdmaDevice { device: "mlx5_1".into(), hca_handle: Some(RdmaValue::Max), hca_object: Some(RdmaValue::Max) },
+                RdmaDevice {
+                    device: "mlx5_0".into(),
+                    hca_handle: Some(RdmaValue::Count(2)),
+                    hca_object: Some(RdmaValue::Count(2000))
+                },
+                RdmaDevice {
+                    device: "mlx5_1".into(),
+                    hca_handle: Some(RdmaValue::Max),
+                    hca_object: Some(RdmaValue::Max)
+                },
             ]
         );
         let current = parse("mlx5_0 hca_handle=1 hca_object=213 \nmlx5_1 hca_handle=0 hca_object=0 \n").unwrap();
@@ -101,7 +109,8 @@ mod tests {
     #[test]
     fn malformed_lines_are_errors() {
         assert!(matches!(parse("mlx5_0 hca_handle=lots \n"), Err(ParseError::NotANumber { line: 1, .. })));
-        assert!(matches!(parse("mlx5_0 hca_handle=1 \nmlx5_1 hca_handle \n"), Err(ParseError::Format(m)) if m.contains("line 2")));
+        assert!(matches!(parse("mlx5_0 hca_handle=1 \nmlx5_1 \
+                hca_handle \n"), Err(ParseError::Format(m)) if m.contains("line 2")));
         assert!(matches!(parse("hca_handle=1 \n"), Err(ParseError::Format(_))));
         assert!(matches!(parse("mlx5_0 hca_handle=-1 \n"), Err(ParseError::NotANumber { .. })));
         assert!(matches!(parse("mlx5_0 hca_handle= \n"), Err(ParseError::NotANumber { .. })));

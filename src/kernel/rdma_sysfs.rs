@@ -20,9 +20,8 @@ pub struct Numbered {
 /// Parses `4: ACTIVE`, `7: Phy Test`, `0: <unknown>`.
 pub fn parse_numbered(text: &str) -> Result<Numbered, ParseError> {
     let line = single_line(text)?;
-    let (number, name) = line
-        .split_once(':')
-        .ok_or_else(|| ParseError::Format(format!("{line:?} is not \"<number>: <name>\"")))?;
+    let (number, name) =
+        line.split_once(':').ok_or_else(|| ParseError::Format(format!("{line:?} is not \"<number>: <name>\"")))?;
     let value = number
         .trim()
         .parse::<u32>()
@@ -156,7 +155,17 @@ mod tests {
         // Drivers that report no rate print the SDR default for a 1X link.
         assert_eq!(parse_rate("0 Gb/sec (1X SDR)\n"), Ok(0));
         assert_eq!(parse_rate("400 Gb/sec\n"), Ok(50_000_000_000));
-        for bad in ["", "400\n", "400 Mb/sec (4X NDR)\n", "fast Gb/sec\n", "4.0.0 Gb/sec\n", "-1 Gb/sec\n", ".5 Gb/sec\n", "99999999999999999999 Gb/sec\n", "1.0000000001 Gb/sec\n"] {
+        for bad in [
+            "",
+            "400\n",
+            "400 Mb/sec (4X NDR)\n",
+            "fast Gb/sec\n",
+            "4.0.0 Gb/sec\n",
+            "-1 Gb/sec\n",
+            ".5 Gb/sec\n",
+            "99999999999999999999 Gb/sec\n",
+            "1.0000000001 Gb/sec\n",
+        ] {
             assert!(parse_rate(bad).is_err(), "{bad:?}");
         }
     }
@@ -197,7 +206,10 @@ mod tests {
     fn label_values_are_one_bounded_line() {
         assert_eq!(label_value("28.39.1002\n"), "28.39.1002");
         assert_eq!(label_value("b859:9f03:00d4:5a2e\n"), "b859:9f03:00d4:5a2e");
-        assert_eq!(label_value("  Broadcom NetXtreme-C/E RoCE Driver HCA  \n"), "Broadcom NetXtreme-C/E RoCE Driver HCA");
+        assert_eq!(
+            label_value("  Broadcom NetXtreme-C/E RoCE Driver HCA  \n"),
+            "Broadcom NetXtreme-C/E RoCE Driver HCA"
+        );
         assert_eq!(label_value("first\nsecond\n"), "first");
         assert_eq!(label_value(""), "");
         assert_eq!(label_value(&"x".repeat(1000)).len(), MAX_LABEL_BYTES);

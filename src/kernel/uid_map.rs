@@ -24,8 +24,13 @@ pub fn is_initial(text: &str) -> Result<bool, ParseError> {
         }
         let mut fields = line.split_ascii_whitespace();
         let mut number = |name: &str| -> Result<u64, ParseError> {
-            let value = fields.next().ok_or_else(|| ParseError::MissingValue { line: index + 1, key: name.to_owned() })?;
-            let parsed: u64 = value.parse().map_err(|_| ParseError::NotANumber { line: index + 1, key: name.to_owned(), value: value.to_owned() })?;
+            let value =
+                fields.next().ok_or_else(|| ParseError::MissingValue { line: index + 1, key: name.to_owned() })?;
+            let parsed: u64 = value.parse().map_err(|_| ParseError::NotANumber {
+                line: index + 1,
+                key: name.to_owned(),
+                value: value.to_owned(),
+            })?;
             if parsed > ALL_UIDS {
                 return Err(ParseError::Overflow { line: index + 1, key: name.to_owned() });
             }
@@ -50,7 +55,9 @@ mod tests {
 
     #[test]
     fn the_initial_namespace_maps_every_uid_onto_itself() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures/proc_self_uid_map")).unwrap();
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures/proc_self_uid_map"))
+                .unwrap();
         assert_eq!(is_initial(&text), Ok(true));
         assert_eq!(is_initial("         0          0 4294967295\n"), Ok(true));
     }

@@ -84,11 +84,11 @@ mod tests {
     #[test]
     fn malformed_input() {
         assert!(matches!(parse("nr_foll_pin_acquired -1\n"), Err(ParseError::NotANumber { line: 1, .. })));
-        assert!(matches!(parse("nr_free_pages 1\nnr_foll_pin_acquired\n"), Err(ParseError::MissingValue { line: 2, .. })));
         assert!(matches!(
-            parse("nr_foll_pin_acquired 99999999999999999999999\n"),
-            Err(ParseError::NotANumber { .. })
+            parse("nr_free_pages 1\nnr_foll_pin_acquired\n"),
+            Err(ParseError::MissingValue { line: 2, .. })
         ));
+        assert!(matches!(parse("nr_foll_pin_acquired 99999999999999999999999\n"), Err(ParseError::NotANumber { .. })));
         assert_eq!(parse(""), Err(ParseError::Empty));
         assert_eq!(parse("garbage garbage\n\0\0\0"), Err(ParseError::Empty));
     }

@@ -16,7 +16,8 @@ use regex::Regex;
 use crate::util::{fixtures, Metrics};
 
 const HEX: &str = "3f2b6c1d8e9a0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c";
-const POD: &str = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b0e3b1a_2a43_4a3b_9c1e_2f1d0c7a9e11.slice";
+const POD: &str =
+    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b0e3b1a_2a43_4a3b_9c1e_2f1d0c7a9e11.slice";
 const GIB: u64 = 1 << 30;
 
 fn config() -> CgroupConfig {
@@ -95,11 +96,12 @@ fn v2_effective_limits_events_and_absences() {
     assert_eq!(m.value(&format!("memlock_cgroup_memory_unevictable_bytes{{{labels}}}")), GIB as f64);
     // swap.max 0 is a limit of zero, not "unlimited".
     assert_eq!(m.value(&format!("memlock_cgroup_memory_swap_limit_bytes{{{labels}}}")), 0.0);
-    let current: f64 = std::fs::read_to_string(tree("cgroup-v2").join(format!("sys/fs/cgroup{container}/memory.current")))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let current: f64 =
+        std::fs::read_to_string(tree("cgroup-v2").join(format!("sys/fs/cgroup{container}/memory.current")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
     assert_eq!(m.value(&format!("memlock_cgroup_memory_usage_bytes{{{labels}}}")), current);
     // The working set is memory.current minus inactive_file of the same cgroup's memory.stat.
     assert_eq!(m.value(&format!("memlock_cgroup_memory_working_set_bytes{{{labels}}}")), current - 138936320.0);
@@ -109,7 +111,10 @@ fn v2_effective_limits_events_and_absences() {
     let stage = "cgroup=\"/system.slice/dataset-stage.service\",systemd_unit=\"dataset-stage.service\"";
     assert_eq!(m.value(&format!("memlock_cgroup_memory_usage_bytes{{{stage}}}")), 4081057792.0);
     assert_eq!(m.value(&format!("memlock_cgroup_memory_limit_bytes{{{stage}}}")), (4 * GIB) as f64);
-    assert_eq!(m.value(&format!("memlock_cgroup_memory_working_set_bytes{{{stage}}}")), (4081057792u64 - 3355443200) as f64);
+    assert_eq!(
+        m.value(&format!("memlock_cgroup_memory_working_set_bytes{{{stage}}}")),
+        (4081057792u64 - 3355443200) as f64
+    );
     assert_eq!(m.value(&format!("memlock_cgroup_memory_events_total{{{stage},event=\"max\"}}")), 4121.0);
     assert_eq!(m.value(&format!("memlock_cgroup_memory_events_total{{{stage},event=\"oom_kill\"}}")), 0.0);
     let trend = stats.observations(0.0);
@@ -152,7 +157,9 @@ fn v2_effective_limits_events_and_absences() {
     assert_eq!(rdma("mlx5_1", "hca_handle", "current"), None);
     let rdma_series = m.family("memlock_cgroup_rdma");
     assert_eq!(rdma_series.len(), 4 * 2 + 2, "4 cgroups use mlx5_0; the container also limits it");
-    assert!(rdma_series.iter().all(|(k, _)| k.contains("device=\"mlx5_0\"") && !k.contains("cgroup=\"/\",") && !k.contains("docker-")));
+    assert!(rdma_series
+        .iter()
+        .all(|(k, _)| k.contains("device=\"mlx5_0\"") && !k.contains("cgroup=\"/\",") && !k.contains("docker-")));
 }
 
 #[test]
@@ -165,19 +172,32 @@ fn v1_sentinels_for_64k_pages_and_cgroupfs_driver_paths() {
     assert_eq!(m.value(&format!("memlock_cgroup_memory_limit_bytes{{{container}}}")), (32 * GIB) as f64);
     assert_eq!(m.value(&format!("memlock_cgroup_memory_events_total{{{container},event=\"max\"}}")), 1542.0);
     assert_eq!(m.value(&format!("memlock_cgroup_memory_events_total{{{container},event=\"oom_kill\"}}")), 2.0);
-    assert!(m.get(&format!("memlock_cgroup_memory_events_total{{{container},event=\"oom\"}}")).is_none(), "v1 has no oom count");
+    assert!(
+        m.get(&format!("memlock_cgroup_memory_events_total{{{container},event=\"oom\"}}")).is_none(),
+        "v1 has no oom count"
+    );
     assert_eq!(m.value(&format!("memlock_cgroup_memory_unevictable_bytes{{{container}}}")), (8 * GIB) as f64);
     // usage_in_bytes minus total_inactive_file, the subtree's like the usage.
-    assert_eq!(m.value(&format!("memlock_cgroup_memory_working_set_bytes{{{container}}}")), (31776047104u64 - 268435456) as f64);
+    assert_eq!(
+        m.value(&format!("memlock_cgroup_memory_working_set_bytes{{{container}}}")),
+        (31776047104u64 - 268435456) as f64
+    );
     // 9223372036854710272, the 64 KiB-page sentinel, is unlimited.
     assert_eq!(m.value("memlock_cgroup_memory_limit_unlimited{cgroup=\"/\"}"), 1.0);
     assert!(m.get("memlock_cgroup_memory_limit_bytes{cgroup=\"/\"}").is_none());
     // No swap accounting: no swap limit anywhere.
     assert!(m.family("memlock_cgroup_memory_swap_limit_bytes").is_empty());
     // The pause container has no limit of its own; the pod's applies (hierarchical_memory_limit).
-    let pause = stats.memory.iter().find(|c| c.path().ends_with("/77aa0e3c5b1d9f2e4a6c8b0d2f4e6a8c0b2d4f6e8a0c2b4d6f8e0a2c4b6d8f0e")).unwrap();
+    let pause = stats
+        .memory
+        .iter()
+        .find(|c| c.path().ends_with("/77aa0e3c5b1d9f2e4a6c8b0d2f4e6a8c0b2d4f6e8a0c2b4d6f8e0a2c4b6d8f0e"))
+        .unwrap();
     assert_eq!(pause.limit, Some(Limit::Bytes(32 * GIB)));
-    assert!(m.text.contains("container_id=\"d41d8cd98f00b204e9800998ecf8427ed41d8cd98f00b204e9800998ecf8427e\""), "docker cgroupfs path");
+    assert!(
+        m.text.contains("container_id=\"d41d8cd98f00b204e9800998ecf8427ed41d8cd98f00b204e9800998ecf8427e\""),
+        "docker cgroupfs path"
+    );
     assert!(m.text.contains("qos_class=\"guaranteed\""));
     assert!(m.text.contains("slurm_job=\"99\",slurm_step=\"batch\""));
     // An rdma hierarchy without devices: the controller is there, there is nothing to export.
@@ -199,7 +219,10 @@ fn hybrid_main_tree_uses_v1_memory_and_the_v1_rdma_hierarchy() {
     // it in the working set.
     let opensm = "cgroup=\"/system.slice/opensm.service\",systemd_unit=\"opensm.service\"";
     assert_eq!(m.value(&format!("memlock_cgroup_memory_unevictable_bytes{{{opensm}}}")), (64u64 << 20) as f64);
-    assert_eq!(m.value(&format!("memlock_cgroup_memory_working_set_bytes{{{opensm}}}")), (96468992u64 - 1572864) as f64);
+    assert_eq!(
+        m.value(&format!("memlock_cgroup_memory_working_set_bytes{{{opensm}}}")),
+        (96468992u64 - 1572864) as f64
+    );
     // The Slurm job's memory and memory+swap limits reach the step.
     let step = "cgroup=\"/slurm/uid_1000/job_1870/step_0\",slurm_job=\"1870\",slurm_step=\"0\"";
     assert_eq!(m.value(&format!("memlock_cgroup_memory_limit_bytes{{{step}}}")), (2 * GIB) as f64);
@@ -215,7 +238,8 @@ fn include_and_exclude_select_exported_cgroups_but_limits_still_apply() {
     let v2 = tree("cgroup-v2");
     // Export only the containers: the pod slices and kubepods.slice are filtered, yet their
     // memory.max still bounds the containers.
-    let only_containers = CgroupConfig { include: vec![Regex::new(r"cri-containerd-[0-9a-f]{64}\.scope$").unwrap()], ..config() };
+    let only_containers =
+        CgroupConfig { include: vec![Regex::new(r"cri-containerd-[0-9a-f]{64}\.scope$").unwrap()], ..config() };
     let (stats, errors) = collect(&v2, only_containers);
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(stats.memory.len(), 3);
@@ -225,9 +249,15 @@ fn include_and_exclude_select_exported_cgroups_but_limits_still_apply() {
     let guaranteed = stats.memory.iter().find(|c| c.path().contains("kubepods-podc0ffee00")).unwrap();
     assert_eq!(guaranteed.limit, Some(Limit::Bytes(16 * GIB)));
 
-    let no_system = CgroupConfig { exclude: vec![Regex::new("^/system.slice").unwrap(), Regex::new("^/user.slice").unwrap()], ..config() };
+    let no_system = CgroupConfig {
+        exclude: vec![Regex::new("^/system.slice").unwrap(), Regex::new("^/user.slice").unwrap()],
+        ..config()
+    };
     let (stats, _) = collect(&v2, no_system);
-    assert!(stats.memory.iter().all(|c| !c.path().starts_with("/system.slice") && !c.path().starts_with("/user.slice")));
+    assert!(stats
+        .memory
+        .iter()
+        .all(|c| !c.path().starts_with("/system.slice") && !c.path().starts_with("/user.slice")));
     assert!(stats.memory.iter().any(|c| c.path().starts_with("/kubepods.slice")));
     assert_eq!(stats.scan.filtered, 10 + 3);
 }

@@ -47,7 +47,12 @@ impl Tree {
     }
 
     fn roots(&self) -> [String; 4] {
-        ["--path.procfs".into(), self.path("proc").display().to_string(), "--path.sysfs".into(), self.path("sys").display().to_string()]
+        [
+            "--path.procfs".into(),
+            self.path("proc").display().to_string(),
+            "--path.sysfs".into(),
+            self.path("sys").display().to_string(),
+        ]
     }
 }
 
@@ -65,11 +70,15 @@ fn mkfifo(path: &Path) {
 
 /// The captured status of a process with this pid, name and `VmPin` line.
 fn status(pid: u32, name: &str, vmpin: &str) -> String {
-    synthetic::STATUS.replace("Name:\tcat", &format!("Name:\t{name}")).replace("Pid:\t15717", &format!("Pid:\t{pid}")).replace("VmPin:\t       0 kB", vmpin)
+    synthetic::STATUS
+        .replace("Name:\tcat", &format!("Name:\t{name}"))
+        .replace("Pid:\t15717", &format!("Pid:\t{pid}"))
+        .replace("VmPin:\t       0 kB", vmpin)
 }
 
 fn errors_of(m: &Metrics, collector: &str, kind: &str) -> f64 {
-    m.get(&format!("memlock_exporter_collector_errors_total{{collector=\"{collector}\",kind=\"{kind}\"}}")).unwrap_or(0.0)
+    m.get(&format!("memlock_exporter_collector_errors_total{{collector=\"{collector}\",kind=\"{kind}\"}}"))
+        .unwrap_or(0.0)
 }
 
 fn success(m: &Metrics, collector: &str) -> f64 {
@@ -147,7 +156,12 @@ fn broken_node_files_are_named_errors_and_the_rest_keeps_sampling() {
     for family in ["memlock_node_pinned_bytes", "memlock_node_overcommit_mode", "memlock_node_hugepages"] {
         assert!(!m.family(family).is_empty(), "{family} missing:\n{}", m.text);
     }
-    for family in ["memlock_node_mlocked_bytes", "memlock_node_max_map_areas", "memlock_node_overcommit_ratio", "memlock_node_transparent_hugepage_enabled"] {
+    for family in [
+        "memlock_node_mlocked_bytes",
+        "memlock_node_max_map_areas",
+        "memlock_node_overcommit_ratio",
+        "memlock_node_transparent_hugepage_enabled",
+    ] {
         assert!(m.family(family).is_empty(), "{family} from a broken file:\n{}", m.text);
     }
     // The log names the first broken file of a run and says what is wrong with it.
@@ -176,7 +190,10 @@ fn broken_process_files_are_counted_and_the_other_processes_exported() {
     // a FIFO (reads as empty: a process reaped mid-read, skipped), and a status whose VmPin
     // times 1024 overflows.
     tree.symlink("proc/7001/status", "/proc/self/mem");
-    tree.replace("proc/7002/status", status(7002, "big", &format!("VmPin:\t{:>8} kB\n{}", 1, "Zzz:\t0\n".repeat(200_000))).as_bytes());
+    tree.replace(
+        "proc/7002/status",
+        status(7002, "big", &format!("VmPin:\t{:>8} kB\n{}", 1, "Zzz:\t0\n".repeat(200_000))).as_bytes(),
+    );
     tree.replace("proc/7003/status", status(7003, "overflow", "VmPin:\t99999999999999999999 kB").as_bytes());
     tree.replace("proc/7004/status", status(7004, "ev\0il", "VmPin:\t    4096 kB").as_bytes());
     tree.fifo("proc/7005/status");
@@ -193,7 +210,11 @@ fn broken_process_files_are_counted_and_the_other_processes_exported() {
     assert!(m.value("memlock_process_read_errors_total{kind=\"too_large\"}") >= 1.0, "{}", m.text);
     assert!(m.value("memlock_process_read_errors_total{kind=\"parse\"}") >= 2.0, "{}", m.text);
     // ...but every readable process is still exported, NUL in its name included.
-    let pids: Vec<String> = m.family("memlock_process_pinned_bytes").iter().map(|(k, _)| k.split("pid=\"").nth(1).unwrap().split('"').next().unwrap().to_owned()).collect();
+    let pids: Vec<String> = m
+        .family("memlock_process_pinned_bytes")
+        .iter()
+        .map(|(k, _)| k.split("pid=\"").nth(1).unwrap().split('"').next().unwrap().to_owned())
+        .collect();
     for pid in ["7004", "7007"] {
         assert!(pids.iter().any(|p| p == pid), "pid {pid} not exported: {pids:?}");
     }
@@ -207,7 +228,12 @@ fn broken_process_files_are_counted_and_the_other_processes_exported() {
     // The collector logs its first error of a run (again when it changes); the counters
     // above have them all.
     let log = exporter.log_text();
-    assert!(["7001/status: Input/output error", "7002/status: larger than", "7003/status", "7006/status"].iter().any(|s| log.contains(s)), "{log}");
+    assert!(
+        ["7001/status: Input/output error", "7002/status: larger than", "7003/status", "7006/status"]
+            .iter()
+            .any(|s| log.contains(s)),
+        "{log}"
+    );
     assert_alive(exporter);
 }
 
@@ -298,7 +324,10 @@ fn a_configuration_file_replaced_by_a_directory_or_a_fifo() {
 
     // At start: a usage error naming the file, nothing started.
     std::fs::create_dir(&config).unwrap();
-    let out = Command::new(binary()).args(["--config.file", config.to_str().unwrap(), "--web.listen-address", "127.0.0.1:0"]).output().unwrap();
+    let out = Command::new(binary())
+        .args(["--config.file", config.to_str().unwrap(), "--web.listen-address", "127.0.0.1:0"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&config.display().to_string()) && stderr.contains("not a regular file"), "{stderr}");

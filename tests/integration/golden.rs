@@ -90,5 +90,8 @@ fn fixture_values_match_the_fixture_files() {
     assert_eq!(m.value("memlock_node_cma_free_bytes"), (131072u64 * 1024) as f64);
     assert_eq!(m.value("memlock_numa_mlocked_bytes{numa_node=\"1\"}"), 0.0);
     assert_eq!(m.value("memlock_numa_pinned_bytes{numa_node=\"0\"}"), (1792u64 * 4096) as f64);
-    assert!(m.get("memlock_numa_hugepages{numa_node=\"0\",size_bytes=\"2097152\",state=\"reserved\"}").is_none(), "per-node pools have no reserved count");
+    assert!(
+        m.get("memlock_numa_hugepages{numa_node=\"0\",size_bytes=\"2097152\",state=\"reserved\"}").is_none(),
+        "per-node pools have no reserved count"
+    );
 }

@@ -55,14 +55,22 @@ fn connect_small_window(address: &str) -> std::io::Result<TcpStream> {
         let stream = TcpStream::from_raw_fd(fd);
         let size: libc::c_int = 16 * 1024;
         let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        assert_eq!(libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, (&size as *const libc::c_int).cast(), len), 0);
+        assert_eq!(
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, (&size as *const libc::c_int).cast(), len),
+            0
+        );
         let sin = libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
             sin_port: addr.port().to_be(),
             sin_addr: libc::in_addr { s_addr: u32::from(*addr.ip()).to_be() },
             sin_zero: [0; 8],
         };
-        if libc::connect(fd, (&sin as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t) != 0 {
+        if libc::connect(
+            fd,
+            (&sin as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        ) != 0
+        {
             return Err(std::io::Error::last_os_error());
         }
         Ok(stream)
@@ -79,7 +87,10 @@ fn scrape(address: &str, chunk: usize, pause: Duration) -> (Outcome, usize) {
         Err(e) => panic!("connect {address}: {e}"),
     };
     stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    if stream.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes()).is_err() {
+    if stream
+        .write_all(format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n").as_bytes())
+        .is_err()
+    {
         return (Outcome::Unanswered, 0);
     }
     let mut raw = Vec::new();
@@ -102,7 +113,9 @@ fn scrape(address: &str, chunk: usize, pause: Duration) -> (Outcome, usize) {
     if head.split_whitespace().nth(1) != Some("200") {
         return (Outcome::BadStatus, raw.len());
     }
-    let length = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(usize::MAX)));
+    let length = head.lines().find_map(|l| {
+        l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(usize::MAX))
+    });
     match length {
         Some(length) if body.len() == length => (Outcome::Complete, body.len()),
         _ => (Outcome::Truncated, body.len()),
@@ -126,7 +139,13 @@ fn a_restart_under_load_finishes_in_flight_scrapes_and_the_new_process_serves() 
     let _ = std::fs::remove_dir_all(&root);
     let (procfs, sysfs) = big_host(&root);
     let address = free_address();
-    let args = ["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap(), "--no-collector.rdma_netlink"];
+    let args = [
+        "--path.procfs",
+        procfs.to_str().unwrap(),
+        "--path.sysfs",
+        sysfs.to_str().unwrap(),
+        "--no-collector.rdma_netlink",
+    ];
     let first = spawn_on(&address, &args);
     let body = first.get("/metrics").1.len();
     assert!(body > 8 << 20, "the scrape is {body} bytes; the test wants one larger than the socket buffers");
@@ -177,19 +196,36 @@ fn a_restart_under_load_finishes_in_flight_scrapes_and_the_new_process_serves() 
     let mut slowest = Duration::ZERO;
     for reader in slow {
         let ((outcome, bytes), took) = reader.join().unwrap();
-        assert_eq!(outcome, Outcome::Complete, "a scrape in flight at SIGTERM ended as {outcome:?} after {bytes} bytes");
+        assert_eq!(
+            outcome,
+            Outcome::Complete,
+            "a scrape in flight at SIGTERM ended as {outcome:?} after {bytes} bytes"
+        );
         slowest = slowest.max(took);
     }
     // The old process waited for them: it exited only after the slowest had most of its body.
-    assert!(stopped_after > Duration::from_millis(300), "exited {stopped_after:?} after SIGTERM, while scrapes were in flight");
+    assert!(
+        stopped_after > Duration::from_millis(300),
+        "exited {stopped_after:?} after SIGTERM, while scrapes were in flight"
+    );
 
     let outcomes = outcomes.lock().unwrap().clone();
     let count = |o: Outcome| outcomes.iter().filter(|(_, x)| *x == o).count();
-    let (complete, refused, unanswered) = (count(Outcome::Complete), count(Outcome::Refused), count(Outcome::Unanswered));
-    let last_before = outcomes.iter().filter(|(at, o)| *o == Outcome::Complete && *at < term_at + stopped_after).map(|(at, _)| *at).max().unwrap();
-    let first_after = outcomes.iter().filter(|(at, o)| *o == Outcome::Complete && *at > last_before).map(|(at, _)| *at).min();
+    let (complete, refused, unanswered) =
+        (count(Outcome::Complete), count(Outcome::Refused), count(Outcome::Unanswered));
+    let last_before = outcomes
+        .iter()
+        .filter(|(at, o)| *o == Outcome::Complete && *at < term_at + stopped_after)
+        .map(|(at, _)| *at)
+        .max()
+        .unwrap();
+    let first_after =
+        outcomes.iter().filter(|(at, o)| *o == Outcome::Complete && *at > last_before).map(|(at, _)| *at).min();
     eprintln!(
-        "restart under load: {body} bytes per scrape; slow in-flight scrapes took up to {slowest:?}; old process exited {stopped_after:?} after SIGTERM, new one serving {serving_after:?} after it; {complete} complete, {refused} refused, {unanswered} unanswered (in the old listen backlog), {} truncated, {} bad status; gap without answers {:?}",
+        "restart under load: {body} bytes per scrape; slow in-flight scrapes took up to {slowest:?}; old process \
+            exited {stopped_after:?} after SIGTERM, new one serving {serving_after:?} after it; {complete} complete, \
+            {refused} refused, {unanswered} unanswered (in the old listen backlog), {} truncated, {} bad status; gap \
+            without answers {:?}",
         count(Outcome::Truncated),
         count(Outcome::BadStatus),
         first_after.map(|f| f - last_before),
@@ -224,7 +260,9 @@ fn scrape_continuously(address: String, stop: Arc<AtomicBool>) -> std::thread::J
         while !stop.load(Ordering::Relaxed) {
             let at = Instant::now();
             match http_get(&address, "/metrics") {
-                Ok((200, body)) if body.contains("memlock_scrape_collector_success{collector=\"node\"} 1") => scrapes += 1,
+                Ok((200, body)) if body.contains("memlock_scrape_collector_success{collector=\"node\"} 1") => {
+                    scrapes += 1
+                }
                 Ok((status, body)) => return Err(format!("scrape {scrapes}: status {status}: {body}")),
                 Err(e) => return Err(format!("scrape {scrapes} (started {at:?}): {e}")),
             }
@@ -243,10 +281,20 @@ fn sighup_storms_keep_the_exporter_serving_with_a_valid_configuration() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("config.toml");
-    let numa = |enabled: bool| format!("[collector.numa]\nenabled = {enabled}\n[collector.process]\nfull_scan_interval = \"1s\"\n");
+    let numa = |enabled: bool| {
+        format!("[collector.numa]\nenabled = {enabled}\n[collector.process]\nfull_scan_interval = \"1s\"\n")
+    };
     std::fs::write(&config, numa(true)).unwrap();
     let roots = [fixtures().join("proc").display().to_string(), fixtures().join("sys").display().to_string()];
-    let exporter = Exporter::start(&["--config.file", config.to_str().unwrap(), "--path.procfs", &roots[0], "--path.sysfs", &roots[1], "--no-collector.rdma_netlink"]);
+    let exporter = Exporter::start(&[
+        "--config.file",
+        config.to_str().unwrap(),
+        "--path.procfs",
+        &roots[0],
+        "--path.sysfs",
+        &roots[1],
+        "--no-collector.rdma_netlink",
+    ]);
     let pid = exporter.child.id();
     let threads_before = thread_count(pid);
     let reloads = |exporter: &Exporter| exporter.log_text().matches("\"message\":\"configuration reloaded\"").count();
@@ -265,7 +313,9 @@ fn sighup_storms_keep_the_exporter_serving_with_a_valid_configuration() {
         assert!(Instant::now() < deadline, "no reload after 500 SIGHUP:\n{}", exporter.log_text());
         std::thread::sleep(Duration::from_millis(50));
     }
-    let m = wait_metrics(&exporter, "the storm to settle", |m| m.get("memlock_exporter_config_last_reload_successful") == Some(1.0));
+    let m = wait_metrics(&exporter, "the storm to settle", |m| {
+        m.get("memlock_exporter_config_last_reload_successful") == Some(1.0)
+    });
     assert!(m.get("memlock_scrape_collector_success{collector=\"numa\"}").is_some());
     let unchanged_reloads = reloads(&exporter);
     assert_eq!(thread_count(pid), threads_before, "no thread leaked by reloads");
@@ -278,7 +328,8 @@ fn sighup_storms_keep_the_exporter_serving_with_a_valid_configuration() {
     }
     // The last write enabled numa: that is where it must end up.
     let m = wait_metrics(&exporter, "the last configuration", |m| {
-        m.get("memlock_exporter_config_last_reload_successful") == Some(1.0) && m.get("memlock_scrape_collector_success{collector=\"numa\"}") == Some(1.0)
+        m.get("memlock_exporter_config_last_reload_successful") == Some(1.0)
+            && m.get("memlock_scrape_collector_success{collector=\"numa\"}") == Some(1.0)
     });
     assert_eq!(exporter.get("/-/ready").0, 200);
     // Old samplers are stopped: a handful of threads may be on their way out, not one per reload.
@@ -286,17 +337,28 @@ fn sighup_storms_keep_the_exporter_serving_with_a_valid_configuration() {
     let threads_after = thread_count(pid);
     assert!(threads_after <= threads_before + 2, "threads {threads_before} -> {threads_after}");
     let changing_reloads = reloads(&exporter) - unchanged_reloads;
-    eprintln!("storm 2: 100 changes, {changing_reloads} reloads, threads {threads_before} -> {threads_after}, reload metric {:?}", m.get("memlock_exporter_config_last_reload_successful"));
+    eprintln!(
+        "storm 2: 100 changes, {changing_reloads} reloads, threads {threads_before} -> {threads_after}, reload \
+        metric {:?}",
+        m.get("memlock_exporter_config_last_reload_successful")
+    );
 
     // 3. A broken file: every reload fails, the last good configuration stays.
     std::fs::write(&config, "[collector.numa]\nenabled = fals\n").unwrap();
     sighups(&exporter, 200, Duration::from_micros(500));
-    let m = wait_metrics(&exporter, "failed reloads", |m| m.get("memlock_exporter_config_last_reload_successful") == Some(0.0));
-    assert_eq!(m.get("memlock_scrape_collector_success{collector=\"numa\"}"), Some(1.0), "the last good configuration runs");
+    let m = wait_metrics(&exporter, "failed reloads", |m| {
+        m.get("memlock_exporter_config_last_reload_successful") == Some(0.0)
+    });
+    assert_eq!(
+        m.get("memlock_scrape_collector_success{collector=\"numa\"}"),
+        Some(1.0),
+        "the last good configuration runs"
+    );
     std::fs::write(&config, numa(false)).unwrap();
     sighups(&exporter, 5, Duration::from_millis(1));
     wait_metrics(&exporter, "the fixed configuration", |m| {
-        m.get("memlock_exporter_config_last_reload_successful") == Some(1.0) && m.get("memlock_scrape_collector_success{collector=\"numa\"}").is_none()
+        m.get("memlock_exporter_config_last_reload_successful") == Some(1.0)
+            && m.get("memlock_scrape_collector_success{collector=\"numa\"}").is_none()
     });
     stop.store(true, Ordering::Relaxed);
     let scrapes = scraper.join().unwrap().unwrap_or_else(|e| panic!("{e}\n{}", exporter.log_text()));
@@ -316,7 +378,12 @@ fn sighup_storms_keep_the_exporter_serving_with_a_valid_configuration() {
 fn sigterm_while_starting_is_a_clean_exit() {
     for attempt in 0..5 {
         let mut child = command(binary(), "127.0.0.1:0")
-            .args(["--path.procfs", fixtures().join("proc").to_str().unwrap(), "--path.sysfs", fixtures().join("sys").to_str().unwrap()])
+            .args([
+                "--path.procfs",
+                fixtures().join("proc").to_str().unwrap(),
+                "--path.sysfs",
+                fixtures().join("sys").to_str().unwrap(),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

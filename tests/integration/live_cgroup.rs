@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::util::{command_as_nobody, fixtures, http_get, is_root, live_lock, set_mode, Exporter, Metrics, MLOCK_HOLDER};
+use crate::util::{
+    command_as_nobody, fixtures, http_get, is_root, live_lock, set_mode, Exporter, Metrics, MLOCK_HOLDER,
+};
 
 const MEMORY: &str = "/sys/fs/cgroup/memory";
 const LIMIT: u64 = 256 << 20;
@@ -23,7 +25,10 @@ fn require_root() {
     if !is_root() {
         panic!("live cgroup tests need root (they create memory cgroups and move processes into them)");
     }
-    assert!(Path::new(MEMORY).join("memory.usage_in_bytes").exists(), "this machine has a v1 memory hierarchy at {MEMORY}");
+    assert!(
+        Path::new(MEMORY).join("memory.usage_in_bytes").exists(),
+        "this machine has a v1 memory hierarchy at {MEMORY}"
+    );
 }
 
 /// Test cgroups and the processes in them, removed even when the test fails: the processes are
@@ -68,7 +73,9 @@ fn read_u64(path: &Path) -> u64 {
 /// One `key value` line of a v1 `memory.stat`.
 fn stat_value(dir: &Path, key: &str) -> u64 {
     let text = std::fs::read_to_string(dir.join("memory.stat")).unwrap();
-    text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok()).unwrap_or_else(|| panic!("{key} in memory.stat"))
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{key} in memory.stat"))
 }
 
 /// A file removed on drop (declared after the cgroups, so it goes first and frees its cache).
@@ -109,7 +116,11 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
     let name = format!("memlock-test-{}", std::process::id());
     let outer = cgroups.create(Path::new(MEMORY).join(&name), Some(LIMIT));
     let nested = cgroups.create(outer.join("nested"), Some(NESTED_LIMIT));
-    assert_eq!(read_u64(&nested.join("memory.limit_in_bytes")), NESTED_LIMIT, "the nested cgroup's own limit is the higher one");
+    assert_eq!(
+        read_u64(&nested.join("memory.limit_in_bytes")),
+        NESTED_LIMIT,
+        "the nested cgroup's own limit is the higher one"
+    );
 
     // The child waits for "go" so that it is in the cgroup before it faults its buffer in.
     let mut child = Command::new("python3")
@@ -129,7 +140,10 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "locked", "child failed to lock: {line}");
 
-    let config = ConfigFile::new("limited", &format!("[collector.cgroup]\ninclude = [\"^/{name}(/|$)\"]\nfull_scan_interval = \"1s\"\n"));
+    let config = ConfigFile::new(
+        "limited",
+        &format!("[collector.cgroup]\ninclude = [\"^/{name}(/|$)\"]\nfull_scan_interval = \"1s\"\n"),
+    );
     let exporter = Exporter::start(&["--config.file", config.arg(), "--no-collector.process"]);
     let outer_labels = format!("cgroup=\"/{name}\"");
     let nested_labels = format!("cgroup=\"/{name}/nested\"");
@@ -141,14 +155,19 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
     let mut m = exporter.metrics();
     while Instant::now() < deadline {
         m = exporter.metrics();
-        if m.get(&series("memlock_cgroup_memory_unevictable_bytes", &outer_labels)).is_some_and(|v| v >= LOCK_BYTES as f64) {
+        if m.get(&series("memlock_cgroup_memory_unevictable_bytes", &outer_labels))
+            .is_some_and(|v| v >= LOCK_BYTES as f64)
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
     }
     let kernel_usage = read_u64(&outer.join("memory.usage_in_bytes")) as f64;
     let usage = m.value(&series("memlock_cgroup_memory_usage_bytes", &outer_labels));
-    assert!((usage - kernel_usage).abs() <= USAGE_TOLERANCE, "exporter usage {usage}, memory.usage_in_bytes {kernel_usage}");
+    assert!(
+        (usage - kernel_usage).abs() <= USAGE_TOLERANCE,
+        "exporter usage {usage}, memory.usage_in_bytes {kernel_usage}"
+    );
     assert!(usage >= LOCK_BYTES as f64, "usage {usage} includes the locked buffer");
     assert!(
         m.value(&series("memlock_cgroup_memory_unevictable_bytes", &outer_labels)) >= LOCK_BYTES as f64,
@@ -163,7 +182,11 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
     assert_eq!(m.value(&series("memlock_cgroup_memory_limit_unlimited", &outer_labels)), 0.0);
     // The nested cgroup's own limit is higher: its effective limit is the parent's.
     assert_eq!(m.value(&series("memlock_cgroup_memory_limit_bytes", &nested_labels)), LIMIT as f64);
-    assert_eq!(m.value(&series("memlock_cgroup_memory_usage_bytes", &nested_labels)), 0.0, "nothing runs in the nested cgroup");
+    assert_eq!(
+        m.value(&series("memlock_cgroup_memory_usage_bytes", &nested_labels)),
+        0.0,
+        "nothing runs in the nested cgroup"
+    );
     assert_eq!(m.value(&series("memlock_cgroup_memory_events_total", &format!("{outer_labels},event=\"max\""))), 0.0);
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"cgroup\"}"), 1.0);
     assert_eq!(m.value("memlock_cgroup_hierarchy_info{layout=\"hybrid\",memory=\"v1\",rdma=\"none\"}"), 1.0);
@@ -176,7 +199,11 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
     const CACHE_BYTES: u64 = 64 << 20;
     let file = ScratchFile(PathBuf::from(format!("/var/tmp/memlock-live-cache-{}", std::process::id())));
     let status = Command::new("sh")
-        .args(["-c", "echo $$ > \"$1/cgroup.procs\" && exec dd if=/dev/zero of=\"$2\" bs=1M count=64 status=none", "sh"])
+        .args([
+            "-c",
+            "echo $$ > \"$1/cgroup.procs\" && exec dd if=/dev/zero of=\"$2\" bs=1M count=64 status=none",
+            "sh",
+        ])
         .arg(&nested)
         .arg(&file.0)
         .status()
@@ -195,10 +222,18 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
     }
     let inactive = stat_value(&nested, "total_inactive_file");
     let kernel_working_set = read_u64(&nested.join("memory.usage_in_bytes")).saturating_sub(inactive) as f64;
-    eprintln!("page cache: usage {usage}, working set {working_set}, kernel usage − total_inactive_file {kernel_working_set}");
+    eprintln!(
+        "page cache: usage {usage}, working set {working_set}, kernel usage − total_inactive_file {kernel_working_set}"
+    );
     assert!(usage >= CACHE_BYTES as f64, "the 64 MiB written are charged to the nested cgroup: usage {usage}");
-    assert!(working_set + (CACHE_BYTES / 2) as f64 <= usage, "most of the cache is inactive: working set {working_set}, usage {usage}");
-    assert!((working_set - kernel_working_set).abs() <= USAGE_TOLERANCE, "exporter {working_set}, kernel {kernel_working_set}");
+    assert!(
+        working_set + (CACHE_BYTES / 2) as f64 <= usage,
+        "most of the cache is inactive: working set {working_set}, usage {usage}"
+    );
+    assert!(
+        (working_set - kernel_working_set).abs() <= USAGE_TOLERANCE,
+        "exporter {working_set}, kernel {kernel_working_set}"
+    );
     drop(stdin);
     drop(file);
     drop(cgroups);
@@ -214,7 +249,9 @@ fn cgroups_removed_during_walks_do_not_fail_the_collector() {
     let churn = cgroups.create(Path::new(MEMORY).join(&name), None);
     let config = ConfigFile::new(
         "churn",
-        &format!("[collector.cgroup]\ninterval = \"100ms\"\nfull_scan_interval = \"100ms\"\ninclude = [\"^/{name}\"]\n"),
+        &format!(
+            "[collector.cgroup]\ninterval = \"100ms\"\nfull_scan_interval = \"100ms\"\ninclude = [\"^/{name}\"]\n"
+        ),
     );
     let exporter = Exporter::start(&["--config.file", config.arg(), "--no-collector.process", "--no-collector.numa"]);
 
@@ -247,7 +284,12 @@ fn cgroups_removed_during_walks_do_not_fail_the_collector() {
     let mut vanished_seen = 0.0;
     while started.elapsed() < Duration::from_secs(6) {
         let m = exporter.metrics();
-        assert_eq!(m.value("memlock_scrape_collector_success{collector=\"cgroup\"}"), 1.0, "after {scrapes} scrapes:\n{}", m.text);
+        assert_eq!(
+            m.value("memlock_scrape_collector_success{collector=\"cgroup\"}"),
+            1.0,
+            "after {scrapes} scrapes:\n{}",
+            m.text
+        );
         walked_counts.insert(m.value("memlock_cgroup_scan_cgroups_walked") as u64);
         vanished_seen += m.value("memlock_cgroup_scan_cgroups_skipped{reason=\"vanished\"}");
         scrapes += 1;
@@ -256,10 +298,17 @@ fn cgroups_removed_during_walks_do_not_fail_the_collector() {
     stop.store(true, Ordering::Relaxed);
     let created = churner.join().unwrap();
     let m = exporter.metrics();
-    assert!(m.family("memlock_exporter_collector_errors_total").iter().all(|(k, _)| !k.contains("collector=\"cgroup\"")), "{}", m.text);
+    assert!(
+        m.family("memlock_exporter_collector_errors_total").iter().all(|(k, _)| !k.contains("collector=\"cgroup\"")),
+        "{}",
+        m.text
+    );
     assert!(created > 100, "the churn created only {created} cgroups");
     assert!(walked_counts.len() > 3, "the walks saw the tree change: {walked_counts:?}");
-    eprintln!("churn: {created} cgroups created, {scrapes} scrapes, walked counts {walked_counts:?}, vanished seen {vanished_seen}");
+    eprintln!(
+        "churn: {created} cgroups created, {scrapes} scrapes, walked counts {walked_counts:?}, vanished seen \
+        {vanished_seen}"
+    );
 }
 
 #[test]
@@ -278,13 +327,18 @@ fn unreadable_cgroup_files_are_counted_and_logged_not_fatal() {
     set_mode(&memory.join("slurm"), 0o111);
 
     let exporter = start_as_nobody(&tree);
-    let m = wait_for(&exporter, |m| m.get("memlock_cgroup_scan_cgroups_skipped{reason=\"permission_denied\"}").is_some());
+    let m =
+        wait_for(&exporter, |m| m.get("memlock_cgroup_scan_cgroups_skipped{reason=\"permission_denied\"}").is_some());
     // Counted (one file, one directory listing), logged once, and not a collector failure:
     // like hidepid for processes, what the exporter may read is the deployment's choice.
     assert_eq!(m.value("memlock_cgroup_scan_cgroups_skipped{reason=\"permission_denied\"}"), 2.0, "{}", m.text);
     assert_eq!(m.value("memlock_cgroup_scan_cgroups_skipped{reason=\"read_error\"}"), 0.0);
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"cgroup\"}"), 1.0);
-    assert!(m.family("memlock_exporter_collector_errors_total").iter().all(|(k, _)| !k.contains("collector=\"cgroup\"")), "{}", m.text);
+    assert!(
+        m.family("memlock_exporter_collector_errors_total").iter().all(|(k, _)| !k.contains("collector=\"cgroup\"")),
+        "{}",
+        m.text
+    );
     let log = exporter.log_text();
     let warnings: Vec<&str> = log.lines().filter(|l| l.contains("permission denied")).collect();
     assert_eq!(warnings.len(), 1, "logged once, not on every run:\n{log}");
@@ -339,4 +393,3 @@ fn wait_for(exporter: &Exporter, ready: impl Fn(&Metrics) -> bool) -> Metrics {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
-

@@ -55,7 +55,11 @@ fn a_process_that_does_not_exist_cannot_be_checked() {
 
 #[test]
 fn estimate_prints_the_reference_example() {
-    let out = Command::new(binary()).args(["estimate", "--nodes", "2", "--qp-ring-bytes", "0", "--json"]).env_remove("NCCL_BUFFSIZE").output().unwrap();
+    let out = Command::new(binary())
+        .args(["estimate", "--nodes", "2", "--qp-ring-bytes", "0", "--json"])
+        .env_remove("NCCL_BUFFSIZE")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // 32 channels x (9633792 + 9633792) bytes plus 6 control pages (reference §8.3).
@@ -94,7 +98,10 @@ fn the_fixture_node_fails_on_its_cgroup_with_the_fix() {
     assert_eq!(env["status"], "WARN");
     assert!(env["measured"].as_str().unwrap().contains("4100/environ"), "{env}");
     assert_eq!(env["fix"], "run the check as the job's user (or root) to see its NCCL_* variables");
-    assert!(!report["findings"].as_array().unwrap().iter().any(|f| f["id"] == "nccl.debug"), "no environment, no NCCL_DEBUG verdict");
+    assert!(
+        !report["findings"].as_array().unwrap().iter().any(|f| f["id"] == "nccl.debug"),
+        "no environment, no NCCL_DEBUG verdict"
+    );
 }
 
 #[test]
@@ -109,7 +116,10 @@ fn model_inputs_no_job_can_have_are_usage_errors() {
             let out = Command::new(binary()).arg(command).args(flags).output().unwrap();
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{command} {flags:?}: {stderr}");
-            assert!(stderr.starts_with(&format!("memlock-exporter {command}: {message}")), "{command} {flags:?}: {stderr}");
+            assert!(
+                stderr.starts_with(&format!("memlock-exporter {command}: {message}")),
+                "{command} {flags:?}: {stderr}"
+            );
             assert!(out.stdout.is_empty(), "nothing is checked or estimated");
         }
     }
@@ -120,7 +130,12 @@ fn model_inputs_no_job_can_have_are_usage_errors() {
 fn closed_pipe() -> Stdio {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into the array we own.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0, "pipe2: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) },
+        0,
+        "pipe2: {}",
+        std::io::Error::last_os_error()
+    );
     // SAFETY: both descriptors were just created and are owned by nothing else.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(read);

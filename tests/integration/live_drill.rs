@@ -36,7 +36,13 @@ fn nobody_binary() -> &'static Path {
 /// tools exec, so the child's pid is the drill's.
 fn drill_as_nobody(soft: u64, hard: u64, args: &[&str]) -> Command {
     let mut cmd = Command::new("prlimit");
-    cmd.arg(format!("--memlock={soft}:{hard}")).arg("setpriv").args(NOBODY).arg(nobody_binary()).arg("drill").args(args).current_dir("/");
+    cmd.arg(format!("--memlock={soft}:{hard}"))
+        .arg("setpriv")
+        .args(NOBODY)
+        .arg(nobody_binary())
+        .arg("drill")
+        .args(args)
+        .current_dir("/");
     cmd
 }
 
@@ -63,7 +69,8 @@ impl Finished {
 }
 
 fn run(mut cmd: Command) -> Finished {
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn the drill");
+    let mut child =
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn the drill");
     let stdout = drain(child.stdout.take().unwrap());
     let stderr = drain(child.stderr.take().unwrap());
     let status = wait_with_watchdog(&mut child);
@@ -158,7 +165,19 @@ fn pin_ramp_is_refused_with_enomem_at_the_soft_limit() {
     let ramp = run(drill_as_nobody(
         4 * MIB,
         8 * MIB,
-        &["--mode", "pin", "--step-mib", "1", "--max-mib", "16", "--interval-ms", "20", "--hold-seconds", "1", "--json"],
+        &[
+            "--mode",
+            "pin",
+            "--step-mib",
+            "1",
+            "--max-mib",
+            "16",
+            "--interval-ms",
+            "20",
+            "--hold-seconds",
+            "1",
+            "--json",
+        ],
     ));
     assert!(ramp.status.success(), "a refusal is the drill's intended end: {}", ramp.context());
     let lines = ramp.lines();
@@ -201,7 +220,8 @@ fn lock_ramp_is_refused_at_the_soft_limit() {
     assert_eq!(lines.len(), 8, "start, 4 ok steps, the refusal, hold, released: {}", text.context());
     assert!(
         lines[0].contains(
-            " event=start mode=lock step=1MiB max=16MiB interval=20ms hold=1s memlock_soft=4194304 memlock_hard=8388608 cap_ipc_lock=no "
+            " event=start mode=lock step=1MiB max=16MiB interval=20ms hold=1s memlock_soft=4194304 \
+                memlock_hard=8388608 cap_ipc_lock=no "
         ),
         "{}",
         lines[0]
@@ -231,7 +251,19 @@ fn lock_ramp_is_refused_at_the_soft_limit() {
     let json = run(drill_as_nobody(
         4 * MIB,
         8 * MIB,
-        &["--mode", "lock", "--step-mib", "1", "--max-mib", "16", "--interval-ms", "20", "--hold-seconds", "0", "--json"],
+        &[
+            "--mode",
+            "lock",
+            "--step-mib",
+            "1",
+            "--max-mib",
+            "16",
+            "--interval-ms",
+            "20",
+            "--hold-seconds",
+            "0",
+            "--json",
+        ],
     ));
     assert!(json.status.success(), "{}", json.context());
     assert_refused_ramp(&json, "vmlck_bytes", "vmpin_bytes", MIB, 4);
@@ -281,7 +313,8 @@ fn a_target_above_half_of_mem_available_is_refused_before_anything_is_taken() {
     let available = meminfo_bytes("MemAvailable");
     // All of MemAvailable: above half however much it moves meanwhile.
     let max_mib = (available / MIB).to_string();
-    let refused = run(drill_as_root(&["--mode", "lock", "--step-mib", "1024", "--max-mib", &max_mib, "--hold-seconds", "0"]));
+    let refused =
+        run(drill_as_root(&["--mode", "lock", "--step-mib", "1024", "--max-mib", &max_mib, "--hold-seconds", "0"]));
     assert_eq!(refused.status.code(), Some(2), "{}", refused.context());
     assert!(refused.stdout.is_empty(), "nothing ramped: {}", refused.context());
     assert!(
@@ -328,13 +361,24 @@ fn signal(child: &Child, signal: i32) {
 fn sigterm_during_the_hold_releases_and_exits_0() {
     require_root();
     let _guard = live_lock();
-    let mut child =
-        drill_as_root(&["--mode", "lock", "--step-mib", "4", "--max-mib", "8", "--interval-ms", "10", "--hold-seconds", "60", "--json"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+    let mut child = drill_as_root(&[
+        "--mode",
+        "lock",
+        "--step-mib",
+        "4",
+        "--max-mib",
+        "8",
+        "--interval-ms",
+        "10",
+        "--hold-seconds",
+        "60",
+        "--json",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit())
+    .spawn()
+    .unwrap();
     let (mut reader, lines) = read_until(&mut child, "hold");
     let pid = number(&lines[0], "pid");
     assert_eq!(pid, u64::from(child.id()));
@@ -402,7 +446,17 @@ fn a_step_above_io_urings_one_gib_buffer_maximum_is_registered_whole() {
     let _guard = live_lock();
     // 1025 MiB in one step: io_uring refuses single buffers above 1 GiB with EFAULT, so the
     // drill registers it as two iovecs; VmPin must show the whole step.
-    let ramp = run(drill_as_root(&["--mode", "pin", "--step-mib", "1025", "--max-mib", "1025", "--hold-seconds", "0", "--json"]));
+    let ramp = run(drill_as_root(&[
+        "--mode",
+        "pin",
+        "--step-mib",
+        "1025",
+        "--max-mib",
+        "1025",
+        "--hold-seconds",
+        "0",
+        "--json",
+    ]));
     assert!(ramp.status.success(), "{}", ramp.context());
     let lines = ramp.lines();
     let steps = events(&lines, "step");
@@ -417,7 +471,19 @@ fn pin_mode_raises_the_descriptor_limit_or_refuses_to_start() {
     require_root();
     let _guard = live_lock();
     // One ring (one descriptor) per step: 100 steps need more than a soft limit of 80.
-    let args = ["--mode", "pin", "--step-mib", "1", "--max-mib", "100", "--interval-ms", "10", "--hold-seconds", "0", "--json"];
+    let args = [
+        "--mode",
+        "pin",
+        "--step-mib",
+        "1",
+        "--max-mib",
+        "100",
+        "--interval-ms",
+        "10",
+        "--hold-seconds",
+        "0",
+        "--json",
+    ];
     let with_room = {
         let mut cmd = Command::new("prlimit");
         cmd.arg("--nofile=80:4096").arg(binary()).arg("drill").args(args);

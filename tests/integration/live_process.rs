@@ -41,7 +41,10 @@ fn start_exporter(env: &[(&str, &str)]) -> Exporter {
 
 /// A python3 an unprivileged user may run: a pyenv shim under /root is out of its reach.
 fn unprivileged_python() -> &'static str {
-    ["/usr/bin/python3", "/usr/local/bin/python3"].into_iter().find(|p| std::path::Path::new(p).exists()).unwrap_or("python3")
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or("python3")
 }
 
 /// A `Key:   value kB` line of /proc/PID/status, in bytes.
@@ -66,7 +69,12 @@ fn memlock_limits(pid: u32) -> (String, String) {
 /// The value of `family` for `pid` (plus `extra` labels), if exported.
 fn of(m: &Metrics, family: &str, pid: u32, extra: &str) -> Option<f64> {
     let needle = format!("pid=\"{pid}\",");
-    let found: Vec<f64> = m.family(family).into_iter().filter(|(k, _)| k.contains(&needle) && k.contains(extra)).map(|(_, v)| v).collect();
+    let found: Vec<f64> = m
+        .family(family)
+        .into_iter()
+        .filter(|(k, _)| k.contains(&needle) && k.contains(extra))
+        .map(|(_, v)| v)
+        .collect();
     assert!(found.len() <= 1, "{family} pid {pid} {extra}: {found:?}");
     found.first().copied()
 }
@@ -82,7 +90,11 @@ fn wait_equal(exporter: &Exporter, family: &str, pid: u32, expected: impl Fn() -
         if before == after && got == Some(before as f64) {
             return m;
         }
-        assert!(Instant::now() < deadline, "{family} of pid {pid}: exporter says {got:?}, /proc says {after}\n{}", m.text);
+        assert!(
+            Instant::now() < deadline,
+            "{family} of pid {pid}: exporter says {got:?}, /proc says {after}\n{}",
+            m.text
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -145,9 +157,20 @@ fn mlock_by_root_reports_exact_vmlck_limits_and_ratio() {
     assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, ""), Some(LOCK_BYTES as f64 / soft as f64));
     assert!(LOCK_BYTES > soft, "the lock is past the limit: only CAP_IPC_LOCK allowed it");
     // Its cgroup's aggregate includes it.
-    let cgroup = m.family("memlock_process_locked_bytes").into_iter().find(|(k, _)| k.contains(&format!("pid=\"{pid}\","))).unwrap().0.to_owned();
+    let cgroup = m
+        .family("memlock_process_locked_bytes")
+        .into_iter()
+        .find(|(k, _)| k.contains(&format!("pid=\"{pid}\",")))
+        .unwrap()
+        .0
+        .to_owned();
     let cgroup_label = cgroup.split("cgroup=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
-    let sum = m.family("memlock_cgroup_locked_bytes").into_iter().find(|(k, _)| k.contains(&format!("cgroup=\"{cgroup_label}\""))).unwrap().1;
+    let sum = m
+        .family("memlock_cgroup_locked_bytes")
+        .into_iter()
+        .find(|(k, _)| k.contains(&format!("cgroup=\"{cgroup_label}\"")))
+        .unwrap()
+        .1;
     assert!(sum >= LOCK_BYTES as f64, "cgroup {cgroup_label} locked sum {sum}");
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
 
@@ -188,14 +211,20 @@ fn io_uring_pinning_by_an_unprivileged_process_until_enomem() {
             enomem = true;
             break;
         }
-        let total: u64 = reply.strip_prefix("pinned ").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("child said {reply:?}"));
+        let total: u64 = reply
+            .strip_prefix("pinned ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("child said {reply:?}"));
         registered += PIN_STEP;
         assert_eq!(total, registered);
         let m = wait_equal(&exporter, "memlock_process_pinned_bytes", pid, || status_bytes(pid, "VmPin"));
         let vm_pin = status_bytes(pid, "VmPin");
         assert!(vm_pin >= registered, "VmPin {vm_pin} below the {registered} bytes registered");
         assert!(vm_pin <= PIN_SOFT_LIMIT, "the kernel let VmPin {vm_pin} pass the soft limit");
-        assert_eq!(of(&m, "memlock_process_locked_bytes", pid, "comm=\"memlock-uring\""), Some(status_bytes(pid, "VmLck") as f64));
+        assert_eq!(
+            of(&m, "memlock_process_locked_bytes", pid, "comm=\"memlock-uring\""),
+            Some(status_bytes(pid, "VmLck") as f64)
+        );
         assert_eq!(of(&m, "memlock_process_ipc_lock", pid, ""), Some(0.0), "an unprivileged uid has no CAP_IPC_LOCK");
         assert_eq!(of(&m, "memlock_process_limit_bytes", pid, "kind=\"soft\""), Some(PIN_SOFT_LIMIT as f64));
         assert_eq!(of(&m, "memlock_process_limit_bytes", pid, "kind=\"hard\""), Some(PIN_HARD_LIMIT as f64));
@@ -226,7 +255,11 @@ fn cap_ipc_lock_inside_a_user_namespace_is_not_an_exemption() {
     command.args(["--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user", "--map-root-user"]);
     command.args([unprivileged_python(), "-c", MLOCK_HOLDER, &LOCK.to_string(), "--name", "memlock-userns"]);
     let mut holder = Held::spawn(command);
-    assert_eq!(holder.line(), "locked", "the holder did not start: this test needs unprivileged user namespaces (unshare --user as nobody)");
+    assert_eq!(
+        holder.line(),
+        "locked",
+        "the holder did not start: this test needs unprivileged user namespaces (unshare --user as nobody)"
+    );
     // setpriv and unshare exec: the pid is the python process's.
     let pid = holder.child.id();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("holder alive");
@@ -287,9 +320,17 @@ fn a_burst_of_short_lived_processes_is_not_an_error() {
     for kind in ["permission", "io", "parse", "too_large"] {
         assert_eq!(m.value(&format!("memlock_process_read_errors_total{{kind=\"{kind}\"}}")), 0.0, "{kind}");
     }
-    let errors: Vec<_> = m.family("memlock_exporter_collector_errors_total").into_iter().filter(|(k, v)| k.contains("collector=\"process\"") && *v > 0.0).collect();
+    let errors: Vec<_> = m
+        .family("memlock_exporter_collector_errors_total")
+        .into_iter()
+        .filter(|(k, v)| k.contains("collector=\"process\"") && *v > 0.0)
+        .collect();
     assert!(errors.is_empty(), "{errors:?}");
-    assert!(!exporter.log_text().lines().any(|l| l.contains("collector failed") && l.contains("process")), "{}", exporter.log_text());
+    assert!(
+        !exporter.log_text().lines().any(|l| l.contains("collector failed") && l.contains("process")),
+        "{}",
+        exporter.log_text()
+    );
 }
 
 /// On each "pin" line: a new io_uring (a ring registers buffers once) with one fresh

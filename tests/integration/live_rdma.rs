@@ -48,7 +48,12 @@ fn on_this_machine_the_rdma_collectors_succeed_and_the_exporter_stays_ready() {
         // No RDMA in this kernel (the case on the project's machines): no device series at all,
         // and the reason is in the debug log, not in a warning.
         assert!(devices.is_empty(), "sysfs has RDMA devices but the kernel has no RDMA netlink");
-        for family in ["memlock_rdma_resources", "memlock_rdma_mr_registered_bytes", "memlock_rdma_process_mrs", "memlock_rdma_port_state"] {
+        for family in [
+            "memlock_rdma_resources",
+            "memlock_rdma_mr_registered_bytes",
+            "memlock_rdma_process_mrs",
+            "memlock_rdma_port_state",
+        ] {
             assert!(m.family(family).is_empty(), "{family}: {:?}", m.family(family));
         }
         let log = exporter.log_text();
@@ -68,7 +73,12 @@ fn read_u64(path: &Path) -> f64 {
 #[test]
 fn fixture_sysfs_values_match_the_files() {
     let sysfs = fixtures().join("sys");
-    let exporter = Exporter::start(&["--path.sysfs", sysfs.to_str().unwrap(), "--no-collector.rdma_netlink", "--no-collector.process"]);
+    let exporter = Exporter::start(&[
+        "--path.sysfs",
+        sysfs.to_str().unwrap(),
+        "--no-collector.rdma_netlink",
+        "--no-collector.process",
+    ]);
     let m = exporter.metrics();
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"rdma_sysfs\"}"), 1.0);
     let ib = sysfs.join("class/infiniband");
@@ -86,12 +96,23 @@ fn fixture_sysfs_values_match_the_files() {
 
     // Data counters: 4-byte words in the file, bytes in the export.
     let words = read_u64(&ib.join("mlx5_0/ports/1/counters/port_rcv_data"));
-    assert_eq!(m.value("memlock_rdma_port_stat_total{device=\"mlx5_0\",port=\"1\",counter=\"port_rcv_data_bytes\"}"), words * 4.0);
+    assert_eq!(
+        m.value("memlock_rdma_port_stat_total{device=\"mlx5_0\",port=\"1\",counter=\"port_rcv_data_bytes\"}"),
+        words * 4.0
+    );
     let packets = read_u64(&ib.join("mlx5_0/ports/1/counters/port_rcv_packets"));
-    assert_eq!(m.value("memlock_rdma_port_stat_total{device=\"mlx5_0\",port=\"1\",counter=\"port_rcv_packets\"}"), packets);
+    assert_eq!(
+        m.value("memlock_rdma_port_stat_total{device=\"mlx5_0\",port=\"1\",counter=\"port_rcv_packets\"}"),
+        packets
+    );
     // "N/A (no PMA)" is absent, not zero.
-    assert!(m.get("memlock_rdma_port_stat_total{device=\"mlx5_0\",port=\"1\",counter=\"port_xmit_constraint_errors\"}").is_none());
-    assert_eq!(m.value("memlock_rdma_port_stat_total{device=\"mlx5_1\",port=\"1\",counter=\"port_xmit_constraint_errors\"}"), 0.0);
+    assert!(m
+        .get("memlock_rdma_port_stat_total{device=\"mlx5_0\",port=\"1\",counter=\"port_xmit_constraint_errors\"}")
+        .is_none());
+    assert_eq!(
+        m.value("memlock_rdma_port_stat_total{device=\"mlx5_1\",port=\"1\",counter=\"port_xmit_constraint_errors\"}"),
+        0.0
+    );
 
     // Driver counters by name, device-level ones with an empty port.
     assert_eq!(
@@ -116,7 +137,8 @@ fn device_patterns_from_the_config_file_select_devices() {
     let dir = std::env::temp_dir().join(format!("memlock-rdma-config-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("config.toml");
-    std::fs::write(&config, "[collector.rdma_sysfs]\ninclude = [\"^mlx5_\", \"^efa\"]\nexclude = [\"^mlx5_1$\"]\n").unwrap();
+    std::fs::write(&config, "[collector.rdma_sysfs]\ninclude = [\"^mlx5_\", \"^efa\"]\nexclude = [\"^mlx5_1$\"]\n")
+        .unwrap();
     let exporter = Exporter::start(&[
         "--config.file",
         config.to_str().unwrap(),

@@ -17,9 +17,9 @@ mod monitoring;
 mod process_fixtures;
 mod reload;
 mod scale;
-mod systemd_notify;
 /// Synthetic hosts, shared with the benchmarks.
 #[path = "../synthetic/mod.rs"]
 mod synthetic;
+mod systemd_notify;
 mod util;
 mod web_security;

@@ -53,7 +53,10 @@ fn every_alert_has_a_runbook_section_and_a_name_the_fast_path_does_not_use() {
         .collect();
     assert!(!fast.is_empty());
     for alert in fast {
-        assert!(runbooks.lines().any(|l| l == format!("## {alert}")), "docs/runbooks.md has no `## {alert}` (fast path)");
+        assert!(
+            runbooks.lines().any(|l| l == format!("## {alert}")),
+            "docs/runbooks.md has no `## {alert}` (fast path)"
+        );
         assert!(!alerts.contains(&alert), "{alert} is both a Prometheus rule and a fast-path alert");
     }
 }

@@ -13,7 +13,8 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 /// The series of `family` whose labels contain every `needle`; there must be exactly one.
 fn one(m: &Metrics, family: &str, needles: &[&str]) -> Option<f64> {
-    let found: Vec<(&str, f64)> = m.family(family).into_iter().filter(|(key, _)| needles.iter().all(|n| key.contains(n))).collect();
+    let found: Vec<(&str, f64)> =
+        m.family(family).into_iter().filter(|(key, _)| needles.iter().all(|n| key.contains(n))).collect();
     assert!(found.len() <= 1, "{family} {needles:?} matches several series: {found:?}");
     found.first().map(|(_, v)| *v)
 }
@@ -40,11 +41,18 @@ fn start() -> Exporter {
 fn exported_processes_have_exact_values() {
     let exporter = start();
     let m = exporter.metrics();
-    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0, "a vanished pid is not a failure");
+    assert_eq!(
+        m.value("memlock_scrape_collector_success{collector=\"process\"}"),
+        1.0,
+        "a vanished pid is not a failure"
+    );
 
     // opensm: root, CAP_IPC_LOCK, 64 MiB locked against an 8 MiB limit it is exempt from.
     let opensm = pid(1187);
-    assert_eq!(one(&m, "memlock_process_locked_bytes", &[&opensm, "comm=\"opensm\"", &cgroup(OPENSM)]), Some(67108864.0));
+    assert_eq!(
+        one(&m, "memlock_process_locked_bytes", &[&opensm, "comm=\"opensm\"", &cgroup(OPENSM)]),
+        Some(67108864.0)
+    );
     assert_eq!(one(&m, "memlock_process_pinned_bytes", &[&opensm]), Some(2097152.0));
     assert_eq!(one(&m, "memlock_process_ipc_lock", &[&opensm]), Some(1.0));
     assert_eq!(one(&m, "memlock_process_limit_bytes", &[&opensm, "kind=\"soft\""]), Some(8388608.0));
@@ -53,7 +61,10 @@ fn exported_processes_have_exact_values() {
 
     // The GPU worker: 9 GiB pinned, 10 GiB soft limit, unprivileged.
     let worker = pid(4101);
-    assert_eq!(one(&m, "memlock_process_pinned_bytes", &[&worker, "comm=\"pt_main_thread\"", &cgroup(KUBE)]), Some(9.0 * GIB));
+    assert_eq!(
+        one(&m, "memlock_process_pinned_bytes", &[&worker, "comm=\"pt_main_thread\"", &cgroup(KUBE)]),
+        Some(9.0 * GIB)
+    );
     assert_eq!(one(&m, "memlock_process_locked_bytes", &[&worker]), Some(0.0));
     assert_eq!(one(&m, "memlock_process_ipc_lock", &[&worker]), Some(0.0));
     assert_eq!(one(&m, "memlock_process_limit_bytes", &[&worker, "kind=\"soft\""]), Some(10.0 * GIB));
@@ -65,7 +76,10 @@ fn exported_processes_have_exact_values() {
 
     // Slurm task: memlock unlimited, so no limit value and no ratio.
     let task = pid(5210);
-    assert_eq!(one(&m, "memlock_process_pinned_bytes", &[&task, "comm=\"python3.11\"", &cgroup(SLURM)]), Some(4.0 * GIB));
+    assert_eq!(
+        one(&m, "memlock_process_pinned_bytes", &[&task, "comm=\"python3.11\"", &cgroup(SLURM)]),
+        Some(4.0 * GIB)
+    );
     assert_eq!(one(&m, "memlock_process_limit_unlimited", &[&task, "kind=\"soft\""]), Some(1.0));
     assert_eq!(one(&m, "memlock_process_limit_unlimited", &[&task, "kind=\"hard\""]), Some(1.0));
     assert_eq!(one(&m, "memlock_process_limit_bytes", &[&task]), None);
@@ -127,5 +141,8 @@ fn cgroup_aggregates_cover_processes_below_the_filter() {
         let (key, _) = m.family(family).into_iter().find(|(k, _)| k.contains(needle)).unwrap();
         key.split_once("cgroup=").unwrap().1.trim_end_matches('}').to_owned()
     };
-    assert_eq!(labels_of("memlock_process_pinned_bytes", "pid=\"4101\""), labels_of("memlock_cgroup_pinned_bytes", &kube));
+    assert_eq!(
+        labels_of("memlock_process_pinned_bytes", "pid=\"4101\""),
+        labels_of("memlock_cgroup_pinned_bytes", &kube)
+    );
 }

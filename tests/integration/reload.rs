@@ -23,7 +23,15 @@ fn start(config: &Path) -> Exporter {
     let root = fixtures();
     let (procfs, sysfs) = (root.join("proc").display().to_string(), root.join("sys").display().to_string());
     let config = config.display().to_string();
-    Exporter::start(&["--config.file", &config, "--path.procfs", &procfs, "--path.sysfs", &sysfs, "--no-collector.rdma_netlink"])
+    Exporter::start(&[
+        "--config.file",
+        &config,
+        "--path.procfs",
+        &procfs,
+        "--path.sysfs",
+        &sysfs,
+        "--no-collector.rdma_netlink",
+    ])
 }
 
 /// Scrapes until `done` holds, for up to 15 s.
@@ -59,10 +67,14 @@ fn valid_then_invalid_then_fixed(exporter: &Exporter, write: &dyn Fn(&str)) {
     assert_eq!(failed.value("memlock_scrape_collector_success{collector=\"node\"}"), 1.0);
     assert_eq!(failed.value(RELOAD_TIME), after.value(RELOAD_TIME), "no new success time");
     let log = exporter.log_text();
-    assert!(log.contains("configuration reload failed") && log.contains("collector.numa.interval"), "the log names the key:\n{log}");
+    assert!(
+        log.contains("configuration reload failed") && log.contains("collector.numa.interval"),
+        "the log names the key:\n{log}"
+    );
 
     write("[collector.numa]\nenabled = true\n");
-    let fixed = wait_until(exporter, "the fixed reload", |m| m.get(RELOAD_OK) == Some(1.0) && m.get(NUMA_SERIES).is_some());
+    let fixed =
+        wait_until(exporter, "the fixed reload", |m| m.get(RELOAD_OK) == Some(1.0) && m.get(NUMA_SERIES).is_some());
     assert!(!fixed.family("memlock_numa_memory_free_bytes").is_empty());
 }
 
@@ -126,7 +138,11 @@ fn a_bad_web_config_on_reload_keeps_serving_with_the_old_one() {
     let config = dir.join("config.toml");
     std::fs::write(&config, format!("[web]\nconfig_file = \"{}\"\n", web.display())).unwrap();
     let exporter = start(&config);
-    std::fs::write(&web, "tls_server_config:\n  cert_file: /nonexistent/server.crt\n  key_file: /nonexistent/server.key\n").unwrap();
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: /nonexistent/server.crt\n  key_file: /nonexistent/server.key\n",
+    )
+    .unwrap();
     let failed = wait_until(&exporter, "the failed reload", |m| m.get(RELOAD_OK) == Some(0.0));
     assert!(failed.get("memlock_node_mlocked_bytes").is_some(), "still serving plain HTTP");
     let log = exporter.log_text();
@@ -145,8 +161,19 @@ fn the_log_level_follows_the_file() {
     let root = fixtures();
     // Not util::Exporter: it sets --log.level, and a flag would override the file.
     let mut child = Command::new(crate::util::binary())
-        .args(["--config.file", config.to_str().unwrap(), "--web.listen-address", "127.0.0.1:0", "--no-collector.rdma_netlink"])
-        .args(["--path.procfs", root.join("proc").to_str().unwrap(), "--path.sysfs", root.join("sys").to_str().unwrap()])
+        .args([
+            "--config.file",
+            config.to_str().unwrap(),
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--no-collector.rdma_netlink",
+        ])
+        .args([
+            "--path.procfs",
+            root.join("proc").to_str().unwrap(),
+            "--path.sysfs",
+            root.join("sys").to_str().unwrap(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -185,10 +212,14 @@ fn the_log_level_follows_the_file() {
     std::fs::write(&config, "[log]\nlevel = \"warn\"\nformat = \"json\"\n").unwrap();
     wait("the reload to warn", &|m| m.get(RELOAD_TIME).is_some_and(|t| t > before));
     let info_lines = log.lock().unwrap().matches("\"level\":\"INFO\"").count();
-    std::fs::write(&config, "[log]\nlevel = \"warn\"\nformat = \"json\"\n[collector.node]\ninterval = \"soon\"\n").unwrap();
+    std::fs::write(&config, "[log]\nlevel = \"warn\"\nformat = \"json\"\n[collector.node]\ninterval = \"soon\"\n")
+        .unwrap();
     wait("the failed reload", &|m| m.get(RELOAD_OK) == Some(0.0));
     let text = log.lock().unwrap().clone();
-    assert!(text.contains("configuration reload failed") && text.contains("collector.node.interval"), "errors still show: {text}");
+    assert!(
+        text.contains("configuration reload failed") && text.contains("collector.node.interval"),
+        "errors still show: {text}"
+    );
     assert_eq!(text.matches("\"level\":\"INFO\"").count(), info_lines, "no info lines at level warn: {text}");
     let _ = child.kill();
     let _ = child.wait();

@@ -54,7 +54,8 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 /// `VmRSS` or `VmHWM` of a process, in KiB.
 fn status_kib(pid: u32, key: &str) -> u64 {
-    synthetic::status_kib(&format!("/proc/{pid}/status"), key).unwrap_or_else(|| panic!("{key} missing from /proc/{pid}/status"))
+    synthetic::status_kib(&format!("/proc/{pid}/status"), key)
+        .unwrap_or_else(|| panic!("{key} missing from /proc/{pid}/status"))
 }
 
 fn thread_count(pid: u32) -> usize {
@@ -99,13 +100,22 @@ fn assert_clean(m: &Metrics, context: &str) {
     for (series, value) in m.family("memlock_scrape_collector_success") {
         assert_eq!(value, 1.0, "{context}: {series}");
     }
-    let errors: Vec<_> = m.family("memlock_exporter_collector_errors_total").into_iter().filter(|(_, v)| *v > 0.0).collect();
+    let errors: Vec<_> =
+        m.family("memlock_exporter_collector_errors_total").into_iter().filter(|(_, v)| *v > 0.0).collect();
     assert!(errors.is_empty(), "{context}: {errors:?}");
     for kind in ["permission", "io", "parse", "too_large"] {
-        assert_eq!(m.get(&format!("memlock_process_read_errors_total{{kind=\"{kind}\"}}")), Some(0.0), "{context}: process read errors {kind}");
+        assert_eq!(
+            m.get(&format!("memlock_process_read_errors_total{{kind=\"{kind}\"}}")),
+            Some(0.0),
+            "{context}: process read errors {kind}"
+        );
     }
     for reason in ["permission_denied", "read_error"] {
-        assert_eq!(m.get(&format!("memlock_cgroup_scan_cgroups_skipped{{reason=\"{reason}\"}}")), Some(0.0), "{context}: cgroups {reason}");
+        assert_eq!(
+            m.get(&format!("memlock_cgroup_scan_cgroups_skipped{{reason=\"{reason}\"}}")),
+            Some(0.0),
+            "{context}: cgroups {reason}"
+        );
     }
 }
 
@@ -124,25 +134,48 @@ fn assert_bounded(m: &Metrics, top_n: usize, cgroups: usize, context: &str) {
     let exported = label_values(m, "memlock_process_", "pid");
     assert!(exported.len() <= top_n, "{context}: {} processes exported, top_n {top_n}", exported.len());
     assert_eq!(m.value("memlock_process_exported_processes") as usize, exported.len(), "{context}");
-    for family in ["memlock_process_locked_bytes", "memlock_process_pinned_bytes", "memlock_process_ipc_lock", "memlock_process_limit_usage_ratio"] {
+    for family in [
+        "memlock_process_locked_bytes",
+        "memlock_process_pinned_bytes",
+        "memlock_process_ipc_lock",
+        "memlock_process_limit_usage_ratio",
+    ] {
         assert!(family_count(m, family) <= top_n, "{context}: {family} has {} series", family_count(m, family));
     }
     for family in ["memlock_process_limit_bytes", "memlock_process_limit_unlimited"] {
         assert!(family_count(m, family) <= 2 * top_n, "{context}: {family}");
     }
-    for family in ["memlock_cgroup_memory_usage_bytes", "memlock_cgroup_memory_limit_unlimited", "memlock_cgroup_memory_unevictable_bytes", "memlock_cgroup_processes"] {
-        assert!(family_count(m, family) <= cgroups, "{context}: {family} has {} series for {cgroups} cgroups", family_count(m, family));
+    for family in [
+        "memlock_cgroup_memory_usage_bytes",
+        "memlock_cgroup_memory_limit_unlimited",
+        "memlock_cgroup_memory_unevictable_bytes",
+        "memlock_cgroup_processes",
+    ] {
+        assert!(
+            family_count(m, family) <= cgroups,
+            "{context}: {family} has {} series for {cgroups} cgroups",
+            family_count(m, family)
+        );
     }
     // One trend series per scope: the node, each exported process, each limited cgroup.
     for family in ["memlock_trend_rise_bytes_per_second", "memlock_trend_exhaustion_seconds"] {
         let count = family_count(m, family);
-        assert!(count <= 1 + exported.len() + cgroups, "{context}: {family} has {count} series ({} processes, {cgroups} cgroups)", exported.len());
+        assert!(
+            count <= 1 + exported.len() + cgroups,
+            "{context}: {family} has {count} series ({} processes, {cgroups} cgroups)",
+            exported.len()
+        );
     }
 }
 
 /// promtool, when installed (scripts/test.sh installs it), on a whole scrape.
 fn promtool_check(text: &str, context: &str) {
-    let Ok(mut child) = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()
+    let Ok(mut child) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
     else {
         eprintln!("{context}: promtool not installed, lint skipped");
         return;
@@ -153,7 +186,12 @@ fn promtool_check(text: &str, context: &str) {
     let writer = std::thread::spawn(move || stdin.write_all(body.as_bytes()));
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap().unwrap();
-    assert!(out.status.success(), "{context}: promtool check metrics: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{context}: promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -165,7 +203,8 @@ fn a_generated_host_of_20000_processes_and_10000_cgroups() {
     let scratch_started = Instant::now();
     let scratch = Scratch::new("host");
     let (procfs, sysfs) = host_with_fixture_node_files(&scratch.0);
-    let fixture_processes = std::fs::read_dir(&procfs).unwrap().flatten().filter(|e| e.path().join("status").exists()).count();
+    let fixture_processes =
+        std::fs::read_dir(&procfs).unwrap().flatten().filter(|e| e.path().join("status").exists()).count();
     let dirs = synthetic::write_kubepods(&sysfs.join("fs/cgroup/memory"), PODS, 3).unwrap();
     assert_eq!(dirs.len(), CGROUPS);
     synthetic::write_procfs(&procfs, 100_000, PROCESSES, |i| container_of(i, PODS)).unwrap();
@@ -174,18 +213,24 @@ fn a_generated_host_of_20000_processes_and_10000_cgroups() {
     let started = Instant::now();
     let exporter = Exporter::start_with_env(
         &["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()],
-        &[("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL", "1s"), ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__FULL_SCAN_INTERVAL", "1s")],
+        &[
+            ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL", "1s"),
+            ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__FULL_SCAN_INTERVAL", "1s"),
+        ],
     );
     let ready_after = started.elapsed();
     let pid = exporter.child.id();
     // Three full scans, and three samples of every cgroup (a trend needs three).
-    let cgroup_trends = |m: &Metrics| m.family("memlock_trend_rise_bytes_per_second").iter().filter(|(k, _)| k.contains("scope=\"cgroup\"")).count();
+    let cgroup_trends = |m: &Metrics| {
+        m.family("memlock_trend_rise_bytes_per_second").iter().filter(|(k, _)| k.contains("scope=\"cgroup\"")).count()
+    };
     let m = exporter.wait_metrics(Duration::from_secs(120), "three full scans and every cgroup's trend", |m| {
         m.get("memlock_process_full_scans_total").unwrap_or(0.0) >= 3.0 && cgroup_trends(m) >= CGROUPS - 1
     });
     let lines = m.text.lines().count();
     eprintln!(
-        "generated host: ready after {ready_after:?}; {lines} lines ({} bytes) per scrape; exporter VmRSS {} KiB, VmHWM {} KiB; process scan {:.3} s, cgroup {:.3} s",
+        "generated host: ready after {ready_after:?}; {lines} lines ({} bytes) per scrape; exporter VmRSS {} KiB, \
+            VmHWM {} KiB; process scan {:.3} s, cgroup {:.3} s",
         m.text.len(),
         status_kib(pid, "VmRSS"),
         status_kib(pid, "VmHWM"),
@@ -226,14 +271,22 @@ fn a_generated_host_of_20000_processes_and_10000_cgroups() {
         .iter()
         .map(|c| (format!("MEMLOCK_EXPORTER_COLLECTOR__{c}__INTERVAL"), "1h".to_owned()))
         .collect();
-    env.extend(["PROCESS", "CGROUP"].iter().map(|c| (format!("MEMLOCK_EXPORTER_COLLECTOR__{c}__FULL_SCAN_INTERVAL"), "1h".to_owned())));
+    env.extend(
+        ["PROCESS", "CGROUP"]
+            .iter()
+            .map(|c| (format!("MEMLOCK_EXPORTER_COLLECTOR__{c}__FULL_SCAN_INTERVAL"), "1h".to_owned())),
+    );
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let exporter = Exporter::start_with_env(&["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()], &env);
+    let exporter = Exporter::start_with_env(
+        &["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()],
+        &env,
+    );
     let pid = exporter.child.id();
     let snapshot_kib = exporter.get("/metrics").1.len() as u64 / 1024;
     use std::io::{Read, Write};
     let rss_before = status_kib(pid, "VmRSS");
-    let mut in_flight: Vec<std::net::TcpStream> = (0..40).map(|_| std::net::TcpStream::connect(&exporter.address).unwrap()).collect();
+    let mut in_flight: Vec<std::net::TcpStream> =
+        (0..40).map(|_| std::net::TcpStream::connect(&exporter.address).unwrap()).collect();
     for stream in &mut in_flight {
         write!(stream, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
     }
@@ -245,8 +298,14 @@ fn a_generated_host_of_20000_processes_and_10000_cgroups() {
     std::thread::sleep(Duration::from_millis(500));
     let rss_in_flight = status_kib(pid, "VmRSS");
     drop(in_flight);
-    eprintln!("generated host: VmRSS {rss_before} KiB before 40 scrapes of one snapshot, {rss_in_flight} KiB with them in flight ({snapshot_kib} KiB per scrape)");
-    assert!(rss_in_flight < rss_before + snapshot_kib, "40 scrapes in flight took VmRSS from {rss_before} KiB to {rss_in_flight} KiB");
+    eprintln!(
+        "generated host: VmRSS {rss_before} KiB before 40 scrapes of one snapshot, {rss_in_flight} KiB with them \
+        in flight ({snapshot_kib} KiB per scrape)"
+    );
+    assert!(
+        rss_in_flight < rss_before + snapshot_kib,
+        "40 scrapes in flight took VmRSS from {rss_before} KiB to {rss_in_flight} KiB"
+    );
 }
 
 /// Replaces processes and cgroups of a generated host while the exporter samples them every
@@ -279,7 +338,8 @@ impl Churn {
                     std::fs::remove_dir_all(&gone).unwrap();
                     let pod = *live_pods.get(next_pid as usize % live_pods.len()).unwrap();
                     let (name, pinned) = synthetic::process_mix(next_pid);
-                    synthetic::write_process(&staging, next_pid, name, pinned, &synthetic::container_path(pod, 0)).unwrap();
+                    synthetic::write_process(&staging, next_pid, name, pinned, &synthetic::container_path(pod, 0))
+                        .unwrap();
                     std::fs::rename(staging.join(next_pid.to_string()), procfs.join(next_pid.to_string())).unwrap();
                     pids.push_back(next_pid);
                     next_pid += 1;
@@ -292,7 +352,8 @@ impl Churn {
                     let fresh = staging.join("pod");
                     synthetic::write_memory_cgroup(&fresh, 3 << 20, 1 << 30).unwrap();
                     for container in 0..3 {
-                        let dir = fresh.join(Path::new(&synthetic::container_path(next_pod, container)).file_name().unwrap());
+                        let dir =
+                            fresh.join(Path::new(&synthetic::container_path(next_pod, container)).file_name().unwrap());
                         synthetic::write_memory_cgroup(&dir, 1 << 20, 1 << 30).unwrap();
                     }
                     std::fs::rename(&fresh, memory.join(&synthetic::pod_path(next_pod)[1..])).unwrap();
@@ -344,9 +405,14 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
     env.push(("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__MIN_BYTES".into(), "0".into()));
     env.push(("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__TOP_N".into(), "1000".into()));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let exporter = Exporter::start_with_env(&["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()], &env);
+    let exporter = Exporter::start_with_env(
+        &["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()],
+        &env,
+    );
     let pid = exporter.child.id();
-    exporter.wait_metrics(Duration::from_secs(60), "a first trend", |m| family_count(m, "memlock_trend_rise_bytes_per_second") > 0);
+    exporter.wait_metrics(Duration::from_secs(60), "a first trend", |m| {
+        family_count(m, "memlock_trend_rise_bytes_per_second") > 0
+    });
 
     let churn = Churn::start(scratch.0.clone(), procfs.clone(), memory.clone(), PROCESSES, PODS);
     let first_scans = exporter.metrics().value("memlock_process_full_scans_total");
@@ -379,7 +445,11 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
             break;
         }
         // 100 ms per sample when the scan keeps up; five times that is a stall, not slowness.
-        assert!(started.elapsed().as_secs_f64() < 60.0 + samples * 0.5, "{context}: too slow:\n{}", exporter.log_text());
+        assert!(
+            started.elapsed().as_secs_f64() < 60.0 + samples * 0.5,
+            "{context}: too slow:\n{}",
+            exporter.log_text()
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
     let rounds = churn.finish();
@@ -387,14 +457,19 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
     let warm_rss = warm_rss.unwrap();
     let m = exporter.metrics();
     eprintln!(
-        "churn: {samples} process samples in {:.0?}, {rounds} churn rounds ({} processes and {} cgroups replaced), {scrapes} scrapes; VmRSS after warm-up {warm_rss} KiB, at the end {end_rss} KiB, max {rss_max} KiB, VmHWM {} KiB; {} vanished mid-scan",
+        "churn: {samples} process samples in {:.0?}, {rounds} churn rounds ({} processes and {} cgroups replaced), \
+            {scrapes} scrapes; VmRSS after warm-up {warm_rss} KiB, at the end {end_rss} KiB, max {rss_max} KiB, VmHWM \
+            {} KiB; {} vanished mid-scan",
         started.elapsed(),
         rounds * u64::from(PROCESSES / 10),
         rounds * 4 * (PODS as u64 / 10),
         status_kib(pid, "VmHWM"),
         m.value("memlock_process_vanished_total"),
     );
-    assert!(rounds * u64::from(PROCESSES / 10) > 2 * u64::from(PROCESSES), "the churn replaced too few processes ({rounds} rounds)");
+    assert!(
+        rounds * u64::from(PROCESSES / 10) > 2 * u64::from(PROCESSES),
+        "the churn replaced too few processes ({rounds} rounds)"
+    );
     // Nothing kept per vanished pid, cgroup or trend scope: what grows with churn would grow by
     // much more than this between the warm-up and the end.
     assert!(end_rss <= warm_rss + 4096, "VmRSS grew from {warm_rss} KiB to {end_rss} KiB over the churn");
@@ -402,14 +477,20 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
 
     // Once the churn stops, a full scan later only live pids and cgroups have series (each
     // collector's next run after the last removal: wait for it rather than race it).
-    let live_pids: BTreeSet<String> = std::fs::read_dir(&procfs).unwrap().flatten().filter_map(|e| e.file_name().to_str().map(str::to_owned)).collect();
+    let live_pids: BTreeSet<String> = std::fs::read_dir(&procfs)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect();
     let cgroup_trends = |m: &Metrics| {
-        let scopes = Metrics::parse(&m.text.lines().filter(|l| l.contains("scope=\"cgroup\"")).collect::<Vec<_>>().join("\n"));
+        let scopes =
+            Metrics::parse(&m.text.lines().filter(|l| l.contains("scope=\"cgroup\"")).collect::<Vec<_>>().join("\n"));
         label_values(&scopes, "memlock_trend_", "cgroup")
     };
     let removed = |path: &String| !memory.join(path.trim_start_matches('/')).is_dir();
     let m = exporter.wait_metrics(Duration::from_secs(30), "series of live pids and cgroups only", |m| {
-        label_values(m, "memlock_", "pid").iter().all(|p| live_pids.contains(p)) && !cgroup_trends(m).iter().any(removed)
+        label_values(m, "memlock_", "pid").iter().all(|p| live_pids.contains(p))
+            && !cgroup_trends(m).iter().any(removed)
     });
     assert!(!cgroup_trends(&m).is_empty(), "cgroup trends after the churn");
     assert_bounded(&m, 1000, cgroups, "after the churn");
@@ -453,7 +534,10 @@ impl Drop for LiveChurn {
 #[test]
 fn live_churn_of_real_processes_and_cgroups() {
     assert!(is_root(), "the live churn needs root (it creates memory cgroups)");
-    assert!(Path::new(MEMORY).join("memory.usage_in_bytes").exists(), "this machine has a v1 memory hierarchy at {MEMORY}");
+    assert!(
+        Path::new(MEMORY).join("memory.usage_in_bytes").exists(),
+        "this machine has a v1 memory hierarchy at {MEMORY}"
+    );
     let _guard = live_lock();
     let seconds: u64 = env_or("SCALE_LIVE_SECONDS", 20);
     let scratch = Scratch::new("live");
@@ -493,7 +577,8 @@ fn live_churn_of_real_processes_and_cgroups() {
         }
         while live.children.len() < 40 {
             let dir = live.cgroups[(spawned as usize * 7) % live.cgroups.len()].clone();
-            let child = Command::new(&python3).arg(format!("0.{}", 2 + spawned % 6)).stdout(Stdio::null()).spawn().unwrap();
+            let child =
+                Command::new(&python3).arg(format!("0.{}", 2 + spawned % 6)).stdout(Stdio::null()).spawn().unwrap();
             // The child may already be gone (a short sleep on a busy machine).
             let _ = std::fs::write(dir.join("cgroup.procs"), child.id().to_string());
             live.children.push((child, dir));
@@ -510,7 +595,12 @@ fn live_churn_of_real_processes_and_cgroups() {
             let m = exporter.metrics();
             let context = format!("after {:.1} s", started.elapsed().as_secs_f64());
             for collector in ["process", "cgroup"] {
-                assert_eq!(m.value(&format!("memlock_scrape_collector_success{{collector=\"{collector}\"}}")), 1.0, "{context}: {collector}\n{}", exporter.log_text());
+                assert_eq!(
+                    m.value(&format!("memlock_scrape_collector_success{{collector=\"{collector}\"}}")),
+                    1.0,
+                    "{context}: {collector}\n{}",
+                    exporter.log_text()
+                );
             }
             assert_fresh(&m, 5.0, &context);
             let cgroups = m.value("memlock_cgroup_scan_cgroups_walked") as usize;
@@ -528,10 +618,12 @@ fn live_churn_of_real_processes_and_cgroups() {
     }
     let end_rss = status_kib(pid, "VmRSS");
     let m = exporter.metrics();
-    let errors: Vec<_> = m.family("memlock_exporter_collector_errors_total").into_iter().filter(|(_, v)| *v > 0.0).collect();
+    let errors: Vec<_> =
+        m.family("memlock_exporter_collector_errors_total").into_iter().filter(|(_, v)| *v > 0.0).collect();
     assert!(errors.is_empty(), "{errors:?}\n{}", exporter.log_text());
     eprintln!(
-        "live churn: {seconds} s, {spawned} processes in {created} cgroups, {scrapes} scrapes, {} full scans, {} vanished mid-scan; VmRSS after warm-up {} KiB, at the end {end_rss} KiB, max {rss_max} KiB",
+        "live churn: {seconds} s, {spawned} processes in {created} cgroups, {scrapes} scrapes, {} full scans, {} \
+            vanished mid-scan; VmRSS after warm-up {} KiB, at the end {end_rss} KiB, max {rss_max} KiB",
         m.value("memlock_process_full_scans_total"),
         m.value("memlock_process_vanished_total"),
         warm_rss.unwrap_or(0),
@@ -543,6 +635,7 @@ fn live_churn_of_real_processes_and_cgroups() {
     // Clean up, then every series of ours disappears: pids, cgroups, trend scopes.
     drop(live);
     assert!(!base.exists(), "the test cgroups are removed");
-    let m = exporter.wait_metrics(Duration::from_secs(10), "no series of the removed cgroups", |m| !m.text.contains(&name));
+    let m =
+        exporter.wait_metrics(Duration::from_secs(10), "no series of the removed cgroups", |m| !m.text.contains(&name));
     assert!(!m.text.contains("comm=\"python3\",cgroup=\"/memlock-scale"), "{}", m.text);
 }

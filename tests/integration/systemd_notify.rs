@@ -54,7 +54,12 @@ fn thread_id(pid: u32, name: &str) -> u32 {
 }
 
 fn freeze(tid: u32) -> Child {
-    let mut child = Command::new("python3").args(["-c", FREEZER, &tid.to_string()]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new("python3")
+        .args(["-c", FREEZER, &tid.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "frozen", "{line}");
@@ -67,7 +72,9 @@ fn receive_for(socket: &UnixDatagram, window: Duration) -> Vec<String> {
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
-        socket.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))).unwrap();
+        socket
+            .set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))
+            .unwrap();
         if let Ok(n) = socket.recv(&mut buf) {
             out.push(String::from_utf8_lossy(&buf[..n]).into_owned());
         }
@@ -92,8 +99,12 @@ fn ready_after_the_first_sample_watchdog_while_sampling_silence_when_stuck() {
     let socket_path = dir.join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
 
-    let mut args: Vec<String> =
-        vec!["--path.procfs".into(), procfs.display().to_string(), "--path.sysfs".into(), fixtures().join("sys").display().to_string()];
+    let mut args: Vec<String> = vec![
+        "--path.procfs".into(),
+        procfs.display().to_string(),
+        "--path.sysfs".into(),
+        fixtures().join("sys").display().to_string(),
+    ];
     for other in ["numa", "process", "cgroup", "rdma_sysfs", "rdma_netlink"] {
         args.push(format!("--no-collector.{other}"));
     }

@@ -83,7 +83,12 @@ impl Exporter {
     /// Starts `cmd` (the exporter logging JSON, directly or under setpriv) and waits until it
     /// logs `listening`; its log is collected from then on.
     pub fn from_command(mut cmd: Command) -> Exporter {
-        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn memlock-exporter");
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn memlock-exporter");
         let stderr = child.stderr.take().expect("stderr is piped");
         let log = std::sync::Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -148,7 +153,12 @@ impl Exporter {
             if done(&metrics) {
                 return metrics;
             }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; log:\n{}\nmetrics:\n{}", self.log_text(), metrics.text);
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; log:\n{}\nmetrics:\n{}",
+                self.log_text(),
+                metrics.text
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -187,7 +197,8 @@ pub fn http_get(address: &str, path: &str) -> std::io::Result<(u16, String)> {
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
+    let body =
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
     Ok((status, body))
 }
 

@@ -33,7 +33,8 @@ fn make_pki(dir: &Path) {
         args.extend(["-keyout", &key, "-out", &crt, "-days", "2", "-subj", &subject]);
         openssl(dir, &args);
     }
-    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n").unwrap();
+    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+        .unwrap();
     std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
     for (name, ca, ext, days) in [
         ("server", "ca", "server.ext", "2"),
@@ -48,7 +49,26 @@ fn make_pki(dir: &Path) {
         args.extend(["-keyout", &key, "-out", &csr, "-subj", &subject]);
         openssl(dir, &args);
         let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
-        openssl(dir, &["x509", "-req", "-in", &csr, "-CA", &ca_crt, "-CAkey", &ca_key, "-CAcreateserial", "-out", &crt, "-days", days, "-extfile", ext]);
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca_crt,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-out",
+                &crt,
+                "-days",
+                days,
+                "-extfile",
+                ext,
+            ],
+        );
     }
 }
 
@@ -106,7 +126,9 @@ fn tls_with_basic_auth_good_and_bad_credentials_and_plain_http_refused() {
     std::fs::write(
         &web,
         format!(
-            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: TLS13\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  prometheus: '{hash}'\n"
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  min_version: \
+                TLS13\nhttp_server_config:\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  prometheus: \
+                '{hash}'\n"
         ),
     )
     .unwrap();
@@ -152,7 +174,8 @@ fn client_certificates_verified_against_the_client_ca() {
     let web = dir.join("web.yml");
     std::fs::write(
         &web,
-        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: \
+            RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
     )
     .unwrap();
     let exporter = spawn(&web, &[]);
@@ -160,12 +183,26 @@ fn client_certificates_verified_against_the_client_ca() {
     let path = |name: &str| dir.join(name).display().to_string();
     let (ca, client_crt, client_key) = (path("ca.crt"), path("client.crt"), path("client.key"));
 
-    wait_for(200, &["--cacert", &ca, "--cert", &client_crt, "--key", &client_key, &format!("https://{}/-/ready", exporter.address)]);
+    wait_for(
+        200,
+        &[
+            "--cacert",
+            &ca,
+            "--cert",
+            &client_crt,
+            "--key",
+            &client_key,
+            &format!("https://{}/-/ready", exporter.address),
+        ],
+    );
     let (rc, code, body) = curl(&["--cacert", &ca, "--cert", &client_crt, "--key", &client_key, &url]);
     assert_eq!((rc, code), (0, 200), "{body}");
     assert!(body.contains("memlock_node_mlocked_bytes"));
 
-    for (who, cert, key) in [("expired", path("expired.crt"), path("expired.key")), ("other CA", path("stranger.crt"), path("stranger.key"))] {
+    for (who, cert, key) in [
+        ("expired", path("expired.crt"), path("expired.key")),
+        ("other CA", path("stranger.crt"), path("stranger.key")),
+    ] {
         for tls in ["1.2", "1.3"] {
             let (rc, code, body) = curl(&["--cacert", &ca, "--cert", &cert, "--key", &key, "--tls-max", tls, &url]);
             assert!(rc != 0 && code == 0, "{who} certificate over TLS {tls} accepted: rc {rc}, status {code}: {body}");
@@ -178,7 +215,19 @@ fn client_certificates_verified_against_the_client_ca() {
     // stranger, and succeeds (verify return code 0) for the client.
     let s_client = |cert: &str, key: &str| {
         let mut child = Command::new("openssl")
-            .args(["s_client", "-connect", &exporter.address, "-CAfile", &ca, "-cert", cert, "-key", key, "-tls1_2", "-ign_eof"])
+            .args([
+                "s_client",
+                "-connect",
+                &exporter.address,
+                "-CAfile",
+                &ca,
+                "-cert",
+                cert,
+                "-key",
+                key,
+                "-tls1_2",
+                "-ign_eof",
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -212,7 +261,11 @@ fn raw_request(address: &str, path: &str, headers: &str) -> (u16, Duration) {
             Ok(n) => filled += n,
         }
     }
-    let status = std::str::from_utf8(&head[..filled]).ok().and_then(|t| t.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let status = std::str::from_utf8(&head[..filled])
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     (status, started.elapsed())
 }
 
@@ -298,5 +351,8 @@ fn oversized_headers_are_refused_and_slow_clients_do_not_block_scrapes() {
         }
     }
     let closed_after = closed_after.expect("slow clients were never disconnected");
-    assert!(closed_after >= Duration::from_secs(9) && closed_after <= Duration::from_secs(14), "closed after {closed_after:?}");
+    assert!(
+        closed_after >= Duration::from_secs(9) && closed_after <= Duration::from_secs(14),
+        "closed after {closed_after:?}"
+    );
 }

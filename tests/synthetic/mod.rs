@@ -46,7 +46,12 @@ pub fn process_mix(index: u32) -> (&'static str, u64) {
 
 /// A procfs of `processes` processes with pids from `first_pid`, in the [`process_mix`], each
 /// in the memory cgroup `cgroup_of(index)`; plus the non-pid entries every procfs has.
-pub fn write_procfs(root: &Path, first_pid: u32, processes: u32, cgroup_of: impl Fn(u32) -> String) -> std::io::Result<()> {
+pub fn write_procfs(
+    root: &Path,
+    first_pid: u32,
+    processes: u32,
+    cgroup_of: impl Fn(u32) -> String,
+) -> std::io::Result<()> {
     std::fs::create_dir_all(root)?;
     for name in ["meminfo", "self"] {
         if !root.join(name).exists() {
@@ -65,13 +70,19 @@ pub fn write_procfs(root: &Path, first_pid: u32, processes: u32, cgroup_of: impl
 pub fn write_memory_cgroup(dir: &Path, usage: u64, limit: u64) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let stat = format!(
-        "cache 1048576\nrss {usage}\nrss_huge 0\nshmem 0\nmapped_file 524288\ndirty 4096\nwriteback 0\nworkingset_refault_anon 0\n\
-         workingset_refault_file 12\nswap 0\nswapcached 0\npgpgin 2345\npgpgout 1234\npgfault 34567\npgmajfault 3\ninactive_anon {usage}\n\
+        "cache 1048576\nrss {usage}\nrss_huge 0\nshmem 0\nmapped_file 524288\ndirty 4096\nwriteback \
+            0\nworkingset_refault_anon 0\n\
+         workingset_refault_file 12\nswap 0\nswapcached 0\npgpgin 2345\npgpgout 1234\npgfault 34567\npgmajfault \
+         3\ninactive_anon {usage}\n\
          active_anon 0\ninactive_file 524288\nactive_file 524288\nunevictable 0\nhierarchical_memory_limit {limit}\n\
-         hierarchical_memsw_limit 9223372036854771712\ntotal_cache 1048576\ntotal_rss {usage}\ntotal_rss_huge 0\ntotal_shmem 0\n\
-         total_mapped_file 524288\ntotal_dirty 4096\ntotal_writeback 0\ntotal_workingset_refault_anon 0\ntotal_workingset_refault_file 12\n\
-         total_swap 0\ntotal_swapcached 0\ntotal_pgpgin 2345\ntotal_pgpgout 1234\ntotal_pgfault 34567\ntotal_pgmajfault 3\n\
-         total_inactive_anon {usage}\ntotal_active_anon 0\ntotal_inactive_file 524288\ntotal_active_file 524288\ntotal_unevictable 0\n"
+         hierarchical_memsw_limit 9223372036854771712\ntotal_cache 1048576\ntotal_rss {usage}\ntotal_rss_huge \
+         0\ntotal_shmem 0\n\
+         total_mapped_file 524288\ntotal_dirty 4096\ntotal_writeback 0\ntotal_workingset_refault_anon \
+         0\ntotal_workingset_refault_file 12\n\
+         total_swap 0\ntotal_swapcached 0\ntotal_pgpgin 2345\ntotal_pgpgout 1234\ntotal_pgfault \
+         34567\ntotal_pgmajfault 3\n\
+         total_inactive_anon {usage}\ntotal_active_anon 0\ntotal_inactive_file 524288\ntotal_active_file \
+         524288\ntotal_unevictable 0\n"
     );
     let files: [(&str, String); 16] = [
         ("cgroup.clone_children", "0\n".into()),
@@ -99,7 +110,9 @@ pub fn write_memory_cgroup(dir: &Path, usage: u64, limit: u64) -> std::io::Resul
 
 /// The cgroup path (below the memory hierarchy's root) of pod `pod` (systemd driver, burstable).
 pub fn pod_path(pod: usize) -> String {
-    format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod:08x}_2a43_4a3b_9c1e_2f1d0c7a9e11.slice")
+    format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod:08x}_2a43_4a3b_9c1e_2f1d0c7a9e11.slice"
+    )
 }
 
 /// The cgroup path of container `container` of pod `pod`: a containerd scope with a 64-hex id.
@@ -153,5 +166,7 @@ pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 /// and the scale tests report as memory.
 pub fn status_kib(status_file: &str, key: &str) -> Option<u64> {
     let text = std::fs::read_to_string(status_file).ok()?;
-    text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')).and_then(|v| v.split_whitespace().next()?.parse().ok())
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
