@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::alerting::bytes as human;
 use crate::cli::CheckArgs;
 use crate::collect::cgroup::CgroupCollector;
 use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice};
@@ -15,6 +14,7 @@ use crate::config::{CgroupConfig, RdmaConfig};
 use crate::estimate::{self, Estimate};
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::{meminfo, parse_u64, pid_cgroup, pid_limits, pid_status};
+use crate::units::bytes as human;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "UPPERCASE")]

@@ -545,7 +545,7 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
             "must not be empty (for example \":9478\" or \"127.0.0.1:9478\")".into(),
         ));
     }
-    crate::server::split_listen_address(&raw.web.listen_address).map_err(|m| invalid("web.listen_address", m))?;
+    split_listen_address(&raw.web.listen_address).map_err(|m| invalid("web.listen_address", m))?;
     if !raw.web.telemetry_path.starts_with('/') || raw.web.telemetry_path.len() < 2 {
         return Err(invalid(
             "web.telemetry_path",
@@ -629,7 +629,7 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
 
     let a = &raw.alerting;
     for url in &a.alertmanager_urls {
-        crate::alerting::Endpoint::parse(url).map_err(|m| invalid("alerting.alertmanager_urls", m))?;
+        Endpoint::parse(url).map_err(|m| invalid("alerting.alertmanager_urls", m))?;
     }
     if !(a.usage_ratio_warning > 0.0 && a.usage_ratio_warning <= 1.0) {
         return Err(invalid("alerting.usage_ratio_warning", format!("{} is not in (0, 1]", a.usage_ratio_warning)));
@@ -674,6 +674,40 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         alerting,
         file,
     })
+}
+
+/// Splits a Go-style listen address: `:9478` (all interfaces), `host:port`, `[v6]:port`.
+pub fn split_listen_address(address: &str) -> Result<(Option<String>, u16), String> {
+    let (host, port) =
+        address.rsplit_once(':').ok_or_else(|| format!("{address:?} has no port (expected host:port or :port)"))?;
+    let port: u16 = port.parse().map_err(|_| format!("{address:?}: port {port:?} is not a number from 0 to 65535"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Ok(((!host.is_empty()).then(|| host.to_owned()), port))
+}
+
+/// An Alertmanager to deliver to: `http://host:port[/prefix]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub base: String,
+}
+
+impl Endpoint {
+    pub fn parse(url: &str) -> Result<Endpoint, String> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("{url:?} must start with http:// (https to Alertmanager is not supported yet)"))?;
+        let authority = rest.split('/').next().unwrap_or("");
+        if authority.is_empty() || authority.contains('@') {
+            return Err(format!("{url:?} has no host (or has credentials, which are not supported)"));
+        }
+        let uri: hyper::Uri = url.parse().map_err(|e| format!("{url:?} is not a valid URL: {e}"))?;
+        let _ = uri;
+        Ok(Endpoint { base: url.trim_end_matches('/').to_owned() })
+    }
+
+    pub fn alerts_url(&self) -> String {
+        format!("{}/api/v2/alerts", self.base)
+    }
 }
 
 /// Parses `500ms`, `1s`, `1.5s`, `2m`, `1h`. A bare number is refused: units are not guessed.

@@ -6,10 +6,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::alerting::bytes as human;
 use crate::cli::{EstimateArgs, ModelArgs};
 use crate::fsroot;
 use crate::kernel::{meminfo, pid_limits};
+use crate::units::bytes as human;
 
 /// NCCL's defaults (src/init.cc at 5067397c).
 pub const DEFAULT_LL_BUFFSIZE: u64 = 524_288;

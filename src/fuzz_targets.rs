@@ -796,11 +796,11 @@ fn check_duration(bytes: &[u8]) -> Result<Verdict, String> {
 }
 
 fn check_listen_address(bytes: &[u8]) -> Result<Verdict, String> {
-    Ok(verdict(&crate::server::split_listen_address(&text(bytes))))
+    Ok(verdict(&crate::config::split_listen_address(&text(bytes))))
 }
 
 fn check_alertmanager_url(bytes: &[u8]) -> Result<Verdict, String> {
-    let parsed = crate::alerting::Endpoint::parse(&text(bytes));
+    let parsed = crate::config::Endpoint::parse(&text(bytes));
     if let Ok(endpoint) = &parsed {
         let authority = endpoint.base.strip_prefix("http://").and_then(|rest| rest.split('/').next()).unwrap_or("");
         if authority.is_empty() || authority.contains('@') || !endpoint.alerts_url().ends_with("/api/v2/alerts") {

@@ -34,6 +34,7 @@ pub mod server;
 pub mod snapshot;
 pub mod timefmt;
 pub mod trend;
+pub mod units;
 pub mod web;
 
 /// Exit codes of the binary, documented in the README.

@@ -37,6 +37,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Sleep;
 
+use crate::config::split_listen_address;
 use crate::snapshot::Snapshot;
 use crate::web::{self, WebConfig};
 
@@ -100,15 +101,6 @@ impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
-}
-
-/// Splits a Go-style listen address: `:9478` (all interfaces), `host:port`, `[v6]:port`.
-pub fn split_listen_address(address: &str) -> Result<(Option<String>, u16), String> {
-    let (host, port) =
-        address.rsplit_once(':').ok_or_else(|| format!("{address:?} has no port (expected host:port or :port)"))?;
-    let port: u16 = port.parse().map_err(|_| format!("{address:?}: port {port:?} is not a number from 0 to 65535"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    Ok(((!host.is_empty()).then(|| host.to_owned()), port))
 }
 
 /// Binds the listen address; `:port` means every interface, IPv6 and IPv4 when available.
