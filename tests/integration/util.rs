@@ -20,9 +20,28 @@ pub fn fixtures() -> PathBuf {
 
 static LIVE: Mutex<()> = Mutex::new(());
 
-/// Serialises tests that change or measure machine-wide state.
-pub fn live_lock() -> MutexGuard<'static, ()> {
-    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+/// Held while a test changes or measures machine-wide state: the in-process mutex orders this
+/// binary's threads, the `flock` on a file in /tmp orders other test runs on the machine (the
+/// per-user locked_vm of uid 65534, cgroups, hugepages and CPU time are shared).
+pub struct LiveGuard {
+    _threads: MutexGuard<'static, ()>,
+    _processes: std::fs::File,
+}
+
+/// Serialises tests that change or measure machine-wide state, within and across test runs.
+pub fn live_lock() -> LiveGuard {
+    use std::os::fd::AsRawFd;
+    let threads = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/tmp/memlock-exporter-live-tests.lock")
+        .expect("open /tmp/memlock-exporter-live-tests.lock");
+    // SAFETY: flock on a descriptor this function owns; blocks until the other run releases it.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
+    LiveGuard { _threads: threads, _processes: file }
 }
 
 pub fn is_root() -> bool {
