@@ -125,42 +125,9 @@ pub struct ServeArgs {
     /// sysfs mount point.
     #[arg(long = "path.sysfs", value_name = "PATH")]
     pub sysfs: Option<String>,
-    /// Enable the node collector (/proc/meminfo, vmstat, vm sysctls, hugepages). Default on.
-    #[arg(long = "collector.node", overrides_with = "no_collector_node")]
-    pub collector_node: bool,
-    /// Disable the node collector.
-    #[arg(long = "no-collector.node")]
-    pub no_collector_node: bool,
-    /// Enable the numa collector (per NUMA node memory and hugepages). Default on.
-    #[arg(long = "collector.numa", overrides_with = "no_collector_numa")]
-    pub collector_numa: bool,
-    /// Disable the numa collector.
-    #[arg(long = "no-collector.numa")]
-    pub no_collector_numa: bool,
-    /// Enable the process collector (VmLck, VmPin, memlock limits per process). Default on.
-    #[arg(long = "collector.process", overrides_with = "no_collector_process")]
-    pub collector_process: bool,
-    /// Disable the process collector.
-    #[arg(long = "no-collector.process")]
-    pub no_collector_process: bool,
-    /// Enable the cgroup collector (memory usage and limits per cgroup). Default on.
-    #[arg(long = "collector.cgroup", overrides_with = "no_collector_cgroup")]
-    pub collector_cgroup: bool,
-    /// Disable the cgroup collector.
-    #[arg(long = "no-collector.cgroup")]
-    pub no_collector_cgroup: bool,
-    /// Enable the rdma_sysfs collector (/sys/class/infiniband devices, ports, counters). Default on.
-    #[arg(long = "collector.rdma_sysfs", overrides_with = "no_collector_rdma_sysfs")]
-    pub collector_rdma_sysfs: bool,
-    /// Disable the rdma_sysfs collector.
-    #[arg(long = "no-collector.rdma_sysfs")]
-    pub no_collector_rdma_sysfs: bool,
-    /// Enable the rdma_netlink collector (RDMA resources and registered memory). Default on.
-    #[arg(long = "collector.rdma_netlink", overrides_with = "no_collector_rdma_netlink")]
-    pub collector_rdma_netlink: bool,
-    /// Disable the rdma_netlink collector.
-    #[arg(long = "no-collector.rdma_netlink")]
-    pub no_collector_rdma_netlink: bool,
+    /// `--collector.<name>` and `--no-collector.<name>` for every registered collector.
+    #[command(flatten)]
+    pub collectors: CollectorToggles,
     /// Alertmanager to push fast-path alerts to (repeatable): http://host:9093.
     #[arg(long = "alertmanager.url", value_name = "URL")]
     pub alertmanager_urls: Vec<String>,
@@ -197,20 +164,78 @@ impl ServeArgs {
             let urls: Vec<Value> = self.alertmanager_urls.iter().map(|u| Value::from(u.as_str())).collect();
             out.push(("alerting.alertmanager_urls".into(), Value::from(urls)));
         }
-        let toggles = [
-            ("node", self.collector_node, self.no_collector_node),
-            ("numa", self.collector_numa, self.no_collector_numa),
-            ("process", self.collector_process, self.no_collector_process),
-            ("cgroup", self.collector_cgroup, self.no_collector_cgroup),
-            ("rdma_sysfs", self.collector_rdma_sysfs, self.no_collector_rdma_sysfs),
-            ("rdma_netlink", self.collector_rdma_netlink, self.no_collector_rdma_netlink),
-        ];
-        for (name, on, off) in toggles {
-            if on || off {
-                out.push((format!("collector.{name}.enabled"), Value::from(on)));
-            }
+        for (name, enabled) in &self.collectors.0 {
+            out.push((format!("collector.{name}.enabled"), Value::from(*enabled)));
         }
         out
+    }
+}
+
+/// The collector switches given on the command line, in registry order: `(name, enabled)` for
+/// each collector whose `--collector.<name>` or `--no-collector.<name>` was given (the later wins,
+/// as in node_exporter). The flags are made from [`crate::collect::REGISTRY`], so a new collector
+/// gets them without an edit here.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CollectorToggles(pub Vec<(&'static str, bool)>);
+
+fn enable_flag(name: &str) -> String {
+    format!("collector.{name}")
+}
+
+fn disable_flag(name: &str) -> String {
+    format!("no-collector.{name}")
+}
+
+impl clap::FromArgMatches for CollectorToggles {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut toggles = Self::default();
+        toggles.update_from_arg_matches(matches)?;
+        Ok(toggles)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        for registration in crate::collect::REGISTRY {
+            let flag = |id: String| matches.try_get_one::<bool>(&id).ok().flatten().copied().unwrap_or(false);
+            let enabled = match (flag(enable_flag(registration.name)), flag(disable_flag(registration.name))) {
+                (true, _) => true,
+                (_, true) => false,
+                _ => continue,
+            };
+            self.0.retain(|(name, _)| *name != registration.name);
+            self.0.push((registration.name, enabled));
+        }
+        Ok(())
+    }
+}
+
+impl Args for CollectorToggles {
+    fn augment_args(mut command: clap::Command) -> clap::Command {
+        for registration in crate::collect::REGISTRY {
+            let (on, off) = (enable_flag(registration.name), disable_flag(registration.name));
+            command = command
+                .arg(
+                    clap::Arg::new(on.clone())
+                        .long(on.clone())
+                        .action(clap::ArgAction::SetTrue)
+                        .overrides_with(off.clone())
+                        .help(format!(
+                            "Enable the {} collector ({}). Default on.",
+                            registration.name, registration.reads
+                        )),
+                )
+                .arg(
+                    clap::Arg::new(off.clone())
+                        .long(off)
+                        .action(clap::ArgAction::SetTrue)
+                        .overrides_with(on)
+                        .help(format!("Disable the {} collector.", registration.name)),
+                );
+        }
+        command
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        Self::augment_args(command)
     }
 }
 

@@ -157,28 +157,65 @@ impl Default for RawPaths {
     }
 }
 
+/// `[collector.<name>]` for every registered collector ([`crate::collect::REGISTRY`]): the four
+/// with settings of their own have a typed section, the others only `enabled` and `interval`.
+/// (No `deny_unknown_fields` here, which `flatten` cannot combine with: [`check_known_keys`]
+/// refuses unknown names and keys against the defaults before anything is deserialized.)
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct RawCollectors {
-    pub node: RawCollector,
-    pub numa: RawCollector,
     pub process: RawProcessCollector,
     pub cgroup: RawCgroupCollector,
     pub rdma_sysfs: RawRdmaCollector,
     pub rdma_netlink: RawRdmaCollector,
+    /// Every other registered collector, by name.
+    #[serde(flatten)]
+    pub plain: BTreeMap<String, RawCollector>,
 }
 
 impl Default for RawCollectors {
     fn default() -> Self {
+        let mut plain = BTreeMap::new();
+        for name in raw_plain_collectors() {
+            plain.insert(name.to_owned(), RawCollector::every(&default_interval(name)));
+        }
         Self {
-            node: RawCollector::every("1s"),
-            numa: RawCollector::every("1s"),
             process: RawProcessCollector::default(),
             cgroup: RawCgroupCollector::default(),
             rdma_sysfs: RawRdmaCollector::default(),
-            rdma_netlink: RawRdmaCollector::default(),
+            rdma_netlink: RawRdmaCollector {
+                interval: default_interval("rdma_netlink"),
+                ..RawRdmaCollector::default()
+            },
+            plain,
         }
     }
+}
+
+impl RawCollectors {
+    /// The collectors with a typed section above.
+    const WITH_SETTINGS: [&'static str; 4] = ["process", "cgroup", "rdma_sysfs", "rdma_netlink"];
+
+    /// `enabled` and `interval` of a registered collector.
+    fn common(&self, name: &str) -> Option<(bool, &str)> {
+        match name {
+            "process" => Some((self.process.enabled, &self.process.interval)),
+            "cgroup" => Some((self.cgroup.enabled, &self.cgroup.interval)),
+            "rdma_sysfs" => Some((self.rdma_sysfs.enabled, &self.rdma_sysfs.interval)),
+            "rdma_netlink" => Some((self.rdma_netlink.enabled, &self.rdma_netlink.interval)),
+            other => self.plain.get(other).map(|c| (c.enabled, c.interval.as_str())),
+        }
+    }
+}
+
+/// The registered collectors that have no settings of their own.
+fn raw_plain_collectors() -> impl Iterator<Item = &'static str> {
+    crate::collect::REGISTRY.iter().map(|r| r.name).filter(|name| !RawCollectors::WITH_SETTINGS.contains(name))
+}
+
+/// A registered collector's default interval.
+fn default_interval(name: &str) -> String {
+    crate::collect::REGISTRY.iter().find(|r| r.name == name).map_or("1s", |r| r.default_interval).to_owned()
 }
 
 /// Per-process memlock headroom. `interval` re-reads the processes already tracked (those
@@ -202,7 +239,7 @@ impl Default for RawProcessCollector {
     fn default() -> Self {
         Self {
             enabled: true,
-            interval: "1s".into(),
+            interval: default_interval("process"),
             full_scan_interval: "5s".into(),
             min_bytes: 1 << 20,
             comm_pattern: "^(python[0-9.]*|pt_main_thread|torchrun|deepspeed)$".into(),
@@ -230,7 +267,7 @@ impl Default for RawCgroupCollector {
     fn default() -> Self {
         Self {
             enabled: true,
-            interval: "1s".into(),
+            interval: default_interval("cgroup"),
             full_scan_interval: "5s".into(),
             include: Vec::new(),
             exclude: Vec::new(),
@@ -251,7 +288,7 @@ pub struct RawRdmaCollector {
 
 impl Default for RawRdmaCollector {
     fn default() -> Self {
-        Self { enabled: true, interval: "5s".into(), include: Vec::new(), exclude: Vec::new() }
+        Self { enabled: true, interval: default_interval("rdma_sysfs"), include: Vec::new(), exclude: Vec::new() }
     }
 }
 
@@ -440,6 +477,13 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
     let given = config::Source::collect(&merged).map_err(other)?;
     check_known_keys("", &given, &known, &origin_of)?;
 
+    // The sections of collectors without settings are deserialized through a flattened map,
+    // which loses the key of a value of the wrong type: read them by key first, so the error
+    // names it (`collector.node.enabled`).
+    for name in raw_plain_collectors() {
+        merged.get::<bool>(&format!("collector.{name}.enabled")).map_err(|e| type_error(e, &origin_of))?;
+        merged.get::<String>(&format!("collector.{name}.interval")).map_err(|e| type_error(e, &origin_of))?;
+    }
     let raw: RawConfig = merged.try_deserialize().map_err(|e| type_error(e, &origin_of))?;
     validate(raw, sources.file.clone(), &origin_of)
 }
@@ -571,16 +615,11 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
             .collect()
     };
     let c = &raw.collector;
-    let toggles = [
-        ("node", c.node.enabled, &c.node.interval),
-        ("numa", c.numa.enabled, &c.numa.interval),
-        ("process", c.process.enabled, &c.process.interval),
-        ("cgroup", c.cgroup.enabled, &c.cgroup.interval),
-        ("rdma_sysfs", c.rdma_sysfs.enabled, &c.rdma_sysfs.interval),
-        ("rdma_netlink", c.rdma_netlink.enabled, &c.rdma_netlink.interval),
-    ];
     let mut collectors = Vec::new();
-    for (name, enabled, text) in toggles {
+    for registration in crate::collect::REGISTRY {
+        let name = registration.name;
+        let (enabled, text) =
+            c.common(name).ok_or_else(|| invalid(&format!("collector.{name}"), "missing section".into()))?;
         collectors.push(CollectorConfig {
             name,
             enabled,
@@ -879,6 +918,28 @@ mod tests {
         let from_file = load_with(Some(example), &[], vec![]).unwrap();
         let defaults = load_with(None, &[], vec![]).unwrap();
         assert_eq!(format!("{:?}", Config { file: None, ..from_file }), format!("{defaults:?}"));
+    }
+
+    /// The registry is the one list of collectors: each has its keys, defaults and flags.
+    #[test]
+    fn every_registered_collector_has_its_keys_and_flags() {
+        use clap::Parser;
+        for registration in crate::collect::REGISTRY {
+            let name = registration.name;
+            let defaults = load_with(None, &[], vec![]).unwrap();
+            let c = defaults.collector(name).unwrap();
+            assert!(c.enabled, "{name}");
+            assert_eq!(c.interval, parse_duration(registration.default_interval).unwrap(), "{name}");
+            let cli = crate::cli::Cli::try_parse_from(["memlock-exporter", &format!("--no-collector.{name}")]).unwrap();
+            let config = load_with(None, &[], cli.serve.overrides()).unwrap();
+            assert!(!config.collector(name).unwrap().enabled, "{name}");
+            let env = format!("MEMLOCK_EXPORTER_COLLECTOR__{}__INTERVAL", name.to_uppercase());
+            let config = load_with(None, &[(env.as_str(), "7s")], vec![]).unwrap();
+            assert_eq!(config.collector(name).unwrap().interval, Duration::from_secs(7), "{name}");
+        }
+        let path = write_temp("unknown-collector", "[collector.nodee]\nenabled = false\n");
+        let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
+        assert!(err.contains("`collector.nodee`") && err.contains("rdma_netlink"), "{err}");
     }
 
     #[test]

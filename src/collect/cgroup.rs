@@ -719,7 +719,7 @@ impl Collector for CgroupCollector {
     }
 
     fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
-        Some(Data::Cgroup(Arc::new(self.read(errors))))
+        Some(Arc::new(self.read(errors)) as Data)
     }
 }
 
@@ -895,6 +895,24 @@ impl CgroupStats {
         for (reason, value) in reasons {
             out.sample(&[("reason", reason)], value);
         }
+    }
+}
+
+impl super::Stats for CgroupStats {
+    fn render(&self, out: &mut Exposition) {
+        CgroupStats::render(self, out)
+    }
+
+    fn observations(&self, at: f64) -> Vec<Observation> {
+        CgroupStats::observations(self, at)
+    }
+
+    fn trend_scopes(&self) -> &'static [Scope] {
+        &[Scope::Cgroup]
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

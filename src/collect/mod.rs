@@ -9,87 +9,95 @@ pub mod process;
 pub mod rdma_netlink;
 pub mod rdma_sysfs;
 
+use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::Config;
 use crate::exposition::Exposition;
 use crate::fsroot::SourceError;
 use crate::trend::{Observation, Scope};
 
-/// Every collector the exporter knows, in output order.
-pub const NAMES: &[&str] = &["node", "numa", "process", "cgroup", "rdma_sysfs", "rdma_netlink"];
+/// What a collector's run produced, behind one trait so the sampler, the snapshot and the trend
+/// analyser need no list of collectors. Cheap to share: snapshots hold it in an `Arc`.
+pub trait Stats: std::fmt::Debug + Send + Sync + 'static {
+    fn render(&self, out: &mut Exposition);
 
-/// The typed result of one collection. Cheap to clone: snapshots share it.
-#[derive(Debug, Clone)]
-pub enum Data {
-    Node(Arc<node::NodeStats>),
-    Numa(Arc<numa::NumaStats>),
-    Process(Arc<process::ProcessStats>),
-    Cgroup(Arc<cgroup::CgroupStats>),
-    RdmaSysfs(Arc<rdma_sysfs::RdmaSysfsStats>),
-    RdmaNetlink(Arc<rdma_netlink::RdmaNetlinkStats>),
-}
-
-impl Data {
     /// What the trend analyser watches in this data, observed at `at` (monotonic seconds).
-    pub fn observations(&self, at: f64) -> Vec<Observation> {
-        match self {
-            Data::Node(stats) => stats.observation(at).into_iter().collect(),
-            Data::Cgroup(stats) => stats.observations(at),
-            Data::Process(stats) => process_observations(stats, at),
-            _ => Vec::new(),
-        }
+    fn observations(&self, _at: f64) -> Vec<Observation> {
+        Vec::new()
     }
 
     /// The trend scopes this data covers completely: scopes of that kind missing from it have
     /// gone (the process exited, the cgroup was removed) and their history is dropped.
-    pub fn trend_scopes(&self) -> &'static [Scope] {
-        match self {
-            Data::Node(_) => &[Scope::Node],
-            Data::Cgroup(_) => &[Scope::Cgroup],
-            Data::Process(_) => &[Scope::Process],
-            _ => &[],
-        }
+    fn trend_scopes(&self) -> &'static [Scope] {
+        &[]
     }
 
-    pub fn render(&self, out: &mut Exposition) {
-        match self {
-            Data::Node(stats) => stats.render(out),
-            Data::Numa(stats) => stats.render(out),
-            Data::Process(stats) => stats.render(out),
-            Data::Cgroup(stats) => stats.render(out),
-            Data::RdmaSysfs(stats) => stats.render(out),
-            Data::RdmaNetlink(stats) => stats.render(out),
-        }
-    }
+    /// For readers that need the collector's own type (tests, `check`).
+    fn as_any(&self) -> &dyn Any;
 }
 
-/// The process scope: max(VmPin, VmLck) of each exported process against its soft memlock
-/// limit. Processes exempt through CAP_IPC_LOCK, or with an unlimited limit, have no headroom
-/// to run out of: their rise is still reported.
-fn process_observations(stats: &process::ProcessStats, at: f64) -> Vec<Observation> {
-    stats
-        .processes
-        .iter()
-        .filter_map(|p| {
-            let usage = p.usage_bytes()?;
-            let soft = p.limits.and_then(|l| l.soft.bytes()).filter(|_| p.ipc_lock != Some(true));
-            let mut labels = vec![("pid", p.pid.to_string()), ("comm", p.comm.clone())];
-            if let Some(cgroup) = &p.cgroup {
-                labels.extend(cgroup.labels.iter().cloned());
-            }
-            Some(Observation {
-                scope: Scope::Process,
-                // The comm guards against pid reuse mixing two processes' histories.
-                id: format!("{}/{}", p.pid, p.comm),
-                labels,
-                at,
-                value: usage as f64,
-                headroom: soft.map(|s| s.saturating_sub(usage) as f64),
-            })
-        })
-        .collect()
+/// The typed result of one collection, shared by every snapshot that holds it.
+pub type Data = Arc<dyn Stats>;
+
+/// A collector the exporter knows: the one list from which the `--collector.<name>` flags, the
+/// `collector.<name>.enabled` and `.interval` keys and the sampler's threads are derived (as
+/// node_exporter's registerCollector). Settings of its own, if any, live in its configuration
+/// section ([`crate::config::RawCollectors`]).
+pub struct Registration {
+    pub name: &'static str,
+    /// What it reads, for the flag's help.
+    pub reads: &'static str,
+    pub default_interval: &'static str,
+    pub build: fn(&Config, Duration) -> Box<dyn Collector>,
 }
+
+/// Every collector, in output order.
+pub const REGISTRY: &[Registration] = &[
+    Registration {
+        name: "node",
+        reads: "/proc/meminfo, vmstat, vm sysctls, hugepages",
+        default_interval: "1s",
+        build: |config, _| Box::new(node::NodeCollector::new(config.roots.clone(), procfs::page_size())),
+    },
+    Registration {
+        name: "numa",
+        reads: "per NUMA node memory and hugepages",
+        default_interval: "1s",
+        build: |config, _| Box::new(numa::NumaCollector::new(config.roots.clone(), procfs::page_size())),
+    },
+    Registration {
+        name: "process",
+        reads: "VmLck, VmPin, memlock limits per process",
+        default_interval: "1s",
+        build: |config, interval| {
+            Box::new(process::ProcessCollector::new(&config.roots, config.process.clone(), interval))
+        },
+    },
+    Registration {
+        name: "cgroup",
+        reads: "memory usage and limits per cgroup",
+        default_interval: "1s",
+        build: |config, _| Box::new(cgroup::CgroupCollector::new(config.roots.clone(), config.cgroup.clone())),
+    },
+    Registration {
+        name: "rdma_sysfs",
+        reads: "/sys/class/infiniband devices, ports, counters",
+        default_interval: "5s",
+        build: |config, _| {
+            Box::new(rdma_sysfs::RdmaSysfsCollector::new(config.roots.clone(), config.rdma_sysfs.clone()))
+        },
+    },
+    Registration {
+        name: "rdma_netlink",
+        reads: "RDMA resources and registered memory",
+        default_interval: "5s",
+        build: |config, _| {
+            Box::new(rdma_netlink::RdmaNetlinkCollector::new(config.roots.clone(), config.rdma_netlink.clone()))
+        },
+    },
+];
 
 /// One source of metrics.
 pub trait Collector: Send {
@@ -101,27 +109,15 @@ pub trait Collector: Send {
     fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data>;
 }
 
-/// Builds the enabled collectors from the configuration.
-pub fn build(config: &Config) -> Vec<(Box<dyn Collector>, std::time::Duration)> {
-    let page_size = procfs::page_size();
-    let mut out: Vec<(Box<dyn Collector>, std::time::Duration)> = Vec::new();
-    for c in config.collectors.iter().filter(|c| c.enabled) {
-        let collector: Box<dyn Collector> = match c.name {
-            "node" => Box::new(node::NodeCollector::new(config.roots.clone(), page_size)),
-            "numa" => Box::new(numa::NumaCollector::new(config.roots.clone(), page_size)),
-            "process" => Box::new(process::ProcessCollector::new(&config.roots, config.process.clone(), c.interval)),
-            "rdma_sysfs" => {
-                Box::new(rdma_sysfs::RdmaSysfsCollector::new(config.roots.clone(), config.rdma_sysfs.clone()))
-            }
-            "rdma_netlink" => {
-                Box::new(rdma_netlink::RdmaNetlinkCollector::new(config.roots.clone(), config.rdma_netlink.clone()))
-            }
-            "cgroup" => Box::new(cgroup::CgroupCollector::new(config.roots.clone(), config.cgroup.clone())),
-            _ => continue,
-        };
-        out.push((collector, c.interval));
-    }
-    out
+/// Builds the enabled collectors from the configuration, in registry order.
+pub fn build(config: &Config) -> Vec<(Box<dyn Collector>, Duration)> {
+    REGISTRY
+        .iter()
+        .filter_map(|registration| {
+            let settings = config.collector(registration.name).filter(|c| c.enabled)?;
+            Some(((registration.build)(config, settings.interval), settings.interval))
+        })
+        .collect()
 }
 
 /// Reads an optional file: `Ok(None)` when it does not exist.

@@ -74,7 +74,7 @@ impl Collector for NodeCollector {
     }
 
     fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
-        self.read(errors).map(|s| Data::Node(Arc::new(s)))
+        self.read(errors).map(|s| Arc::new(s) as Data)
     }
 }
 
@@ -201,5 +201,23 @@ impl NodeStats {
                 out.sample(&[("mode", option)], *option == thp.active);
             }
         }
+    }
+}
+
+impl super::Stats for NodeStats {
+    fn render(&self, out: &mut Exposition) {
+        NodeStats::render(self, out)
+    }
+
+    fn observations(&self, at: f64) -> Vec<Observation> {
+        self.observation(at).into_iter().collect()
+    }
+
+    fn trend_scopes(&self) -> &'static [Scope] {
+        &[Scope::Node]
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }

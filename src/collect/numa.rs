@@ -83,7 +83,7 @@ impl Collector for NumaCollector {
     }
 
     fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
-        self.read(errors).map(|s| Data::Numa(Arc::new(s)))
+        self.read(errors).map(|s| Arc::new(s) as Data)
     }
 }
 
@@ -127,5 +127,15 @@ impl NumaStats {
         for (node, id) in self.nodes.iter().zip(&ids) {
             hugepages::render(out, &[("numa_node", id)], &node.hugepages);
         }
+    }
+}
+
+impl super::Stats for NumaStats {
+    fn render(&self, out: &mut Exposition) {
+        NumaStats::render(self, out)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }

@@ -27,6 +27,7 @@ use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::pid_limits::{self, Limit, MemlockLimits};
 use crate::kernel::{cgroup_path, pid_cgroup, pid_status, uid_map, ParseError};
+use crate::trend::{Observation, Scope};
 
 use super::{Collector, Data};
 
@@ -442,7 +443,7 @@ impl Collector for ProcessCollector {
     }
 
     fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
-        self.sample(errors).map(|stats| Data::Process(Arc::new(stats)))
+        self.sample(errors).map(|stats| Arc::new(stats) as Data)
     }
 }
 
@@ -684,6 +685,32 @@ fn read_limits_and_cgroup(
 }
 
 impl ProcessStats {
+    /// The process scope: max(VmPin, VmLck) of each exported process against its soft memlock
+    /// limit. Processes exempt through CAP_IPC_LOCK, or with an unlimited limit, have no
+    /// headroom to run out of: their rise is still reported.
+    pub fn observations(&self, at: f64) -> Vec<Observation> {
+        self.processes
+            .iter()
+            .filter_map(|p| {
+                let usage = p.usage_bytes()?;
+                let soft = p.limits.and_then(|l| l.soft.bytes()).filter(|_| p.ipc_lock != Some(true));
+                let mut labels = vec![("pid", p.pid.to_string()), ("comm", p.comm.clone())];
+                if let Some(cgroup) = &p.cgroup {
+                    labels.extend(cgroup.labels.iter().cloned());
+                }
+                Some(Observation {
+                    scope: Scope::Process,
+                    // The comm guards against pid reuse mixing two processes' histories.
+                    id: format!("{}/{}", p.pid, p.comm),
+                    labels,
+                    at,
+                    value: usage as f64,
+                    headroom: soft.map(|s| s.saturating_sub(usage) as f64),
+                })
+            })
+            .collect()
+    }
+
     pub fn render(&self, out: &mut Exposition) {
         let pids: Vec<String> = self.processes.iter().map(|p| p.pid.to_string()).collect();
         let labels: Vec<Vec<(&str, &str)>> = self
@@ -851,6 +878,24 @@ fn with<'a>(labels: &[(&'a str, &'a str)], extra: (&'a str, &'a str)) -> Vec<(&'
     let mut out = labels.to_vec();
     out.push(extra);
     out
+}
+
+impl super::Stats for ProcessStats {
+    fn render(&self, out: &mut Exposition) {
+        ProcessStats::render(self, out)
+    }
+
+    fn observations(&self, at: f64) -> Vec<Observation> {
+        ProcessStats::observations(self, at)
+    }
+
+    fn trend_scopes(&self) -> &'static [Scope] {
+        &[Scope::Process]
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 #[cfg(test)]

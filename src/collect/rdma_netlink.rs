@@ -502,7 +502,7 @@ impl Collector for RdmaNetlinkCollector {
     }
 
     fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
-        self.read(errors).map(|s| Data::RdmaNetlink(Arc::new(s)))
+        self.read(errors).map(|s| Arc::new(s) as Data)
     }
 }
 
@@ -561,6 +561,16 @@ impl RdmaNetlinkStats {
                 }
             }
         }
+    }
+}
+
+impl super::Stats for RdmaNetlinkStats {
+    fn render(&self, out: &mut Exposition) {
+        RdmaNetlinkStats::render(self, out)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

@@ -224,7 +224,7 @@ impl Collector for RdmaSysfsCollector {
     }
 
     fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
-        self.read(errors).map(|s| Data::RdmaSysfs(Arc::new(s)))
+        self.read(errors).map(|s| Arc::new(s) as Data)
     }
 }
 
@@ -339,6 +339,16 @@ impl RdmaSysfsStats {
                 }
             }
         }
+    }
+}
+
+impl super::Stats for RdmaSysfsStats {
+    fn render(&self, out: &mut Exposition) {
+        RdmaSysfsStats::render(self, out)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
