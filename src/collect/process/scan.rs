@@ -1,0 +1,340 @@
+//! Reading one process: `status`, `limits`, `cgroup` and, for holders of CAP_IPC_LOCK, the
+//! user namespace, through one reused path and text buffer.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::ProcessConfig;
+use crate::fsroot::{self, SourceError};
+use crate::kernel::pid_limits;
+use crate::kernel::{cgroup_path, pid_cgroup, pid_status, uid_map, ParseError};
+
+use super::sample::{CgroupInfo, ProcessSample};
+use super::{is_tracked, ReadErrors};
+
+/// What the collector remembers about a process between passes.
+#[derive(Debug, Clone)]
+pub(super) struct Record {
+    pub(super) sample: ProcessSample,
+    pub(super) comm_matches: bool,
+    /// Re-read on every pass, not only on full scans.
+    pub(super) tracked: bool,
+    /// `limits` or `cgroup` could not be read or parsed (a real error, not a refusal): they are
+    /// read again on every pass until they can, so the failure shows on every run.
+    pub(super) incomplete: bool,
+}
+
+/// Builds `<procfs>/<pid>/<file>` paths in one reused buffer and reads them into one reused
+/// text buffer: a full scan reads three files per process.
+pub(super) struct PidReader {
+    procfs: OsString,
+    path: PathBuf,
+    text: String,
+    /// Whether `uid_map` can tell the initial user namespace: the kernel shows the map relative
+    /// to the reader's own namespace, so from inside a user namespace (rootless Podman,
+    /// systemd `PrivateUsers=`) every host process would look namespaced.
+    pub(super) reads_user_namespaces: bool,
+}
+
+impl PidReader {
+    pub(super) fn new(procfs: &std::path::Path) -> Self {
+        let own_map = fsroot::read_parsed(&procfs.join("self/uid_map"), uid_map::is_initial).ok();
+        if own_map == Some(false) {
+            tracing::warn!(
+                procfs = %procfs.display(),
+                "the exporter runs in a user namespace: CAP_IPC_LOCK is taken as exempting wherever it is held, since \
+                    uid_map cannot tell the initial namespace from here"
+            );
+        }
+        Self {
+            procfs: procfs.as_os_str().to_owned(),
+            path: PathBuf::with_capacity(64),
+            text: String::with_capacity(4096),
+            // A root without `self` (a fixture tree) is read as the initial namespace's view.
+            reads_user_namespaces: own_map != Some(false),
+        }
+    }
+
+    pub(super) fn read(&mut self, pid: u32, file: &str) -> Result<&str, SourceError> {
+        let mut digits = [0u8; 10];
+        let path = self.path.as_mut_os_string();
+        path.clear();
+        path.push(&self.procfs);
+        path.push("/");
+        path.push(format_pid(pid, &mut digits));
+        path.push("/");
+        path.push(file);
+        fsroot::read_into(&self.path, &mut self.text)?;
+        Ok(&self.text)
+    }
+
+    /// Names the file last read.
+    pub(super) fn parse_error(&self, source: ParseError) -> SourceError {
+        SourceError::Parse { path: self.path.clone(), source }
+    }
+}
+
+/// Decimal digits of `pid` without allocating.
+pub(super) fn format_pid(mut pid: u32, digits: &mut [u8; 10]) -> &str {
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (pid % 10) as u8;
+        pid /= 10;
+        if pid == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&digits[start..]).unwrap_or("0")
+}
+
+/// A procfs entry name that is a pid: decimal digits only (`self`, `sys`... are not).
+pub(super) fn parse_pid(name: &str) -> Option<u32> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok().filter(|&pid| pid > 0)
+}
+
+/// Counts and classifies read failures.
+#[derive(Debug, Default)]
+pub(super) struct Tally {
+    pub(super) vanished: u64,
+    pub(super) errors: ReadErrors,
+}
+
+impl Tally {
+    /// True when the failure means the process is gone (ENOENT, ESRCH).
+    pub(super) fn note(&mut self, err: SourceError, errors: &mut Vec<SourceError>) -> bool {
+        if err.is_not_found() {
+            self.vanished += 1;
+            return true;
+        }
+        match err.kind() {
+            "permission" => {
+                self.errors.permission += 1;
+                return false;
+            }
+            "parse" => self.errors.parse += 1,
+            "too_large" => self.errors.too_large += 1,
+            _ => self.errors.io += 1,
+        }
+        errors.push(err);
+        false
+    }
+}
+
+/// Cgroup paths seen in the scan, each with its labels computed once.
+#[derive(Debug, Default)]
+pub(super) struct Interner {
+    cgroups: HashMap<String, Arc<CgroupInfo>>,
+}
+
+impl Interner {
+    pub(super) fn get(&mut self, path: &str) -> Arc<CgroupInfo> {
+        if let Some(info) = self.cgroups.get(path) {
+            return info.clone();
+        }
+        let info = Arc::new(CgroupInfo { path: path.to_owned(), labels: cgroup_path::labels(path) });
+        self.cgroups.insert(path.to_owned(), info.clone());
+        info
+    }
+
+    /// Forgets cgroups no process refers to any more (bounded memory under churn).
+    pub(super) fn prune(&mut self) {
+        self.cgroups.retain(|_, info| Arc::strong_count(info) > 1);
+    }
+}
+
+/// Reads `status`, `limits` and `cgroup` of one process. `None` for kernel threads and for
+/// processes that vanished or whose status could not be read.
+pub(super) fn read_process(
+    reader: &mut PidReader,
+    tally: &mut Tally,
+    interner: &mut Interner,
+    config: &ProcessConfig,
+    pid: u32,
+    known: Option<Record>,
+    errors: &mut Vec<SourceError>,
+) -> Option<Record> {
+    let mut record = known.unwrap_or_else(|| Record {
+        sample: ProcessSample {
+            pid,
+            comm: String::new(),
+            cgroup: None,
+            locked_bytes: None,
+            pinned_bytes: None,
+            limits: None,
+            ipc_lock: None,
+        },
+        comm_matches: false,
+        tracked: false,
+        incomplete: false,
+    });
+    let fresh = record.sample.comm.is_empty();
+    read_status(reader, tally, config, &mut record, fresh, errors)?;
+    let before = errors.len();
+    if !read_limits_and_cgroup(reader, tally, interner, &mut record, errors) {
+        return None;
+    }
+    record.incomplete = errors.len() > before;
+    record.tracked = is_tracked(&record.sample, record.comm_matches);
+    Some(record)
+}
+
+/// Re-reads the status of a tracked process. False when it is gone (or became unreadable).
+pub(super) fn refresh(
+    reader: &mut PidReader,
+    tally: &mut Tally,
+    interner: &mut Interner,
+    config: &ProcessConfig,
+    record: &mut Record,
+    errors: &mut Vec<SourceError>,
+) -> bool {
+    match read_status(reader, tally, config, record, false, errors) {
+        None => false,
+        // A new command name under a known pid: most likely pid reuse, so the limits and the
+        // cgroup of the last full scan belong to another process.
+        Some(true) => read_limits_and_cgroup(reader, tally, interner, record, errors),
+        Some(false) => true,
+    }
+}
+
+/// Updates the record from `status`. `None` when the process is gone, unreadable or a kernel
+/// thread; `Some(changed)` says whether the command name changed (or `force` asked to treat
+/// it as new).
+pub(super) fn read_status(
+    reader: &mut PidReader,
+    tally: &mut Tally,
+    config: &ProcessConfig,
+    record: &mut Record,
+    force: bool,
+    errors: &mut Vec<SourceError>,
+) -> Option<bool> {
+    let pid = record.sample.pid;
+    let text = match reader.read(pid, "status") {
+        // A task reaped after the open reads as an empty file.
+        Ok("") => {
+            tally.vanished += 1;
+            return None;
+        }
+        Ok(text) => text,
+        Err(err) => {
+            tally.note(err, errors);
+            return None;
+        }
+    };
+    let status = match pid_status::parse(text) {
+        Ok(status) => status,
+        Err(err) => {
+            let err = reader.parse_error(err);
+            tally.note(err, errors);
+            return None;
+        }
+    };
+    if status.is_kernel_thread() {
+        return None;
+    }
+    let changed = force || record.sample.comm != status.name;
+    if changed {
+        record.sample.comm.clear();
+        record.sample.comm.push_str(status.name);
+        record.comm_matches = config.comm_pattern.as_ref().is_some_and(|re| re.is_match(status.name));
+    }
+    record.sample.locked_bytes = status.locked_bytes;
+    record.sample.pinned_bytes = status.pinned_bytes;
+    record.sample.ipc_lock = status.ipc_lock();
+    if record.sample.ipc_lock == Some(true) && reader.reads_user_namespaces {
+        record.sample.ipc_lock = Some(exempting_namespace(reader, tally, record.sample.pid, errors));
+    }
+    Some(changed)
+}
+
+/// Whether CAP_IPC_LOCK in a process's CapEff lifts its memlock limit: only when held in the
+/// initial user namespace. Read only for the processes that have the capability (the
+/// privileged daemons), from `uid_map`, which anyone may read (`ns/user` needs ptrace access).
+/// When it cannot be told, the capability is taken at its word, as before it was checked.
+pub(super) fn exempting_namespace(
+    reader: &mut PidReader,
+    tally: &mut Tally,
+    pid: u32,
+    errors: &mut Vec<SourceError>,
+) -> bool {
+    match reader.read(pid, "uid_map") {
+        Ok(text) => match uid_map::is_initial(text) {
+            Ok(initial) => initial,
+            Err(err) => {
+                let err = reader.parse_error(err);
+                tally.note(err, errors);
+                true
+            }
+        },
+        // Vanished since its status was read (a reaped task's uid_map fails to open with
+        // EINVAL): the next pass drops it.
+        Err(err) if err.is_not_found() || err.raw_os_error() == Some(libc::EINVAL) => true,
+        Err(err) => {
+            tally.note(err, errors);
+            true
+        }
+    }
+}
+
+/// Reads `limits` and `cgroup` into the record. False when the process vanished meanwhile.
+/// Other failures leave the field unknown and keep the process.
+pub(super) fn read_limits_and_cgroup(
+    reader: &mut PidReader,
+    tally: &mut Tally,
+    interner: &mut Interner,
+    record: &mut Record,
+    errors: &mut Vec<SourceError>,
+) -> bool {
+    let pid = record.sample.pid;
+    record.sample.limits = match reader.read(pid, "limits") {
+        // The kernel prints nothing once the task has been reaped (no sighand to lock).
+        Ok("") => {
+            tally.vanished += 1;
+            return false;
+        }
+        Ok(text) => match pid_limits::parse(text) {
+            Ok(limits) => Some(limits),
+            Err(err) => {
+                let err = reader.parse_error(err);
+                tally.note(err, errors);
+                None
+            }
+        },
+        Err(err) => {
+            // Every kernel has `limits`: not found means the process has exited.
+            if tally.note(err, errors) {
+                return false;
+            }
+            None
+        }
+    };
+    record.sample.cgroup = match reader.read(pid, "cgroup") {
+        // Exiting mid-read, as for limits; the next pass drops it.
+        Ok("") => None,
+        Ok(text) => match pid_cgroup::memory_path(text) {
+            Ok(Some(path)) => match &record.sample.cgroup {
+                Some(same) if same.path == path => Some(same.clone()),
+                _ => Some(interner.get(path)),
+            },
+            Ok(None) => None,
+            Err(err) => {
+                let err = reader.parse_error(err);
+                tally.note(err, errors);
+                None
+            }
+        },
+        // Without CONFIG_CGROUPS there is no such file; a process that exited meanwhile is
+        // dropped by the next pass.
+        Err(err) if err.is_not_found() => None,
+        Err(err) => {
+            tally.note(err, errors);
+            None
+        }
+    };
+    true
+}
