@@ -1,0 +1,525 @@
+//! Walking the hierarchies and reading each cgroup's memory and rdma files: the cgroup
+//! collector itself.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::CgroupConfig;
+use crate::fsroot::{self, Roots, SourceError};
+use crate::kernel::memcg::{self, Limit};
+use crate::kernel::rdma_cgroup::{self, RdmaValue};
+use crate::kernel::{cgroup_path, parse_u64, ParseError};
+
+use super::detect::{detect, vanished, Detected, Layout, Mount, Version};
+use super::{CgroupLabels, CgroupMemory, CgroupRdma, CgroupStats, MemoryEvents, ScanCounts};
+use crate::collect::{Collector, Data};
+
+// support), so that re-reads between walks do not retry them.
+const ABSENT_CURRENT: u8 = 1;
+const ABSENT_MAX: u8 = 1 << 1;
+const ABSENT_HIGH: u8 = 1 << 2;
+const ABSENT_SWAP_MAX: u8 = 1 << 3;
+const ABSENT_EVENTS: u8 = 1 << 4;
+/// The memory controller is not enabled in this v2 cgroup (its parent's subtree_control).
+const NO_MEMORY: u8 = 1 << 5;
+
+#[derive(Debug)]
+struct Node {
+    dir: PathBuf,
+    parent: Option<usize>,
+    /// Exported (passes include/exclude).
+    wanted: bool,
+    /// Exported, or an ancestor of an exported cgroup (its v2 limits apply to it).
+    needed: bool,
+    gone: bool,
+    absent: u8,
+    labels: CgroupLabels,
+}
+
+/// One walked hierarchy. Nodes are in preorder: a parent's index is below its children's.
+#[derive(Debug)]
+struct Tree {
+    mount: Mount,
+    memory: bool,
+    rdma: bool,
+    nodes: Vec<Node>,
+}
+
+/// The outcome of reading one file.
+enum Read<T> {
+    Value(T),
+    /// Not there: absent by design, or the cgroup is gone.
+    Missing,
+    /// Could not be read or parsed: the error was recorded, or the refusal noted in the reader.
+    Failed,
+}
+
+/// Reads files with one reused text buffer and path.
+#[derive(Default)]
+struct Reader {
+    text: String,
+    path: PathBuf,
+    /// A read of the current cgroup was refused (taken per cgroup with [`Reader::take_denied`]).
+    denied: bool,
+    /// The first refused path of the run, for the log.
+    first_denied: Option<PathBuf>,
+}
+
+impl Reader {
+    fn read<T>(
+        &mut self,
+        dir: &Path,
+        file: &str,
+        parse: fn(&str) -> Result<T, ParseError>,
+        errors: &mut Vec<SourceError>,
+        failed: &mut bool,
+    ) -> Read<T> {
+        self.path.as_mut_os_string().clear();
+        self.path.push(dir);
+        self.path.push(file);
+        match fsroot::read_into(&self.path, &mut self.text) {
+            Ok(()) => match parse(&self.text) {
+                Ok(value) => Read::Value(value),
+                Err(source) => {
+                    errors.push(SourceError::Parse { path: self.path.clone(), source });
+                    *failed = true;
+                    Read::Failed
+                }
+            },
+            Err(e) if vanished(&e) => Read::Missing,
+            Err(e) if e.kind() == "permission" => {
+                self.denied = true;
+                self.first_denied.get_or_insert_with(|| self.path.clone());
+                Read::Failed
+            }
+            Err(e) => {
+                errors.push(e);
+                *failed = true;
+                Read::Failed
+            }
+        }
+    }
+
+    fn take_denied(&mut self) -> bool {
+        std::mem::take(&mut self.denied)
+    }
+}
+
+/// Counts a cgroup whose files could not all be read.
+fn count_failures(run: &mut ScanCounts, denied: bool, failed: bool) {
+    run.permission_denied += u64::from(denied);
+    run.read_errors += u64::from(failed);
+}
+
+pub struct CgroupCollector {
+    roots: Roots,
+    config: CgroupConfig,
+    last_walk: Option<Instant>,
+    detected: Option<Detected>,
+    trees: Vec<Tree>,
+    walk_counts: ScanCounts,
+    reader: Reader,
+    denial_logged: bool,
+}
+
+impl CgroupCollector {
+    pub fn new(roots: Roots, config: CgroupConfig) -> Self {
+        Self {
+            roots,
+            config,
+            last_walk: None,
+            detected: None,
+            trees: Vec::new(),
+            walk_counts: ScanCounts::default(),
+            reader: Reader::default(),
+            denial_logged: false,
+        }
+    }
+
+    /// One collection: a walk when one is due, then a read of every known cgroup.
+    pub fn read(&mut self, errors: &mut Vec<SourceError>) -> CgroupStats {
+        let now = Instant::now();
+        // Ticks drift by a few milliseconds; without slack a walk due every 5 ticks would slip
+        // to every 6th.
+        let slack = self.config.full_scan_interval / 20;
+        let due = self.last_walk.is_none_or(|at| now.duration_since(at) + slack >= self.config.full_scan_interval);
+        let mut run = ScanCounts::default();
+        if due {
+            self.walk(&mut run, errors);
+            self.last_walk = Some(now);
+        }
+        let mut stats = CgroupStats {
+            layout: Layout::None,
+            memory_version: None,
+            memory_disabled: false,
+            rdma_version: None,
+            memory: Vec::new(),
+            rdma: Vec::new(),
+            scan: ScanCounts::default(),
+        };
+        if let Some(detected) = &self.detected {
+            stats.layout = detected.layout;
+            stats.memory_version = detected.memory.as_ref().map(|m| m.version);
+            stats.memory_disabled = detected.memory_disabled;
+            stats.rdma_version = detected.rdma.as_ref().map(|m| m.version);
+        }
+        for tree in &mut self.trees {
+            if tree.memory {
+                match tree.mount.version {
+                    Version::V1 => read_v1_memory(tree, &mut self.reader, &mut stats.memory, &mut run, errors),
+                    Version::V2 => read_v2_memory(tree, &mut self.reader, &mut stats.memory, &mut run, errors),
+                }
+            }
+            if tree.rdma {
+                read_rdma(tree, &mut self.reader, &mut stats.rdma, &mut run, errors);
+            }
+        }
+        stats.scan = ScanCounts {
+            vanished: run.vanished,
+            permission_denied: run.permission_denied,
+            read_errors: run.read_errors,
+            ..self.walk_counts.clone()
+        };
+        // Permission problems are not collector errors (see ScanCounts), so the sampler does
+        // not log them: say once that data is missing, and again after they went away.
+        match self.reader.first_denied.take() {
+            Some(path) if !self.denial_logged => {
+                tracing::warn!(path = %path.display(), cgroups = run.permission_denied, "cgroup files not readable \
+                    (permission denied); those values are not exported");
+                self.denial_logged = true;
+            }
+            Some(_) => {}
+            None => self.denial_logged = false,
+        }
+        stats
+    }
+
+    fn walk(&mut self, run: &mut ScanCounts, errors: &mut Vec<SourceError>) {
+        let detected = detect(&self.roots.sys("fs/cgroup"), &self.roots.proc("cgroups"), errors);
+        let mut mounts: Vec<(Mount, bool, bool)> = Vec::new();
+        if let Some(memory) = &detected.memory {
+            mounts.push((memory.clone(), true, detected.rdma.as_ref() == Some(memory)));
+        }
+        if let Some(rdma) = detected.rdma.as_ref().filter(|r| detected.memory.as_ref() != Some(*r)) {
+            mounts.push((rdma.clone(), false, true));
+        }
+        let mut counts = ScanCounts::default();
+        self.trees = mounts
+            .into_iter()
+            .map(|(mount, memory, rdma)| {
+                let nodes = walk_tree(&mount.root, &self.config, &mut counts, run, &mut self.reader, errors);
+                Tree { mount, memory, rdma, nodes }
+            })
+            .collect();
+        self.walk_counts = counts;
+        self.detected = Some(detected);
+    }
+}
+
+/// Lists a hierarchy depth-first, parents before children and siblings in name order.
+fn walk_tree(
+    root: &Path,
+    config: &CgroupConfig,
+    counts: &mut ScanCounts,
+    run: &mut ScanCounts,
+    reader: &mut Reader,
+    errors: &mut Vec<SourceError>,
+) -> Vec<Node> {
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut pending: Vec<(PathBuf, String, Option<usize>, usize)> = vec![(root.to_owned(), "/".to_owned(), None, 0)];
+    while let Some((dir, path, parent, depth)) = pending.pop() {
+        let index = nodes.len();
+        match fsroot::list_subdirs(&dir) {
+            Ok(children) if depth >= config.max_depth => counts.too_deep += children.len() as u64,
+            Ok(children) => {
+                for name in children.iter().rev() {
+                    let child_path = if path == "/" { format!("/{name}") } else { format!("{path}/{name}") };
+                    pending.push((dir.join(name), child_path, Some(index), depth + 1));
+                }
+            }
+            Err(e) if vanished(&e) => {
+                if parent.is_some() {
+                    run.vanished += 1;
+                }
+                continue;
+            }
+            // The cgroup itself may still be readable; only its subtree is lost.
+            Err(e) if e.kind() == "permission" => {
+                reader.first_denied.get_or_insert_with(|| dir.clone());
+                run.permission_denied += 1;
+            }
+            Err(e) => {
+                errors.push(e);
+                run.read_errors += 1;
+            }
+        }
+        counts.walked += 1;
+        let wanted = config.wants(&path);
+        if !wanted {
+            counts.filtered += 1;
+        }
+        let labels = Arc::new(if wanted { cgroup_path::labels(&path) } else { vec![("cgroup", path)] });
+        nodes.push(Node { dir, parent, wanted, needed: wanted, gone: false, absent: 0, labels });
+    }
+    for index in (0..nodes.len()).rev() {
+        if let (true, Some(parent)) = (nodes[index].needed, nodes[index].parent) {
+            nodes[parent].needed = true;
+        }
+    }
+    nodes
+}
+
+/// Reads the next file of a node, or moves on to the next node when the cgroup is gone.
+macro_rules! value_or_gone {
+    ($read:expr, $reader:expr, $node:expr, $run:expr, $next:lifetime) => {
+        match $read {
+            Read::Value(value) => Some(value),
+            Read::Failed => None,
+            Read::Missing => {
+                $node.gone = true;
+                $run.vanished += 1;
+                $reader.take_denied();
+                continue $next;
+            }
+        }
+    };
+}
+
+fn read_v1_memory(
+    tree: &mut Tree,
+    reader: &mut Reader,
+    out: &mut Vec<CgroupMemory>,
+    run: &mut ScanCounts,
+    errors: &mut Vec<SourceError>,
+) {
+    // Every v1 memory cgroup, the root included, has all four files: a missing one means the
+    // cgroup was removed.
+    'nodes: for node in tree.nodes.iter_mut().filter(|n| n.wanted && !n.gone) {
+        let mut failed = false;
+        let dir = node.dir.as_path();
+        let usage = value_or_gone!(
+            reader.read(dir, "memory.usage_in_bytes", parse_u64, errors, &mut failed),
+            reader,
+            node,
+            run,
+            'nodes
+        );
+        let stat = value_or_gone!(
+            reader.read(dir, "memory.stat", memcg::parse_v1_stat, errors, &mut failed),
+            reader,
+            node,
+            run,
+            'nodes
+        );
+        let failcnt = value_or_gone!(
+            reader.read(dir, "memory.failcnt", parse_u64, errors, &mut failed),
+            reader,
+            node,
+            run,
+            'nodes
+        );
+        let oom = value_or_gone!(
+            reader.read(dir, "memory.oom_control", memcg::parse_oom_control, errors, &mut failed),
+            reader,
+            node,
+            run,
+            'nodes
+        );
+        count_failures(run, reader.take_denied(), failed);
+        let stat = stat.unwrap_or_default();
+        out.push(CgroupMemory {
+            labels: node.labels.clone(),
+            usage_bytes: usage,
+            working_set_bytes: usage
+                .zip(stat.subtree_inactive_file())
+                .map(|(usage, inactive)| memcg::working_set(usage, inactive)),
+            limit: stat.hierarchical_memory_limit,
+            high: None,
+            swap_limit: stat.hierarchical_memsw_limit,
+            unevictable_bytes: stat.subtree_unevictable(),
+            events: MemoryEvents { max: failcnt, oom: None, oom_kill: oom.and_then(|o| o.oom_kill) },
+        });
+    }
+}
+
+/// A limit file of one v2 cgroup: the limit, `Unlimited` when the file is absent (the root, or
+/// no controller there: nothing to enforce at that level), `None` when it could not be read.
+fn own_v2_limit(
+    reader: &mut Reader,
+    node: &mut Node,
+    file: &str,
+    bit: u8,
+    errors: &mut Vec<SourceError>,
+    failed: &mut bool,
+) -> Option<Limit> {
+    if node.absent & bit != 0 {
+        return Some(Limit::Unlimited);
+    }
+    match reader.read(&node.dir, file, memcg::parse_v2_limit, errors, failed) {
+        Read::Value(limit) => Some(limit),
+        Read::Missing => {
+            node.absent |= bit;
+            Some(Limit::Unlimited)
+        }
+        Read::Failed => None,
+    }
+}
+
+fn read_v2_memory(
+    tree: &mut Tree,
+    reader: &mut Reader,
+    out: &mut Vec<CgroupMemory>,
+    run: &mut ScanCounts,
+    errors: &mut Vec<SourceError>,
+) {
+    let count = tree.nodes.len();
+    let mut failed = vec![false; count];
+    let mut denied = vec![false; count];
+    // Effective limits, parents first (preorder); `None` when a limit on the path is unknown.
+    let mut max: Vec<Option<Limit>> = vec![None; count];
+    let mut swap: Vec<Option<Limit>> = vec![None; count];
+    for index in 0..count {
+        let node = &mut tree.nodes[index];
+        if !node.needed || node.gone {
+            continue;
+        }
+        let (own_max, own_swap) = if node.absent & NO_MEMORY != 0 {
+            (Some(Limit::Unlimited), Some(Limit::Unlimited))
+        } else {
+            (
+                own_v2_limit(reader, node, "memory.max", ABSENT_MAX, errors, &mut failed[index]),
+                own_v2_limit(reader, node, "memory.swap.max", ABSENT_SWAP_MAX, errors, &mut failed[index]),
+            )
+        };
+        let (parent_max, parent_swap) = match node.parent {
+            Some(parent) => (max[parent], swap[parent]),
+            None => (Some(Limit::Unlimited), Some(Limit::Unlimited)),
+        };
+        denied[index] = reader.take_denied();
+        max[index] = parent_max.zip(own_max).map(|(a, b)| a.min(b));
+        swap[index] = parent_swap.zip(own_swap).map(|(a, b)| a.min(b));
+    }
+    for index in 0..count {
+        let node = &mut tree.nodes[index];
+        if !node.wanted || node.gone || node.absent & NO_MEMORY != 0 {
+            continue;
+        }
+        let mut node_failed = failed[index];
+        // memory.stat exists wherever the controller is enabled, the root included.
+        let stat = match reader.read(&node.dir, "memory.stat", memcg::parse_v2_stat, errors, &mut node_failed) {
+            Read::Value(stat) => Some(stat),
+            Read::Failed => None,
+            Read::Missing => {
+                // Gone, or a cgroup whose parent does not delegate the memory controller.
+                match reader.read(&node.dir, "cgroup.controllers", |_| Ok(()), errors, &mut node_failed) {
+                    Read::Value(()) => node.absent |= NO_MEMORY,
+                    Read::Missing => {
+                        node.gone = true;
+                        run.vanished += 1;
+                    }
+                    Read::Failed => count_failures(run, reader.take_denied() || denied[index], node_failed),
+                }
+                reader.take_denied();
+                continue;
+            }
+        };
+        let current = optional_v2(reader, node, "memory.current", ABSENT_CURRENT, parse_u64, errors, &mut node_failed);
+        let high =
+            optional_v2(reader, node, "memory.high", ABSENT_HIGH, memcg::parse_v2_limit, errors, &mut node_failed);
+        let events =
+            optional_v2(reader, node, "memory.events", ABSENT_EVENTS, memcg::parse_v2_events, errors, &mut node_failed)
+                .unwrap_or_default();
+        count_failures(run, reader.take_denied() || denied[index], node_failed);
+        out.push(CgroupMemory {
+            labels: node.labels.clone(),
+            usage_bytes: current,
+            // v2 memory.stat is hierarchical, like memory.current.
+            working_set_bytes: current
+                .zip(stat.as_ref().and_then(|s| s.inactive_file))
+                .map(|(usage, inactive)| memcg::working_set(usage, inactive)),
+            limit: max[index],
+            high,
+            swap_limit: swap[index],
+            unevictable_bytes: stat.and_then(|s| s.unevictable),
+            events: MemoryEvents { max: events.max, oom: events.oom, oom_kill: events.oom_kill },
+        });
+    }
+}
+
+/// A v2 file that some cgroups lack by design (the root lacks most): `None` when absent, and
+/// not retried until the next walk.
+fn optional_v2<T>(
+    reader: &mut Reader,
+    node: &mut Node,
+    file: &str,
+    bit: u8,
+    parse: fn(&str) -> Result<T, ParseError>,
+    errors: &mut Vec<SourceError>,
+    failed: &mut bool,
+) -> Option<T> {
+    if node.absent & bit != 0 {
+        return None;
+    }
+    match reader.read(&node.dir, file, parse, errors, failed) {
+        Read::Value(value) => Some(value),
+        Read::Missing => {
+            node.absent |= bit;
+            None
+        }
+        Read::Failed => None,
+    }
+}
+
+fn read_rdma(
+    tree: &mut Tree,
+    reader: &mut Reader,
+    out: &mut Vec<CgroupRdma>,
+    run: &mut ScanCounts,
+    errors: &mut Vec<SourceError>,
+) {
+    // Absent at the root and where the controller is not enabled: not an error.
+    for node in tree.nodes.iter_mut().filter(|n| n.wanted && !n.gone) {
+        let mut failed = false;
+        let mut devices =
+            |file: &str, failed: &mut bool| match reader.read(&node.dir, file, rdma_cgroup::parse, errors, failed) {
+                Read::Value(devices) => devices,
+                Read::Missing | Read::Failed => Vec::new(),
+            };
+        let mut current = devices("rdma.current", &mut failed);
+        let mut max = devices("rdma.max", &mut failed);
+        // Every cgroup lists every RDMA device; one with neither usage nor a limit for a device
+        // has no pool for it, and exporting its zeros would multiply series by cgroups x devices.
+        let pooled: Vec<String> = current
+            .iter()
+            .filter(|d| {
+                [d.hca_handle, d.hca_object].iter().any(|v| v.and_then(RdmaValue::count).is_some_and(|n| n > 0))
+            })
+            .chain(
+                max.iter()
+                    .filter(|d| [d.hca_handle, d.hca_object].iter().any(|v| v.is_some_and(|v| v != RdmaValue::Max))),
+            )
+            .map(|d| d.device.clone())
+            .collect();
+        current.retain(|d| pooled.contains(&d.device));
+        max.retain(|d| pooled.contains(&d.device));
+        // A tree shared with memory counted its cgroups' failures already.
+        let denied = reader.take_denied();
+        if !tree.memory {
+            count_failures(run, denied, failed);
+        }
+        if !current.is_empty() || !max.is_empty() {
+            out.push(CgroupRdma { labels: node.labels.clone(), current, max });
+        }
+    }
+}
+
+impl Collector for CgroupCollector {
+    fn name(&self) -> &'static str {
+        "cgroup"
+    }
+
+    fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
+        Some(Arc::new(self.read(errors)) as Data)
+    }
+}

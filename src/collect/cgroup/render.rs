@@ -1,0 +1,182 @@
+//! The cgroup collector's metric families and trend observations.
+
+use crate::exposition::{Exposition, Kind};
+
+use crate::trend::{Observation, Scope};
+
+use super::{CgroupMemory, CgroupStats, Version};
+
+impl CgroupStats {
+    /// The cgroup scope of the trend analysis: the working set against the effective limit.
+    /// Not the raw usage: a job streaming a dataset through page cache fills its cgroup with
+    /// cache that the kernel reclaims at the limit, and would look like a steep ramp to OOM.
+    /// Cgroups without a limit have nothing to run out of and are not tracked.
+    pub fn observations(&self, at: f64) -> Vec<Observation> {
+        self.memory
+            .iter()
+            .filter_map(|c| {
+                // Usage when memory.stat is unreadable: a larger value, so the trend errs early.
+                let working_set = c.working_set_bytes.or(c.usage_bytes)?;
+                let limit = c.limit?.bytes()?;
+                Some(Observation {
+                    scope: Scope::Cgroup,
+                    id: c.path().to_owned(),
+                    labels: (*c.labels).clone(),
+                    at,
+                    value: working_set as f64,
+                    headroom: Some(limit.saturating_sub(working_set) as f64),
+                })
+            })
+            .collect()
+    }
+
+    pub fn render(&self, out: &mut Exposition) {
+        let base: Vec<Vec<(&str, &str)>> =
+            self.memory.iter().map(|c| c.labels.iter().map(|(k, v)| (*k, v.as_str())).collect()).collect();
+        type Field = fn(&CgroupMemory) -> Option<u64>;
+        let gauges: [(&'static str, &'static str, Field); 7] = [
+            (
+                "memlock_cgroup_memory_usage_bytes",
+                "Memory charged to the cgroup and its descendants (v1 memory.usage_in_bytes, v2 memory.current), page \
+                    cache included. Sampled on the cgroup interval (default 1s), not at scrape time.",
+                |c| c.usage_bytes,
+            ),
+            (
+                "memlock_cgroup_memory_working_set_bytes",
+                "Usage minus inactive page cache (v1 total_inactive_file, v2 inactive_file in memory.stat), floored at \
+                    0, as kubelet and cAdvisor compute it: memory the kernel cannot reclaim without swapping or \
+                    killing. Locked and pinned pages are always in it. Sampled on the cgroup interval.",
+                |c| c.working_set_bytes,
+            ),
+            (
+                "memlock_cgroup_memory_limit_bytes",
+                "Effective memory limit: the lowest limit on the path to the root (v1 hierarchical_memory_limit, v2 \
+                    the lowest memory.max of the cgroup and its ancestors). Absent when unlimited. Sampled on the \
+                    cgroup interval.",
+                |c| c.limit?.bytes(),
+            ),
+            (
+                "memlock_cgroup_memory_limit_unlimited",
+                "1 when no memory limit applies on the cgroup's path to the root, 0 when \
+                    memlock_cgroup_memory_limit_bytes is set. Sampled on the cgroup interval.",
+                |c| c.limit.map(|l| u64::from(l.is_unlimited())),
+            ),
+            (
+                "memlock_cgroup_memory_high_bytes",
+                "memory.high of the cgroup (v2): above it the cgroup is throttled and reclaimed. Absent when not set. \
+                    Sampled on the cgroup interval.",
+                |c| c.high?.bytes(),
+            ),
+            (
+                "memlock_cgroup_memory_swap_limit_bytes",
+                "Effective swap limit: v1 hierarchical_memsw_limit (memory plus swap), v2 the lowest memory.swap.max \
+                    on the path to the root (swap only). Absent when unlimited or without swap accounting. Sampled on \
+                    the cgroup interval.",
+                |c| c.swap_limit?.bytes(),
+            ),
+            (
+                "memlock_cgroup_memory_unevictable_bytes",
+                "Unevictable (mlocked) memory of the cgroup and its descendants (v1 total_unevictable, v2 unevictable \
+                    in memory.stat). RDMA-pinned pages are not in it. Sampled on the cgroup interval.",
+                |c| c.unevictable_bytes,
+            ),
+        ];
+        for (name, help, field) in gauges {
+            out.family(name, help, Kind::Gauge);
+            for (cgroup, labels) in self.memory.iter().zip(&base) {
+                out.maybe(labels, field(cgroup));
+            }
+        }
+        out.family(
+            "memlock_cgroup_memory_events_total",
+            "Memory events of the cgroup and its descendants: max (usage hit the limit; on v1 memory.failcnt, hits of \
+                this cgroup's own limit only), oom (the OOM path was entered; v2 only), oom_kill (processes killed by \
+                the OOM killer). Sampled on the cgroup interval.",
+            Kind::Counter,
+        );
+        for (cgroup, labels) in self.memory.iter().zip(&base) {
+            let e = &cgroup.events;
+            for (event, value) in [("max", e.max), ("oom", e.oom), ("oom_kill", e.oom_kill)] {
+                let mut labels = labels.clone();
+                labels.push(("event", event));
+                out.maybe(&labels, value);
+            }
+        }
+        self.render_rdma(out);
+        self.render_scan(out);
+    }
+
+    fn render_rdma(&self, out: &mut Exposition) {
+        out.family(
+            "memlock_cgroup_rdma",
+            "rdma cgroup controller per device: open verbs contexts (resource hca_handle) and uverbs objects such as \
+                MRs and QPs (hca_object); kind current (rdma.current) or max (rdma.max; a max of \"max\" is not \
+                exported). Counts, not bytes. Only devices the cgroup uses or has a limit for. Sampled on the cgroup \
+                interval.",
+            Kind::Gauge,
+        );
+        for cgroup in &self.rdma {
+            let base: Vec<(&str, &str)> = cgroup.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let mut devices: Vec<&str> = cgroup.current.iter().chain(&cgroup.max).map(|d| d.device.as_str()).collect();
+            devices.sort_unstable();
+            devices.dedup();
+            for device in devices {
+                for (kind, list) in [("current", &cgroup.current), ("max", &cgroup.max)] {
+                    let Some(entry) = list.iter().find(|d| d.device == device) else { continue };
+                    for (resource, value) in [("hca_handle", entry.hca_handle), ("hca_object", entry.hca_object)] {
+                        let mut labels = base.clone();
+                        labels.extend([("device", device), ("resource", resource), ("kind", kind)]);
+                        out.maybe(&labels, value.and_then(|v| v.count()));
+                    }
+                }
+            }
+        }
+    }
+
+    fn render_scan(&self, out: &mut Exposition) {
+        let version = |v: Option<Version>| match v {
+            Some(Version::V1) => "v1",
+            Some(Version::V2) => "v2",
+            None => "none",
+        };
+        let memory = if self.memory_version.is_none() && self.memory_disabled {
+            "disabled"
+        } else {
+            version(self.memory_version)
+        };
+        out.family(
+            "memlock_cgroup_hierarchy_info",
+            "Always 1. layout: how <sysfs>/fs/cgroup is mounted (v1, v2, hybrid, none); memory and rdma: the hierarchy \
+                version of each controller (v1, v2, none, or disabled at boot).",
+            Kind::Gauge,
+        )
+        .sample(&[("layout", self.layout.as_str()), ("memory", memory), ("rdma", version(self.rdma_version))], 1u64);
+        out.family(
+            "memlock_cgroup_scan_cgroups_walked",
+            "Cgroup directories found by the latest walk of the memory and rdma hierarchies (walks run every \
+                full_scan_interval; between them only known cgroups are read).",
+            Kind::Gauge,
+        )
+        .sample(&[], self.scan.walked);
+        out.family(
+            "memlock_cgroup_scan_cgroups_skipped",
+            "Cgroups not exported, or exported in part, by reason: filtered (include/exclude patterns) and too_deep \
+                (subdirectories below max_depth, not walked) in the latest walk; in the latest run vanished (removed \
+                while being read), permission_denied (a file or directory the exporter may not read; logged, not a \
+                collector failure) and read_error (a file that could not be read or parsed; see \
+                memlock_exporter_collector_errors_total).",
+            Kind::Gauge,
+        );
+        let s = &self.scan;
+        let reasons = [
+            ("filtered", s.filtered),
+            ("too_deep", s.too_deep),
+            ("vanished", s.vanished),
+            ("permission_denied", s.permission_denied),
+            ("read_error", s.read_errors),
+        ];
+        for (reason, value) in reasons {
+            out.sample(&[("reason", reason)], value);
+        }
+    }
+}
