@@ -58,21 +58,39 @@ struct Slots {
     tracker: Tracker,
 }
 
+/// One run of a collector, before the trend analysis that completes it into a [`Report`].
+struct Run {
+    collector: &'static str,
+    success: bool,
+    duration: Duration,
+    finished: Instant,
+    data: Option<crate::collect::Data>,
+}
+
 impl Board {
-    fn post(&self, index: usize, mut report: Report) {
-        let at = report.finished.saturating_duration_since(self.epoch).as_secs_f64();
+    /// Analyses the run's trend scopes and publishes it: the report is made whole here, under
+    /// the lock that orders the tracker's observations.
+    fn post(&self, index: usize, run: Run) {
+        let at = run.finished.saturating_duration_since(self.epoch).as_secs_f64();
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(data) = &report.data {
-            let trends: Vec<_> = data.observations(at).into_iter().map(|o| slots.tracker.observe(o)).collect();
+        let mut trends = Vec::new();
+        if let Some(data) = &run.data {
+            trends = data.observations(at).into_iter().map(|o| slots.tracker.observe(o)).collect();
             for &scope in data.trend_scopes() {
                 slots.tracker.forget_unseen(scope, at);
             }
-            report.trends = Arc::new(trends);
         }
+        let report = Report {
+            collector: run.collector,
+            success: run.success,
+            duration: run.duration,
+            finished: run.finished,
+            data: run.data,
+            trends: Arc::new(trends),
+        };
         let slots = &mut *slots;
         slots.reports[index] = Some(report);
-        let slots = &slots.reports;
-        let reports = slots.iter().flatten().cloned().collect();
+        let reports = slots.reports.iter().flatten().cloned().collect();
         self.publish.send_replace(Arc::new(Snapshot::new(reports)));
     }
 }
@@ -140,10 +158,7 @@ fn run(
         }
         let success = data.is_some() && errors.is_empty();
         log_outcome(name, &errors, &mut last_logged, finished);
-        board.post(
-            index,
-            Report { collector: name, success, duration: finished - started, finished, data, trends: Arc::default() },
-        );
+        board.post(index, Run { collector: name, success, duration: finished - started, finished, data });
 
         // Keep a steady cadence; after an overrun, start again one interval from now rather
         // than running back to back to catch up.
