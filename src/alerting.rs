@@ -20,6 +20,7 @@ use prometheus::{IntCounterVec, IntGauge};
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::collect::process::Counter;
 use crate::config::{AlertingConfig, Endpoint};
 use crate::snapshot::Snapshot;
 use crate::timefmt::rfc3339_millis;
@@ -45,7 +46,7 @@ pub fn evaluate(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> 
             }
         }
         if point.scope != Scope::Node {
-            if let Some(ratio) = usage_ratio(point) {
+            if let Some(ratio) = point.charge.enforced_ratio() {
                 if ratio >= config.usage_ratio_warning {
                     out.push(near_limit_alert(point, ratio, config));
                 }
@@ -53,12 +54,6 @@ pub fn evaluate(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> 
         }
     }
     out
-}
-
-/// value / limit, where limit = value + headroom.
-fn usage_ratio(point: &TrendPoint) -> Option<f64> {
-    let limit = point.value + point.headroom?;
-    (limit > 0.0).then(|| point.value / limit)
 }
 
 fn base_labels(alertname: &str, severity: &str, point: &TrendPoint, config: &AlertingConfig) -> Labels {
@@ -74,23 +69,67 @@ fn base_labels(alertname: &str, severity: &str, point: &TrendPoint, config: &Ale
     labels
 }
 
+fn label<'a>(point: &'a TrendPoint, key: &str) -> Option<&'a str> {
+    point.labels.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str())
+}
+
 fn subject(point: &TrendPoint) -> String {
-    let get = |key: &str| point.labels.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str());
     match point.scope {
         Scope::Node => "the node".into(),
-        Scope::Cgroup => format!("cgroup {}", get("cgroup").unwrap_or("?")),
-        Scope::Process => format!("process {} ({})", get("pid").unwrap_or("?"), get("comm").unwrap_or("?")),
+        Scope::Cgroup => format!("cgroup {}", label(point, "cgroup").unwrap_or("?")),
+        Scope::Process => {
+            format!("process {} ({})", label(point, "pid").unwrap_or("?"), label(point, "comm").unwrap_or("?"))
+        }
     }
 }
 
-fn what_is_watched(scope: Scope) -> (&'static str, &'static str) {
-    match scope {
-        Scope::Node => ("locked + pinned memory", "MemAvailable"),
+/// What the scope's trend follows, what it runs into, and what happens there.
+struct Watched {
+    quantity: &'static str,
+    limit: &'static str,
+    consequence: &'static str,
+}
+
+fn watched(point: &TrendPoint) -> Watched {
+    match point.scope {
+        // The node trend follows MemAvailable falling (see NodeStats::observation): pinning
+        // memory that is already allocated does not lower it, and Mlocked and pinned pages can
+        // be the same pages, so their sum is no measure of what is left.
+        Scope::Node => Watched {
+            quantity: "memory in use (MemTotal - MemAvailable)",
+            limit: "the MemAvailable floor",
+            consequence: "allocations then fail or the OOM killer runs, and registrations that fault pages in fail",
+        },
         // The cgroup trend follows the working set (see CgroupStats::observations): say so, or
         // the figure will not match memory.current when someone checks.
-        Scope::Cgroup => ("working set (usage minus inactive page cache)", "its memory limit"),
-        Scope::Process => ("max(VmPin, VmLck)", "its soft memlock limit"),
+        Scope::Cgroup => Watched {
+            quantity: "working set (usage minus inactive page cache)",
+            limit: "its memory limit",
+            consequence: "the cgroup then reclaims and OOM-kills, or fails registrations with ENOMEM when nothing \
+                can be reclaimed or killed",
+        },
+        Scope::Process => match label(point, "counter").and_then(Counter::from_label) {
+            Some(Counter::Pinned) => Watched {
+                quantity: "VmPin",
+                limit: "its soft memlock limit",
+                consequence: "the next RDMA registration (ibv_reg_mr) that would pass it fails with ENOMEM",
+            },
+            Some(Counter::Locked) => Watched {
+                quantity: "VmLck",
+                limit: "its soft memlock limit",
+                consequence: "the next mlock that would pass it fails with ENOMEM",
+            },
+            None => Watched {
+                quantity: "locked or pinned memory",
+                limit: "its soft memlock limit",
+                consequence: "the next ibv_reg_mr or mlock beyond it fails with ENOMEM",
+            },
+        },
     }
+}
+
+fn headroom(point: &TrendPoint) -> String {
+    point.charge.headroom_bytes().map_or_else(|| "?".into(), |h| bytes(h as f64))
 }
 
 fn exhaustion_alert(point: &TrendPoint, seconds: f64, config: &AlertingConfig) -> Candidate {
@@ -99,25 +138,21 @@ fn exhaustion_alert(point: &TrendPoint, seconds: f64, config: &AlertingConfig) -
         Scope::Cgroup => "MemlockCgroupMemoryExhaustionImminent",
         Scope::Process => "MemlockProcessLimitExhaustionImminent",
     };
-    let (watched, limit) = what_is_watched(point.scope);
-    let consequence = match point.scope {
-        Scope::Process => "the next ibv_reg_mr or mlock beyond it fails with ENOMEM",
-        Scope::Cgroup => "the cgroup then reclaims and OOM-kills",
-        Scope::Node => "allocations and registrations then fail",
-    };
+    let w = watched(point);
     let rise = point.rise.unwrap_or(0.0);
     let mut annotations = Labels::new();
-    annotations.insert("summary".into(), format!("{} reaches {limit} in about {seconds:.0}s", subject(point)));
+    annotations.insert("summary".into(), format!("{} reaches {} in about {seconds:.0}s", subject(point), w.limit));
     annotations.insert(
         "description".into(),
         format!(
-            "{} of {} is {} and rising {}/s; {} left before {limit}. At this rate it is reached in {seconds:.0}s and \
-                {consequence}.",
-            watched,
+            "{} of {} is {} and rising {}/s; {} left before {}. At this rate it is reached in {seconds:.0}s: {}.",
+            w.quantity,
             subject(point),
-            bytes(point.value),
+            bytes(point.charge.used_bytes as f64),
             bytes(rise),
-            point.headroom.map(bytes).unwrap_or_else(|| "?".into()),
+            headroom(point),
+            w.limit,
+            w.consequence,
         ),
     );
     annotations.insert("runbook_url".into(), runbook(config, alertname));
@@ -129,18 +164,20 @@ fn near_limit_alert(point: &TrendPoint, ratio: f64, config: &AlertingConfig) -> 
         Scope::Process => "MemlockProcessNearLimitFast",
         _ => "MemlockCgroupNearMemoryLimitFast",
     };
-    let (watched, limit) = what_is_watched(point.scope);
+    let w = watched(point);
     let mut annotations = Labels::new();
-    annotations.insert("summary".into(), format!("{} uses {:.0}% of {limit}", subject(point), ratio * 100.0));
+    annotations.insert("summary".into(), format!("{} uses {:.0}% of {}", subject(point), ratio * 100.0, w.limit));
     annotations.insert(
         "description".into(),
         format!(
-            "{} of {} is {}, {:.1}% of {limit} ({} left).",
-            watched,
+            "{} of {} is {}, {:.1}% of {} ({} left): {}.",
+            w.quantity,
             subject(point),
-            bytes(point.value),
+            bytes(point.charge.used_bytes as f64),
             ratio * 100.0,
-            point.headroom.map(bytes).unwrap_or_else(|| "?".into())
+            w.limit,
+            headroom(point),
+            w.consequence,
         ),
     );
     annotations.insert("runbook_url".into(), runbook(config, alertname));
@@ -400,6 +437,7 @@ async fn post(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::charge::Charge;
     use crate::snapshot::Report;
 
     const MIB: f64 = 1048576.0;
@@ -429,12 +467,20 @@ mod tests {
     }
 
     fn process(value: f64, limit: f64, rise: Option<f64>, exhaustion: Option<f64>) -> TrendPoint {
+        counter("pinned", value, limit, rise, exhaustion)
+    }
+
+    fn counter(name: &str, value: f64, limit: f64, rise: Option<f64>, exhaustion: Option<f64>) -> TrendPoint {
         TrendPoint {
             scope: Scope::Process,
-            id: "4242".into(),
-            labels: vec![("pid", "4242".into()), ("comm", "python".into()), ("cgroup", "/slurm/job_1870".into())],
-            value,
-            headroom: Some(limit - value),
+            id: format!("4242/python/{name}"),
+            labels: vec![
+                ("pid", "4242".into()),
+                ("comm", "python".into()),
+                ("cgroup", "/slurm/job_1870".into()),
+                ("counter", name.into()),
+            ],
+            charge: Charge::enforced(value as u64, Some(limit as u64)),
             rise,
             exhaustion,
         }
@@ -474,14 +520,54 @@ mod tests {
         assert_eq!(alerts[0].labels["severity"], "warning");
     }
 
+    /// The fast path and the exported metric share one ratio (crate::charge): a process at twice
+    /// its soft limit (an exempt one that lost CAP_IPC_LOCK, or a limit lowered under it)
+    /// pages 200 %, not "100 %, 0 B left".
+    #[test]
+    fn over_the_limit_the_fast_path_says_so() {
+        let alerts = evaluate(&snapshot(vec![process(16.0 * MIB, 8.0 * MIB, Some(0.0), None)]), &config());
+        assert_eq!(alerts.len(), 1);
+        assert!(alerts[0].annotations["summary"].contains("200% of its soft memlock limit"), "{:?}", alerts[0]);
+        assert!(alerts[0].annotations["description"].contains("0 B left"), "{:?}", alerts[0]);
+    }
+
+    /// Each counter pages on its own, labelled, naming the call the kernel will refuse.
+    #[test]
+    fn counters_page_apart_and_name_the_call_that_fails() {
+        let points = vec![
+            counter("pinned", 7.5 * MIB, 8.0 * MIB, Some(MIB), Some(0.5)),
+            counter("locked", 6.0 * MIB, 8.0 * MIB, Some(0.0), None),
+        ];
+        let alerts = evaluate(&snapshot(points), &config());
+        let names: Vec<(&str, &str)> =
+            alerts.iter().map(|a| (a.labels["alertname"].as_str(), a.labels["counter"].as_str())).collect();
+        assert_eq!(
+            names,
+            [("MemlockProcessLimitExhaustionImminent", "pinned"), ("MemlockProcessNearLimitFast", "pinned")],
+            "the flat 75 % VmLck is below the warning ratio"
+        );
+        assert!(alerts[0].annotations["description"].starts_with("VmPin of process 4242 (python)"), "{alerts:?}");
+        assert!(alerts[0].annotations["description"].contains("RDMA registration (ibv_reg_mr)"), "{alerts:?}");
+        let locked = evaluate(&snapshot(vec![counter("locked", 7.6 * MIB, 8.0 * MIB, Some(0.0), None)]), &config());
+        assert!(locked[0].annotations["description"].starts_with("VmLck of"), "{locked:?}");
+        assert!(locked[0].annotations["description"].contains("next mlock"), "{locked:?}");
+    }
+
+    /// An exempt process (CAP_IPC_LOCK in the initial user namespace) is never refused.
+    #[test]
+    fn an_exempt_process_does_not_page() {
+        let mut point = process(16.0 * MIB, 8.0 * MIB, Some(MIB), None);
+        point.charge.enforced = false;
+        assert!(evaluate(&snapshot(vec![point]), &config()).is_empty());
+    }
+
     #[test]
     fn cgroup_alerts_name_the_working_set() {
         let point = TrendPoint {
             scope: Scope::Cgroup,
             id: "/kubepods/pod1".into(),
             labels: vec![("cgroup", "/kubepods/pod1".into()), ("pod_uid", "1".into())],
-            value: 60.0 * MIB,
-            headroom: Some(4.0 * MIB),
+            charge: Charge::enforced(60 << 20, Some(64 << 20)),
             rise: Some(2.0 * MIB),
             exhaustion: Some(2.0),
         };

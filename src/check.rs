@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::cli::CheckArgs;
 use crate::collect::cgroup::CgroupCollector;
+use crate::collect::process::{initial_user_namespace, ipc_lock_exempts};
 use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice};
 use crate::config::{CgroupConfig, RdmaConfig};
 use crate::estimate::{self, Estimate};
@@ -148,21 +149,16 @@ fn cgroup_headroom(roots: &Roots, path: &str) -> Option<CgroupHeadroom> {
     })
 }
 
-/// CAP_IPC_LOCK exempts only when held in the initial user namespace (capable() checks it there).
-/// `uid_map` tells it from any reader in the initial namespace or in the process's own (the map
-/// is shown relative to the parent there). The `ns/user` links are exact but compare with this
-/// procfs's pid 1, which in a container with its own PID namespace is the container's init, in
-/// the same user namespace: they can only prove a difference.
+/// CAP_IPC_LOCK exempts only when held in the initial user namespace (capable() checks it there):
+/// the daemon's rule ([`initial_user_namespace`]) over the process's `ns/user` link against this
+/// procfs's pid 1 and its `uid_map`. In a container with its own PID namespace pid 1 is the
+/// container's init, in the same user namespace, so equal links prove nothing there.
 fn same_user_namespace(proc_dir: &Path, init_dir: &Path) -> Option<bool> {
     let links = std::fs::read_link(proc_dir.join("ns/user"))
         .and_then(|ours| Ok(ours == std::fs::read_link(init_dir.join("ns/user"))?))
         .ok();
     let map = fsroot::read_parsed(&proc_dir.join("uid_map"), crate::kernel::uid_map::is_initial).ok();
-    match (map, links) {
-        (_, Some(false)) => Some(false),
-        (Some(initial), _) => Some(initial),
-        (None, links) => links,
-    }
+    initial_user_namespace(map, links)
 }
 
 /// Runs every check against the machine state and the estimated need.
@@ -340,7 +336,7 @@ pub fn rdma(devices: &[SysfsDevice], env: &[(String, String)]) -> Vec<Finding> {
 
 fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
     let Some(limits) = m.limits else { return };
-    let exempt = m.ipc_lock == Some(true) && m.initial_user_ns != Some(false);
+    let exempt = ipc_lock_exempts(m.ipc_lock, m.initial_user_ns) == Some(true);
     let fix = "raise it: `ulimit -l unlimited` via /etc/security/limits.conf memlock, systemd LimitMEMLOCK=infinity, \
         docker run --ulimit memlock=-1, or the container runtime's default rlimits";
     let soft = match limits.soft {

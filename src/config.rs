@@ -57,11 +57,17 @@ pub struct RawTrend {
     pub window: String,
     /// Slower rises are not reported as rising (noise floor).
     pub min_rise_bytes_per_second: u64,
+    /// The node scope predicts when MemAvailable falls to this fraction of MemTotal.
+    pub node_memory_available_floor_ratio: f64,
 }
 
 impl Default for RawTrend {
     fn default() -> Self {
-        Self { window: "30s".into(), min_rise_bytes_per_second: 4096 }
+        Self {
+            window: "30s".into(),
+            min_rise_bytes_per_second: 4096,
+            node_memory_available_floor_ratio: TrendConfig::default().node_memory_available_floor_ratio,
+        }
     }
 }
 
@@ -660,9 +666,14 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     if window < Duration::from_secs(3) || window > Duration::from_secs(3600) {
         return Err(invalid("trend.window", format!("{:?} is outside 3s..1h", raw.trend.window)));
     }
+    let floor = raw.trend.node_memory_available_floor_ratio;
+    if !(0.0..0.5).contains(&floor) {
+        return Err(invalid("trend.node_memory_available_floor_ratio", format!("{floor} is not in [0, 0.5)")));
+    }
     let trend = TrendConfig {
         window,
         min_rise_bytes_per_second: raw.trend.min_rise_bytes_per_second as f64,
+        node_memory_available_floor_ratio: floor,
         ..TrendConfig::default()
     };
 

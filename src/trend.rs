@@ -13,6 +13,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use crate::charge::Charge;
+
 /// What a trend is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scope {
@@ -40,6 +42,9 @@ pub struct TrendConfig {
     pub min_t_statistic: f64,
     /// Scopes tracked at most; new scopes beyond it are not tracked (bounded memory).
     pub max_scopes: usize,
+    /// The node scope's limit: MemAvailable at this fraction of MemTotal. Below a few percent
+    /// the kernel reclaims hard, allocations stall and the OOM killer is near.
+    pub node_memory_available_floor_ratio: f64,
 }
 
 impl Default for TrendConfig {
@@ -50,6 +55,7 @@ impl Default for TrendConfig {
             min_rise_bytes_per_second: 4096.0,
             min_t_statistic: 3.0,
             max_scopes: 20_000,
+            node_memory_available_floor_ratio: 0.05,
         }
     }
 }
@@ -64,10 +70,8 @@ pub struct Observation {
     pub labels: Vec<(&'static str, String)>,
     /// Seconds on a monotonic clock.
     pub at: f64,
-    /// The rising quantity, in bytes.
-    pub value: f64,
-    /// Bytes left before the limit; `None` when there is no limit (unlimited, exempt).
-    pub headroom: Option<f64>,
+    /// The rising quantity (`used_bytes`) against the scope's limit.
+    pub charge: Charge,
 }
 
 /// The analysis of one scope after an observation.
@@ -76,8 +80,7 @@ pub struct TrendPoint {
     pub scope: Scope,
     pub id: String,
     pub labels: Vec<(&'static str, String)>,
-    pub value: f64,
-    pub headroom: Option<f64>,
+    pub charge: Charge,
     /// Bytes per second; `None` until there are enough samples to fit.
     pub rise: Option<f64>,
     /// Seconds until the limit at the current rise; `None` when not rising significantly or
@@ -152,21 +155,20 @@ impl Tracker {
         let tracked = self.series.contains_key(&key) || self.series.len() < self.config.max_scopes;
         let rise = if tracked {
             let series = self.series.entry(key).or_default();
-            record(series, &self.config, obs.at, obs.value);
+            record(series, &self.config, obs.at, obs.charge.used_bytes as f64);
             rise(series, &self.config)
         } else {
             None
         };
-        let exhaustion = match (rise, obs.headroom) {
-            (Some(r), Some(headroom)) if self.significant(r) => Some((headroom / r.slope).max(0.0)),
+        let exhaustion = match (rise, obs.charge.headroom_bytes()) {
+            (Some(r), Some(headroom)) if self.significant(r) => Some((headroom as f64 / r.slope).max(0.0)),
             _ => None,
         };
         TrendPoint {
             scope: obs.scope,
             id: obs.id,
             labels: obs.labels,
-            value: obs.value,
-            headroom: obs.headroom,
+            charge: obs.charge,
             rise: rise.map(|r| r.slope),
             exhaustion,
         }
@@ -246,14 +248,15 @@ mod tests {
 
     const MIB: f64 = 1048576.0;
 
-    fn obs(at: f64, value: f64, headroom: Option<f64>) -> Observation {
-        Observation { scope: Scope::Process, id: "42".into(), labels: vec![("pid", "42".into())], at, value, headroom }
+    fn obs(at: f64, value: f64, limit: Option<f64>) -> Observation {
+        let charge = Charge::enforced(value as u64, limit.map(|l| l as u64));
+        Observation { scope: Scope::Process, id: "42".into(), labels: vec![("pid", "42".into())], at, charge }
     }
 
     fn run(tracker: &mut Tracker, values: impl IntoIterator<Item = (f64, f64)>, limit: f64) -> TrendPoint {
         let mut last = None;
         for (at, v) in values {
-            last = Some(tracker.observe(obs(at, v, Some(limit - v))));
+            last = Some(tracker.observe(obs(at, v, Some(limit))));
         }
         last.unwrap()
     }
@@ -401,7 +404,7 @@ mod tests {
             64.0 * MIB,
         );
         assert!(p.rise.unwrap() > 0.0);
-        assert!(p.value.is_finite());
+        assert_eq!(p.charge.used_bytes, 3 << 20, "the newest reading");
     }
 
     #[test]

@@ -59,7 +59,10 @@ pub const REGISTRY: &[Registration] = &[
         name: "node",
         reads: "/proc/meminfo, vmstat, vm sysctls, hugepages",
         default_interval: "1s",
-        build: |config, _| Box::new(node::NodeCollector::new(config.roots.clone(), procfs::page_size())),
+        build: |config, _| {
+            let floor = config.trend.node_memory_available_floor_ratio;
+            Box::new(node::NodeCollector::new(config.roots.clone(), procfs::page_size(), floor))
+        },
     },
     Registration {
         name: "numa",

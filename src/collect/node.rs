@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::charge::Charge;
 use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::{meminfo, parse_u64, sysvm, vmstat};
@@ -21,16 +22,20 @@ pub struct NodeStats {
     pub max_map_count: Option<u64>,
     pub hugepages: Vec<HugepagePool>,
     pub thp_enabled: Option<sysvm::Choice>,
+    /// MemAvailable at which the node scope's trend says memory runs out
+    /// (`trend.node_memory_available_floor_ratio` of MemTotal).
+    pub memory_available_floor_bytes: Option<u64>,
 }
 
 pub struct NodeCollector {
     roots: Roots,
     page_size: u64,
+    available_floor_ratio: f64,
 }
 
 impl NodeCollector {
-    pub fn new(roots: Roots, page_size: u64) -> Self {
-        Self { roots, page_size }
+    pub fn new(roots: Roots, page_size: u64, available_floor_ratio: f64) -> Self {
+        Self { roots, page_size, available_floor_ratio }
     }
 
     pub fn read(&self, errors: &mut Vec<SourceError>) -> Option<NodeStats> {
@@ -38,6 +43,8 @@ impl NodeCollector {
         let mut any = false;
         match fsroot::read_parsed(&self.roots.proc("meminfo"), meminfo::parse) {
             Ok(info) => {
+                stats.memory_available_floor_bytes =
+                    info.mem_total.map(|total| (total as f64 * self.available_floor_ratio) as u64);
                 stats.meminfo = info;
                 any = true;
             }
@@ -79,26 +86,25 @@ impl Collector for NodeCollector {
 }
 
 impl NodeStats {
-    /// The node scope of the trend analysis: locked plus pinned memory against MemAvailable.
-    /// (Pinned pages are not in Mlocked, so the two do not overlap.)
+    /// The node scope of the trend analysis: MemAvailable falling towards its floor, as memory
+    /// in use (MemTotal − MemAvailable) rising towards MemTotal minus the floor. Not Mlocked +
+    /// pinned: pinning memory that is already allocated does not lower MemAvailable, and a page
+    /// both mlocked and pinned would count twice.
     pub fn observation(&self, at: f64) -> Option<Observation> {
-        let held = match (self.meminfo.mlocked, self.pinned_bytes) {
-            (None, None) => return None,
-            (locked, pinned) => locked.unwrap_or(0).saturating_add(pinned.unwrap_or(0)),
-        };
+        let (total, available) = (self.meminfo.mem_total?, self.meminfo.mem_available?);
+        let floor = self.memory_available_floor_bytes.unwrap_or(0);
         Some(Observation {
             scope: Scope::Node,
             id: String::new(),
             labels: Vec::new(),
             at,
-            value: held as f64,
-            headroom: self.meminfo.mem_available.map(|a| a as f64),
+            charge: Charge::enforced(total.saturating_sub(available), Some(total.saturating_sub(floor))),
         })
     }
 
     pub fn render(&self, out: &mut Exposition) {
         let m = &self.meminfo;
-        let gauges: [(&'static str, &'static str, Option<u64>); 10] = [
+        let gauges: [(&'static str, &'static str, Option<u64>); 11] = [
             (
                 "memlock_node_memory_total_bytes",
                 "MemTotal from /proc/meminfo. Sampled on the node interval (default \
@@ -111,6 +117,14 @@ impl NodeStats {
                 "MemAvailable from /proc/meminfo: memory available for new \
                 allocations without swapping. Sampled on the node interval.",
                 m.mem_available,
+            ),
+            (
+                "memlock_node_memory_available_floor_bytes",
+                "MemAvailable at which the node's memory trend counts as exhausted: \
+                trend.node_memory_available_floor_ratio of MemTotal (memlock_trend_exhaustion_seconds{scope=\"node\"} \
+                is \
+                the time until MemAvailable falls to it). Sampled on the node interval.",
+                self.memory_available_floor_bytes,
             ),
             (
                 "memlock_node_mlocked_bytes",
@@ -160,8 +174,11 @@ impl NodeStats {
         }
         out.family(
             "memlock_node_pinned_bytes",
-            "Long-term pinned memory (FOLL_PIN pages acquired minus released in /proc/vmstat, times the page size): \
-                RDMA registrations, io_uring fixed buffers, vfio. Sampled on the node interval.",
+            "FOLL_PIN pin references held (nr_foll_pin_acquired minus nr_foll_pin_released in /proc/vmstat) times the \
+                page size: an upper bound of pinned memory, since a page pinned twice counts twice and O_DIRECT I/O \
+                pins \
+                for a moment. RDMA registrations, io_uring fixed buffers, vfio, cudaHostRegister. Sampled on the node \
+                interval.",
             Kind::Gauge,
         )
         .maybe(&[], self.pinned_bytes);

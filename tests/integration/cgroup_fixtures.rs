@@ -119,7 +119,7 @@ fn v2_effective_limits_events_and_absences() {
     assert_eq!(m.value(&format!("memlock_cgroup_memory_events_total{{{stage},event=\"oom_kill\"}}")), 0.0);
     let trend = stats.observations(0.0);
     let watched = trend.iter().find(|o| o.id == "/system.slice/dataset-stage.service").unwrap();
-    assert_eq!((watched.value, watched.headroom), (725614592.0, Some((4 * GIB - 725614592) as f64)));
+    assert_eq!((watched.charge.used_bytes, watched.charge.headroom_bytes()), (725614592, Some(4 * GIB - 725614592)));
 
     // The sidecar has no limit and neither has its pod: the node allocatable of kubepods.slice applies.
     let sidecar = stats.memory.iter().find(|c| c.path().contains("cri-containerd-a1b2")).unwrap();

@@ -67,6 +67,9 @@ fn memlock_limits(pid: u32) -> (String, String) {
 }
 
 /// The value of `family` for `pid` (plus `extra` labels), if exported.
+const PINNED: &str = "counter=\"pinned\"";
+const LOCKED: &str = "counter=\"locked\"";
+
 fn of(m: &Metrics, family: &str, pid: u32, extra: &str) -> Option<f64> {
     let needle = format!("pid=\"{pid}\",");
     let found: Vec<f64> = m
@@ -154,7 +157,7 @@ fn mlock_by_root_reports_exact_vmlck_limits_and_ratio() {
     assert_eq!(of(&m, "memlock_process_limit_bytes", pid, "kind=\"soft\""), Some(soft as f64));
     assert_eq!(of(&m, "memlock_process_limit_bytes", pid, "kind=\"hard\""), Some(hard as f64));
     assert_eq!(of(&m, "memlock_process_limit_unlimited", pid, "kind=\"soft\""), Some(0.0));
-    assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, ""), Some(LOCK_BYTES as f64 / soft as f64));
+    assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some(LOCK_BYTES as f64 / soft as f64));
     assert!(LOCK_BYTES > soft, "the lock is past the limit: only CAP_IPC_LOCK allowed it");
     // Its cgroup's aggregate includes it.
     let cgroup = m
@@ -229,14 +232,16 @@ fn io_uring_pinning_by_an_unprivileged_process_until_enomem() {
         assert_eq!(of(&m, "memlock_process_limit_bytes", pid, "kind=\"soft\""), Some(PIN_SOFT_LIMIT as f64));
         assert_eq!(of(&m, "memlock_process_limit_bytes", pid, "kind=\"hard\""), Some(PIN_HARD_LIMIT as f64));
         assert_eq!(of(&m, "memlock_process_limit_unlimited", pid, "kind=\"hard\""), Some(0.0));
-        let expected_ratio = vm_pin.max(status_bytes(pid, "VmLck")) as f64 / PIN_SOFT_LIMIT as f64;
-        assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, ""), Some(expected_ratio));
+        // Each counter against the soft limit on its own, as the kernel checks them.
+        let ratio_of = |field| status_bytes(pid, field) as f64 / PIN_SOFT_LIMIT as f64;
+        assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, PINNED), Some(ratio_of("VmPin")));
+        assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some(ratio_of("VmLck")));
     }
     assert!(enomem, "io_uring never refused: {registered} bytes registered against a {PIN_SOFT_LIMIT} soft limit");
     assert_eq!(registered, 4 << 20, "four 1 MiB buffers fit under the soft limit, the fifth does not");
     // At the refusal the exporter shows the process at its limit.
     let m = wait_equal(&exporter, "memlock_process_pinned_bytes", pid, || status_bytes(pid, "VmPin"));
-    let ratio = of(&m, "memlock_process_limit_usage_ratio", pid, "").unwrap();
+    let ratio = of(&m, "memlock_process_limit_usage_ratio", pid, PINNED).unwrap();
     assert_eq!(ratio, (4u64 << 20) as f64 / PIN_SOFT_LIMIT as f64);
     assert!(ratio > 0.98, "{ratio}");
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
@@ -270,7 +275,7 @@ fn cap_ipc_lock_inside_a_user_namespace_is_not_an_exemption() {
     assert_eq!(of(&m, "memlock_process_ipc_lock", pid, "comm=\"memlock-userns\""), Some(0.0), "{}", m.text);
     let (soft, _) = memlock_limits(pid);
     let soft: u64 = soft.parse().expect("a finite soft memlock limit");
-    assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, ""), Some(LOCK as f64 / soft as f64));
+    assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some(LOCK as f64 / soft as f64));
 }
 
 #[test]

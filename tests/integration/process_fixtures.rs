@@ -19,6 +19,9 @@ fn one(m: &Metrics, family: &str, needles: &[&str]) -> Option<f64> {
     found.first().map(|(_, v)| *v)
 }
 
+const PINNED: &str = "counter=\"pinned\"";
+const LOCKED: &str = "counter=\"locked\"";
+
 fn pid(pid: u32) -> String {
     format!("pid=\"{pid}\",")
 }
@@ -57,7 +60,9 @@ fn exported_processes_have_exact_values() {
     assert_eq!(one(&m, "memlock_process_ipc_lock", &[&opensm]), Some(1.0));
     assert_eq!(one(&m, "memlock_process_limit_bytes", &[&opensm, "kind=\"soft\""]), Some(8388608.0));
     assert_eq!(one(&m, "memlock_process_limit_bytes", &[&opensm, "kind=\"hard\""]), Some(8388608.0));
-    assert_eq!(one(&m, "memlock_process_limit_usage_ratio", &[&opensm]), Some(8.0), "max(VmLck, VmPin), never the sum");
+    // Each counter against the limit on its own, never their sum: 64 MiB locked, 2 MiB pinned.
+    assert_eq!(one(&m, "memlock_process_limit_usage_ratio", &[&opensm, LOCKED]), Some(8.0));
+    assert_eq!(one(&m, "memlock_process_limit_usage_ratio", &[&opensm, PINNED]), Some(0.25));
 
     // The GPU worker: 9 GiB pinned, 10 GiB soft limit, unprivileged.
     let worker = pid(4101);
@@ -69,10 +74,16 @@ fn exported_processes_have_exact_values() {
     assert_eq!(one(&m, "memlock_process_ipc_lock", &[&worker]), Some(0.0));
     assert_eq!(one(&m, "memlock_process_limit_bytes", &[&worker, "kind=\"soft\""]), Some(10.0 * GIB));
     assert_eq!(one(&m, "memlock_process_limit_unlimited", &[&worker, "kind=\"soft\""]), Some(0.0));
-    assert_eq!(one(&m, "memlock_process_limit_usage_ratio", &[&worker]), Some(0.9));
+    assert_eq!(one(&m, "memlock_process_limit_usage_ratio", &[&worker, PINNED]), Some(0.9));
+    assert_eq!(one(&m, "memlock_process_limit_usage_ratio", &[&worker, LOCKED]), Some(0.0));
 
     // torchrun holds nothing but matches comm_pattern.
-    assert_eq!(one(&m, "memlock_process_limit_usage_ratio", &[&pid(4100), "comm=\"torchrun\""]), Some(0.0));
+    for counter in [PINNED, LOCKED] {
+        assert_eq!(
+            one(&m, "memlock_process_limit_usage_ratio", &[&pid(4100), "comm=\"torchrun\"", counter]),
+            Some(0.0)
+        );
+    }
 
     // Slurm task: memlock unlimited, so no limit value and no ratio.
     let task = pid(5210);
@@ -117,7 +128,7 @@ fn cgroup_aggregates_cover_processes_below_the_filter() {
     assert_eq!(one(&m, "memlock_cgroup_processes", &[&kube]), Some(3.0));
     assert_eq!(one(&m, "memlock_cgroup_pinned_bytes", &[&kube]), Some(9.0 * GIB + 262144.0));
     assert_eq!(one(&m, "memlock_cgroup_locked_bytes", &[&kube]), Some(0.0));
-    assert_eq!(one(&m, "memlock_cgroup_limit_usage_ratio_max", &[&kube]), Some(0.9));
+    assert_eq!(one(&m, "memlock_cgroup_limit_usage_ratio_max", &[&kube, PINNED]), Some(0.9), "the worst, named");
 
     let slurm = cgroup(SLURM);
     assert_eq!(one(&m, "memlock_cgroup_pinned_bytes", &[&slurm]), Some(4.0 * GIB));
@@ -126,7 +137,7 @@ fn cgroup_aggregates_cover_processes_below_the_filter() {
     // opensm holds CAP_IPC_LOCK: its 64 MiB count in the sums, but its ratio of 8 is no risk
     // (the kernel never refuses it) and is left out of the worst ratio, which alerts.
     assert_eq!(one(&m, "memlock_cgroup_locked_bytes", &[&cgroup(OPENSM)]), Some(67108864.0));
-    assert_eq!(one(&m, "memlock_process_limit_usage_ratio", &[&pid(1187)]), Some(8.0));
+    assert_eq!(one(&m, "memlock_process_limit_usage_ratio", &[&pid(1187), LOCKED]), Some(8.0));
     assert_eq!(one(&m, "memlock_cgroup_limit_usage_ratio_max", &[&cgroup(OPENSM)]), None);
     // rsyslogd is below the filter: only the aggregates show it. It runs as root with every
     // capability, so it has no ratio that counts either.

@@ -134,15 +134,13 @@ fn assert_bounded(m: &Metrics, top_n: usize, cgroups: usize, context: &str) {
     let exported = label_values(m, "memlock_process_", "pid");
     assert!(exported.len() <= top_n, "{context}: {} processes exported, top_n {top_n}", exported.len());
     assert_eq!(m.value("memlock_process_exported_processes") as usize, exported.len(), "{context}");
-    for family in [
-        "memlock_process_locked_bytes",
-        "memlock_process_pinned_bytes",
-        "memlock_process_ipc_lock",
-        "memlock_process_limit_usage_ratio",
-    ] {
+    for family in ["memlock_process_locked_bytes", "memlock_process_pinned_bytes", "memlock_process_ipc_lock"] {
         assert!(family_count(m, family) <= top_n, "{context}: {family} has {} series", family_count(m, family));
     }
-    for family in ["memlock_process_limit_bytes", "memlock_process_limit_unlimited"] {
+    // Two series per process: by kind (soft, hard) or by counter (pinned, locked).
+    for family in
+        ["memlock_process_limit_bytes", "memlock_process_limit_unlimited", "memlock_process_limit_usage_ratio"]
+    {
         assert!(family_count(m, family) <= 2 * top_n, "{context}: {family}");
     }
     for family in [
@@ -157,11 +155,12 @@ fn assert_bounded(m: &Metrics, top_n: usize, cgroups: usize, context: &str) {
             family_count(m, family)
         );
     }
-    // One trend series per scope: the node, each exported process, each limited cgroup.
+    // One trend series per scope: the node, each counter of each exported process, each limited
+    // cgroup.
     for family in ["memlock_trend_rise_bytes_per_second", "memlock_trend_exhaustion_seconds"] {
         let count = family_count(m, family);
         assert!(
-            count <= 1 + exported.len() + cgroups,
+            count <= 1 + 2 * exported.len() + cgroups,
             "{context}: {family} has {count} series ({} processes, {cgroups} cgroups)",
             exported.len()
         );

@@ -343,7 +343,7 @@ mod tests {
 
         let observations = stats.observations(7.0);
         assert_eq!(observations.len(), 3, "the unlimited root is not tracked");
-        assert_eq!(observations[2].headroom, Some((524288 - 4096) as f64));
+        assert_eq!(observations[2].charge.headroom_bytes(), Some(524288 - 4096));
         assert_eq!(observations[2].id, "/job/step/task");
     }
 
@@ -391,15 +391,13 @@ mod tests {
         assert_eq!(by_path("/").working_set_bytes, None, "the v2 root has no memory.current");
 
         let observations = stats.observations(1.0);
-        let watched = |id: &str| observations.iter().find(|o| o.id == id).map(|o| (o.value, o.headroom));
-        assert_eq!(watched("/loader"), Some(((50u64 << 20) as f64, Some((974u64 << 20) as f64))));
-        assert_eq!(watched("/locker"), Some(((950u64 << 20) as f64, Some((74u64 << 20) as f64))));
-        assert_eq!(watched("/stale"), Some((0.0, Some((1u64 << 30) as f64))));
-        assert_eq!(
-            watched("/nolru"),
-            Some((4096.0, Some(((1u64 << 30) - 4096) as f64))),
-            "without a working set, usage stands in"
-        );
+        let watched = |id: &str| {
+            observations.iter().find(|o| o.id == id).map(|o| (o.charge.used_bytes, o.charge.headroom_bytes()))
+        };
+        assert_eq!(watched("/loader"), Some((50 << 20, Some(974 << 20))));
+        assert_eq!(watched("/locker"), Some((950 << 20, Some(74 << 20))));
+        assert_eq!(watched("/stale"), Some((0, Some(1 << 30))));
+        assert_eq!(watched("/nolru"), Some((4096, Some((1 << 30) - 4096))), "without a working set, usage stands in");
 
         let mut out = Exposition::new();
         stats.render(&mut out);

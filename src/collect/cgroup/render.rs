@@ -1,5 +1,6 @@
 //! The cgroup collector's metric families and trend observations.
 
+use crate::charge::Charge;
 use crate::exposition::{Exposition, Kind};
 
 use crate::trend::{Observation, Scope};
@@ -23,8 +24,7 @@ impl CgroupStats {
                     id: c.path().to_owned(),
                     labels: (*c.labels).clone(),
                     at,
-                    value: working_set as f64,
-                    headroom: Some(limit.saturating_sub(working_set) as f64),
+                    charge: Charge::enforced(working_set, Some(limit)),
                 })
             })
             .collect()

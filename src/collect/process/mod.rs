@@ -30,7 +30,7 @@ use crate::exposition::Exposition;
 use crate::fsroot::{self, Roots, SourceError};
 use crate::trend::{Observation, Scope};
 
-pub use sample::{CgroupAggregate, CgroupInfo, ProcessSample};
+pub use sample::{initial_user_namespace, ipc_lock_exempts, CgroupAggregate, CgroupInfo, Counter, ProcessSample};
 use scan::{parse_pid, read_limits_and_cgroup, read_process, read_status, refresh, Interner, PidReader, Record, Tally};
 
 use super::{Collector, Data};
@@ -259,12 +259,13 @@ fn is_tracked(sample: &ProcessSample, comm_matches: bool) -> bool {
     comm_matches || sample.locked_bytes.unwrap_or(0) > 0 || sample.pinned_bytes.unwrap_or(0) > 0
 }
 
-/// Highest usage ratio first (processes without a ratio last), then more bytes, then lower pid.
+/// Highest usage ratio (of either counter) first, processes without a ratio last, then more
+/// bytes in the larger counter, then lower pid.
 fn rank(a: &ProcessSample, b: &ProcessSample) -> std::cmp::Ordering {
-    let ratio = |s: &ProcessSample| s.usage_ratio().unwrap_or(f64::NEG_INFINITY);
+    let ratio = |s: &ProcessSample| s.worst_ratio().map_or(f64::NEG_INFINITY, |(_, r)| r);
     ratio(b)
         .total_cmp(&ratio(a))
-        .then_with(|| b.usage_bytes().unwrap_or(0).cmp(&a.usage_bytes().unwrap_or(0)))
+        .then_with(|| b.larger_counter_bytes().cmp(&a.larger_counter_bytes()))
         .then_with(|| a.pid.cmp(&b.pid))
 }
 
@@ -289,13 +290,12 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
         agg.pinned_bytes = agg.pinned_bytes.saturating_add(record.sample.pinned_bytes.unwrap_or(0));
         // The worst ratio is there to alert on processes the per-process series do not cover;
         // an exempt process (opensm with CAP_IPC_LOCK, far over its 8 MiB limit) is never
-        // refused, and would keep its cgroup alerting forever. An unknown CapEff still counts:
-        // missing a real refusal costs more than a false warning.
-        if record.sample.ipc_lock == Some(true) {
-            continue;
-        }
-        if let Some(ratio) = record.sample.usage_ratio() {
-            agg.usage_ratio_max = Some(agg.usage_ratio_max.map_or(ratio, |max: f64| max.max(ratio)));
+        // refused, and would keep its cgroup alerting forever.
+        for counter in Counter::ALL {
+            let Some(ratio) = record.sample.charge(counter).and_then(|c| c.enforced_ratio()) else { continue };
+            if agg.usage_ratio_max.is_none_or(|(_, max)| ratio > max) {
+                agg.usage_ratio_max = Some((counter, ratio));
+            }
         }
     }
     out.sort_by(|a, b| a.cgroup.path.cmp(&b.cgroup.path));
@@ -432,8 +432,11 @@ mod tests {
         assert_eq!(stats.scanned, 6, "kernel thread and non-pid entries are not processes");
         assert_eq!(pids(&stats), vec![12, 11, 15, 13, 14]);
         let full = &stats.processes[0];
-        assert_eq!(full.usage_ratio(), Some(1.0), "max(VmPin, VmLck), not the sum");
-        assert_eq!(stats.processes[4].usage_ratio(), None);
+        // Each counter against the limit on its own: 1.0 and 1.0, never 2.0 for the sum.
+        assert_eq!(full.charge(Counter::Pinned).and_then(|c| c.ratio()), Some(1.0));
+        assert_eq!(full.charge(Counter::Locked).and_then(|c| c.ratio()), Some(1.0));
+        assert_eq!(full.worst_ratio(), Some((Counter::Pinned, 1.0)), "a tie names VmPin");
+        assert_eq!(stats.processes[4].worst_ratio(), None);
         assert_eq!(stats.processes[4].limits.unwrap().soft, Limit::Unlimited);
         assert_eq!(stats.dropped_by_top_n, 0);
 
@@ -446,10 +449,10 @@ mod tests {
         assert_eq!(a.processes, 3);
         assert_eq!(a.locked_bytes, (512 + 2048) * 1024);
         assert_eq!(a.pinned_bytes, (4096 + 4096) * 1024);
-        assert_eq!(a.usage_ratio_max, Some(0.5));
+        assert_eq!(a.usage_ratio_max, Some((Counter::Pinned, 0.5)));
         let b = stats.cgroups.iter().find(|c| c.cgroup.path == "/b").unwrap();
         assert_eq!(b.processes, 3);
-        assert_eq!(b.usage_ratio_max, Some(1.0));
+        assert_eq!(b.usage_ratio_max, Some((Counter::Pinned, 1.0)));
         assert_eq!(b.cgroup.labels[0], ("cgroup", "/b".to_owned()));
     }
 
@@ -468,7 +471,7 @@ mod tests {
         let stats = collector.full_scan(&mut errors).unwrap();
         assert!(errors.is_empty(), "{errors:?}");
         let infra = stats.cgroups.iter().find(|c| c.cgroup.path == "/infra").unwrap();
-        assert_eq!(infra.usage_ratio_max, Some(0.5), "the exempt process is left out");
+        assert_eq!(infra.usage_ratio_max, Some((Counter::Pinned, 0.5)), "the exempt process is left out");
         assert_eq!(
             (infra.locked_bytes, infra.pinned_bytes, infra.processes),
             (64 << 20, 4 << 20, 2),
@@ -479,11 +482,12 @@ mod tests {
         assert_eq!(alone.pinned_bytes, 16 << 20);
         // The per-process series still show the exempt process with its ratio and ipc_lock 1.
         let opensm = stats.processes.iter().find(|p| p.pid == 90).unwrap();
-        assert_eq!((opensm.usage_ratio(), opensm.ipc_lock), (Some(8.0), Some(true)));
+        assert_eq!((opensm.worst_ratio(), opensm.ipc_lock), (Some((Counter::Locked, 8.0)), Some(true)));
         // Dropping the capability brings it back into the aggregate at the next pass.
         tree.status(90, "opensm", 65536, 0);
         let stats = collector.tracked_pass(&mut errors);
-        assert_eq!(stats.cgroups.iter().find(|c| c.cgroup.path == "/infra").unwrap().usage_ratio_max, Some(8.0));
+        let infra = stats.cgroups.iter().find(|c| c.cgroup.path == "/infra").unwrap();
+        assert_eq!(infra.usage_ratio_max, Some((Counter::Locked, 8.0)), "and names the counter");
     }
 
     /// A rootless or Enroot container: root inside its user namespace, so CapEff has every
@@ -512,13 +516,65 @@ mod tests {
         assert_eq!(exempt(94), Some(true), "held in the initial namespace");
         assert_eq!(exempt(95), Some(true), "no uid_map to tell: the capability is taken at its word");
         let job = stats.cgroups.iter().find(|c| c.cgroup.path == "/slurm/uid_1000/job_77/step_0").unwrap();
-        assert_eq!(job.usage_ratio_max, Some(2.0), "the namespaced process counts against its limit");
+        assert_eq!(
+            job.usage_ratio_max,
+            Some((Counter::Pinned, 2.0)),
+            "the namespaced process counts against its limit"
+        );
 
         // A malformed map is a parse error naming the file, and the capability stands.
         std::fs::write(tree.root.join("93/uid_map"), "0 65534\n").unwrap();
         let stats = collector.tracked_pass(&mut errors);
         assert_eq!(stats.processes.iter().find(|p| p.pid == 93).unwrap().ipc_lock, Some(true));
         assert!(errors.iter().any(|e| e.to_string().contains("93/uid_map")), "{errors:?}");
+    }
+
+    /// Issue 14: `ns/user` against pid 1's decides where it can be read. A child namespace may
+    /// carry a full identity map (`0 0 4294967295`, which only a privileged process can write),
+    /// which uid_map alone takes for the initial one; different links prove otherwise. Equal
+    /// links do not outweigh a map that shows a namespace (pid 1 may be a container's init).
+    #[test]
+    fn the_user_namespace_link_outweighs_an_identity_map() {
+        let tree = Tree::new("nslinks");
+        tree.process(1, "init", 0, 0, "8388608", "/");
+        tree.process(97, "worker", 0, 16384, "8388608", "/job") // identity map, other namespace
+            .process(98, "opensm", 65536, 0, "8388608", "/infra") // identity map, the initial one
+            .process(99, "python3", 0, 16384, "8388608", "/job"); // namespaced map, same link as pid 1
+        let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures");
+        let link = |pid: u32, target: &str| {
+            let dir = tree.root.join(pid.to_string()).join("ns");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::os::unix::fs::symlink(target, dir.join("user")).unwrap();
+        };
+        link(1, "user:[4026531837]");
+        link(97, "user:[4026532781]");
+        link(98, "user:[4026531837]");
+        link(99, "user:[4026531837]");
+        for (pid, map) in [(97, "proc_self_uid_map"), (98, "proc_self_uid_map"), (99, "proc_userns_uid_map")] {
+            tree.ipc_lock(pid);
+            std::fs::copy(format!("{captures}/{map}"), tree.root.join(pid.to_string()).join("uid_map")).unwrap();
+        }
+        let mut errors = Vec::new();
+        let stats = tree.collector(1 << 20, "", 10).full_scan(&mut errors).unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        let exempt = |pid: u32| stats.processes.iter().find(|p| p.pid == pid).unwrap().ipc_lock;
+        assert_eq!(exempt(97), Some(false), "another namespace, whatever its map says");
+        assert_eq!(exempt(98), Some(true));
+        assert_eq!(exempt(99), Some(false), "the map shows a namespace: pid 1 is in it too");
+    }
+
+    #[test]
+    fn the_capability_rule_in_one_place() {
+        assert_eq!(ipc_lock_exempts(Some(true), Some(true)), Some(true));
+        assert_eq!(ipc_lock_exempts(Some(true), None), Some(true), "cannot tell: taken at its word");
+        assert_eq!(ipc_lock_exempts(Some(true), Some(false)), Some(false));
+        assert_eq!(ipc_lock_exempts(Some(false), Some(true)), Some(false));
+        assert_eq!(ipc_lock_exempts(None, Some(true)), None);
+        assert_eq!(initial_user_namespace(Some(true), Some(false)), Some(false));
+        assert_eq!(initial_user_namespace(Some(false), Some(true)), Some(false));
+        assert_eq!(initial_user_namespace(Some(true), Some(true)), Some(true));
+        assert_eq!(initial_user_namespace(None, Some(true)), Some(true));
+        assert_eq!(initial_user_namespace(None, None), None);
     }
 
     /// From inside a user namespace every host process's uid_map looks namespaced (the kernel
@@ -614,7 +670,7 @@ mod tests {
         let stats = collector.full_scan(&mut errors).unwrap();
         assert_eq!(pids(&stats), vec![40, 43]);
         assert_eq!(stats.processes[1].limits, None);
-        assert_eq!(stats.processes[1].usage_ratio(), None);
+        assert_eq!(stats.processes[1].worst_ratio(), None);
         assert_eq!(stats.vanished_total, 3);
         assert_eq!(stats.read_errors_total, ReadErrors { parse: 2, ..ReadErrors::default() });
         assert_eq!(errors.len(), 2);
@@ -776,10 +832,19 @@ mod tests {
         assert_eq!(line(&format!("memlock_process_limit_bytes{{{worker},kind=\"hard\"}}")), None, "unlimited hard");
         assert_eq!(line(&format!("memlock_process_limit_unlimited{{{worker},kind=\"hard\"}}")), Some("1".into()));
         assert_eq!(line(&format!("memlock_process_limit_unlimited{{{worker},kind=\"soft\"}}")), Some("0".into()));
-        assert_eq!(line(&format!("memlock_process_limit_usage_ratio{{{worker}}}")), Some("0.9".into()));
+        let ratio = |labels: &str, counter: &str| {
+            line(&format!("memlock_process_limit_usage_ratio{{{labels},counter=\"{counter}\"}}"))
+        };
+        assert_eq!(ratio(worker, "pinned"), Some("0.9".into()));
+        assert_eq!(ratio(worker, "locked"), Some("0".into()), "each counter against the limit");
         assert_eq!(line(&format!("memlock_process_ipc_lock{{{worker}}}")), Some("0".into()));
         let opensm = r#"pid="61",comm="opensm",cgroup="/infra/opensm""#;
-        assert_eq!(line(&format!("memlock_process_limit_usage_ratio{{{opensm}}}")), None, "unlimited: no ratio");
+        assert_eq!((ratio(opensm, "pinned"), ratio(opensm, "locked")), (None, None), "unlimited: no ratio");
+        assert_eq!(
+            line(r#"memlock_cgroup_limit_usage_ratio_max{cgroup="/kubepods/pod1",counter="pinned"}"#),
+            Some("0.9".into()),
+            "the worst counter, named"
+        );
         assert_eq!(line(r#"memlock_cgroup_pinned_bytes{cgroup="/kubepods/pod1"}"#), Some("9663676416".into()));
         assert_eq!(line(r#"memlock_cgroup_processes{cgroup="/infra/opensm"}"#), Some("1".into()));
         assert_eq!(line(r#"memlock_cgroup_limit_usage_ratio_max{cgroup="/infra/opensm"}"#), None);

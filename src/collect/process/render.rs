@@ -3,24 +3,14 @@
 use crate::exposition::{Exposition, Kind};
 use crate::kernel::pid_limits::Limit;
 
-use super::sample::{CgroupAggregate, ProcessSample};
+use super::sample::{CgroupAggregate, Counter, ProcessSample};
 use super::ProcessStats;
 
 impl ProcessStats {
     pub fn render(&self, out: &mut Exposition) {
         let pids: Vec<String> = self.processes.iter().map(|p| p.pid.to_string()).collect();
-        let labels: Vec<Vec<(&str, &str)>> = self
-            .processes
-            .iter()
-            .zip(&pids)
-            .map(|(p, pid)| {
-                let mut labels = vec![("pid", pid.as_str()), ("comm", p.comm.as_str())];
-                if let Some(cgroup) = &p.cgroup {
-                    labels.extend(cgroup.labels.iter().map(|(k, v)| (*k, v.as_str())));
-                }
-                labels
-            })
-            .collect();
+        let labels: Vec<Vec<(&str, &str)>> =
+            self.processes.iter().zip(&pids).map(|(p, pid)| p.labels(pid).collect()).collect();
         let each = |out: &mut Exposition, value: &dyn Fn(&ProcessSample) -> Option<crate::exposition::Value>| {
             for (process, labels) in self.processes.iter().zip(&labels) {
                 out.maybe(labels, value(process));
@@ -77,11 +67,18 @@ impl ProcessStats {
         each(out, &|p| p.ipc_lock.map(Into::into));
         out.family(
             "memlock_process_limit_usage_ratio",
-            "max(VmPin, VmLck) / soft RLIMIT_MEMLOCK: at 1 the next mlock or RDMA registration fails with ENOMEM \
-                (unless ipc_lock is 1). Absent when the limit is unlimited or 0. Sampled on the process interval.",
+            "VmPin / soft RLIMIT_MEMLOCK (counter=\"pinned\") and VmLck / soft RLIMIT_MEMLOCK \
+                (counter=\"locked\"): the kernel checks each counter on its own, so at 1 the next RDMA registration \
+                (pinned) or mlock (locked) that would pass it fails with ENOMEM (unless ipc_lock is 1). Above 1 for an \
+                exempt process. Absent when the limit is unlimited or 0. Sampled on the process interval.",
             Kind::Gauge,
         );
-        each(out, &|p| p.usage_ratio().map(Into::into));
+        for (process, labels) in self.processes.iter().zip(&labels) {
+            for counter in Counter::ALL {
+                let ratio = process.charge(counter).and_then(|c| c.ratio());
+                out.maybe(&with(labels, ("counter", counter.as_str())), ratio);
+            }
+        }
 
         let cgroup_labels: Vec<Vec<(&str, &str)>> =
             self.cgroups.iter().map(|c| c.cgroup.labels.iter().map(|(k, v)| (*k, v.as_str())).collect()).collect();
@@ -106,13 +103,18 @@ impl ProcessStats {
         each_cgroup(out, &|c| Some(c.pinned_bytes.into()));
         out.family(
             "memlock_cgroup_limit_usage_ratio_max",
-            "The highest max(VmPin, VmLck) / soft RLIMIT_MEMLOCK among the cgroup's processes that the limit applies \
-                to (those with CAP_IPC_LOCK in the initial user namespace are left out; they still count in the byte \
+            "The highest VmPin / soft RLIMIT_MEMLOCK or VmLck / soft RLIMIT_MEMLOCK (counter says which) among \
+                the cgroup's processes that the limit applies to (those with CAP_IPC_LOCK in the initial user \
+                namespace are left out; they still count in the byte \
                 sums), exported or not; absent when none has a finite, non-zero limit. Sampled on the process \
                 interval.",
             Kind::Gauge,
         );
-        each_cgroup(out, &|c| c.usage_ratio_max.map(Into::into));
+        for (cgroup, labels) in self.cgroups.iter().zip(&cgroup_labels) {
+            if let Some((counter, ratio)) = cgroup.usage_ratio_max {
+                out.sample(&with(labels, ("counter", counter.as_str())), ratio);
+            }
+        }
         out.family(
             "memlock_cgroup_processes",
             "User processes in the cgroup seen by the latest full process scan. Sampled on the process interval.",

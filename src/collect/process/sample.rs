@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::charge::Charge;
 use crate::kernel::pid_limits::MemlockLimits;
 use crate::trend::{Observation, Scope};
 
@@ -34,31 +35,130 @@ pub struct ProcessSample {
     pub pinned_bytes: Option<u64>,
     /// RLIMIT_MEMLOCK, as of the last full scan. `None` when `limits` could not be read.
     pub limits: Option<MemlockLimits>,
-    /// `CAP_IPC_LOCK` in the effective set: the limit is not enforced.
+    /// CAP_IPC_LOCK lifts the limit ([`ipc_lock_exempts`]): held in CapEff and in the initial
+    /// user namespace. `None` when CapEff could not be read.
     pub ipc_lock: Option<bool>,
 }
 
 impl ProcessSample {
-    /// The figure the kernel compares with the soft limit: the larger of `VmPin` and `VmLck`.
-    /// They are separate counters, each checked on its own, so they are never added.
-    pub fn usage_bytes(&self) -> Option<u64> {
-        match (self.locked_bytes, self.pinned_bytes) {
-            (Some(locked), Some(pinned)) => Some(locked.max(pinned)),
-            (one, other) => one.or(other),
+    /// The counter's bytes: `VmPin` or `VmLck`.
+    pub fn counter_bytes(&self, counter: Counter) -> Option<u64> {
+        match counter {
+            Counter::Pinned => self.pinned_bytes,
+            Counter::Locked => self.locked_bytes,
         }
     }
 
-    /// `usage_bytes / soft limit`; `None` when the soft limit is unlimited or 0 (0 refuses any
-    /// lock with EPERM, a ratio would be infinite) or unknown.
-    pub fn usage_ratio(&self) -> Option<f64> {
-        let soft = self.limits?.soft.bytes().filter(|&soft| soft > 0)?;
-        Some(self.usage_bytes()? as f64 / soft as f64)
+    /// One counter against the soft memlock limit, as the kernel checks it. `None` when the
+    /// counter or the limits are unknown; the limit is `None` when unlimited.
+    pub fn charge(&self, counter: Counter) -> Option<Charge> {
+        let limits = self.limits?;
+        Some(Charge {
+            used_bytes: self.counter_bytes(counter)?,
+            limit_bytes: limits.soft.bytes(),
+            // An unknown CapEff counts as enforced: missing a real refusal costs more than a
+            // false warning.
+            enforced: self.ipc_lock != Some(true),
+        })
+    }
+
+    /// The counter nearest its limit and its ratio (ties: VmPin, which RDMA fails on).
+    pub fn worst_ratio(&self) -> Option<(Counter, f64)> {
+        Counter::ALL.iter().filter_map(|&c| Some((c, self.charge(c)?.ratio()?))).fold(None, |worst, (c, ratio)| {
+            match worst {
+                Some((_, w)) if w >= ratio => worst,
+                _ => Some((c, ratio)),
+            }
+        })
+    }
+
+    /// The larger of the two counters, for ranking by bytes (never for the limit check).
+    pub fn larger_counter_bytes(&self) -> u64 {
+        self.locked_bytes.unwrap_or(0).max(self.pinned_bytes.unwrap_or(0))
     }
 
     /// `VmPin + VmLck`: how much memory the process holds out of reach of reclaim, for the
     /// export filter (not for the limit check).
     pub fn held_bytes(&self) -> u64 {
         self.locked_bytes.unwrap_or(0).saturating_add(self.pinned_bytes.unwrap_or(0))
+    }
+
+    /// The process's label set, the one every per-process series carries: `pid`, `comm`, then
+    /// the cgroup's (`cgroup` and the attribution labels). `pid` is the caller's buffer.
+    pub fn labels<'a>(&'a self, pid: &'a str) -> impl Iterator<Item = (&'static str, &'a str)> {
+        let cgroup = self.cgroup.iter().flat_map(|c| c.labels.iter().map(|(k, v)| (*k, v.as_str())));
+        [("pid", pid), ("comm", self.comm.as_str())].into_iter().chain(cgroup)
+    }
+}
+
+/// The two counters the kernel checks, each on its own, against the soft RLIMIT_MEMLOCK: a
+/// process can hold 6 MiB locked and still register 7 MiB under an 8 MiB limit. They are never
+/// added, and a ramp in one is not hidden behind the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Counter {
+    /// `VmPin`, `mm->pinned_vm`: RDMA registrations (ibv_reg_mr, through `ib_umem_get`), GPU
+    /// memory registered through nvidia-peermem, io_uring fixed buffers, verbs queue rings.
+    Pinned,
+    /// `VmLck`, `mm->locked_vm`: mlock, mlockall, and vfio's pins.
+    Locked,
+}
+
+impl Counter {
+    pub const ALL: [Counter; 2] = [Counter::Pinned, Counter::Locked];
+
+    /// The `counter` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Counter::Pinned => "pinned",
+            Counter::Locked => "locked",
+        }
+    }
+
+    /// The counter named by a `counter` label value.
+    pub fn from_label(value: &str) -> Option<Counter> {
+        Counter::ALL.into_iter().find(|c| c.as_str() == value)
+    }
+
+    /// The `/proc/PID/status` field.
+    pub fn field(self) -> &'static str {
+        match self {
+            Counter::Pinned => "VmPin",
+            Counter::Locked => "VmLck",
+        }
+    }
+
+    /// The call the kernel refuses with ENOMEM once the counter would pass the soft limit.
+    pub fn refused_call(self) -> &'static str {
+        match self {
+            Counter::Pinned => "ibv_reg_mr (RDMA registration)",
+            Counter::Locked => "mlock",
+        }
+    }
+}
+
+/// Whether CAP_IPC_LOCK lifts the memlock limit. `ib_umem_get` and `mlock` ask
+/// `capable(CAP_IPC_LOCK)`, which checks the initial user namespace: the capability in CapEff
+/// (bit 14) exempts unless the process is known to be in another user namespace. `None` when
+/// CapEff is unknown.
+pub fn ipc_lock_exempts(cap_ipc_lock: Option<bool>, initial_user_namespace: Option<bool>) -> Option<bool> {
+    cap_ipc_lock.map(|held| held && initial_user_namespace != Some(false))
+}
+
+/// Whether a process is in the initial user namespace, from what could be read:
+/// - `same_namespace_as_init`: its `ns/user` link against that of this procfs's pid 1 (needs
+///   ptrace access). Different links are proof of another namespace, even one that maps every
+///   uid onto itself. Equal links prove nothing when pid 1 is itself in a user namespace (a
+///   rootless container's init), so they do not outweigh the map.
+/// - `uid_map_is_initial`: `uid_map` is the initial identity map (see [`uid_map::is_initial`]).
+///
+/// `None` when neither could be read.
+///
+/// [`uid_map::is_initial`]: crate::kernel::uid_map::is_initial
+pub fn initial_user_namespace(uid_map_is_initial: Option<bool>, same_namespace_as_init: Option<bool>) -> Option<bool> {
+    match (uid_map_is_initial, same_namespace_as_init) {
+        (_, Some(false)) => Some(false),
+        (Some(initial), _) => Some(initial),
+        (None, links) => links,
     }
 }
 
@@ -69,36 +169,40 @@ pub struct CgroupAggregate {
     /// Every process counts in the byte sums, CAP_IPC_LOCK or not: the memory is held either way.
     pub locked_bytes: u64,
     pub pinned_bytes: u64,
-    /// The highest [`ProcessSample::usage_ratio`] among its processes whose limit the kernel
-    /// enforces (not known to hold CAP_IPC_LOCK); `None` when none has one.
-    pub usage_ratio_max: Option<f64>,
+    /// The highest usage ratio over both counters among its processes whose limit the kernel
+    /// enforces (not known to hold CAP_IPC_LOCK), and the counter it is on; `None` when none
+    /// has a finite, non-zero limit.
+    pub usage_ratio_max: Option<(Counter, f64)>,
     pub processes: u64,
 }
 
 impl ProcessStats {
-    /// The process scope: max(VmPin, VmLck) of each exported process against its soft memlock
-    /// limit. Processes exempt through CAP_IPC_LOCK, or with an unlimited limit, have no
-    /// headroom to run out of: their rise is still reported.
+    /// The process scope: each counter of each exported process against its soft memlock limit,
+    /// as its own trend (`counter` label), so a ramp in VmPin under a flat VmLck is seen from
+    /// its first sample. Processes exempt through CAP_IPC_LOCK, or with an unlimited limit,
+    /// have no headroom to run out of: their rise is still reported.
     pub fn observations(&self, at: f64) -> Vec<Observation> {
-        self.processes
-            .iter()
-            .filter_map(|p| {
-                let usage = p.usage_bytes()?;
-                let soft = p.limits.and_then(|l| l.soft.bytes()).filter(|_| p.ipc_lock != Some(true));
-                let mut labels = vec![("pid", p.pid.to_string()), ("comm", p.comm.clone())];
-                if let Some(cgroup) = &p.cgroup {
-                    labels.extend(cgroup.labels.iter().cloned());
-                }
-                Some(Observation {
+        let mut out = Vec::with_capacity(self.processes.len() * Counter::ALL.len());
+        let mut pid = String::new();
+        for p in &self.processes {
+            pid.clear();
+            pid.push_str(&p.pid.to_string());
+            for counter in Counter::ALL {
+                let Some(used_bytes) = p.counter_bytes(counter) else { continue };
+                // Without readable limits the rise is still worth reporting.
+                let charge = p.charge(counter).unwrap_or(Charge::enforced(used_bytes, None));
+                let mut labels: Vec<(&'static str, String)> = p.labels(&pid).map(|(k, v)| (k, v.to_owned())).collect();
+                labels.push(("counter", counter.as_str().to_owned()));
+                out.push(Observation {
                     scope: Scope::Process,
                     // The comm guards against pid reuse mixing two processes' histories.
-                    id: format!("{}/{}", p.pid, p.comm),
+                    id: format!("{}/{}/{}", p.pid, p.comm, counter.as_str()),
                     labels,
                     at,
-                    value: usage as f64,
-                    headroom: soft.map(|s| s.saturating_sub(usage) as f64),
-                })
-            })
-            .collect()
+                    charge,
+                });
+            }
+        }
+        out
     }
 }

@@ -11,7 +11,7 @@ use crate::fsroot::{self, SourceError};
 use crate::kernel::pid_limits;
 use crate::kernel::{cgroup_path, pid_cgroup, pid_status, uid_map, ParseError};
 
-use super::sample::{CgroupInfo, ProcessSample};
+use super::sample::{initial_user_namespace, ipc_lock_exempts, CgroupInfo, ProcessSample};
 use super::{is_tracked, ReadErrors};
 
 /// What the collector remembers about a process between passes.
@@ -36,16 +36,19 @@ pub(super) struct PidReader {
     /// to the reader's own namespace, so from inside a user namespace (rootless Podman,
     /// systemd `PrivateUsers=`) every host process would look namespaced.
     pub(super) reads_user_namespaces: bool,
+    /// The `ns/user` link of this procfs's pid 1, read once; `None` without ptrace access.
+    init_user_namespace: Option<PathBuf>,
 }
 
 impl PidReader {
     pub(super) fn new(procfs: &std::path::Path) -> Self {
         let own_map = fsroot::read_parsed(&procfs.join("self/uid_map"), uid_map::is_initial).ok();
-        if own_map == Some(false) {
+        let init_user_namespace = std::fs::read_link(procfs.join("1/ns/user")).ok();
+        if own_map == Some(false) && init_user_namespace.is_none() {
             tracing::warn!(
                 procfs = %procfs.display(),
-                "the exporter runs in a user namespace: CAP_IPC_LOCK is taken as exempting wherever it is held, since \
-                    uid_map cannot tell the initial namespace from here"
+                "the exporter runs in a user namespace and cannot read pid 1's ns/user: CAP_IPC_LOCK is taken as \
+                    exempting wherever it is held, since uid_map cannot tell the initial namespace from here"
             );
         }
         Self {
@@ -54,10 +57,12 @@ impl PidReader {
             text: String::with_capacity(4096),
             // A root without `self` (a fixture tree) is read as the initial namespace's view.
             reads_user_namespaces: own_map != Some(false),
+            init_user_namespace,
         }
     }
 
-    pub(super) fn read(&mut self, pid: u32, file: &str) -> Result<&str, SourceError> {
+    /// Builds `<procfs>/<pid>/<file>` in the path buffer.
+    fn resolve(&mut self, pid: u32, file: &str) {
         let mut digits = [0u8; 10];
         let path = self.path.as_mut_os_string();
         path.clear();
@@ -66,6 +71,10 @@ impl PidReader {
         path.push(format_pid(pid, &mut digits));
         path.push("/");
         path.push(file);
+    }
+
+    pub(super) fn read(&mut self, pid: u32, file: &str) -> Result<&str, SourceError> {
+        self.resolve(pid, file);
         fsroot::read_into(&self.path, &mut self.text)?;
         Ok(&self.text)
     }
@@ -246,39 +255,52 @@ pub(super) fn read_status(
     record.sample.locked_bytes = status.locked_bytes;
     record.sample.pinned_bytes = status.pinned_bytes;
     record.sample.ipc_lock = status.ipc_lock();
-    if record.sample.ipc_lock == Some(true) && reader.reads_user_namespaces {
-        record.sample.ipc_lock = Some(exempting_namespace(reader, tally, record.sample.pid, errors));
+    if record.sample.ipc_lock == Some(true) {
+        let initial = user_namespace_is_initial(reader, tally, record.sample.pid, errors);
+        record.sample.ipc_lock = ipc_lock_exempts(record.sample.ipc_lock, initial);
     }
     Some(changed)
 }
 
-/// Whether CAP_IPC_LOCK in a process's CapEff lifts its memlock limit: only when held in the
-/// initial user namespace. Read only for the processes that have the capability (the
-/// privileged daemons), from `uid_map`, which anyone may read (`ns/user` needs ptrace access).
-/// When it cannot be told, the capability is taken at its word, as before it was checked.
-pub(super) fn exempting_namespace(
+/// Whether a process holding CAP_IPC_LOCK is in the initial user namespace, where the
+/// capability lifts its memlock limit ([`initial_user_namespace`] combines the two readings).
+/// Read only for the processes that have the capability (the privileged daemons): `ns/user`
+/// against pid 1's (needs ptrace access, which a root exporter has), and `uid_map`, which
+/// anyone may read but which from inside a user namespace shows every host process as
+/// namespaced. `None` when neither tells.
+pub(super) fn user_namespace_is_initial(
     reader: &mut PidReader,
     tally: &mut Tally,
     pid: u32,
     errors: &mut Vec<SourceError>,
-) -> bool {
-    match reader.read(pid, "uid_map") {
-        Ok(text) => match uid_map::is_initial(text) {
-            Ok(initial) => initial,
+) -> Option<bool> {
+    let links = reader.init_user_namespace.clone().and_then(|init| {
+        reader.resolve(pid, "ns/user");
+        // Refused without ptrace access, or gone: the map decides.
+        std::fs::read_link(&reader.path).ok().map(|own| own == init)
+    });
+    let map = if reader.reads_user_namespaces {
+        match reader.read(pid, "uid_map") {
+            Ok(text) => match uid_map::is_initial(text) {
+                Ok(initial) => Some(initial),
+                Err(err) => {
+                    let err = reader.parse_error(err);
+                    tally.note(err, errors);
+                    None
+                }
+            },
+            // Vanished since its status was read (a reaped task's uid_map fails to open with
+            // EINVAL): the next pass drops it.
+            Err(err) if err.is_not_found() || err.raw_os_error() == Some(libc::EINVAL) => None,
             Err(err) => {
-                let err = reader.parse_error(err);
                 tally.note(err, errors);
-                true
+                None
             }
-        },
-        // Vanished since its status was read (a reaped task's uid_map fails to open with
-        // EINVAL): the next pass drops it.
-        Err(err) if err.is_not_found() || err.raw_os_error() == Some(libc::EINVAL) => true,
-        Err(err) => {
-            tally.note(err, errors);
-            true
         }
-    }
+    } else {
+        None
+    };
+    initial_user_namespace(map, links)
 }
 
 /// Reads `limits` and `cgroup` into the record. False when the process vanished meanwhile.

@@ -1,0 +1,74 @@
+//! The one definition of a quantity charged against a limit: how much is used, the limit, the
+//! headroom left and the usage ratio. The exported ratios, the trend analysis, the fast path and
+//! `check` all compute them here, so a process over its limit reads the same everywhere (ratio
+//! 2.0 is "200 %, 0 B left", not "100 %").
+
+/// `used_bytes` of a scope against its `limit_bytes`.
+///
+/// - Process: VmPin or VmLck against the soft RLIMIT_MEMLOCK, each counter on its own, as the
+///   kernel checks them (`ib_umem_get` in drivers/infiniband/core/umem.c compares
+///   `mm->pinned_vm`, `mlock_fixup`/`do_mlock` in mm/mlock.c compare `mm->locked_vm`).
+///   `enforced` is false for a holder of CAP_IPC_LOCK in the initial user namespace.
+/// - Cgroup: the working set against the effective memory limit.
+/// - Node: memory not available (MemTotal − MemAvailable) against MemTotal minus the floor, so
+///   the headroom is what MemAvailable still has above the floor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    pub used_bytes: u64,
+    /// `None`: no limit (unlimited, or unknown).
+    pub limit_bytes: Option<u64>,
+    /// Whether exceeding the limit is refused. An exempt scope keeps its ratio (it is still
+    /// exported) but has no headroom to run out of.
+    pub enforced: bool,
+}
+
+impl Charge {
+    pub fn enforced(used_bytes: u64, limit_bytes: Option<u64>) -> Self {
+        Self { used_bytes, limit_bytes, enforced: true }
+    }
+
+    /// Bytes left before the limit, 0 when at or over it; `None` without an enforced limit.
+    pub fn headroom_bytes(&self) -> Option<u64> {
+        self.limit_bytes.filter(|_| self.enforced).map(|limit| limit.saturating_sub(self.used_bytes))
+    }
+
+    /// `used / limit`, above 1 when over the limit; `None` without a limit or when it is 0 (a
+    /// soft memlock limit of 0 refuses every lock with EPERM: no ratio describes that).
+    pub fn ratio(&self) -> Option<f64> {
+        let limit = self.limit_bytes.filter(|&limit| limit > 0)?;
+        Some(self.used_bytes as f64 / limit as f64)
+    }
+
+    /// The ratio where the limit is enforced: what alerts compare with their thresholds.
+    pub fn enforced_ratio(&self) -> Option<f64> {
+        self.ratio().filter(|_| self.enforced)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn over_the_limit_the_ratio_passes_one_and_the_headroom_stops_at_zero() {
+        let over = Charge::enforced(16 * MIB, Some(8 * MIB));
+        assert_eq!(over.ratio(), Some(2.0));
+        assert_eq!(over.headroom_bytes(), Some(0));
+        let under = Charge::enforced(6 * MIB, Some(8 * MIB));
+        assert_eq!(under.ratio(), Some(0.75));
+        assert_eq!(under.headroom_bytes(), Some(2 * MIB));
+    }
+
+    #[test]
+    fn no_limit_a_zero_limit_and_an_exemption() {
+        assert_eq!(Charge::enforced(MIB, None).ratio(), None);
+        assert_eq!(Charge::enforced(MIB, None).headroom_bytes(), None);
+        let zero = Charge::enforced(0, Some(0));
+        assert_eq!((zero.ratio(), zero.headroom_bytes()), (None, Some(0)));
+        let exempt = Charge { used_bytes: 16 * MIB, limit_bytes: Some(8 * MIB), enforced: false };
+        assert_eq!(exempt.ratio(), Some(2.0), "still exported");
+        assert_eq!((exempt.enforced_ratio(), exempt.headroom_bytes()), (None, None));
+    }
+}
