@@ -113,6 +113,18 @@ pub fn read_parsed<T>(path: &Path, parse: impl FnOnce(&str) -> Result<T, ParseEr
     parse(&text).map_err(|source| SourceError::Parse { path: path.to_owned(), source })
 }
 
+/// Reads and parses a line-oriented file field by field ([`crate::kernel::Parsed`]): the fields
+/// that parsed are returned, each field that did not is pushed to `errors` with the path.
+pub fn read_fields<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<crate::kernel::Parsed<T>, ParseError>,
+    errors: &mut Vec<SourceError>,
+) -> Result<T, SourceError> {
+    let parsed = read_parsed(path, parse)?;
+    errors.extend(parsed.field_errors.into_iter().map(|source| SourceError::Parse { path: path.to_owned(), source }));
+    Ok(parsed.value)
+}
+
 /// Lists directory entry names, sorted, for deterministic output.
 pub fn list_dir(path: &Path) -> Result<Vec<String>, SourceError> {
     let io_err = |source| SourceError::Io { path: path.to_owned(), source };

@@ -41,7 +41,7 @@ impl NodeCollector {
     pub fn read(&self, errors: &mut Vec<SourceError>) -> Option<NodeStats> {
         let mut stats = NodeStats::default();
         let mut any = false;
-        match fsroot::read_parsed(&self.roots.proc("meminfo"), meminfo::parse) {
+        match fsroot::read_fields(&self.roots.proc("meminfo"), meminfo::parse_fields, errors) {
             Ok(info) => {
                 stats.memory_available_floor_bytes =
                     info.mem_total.map(|total| (total as f64 * self.available_floor_ratio) as u64);
@@ -50,7 +50,7 @@ impl NodeCollector {
             }
             Err(e) => errors.push(e),
         }
-        match fsroot::read_parsed(&self.roots.proc("vmstat"), vmstat::parse) {
+        match fsroot::read_fields(&self.roots.proc("vmstat"), vmstat::parse_fields, errors) {
             Ok(stat) => {
                 stats.pinned_bytes = stat.pinned_pages().and_then(|p| p.checked_mul(self.page_size));
                 any = true;

@@ -50,14 +50,14 @@ impl NumaCollector {
         let mut stats = NumaStats::default();
         for id in ids {
             let dir = base.join(format!("node{id}"));
-            let info = match fsroot::read_parsed(&dir.join("meminfo"), meminfo::parse) {
+            let info = match fsroot::read_fields(&dir.join("meminfo"), meminfo::parse_fields, errors) {
                 Ok(info) => info,
                 Err(e) => {
                     errors.push(e);
                     meminfo::Meminfo::default()
                 }
             };
-            let pinned_bytes = match fsroot::read_parsed(&dir.join("vmstat"), vmstat::parse) {
+            let pinned_bytes = match fsroot::read_fields(&dir.join("vmstat"), vmstat::parse_fields, errors) {
                 Ok(stat) => stat.pinned_pages().and_then(|p| p.checked_mul(self.page_size)),
                 Err(e) => {
                     errors.push(e);

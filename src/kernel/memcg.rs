@@ -7,7 +7,7 @@
 //! counter times the page size (`9223372036854771712` with 4 KiB pages, `…759424` with 16 KiB,
 //! `…710272` with 64 KiB), v2 prints `max`.
 
-use super::ParseError;
+use super::{field_u64, ParseError, Parsed};
 
 /// Any v1 limit at or above this is "unlimited", whatever the page size: the kernel's
 /// sentinel is `(LONG_MAX / PAGE_SIZE) * PAGE_SIZE`, just below 2^63, and no machine has
@@ -75,9 +75,14 @@ pub fn working_set(usage: u64, inactive_file: u64) -> u64 {
     usage.saturating_sub(inactive_file)
 }
 
-/// Parses v1 `memory.stat`.
+/// Parses v1 `memory.stat`, all or nothing.
 pub fn parse_v1_stat(text: &str) -> Result<V1Stat, ParseError> {
-    let [unevictable, total_unevictable, inactive_file, total_inactive_file, memory_limit, memsw_limit] = parse_pairs(
+    parse_v1_stat_fields(text)?.strict()
+}
+
+/// Parses v1 `memory.stat` field by field.
+pub fn parse_v1_stat_fields(text: &str) -> Result<Parsed<V1Stat>, ParseError> {
+    let Parsed { value, field_errors } = parse_pairs(
         text,
         [
             "unevictable",
@@ -88,14 +93,16 @@ pub fn parse_v1_stat(text: &str) -> Result<V1Stat, ParseError> {
             "hierarchical_memsw_limit",
         ],
     )?;
-    Ok(V1Stat {
+    let [unevictable, total_unevictable, inactive_file, total_inactive_file, memory_limit, memsw_limit] = value;
+    let value = V1Stat {
         unevictable,
         total_unevictable,
         inactive_file,
         total_inactive_file,
         hierarchical_memory_limit: memory_limit.map(Limit::from_v1),
         hierarchical_memsw_limit: memsw_limit.map(Limit::from_v1),
-    })
+    };
+    Ok(Parsed { value, field_errors })
 }
 
 /// v1 `memory.oom_control`: `oom_kill_disable`, `under_oom` and (since v4.13) `oom_kill`.
@@ -108,8 +115,13 @@ pub struct OomControl {
 }
 
 pub fn parse_oom_control(text: &str) -> Result<OomControl, ParseError> {
-    let [oom_kill_disable, under_oom, oom_kill] = parse_pairs(text, ["oom_kill_disable", "under_oom", "oom_kill"])?;
-    Ok(OomControl { oom_kill_disable, under_oom, oom_kill })
+    parse_oom_control_fields(text)?.strict()
+}
+
+pub fn parse_oom_control_fields(text: &str) -> Result<Parsed<OomControl>, ParseError> {
+    let parsed = parse_pairs(text, ["oom_kill_disable", "under_oom", "oom_kill"])?;
+    let [oom_kill_disable, under_oom, oom_kill] = parsed.value;
+    Ok(Parsed { value: OomControl { oom_kill_disable, under_oom, oom_kill }, field_errors: parsed.field_errors })
 }
 
 /// The fields of v2 `memory.stat` the exporter uses (the file is hierarchical, and its key
@@ -121,8 +133,13 @@ pub struct V2Stat {
 }
 
 pub fn parse_v2_stat(text: &str) -> Result<V2Stat, ParseError> {
-    let [unevictable, inactive_file] = parse_pairs(text, ["unevictable", "inactive_file"])?;
-    Ok(V2Stat { unevictable, inactive_file })
+    parse_v2_stat_fields(text)?.strict()
+}
+
+pub fn parse_v2_stat_fields(text: &str) -> Result<Parsed<V2Stat>, ParseError> {
+    let parsed = parse_pairs(text, ["unevictable", "inactive_file"])?;
+    let [unevictable, inactive_file] = parsed.value;
+    Ok(Parsed { value: V2Stat { unevictable, inactive_file }, field_errors: parsed.field_errors })
 }
 
 /// v2 `memory.events` (hierarchical counts).
@@ -140,17 +157,22 @@ pub struct V2Events {
 }
 
 pub fn parse_v2_events(text: &str) -> Result<V2Events, ParseError> {
-    let [low, high, max, oom, oom_kill, oom_group_kill] =
-        parse_pairs(text, ["low", "high", "max", "oom", "oom_kill", "oom_group_kill"])?;
-    Ok(V2Events { low, high, max, oom, oom_kill, oom_group_kill })
+    parse_v2_events_fields(text)?.strict()
+}
+
+pub fn parse_v2_events_fields(text: &str) -> Result<Parsed<V2Events>, ParseError> {
+    let parsed = parse_pairs(text, ["low", "high", "max", "oom", "oom_kill", "oom_group_kill"])?;
+    let [low, high, max, oom, oom_kill, oom_group_kill] = parsed.value;
+    let value = V2Events { low, high, max, oom, oom_kill, oom_group_kill };
+    Ok(Parsed { value, field_errors: parsed.field_errors })
 }
 
 /// Parses `key value` lines, returning the values of `keys` in their order. A known key with a
-/// missing or malformed value is an error (the value cannot be trusted); unknown keys are
-/// skipped. A text without a single `key number` line is an error, so an empty or garbage file
-/// is reported rather than read as "nothing".
-fn parse_pairs<const N: usize>(text: &str, keys: [&str; N]) -> Result<[Option<u64>; N], ParseError> {
-    let mut values = [None; N];
+/// missing or malformed value is an error of that field only; unknown keys are skipped. A text
+/// without a single `key number` line is an error, so an empty or garbage file is reported
+/// rather than read as "nothing".
+fn parse_pairs<const N: usize>(text: &str, keys: [&str; N]) -> Result<Parsed<[Option<u64>; N]>, ParseError> {
+    let mut parsed = Parsed { value: [None; N], field_errors: Vec::new() };
     let mut numeric_lines = 0usize;
     for (index, line) in text.lines().enumerate() {
         let mut fields = line.split_ascii_whitespace();
@@ -162,22 +184,21 @@ fn parse_pairs<const N: usize>(text: &str, keys: [&str; N]) -> Result<[Option<u6
             }
             continue;
         };
-        let line_no = index + 1;
-        let Some(value) = value else {
-            return Err(ParseError::MissingValue { line: line_no, key: key.to_owned() });
-        };
-        let parsed = value.parse::<u64>().map_err(|_| ParseError::NotANumber {
-            line: line_no,
-            key: key.to_owned(),
-            value: value.to_owned(),
-        })?;
-        values[slot] = Some(parsed);
         numeric_lines += 1;
+        let line_no = index + 1;
+        let value = match value {
+            Some(value) => field_u64(line_no, key, value),
+            None => Err(ParseError::MissingValue { line: line_no, key: key.to_owned() }),
+        };
+        match value {
+            Ok(value) => parsed.value[slot] = Some(value),
+            Err(error) => parsed.field_errors.push(error),
+        }
     }
     if numeric_lines == 0 {
         return Err(ParseError::Empty);
     }
-    Ok(values)
+    Ok(parsed)
 }
 
 #[cfg(test)]
@@ -307,7 +328,7 @@ mod tests {
             Err(ParseError::MissingValue { line: 3, key: "oom_kill".into() })
         );
         assert!(matches!(parse_v2_events("max -1\n"), Err(ParseError::NotANumber { .. })));
-        assert!(matches!(parse_v2_events("max 18446744073709551616\n"), Err(ParseError::NotANumber { .. })));
+        assert!(matches!(parse_v2_events("max 18446744073709551616\n"), Err(ParseError::Overflow { .. })));
         assert_eq!(parse_v2_events(""), Err(ParseError::Empty));
         assert_eq!(parse_v1_stat("\n\n"), Err(ParseError::Empty));
         assert_eq!(parse_v2_stat("garbage without numbers\n"), Err(ParseError::Empty));
@@ -315,6 +336,16 @@ mod tests {
         assert_eq!(parse_oom_control(&binary), Err(ParseError::Empty));
         assert!(parse_u64("12 kB\n").is_err());
         assert!(parse_v1_limit("").is_err());
+    }
+
+    #[test]
+    fn a_malformed_stat_field_costs_only_that_field() {
+        let parsed = parse_v1_stat_fields("cache 1\nunevictable lots\ntotal_inactive_file 4096\n").unwrap();
+        assert_eq!((parsed.value.unevictable, parsed.value.total_inactive_file), (None, Some(4096)));
+        assert_eq!(parsed.field_errors.len(), 1);
+        let parsed = parse_v2_stat_fields("unevictable 99999999999999999999\ninactive_file 8192\n").unwrap();
+        assert_eq!((parsed.value.unevictable, parsed.value.inactive_file), (None, Some(8192)));
+        assert!(matches!(parsed.field_errors[..], [ParseError::Overflow { line: 1, .. }]));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! a `kB` unit are KiB; `HugePages_*` are page counts. Keys vary by kernel version and config, so
 //! only the keys we export are looked at; unknown keys are ignored whatever their value.
 
-use super::ParseError;
+use super::{field_u64, ParseError, Parsed};
 
 /// The fields of meminfo that memlock-exporter uses. Sizes are bytes, hugepage fields pages.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -49,42 +49,46 @@ impl Meminfo {
     }
 }
 
-/// Parses `/proc/meminfo` or a per-node meminfo file.
-///
-/// A known key with a malformed value is an error (the data cannot be trusted); unknown keys
-/// and lines without a colon are skipped. A text with no known key at all is an error, so an
-/// empty or garbage file is reported rather than exported as "nothing".
+/// Parses `/proc/meminfo` or a per-node meminfo file, all or nothing ([`Parsed::strict`]).
 pub fn parse(text: &str) -> Result<Meminfo, ParseError> {
-    let mut info = Meminfo::default();
+    parse_fields(text)?.strict()
+}
+
+/// Parses `/proc/meminfo` or a per-node meminfo file field by field: a known key with a
+/// malformed value is an error of that field only; unknown keys and lines without a colon are
+/// skipped. A text with no known key at all is an error, so an empty or garbage file is
+/// reported rather than exported as "nothing".
+pub fn parse_fields(text: &str) -> Result<Parsed<Meminfo>, ParseError> {
+    let mut parsed = Parsed::<Meminfo>::default();
     let mut known = 0usize;
     for (index, line) in text.lines().enumerate() {
         let Some((label, rest)) = line.split_once(':') else { continue };
         let key = strip_node_prefix(label.trim());
-        let Some(slot) = info.slot(key) else { continue };
-        let line_no = index + 1;
-        let mut fields = rest.split_ascii_whitespace();
-        let Some(number) = fields.next() else {
-            return Err(ParseError::MissingValue { line: line_no, key: key.to_owned() });
-        };
-        let value: u64 = number.parse().map_err(|_| ParseError::NotANumber {
-            line: line_no,
-            key: key.to_owned(),
-            value: number.to_owned(),
-        })?;
-        let value = match fields.next() {
-            Some("kB") => {
-                value.checked_mul(1024).ok_or_else(|| ParseError::Overflow { line: line_no, key: key.to_owned() })?
-            }
-            Some(unit) => return Err(ParseError::Format(format!("line {line_no}: {key}: unknown unit {unit:?}"))),
-            None => value,
-        };
-        *slot = Some(value);
+        let Some(slot) = parsed.value.slot(key) else { continue };
         known += 1;
+        match field(index + 1, key, rest) {
+            Ok(value) => *slot = Some(value),
+            Err(error) => parsed.field_errors.push(error),
+        }
     }
     if known == 0 {
         return Err(ParseError::Empty);
     }
-    Ok(info)
+    Ok(parsed)
+}
+
+/// ` 24684084 kB` -> bytes, `    1024` -> 1024.
+fn field(line: usize, key: &str, rest: &str) -> Result<u64, ParseError> {
+    let mut fields = rest.split_ascii_whitespace();
+    let Some(number) = fields.next() else {
+        return Err(ParseError::MissingValue { line, key: key.to_owned() });
+    };
+    let value = field_u64(line, key, number)?;
+    match fields.next() {
+        Some("kB") => value.checked_mul(1024).ok_or_else(|| ParseError::Overflow { line, key: key.to_owned() }),
+        Some(unit) => Err(ParseError::Format(format!("line {line}: {key}: unknown unit {unit:?}"))),
+        None => Ok(value),
+    }
 }
 
 /// `Node 12 MemFree` -> `MemFree`; other labels are returned unchanged.
@@ -155,8 +159,25 @@ mod tests {
         );
         assert_eq!(parse("MemTotal:"), Err(ParseError::MissingValue { line: 1, key: "MemTotal".into() }));
         assert!(matches!(parse("MemTotal: 18446744073709551615 kB"), Err(ParseError::Overflow { .. })));
-        assert!(matches!(parse("MemTotal: 99999999999999999999999 kB"), Err(ParseError::NotANumber { .. })));
+        // Issue 14: too many digits is out of range, not "not a number".
+        assert!(matches!(parse("MemTotal: 99999999999999999999999 kB"), Err(ParseError::Overflow { .. })));
+        assert!(matches!(parse("MemTotal: +5 kB"), Err(ParseError::NotANumber { .. })), "no sign");
         assert!(matches!(parse("MemTotal: 1 MB"), Err(ParseError::Format(_))));
+    }
+
+    /// Issue 14: one malformed line used to drop every node memory family.
+    #[test]
+    fn a_malformed_field_costs_only_that_field() {
+        let text = "MemTotal:       24684084 kB\nMemFree:   lots kB\nMemAvailable:   99999999999999999999 kB\n\
+            Mlocked:          503424 kB\n";
+        let parsed = parse_fields(text).unwrap();
+        assert_eq!(parsed.value.mem_total, Some(24684084 * 1024));
+        assert_eq!(parsed.value.mlocked, Some(503424 * 1024));
+        assert_eq!((parsed.value.mem_free, parsed.value.mem_available), (None, None));
+        assert_eq!(parsed.field_errors.len(), 2);
+        assert_eq!(parsed.field_errors[0].to_string(), "line 2: MemFree: value \"lots\" is not a number");
+        assert!(parsed.field_errors[1].to_string().contains("MemAvailable: value is out of range"), "{parsed:?}");
+        assert!(parse(text).is_err(), "the strict reading still refuses it");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use thiserror::Error;
 pub enum ParseError {
     #[error("line {line}: {key}: value {value:?} is not a number")]
     NotANumber { line: usize, key: String, value: String },
-    #[error("line {line}: {key}: value overflows 64 bits")]
+    #[error("line {line}: {key}: value is out of range (above 2^64 - 1 in bytes)")]
     Overflow { line: usize, key: String },
     #[error("line {line}: {key}: missing value")]
     MissingValue { line: usize, key: String },
@@ -30,6 +30,34 @@ pub enum ParseError {
     Empty,
     #[error("{0}")]
     Format(String),
+}
+
+/// A line-oriented file read field by field: every field that parsed, and one error per field
+/// that did not. A malformed or overflowing value costs only its own field (meminfo, vmstat,
+/// `/proc/PID/status`, memory.stat): the collector exports the others and reports the errors.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Parsed<T> {
+    pub value: T,
+    pub field_errors: Vec<ParseError>,
+}
+
+impl<T> Parsed<T> {
+    /// All or nothing, for one-shot readers (`check`, `estimate`, `drill`): the first field
+    /// error is the error.
+    pub fn strict(self) -> Result<T, ParseError> {
+        match self.field_errors.into_iter().next() {
+            Some(error) => Err(error),
+            None => Ok(self.value),
+        }
+    }
+}
+
+/// A field's decimal value: ASCII digits only (no sign), an overflow said as such.
+pub(crate) fn field_u64(line: usize, key: &str, value: &str) -> Result<u64, ParseError> {
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ParseError::NotANumber { line, key: key.to_owned(), value: value.to_owned() });
+    }
+    value.parse().map_err(|_| ParseError::Overflow { line, key: key.to_owned() })
 }
 
 /// A limit the kernel prints either as a number or as "unlimited" (`unlimited` in

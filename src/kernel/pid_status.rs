@@ -7,7 +7,7 @@
 //! This parser runs once per process per full scan, so it borrows from the text and allocates
 //! nothing: a scan of the file stops as soon as every wanted key has been seen.
 
-use super::ParseError;
+use super::{field_u64, ParseError, Parsed};
 
 /// `CAP_IPC_LOCK` (include/uapi/linux/capability.h): exempts a process from RLIMIT_MEMLOCK.
 pub const CAP_IPC_LOCK_BIT: u32 = 14;
@@ -42,12 +42,16 @@ impl Status<'_> {
     }
 }
 
-/// Parses the text of `/proc/PID/status`.
-///
-/// A wanted key with a malformed value is an error (that process's numbers cannot be trusted).
-/// Unknown keys and lines without a colon are skipped. Text without a `Name:` line is an error
-/// ([`ParseError::Empty`] when nothing at all was recognised).
+/// Parses the text of `/proc/PID/status`, all or nothing ([`Parsed::strict`]).
 pub fn parse(text: &str) -> Result<Status<'_>, ParseError> {
+    parse_fields(text)?.strict()
+}
+
+/// Parses the text of `/proc/PID/status` field by field: a wanted key with a malformed value
+/// is an error of that field only (the field is unknown, the process still sampled). Unknown
+/// keys and lines without a colon are skipped. Text without a `Name:` line is an error
+/// ([`ParseError::Empty`] when nothing at all was recognised).
+pub fn parse_fields(text: &str) -> Result<Parsed<Status<'_>>, ParseError> {
     let mut name = None;
     let mut kthread = None;
     let mut has_vm = false;
@@ -55,26 +59,36 @@ pub fn parse(text: &str) -> Result<Status<'_>, ParseError> {
     let mut pinned_bytes = None;
     let mut cap_eff = None;
     let mut recognised = false;
+    let mut field_errors = Vec::new();
     for (index, line) in text.split('\n').enumerate() {
         let Some((key, raw)) = line.split_once(':') else { continue };
         // The kernel writes exactly one TAB after the colon; what follows belongs to the value
         // (a comm may start or end with spaces).
         let value = raw.strip_prefix('\t').unwrap_or(raw);
         let line_no = index + 1;
-        match key {
-            "Name" => name = Some(value),
-            "Kthread" => kthread = Some(parse_flag(line_no, key, value)?),
+        let outcome = match key {
+            "Name" => {
+                name = Some(value);
+                Ok(())
+            }
+            "Kthread" => parse_flag(line_no, key, value).map(|v| kthread = Some(v)),
             "VmLck" => {
                 has_vm = true;
-                locked_bytes = Some(parse_kb(line_no, key, value)?);
+                parse_kb(line_no, key, value).map(|v| locked_bytes = Some(v))
             }
             "VmPin" => {
                 has_vm = true;
-                pinned_bytes = Some(parse_kb(line_no, key, value)?);
+                parse_kb(line_no, key, value).map(|v| pinned_bytes = Some(v))
             }
-            "CapEff" => cap_eff = Some(parse_hex(line_no, key, value)?),
-            _ if key.starts_with("Vm") => has_vm = true,
+            "CapEff" => parse_hex(line_no, key, value).map(|v| cap_eff = Some(v)),
+            _ if key.starts_with("Vm") => {
+                has_vm = true;
+                Ok(())
+            }
             _ => continue,
+        };
+        if let Err(error) = outcome {
+            field_errors.push(error);
         }
         recognised = true;
         if name.is_some() && locked_bytes.is_some() && pinned_bytes.is_some() && cap_eff.is_some() {
@@ -88,7 +102,7 @@ pub fn parse(text: &str) -> Result<Status<'_>, ParseError> {
     let Some(name) = name else {
         return Err(ParseError::Format("no Name line".into()));
     };
-    Ok(Status { name, kthread, has_vm, locked_bytes, pinned_bytes, cap_eff })
+    Ok(Parsed { value: Status { name, kthread, has_vm, locked_bytes, pinned_bytes, cap_eff }, field_errors })
 }
 
 /// `   47716 kB` -> bytes.
@@ -97,8 +111,7 @@ fn parse_kb(line: usize, key: &str, value: &str) -> Result<u64, ParseError> {
     let Some(number) = fields.next() else {
         return Err(ParseError::MissingValue { line, key: key.to_owned() });
     };
-    let kib: u64 =
-        number.parse().map_err(|_| ParseError::NotANumber { line, key: key.to_owned(), value: number.to_owned() })?;
+    let kib = field_u64(line, key, number)?;
     match fields.next() {
         Some("kB") => kib.checked_mul(1024).ok_or_else(|| ParseError::Overflow { line, key: key.to_owned() }),
         // A value without its unit is a cut-off line, not a number we can trust.
@@ -221,12 +234,22 @@ mod tests {
         assert!(matches!(parse("Name:\tx\nVmPin:\t  12 MB\n"), Err(ParseError::Format(_))));
         assert!(matches!(parse("Name:\tx\nVmPin:\t-12 kB\n"), Err(ParseError::NotANumber { .. })));
         assert!(matches!(parse("Name:\tx\nVmLck:\t18446744073709551615 kB\n"), Err(ParseError::Overflow { .. })));
-        assert!(matches!(parse("Name:\tx\nVmLck:\t99999999999999999999999 kB\n"), Err(ParseError::NotANumber { .. })));
+        assert!(matches!(parse("Name:\tx\nVmLck:\t99999999999999999999999 kB\n"), Err(ParseError::Overflow { .. })));
         assert!(matches!(parse("Name:\tx\nCapEff:\t00000zzzfeffffff\n"), Err(ParseError::NotANumber { .. })));
         assert!(matches!(parse("Name:\tx\nCapEff:\t0000000000000000000000\n"), Err(ParseError::NotANumber { .. })));
         assert!(matches!(parse("Name:\tx\nCapEff:\t+1\n"), Err(ParseError::NotANumber { .. })));
         assert!(matches!(parse("Name:\tx\nCapEff:\t\n"), Err(ParseError::MissingValue { .. })));
         assert!(matches!(parse("Name:\tx\nKthread:\t2\n"), Err(ParseError::NotANumber { .. })));
+    }
+
+    #[test]
+    fn a_malformed_field_costs_only_that_field() {
+        let parsed = parse_fields("Name:\tpython3\nVmLck:\t   lots kB\nVmPin:\t    4096 kB\nCapEff:\tzz\n").unwrap();
+        let status = parsed.value;
+        assert_eq!((status.name, status.locked_bytes, status.pinned_bytes), ("python3", None, Some(4 << 20)));
+        assert_eq!(status.ipc_lock(), None, "CapEff unknown");
+        assert!(!status.is_kernel_thread(), "a Vm line was there, if broken");
+        assert_eq!(parsed.field_errors.len(), 2, "{:?}", parsed.field_errors);
     }
 
     #[test]

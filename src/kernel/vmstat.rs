@@ -1,7 +1,7 @@
 //! `/proc/vmstat` and `/sys/devices/system/node/nodeN/vmstat`: `name value` lines, values in
 //! pages or event counts.
 
-use super::ParseError;
+use super::{field_u64, ParseError, Parsed};
 
 /// The vmstat counters memlock-exporter uses, in pages.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -19,13 +19,20 @@ impl Vmstat {
     }
 }
 
-/// Parses vmstat text. Known keys with malformed values are errors; other lines are skipped.
+/// Parses vmstat text, all or nothing ([`Parsed::strict`]).
 pub fn parse(text: &str) -> Result<Vmstat, ParseError> {
-    let mut stat = Vmstat::default();
+    parse_fields(text)?.strict()
+}
+
+/// Parses vmstat text field by field: a known key with a malformed value is an error of that
+/// field only; other lines are skipped. A text without a single counter is an error.
+pub fn parse_fields(text: &str) -> Result<Parsed<Vmstat>, ParseError> {
+    let mut parsed = Parsed::<Vmstat>::default();
     let mut fields = 0usize;
     for (index, line) in text.lines().enumerate() {
         let mut parts = line.split_ascii_whitespace();
         let (Some(key), value) = (parts.next(), parts.next()) else { continue };
+        let stat = &mut parsed.value;
         let slot = match key {
             "nr_foll_pin_acquired" => &mut stat.nr_foll_pin_acquired,
             "nr_foll_pin_released" => &mut stat.nr_foll_pin_released,
@@ -37,21 +44,21 @@ pub fn parse(text: &str) -> Result<Vmstat, ParseError> {
                 continue;
             }
         };
-        let line_no = index + 1;
-        let Some(value) = value else {
-            return Err(ParseError::MissingValue { line: line_no, key: key.to_owned() });
-        };
-        *slot = Some(value.parse().map_err(|_| ParseError::NotANumber {
-            line: line_no,
-            key: key.to_owned(),
-            value: value.to_owned(),
-        })?);
         fields += 1;
+        let line_no = index + 1;
+        let value = match value {
+            Some(value) => field_u64(line_no, key, value),
+            None => Err(ParseError::MissingValue { line: line_no, key: key.to_owned() }),
+        };
+        match value {
+            Ok(value) => *slot = Some(value),
+            Err(error) => parsed.field_errors.push(error),
+        }
     }
     if fields == 0 {
         return Err(ParseError::Empty);
     }
-    Ok(stat)
+    Ok(parsed)
 }
 
 #[cfg(test)]
@@ -82,13 +89,21 @@ mod tests {
     }
 
     #[test]
+    fn a_malformed_counter_costs_only_that_counter() {
+        let parsed = parse_fields("nr_mlock 3\nnr_foll_pin_acquired x\nnr_foll_pin_released 7\n").unwrap();
+        assert_eq!((parsed.value.nr_mlock, parsed.value.nr_foll_pin_released), (Some(3), Some(7)));
+        assert_eq!(parsed.value.pinned_pages(), None, "acquired is unknown");
+        assert_eq!(parsed.field_errors.len(), 1);
+    }
+
+    #[test]
     fn malformed_input() {
         assert!(matches!(parse("nr_foll_pin_acquired -1\n"), Err(ParseError::NotANumber { line: 1, .. })));
         assert!(matches!(
             parse("nr_free_pages 1\nnr_foll_pin_acquired\n"),
             Err(ParseError::MissingValue { line: 2, .. })
         ));
-        assert!(matches!(parse("nr_foll_pin_acquired 99999999999999999999999\n"), Err(ParseError::NotANumber { .. })));
+        assert!(matches!(parse("nr_foll_pin_acquired 99999999999999999999999\n"), Err(ParseError::Overflow { .. })));
         assert_eq!(parse(""), Err(ParseError::Empty));
         assert_eq!(parse("garbage garbage\n\0\0\0"), Err(ParseError::Empty));
     }

@@ -170,6 +170,50 @@ fn broken_node_files_are_named_errors_and_the_rest_keeps_sampling() {
     assert_alive(exporter);
 }
 
+/// Issue 14: one malformed line in /proc/meminfo used to drop every node memory family. Now it
+/// costs its own field: the collector reports the failure (counted, logged with the file, the
+/// line and "out of range" for an overflow) and exports the rest.
+#[test]
+fn a_malformed_meminfo_line_costs_only_its_field() {
+    let tree = Tree::new("meminfo-field");
+    let text = std::fs::read_to_string(tree.path("proc/meminfo")).unwrap();
+    let broken: String = text
+        .lines()
+        .map(|line| match line.split_once(':').map(|(k, _)| k) {
+            Some("MemFree") => "MemFree:        lots kB".to_owned(),
+            Some("Mlocked") => "Mlocked:        99999999999999999999999 kB".to_owned(),
+            _ => line.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_ne!(text.trim_end(), broken);
+    tree.replace("proc/meminfo", format!("{broken}\n").as_bytes());
+    let roots = tree.roots();
+    let args: Vec<&str> = roots.iter().map(String::as_str).chain(["--no-collector.rdma_netlink"]).collect();
+    let exporter = Exporter::start_with_env(&args, &FAST);
+    let m = watch(&exporter.address, 2);
+    assert_eq!(success(&m, "node"), 0.0);
+    assert!(errors_of(&m, "node", "parse") >= 2.0, "{}", m.text);
+    for family in ["memlock_node_memory_free_bytes", "memlock_node_mlocked_bytes"] {
+        assert!(m.family(family).is_empty(), "{family} from a broken field:\n{}", m.text);
+    }
+    for family in [
+        "memlock_node_memory_total_bytes",
+        "memlock_node_memory_available_bytes",
+        "memlock_node_unevictable_bytes",
+        "memlock_node_commit_limit_bytes",
+    ] {
+        assert!(!m.family(family).is_empty(), "{family} missing:\n{}", m.text);
+    }
+    let log = exporter.log_text();
+    assert!(log.contains("proc/meminfo") && log.contains("MemFree"), "{log}");
+    assert_alive(exporter);
+    // The overflow is named as such (the log shows a run's first error; the parser's text is
+    // what any of them says).
+    let overflow = memlock_exporter::kernel::meminfo::parse_fields("Mlocked: 99999999999999999999999 kB\n").unwrap();
+    assert!(overflow.field_errors[0].to_string().contains("out of range"), "{overflow:?}");
+}
+
 /// Still running, and no thread of it panicked.
 fn assert_alive(mut exporter: Exporter) {
     assert!(exporter.child.try_wait().unwrap().is_none(), "the exporter exited:\n{}", exporter.log_text());

@@ -9,7 +9,7 @@ use crate::config::CgroupConfig;
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::memcg::{self, Limit};
 use crate::kernel::rdma_cgroup::{self, RdmaValue};
-use crate::kernel::{cgroup_path, parse_u64, ParseError};
+use crate::kernel::{cgroup_path, parse_u64, ParseError, Parsed};
 
 use super::detect::{detect, vanished, Detected, Layout, Mount, Version};
 use super::{CgroupLabels, CgroupMemory, CgroupRdma, CgroupStats, MemoryEvents, ScanCounts};
@@ -98,6 +98,29 @@ impl Reader {
                 *failed = true;
                 Read::Failed
             }
+        }
+    }
+
+    /// [`Reader::read`] for a file read field by field: the fields that did not parse are
+    /// errors (the run fails) and the others are kept.
+    fn read_fields<T>(
+        &mut self,
+        dir: &Path,
+        file: &str,
+        parse: fn(&str) -> Result<Parsed<T>, ParseError>,
+        errors: &mut Vec<SourceError>,
+        failed: &mut bool,
+    ) -> Read<T> {
+        match self.read(dir, file, parse, errors, failed) {
+            Read::Value(Parsed { value, field_errors }) => {
+                *failed |= !field_errors.is_empty();
+                for source in field_errors {
+                    errors.push(SourceError::Parse { path: self.path.clone(), source });
+                }
+                Read::Value(value)
+            }
+            Read::Missing => Read::Missing,
+            Read::Failed => Read::Failed,
         }
     }
 
@@ -306,7 +329,7 @@ fn read_v1_memory(
             'nodes
         );
         let stat = value_or_gone!(
-            reader.read(dir, "memory.stat", memcg::parse_v1_stat, errors, &mut failed),
+            reader.read_fields(dir, "memory.stat", memcg::parse_v1_stat_fields, errors, &mut failed),
             reader,
             node,
             run,
@@ -407,23 +430,24 @@ fn read_v2_memory(
         }
         let mut node_failed = failed[index];
         // memory.stat exists wherever the controller is enabled, the root included.
-        let stat = match reader.read(&node.dir, "memory.stat", memcg::parse_v2_stat, errors, &mut node_failed) {
-            Read::Value(stat) => Some(stat),
-            Read::Failed => None,
-            Read::Missing => {
-                // Gone, or a cgroup whose parent does not delegate the memory controller.
-                match reader.read(&node.dir, "cgroup.controllers", |_| Ok(()), errors, &mut node_failed) {
-                    Read::Value(()) => node.absent |= NO_MEMORY,
-                    Read::Missing => {
-                        node.gone = true;
-                        run.vanished += 1;
+        let stat =
+            match reader.read_fields(&node.dir, "memory.stat", memcg::parse_v2_stat_fields, errors, &mut node_failed) {
+                Read::Value(stat) => Some(stat),
+                Read::Failed => None,
+                Read::Missing => {
+                    // Gone, or a cgroup whose parent does not delegate the memory controller.
+                    match reader.read(&node.dir, "cgroup.controllers", |_| Ok(()), errors, &mut node_failed) {
+                        Read::Value(()) => node.absent |= NO_MEMORY,
+                        Read::Missing => {
+                            node.gone = true;
+                            run.vanished += 1;
+                        }
+                        Read::Failed => count_failures(run, reader.take_denied() || denied[index], node_failed),
                     }
-                    Read::Failed => count_failures(run, reader.take_denied() || denied[index], node_failed),
+                    reader.take_denied();
+                    continue;
                 }
-                reader.take_denied();
-                continue;
-            }
-        };
+            };
         let current = optional_v2(reader, node, "memory.current", ABSENT_CURRENT, parse_u64, errors, &mut node_failed);
         let high =
             optional_v2(reader, node, "memory.high", ABSENT_HIGH, memcg::parse_v2_limit, errors, &mut node_failed);

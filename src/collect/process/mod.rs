@@ -654,9 +654,13 @@ mod tests {
         tree.process(40, "ok", 0, 2048, "8388608", "/x");
         // Listed, but its files are gone: exited mid-scan.
         std::fs::create_dir_all(tree.root.join("41")).unwrap();
-        // A status the parser refuses: an error, the process skipped, the others kept.
+        // A status field the parser refuses: an error of that field, the process still sampled
+        // (issue 14: a malformed field costs only that field).
         tree.process(42, "bad", 0, 2048, "8388608", "/x");
-        std::fs::write(tree.root.join("42/status"), "Name:\tbad\nVmLck:\t  many kB\n").unwrap();
+        std::fs::write(tree.root.join("42/status"), "Name:\tbad\nVmLck:\t  many kB\nVmPin:\t    2048 kB\n").unwrap();
+        // A status without its Name is no process at all: an error, skipped.
+        tree.process(46, "noname", 0, 2048, "8388608", "/x");
+        std::fs::write(tree.root.join("46/status"), "Umask:\t0022\nVmLck:\t  0 kB\n").unwrap();
         // Reaped between open and read: the kernel returns empty files. Gone, not broken.
         tree.process(44, "reaped", 0, 2048, "8388608", "/x");
         std::fs::write(tree.root.join("44/limits"), "").unwrap();
@@ -668,13 +672,17 @@ mod tests {
         let mut collector = tree.collector(0, "", 10);
         let mut errors = Vec::new();
         let stats = collector.full_scan(&mut errors).unwrap();
-        assert_eq!(pids(&stats), vec![40, 43]);
-        assert_eq!(stats.processes[1].limits, None);
-        assert_eq!(stats.processes[1].worst_ratio(), None);
+        assert_eq!(pids(&stats), vec![40, 42, 43]);
+        let bad = &stats.processes[1];
+        assert_eq!((bad.locked_bytes, bad.pinned_bytes), (None, Some(2048 * 1024)), "the good field is kept");
+        assert_eq!(stats.processes[2].limits, None);
+        assert_eq!(stats.processes[2].worst_ratio(), None);
         assert_eq!(stats.vanished_total, 3);
-        assert_eq!(stats.read_errors_total, ReadErrors { parse: 2, ..ReadErrors::default() });
-        assert_eq!(errors.len(), 2);
-        assert!(errors.iter().any(|e| e.path().ends_with("42/status")), "{errors:?}");
+        assert_eq!(stats.read_errors_total, ReadErrors { parse: 3, ..ReadErrors::default() });
+        assert_eq!(errors.len(), 3);
+        for file in ["42/status", "46/status", "43/limits"] {
+            assert!(errors.iter().any(|e| e.path().ends_with(file)), "{file}: {errors:?}");
+        }
     }
 
     /// Found by the fault tests (tests/integration/faults.rs): a process whose files failed
@@ -699,13 +707,15 @@ mod tests {
         let mut errors = Vec::new();
         let stats = collector.full_scan(&mut errors).unwrap();
         assert_eq!(errors.len(), 2, "{errors:?}");
-        assert_eq!(pids(&stats), vec![80, 82]);
+        // 81 is kept without its VmLck (a malformed field costs only that field).
+        assert_eq!(pids(&stats), vec![80, 81, 82]);
         for pass in 0..3 {
             errors.clear();
             let stats = collector.tracked_pass(&mut errors);
             assert_eq!(errors.len(), 2, "pass {pass}: {errors:?}");
-            assert_eq!(pids(&stats), vec![80, 82]);
-            assert_eq!(stats.processes[1].limits, None);
+            assert_eq!(pids(&stats), vec![80, 81, 82]);
+            assert_eq!(stats.processes[1].locked_bytes, None);
+            assert_eq!(stats.processes[2].limits, None);
         }
         assert_eq!(collector.tally.errors.parse, 8, "counted on every pass");
         // Fixed: the next pass reads them and succeeds.

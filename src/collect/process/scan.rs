@@ -183,8 +183,8 @@ pub(super) fn read_process(
         incomplete: false,
     });
     let fresh = record.sample.comm.is_empty();
-    read_status(reader, tally, config, &mut record, fresh, errors)?;
     let before = errors.len();
+    read_status(reader, tally, config, &mut record, fresh, errors)?;
     if !read_limits_and_cgroup(reader, tally, interner, &mut record, errors) {
         return None;
     }
@@ -235,14 +235,16 @@ pub(super) fn read_status(
             return None;
         }
     };
-    let status = match pid_status::parse(text) {
-        Ok(status) => status,
+    // A malformed field costs only that field: the process is still sampled, the error counted.
+    let (status, field_errors) = match pid_status::parse_fields(text) {
+        Ok(parsed) => (parsed.value, parsed.field_errors),
         Err(err) => {
             let err = reader.parse_error(err);
             tally.note(err, errors);
             return None;
         }
     };
+
     if status.is_kernel_thread() {
         return None;
     }
@@ -255,6 +257,10 @@ pub(super) fn read_status(
     record.sample.locked_bytes = status.locked_bytes;
     record.sample.pinned_bytes = status.pinned_bytes;
     record.sample.ipc_lock = status.ipc_lock();
+    for err in field_errors {
+        let err = reader.parse_error(err);
+        tally.note(err, errors);
+    }
     if record.sample.ipc_lock == Some(true) {
         let initial = user_namespace_is_initial(reader, tally, record.sample.pid, errors);
         record.sample.ipc_lock = ipc_lock_exempts(record.sample.ipc_lock, initial);
