@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use crate::config::ProcessConfig;
 use crate::exposition::Exposition;
 use crate::fsroot::{self, Roots, SourceError};
+use crate::kernel::vmstat;
 use crate::trend::{Observation, Scope};
 
 pub use sample::{initial_user_namespace, ipc_lock_exempts, CgroupAggregate, CgroupInfo, Counter, ProcessSample};
@@ -73,9 +74,33 @@ pub struct ProcessStats {
     /// Processes that passed the filter but fell beyond `top_n`.
     pub dropped_by_top_n: u64,
     pub full_scans_total: u64,
+    /// Of those, the full scans started early because node-wide pinned or mlocked memory grew
+    /// more than the processes the collector re-reads account for.
+    pub early_full_scans_total: u64,
+    /// Processes found by the listing of a tracked pass, between full scans.
+    pub discovered_total: u64,
     /// Processes that exited between being listed (or tracked) and being read.
     pub vanished_total: u64,
     pub read_errors_total: ReadErrors,
+}
+
+/// How long a process found between full scans is re-read on every pass.
+const PROBATION: Duration = Duration::from_secs(30);
+/// Processes on probation at most: a fork storm must not turn every pass into a full scan.
+const MAX_ON_PROBATION: usize = 256;
+/// Early full scans are at least this far apart, whatever the node counters say (short-term
+/// pins of O_DIRECT I/O move `nr_foll_pin_*` all the time on storage-heavy nodes).
+const EARLY_FULL_SCAN_GAP: Duration = Duration::from_secs(5);
+
+/// Node-wide pinned and mlocked bytes (`/proc/vmstat`), and what the table's processes held,
+/// at the last full scan: growth in the first that the second does not explain comes from a
+/// process the tracked passes do not re-read.
+#[derive(Debug, Clone, Copy)]
+struct Baseline {
+    node_pinned: u64,
+    node_mlocked: u64,
+    table_pinned: u64,
+    table_locked: u64,
 }
 
 pub struct ProcessCollector {
@@ -94,6 +119,13 @@ pub struct ProcessCollector {
     tally: Tally,
     last_full_scan: Option<Instant>,
     full_scans: u64,
+    early_full_scans: u64,
+    discovered: u64,
+    /// Listed pids that are not user processes (kernel threads), sorted: discovery does not read
+    /// them again. Rebuilt by every full scan.
+    others: Vec<u32>,
+    baseline: Option<Baseline>,
+    page_size: u64,
 }
 
 impl ProcessCollector {
@@ -111,6 +143,11 @@ impl ProcessCollector {
             tally: Tally::default(),
             last_full_scan: None,
             full_scans: 0,
+            early_full_scans: 0,
+            discovered: 0,
+            others: Vec::new(),
+            baseline: None,
+            page_size: procfs::page_size(),
         }
     }
 
@@ -121,21 +158,25 @@ impl ProcessCollector {
         }
     }
 
-    /// Runs a full scan or a tracked pass, whichever is due.
+    /// Runs a full scan or a tracked pass, whichever is due. A full scan comes early when
+    /// node-wide pinned or mlocked memory grew by more than the processes re-read explain.
     pub fn sample(&mut self, errors: &mut Vec<SourceError>) -> Option<ProcessStats> {
         let now = Instant::now();
         if self.full_scan_due(now) {
-            self.full_scan(errors)
-        } else {
-            Some(self.tracked_pass(errors))
+            return self.full_scan(errors);
         }
+        let stats = self.tracked_pass(errors);
+        // After the tracked pass, so the table holds what the re-read processes hold now.
+        if self.untracked_growth(now) {
+            self.early_full_scans += 1;
+            return self.full_scan(errors);
+        }
+        Some(stats)
     }
 
-    /// Lists procfs and reads every process. `None` when procfs cannot be listed.
-    pub fn full_scan(&mut self, errors: &mut Vec<SourceError>) -> Option<ProcessStats> {
-        let started = Instant::now();
-        // On failure the next tick scans again (no tracked pass in between), so the collector
-        // keeps reporting the failure instead of alternating with tracked passes that succeed.
+    /// The user-process pids of procfs, sorted. `None` (with the error) when it cannot be listed
+    /// or holds no process at all.
+    fn list_pids(&self, errors: &mut Vec<SourceError>) -> Option<Vec<u32>> {
         let names = match fsroot::list_dir(&self.procfs) {
             Ok(names) => names,
             Err(err) => {
@@ -144,7 +185,6 @@ impl ProcessCollector {
             }
         };
         let mut pids: Vec<u32> = names.iter().filter_map(|name| parse_pid(name)).collect();
-        drop(names);
         if pids.is_empty() {
             // Every procfs lists at least its init process: this directory is something else.
             errors.push(SourceError::Io {
@@ -156,37 +196,143 @@ impl ProcessCollector {
             });
             return None;
         }
-        self.last_full_scan = Some(started);
         pids.sort_unstable();
+        Some(pids)
+    }
+
+    /// Lists procfs and reads every process. `None` when procfs cannot be listed.
+    pub fn full_scan(&mut self, errors: &mut Vec<SourceError>) -> Option<ProcessStats> {
+        let started = Instant::now();
+        // On failure the next tick scans again (no tracked pass in between), so the collector
+        // keeps reporting the failure instead of alternating with tracked passes that succeed.
+        let pids = self.list_pids(errors)?;
+        self.last_full_scan = Some(started);
         self.full_scans += 1;
 
         let previous = std::mem::take(&mut self.table);
         let mut previous = previous.into_iter().peekable();
         let mut table = Vec::with_capacity(pids.len());
         self.retry.clear();
+        self.others.clear();
         for pid in pids {
             while previous.next_if(|r| r.sample.pid < pid).is_some() {}
             let known = previous.next_if(|r| r.sample.pid == pid);
             let before = errors.len();
+            self.reader.saw_kernel_thread = false;
             match read_process(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, pid, known, errors)
             {
                 Some(record) => table.push(record),
                 None if errors.len() > before => self.retry.push(pid),
+                None if self.reader.saw_kernel_thread => self.others.push(pid),
                 None => {}
             }
         }
         self.table = table;
         self.interner.prune();
+        self.baseline = self.node_held().map(|(node_pinned, node_mlocked)| {
+            let (table_pinned, table_locked) = self.table_held();
+            Baseline { node_pinned, node_mlocked, table_pinned, table_locked }
+        });
         Some(self.stats(true))
     }
 
+    /// Node-wide pinned (FOLL_PIN references held) and mlocked bytes from `<procfs>/vmstat`;
+    /// `None` when it cannot be read (the node collector reports that).
+    fn node_held(&self) -> Option<(u64, u64)> {
+        let stat = fsroot::read_parsed(&self.procfs.join("vmstat"), vmstat::parse_fields).ok()?.value;
+        let bytes = |pages: u64| pages.saturating_mul(self.page_size);
+        Some((bytes(stat.pinned_pages()?), bytes(stat.nr_mlock?)))
+    }
+
+    /// VmPin and VmLck summed over the table: current for the processes re-read, as of the last
+    /// full scan for the others (constant, so their growth is what the node shows beyond it).
+    fn table_held(&self) -> (u64, u64) {
+        self.table.iter().fold((0, 0), |(pinned, locked), r| {
+            (
+                pinned.saturating_add(r.sample.pinned_bytes.unwrap_or(0)),
+                locked.saturating_add(r.sample.locked_bytes.unwrap_or(0)),
+            )
+        })
+    }
+
+    /// Whether pinned or mlocked memory grew on the node, since the last full scan, by at least
+    /// `min_bytes` more than the table accounts for (a process that is not re-read started
+    /// pinning or locking), and the last full scan is at least [`EARLY_FULL_SCAN_GAP`] ago.
+    fn untracked_growth(&self, now: Instant) -> bool {
+        let (Some(base), Some(last)) = (self.baseline, self.last_full_scan) else { return false };
+        if now.saturating_duration_since(last) < EARLY_FULL_SCAN_GAP {
+            return false;
+        }
+        let Some((node_pinned, node_mlocked)) = self.node_held() else { return false };
+        let (table_pinned, table_locked) = self.table_held();
+        let unexplained = |node_now: u64, node_then: u64, table_now: u64, table_then: u64| {
+            let node = i128::from(node_now) - i128::from(node_then);
+            let table = i128::from(table_now) - i128::from(table_then);
+            node - table
+        };
+        let threshold = i128::from(self.config.min_bytes.max(256 << 10));
+        unexplained(node_pinned, base.node_pinned, table_pinned, base.table_pinned) >= threshold
+            || unexplained(node_mlocked, base.node_mlocked, table_locked, base.table_locked) >= threshold
+    }
+
+    /// Between full scans, lists procfs and reads the processes that appeared since (at most one
+    /// interval ago), so a new process is sampled from its first interval; records of processes
+    /// no longer listed are dropped. New processes are re-read on every pass for
+    /// [`PROBATION`].
+    fn discover(&mut self, table: Vec<Record>, errors: &mut Vec<SourceError>) -> Vec<Record> {
+        let Some(pids) = self.list_pids(errors) else { return table };
+        let now = Instant::now();
+        let mut on_probation = table.iter().filter(|r| r.probation_until.is_some_and(|t| t > now)).count();
+        let mut old = table.into_iter().peekable();
+        let mut kept = Vec::with_capacity(pids.len());
+        let mut others = Vec::with_capacity(self.others.len());
+        let mut known_others = std::mem::take(&mut self.others).into_iter().peekable();
+        for pid in pids {
+            while old.next_if(|r| r.sample.pid < pid).is_some() {}
+            if let Some(record) = old.next_if(|r| r.sample.pid == pid) {
+                kept.push(record);
+                continue;
+            }
+            while known_others.next_if(|&other| other < pid).is_some() {}
+            if known_others.next_if(|&other| other == pid).is_some() {
+                others.push(pid);
+                continue;
+            }
+            if self.retry.contains(&pid) {
+                continue;
+            }
+            let before = errors.len();
+            self.reader.saw_kernel_thread = false;
+            match read_process(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, pid, None, errors) {
+                Some(mut record) => {
+                    self.discovered += 1;
+                    if on_probation < MAX_ON_PROBATION {
+                        record.probation_until = Some(now + PROBATION);
+                        on_probation += 1;
+                    }
+                    kept.push(record);
+                }
+                None if errors.len() > before => self.retry.push(pid),
+                None if self.reader.saw_kernel_thread => others.push(pid),
+                None => {}
+            }
+        }
+        self.others = others;
+        kept
+    }
+
     /// Re-reads the `status` of the tracked processes only, and every file of the processes
-    /// whose files failed (see [`Record::incomplete`] and `retry`).
+    /// whose files failed (see [`Record::incomplete`] and `retry`); then lists procfs for the
+    /// processes that appeared.
     pub fn tracked_pass(&mut self, errors: &mut Vec<SourceError>) -> ProcessStats {
         let mut table = std::mem::take(&mut self.table);
         let mut failed = Vec::new();
+        let now = Instant::now();
         table.retain_mut(|record| {
-            if !record.tracked && !record.incomplete {
+            if record.probation_until.is_some_and(|until| until <= now) {
+                record.probation_until = None;
+            }
+            if !record.tracked && !record.incomplete && record.probation_until.is_none() {
                 return true;
             }
             let before = errors.len();
@@ -218,7 +364,7 @@ impl ProcessCollector {
                 None => {}
             }
         }
-        self.table = table;
+        self.table = self.discover(table, errors);
         self.stats(false)
     }
 
@@ -232,9 +378,11 @@ impl ProcessCollector {
             cgroups: aggregate(&self.table),
             full_scan,
             scanned: self.table.len() as u64,
-            tracked: self.table.iter().filter(|r| r.tracked).count() as u64,
+            tracked: self.table.iter().filter(|r| r.tracked || r.probation_until.is_some()).count() as u64,
             dropped_by_top_n: dropped as u64,
             full_scans_total: self.full_scans,
+            early_full_scans_total: self.early_full_scans,
+            discovered_total: self.discovered,
             vanished_total: self.tally.vanished,
             read_errors_total: self.tally.errors,
         }
@@ -629,6 +777,97 @@ mod tests {
         let stats = collector.full_scan(&mut errors).unwrap();
         assert_eq!(stats.processes.iter().find(|p| p.pid == 21).unwrap().locked_bytes, Some(2048 * 1024));
         assert_eq!(stats.tracked, 2);
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    /// Issue 14: a process that appears is sampled within one interval, not at the next full
+    /// scan; it is re-read on every pass while on probation, and kernel threads are read once.
+    #[test]
+    fn new_processes_are_found_by_the_next_pass_and_watched_on_probation() {
+        let tree = Tree::new("discover");
+        tree.process(100, "sshd", 0, 0, "8388608", "/system");
+        tree.kernel_thread(2);
+        let mut collector = tree.collector(0, "", 10);
+        let mut errors = Vec::new();
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert_eq!((stats.scanned, stats.tracked), (1, 0));
+        assert_eq!(collector.others, vec![2], "the kernel thread is remembered");
+        // A job's rank starts between full scans, holding nothing yet.
+        tree.process(101, "worker", 0, 0, "8388608", "/job");
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(pids(&stats), vec![100, 101]);
+        assert_eq!((stats.discovered_total, stats.tracked, stats.full_scans_total), (1, 1, 1));
+        // On probation it is re-read: the registration it makes next is seen at once.
+        tree.status(101, "worker", 0, 4096);
+        tree.status(100, "sshd", 0, 4096);
+        let stats = collector.tracked_pass(&mut errors);
+        let pinned = |pid| stats.processes.iter().find(|p| p.pid == pid).unwrap().pinned_bytes;
+        assert_eq!(pinned(101), Some(4 << 20));
+        assert_eq!(pinned(100), Some(0), "not on probation, not tracked: stale until a full scan");
+        assert_eq!(stats.discovered_total, 1, "found once");
+        // An exited process leaves the table at the next listing, silently.
+        tree.remove(101);
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(pids(&stats), vec![100]);
+        assert!(errors.is_empty(), "{errors:?}");
+        // Probation ends.
+        tree.process(102, "worker", 0, 0, "8388608", "/job");
+        collector.tracked_pass(&mut errors);
+        for record in &mut collector.table {
+            if let Some(until) = record.probation_until.as_mut() {
+                *until = Instant::now();
+            }
+        }
+        assert_eq!(collector.tracked_pass(&mut errors).tracked, 0);
+    }
+
+    /// Issue 14: a process that was seen holding nothing and is not re-read (not tracked, off
+    /// probation) starts pinning: the node's FOLL_PIN count grows beyond what the table shows,
+    /// and a full scan comes early (once the last one is 5 s old) instead of after
+    /// full_scan_interval.
+    #[test]
+    fn untracked_pinning_on_the_node_brings_the_full_scan_forward() {
+        let tree = Tree::new("early");
+        let page = procfs::page_size();
+        let vmstat = |pinned_pages: u64, mlock_pages: u64| {
+            let text = format!(
+                "nr_mlock {mlock_pages}\nnr_foll_pin_acquired {}\nnr_foll_pin_released 1000\n",
+                1000 + pinned_pages
+            );
+            std::fs::write(tree.root.join("vmstat"), text).unwrap();
+        };
+        vmstat(0, 0);
+        tree.process(110, "loader", 0, 0, "8388608", "/job").process(111, "python3", 0, 1024, "8388608", "/job");
+        let mut config_collector = tree.collector(1 << 20, "^python3$", 10);
+        config_collector.config.full_scan_interval = Duration::from_secs(3600);
+        let mut collector = config_collector;
+        let mut errors = Vec::new();
+        collector.full_scan(&mut errors).unwrap();
+        let age = |c: &mut ProcessCollector, seconds| {
+            c.last_full_scan = Instant::now().checked_sub(Duration::from_secs(seconds))
+        };
+        // The tracked python3 pins 4 MiB: the table explains the node's growth.
+        tree.status(111, "python3", 0, 1024 + 4096);
+        vmstat(4096 * 1024 / page, 0);
+        age(&mut collector, 10);
+        let stats = collector.sample(&mut errors).unwrap();
+        assert!(!stats.full_scan, "explained growth");
+        // The untracked loader pins 2 MiB: unexplained, but the last full scan is recent.
+        tree.status(110, "loader", 0, 2048);
+        vmstat((4096 + 2048) * 1024 / page, 0);
+        age(&mut collector, 2);
+        assert!(!collector.sample(&mut errors).unwrap().full_scan, "at most one early scan per 5 s");
+        age(&mut collector, 6);
+        let stats = collector.sample(&mut errors).unwrap();
+        assert!(stats.full_scan && stats.early_full_scans_total == 1, "{stats:?}");
+        assert_eq!(stats.processes.iter().find(|p| p.pid == 110).unwrap().pinned_bytes, Some(2 << 20));
+        // mlock by an untracked process counts the same way (nr_mlock).
+        tree.process(112, "helper", 0, 0, "8388608", "/job");
+        collector.full_scan(&mut errors).unwrap();
+        tree.status(112, "helper", 2048, 0);
+        vmstat((4096 + 2048) * 1024 / page, 2048 * 1024 / page);
+        age(&mut collector, 6);
+        assert_eq!(collector.sample(&mut errors).unwrap().early_full_scans_total, 2);
         assert!(errors.is_empty(), "{errors:?}");
     }
 

@@ -155,6 +155,21 @@ impl ProcessStats {
         out.family("memlock_process_full_scans_total", "Full scans of procfs by the process collector.", Kind::Counter)
             .sample(&[], self.full_scans_total);
         out.family(
+            "memlock_process_early_full_scans_total",
+            "Full scans started before full_scan_interval because node-wide pinned (nr_foll_pin_*) or mlocked \
+                (nr_mlock) memory grew by more than the re-read processes account for: a process that was not \
+                re-read started pinning or locking.",
+            Kind::Counter,
+        )
+        .sample(&[], self.early_full_scans_total);
+        out.family(
+            "memlock_process_discovered_total",
+            "Processes found by the procfs listing of a tracked pass, between full scans: a new process is sampled \
+                within one process interval of appearing, and re-read on every pass for its first 30 s.",
+            Kind::Counter,
+        )
+        .sample(&[], self.discovered_total);
+        out.family(
             "memlock_process_vanished_total",
             "Processes that exited between being listed and being read (skipped silently).",
             Kind::Counter,

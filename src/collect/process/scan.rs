@@ -24,6 +24,9 @@ pub(super) struct Record {
     /// `limits` or `cgroup` could not be read or parsed (a real error, not a refusal): they are
     /// read again on every pass until they can, so the failure shows on every run.
     pub(super) incomplete: bool,
+    /// Found by a tracked pass's listing: re-read on every pass until then, since a job's
+    /// process registers its memory within seconds of starting, before it holds any.
+    pub(super) probation_until: Option<std::time::Instant>,
 }
 
 /// Builds `<procfs>/<pid>/<file>` paths in one reused buffer and reads them into one reused
@@ -36,6 +39,9 @@ pub(super) struct PidReader {
     /// to the reader's own namespace, so from inside a user namespace (rootless Podman,
     /// systemd `PrivateUsers=`) every host process would look namespaced.
     pub(super) reads_user_namespaces: bool,
+    /// Set by [`read_status`] when the pid it read is a kernel thread (not a user process), so
+    /// that discovery remembers not to read it again.
+    pub(super) saw_kernel_thread: bool,
     /// The `ns/user` link of this procfs's pid 1, read once; `None` without ptrace access.
     init_user_namespace: Option<PathBuf>,
 }
@@ -57,6 +63,7 @@ impl PidReader {
             text: String::with_capacity(4096),
             // A root without `self` (a fixture tree) is read as the initial namespace's view.
             reads_user_namespaces: own_map != Some(false),
+            saw_kernel_thread: false,
             init_user_namespace,
         }
     }
@@ -181,6 +188,7 @@ pub(super) fn read_process(
         comm_matches: false,
         tracked: false,
         incomplete: false,
+        probation_until: None,
     });
     let fresh = record.sample.comm.is_empty();
     let before = errors.len();
@@ -246,6 +254,7 @@ pub(super) fn read_status(
     };
 
     if status.is_kernel_thread() {
+        reader.saw_kernel_thread = true;
         return None;
     }
     let changed = force || record.sample.comm != status.name;
