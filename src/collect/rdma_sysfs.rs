@@ -14,7 +14,7 @@ use crate::config::RdmaConfig;
 use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::rdma_sysfs::{self as parse, Numbered};
-use crate::kernel::ParseError;
+use crate::kernel::{parse_u64, ParseError};
 
 use super::{optional, Collector, Data};
 
@@ -31,6 +31,10 @@ pub struct SysfsDevice {
     pub fw_ver: Option<String>,
     pub hca_type: Option<String>,
     pub board_id: Option<String>,
+    /// mlx5 `reg_pages` in bytes: the pages of every live user memory registration on the device
+    /// (host memory and dma-buf GPU memory; ODP registrations are not counted). Other drivers
+    /// have no such file.
+    pub registered_bytes: Option<u64>,
     /// Device-level driver counters (EFA `reg_mr_err`, ...).
     pub hw_counters: Vec<HwCounter>,
     pub ports: Vec<SysfsPort>,
@@ -61,11 +65,12 @@ pub struct RdmaSysfsCollector {
     roots: Roots,
     config: RdmaConfig,
     text: String,
+    page_size: u64,
 }
 
 impl RdmaSysfsCollector {
     pub fn new(roots: Roots, config: RdmaConfig) -> Self {
-        Self { roots, config, text: String::new() }
+        Self { roots, config, text: String::new(), page_size: procfs::page_size() }
     }
 
     pub fn read(&mut self, errors: &mut Vec<SourceError>) -> Option<RdmaSysfsStats> {
@@ -104,6 +109,12 @@ impl RdmaSysfsCollector {
             fw_ver: self.label(&dir.join("fw_ver"), errors),
             hca_type: self.label(&dir.join("hca_type"), errors),
             board_id: self.label(&dir.join("board_id"), errors),
+            // drivers/infiniband/hw/mlx5/main.c reg_pages_show prints priv.reg_pages ("%d\n"),
+            // which mr.c raises by ib_umem_num_pages() (PAGE_SIZE pages) at every user and dma-buf
+            // registration and lowers at deregistration.
+            registered_bytes: self
+                .value(&dir.join("reg_pages"), parse_u64, errors)
+                .map(|pages| pages.saturating_mul(self.page_size)),
             hw_counters: self.hw_counters(&dir.join("hw_counters"), errors),
             ports: Vec::new(),
             name,
@@ -252,6 +263,18 @@ impl RdmaSysfsStats {
             );
         }
 
+        out.family(
+            "memlock_rdma_device_registered_bytes",
+            "Memory registered on the device by user space, from mlx5's reg_pages (pages of every live user memory \
+                registration, host memory and dma-buf GPU memory alike; ODP not counted) times the page size. \
+                dma-buf registrations are here but not in VmPin: compare with memlock_process_pinned_bytes. Absent \
+                for drivers without reg_pages. Sampled on the rdma_sysfs interval.",
+            Kind::Gauge,
+        );
+        for d in &self.devices {
+            out.maybe(&[("device", &d.name)], d.registered_bytes);
+        }
+
         let ports: Vec<(&SysfsDevice, &SysfsPort, String)> =
             self.devices.iter().flat_map(|d| d.ports.iter().map(move |p| (d, p, p.number.to_string()))).collect();
         type Field = fn(&SysfsPort) -> Option<u64>;
@@ -395,6 +418,10 @@ mod tests {
         assert_eq!(ib.fw_ver.as_deref(), Some("28.39.1002"));
         assert_eq!(ib.hca_type.as_deref(), Some("MT4129"));
         assert_eq!(ib.node_type, Some(Numbered { value: 1, name: "CA".into() }));
+        // reg_pages in PAGE_SIZE pages: 2359296 pages are 9 GiB with 4 KiB pages.
+        assert_eq!(ib.registered_bytes, Some(2359296 * procfs::page_size()));
+        assert_eq!(device(&stats, "mlx5_1").registered_bytes, Some(0));
+        assert_eq!(device(&stats, "efa_0").registered_bytes, None, "only mlx5 has reg_pages");
         let port = &ib.ports[0];
         assert_eq!(port.number, 1);
         assert_eq!(port.state.as_ref().map(|s| s.value), Some(4));
