@@ -65,6 +65,10 @@ Modes:
   lock  mmap + mlock one region per step: VmLck (mm->locked_vm) grows, checked per process
         against the same soft limit. Locked pages also show in Mlocked and Unevictable.
 
+--locked-mib N (pin mode) first mlocks N MiB and holds it through the ramp: the kernel checks
+VmPin and VmLck each on its own against the soft limit, so a ramp of pinned memory under a flat
+VmLck must page on the pinned counter before its own refusal, however much is locked.
+
 Output: one line per step with an RFC 3339 timestamp, the step number, the requested total,
 VmPin and VmLck read back from /proc/self/status, and the result; --json prints one JSON
 object per line instead. A refusal (ENOMEM, EPERM, EAGAIN) is the expected end: the errno and
@@ -126,6 +130,9 @@ pub struct DrillArgs {
     /// Hold the memory this long after a refusal or after reaching --max-mib, seconds.
     #[arg(long = "hold-seconds", value_name = "S", default_value_t = 30)]
     pub hold_seconds: u64,
+    /// Pin mode: mlock this much first, MiB, and hold it through the ramp.
+    #[arg(long = "locked-mib", value_name = "MIB", default_value_t = 0)]
+    pub locked_mib: u64,
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     pub json: bool,
@@ -140,6 +147,8 @@ pub struct Plan {
     pub mode: Mode,
     pub step_bytes: u64,
     pub max_bytes: u64,
+    /// Locked before the ramp and held through it (pin mode).
+    pub locked_bytes: u64,
     pub interval: Duration,
     pub hold: Duration,
     pub json: bool,
@@ -165,6 +174,8 @@ pub enum DrillError {
     Interval(u64),
     #[error("--hold-seconds {0} is above {MAX_HOLD_SECONDS} (one day)")]
     Hold(u64),
+    #[error("--locked-mib goes with --mode pin (in lock mode the ramp itself is locked memory)")]
+    LockedInLockMode,
     #[error("{steps} steps are too many (at most {MAX_STEPS}): raise --step-mib")]
     TooManySteps { steps: u64 },
     #[error(
@@ -198,6 +209,7 @@ impl DrillError {
             | DrillError::Hold(_)
             | DrillError::TooManySteps { .. }
             | DrillError::AboveHalfAvailable { .. }
+            | DrillError::LockedInLockMode
             | DrillError::Descriptors { .. } => crate::exit::USAGE,
             DrillError::Meminfo(_)
             | DrillError::NoMemAvailable(_)
@@ -232,10 +244,19 @@ impl DrillArgs {
         if self.hold_seconds > MAX_HOLD_SECONDS {
             return Err(DrillError::Hold(self.hold_seconds));
         }
+        if self.locked_mib > 0 && self.mode == Mode::Lock {
+            return Err(DrillError::LockedInLockMode);
+        }
+        let locked_bytes = self
+            .locked_mib
+            .checked_mul(MIB)
+            .filter(|b| b.checked_add(max_bytes).is_some_and(|total| usize::try_from(total).is_ok()))
+            .ok_or(DrillError::Overflow(self.locked_mib))?;
         let plan = Plan {
             mode: self.mode,
             step_bytes,
             max_bytes,
+            locked_bytes,
             interval: Duration::from_millis(self.interval_ms),
             hold: Duration::from_secs(self.hold_seconds),
             json: self.json,
@@ -369,6 +390,11 @@ pub enum Event {
         refused: Option<Refused>,
         reached: u64,
     },
+    /// `--locked-mib` is locked and held.
+    Locked {
+        bytes: u64,
+        counters: Counters,
+    },
     Hold {
         reached: u64,
         hold: Duration,
@@ -463,6 +489,12 @@ impl Event {
                 }
                 line
             }
+            Event::Locked { bytes, counters } => format!(
+                "{time} event=locked bytes={} vmpin={} vmlck={}",
+                size(*bytes),
+                kb(counters.vm_pin),
+                kb(counters.vm_lck)
+            ),
             Event::Hold { reached, hold } => format!(
                 "{time} event=hold reached={} \
                 seconds={}",
@@ -547,6 +579,11 @@ impl Event {
                 }
                 line
             }
+            Event::Locked { bytes, counters } => format!(
+                r#"{{"time":"{time}","event":"locked","locked_bytes":{bytes},"vmpin_bytes":{},"vmlck_bytes":{}}}"#,
+                json_opt(counters.vm_pin),
+                json_opt(counters.vm_lck)
+            ),
             Event::Hold { reached, hold } => {
                 format!(
                     r#"{{"time":"{time}","event":"hold","reached_bytes":{reached},"hold_seconds":{}}}"#,
@@ -941,7 +978,7 @@ fn sleep_unless_stopped(duration: Duration, stop: &AtomicI32) -> bool {
 pub fn run(args: &DrillArgs) -> Result<Outcome, DrillError> {
     let plan = args.plan()?;
     let available = mem_available(&plan.procfs)?;
-    check_target(plan.max_bytes, available)?;
+    check_target(plan.max_bytes.saturating_add(plan.locked_bytes), available)?;
     if plan.mode == Mode::Pin {
         ensure_descriptors(plan.steps())?;
     }
@@ -973,6 +1010,25 @@ pub fn execute(plan: &Plan, mem_available: u64, out: &mut dyn Write, stop: &Atom
 
     let page = page_size();
     let mut held = Held::default();
+    if plan.locked_bytes > 0 {
+        let len = usize::try_from(plan.locked_bytes).map_err(|_| DrillError::Overflow(plan.locked_bytes / MIB))?;
+        match held.grow(Mode::Lock, len, page, stop)? {
+            Grow::Done => reporter.emit(&Event::Locked { bytes: plan.locked_bytes, counters: reporter.counters() })?,
+            // Refused before the ramp: the limit is below --locked-mib. Said as a step 0.
+            Grow::Refused(refused) => {
+                let counters = reporter.counters();
+                let step =
+                    Event::Step { step: 0, requested: plan.locked_bytes, counters, refused: Some(refused), reached: 0 };
+                reporter.emit(&step)?;
+                held.release();
+                return Ok(Outcome::Refused(refused.errno));
+            }
+            Grow::Interrupted => {
+                held.release();
+                return Ok(Outcome::Interrupted);
+            }
+        }
+    }
     let mut reached: u64 = 0;
     let mut step: u64 = 0;
     let outcome = loop {
@@ -1082,6 +1138,8 @@ mod tests {
             (&["--max-mib", "16", "--step-mib", "1", "--hold-seconds", "86401"], "one day"),
             (&["--max-mib", "10001", "--step-mib", "1"], "too many"),
             (&["--max-mib", "18446744073709551615", "--step-mib", "1"], "too large"),
+            (&["--mode", "lock", "--max-mib", "8", "--step-mib", "1", "--locked-mib", "6"], "goes with --mode pin"),
+            (&["--max-mib", "8", "--step-mib", "1", "--locked-mib", "18446744073709551615"], "too large"),
         ];
         for (flags, message) in cases {
             let err = plan(flags).unwrap_err();
@@ -1137,6 +1195,21 @@ mod tests {
 
     fn counters(pin_kb: u64, lck_kb: u64) -> Counters {
         Counters { vm_pin: Some(pin_kb * 1024), vm_lck: Some(lck_kb * 1024) }
+    }
+
+    #[test]
+    fn locked_memory_under_a_pin_ramp() {
+        let plan = plan(&["--max-mib", "8", "--step-mib", "1", "--locked-mib", "6"]).unwrap();
+        assert_eq!((plan.mode, plan.locked_bytes, plan.max_bytes), (Mode::Pin, 6 * MIB, 8 * MIB));
+        assert_eq!(plan_of(&["--max-mib", "8", "--step-mib", "1"]).locked_bytes, 0);
+        let locked = Event::Locked { bytes: 6 * MIB, counters: counters(0, 6144) };
+        assert_eq!(locked.text(T), format!("{T} event=locked bytes=6MiB vmpin=0kB vmlck=6144kB"));
+        assert_eq!(
+            locked.json(T),
+            format!(
+                r#"{{"time":"{T}","event":"locked","locked_bytes":6291456,"vmpin_bytes":0,"vmlck_bytes":6291456}}"#
+            )
+        );
     }
 
     #[test]

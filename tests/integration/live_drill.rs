@@ -205,6 +205,38 @@ fn pin_ramp_is_refused_with_enomem_at_the_soft_limit() {
     assert_eq!(field(events(&lines, "released")[0], "errno"), Some("ENOMEM"));
 }
 
+/// `--locked-mib`: 3 MiB mlocked under a 4 MiB soft limit, then a pin ramp. The kernel checks
+/// VmPin and VmLck each on its own (`ib_umem_get` / io_uring against pinned or per-user memory,
+/// `mlock` against `locked_vm`), so the ramp goes as far as without the lock: the locked 3 MiB
+/// take nothing from the pinned headroom, as the exporter's per-counter ratio says.
+#[test]
+fn pinned_memory_ramps_to_the_limit_under_held_locked_memory() {
+    require_root();
+    let _guard = live_lock();
+    let args = ["--mode", "pin", "--step-mib", "1", "--max-mib", "16", "--interval-ms", "20", "--hold-seconds", "1"];
+    let locked_args: Vec<&str> = args.iter().copied().chain(["--locked-mib", "3", "--json"]).collect();
+    let ramp = run(drill_as_nobody(4 * MIB, 8 * MIB, &locked_args));
+    assert!(ramp.status.success(), "{}", ramp.context());
+    let lines = ramp.lines();
+    let locked = events(&lines, "locked");
+    assert_eq!(locked.len(), 1, "{}", ramp.context());
+    assert_eq!((number(locked[0], "locked_bytes"), number(locked[0], "vmlck_bytes")), (3 * MIB, 3 * MIB));
+    let steps = events(&lines, "step");
+    let refused = *steps.last().unwrap();
+    assert_eq!(field(refused, "result"), Some("ENOMEM"), "{}", ramp.context());
+    for line in &steps {
+        assert_eq!(number(line, "vmlck_bytes"), 3 * MIB, "the lock is held through the ramp: {line}");
+    }
+    // The same refusal point as without the lock.
+    let plain: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let baseline = run(drill_as_nobody(4 * MIB, 8 * MIB, &plain));
+    let baseline_lines = baseline.lines();
+    let baseline_steps = events(&baseline_lines, "step");
+    let step_of = |line: &str| number(line, "step");
+    assert_eq!(step_of(refused), step_of(baseline_steps.last().unwrap()), "{}\n{}", ramp.context(), baseline.context());
+    assert_eq!(number(events(&lines, "released")[0], "vmlck_bytes"), 0, "released at the end");
+}
+
 #[test]
 fn lock_ramp_is_refused_at_the_soft_limit() {
     require_root();
