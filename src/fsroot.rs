@@ -139,10 +139,10 @@ pub fn list_dir(path: &Path) -> Result<Vec<String>, SourceError> {
     Ok(names)
 }
 
-/// Lists the names of the subdirectories of `path`, sorted. Uses the type readdir reports, so
+/// Lists the names of the subdirectories of `path`, sorted by their bytes. Uses the type readdir reports, so
 /// a cgroup directory with dozens of control files costs one readdir, not a stat per file.
 /// Symlinks are not followed (no loops). Names that are not UTF-8 are skipped.
-pub fn list_subdirs(path: &Path) -> Result<Vec<String>, SourceError> {
+pub fn list_subdirs(path: &Path) -> Result<Vec<std::ffi::OsString>, SourceError> {
     let io_err = |source| SourceError::Io { path: path.to_owned(), source };
     let mut names = Vec::new();
     for entry in std::fs::read_dir(path).map_err(io_err)? {
@@ -150,9 +150,8 @@ pub fn list_subdirs(path: &Path) -> Result<Vec<String>, SourceError> {
         if !entry.file_type().map_err(io_err)?.is_dir() {
             continue;
         }
-        if let Some(name) = entry.file_name().to_str() {
-            names.push(name.to_owned());
-        }
+        // Names that are not UTF-8 too: a cgroup is a directory whoever named it.
+        names.push(entry.file_name());
     }
     names.sort_unstable();
     Ok(names)

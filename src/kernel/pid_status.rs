@@ -15,7 +15,8 @@ pub const CAP_IPC_LOCK_BIT: u32 = 14;
 /// The parsed fields, borrowing the command name from the text. Sizes are bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Status<'a> {
-    /// The command name (`comm`) as the kernel printed it: `\n` and `\\` arrive escaped.
+    /// The command name (`comm`) as the kernel printed it: `\n` and `\\` arrive escaped
+    /// ([`unescape_name`] gives the name itself).
     pub name: &'a str,
     /// `Kthread:` (6.x kernels); `None` on kernels that do not print it.
     pub kthread: Option<bool>,
@@ -103,6 +104,36 @@ pub fn parse_fields(text: &str) -> Result<Parsed<Status<'_>>, ParseError> {
         return Err(ParseError::Format("no Name line".into()));
     };
     Ok(Parsed { value: Status { name, kthread, has_vm, locked_bytes, pinned_bytes, cap_eff }, field_errors })
+}
+
+/// The command name as the task has it. `proc_task_name()` (fs/proc/array.c) writes it to
+/// `status` through `seq_escape_str(m, tcomm, ESCAPE_SPACE | ESCAPE_SPECIAL, "\n\\")`, whose
+/// `only` set narrows the escaping to two characters: a newline becomes `\n`, a backslash `\\`.
+/// Undone here, so the exposition escapes the name once (a newline in a label reads `\n`,
+/// not `\\n`). Allocates only for a name with a backslash.
+pub fn unescape_name(raw: &str) -> std::borrow::Cow<'_, str> {
+    if !raw.contains('\\') {
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('\\') => out.push('\\'),
+            // Not something the kernel writes: kept as it came.
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// `   47716 kB` -> bytes.
@@ -240,6 +271,19 @@ mod tests {
         assert!(matches!(parse("Name:\tx\nCapEff:\t+1\n"), Err(ParseError::NotANumber { .. })));
         assert!(matches!(parse("Name:\tx\nCapEff:\t\n"), Err(ParseError::MissingValue { .. })));
         assert!(matches!(parse("Name:\tx\nKthread:\t2\n"), Err(ParseError::NotANumber { .. })));
+    }
+
+    /// Issue 15: names were escaped twice (the kernel's escaping, then the exposition's).
+    #[test]
+    fn the_kernels_escaping_of_names_is_undone_once() {
+        assert_eq!(unescape_name("python3"), "python3");
+        assert!(matches!(unescape_name("python3"), std::borrow::Cow::Borrowed(_)));
+        // A comm "ev<newline>il\x" arrives as `ev\nil\\x`.
+        assert_eq!(unescape_name("ev\\nil\\\\x"), "ev\nil\\x");
+        assert_eq!(unescape_name("odd\\t"), "odd\\t", "not the kernel's: kept");
+        assert_eq!(unescape_name("end\\"), "end\\");
+        let status = parse("Name:\tev\\nil\nVmLck:\t0 kB\n").unwrap();
+        assert_eq!(unescape_name(status.name), "ev\nil");
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub struct ScanCounts {
     pub filtered: u64,
     /// Subdirectories below `max_depth`, not walked, latest walk.
     pub too_deep: u64,
+    /// Walked with a directory name that is not UTF-8, exported with its label rewritten
+    /// (`\xNN` for each invalid byte), latest walk.
+    pub renamed: u64,
     /// Removed while being listed or read, latest run.
     pub vanished: u64,
     /// With a file or directory the exporter may not read (EACCES, EPERM), latest run. Not an
@@ -270,6 +273,38 @@ mod tests {
         let fourth = walking.read(&mut errors);
         assert_eq!(paths(&fourth), ["/", "/a", "/c"]);
         assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    /// Issue 15: a cgroup directory whose name is not UTF-8 was skipped with its whole subtree,
+    /// silently. It is walked and read under its real name, and exported with the invalid
+    /// bytes written as \xNN, counted.
+    #[test]
+    fn names_that_are_not_utf8_are_exported_rewritten_with_their_subtree() {
+        use std::os::unix::ffi::OsStrExt;
+        let scratch = Scratch::new("non-utf8");
+        scratch.v1_cgroup("", 1000, UNLIMITED);
+        let memory = scratch.cgroup_fs().join("memory");
+        let odd = memory.join(std::ffi::OsStr::from_bytes(b"job\xff\xfe7"));
+        std::fs::create_dir_all(odd.join("step_0")).unwrap();
+        for dir in [odd.clone(), odd.join("step_0")] {
+            for (file, text) in [
+                ("memory.usage_in_bytes", "4096\n"),
+                ("memory.stat", "total_inactive_file 0\nhierarchical_memory_limit 1048576\n"),
+                ("memory.failcnt", "0\n"),
+                ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"),
+            ] {
+                std::fs::write(dir.join(file), text).unwrap();
+            }
+        }
+        let mut errors = Vec::new();
+        let stats = scratch.collector(Duration::ZERO).read(&mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(paths(&stats), ["/", "/job\\xff\\xfe7", "/job\\xff\\xfe7/step_0"]);
+        assert_eq!(stats.memory[2].usage_bytes, Some(4096), "read under its real name");
+        assert_eq!(stats.scan.renamed, 1);
+        let mut out = Exposition::new();
+        stats.render(&mut out);
+        assert!(out.finish().contains("memlock_cgroup_scan_cgroups_renamed 1"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Walking the hierarchies and reading each cgroup's memory and rdma files: the cgroup
 //! collector itself.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -257,7 +258,11 @@ fn walk_tree(
             Ok(children) if depth >= config.max_depth => counts.too_deep += children.len() as u64,
             Ok(children) => {
                 for name in children.iter().rev() {
-                    let child_path = if path == "/" { format!("/{name}") } else { format!("{path}/{name}") };
+                    let label = label_of(name);
+                    if matches!(label, Cow::Owned(_)) {
+                        counts.renamed += 1;
+                    }
+                    let child_path = if path == "/" { format!("/{label}") } else { format!("{path}/{label}") };
                     pending.push((dir.join(name), child_path, Some(index), depth + 1));
                 }
             }
@@ -291,6 +296,24 @@ fn walk_tree(
         }
     }
     nodes
+}
+
+/// A cgroup directory name as a label: itself when UTF-8, else every byte that is not part of a
+/// UTF-8 sequence written as `\xNN` (the cgroup is still walked and read under its real name;
+/// only its label is rewritten, and distinct names stay distinct).
+fn label_of(name: &std::ffi::OsStr) -> Cow<'_, str> {
+    use std::os::unix::ffi::OsStrExt;
+    if let Some(text) = name.to_str() {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::new();
+    for chunk in name.as_bytes().utf8_chunks() {
+        out.push_str(chunk.valid());
+        for byte in chunk.invalid() {
+            out.push_str(&format!("\\x{byte:02x}"));
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Reads the next file of a node, or moves on to the next node when the cgroup is gone.

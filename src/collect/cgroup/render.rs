@@ -178,5 +178,12 @@ impl CgroupStats {
         for (reason, value) in reasons {
             out.sample(&[("reason", reason)], value);
         }
+        out.family(
+            "memlock_cgroup_scan_cgroups_renamed",
+            "Cgroups of the latest walk whose directory name is not UTF-8: walked and exported all the same, with \
+                each byte that is not UTF-8 written as \\xNN in the cgroup label.",
+            Kind::Gauge,
+        )
+        .sample(&[], s.renamed);
     }
 }

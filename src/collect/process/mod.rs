@@ -871,6 +871,17 @@ mod tests {
         assert!(errors.is_empty(), "{errors:?}");
     }
 
+    /// Issue 15: a comm with a newline or a backslash was escaped by the kernel in `status`, then
+    /// again by the exposition. The sample holds the name itself.
+    #[test]
+    fn names_are_unescaped_once() {
+        let tree = Tree::new("names");
+        tree.process(120, "ev\\nil\\\\x", 0, 2048, "8388608", "/x");
+        let stats = tree.collector(0, "^ev\nil", 10).full_scan(&mut Vec::new()).unwrap();
+        assert_eq!(stats.processes[0].comm, "ev\nil\\x");
+        assert_eq!(stats.tracked, 1, "comm_pattern sees the name itself");
+    }
+
     #[test]
     fn pid_reuse_rereads_limits_and_cgroup() {
         let tree = Tree::new("reuse");

@@ -23,7 +23,7 @@ pub struct CgroupInfo {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessSample {
     pub pid: u32,
-    /// The command name as the kernel prints it in `status` (`\n` and `\\` escaped).
+    /// The command name, with the kernel's escaping in `status` undone.
     pub comm: String,
     /// `None` when `/proc/PID/cgroup` names neither a memory nor a unified hierarchy, or could
     /// not be read.

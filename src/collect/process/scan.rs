@@ -257,11 +257,12 @@ pub(super) fn read_status(
         reader.saw_kernel_thread = true;
         return None;
     }
-    let changed = force || record.sample.comm != status.name;
+    let name = pid_status::unescape_name(status.name);
+    let changed = force || record.sample.comm != *name;
     if changed {
         record.sample.comm.clear();
-        record.sample.comm.push_str(status.name);
-        record.comm_matches = config.comm_pattern.as_ref().is_some_and(|re| re.is_match(status.name));
+        record.sample.comm.push_str(&name);
+        record.comm_matches = config.comm_pattern.as_ref().is_some_and(|re| re.is_match(&name));
     }
     record.sample.locked_bytes = status.locked_bytes;
     record.sample.pinned_bytes = status.pinned_bytes;
