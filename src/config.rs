@@ -246,7 +246,10 @@ impl Default for RawProcessCollector {
         Self {
             enabled: true,
             interval: default_interval("process"),
-            full_scan_interval: "5s".into(),
+            // New processes are found every interval by listing procfs, and node-wide growth in
+            // pinned or mlocked memory brings a full scan forward: the full scan only refreshes
+            // processes that were idle when last read.
+            full_scan_interval: "30s".into(),
             min_bytes: 1 << 20,
             comm_pattern: "^(python[0-9.]*|pt_main_thread|torchrun|deepspeed)$".into(),
             top_n: 200,
@@ -274,7 +277,8 @@ impl Default for RawCgroupCollector {
         Self {
             enabled: true,
             interval: default_interval("cgroup"),
-            full_scan_interval: "5s".into(),
+            // A walk every interval: a new cgroup is sampled within one interval.
+            full_scan_interval: "1s".into(),
             include: Vec::new(),
             exclude: Vec::new(),
             max_depth: 12,

@@ -32,7 +32,9 @@ use crate::kernel::vmstat;
 use crate::trend::{Observation, Scope};
 
 pub use sample::{initial_user_namespace, ipc_lock_exempts, CgroupAggregate, CgroupInfo, Counter, ProcessSample};
-use scan::{parse_pid, read_limits_and_cgroup, read_process, read_status, refresh, Interner, PidReader, Record, Tally};
+use scan::{
+    parse_pid_bytes, read_limits_and_cgroup, read_process, read_status, refresh, Interner, PidReader, Record, Tally,
+};
 
 use super::{Collector, Data};
 
@@ -84,8 +86,10 @@ pub struct ProcessStats {
     pub read_errors_total: ReadErrors,
 }
 
-/// How long a process found between full scans is re-read on every pass.
-const PROBATION: Duration = Duration::from_secs(30);
+/// How long a process found between full scans is re-read on every pass: a job's rank that
+/// registers its memory right after starting is followed from its first registration; one that
+/// registers later is found by the node-wide counters ([`ProcessCollector::untracked_growth`]).
+const PROBATION: Duration = Duration::from_secs(10);
 /// Processes on probation at most: a fork storm must not turn every pass into a full scan.
 const MAX_ON_PROBATION: usize = 256;
 /// Early full scans are at least this far apart, whatever the node counters say (short-term
@@ -177,14 +181,25 @@ impl ProcessCollector {
     /// The user-process pids of procfs, sorted. `None` (with the error) when it cannot be listed
     /// or holds no process at all.
     fn list_pids(&self, errors: &mut Vec<SourceError>) -> Option<Vec<u32>> {
-        let names = match fsroot::list_dir(&self.procfs) {
-            Ok(names) => names,
+        // Every pass lists procfs: names are read as bytes, without a String per entry.
+        let io_err = |source| SourceError::Io { path: self.procfs.clone(), source };
+        let mut pids = Vec::with_capacity(self.table.len() + self.others.len() + 64);
+        let entries = match std::fs::read_dir(&self.procfs) {
+            Ok(entries) => entries,
             Err(err) => {
-                errors.push(err);
+                errors.push(io_err(err));
                 return None;
             }
         };
-        let mut pids: Vec<u32> = names.iter().filter_map(|name| parse_pid(name)).collect();
+        for entry in entries {
+            match entry {
+                Ok(entry) => pids.extend(parse_pid_bytes(entry.file_name().as_encoded_bytes())),
+                Err(err) => {
+                    errors.push(io_err(err));
+                    return None;
+                }
+            }
+        }
         if pids.is_empty() {
             // Every procfs lists at least its init process: this directory is something else.
             errors.push(SourceError::Io {
@@ -196,6 +211,8 @@ impl ProcessCollector {
             });
             return None;
         }
+        // procfs lists pids in increasing order (proc_pid_readdir walks next_tgid), so this is
+        // cheap; other roots (fixture trees) are sorted here.
         pids.sort_unstable();
         Some(pids)
     }
@@ -1119,10 +1136,12 @@ mod tests {
 
     #[test]
     fn pid_names_and_digits() {
-        assert_eq!(parse_pid("1"), Some(1));
-        assert_eq!(parse_pid("4194304"), Some(4194304));
+        assert_eq!(parse_pid_bytes(b"1"), Some(1));
+        assert_eq!(parse_pid_bytes(b"4194304"), Some(4194304));
+        assert_eq!(parse_pid_bytes(b"4294967295"), Some(u32::MAX));
+        assert_eq!(parse_pid_bytes(b"4294967296"), None);
         for bad in ["", "0", "self", "+1", "-1", "1a", "99999999999"] {
-            assert_eq!(parse_pid(bad), None, "{bad}");
+            assert_eq!(parse_pid_bytes(bad.as_bytes()), None, "{bad}");
         }
         let mut digits = [0u8; 10];
         assert_eq!(format_pid(0, &mut digits), "0");

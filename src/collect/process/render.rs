@@ -165,7 +165,7 @@ impl ProcessStats {
         out.family(
             "memlock_process_discovered_total",
             "Processes found by the procfs listing of a tracked pass, between full scans: a new process is sampled \
-                within one process interval of appearing, and re-read on every pass for its first 30 s.",
+                within one process interval of appearing, and re-read on every pass for its first 10 s.",
             Kind::Counter,
         )
         .sample(&[], self.discovered_total);

@@ -107,11 +107,12 @@ pub(super) fn format_pid(mut pid: u32, digits: &mut [u8; 10]) -> &str {
 }
 
 /// A procfs entry name that is a pid: decimal digits only (`self`, `sys`... are not).
-pub(super) fn parse_pid(name: &str) -> Option<u32> {
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+pub(super) fn parse_pid_bytes(name: &[u8]) -> Option<u32> {
+    if name.is_empty() || name.len() > 10 || !name.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    name.parse().ok().filter(|&pid| pid > 0)
+    let pid = name.iter().try_fold(0u32, |pid, &digit| pid.checked_mul(10)?.checked_add(u32::from(digit - b'0')))?;
+    (pid > 0).then_some(pid)
 }
 
 /// Counts and classifies read failures.
