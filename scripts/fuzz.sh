@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing with libFuzzer (cargo-fuzz) of every target in src/fuzz_targets.rs:
-# the same parsers, seeds and oracles as the stable engine (`cargo test --lib fuzz`), driven by
+# Coverage-guided fuzzing with libFuzzer (cargo-fuzz) of every target in tests/fuzz/targets.rs:
+# the same parsers, seeds and oracles as the stable engine (`cargo test --test fuzz`), driven by
 # coverage instead of blind mutation.
 #
 #   scripts/fuzz.sh                       every target, FUZZ_SECONDS (default 10) each
@@ -29,7 +29,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked --quiet
 fi
 
-FUZZ_CORPUS_DIR="$ROOT/fuzz/corpus" cargo test --quiet --lib fuzz::write_corpus -- --ignored >/dev/null
+FUZZ_CORPUS_DIR="$ROOT/fuzz/corpus" cargo test --quiet --test fuzz write_corpus -- --ignored >/dev/null
 
 cd fuzz
 listed=$(cargo fuzz list) || { echo "cargo fuzz list failed"; exit 1; }
@@ -38,7 +38,7 @@ mapfile -t all <<< "$listed"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 # The targets that load real files write them to TMPDIR: a directory of this run's own, so a
-# concurrent `cargo test --lib fuzz` keeps its files.
+# concurrent `cargo test --test fuzz` keeps its files.
 export TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/memlock-libfuzzer.XXXXXX")
 trap 'rm -rf "$TMPDIR"' EXIT
 started=$SECONDS

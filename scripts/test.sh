@@ -2,7 +2,7 @@
 # Runs every test of memlock-exporter, installing the tools it needs first.
 #
 #   scripts/test.sh            everything (needs root: apt-get, cgroups, rlimits, mlock)
-#   scripts/test.sh --quick    unit tests and the golden test only
+#   scripts/test.sh --quick    unit tests, the mutation fuzzer and the golden test only
 #
 # Steps run in order; a failing step does not stop the others. The last line says how many
 # steps passed and failed, and the exit status is non-zero when any failed.
@@ -79,7 +79,7 @@ unit_and_integration() {
 }
 
 unit_only() {
-    cargo test --locked --lib && cargo test --locked --test integration golden
+    cargo test --locked --lib && cargo test --locked --test fuzz && cargo test --locked --test integration golden
 }
 
 promtool_metrics() {

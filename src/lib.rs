@@ -20,11 +20,6 @@ pub mod drill;
 pub mod estimate;
 pub mod exposition;
 pub mod fsroot;
-#[cfg(test)]
-mod fuzz;
-#[cfg(any(test, feature = "fuzzing"))]
-#[doc(hidden)]
-pub mod fuzz_targets;
 pub mod kernel;
 pub mod logging;
 pub mod reload;

@@ -26,10 +26,6 @@ impl Stop {
         self.wake.notify_all();
     }
 
-    pub fn is_stopped(&self) -> bool {
-        *self.stopped.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Sleeps until `deadline` or until stopped; returns true when stopped.
     pub fn sleep_until(&self, deadline: Instant) -> bool {
         let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);

@@ -3,7 +3,7 @@
 //! with the number of scrapers or with the number of processes scanned.
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
@@ -33,7 +33,6 @@ fn trend_labels(point: &TrendPoint) -> Vec<(&str, &str)> {
 pub struct Snapshot {
     /// Reports in collector order; a collector appears once it has run.
     pub reports: Vec<Report>,
-    pub taken: SystemTime,
     /// Shared with every response that serves it (see [`Snapshot::text_bytes`]).
     rendered: OnceLock<Arc<String>>,
 }
@@ -49,7 +48,7 @@ impl AsRef<[u8]> for SharedText {
 
 impl Snapshot {
     pub fn new(reports: Vec<Report>) -> Self {
-        Self { reports, taken: SystemTime::now(), rendered: OnceLock::new() }
+        Self { reports, rendered: OnceLock::new() }
     }
 
     pub fn empty() -> Self {

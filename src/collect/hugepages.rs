@@ -20,11 +20,6 @@ pub struct HugepagePool {
 }
 
 impl HugepagePool {
-    /// Memory held by the pool (reserved and in use or free): total pages times the page size.
-    pub fn total_bytes(&self) -> Option<u64> {
-        self.total?.checked_mul(self.size_bytes)
-    }
-
     pub fn states(&self) -> [(&'static str, Option<u64>); 4] {
         [("total", self.total), ("free", self.free), ("reserved", self.reserved), ("surplus", self.surplus)]
     }

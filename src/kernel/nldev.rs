@@ -19,7 +19,8 @@ pub const NETLINK_RDMA: i32 = 20;
 
 /// `sizeof(struct nlmsghdr)`.
 pub const HEADER_LEN: usize = 16;
-const ATTR_HEADER_LEN: usize = 4;
+/// `sizeof(struct nlattr)`.
+pub const ATTR_HEADER_LEN: usize = 4;
 
 /// Control message types (`NLMSG_*`); replies use types at or above `MIN_TYPE`.
 pub mod msg {
@@ -1026,77 +1027,5 @@ mod tests {
         let string = attrs(&a).next().unwrap().unwrap().string();
         assert!(string.len() <= MAX_STRING_BYTES, "{} bytes", string.len());
         assert_eq!(string, "\u{fffd}".repeat(MAX_STRING_BYTES / 3));
-    }
-
-    // -- Fuzzing without extra crates. ------------------------------------------------------
-
-    use crate::fuzz::Rng;
-
-    /// Runs every decoder over a buffer, returning how many items came out in total.
-    fn decode_everything(buf: &[u8]) -> usize {
-        let mut items = 0;
-        for kind in [cmd::RES_GET, cmd::RES_MR_GET, cmd::GET] {
-            let seq = Header::parse(buf).map(|h| h.seq).unwrap_or(0);
-            let mut reader = ReplyReader::new(nldev_type(kind), seq, 64);
-            let _ = reader.feed(buf, |_, body| {
-                items += decode_mr_part(body).map(|p| p.entries.len()).unwrap_or(0);
-                items += decode_res_summary(body).map(|s| s.entries.len()).unwrap_or(0);
-                items += decode_device(body).map(|_| 1).unwrap_or(0);
-                for a in attrs(body).flatten() {
-                    let _ = (a.u8(), a.u32(), a.u64(), a.string());
-                    items += a.nested().flatten().count();
-                }
-                Ok(())
-            });
-        }
-        items
-    }
-
-    #[test]
-    fn random_and_mutated_buffers_never_panic_and_output_stays_bounded() {
-        let seeds: Vec<Vec<u8>> = samples().into_iter().map(|(_, b)| b).collect();
-        let mut rng = Rng(0x5eed_1234_abcd_0001);
-        let mut decoded_something = 0usize;
-        for round in 0..200_000 {
-            let buf: Vec<u8> = match round % 4 {
-                0 => (0..rng.below(300)).map(|_| rng.next() as u8).collect(),
-                1 => {
-                    let mut b = seeds[rng.below(seeds.len())].clone();
-                    for _ in 0..1 + rng.below(4) {
-                        let i = rng.below(b.len());
-                        b[i] ^= 1 << rng.below(8);
-                    }
-                    b
-                }
-                2 => {
-                    let b = &seeds[rng.below(seeds.len())];
-                    b[..rng.below(b.len() + 1)].to_vec()
-                }
-                _ => {
-                    // Rewrite a length field: the message length or a u16 attribute length.
-                    let mut b = seeds[rng.below(seeds.len())].clone();
-                    let at = if rng.below(2) == 0 { 0 } else { HEADER_LEN + 4 * rng.below((b.len() - HEADER_LEN) / 4) };
-                    let value = [0u16, 1, 3, 4, 5, 0xff, 0xfff, 0xffff, rng.next() as u16][rng.below(9)];
-                    if at + 2 <= b.len() {
-                        b[at..at + 2].copy_from_slice(&value.to_ne_bytes());
-                    }
-                    if rng.below(2) == 0 {
-                        let extra = rng.below(40);
-                        b.extend((0..extra).map(|_| rng.next() as u8));
-                    }
-                    b
-                }
-            };
-            let items = decode_everything(&buf);
-            // Every item needs at least one 4-byte attribute header; the decoders ran three
-            // times with four views each, so nothing can come out of thin air.
-            assert!(
-                items <= 12 * (buf.len() / ATTR_HEADER_LEN + 1),
-                "round {round}: {items} items from {} bytes",
-                buf.len()
-            );
-            decoded_something += usize::from(items > 0);
-        }
-        assert!(decoded_something > 10_000, "mutations should often still decode: {decoded_something}");
     }
 }

@@ -219,7 +219,7 @@ mod tests {
         assert!(cut.len() <= MAX_LABEL_BYTES && cut.chars().all(|c| c == 'é'));
     }
 
-    /// Found by the fuzzer (src/fuzz.rs, target rdma_sysfs_label): a long line whose byte 128
+    /// Found by the fuzzer (tests/fuzz, target rdma_sysfs_label): a long line whose byte 128
     /// follows a space came out with a trailing space.
     #[test]
     fn a_label_cut_at_a_space_has_no_trailing_space() {

@@ -9,9 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::util::{
-    command_as_nobody, fixtures, http_get, is_root, live_lock, set_mode, Exporter, Metrics, MLOCK_HOLDER,
-};
+use crate::util::{command_as_nobody, fixtures, is_root, live_lock, set_mode, Exporter, Metrics, MLOCK_HOLDER};
 
 const MEMORY: &str = "/sys/fs/cgroup/memory";
 const LIMIT: u64 = 256 << 20;
@@ -151,17 +149,9 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
 
     // Wait until a sample has seen the whole buffer as unevictable (memcg statistics are flushed
     // every 2 s).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut m = exporter.metrics();
-    while Instant::now() < deadline {
-        m = exporter.metrics();
-        if m.get(&series("memlock_cgroup_memory_unevictable_bytes", &outer_labels))
-            .is_some_and(|v| v >= LOCK_BYTES as f64)
-        {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let m = exporter.wait_metrics(Duration::from_secs(15), "the locked buffer as unevictable", |m| {
+        m.get(&series("memlock_cgroup_memory_unevictable_bytes", &outer_labels)).is_some_and(|v| v >= LOCK_BYTES as f64)
+    });
     let kernel_usage = read_u64(&outer.join("memory.usage_in_bytes")) as f64;
     let usage = m.value(&series("memlock_cgroup_memory_usage_bytes", &outer_labels));
     assert!(
@@ -209,17 +199,17 @@ fn a_limited_cgroup_with_locked_memory_is_reported_exactly() {
         .status()
         .expect("sh runs dd");
     assert!(status.success(), "dd in the nested cgroup: {status}");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let (mut usage, mut working_set) = (0.0, 0.0);
-    while Instant::now() < deadline {
-        let m = exporter.metrics();
-        usage = m.value(&series("memlock_cgroup_memory_usage_bytes", &nested_labels));
-        working_set = m.value(&series("memlock_cgroup_memory_working_set_bytes", &nested_labels));
-        if usage >= CACHE_BYTES as f64 && working_set + (CACHE_BYTES / 2) as f64 <= usage {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let usage_and_working_set = |m: &Metrics| {
+        (
+            m.value(&series("memlock_cgroup_memory_usage_bytes", &nested_labels)),
+            m.value(&series("memlock_cgroup_memory_working_set_bytes", &nested_labels)),
+        )
+    };
+    let m = exporter.wait_metrics(Duration::from_secs(15), "the page cache in the nested cgroup", |m| {
+        let (usage, working_set) = usage_and_working_set(m);
+        usage >= CACHE_BYTES as f64 && working_set + (CACHE_BYTES / 2) as f64 <= usage
+    });
+    let (usage, working_set) = usage_and_working_set(&m);
     let inactive = stat_value(&nested, "total_inactive_file");
     let kernel_working_set = read_u64(&nested.join("memory.usage_in_bytes")).saturating_sub(inactive) as f64;
     eprintln!(
@@ -327,8 +317,9 @@ fn unreadable_cgroup_files_are_counted_and_logged_not_fatal() {
     set_mode(&memory.join("slurm"), 0o111);
 
     let exporter = start_as_nobody(&tree);
-    let m =
-        wait_for(&exporter, |m| m.get("memlock_cgroup_scan_cgroups_skipped{reason=\"permission_denied\"}").is_some());
+    let m = exporter.wait_metrics(Duration::from_secs(15), "the permission-denied count", |m| {
+        m.get("memlock_cgroup_scan_cgroups_skipped{reason=\"permission_denied\"}").is_some()
+    });
     // Counted (one file, one directory listing), logged once, and not a collector failure:
     // like hidepid for processes, what the exporter may read is the deployment's choice.
     assert_eq!(m.value("memlock_cgroup_scan_cgroups_skipped{reason=\"permission_denied\"}"), 2.0, "{}", m.text);
@@ -377,19 +368,4 @@ fn start_as_nobody(tree: &Path) -> Exporter {
     cmd.arg("--path.sysfs").arg(tree.join("sys")).arg("--path.procfs").arg(tree.join("proc"));
     cmd.args(["--no-collector.node", "--no-collector.numa", "--no-collector.process"]);
     Exporter::from_command(cmd)
-}
-
-/// Scrapes until `ready` says so (or 15 s pass), returning the last metrics.
-fn wait_for(exporter: &Exporter, ready: impl Fn(&Metrics) -> bool) -> Metrics {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Ok((200, body)) = http_get(&exporter.address, "/metrics") {
-            let m = Metrics::parse(&body);
-            if ready(&m) || Instant::now() > deadline {
-                return m;
-            }
-        }
-        assert!(Instant::now() < deadline, "no metrics from the exporter at {}", exporter.address);
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }

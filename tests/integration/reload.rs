@@ -4,7 +4,7 @@
 //! watch and through SIGHUP.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::util::{fixtures, Exporter, Metrics};
 
@@ -151,76 +151,43 @@ fn a_bad_web_config_on_reload_keeps_serving_with_the_old_one() {
 
 #[test]
 fn the_log_level_follows_the_file() {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
-    use std::sync::{Arc, Mutex};
+    use std::process::Command;
 
     let dir = temp_dir("log-level");
     let config = dir.join("config.toml");
     std::fs::write(&config, "[log]\nlevel = \"info\"\nformat = \"json\"\n").unwrap();
     let root = fixtures();
-    // Not util::Exporter: it sets --log.level, and a flag would override the file.
-    let mut child = Command::new(crate::util::binary())
-        .args([
-            "--config.file",
-            config.to_str().unwrap(),
-            "--web.listen-address",
-            "127.0.0.1:0",
-            "--no-collector.rdma_netlink",
-        ])
-        .args([
-            "--path.procfs",
-            root.join("proc").to_str().unwrap(),
-            "--path.sysfs",
-            root.join("sys").to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = Arc::new(Mutex::new(String::new()));
-    let sink = log.clone();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let mut log = sink.lock().unwrap();
-            log.push_str(&line);
-            log.push('\n');
-        }
+    // Not util::command: it sets --log.level, and a flag would override the file.
+    let mut cmd = Command::new(crate::util::binary());
+    cmd.args([
+        "--config.file",
+        config.to_str().unwrap(),
+        "--web.listen-address",
+        "127.0.0.1:0",
+        "--no-collector.rdma_netlink",
+    ])
+    .args([
+        "--path.procfs",
+        root.join("proc").to_str().unwrap(),
+        "--path.sysfs",
+        root.join("sys").to_str().unwrap(),
+    ]);
+    let exporter = Exporter::from_command(cmd);
+    wait_until(&exporter, "the first sample", |m| {
+        m.get(RELOAD_OK) == Some(1.0) && m.get("memlock_node_mlocked_bytes").is_some()
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let address = loop {
-        let text = log.lock().unwrap().clone();
-        if let Some(start) = text.find("\"address\":\"") {
-            let rest = &text[start + 11..];
-            break rest[..rest.find('"').unwrap()].to_owned();
-        }
-        assert!(Instant::now() < deadline, "no listening line: {text}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let scrape = || Metrics::parse(&crate::util::http_get(&address, "/metrics").unwrap().1);
-    let wait = |what: &str, done: &dyn Fn(&Metrics) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while !done(&scrape()) {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}: {}", log.lock().unwrap());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
-    wait("the first sample", &|m| m.get(RELOAD_OK) == Some(1.0) && m.get("memlock_node_mlocked_bytes").is_some());
     std::thread::sleep(Duration::from_millis(1100));
-    let before = scrape().value(RELOAD_TIME);
+    let before = exporter.metrics().value(RELOAD_TIME);
     std::fs::write(&config, "[log]\nlevel = \"warn\"\nformat = \"json\"\n").unwrap();
-    wait("the reload to warn", &|m| m.get(RELOAD_TIME).is_some_and(|t| t > before));
-    let info_lines = log.lock().unwrap().matches("\"level\":\"INFO\"").count();
+    wait_until(&exporter, "the reload to warn", |m| m.get(RELOAD_TIME).is_some_and(|t| t > before));
+    let info_lines = exporter.log_text().matches("\"level\":\"INFO\"").count();
     std::fs::write(&config, "[log]\nlevel = \"warn\"\nformat = \"json\"\n[collector.node]\ninterval = \"soon\"\n")
         .unwrap();
-    wait("the failed reload", &|m| m.get(RELOAD_OK) == Some(0.0));
-    let text = log.lock().unwrap().clone();
+    wait_until(&exporter, "the failed reload", |m| m.get(RELOAD_OK) == Some(0.0));
+    let text = exporter.log_text();
     assert!(
         text.contains("configuration reload failed") && text.contains("collector.node.interval"),
         "errors still show: {text}"
     );
     assert_eq!(text.matches("\"level\":\"INFO\"").count(), info_lines, "no info lines at level warn: {text}");
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -167,18 +167,20 @@ fn assert_bounded(m: &Metrics, top_n: usize, cgroups: usize, context: &str) {
     }
 }
 
-/// promtool, when installed (scripts/test.sh installs it), on a whole scrape.
+/// promtool on a whole scrape; a missing promtool fails the test (scripts/test.sh installs it).
 fn promtool_check(text: &str, context: &str) {
-    let Ok(mut child) = Command::new("promtool")
+    let spawned = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-    else {
-        eprintln!("{context}: promtool not installed, lint skipped");
-        return;
-    };
+        .spawn();
+    let mut child = spawned.unwrap_or_else(|err| {
+        panic!(
+            "{context}: cannot run promtool ({err}); install it (Debian: apt-get install prometheus) or run \
+            scripts/test.sh"
+        )
+    });
     use std::io::Write;
     let mut stdin = child.stdin.take().unwrap();
     let body = text.to_owned();

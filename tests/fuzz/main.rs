@@ -1,6 +1,6 @@
 //! The stable fuzzing engine: a deterministic mutation fuzzer over the targets of
-//! [`crate::fuzz_targets`] (every parser, its seed corpus from the fixture trees and the real
-//! captures, and its oracle). `fuzz/` runs the same targets under libFuzzer.
+//! [`targets`] (every parser, its seed corpus from the fixture trees and the real captures, and
+//! its oracle). `fuzz/` runs the same targets under libFuzzer.
 //!
 //! Each target checks that every seed parses, then mutates seeds for a time budget: bit flips,
 //! truncations, splices of two seeds, numbers replaced by huge or malformed ones, NUL bytes,
@@ -8,8 +8,8 @@
 //! when its oracle is violated; the input is saved and the message says how to replay the exact
 //! case.
 //!
-//! - `cargo test --lib fuzz` runs every target for `FUZZ_SECONDS` (default 2) each;
-//! - `FUZZ_SECONDS=600 cargo test --release --lib fuzz -- --test-threads=2` is the long run;
+//! - `cargo test --test fuzz` runs every target for `FUZZ_SECONDS` (default 2) each;
+//! - `FUZZ_SECONDS=600 cargo test --release --test fuzz -- --test-threads=2` is the long run;
 //! - `FUZZ_SEED=<n>` changes the stream of cases, `FUZZ_CASE=<n>` replays one case;
 //! - `scripts/fuzz.sh` runs the same targets under libFuzzer (cargo-fuzz), seeded from here.
 //!
@@ -19,14 +19,16 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use crate::fuzz_targets::{Expect, Target, Verdict, TARGETS};
+mod targets;
+
+use targets::{Expect, Target, Verdict, TARGETS};
 
 /// splitmix64: tiny, fast and deterministic, so a case number reproduces its input.
 #[derive(Clone)]
-pub(crate) struct Rng(pub(crate) u64);
+struct Rng(u64);
 
 impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
+    fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -34,7 +36,7 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    pub(crate) fn below(&mut self, n: usize) -> usize {
+    fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
     }
 
@@ -319,7 +321,7 @@ fn fuzz(spec: &Target) {
             let _ = std::fs::write(&saved, &input);
             panic!(
                 "fuzz target {target}, case {case}: {message}\n  replay: FUZZ_SEED={seed} FUZZ_CASE={case} cargo test \
-                    --lib fuzz::\n  input saved to {}\n  input: {}",
+                    --test fuzz target::{target}\n  input saved to {}\n  input: {}",
                 saved.display(),
                 escape_preview(&input)
             );
@@ -352,9 +354,9 @@ macro_rules! targets {
             $(
                 #[test]
                 fn $name() {
-                    let target = crate::fuzz_targets::find(stringify!($name)).expect("a registered target");
+                    let target = crate::targets::find(stringify!($name)).expect("a registered target");
                     super::fuzz(target);
-                    let _ = std::fs::remove_file(crate::fuzz_targets::scratch_file(target.name));
+                    let _ = std::fs::remove_file(crate::targets::scratch_file(target.name));
                 }
             )*
         }
@@ -396,7 +398,7 @@ targets! {
 #[test]
 fn the_corpus_has_a_directory_of_seeds_per_target() {
     let dir = std::env::temp_dir().join(format!("memlock-fuzz-corpus-{}", std::process::id()));
-    let written = crate::fuzz_targets::write_corpus(&dir).expect("write the corpus");
+    let written = targets::write_corpus(&dir).expect("write the corpus");
     for target in TARGETS {
         let seeds = std::fs::read_dir(dir.join(target.name)).map(|d| d.count()).unwrap_or(0);
         assert_eq!(seeds, (target.seeds)().len(), "{}", target.name);
@@ -406,11 +408,90 @@ fn the_corpus_has_a_directory_of_seeds_per_target() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Writes the seed corpora for the libFuzzer runs: `FUZZ_CORPUS_DIR=<dir> cargo test --lib
-/// fuzz::write_corpus -- --ignored` (scripts/fuzz.sh does).
+/// Writes the seed corpora for the libFuzzer runs: `FUZZ_CORPUS_DIR=<dir> cargo test --test
+/// fuzz write_corpus -- --ignored` (scripts/fuzz.sh does).
 #[test]
 #[ignore = "a tool, not a test: run by scripts/fuzz.sh"]
 fn write_corpus() {
     let dir = std::env::var("FUZZ_CORPUS_DIR").expect("FUZZ_CORPUS_DIR names the directory to write");
-    crate::fuzz_targets::write_corpus(std::path::Path::new(&dir)).expect("write the corpus");
+    targets::write_corpus(std::path::Path::new(&dir)).expect("write the corpus");
+}
+
+/// Netlink's own mutations besides the targets': a message or attribute length rewritten to an
+/// edge value, and tails of random bytes.
+mod nldev {
+    use memlock_exporter::kernel::nldev::{
+        attrs, cmd, decode_device, decode_mr_part, decode_res_summary, nldev_type, Header, ReplyReader,
+        ATTR_HEADER_LEN, HEADER_LEN,
+    };
+
+    use super::Rng;
+
+    /// Runs every decoder over a buffer, returning how many items came out in total.
+    fn decode_everything(buf: &[u8]) -> usize {
+        let mut items = 0;
+        for kind in [cmd::RES_GET, cmd::RES_MR_GET, cmd::GET] {
+            let seq = Header::parse(buf).map(|h| h.seq).unwrap_or(0);
+            let mut reader = ReplyReader::new(nldev_type(kind), seq, 64);
+            let _ = reader.feed(buf, |_, body| {
+                items += decode_mr_part(body).map(|p| p.entries.len()).unwrap_or(0);
+                items += decode_res_summary(body).map(|s| s.entries.len()).unwrap_or(0);
+                items += decode_device(body).map(|_| 1).unwrap_or(0);
+                for a in attrs(body).flatten() {
+                    let _ = (a.u8(), a.u32(), a.u64(), a.string());
+                    items += a.nested().flatten().count();
+                }
+                Ok(())
+            });
+        }
+        items
+    }
+
+    #[test]
+    fn random_and_mutated_buffers_never_panic_and_output_stays_bounded() {
+        let seeds = (crate::targets::find("nldev").expect("the nldev target").seeds)();
+        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        let mut decoded_something = 0usize;
+        for round in 0..200_000 {
+            let buf: Vec<u8> = match round % 4 {
+                0 => (0..rng.below(300)).map(|_| rng.next() as u8).collect(),
+                1 => {
+                    let mut b = seeds[rng.below(seeds.len())].clone();
+                    for _ in 0..1 + rng.below(4) {
+                        let i = rng.below(b.len());
+                        b[i] ^= 1 << rng.below(8);
+                    }
+                    b
+                }
+                2 => {
+                    let b = &seeds[rng.below(seeds.len())];
+                    b[..rng.below(b.len() + 1)].to_vec()
+                }
+                _ => {
+                    // Rewrite a length field: the message length or a u16 attribute length.
+                    let mut b = seeds[rng.below(seeds.len())].clone();
+                    let at = if rng.below(2) == 0 { 0 } else { HEADER_LEN + 4 * rng.below((b.len() - HEADER_LEN) / 4) };
+                    let value = [0u16, 1, 3, 4, 5, 0xff, 0xfff, 0xffff, rng.next() as u16][rng.below(9)];
+                    if at + 2 <= b.len() {
+                        b[at..at + 2].copy_from_slice(&value.to_ne_bytes());
+                    }
+                    if rng.below(2) == 0 {
+                        let extra = rng.below(40);
+                        b.extend((0..extra).map(|_| rng.next() as u8));
+                    }
+                    b
+                }
+            };
+            let items = decode_everything(&buf);
+            // Every item needs at least one 4-byte attribute header; the decoders ran three
+            // times with four views each, so nothing can come out of thin air.
+            assert!(
+                items <= 12 * (buf.len() / ATTR_HEADER_LEN + 1),
+                "round {round}: {items} items from {} bytes",
+                buf.len()
+            );
+            decoded_something += usize::from(items > 0);
+        }
+        assert!(decoded_something > 10_000, "mutations should often still decode: {decoded_something}");
+    }
 }

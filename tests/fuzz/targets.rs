@@ -1,18 +1,19 @@
 //! The fuzz targets: every parser of kernel, network and user input, each with its seed corpus
 //! and its oracle (the properties its output must have beyond not panicking).
 //!
-//! One registry, two engines: `src/fuzz.rs` mutates the seeds for a bounded time under
-//! `cargo test --lib fuzz` (stable, deterministic, replayable), and `fuzz/` runs the same
-//! targets under libFuzzer with coverage guidance (`cargo fuzz run <target>`, see
-//! docs/reliability.md). Compiled for tests and with the `fuzzing` feature only.
+//! One registry, two engines: `tests/fuzz/main.rs` mutates the seeds for a bounded time under
+//! `cargo test --test fuzz` (stable, deterministic, replayable), and `fuzz/` runs the same
+//! targets under libFuzzer with coverage guidance (`scripts/fuzz.sh`, see docs/reliability.md).
+//! This file is a module of that test and the library of the crate in `fuzz/`; the exporter
+//! itself ships none of it. An oracle is a thin call into a parser's public API.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::config::{self, ConfigError, Sources};
-use crate::exposition::{Exposition, Kind};
-use crate::kernel::nldev::{self, cmd, nldev_type, ReplyReader};
-use crate::kernel::{
+use memlock_exporter::config::{self, ConfigError, Sources};
+use memlock_exporter::exposition::{Exposition, Kind};
+use memlock_exporter::kernel::nldev::{self, cmd, nldev_type, ReplyReader};
+use memlock_exporter::kernel::{
     self, cgroup_path, memcg, meminfo, pid_cgroup, pid_limits, pid_status, proc_cgroups, rdma_cgroup, rdma_sysfs,
     sysvm, uid_map, vmstat,
 };
@@ -217,14 +218,6 @@ pub fn find(name: &str) -> Option<&'static Target> {
     TARGETS.iter().find(|t| t.name == name)
 }
 
-/// One libFuzzer case: a broken oracle becomes a panic, which libFuzzer reports and saves.
-pub fn run(name: &str, data: &[u8]) {
-    let Some(target) = find(name) else { panic!("no fuzz target named {name}") };
-    if let Err(message) = (target.check)(data) {
-        panic!("fuzz target {name}: {message}");
-    }
-}
-
 /// Writes each target's seeds to `dir/<target>/seed-<n>`, the layout libFuzzer reads a corpus
 /// from. Returns how many files were written.
 pub fn write_corpus(dir: &Path) -> std::io::Result<usize> {
@@ -275,8 +268,15 @@ fn unchanged_by<T: PartialEq + std::fmt::Debug>(
 // ---------------------------------------------------------------------------------------------
 // Seeds: fixture files picked by name, read at run time so new fixtures join by themselves.
 
+/// The repository: the manifest directory of the tests, the parent of fuzz/'s (this file is
+/// compiled in both).
+fn repository() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.ancestors().find(|dir| dir.join("tests/fixtures").is_dir()).unwrap_or(manifest).to_path_buf()
+}
+
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    repository().join("tests/fixtures")
 }
 
 /// Every regular file under `dir` (symlinks not followed), with its path.
@@ -414,7 +414,7 @@ fn netlink_samples() -> Vec<Vec<u8>> {
 
 /// Configuration files: the shipped example, and one file per section and shape.
 fn config_seeds() -> Vec<Vec<u8>> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = repository();
     let mut seeds: Vec<Vec<u8>> = std::fs::read(root.join("docs/config.example.toml")).into_iter().collect();
     seeds.extend(strings(&[
         "[web]\nlisten_address = \"127.0.0.1:9478\"\ntelemetry_path = \"/metrics\"\nmax_requests = 40\n",
@@ -436,7 +436,7 @@ fn config_seeds() -> Vec<Vec<u8>> {
 /// Web configurations. The shipped example names certificates that do not exist here, so
 /// files with `cert_file` are left out.
 fn web_config_seeds() -> Vec<Vec<u8>> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = repository();
     let mut seeds = strings(&[
         "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n    Strict-Transport-Security: \
             max-age=31536000\n",
@@ -778,7 +778,7 @@ fn check_config_file(bytes: &[u8]) -> Result<Verdict, String> {
 fn check_web_config_file(bytes: &[u8]) -> Result<Verdict, String> {
     let path = scratch_file("web_config_file");
     std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
-    match crate::web::load(Some(&path)) {
+    match memlock_exporter::web::load(Some(&path)) {
         Ok(_) => Ok(Verdict::Accepted),
         Err(err) if err.to_string().contains(&path.display().to_string()) => Ok(Verdict::Rejected),
         Err(err) => Err(format!("the error does not name the file: {err}")),
@@ -796,11 +796,11 @@ fn check_duration(bytes: &[u8]) -> Result<Verdict, String> {
 }
 
 fn check_listen_address(bytes: &[u8]) -> Result<Verdict, String> {
-    Ok(verdict(&crate::config::split_listen_address(&text(bytes))))
+    Ok(verdict(&config::split_listen_address(&text(bytes))))
 }
 
 fn check_alertmanager_url(bytes: &[u8]) -> Result<Verdict, String> {
-    let parsed = crate::config::Endpoint::parse(&text(bytes));
+    let parsed = config::Endpoint::parse(&text(bytes));
     if let Ok(endpoint) = &parsed {
         let authority = endpoint.base.strip_prefix("http://").and_then(|rest| rest.split('/').next()).unwrap_or("");
         if authority.is_empty() || authority.contains('@') || !endpoint.alerts_url().ends_with("/api/v2/alerts") {
@@ -811,7 +811,7 @@ fn check_alertmanager_url(bytes: &[u8]) -> Result<Verdict, String> {
 }
 
 fn check_basic_authorization(bytes: &[u8]) -> Result<Verdict, String> {
-    let parsed = crate::web::parse_basic_authorization(bytes);
+    let parsed = memlock_exporter::web::parse_basic_authorization(bytes);
     if let Some((user, _)) = &parsed {
         if user.contains(':') {
             return Err(format!("user {user:?} contains the separator"));
