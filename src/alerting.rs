@@ -460,6 +460,7 @@ mod tests {
             collector: "process",
             success: true,
             duration: Duration::ZERO,
+            interval: Duration::from_secs(1),
             finished: Instant::now(),
             data: None,
             trends: Arc::new(points),

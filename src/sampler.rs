@@ -61,6 +61,7 @@ struct Run {
     duration: Duration,
     finished: Instant,
     data: Option<crate::collect::Data>,
+    interval: Duration,
 }
 
 impl Board {
@@ -82,6 +83,7 @@ impl Board {
             duration: run.duration,
             finished: run.finished,
             data: run.data,
+            interval: run.interval,
             trends: Arc::new(trends),
         };
         let slots = &mut *slots;
@@ -144,6 +146,7 @@ fn run(
     let mut next = Instant::now();
     let mut errors = Vec::new();
     let mut last_logged: Option<(String, Instant)> = None;
+    let mut current = interval;
     loop {
         let started = Instant::now();
         errors.clear();
@@ -154,17 +157,45 @@ fn run(
         }
         let success = data.is_some() && errors.is_empty();
         log_outcome(name, &errors, &mut last_logged, finished);
-        board.post(index, Run { collector: name, success, duration: finished - started, finished, data });
+        let duration = finished - started;
+        let effective = adapted_interval(interval, duration);
+        if effective != current {
+            if effective > interval {
+                tracing::warn!(
+                    collector = name,
+                    run_seconds = duration.as_secs_f64(),
+                    interval_seconds = interval.as_secs_f64(),
+                    sampling_every_seconds = effective.as_secs_f64(),
+                    "a run took longer than the collector's interval: sampling less often until runs are shorter \
+                        (see memlock_exporter_collector_interval_seconds)"
+                );
+            } else {
+                tracing::info!(collector = name, interval_seconds = interval.as_secs_f64(), "back to its interval");
+            }
+            current = effective;
+        }
+        board.post(index, Run { collector: name, success, duration, finished, data, interval: current });
 
         // Keep a steady cadence; after an overrun, start again one interval from now rather
         // than running back to back to catch up.
-        next += interval;
+        next += current;
         if next <= Instant::now() {
-            next = Instant::now() + interval;
+            next = Instant::now() + current;
         }
         if stop.sleep_until(next) {
             return;
         }
+    }
+}
+
+/// The interval a collector runs at after a run of `duration`: its own, or twice the run when
+/// the run took longer than that, so a collector on a host too large for its interval (100,000
+/// cgroups read every second) takes at most half of a core instead of running back to back.
+fn adapted_interval(interval: Duration, duration: Duration) -> Duration {
+    if duration > interval {
+        duration.saturating_mul(2)
+    } else {
+        interval
     }
 }
 
@@ -237,6 +268,53 @@ mod tests {
         let started = Instant::now();
         sampler.shutdown();
         assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    /// Takes 60 ms a run.
+    struct Slow;
+
+    impl Collector for Slow {
+        fn name(&self) -> &'static str {
+            "slow"
+        }
+        fn collect(&mut self, _: &mut Vec<SourceError>) -> Option<Data> {
+            std::thread::sleep(Duration::from_millis(60));
+            None
+        }
+    }
+
+    /// Issue 15: a collector on a host too large for its interval (100,000 cgroups) ran back to
+    /// back; it now runs at twice its run time, and the snapshot says so.
+    #[test]
+    fn a_collector_slower_than_its_interval_is_sampled_less_often_and_says_so() {
+        let errors_total = IntCounterVec::new(Opts::new("e", "e"), &["collector", "kind"]).unwrap();
+        let (sampler, rx) =
+            Sampler::start(vec![(Box::new(Slow), Duration::from_millis(20))], TrendConfig::default(), errors_total)
+                .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let report = loop {
+            if let Some(report) = rx.borrow().report("slow").cloned() {
+                break report;
+            }
+            assert!(Instant::now() < deadline, "no report");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        sampler.shutdown();
+        assert!(report.interval >= Duration::from_millis(120), "{:?}", report.interval);
+        let expected = format!(
+            "memlock_exporter_collector_interval_seconds{{collector=\"slow\"}} {}",
+            report.interval.as_secs_f64()
+        );
+        let text = Snapshot::new(vec![report]).text().to_owned();
+        assert!(text.contains(&expected), "{expected}\n{text}");
+    }
+
+    #[test]
+    fn a_run_longer_than_the_interval_stretches_it_to_twice_the_run() {
+        let second = Duration::from_secs(1);
+        assert_eq!(adapted_interval(second, Duration::from_millis(300)), second);
+        assert_eq!(adapted_interval(second, second), second);
+        assert_eq!(adapted_interval(second, Duration::from_millis(1500)), Duration::from_secs(3));
     }
 
     #[test]

@@ -113,6 +113,7 @@ mod tests {
             collector: name,
             success: true,
             duration: Duration::ZERO,
+            interval: Duration::from_secs(1),
             finished,
             data: None,
             trends: Arc::default(),

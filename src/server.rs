@@ -485,6 +485,7 @@ mod tests {
             collector: "node",
             success: true,
             duration: Duration::from_millis(3),
+            interval: Duration::from_secs(1),
             finished: Instant::now(),
             data: None,
             trends: Arc::default(),

@@ -19,6 +19,8 @@ pub struct Report {
     pub duration: Duration,
     pub finished: Instant,
     pub data: Option<Data>,
+    /// The interval the collector runs at now: its own, or longer while runs take longer.
+    pub interval: Duration,
     /// The trend analysis of the scopes in `data`, made when the report was posted.
     pub trends: Arc<Vec<TrendPoint>>,
 }
@@ -98,6 +100,15 @@ impl Snapshot {
         );
         for report in &self.reports {
             out.sample(&[("collector", report.collector)], report.duration.as_secs_f64());
+        }
+        out.family(
+            "memlock_exporter_collector_interval_seconds",
+            "The interval the collector runs at now: its configured interval, or twice its latest run while a run \
+                takes longer than that (a host too large for the interval; the log says so).",
+            Kind::Gauge,
+        );
+        for report in &self.reports {
+            out.sample(&[("collector", report.collector)], report.interval.as_secs_f64());
         }
         out.finish()
     }
