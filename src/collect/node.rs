@@ -15,7 +15,8 @@ use super::{keep, optional, Collector, Data};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeStats {
     pub meminfo: meminfo::Meminfo,
-    /// FOLL_PIN pages held now, in bytes: RDMA registrations, io_uring buffers, vfio, O_DIRECT.
+    /// FOLL_PIN pin references held now, times the page size: RDMA registrations, io_uring
+    /// buffers, vfio, O_DIRECT (an upper bound: a page pinned twice counts twice).
     pub pinned_bytes: Option<u64>,
     pub overcommit_mode: Option<u64>,
     pub overcommit_ratio: Option<u64>,

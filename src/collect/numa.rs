@@ -107,8 +107,9 @@ impl NumaStats {
             ("memlock_numa_mlocked_bytes", "Mlocked of the NUMA node. Sampled on the numa interval.", |n| n.mlocked),
             (
                 "memlock_numa_pinned_bytes",
-                "Long-term pinned memory on the NUMA node (FOLL_PIN acquired minus released \
-                in its vmstat, times the page size). Sampled on the numa interval.",
+                "FOLL_PIN pin references held on the NUMA node (nr_foll_pin_acquired minus \
+                nr_foll_pin_released in its vmstat) times the page size: an upper bound of its pinned memory (a page \
+                pinned twice counts twice). Sampled on the numa interval.",
                 |n| n.pinned_bytes,
             ),
         ];

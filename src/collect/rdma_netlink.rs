@@ -530,7 +530,7 @@ impl RdmaNetlinkStats {
         out.family(
             "memlock_rdma_mr_registered_bytes",
             "Sum of the lengths of all memory regions registered on the device (RES_MR_GET), user and kernel. dma-buf \
-                and ODP MRs are included although they pin nothing. Sampled on the rdma_netlink interval.",
+                and ODP MRs are included although neither is charged to VmPin. Sampled on the rdma_netlink interval.",
             Kind::Gauge,
         );
         for d in &self.devices {

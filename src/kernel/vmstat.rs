@@ -12,8 +12,10 @@ pub struct Vmstat {
 }
 
 impl Vmstat {
-    /// Pages long-term pinned right now (FOLL_PIN acquired minus released). The two counters are
-    /// per-CPU sums read at slightly different moments, so released can briefly lead: clamp at 0.
+    /// FOLL_PIN pin references held right now (acquired minus released): pins, not distinct
+    /// pages (a page pinned twice counts twice), short O_DIRECT pins included. The two counters
+    /// are per-CPU sums read at slightly different moments, so released can briefly lead: clamp
+    /// at 0.
     pub fn pinned_pages(&self) -> Option<u64> {
         Some(self.nr_foll_pin_acquired?.saturating_sub(self.nr_foll_pin_released?))
     }
