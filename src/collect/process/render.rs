@@ -19,18 +19,18 @@ impl ProcessStats {
 
         out.family(
             "memlock_process_locked_bytes",
-            "VmLck of the process (/proc/PID/status): memory locked with mlock() or mlockall(), and vfio's pins, checked \
-                by mlock against the soft memlock limit separately from VmPin. Sampled on the process interval (default \
-                1s), only for processes passing the filter.",
+            "VmLck of the process (/proc/PID/status): memory locked with mlock() or mlockall(), and vfio's pins, \
+                checked by mlock against the soft memlock limit separately from VmPin. Sampled on the process \
+                interval (default 1s), only for processes passing the filter.",
             Kind::Gauge,
         );
         each(out, &|p| p.locked_bytes.map(Into::into));
         out.family(
             "memlock_process_pinned_bytes",
-            "VmPin of the process (/proc/PID/status): long-term pinned memory (RDMA registrations of host memory, and of \
-                GPU memory through nvidia-peermem; verbs queue rings; io_uring fixed buffers), checked by ibv_reg_mr \
-                against the soft memlock limit separately from VmLck. dma-buf registrations are not in it. Sampled on \
-                the process interval.",
+            "VmPin of the process (/proc/PID/status): long-term pinned memory (RDMA registrations of host memory, \
+                and of GPU memory through nvidia-peermem; verbs queue rings; io_uring fixed buffers), checked by \
+                ibv_reg_mr against the soft memlock limit separately from VmLck. dma-buf registrations are not in it. \
+                Sampled on the process interval.",
             Kind::Gauge,
         );
         each(out, &|p| p.pinned_bytes.map(Into::into));
