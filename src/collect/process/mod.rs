@@ -32,9 +32,7 @@ use crate::kernel::vmstat;
 use crate::trend::{Observation, Scope};
 
 pub use sample::{initial_user_namespace, ipc_lock_exempts, CgroupAggregate, CgroupInfo, Counter, ProcessSample};
-use scan::{
-    parse_pid_bytes, read_limits_and_cgroup, read_process, read_status, refresh, Interner, PidReader, Record, Tally,
-};
+use scan::{parse_pid_bytes, Interner, PidReader, Record, Scanner, Tally};
 
 use super::{Collector, Data};
 
@@ -108,9 +106,8 @@ struct Baseline {
 }
 
 pub struct ProcessCollector {
-    config: ProcessConfig,
+    scanner: Scanner,
     interval: Duration,
-    reader: PidReader,
     procfs: PathBuf,
     /// Every user process of the last full scan still alive, sorted by pid.
     table: Vec<Record>,
@@ -119,8 +116,6 @@ pub struct ProcessCollector {
     /// (where it would alternate with successful tracked passes, and an alert with a `for`
     /// would never fire).
     retry: Vec<u32>,
-    interner: Interner,
-    tally: Tally,
     last_full_scan: Option<Instant>,
     full_scans: u64,
     early_full_scans: u64,
@@ -137,14 +132,16 @@ impl ProcessCollector {
     /// remains until `full_scan_interval`, so timer jitter does not push it a whole tick late.
     pub fn new(roots: &Roots, config: ProcessConfig, interval: Duration) -> Self {
         Self {
-            config,
+            scanner: Scanner {
+                reader: PidReader::new(&roots.procfs),
+                tally: Tally::default(),
+                interner: Interner::default(),
+                config,
+            },
             interval,
-            reader: PidReader::new(&roots.procfs),
             procfs: roots.procfs.clone(),
             table: Vec::new(),
             retry: Vec::new(),
-            interner: Interner::default(),
-            tally: Tally::default(),
             last_full_scan: None,
             full_scans: 0,
             early_full_scans: 0,
@@ -158,7 +155,9 @@ impl ProcessCollector {
     fn full_scan_due(&self, now: Instant) -> bool {
         match self.last_full_scan {
             None => true,
-            Some(last) => now.saturating_duration_since(last) + self.interval / 2 >= self.config.full_scan_interval,
+            Some(last) => {
+                now.saturating_duration_since(last) + self.interval / 2 >= self.scanner.config.full_scan_interval
+            }
         }
     }
 
@@ -235,17 +234,16 @@ impl ProcessCollector {
             while previous.next_if(|r| r.sample.pid < pid).is_some() {}
             let known = previous.next_if(|r| r.sample.pid == pid);
             let before = errors.len();
-            self.reader.saw_kernel_thread = false;
-            match read_process(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, pid, known, errors)
-            {
+            self.scanner.reader.saw_kernel_thread = false;
+            match self.scanner.read_process(pid, known, errors) {
                 Some(record) => table.push(record),
                 None if errors.len() > before => self.retry.push(pid),
-                None if self.reader.saw_kernel_thread => self.others.push(pid),
+                None if self.scanner.reader.saw_kernel_thread => self.others.push(pid),
                 None => {}
             }
         }
         self.table = table;
-        self.interner.prune();
+        self.scanner.interner.prune();
         self.baseline = self.node_held().map(|(node_pinned, node_mlocked)| {
             let (table_pinned, table_locked) = self.table_held();
             Baseline { node_pinned, node_mlocked, table_pinned, table_locked }
@@ -287,7 +285,7 @@ impl ProcessCollector {
             let table = i128::from(table_now) - i128::from(table_then);
             node - table
         };
-        let threshold = i128::from(self.config.min_bytes.max(256 << 10));
+        let threshold = i128::from(self.scanner.config.min_bytes.max(256 << 10));
         unexplained(node_pinned, base.node_pinned, table_pinned, base.table_pinned) >= threshold
             || unexplained(node_mlocked, base.node_mlocked, table_locked, base.table_locked) >= threshold
     }
@@ -319,8 +317,8 @@ impl ProcessCollector {
                 continue;
             }
             let before = errors.len();
-            self.reader.saw_kernel_thread = false;
-            match read_process(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, pid, None, errors) {
+            self.scanner.reader.saw_kernel_thread = false;
+            match self.scanner.read_process(pid, None, errors) {
                 Some(mut record) => {
                     self.discovered += 1;
                     if on_probation < MAX_ON_PROBATION {
@@ -330,7 +328,7 @@ impl ProcessCollector {
                     kept.push(record);
                 }
                 None if errors.len() > before => self.retry.push(pid),
-                None if self.reader.saw_kernel_thread => others.push(pid),
+                None if self.scanner.reader.saw_kernel_thread => others.push(pid),
                 None => {}
             }
         }
@@ -345,6 +343,7 @@ impl ProcessCollector {
         let mut table = std::mem::take(&mut self.table);
         let mut failed = Vec::new();
         let now = Instant::now();
+        let scanner = &mut self.scanner;
         table.retain_mut(|record| {
             if record.probation_until.is_some_and(|until| until <= now) {
                 record.probation_until = None;
@@ -354,10 +353,9 @@ impl ProcessCollector {
             }
             let before = errors.len();
             let kept = if record.incomplete {
-                read_status(&mut self.reader, &mut self.tally, &self.config, record, false, errors).is_some()
-                    && read_limits_and_cgroup(&mut self.reader, &mut self.tally, &mut self.interner, record, errors)
+                scanner.read_status(record, false, errors).is_some() && scanner.read_limits_and_cgroup(record, errors)
             } else {
-                refresh(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, record, errors)
+                scanner.refresh(record, errors)
             };
             if kept {
                 record.incomplete = errors.len() > before;
@@ -371,7 +369,7 @@ impl ProcessCollector {
         let retry = std::mem::replace(&mut self.retry, failed);
         for pid in retry {
             let before = errors.len();
-            match read_process(&mut self.reader, &mut self.tally, &mut self.interner, &self.config, pid, None, errors) {
+            match self.scanner.read_process(pid, None, errors) {
                 Some(record) => {
                     let at = table.partition_point(|r| r.sample.pid < pid);
                     table.insert(at, record);
@@ -386,10 +384,11 @@ impl ProcessCollector {
     }
 
     fn stats(&self, full_scan: bool) -> ProcessStats {
-        let mut candidates: Vec<&Record> = self.table.iter().filter(|r| passes_filter(r, &self.config)).collect();
+        let mut candidates: Vec<&Record> =
+            self.table.iter().filter(|r| passes_filter(r, &self.scanner.config)).collect();
         candidates.sort_by(|a, b| rank(&a.sample, &b.sample));
-        let dropped = candidates.len().saturating_sub(self.config.top_n);
-        candidates.truncate(self.config.top_n);
+        let dropped = candidates.len().saturating_sub(self.scanner.config.top_n);
+        candidates.truncate(self.scanner.config.top_n);
         ProcessStats {
             processes: candidates.into_iter().map(|r| r.sample.clone()).collect(),
             cgroups: aggregate(&self.table),
@@ -400,8 +399,8 @@ impl ProcessCollector {
             full_scans_total: self.full_scans,
             early_full_scans_total: self.early_full_scans,
             discovered_total: self.discovered,
-            vanished_total: self.tally.vanished,
-            read_errors_total: self.tally.errors,
+            vanished_total: self.scanner.tally.vanished,
+            read_errors_total: self.scanner.tally.errors,
         }
     }
 }
@@ -856,7 +855,7 @@ mod tests {
         vmstat(0, 0);
         tree.process(110, "loader", 0, 0, "8388608", "/job").process(111, "python3", 0, 1024, "8388608", "/job");
         let mut config_collector = tree.collector(1 << 20, "^python3$", 10);
-        config_collector.config.full_scan_interval = Duration::from_secs(3600);
+        config_collector.scanner.config.full_scan_interval = Duration::from_secs(3600);
         let mut collector = config_collector;
         let mut errors = Vec::new();
         collector.full_scan(&mut errors).unwrap();
@@ -984,7 +983,7 @@ mod tests {
             assert_eq!(stats.processes[1].locked_bytes, None);
             assert_eq!(stats.processes[2].limits, None);
         }
-        assert_eq!(collector.tally.errors.parse, 8, "counted on every pass");
+        assert_eq!(collector.scanner.tally.errors.parse, 8, "counted on every pass");
         // Fixed: the next pass reads them and succeeds.
         tree.status(81, "badstatus", 0, 4096);
         tree.process(82, "badlimits", 0, 0, "8388608", "/x");
@@ -1016,12 +1015,12 @@ mod tests {
         let mut errors = Vec::new();
         let denied =
             SourceError::Io { path: "/proc/1/status".into(), source: std::io::Error::from_raw_os_error(libc::EACCES) };
-        assert!(!collector.tally.note(denied, &mut errors));
+        assert!(!collector.scanner.tally.note(denied, &mut errors));
         assert!(errors.is_empty());
-        assert_eq!(collector.tally.errors.permission, 1);
+        assert_eq!(collector.scanner.tally.errors.permission, 1);
         let gone =
             SourceError::Io { path: "/proc/1/status".into(), source: std::io::Error::from_raw_os_error(libc::ESRCH) };
-        assert!(collector.tally.note(gone, &mut errors));
+        assert!(collector.scanner.tally.note(gone, &mut errors));
         assert!(errors.is_empty());
         let stats = collector.full_scan(&mut errors).unwrap();
         assert_eq!(stats.read_errors_total.permission, 1);

@@ -165,215 +165,203 @@ impl Interner {
     }
 }
 
-/// Reads `status`, `limits` and `cgroup` of one process. `None` for kernel threads and for
-/// processes that vanished or whose status could not be read.
-pub(super) fn read_process(
-    reader: &mut PidReader,
-    tally: &mut Tally,
-    interner: &mut Interner,
-    config: &ProcessConfig,
-    pid: u32,
-    known: Option<Record>,
-    errors: &mut Vec<SourceError>,
-) -> Option<Record> {
-    let mut record = known.unwrap_or_else(|| Record {
-        sample: ProcessSample {
-            pid,
-            comm: String::new(),
-            cgroup: None,
-            locked_bytes: None,
-            pinned_bytes: None,
-            limits: None,
-            ipc_lock: None,
-        },
-        comm_matches: false,
-        tracked: false,
-        incomplete: false,
-        probation_until: None,
-    });
-    let fresh = record.sample.comm.is_empty();
-    let before = errors.len();
-    read_status(reader, tally, config, &mut record, fresh, errors)?;
-    if !read_limits_and_cgroup(reader, tally, interner, &mut record, errors) {
-        return None;
-    }
-    record.incomplete = errors.len() > before;
-    record.tracked = is_tracked(&record.sample, record.comm_matches);
-    Some(record)
+/// Reads processes for the collector: the reused reader, the failure tally, the cgroup
+/// interner and the filter settings, so the passes call one method per job.
+pub(super) struct Scanner {
+    pub(super) reader: PidReader,
+    pub(super) tally: Tally,
+    pub(super) interner: Interner,
+    pub(super) config: ProcessConfig,
 }
 
-/// Re-reads the status of a tracked process. False when it is gone (or became unreadable).
-pub(super) fn refresh(
-    reader: &mut PidReader,
-    tally: &mut Tally,
-    interner: &mut Interner,
-    config: &ProcessConfig,
-    record: &mut Record,
-    errors: &mut Vec<SourceError>,
-) -> bool {
-    match read_status(reader, tally, config, record, false, errors) {
-        None => false,
-        // A new command name under a known pid: most likely pid reuse, so the limits and the
-        // cgroup of the last full scan belong to another process.
-        Some(true) => read_limits_and_cgroup(reader, tally, interner, record, errors),
-        Some(false) => true,
-    }
-}
-
-/// Updates the record from `status`. `None` when the process is gone, unreadable or a kernel
-/// thread; `Some(changed)` says whether the command name changed (or `force` asked to treat
-/// it as new).
-pub(super) fn read_status(
-    reader: &mut PidReader,
-    tally: &mut Tally,
-    config: &ProcessConfig,
-    record: &mut Record,
-    force: bool,
-    errors: &mut Vec<SourceError>,
-) -> Option<bool> {
-    let pid = record.sample.pid;
-    let text = match reader.read(pid, "status") {
-        // A task reaped after the open reads as an empty file.
-        Ok("") => {
-            tally.vanished += 1;
+impl Scanner {
+    /// Reads `status`, `limits` and `cgroup` of one process. `None` for kernel threads and for
+    /// processes that vanished or whose status could not be read.
+    pub(super) fn read_process(
+        &mut self,
+        pid: u32,
+        known: Option<Record>,
+        errors: &mut Vec<SourceError>,
+    ) -> Option<Record> {
+        let mut record = known.unwrap_or_else(|| Record {
+            sample: ProcessSample {
+                pid,
+                comm: String::new(),
+                cgroup: None,
+                locked_bytes: None,
+                pinned_bytes: None,
+                limits: None,
+                ipc_lock: None,
+            },
+            comm_matches: false,
+            tracked: false,
+            incomplete: false,
+            probation_until: None,
+        });
+        let fresh = record.sample.comm.is_empty();
+        let before = errors.len();
+        self.read_status(&mut record, fresh, errors)?;
+        if !self.read_limits_and_cgroup(&mut record, errors) {
             return None;
         }
-        Ok(text) => text,
-        Err(err) => {
-            tally.note(err, errors);
+        record.incomplete = errors.len() > before;
+        record.tracked = is_tracked(&record.sample, record.comm_matches);
+        Some(record)
+    }
+
+    /// Re-reads the status of a tracked process. False when it is gone (or became unreadable).
+    pub(super) fn refresh(&mut self, record: &mut Record, errors: &mut Vec<SourceError>) -> bool {
+        match self.read_status(record, false, errors) {
+            None => false,
+            // A new command name under a known pid: most likely pid reuse, so the limits and the
+            // cgroup of the last full scan belong to another process.
+            Some(true) => self.read_limits_and_cgroup(record, errors),
+            Some(false) => true,
+        }
+    }
+
+    /// Updates the record from `status`. `None` when the process is gone, unreadable or a kernel
+    /// thread; `Some(changed)` says whether the command name changed (or `force` asked to treat
+    /// it as new).
+    pub(super) fn read_status(
+        &mut self,
+        record: &mut Record,
+        force: bool,
+        errors: &mut Vec<SourceError>,
+    ) -> Option<bool> {
+        let pid = record.sample.pid;
+        let text = match self.reader.read(pid, "status") {
+            // A task reaped after the open reads as an empty file.
+            Ok("") => {
+                self.tally.vanished += 1;
+                return None;
+            }
+            Ok(text) => text,
+            Err(err) => {
+                self.tally.note(err, errors);
+                return None;
+            }
+        };
+        // A malformed field costs only that field: the process is still sampled, the error counted.
+        let (status, field_errors) = match pid_status::parse_fields(text) {
+            Ok(parsed) => (parsed.value, parsed.field_errors),
+            Err(err) => {
+                let err = self.reader.parse_error(err);
+                self.tally.note(err, errors);
+                return None;
+            }
+        };
+
+        if status.is_kernel_thread() {
+            self.reader.saw_kernel_thread = true;
             return None;
         }
-    };
-    // A malformed field costs only that field: the process is still sampled, the error counted.
-    let (status, field_errors) = match pid_status::parse_fields(text) {
-        Ok(parsed) => (parsed.value, parsed.field_errors),
-        Err(err) => {
-            let err = reader.parse_error(err);
-            tally.note(err, errors);
-            return None;
+        let name = pid_status::unescape_name(status.name);
+        let changed = force || record.sample.comm != *name;
+        if changed {
+            record.sample.comm.clear();
+            record.sample.comm.push_str(&name);
+            record.comm_matches = self.config.comm_pattern.as_ref().is_some_and(|re| re.is_match(&name));
         }
-    };
+        record.sample.locked_bytes = status.locked_bytes;
+        record.sample.pinned_bytes = status.pinned_bytes;
+        record.sample.ipc_lock = status.ipc_lock();
+        for err in field_errors {
+            let err = self.reader.parse_error(err);
+            self.tally.note(err, errors);
+        }
+        if record.sample.ipc_lock == Some(true) {
+            let initial = self.user_namespace_is_initial(record.sample.pid, errors);
+            record.sample.ipc_lock = ipc_lock_exempts(record.sample.ipc_lock, initial);
+        }
+        Some(changed)
+    }
 
-    if status.is_kernel_thread() {
-        reader.saw_kernel_thread = true;
-        return None;
-    }
-    let name = pid_status::unescape_name(status.name);
-    let changed = force || record.sample.comm != *name;
-    if changed {
-        record.sample.comm.clear();
-        record.sample.comm.push_str(&name);
-        record.comm_matches = config.comm_pattern.as_ref().is_some_and(|re| re.is_match(&name));
-    }
-    record.sample.locked_bytes = status.locked_bytes;
-    record.sample.pinned_bytes = status.pinned_bytes;
-    record.sample.ipc_lock = status.ipc_lock();
-    for err in field_errors {
-        let err = reader.parse_error(err);
-        tally.note(err, errors);
-    }
-    if record.sample.ipc_lock == Some(true) {
-        let initial = user_namespace_is_initial(reader, tally, record.sample.pid, errors);
-        record.sample.ipc_lock = ipc_lock_exempts(record.sample.ipc_lock, initial);
-    }
-    Some(changed)
-}
-
-/// Whether a process holding CAP_IPC_LOCK is in the initial user namespace, where the
-/// capability lifts its memlock limit ([`initial_user_namespace`] combines the two readings).
-/// Read only for the processes that have the capability (the privileged daemons): `ns/user`
-/// against pid 1's (needs ptrace access, which a root exporter has), and `uid_map`, which
-/// anyone may read but which from inside a user namespace shows every host process as
-/// namespaced. `None` when neither tells.
-pub(super) fn user_namespace_is_initial(
-    reader: &mut PidReader,
-    tally: &mut Tally,
-    pid: u32,
-    errors: &mut Vec<SourceError>,
-) -> Option<bool> {
-    let links = reader.init_user_namespace.clone().and_then(|init| {
-        reader.resolve(pid, "ns/user");
-        // Refused without ptrace access, or gone: the map decides.
-        std::fs::read_link(&reader.path).ok().map(|own| own == init)
-    });
-    let map = if reader.reads_user_namespaces {
-        match reader.read(pid, "uid_map") {
-            Ok(text) => match uid_map::is_initial(text) {
-                Ok(initial) => Some(initial),
+    /// Whether a process holding CAP_IPC_LOCK is in the initial user namespace, where the
+    /// capability lifts its memlock limit ([`initial_user_namespace`] combines the two readings).
+    /// Read only for the processes that have the capability (the privileged daemons): `ns/user`
+    /// against pid 1's (needs ptrace access, which a root exporter has), and `uid_map`, which
+    /// anyone may read but which from inside a user namespace shows every host process as
+    /// namespaced. `None` when neither tells.
+    pub(super) fn user_namespace_is_initial(&mut self, pid: u32, errors: &mut Vec<SourceError>) -> Option<bool> {
+        let links = self.reader.init_user_namespace.clone().and_then(|init| {
+            self.reader.resolve(pid, "ns/user");
+            // Refused without ptrace access, or gone: the map decides.
+            std::fs::read_link(&self.reader.path).ok().map(|own| own == init)
+        });
+        let map = if self.reader.reads_user_namespaces {
+            match self.reader.read(pid, "uid_map") {
+                Ok(text) => match uid_map::is_initial(text) {
+                    Ok(initial) => Some(initial),
+                    Err(err) => {
+                        let err = self.reader.parse_error(err);
+                        self.tally.note(err, errors);
+                        None
+                    }
+                },
+                // Vanished since its status was read (a reaped task's uid_map fails to open with
+                // EINVAL): the next pass drops it.
+                Err(err) if err.is_not_found() || err.raw_os_error() == Some(libc::EINVAL) => None,
                 Err(err) => {
-                    let err = reader.parse_error(err);
-                    tally.note(err, errors);
+                    self.tally.note(err, errors);
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        initial_user_namespace(map, links)
+    }
+
+    /// Reads `limits` and `cgroup` into the record. False when the process vanished meanwhile.
+    /// Other failures leave the field unknown and keep the process.
+    pub(super) fn read_limits_and_cgroup(&mut self, record: &mut Record, errors: &mut Vec<SourceError>) -> bool {
+        let pid = record.sample.pid;
+        record.sample.limits = match self.reader.read(pid, "limits") {
+            // The kernel prints nothing once the task has been reaped (no sighand to lock).
+            Ok("") => {
+                self.tally.vanished += 1;
+                return false;
+            }
+            Ok(text) => match pid_limits::parse(text) {
+                Ok(limits) => Some(limits),
+                Err(err) => {
+                    let err = self.reader.parse_error(err);
+                    self.tally.note(err, errors);
                     None
                 }
             },
-            // Vanished since its status was read (a reaped task's uid_map fails to open with
-            // EINVAL): the next pass drops it.
-            Err(err) if err.is_not_found() || err.raw_os_error() == Some(libc::EINVAL) => None,
             Err(err) => {
-                tally.note(err, errors);
+                // Every kernel has `limits`: not found means the process has exited.
+                if self.tally.note(err, errors) {
+                    return false;
+                }
                 None
             }
-        }
-    } else {
-        None
-    };
-    initial_user_namespace(map, links)
-}
-
-/// Reads `limits` and `cgroup` into the record. False when the process vanished meanwhile.
-/// Other failures leave the field unknown and keep the process.
-pub(super) fn read_limits_and_cgroup(
-    reader: &mut PidReader,
-    tally: &mut Tally,
-    interner: &mut Interner,
-    record: &mut Record,
-    errors: &mut Vec<SourceError>,
-) -> bool {
-    let pid = record.sample.pid;
-    record.sample.limits = match reader.read(pid, "limits") {
-        // The kernel prints nothing once the task has been reaped (no sighand to lock).
-        Ok("") => {
-            tally.vanished += 1;
-            return false;
-        }
-        Ok(text) => match pid_limits::parse(text) {
-            Ok(limits) => Some(limits),
-            Err(err) => {
-                let err = reader.parse_error(err);
-                tally.note(err, errors);
-                None
-            }
-        },
-        Err(err) => {
-            // Every kernel has `limits`: not found means the process has exited.
-            if tally.note(err, errors) {
-                return false;
-            }
-            None
-        }
-    };
-    record.sample.cgroup = match reader.read(pid, "cgroup") {
-        // Exiting mid-read, as for limits; the next pass drops it.
-        Ok("") => None,
-        Ok(text) => match pid_cgroup::memory_path(text) {
-            Ok(Some(path)) => match &record.sample.cgroup {
-                Some(same) if same.path == path => Some(same.clone()),
-                _ => Some(interner.get(path)),
+        };
+        record.sample.cgroup = match self.reader.read(pid, "cgroup") {
+            // Exiting mid-read, as for limits; the next pass drops it.
+            Ok("") => None,
+            Ok(text) => match pid_cgroup::memory_path(text) {
+                Ok(Some(path)) => match &record.sample.cgroup {
+                    Some(same) if same.path == path => Some(same.clone()),
+                    _ => Some(self.interner.get(path)),
+                },
+                Ok(None) => None,
+                Err(err) => {
+                    let err = self.reader.parse_error(err);
+                    self.tally.note(err, errors);
+                    None
+                }
             },
-            Ok(None) => None,
+            // Without CONFIG_CGROUPS there is no such file; a process that exited meanwhile is
+            // dropped by the next pass.
+            Err(err) if err.is_not_found() => None,
             Err(err) => {
-                let err = reader.parse_error(err);
-                tally.note(err, errors);
+                self.tally.note(err, errors);
                 None
             }
-        },
-        // Without CONFIG_CGROUPS there is no such file; a process that exited meanwhile is
-        // dropped by the next pass.
-        Err(err) if err.is_not_found() => None,
-        Err(err) => {
-            tally.note(err, errors);
-            None
-        }
-    };
-    true
+        };
+        true
+    }
 }
