@@ -1,0 +1,1069 @@
+//! NCCL's network registrations, connection by connection, derived from NCCL's source
+//! (NVIDIA/nccl 5067397c, 2.30.7) and the mlx5 provider (linux-rdma/rdma-core 691953d8). The
+//! derivation, with file and function references, and the worked cases are in docs/check.md;
+//! comments here name the source of each figure.
+//!
+//! A node runs `ranks_per_node` ranks (one GPU each) and `nics` NICs. For every channel the
+//! model places the ring and tree network connections on ranks, gives each connection its bytes
+//! (data buffers per protocol, control MRs in whole pages, QP and CQ rings, doorbell records), and
+//! charges them to the process that registers them, in the GPUDirect mode given.
+
+use serde::Serialize;
+
+use super::gdr::GdrMode;
+
+/// MAXCHANNELS (src/include/device.h): channels per communicator.
+pub const MAX_CHANNELS: u64 = 64;
+/// NCCL_MAX_LOCAL_RANKS (src/include/device.h).
+pub const MAX_LOCAL_RANKS: u64 = 72;
+/// MAX_IB_DEVS (src/transport/net_ib/common.h): IB devices NCCL opens.
+pub const MAX_NICS: u64 = 32;
+/// NCCL_IB_MAX_DEVS_PER_NIC (net_ib/common.h): members of a merged virtual NIC.
+pub const MAX_DEVICES_PER_NIC: u64 = 8;
+/// NCCL_IB_MAX_QPS (net_ib/common.h): QPs of one connection, over all its devices.
+pub const MAX_QPS: u64 = 128;
+/// Nodes the model walks (the tree roles differ per node).
+pub const MAX_NODES: u64 = 65_536;
+
+/// NCCL's buffer sizes (src/init.cc: DEFAULT_LL_BUFFSIZE = NCCL_LL_LINES_PER_THREAD 8 x
+/// NCCL_LL_MAX_NTHREADS 512 x NCCL_STEPS 8 x sizeof(union ncclLLFifoLine) 16; DEFAULT_LL128_BUFFSIZE =
+/// NCCL_LL128_ELEMS_PER_THREAD 120 x NCCL_LL128_MAX_NTHREADS 640 x NCCL_STEPS 8 x 8; DEFAULT_BUFFSIZE
+/// 1 << 22).
+pub const DEFAULT_LL_BUFFSIZE: u64 = 8 * 512 * 8 * 16;
+pub const DEFAULT_LL128_BUFFSIZE: u64 = 120 * 640 * 8 * 8;
+pub const DEFAULT_BUFFSIZE: u64 = 1 << 22;
+/// NCCL_P2P_NET_CHUNKSIZE's default (src/init.cc).
+pub const DEFAULT_P2P_CHUNKSIZE: u64 = 1 << 17;
+/// NCCL_STEPS and NCCL_SHARED_STEPS (src/include/device.h).
+pub const STEPS: u64 = 8;
+pub const SHARED_STEPS: u64 = 16;
+
+/// NET_IB_MAX_REQUESTS = NCCL_NET_MAX_REQUESTS 32 (src/include/plugin/nccl_net.h) x
+/// NCCL_NET_IB_MAX_RECVS 8 (net_ib/common.h).
+pub const IB_MAX_REQUESTS: u64 = 32 * 8;
+/// sizeof(struct ncclIbSendFifo): addr 8 + size 8 + rkeys[NCCL_IB_MAX_DEVS_PER_NIC 8] 32 + nreqs 4
+/// + tag 4 + idx 8 (net_ib/common.h).
+pub const CTS_FIFO_ENTRY: u64 = 64;
+/// The CTS FIFO: ctsFifo[NET_IB_MAX_REQUESTS][NCCL_NET_IB_MAX_RECVS] (sender) and its shadow
+/// remCtsFifo.elems (receiver): 256 x 8 x 64 B = 128 KiB.
+pub const CTS_FIFO_BYTES: u64 = IB_MAX_REQUESTS * 8 * CTS_FIFO_ENTRY;
+/// The sender's shadow of the completion records: remCmplsRecords.elems, int[256][8] = 8 KiB.
+pub const SEND_COMPLETIONS_BYTES: u64 = IB_MAX_REQUESTS * 8 * 4;
+/// The receiver's completion records: cmplsRecords[256] of struct ncclIbRequestCompletionRecord
+/// (int sizes[8] 32 B + bool completions[NCCL_IB_MAX_QPS 128] 128 B) = 40 KiB.
+pub const RECV_COMPLETIONS_BYTES: u64 = IB_MAX_REQUESTS * (8 * 4 + 128);
+
+/// mlx5 (rdma-core providers/mlx5/verbs.c): a send WQE of an RC QP is sized for its largest
+/// operation, the memory-window bind in _sq_overhead: ctrl 16 + umr_ctrl 48 + mkey_context 64 +
+/// max(klm 16, 64) = 192 B, plus one data segment of 16 B (max_send_sge 1, no inline data:
+/// NCCL_IB_USE_INLINE 0), aligned to MLX5_SEND_WQE_BB 64: 256 B.
+pub const MLX5_SEND_WQE: u64 = 256;
+/// A receive WQE: one 16 B data segment (max_recv_sge 1), rounded to a power of two.
+pub const MLX5_RECV_WQE: u64 = 16;
+/// CQE size (get_cqe_size: 64 unless MLX5_CQE_SIZE=128).
+pub const MLX5_CQE: u64 = 64;
+/// Doorbell records come from whole pages of cache-line slots (mlx5_alloc_dbrec, dbrec.c).
+pub const MLX5_DBREC: u64 = 64;
+
+/// What the model is given.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inputs {
+    pub nodes: u64,
+    pub ranks_per_node: u64,
+    /// NICs per node the job uses.
+    pub nics: u64,
+    pub channels: Channels,
+    pub communicators: u64,
+    /// LL, LL128, Simple buffer bytes (comm->buffSizes).
+    pub buffsize_ll: u64,
+    pub buffsize_ll128: u64,
+    pub buffsize_simple: u64,
+    pub gdr: GdrMode,
+    /// PXN: sends of a GPU not local to the NIC are proxied by the NIC's GPU (NCCL_PXN_DISABLE unset).
+    pub pxn: bool,
+    /// GPUDirect for sends (NCCL_NET_GDR_READ not 0).
+    pub gdr_read: bool,
+    /// The receive side's GPUDirect flush word and loopback QP (NCCL_GDR_FLUSH_DISABLE unset).
+    pub gdr_flush: bool,
+    pub qps_per_connection: u64,
+    /// Devices of a merged virtual NIC: every registration and queue is made on each.
+    pub devices_per_nic: u64,
+    /// All-to-all (send/recv) over the network, when modelled.
+    pub p2p: Option<P2p>,
+    pub page_size: u64,
+}
+
+/// How many channels, and which tree and NIC each one uses.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Channels {
+    pub count: u64,
+    /// The channels before caps and floors (the topology's), whose first half follows tree 0.
+    pub topology: u64,
+    /// The channels after the caps, before copies up to a floor: the ones the copies repeat.
+    pub capped: u64,
+    pub why: String,
+}
+
+/// The all-to-all part (src/transport/net.cc shared buffers, src/graph/paths.cc p2p channels).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct P2p {
+    /// p2pnChannels: the size of each shared pool, in channels.
+    pub channels: u64,
+    /// Channels (so connections) per remote peer.
+    pub channels_per_peer: u64,
+    pub chunk: u64,
+    /// NCCL_ALLOC_P2P_NET_LL_BUFFERS: an LL buffer per connection.
+    pub ll_buffers: bool,
+}
+
+impl Inputs {
+    /// NCCL's defaults for nodes x ranks x nics, GPUDirect off.
+    pub fn new(nodes: u64, ranks_per_node: u64, nics: u64) -> Self {
+        Self {
+            nodes,
+            ranks_per_node,
+            nics,
+            channels: topology_channels(nics),
+            communicators: 1,
+            buffsize_ll: DEFAULT_LL_BUFFSIZE,
+            buffsize_ll128: DEFAULT_LL128_BUFFSIZE,
+            buffsize_simple: DEFAULT_BUFFSIZE,
+            gdr: GdrMode::Off,
+            pxn: true,
+            gdr_read: true,
+            gdr_flush: true,
+            qps_per_connection: 1,
+            devices_per_nic: 1,
+            p2p: None,
+            page_size: 4096,
+        }
+    }
+}
+
+/// The channel count NCCL's search gives when each NIC carries one channel at full speed:
+/// one search channel per NIC, doubled by ncclTopoDupChannels (src/graph/search.cc, up to the
+/// ring graph's maxChannels MAXCHANNELS/2) and again by ncclTopoPostset (src/graph/connect.cc,
+/// up to MAXCHANNELS). An assumption about the topology: NCCL_DEBUG=INFO prints the real count
+/// ("N coll channels"), which --channels takes.
+pub fn topology_channels(nics: u64) -> Channels {
+    let search = nics.clamp(1, MAX_CHANNELS / 2);
+    let count = ((2 * search).min(MAX_CHANNELS / 2) * 2).min(MAX_CHANNELS);
+    Channels {
+        count,
+        topology: count,
+        capped: count,
+        why: format!(
+            "assumed from the topology: {search} search channel(s), one per NIC, doubled by ncclTopoDupChannels and \
+                by ncclTopoPostset (pass --channels with the count NCCL_DEBUG=INFO prints)"
+        ),
+    }
+}
+
+/// NCCL's channel caps and floors over the topology's count (src/graph/connect.cc
+/// ncclTopoPostset, ncclMinNchannels, ncclMaxNchannels; src/init.cc for the CTA variables):
+/// min(topology, max channels, max CTAs), then copies of the first channels up to
+/// max(min channels, min CTAs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChannelLimits {
+    /// ncclMaxNchannels(): NCCL_MAX_NCHANNELS, else NCCL_MAX_NRINGS; below 1 is 1; above 64 is 64.
+    pub max_nchannels: Option<i64>,
+    /// ncclMinNchannels(): NCCL_MIN_NCHANNELS, else NCCL_MIN_NRINGS; negative is 0.
+    pub min_nchannels: Option<i64>,
+    /// NCCL_MAX_CTAS; ignored when 0 or less.
+    pub max_ctas: Option<i64>,
+    /// NCCL_MIN_CTAS; ignored when 0 or less.
+    pub min_ctas: Option<i64>,
+}
+
+impl ChannelLimits {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The channels NCCL runs, from the topology's count.
+    pub fn apply(&self, topology: &Channels) -> Channels {
+        let max = MAX_CHANNELS as i64;
+        let max_n = self.max_nchannels.map_or(max, |m| m.clamp(1, max));
+        let min_n = self.min_nchannels.map_or(0, |m| m.clamp(0, max));
+        // init.cc: a CTA variable at 0 or below is left unset; both are capped at MAXCHANNELS,
+        // and a min above the max is lowered to it.
+        let max_ctas = self.max_ctas.filter(|v| *v > 0).map_or(max, |v| v.min(max));
+        let min_ctas = self.min_ctas.filter(|v| *v > 0).map_or(1, |v| v.min(max)).min(max_ctas);
+        let capped = (topology.count as i64).min(max_n).min(max_ctas);
+        let count = capped.max(min_n).max(min_ctas).clamp(1, max) as u64;
+        if self.is_empty() {
+            return topology.clone();
+        }
+        Channels {
+            count,
+            topology: topology.topology,
+            capped: capped.clamp(1, max) as u64,
+            why: format!(
+                "{}; caps and floors from the environment: min({}, max channels {max_n}, max CTAs {max_ctas}) = \
+                    {capped}, raised to max(min channels {min_n}, min CTAs {min_ctas}): {count}",
+                topology.why, topology.count
+            ),
+        }
+    }
+}
+
+impl Channels {
+    /// The channels given on the command line: taken as NCCL's final count, half on each tree.
+    pub fn given(count: u64) -> Self {
+        Channels { count, topology: count, capped: count, why: "--channels".into() }
+    }
+
+    /// Which double-binary tree channel `c` follows: connect.cc duplicates the topology's
+    /// channels, the first copy on tree 0 and the second on tree 1; copies made to reach a floor
+    /// repeat the first channels (copyChannels).
+    fn tree_of(&self, c: u64) -> usize {
+        let original = c % self.capped.max(1);
+        usize::from(original >= self.topology.div_ceil(2))
+    }
+
+    /// The NIC of channel `c`: the search starts channel k at NET k mod nics (ncclTopoSearchRecNet),
+    /// and both duplications keep each channel's NIC.
+    fn nic_of(&self, c: u64, nics: u64) -> u64 {
+        let half = self.topology.div_ceil(2).max(1);
+        (c % self.capped.max(1) % half) % nics
+    }
+}
+
+/// ncclGetBtree (src/graph/trees.cc), as NCCL writes it: parent, children, and whether this node
+/// is its parent's first (0) or second (1) child.
+pub fn btree(nranks: i64, rank: i64) -> (i64, i64, i64) {
+    let mut bit = 1;
+    while bit < nranks {
+        if bit & rank != 0 {
+            break;
+        }
+        bit <<= 1;
+    }
+    if rank == 0 {
+        return (-1, -1, if nranks > 1 { bit >> 1 } else { -1 });
+    }
+    let mut up = (rank ^ bit) | (bit << 1);
+    if up >= nranks {
+        up = rank ^ bit;
+    }
+    let mut lowbit = bit >> 1;
+    let down0 = if lowbit == 0 { -1 } else { rank - lowbit };
+    let mut down1 = if lowbit == 0 { -1 } else { rank + lowbit };
+    while down1 >= nranks {
+        down1 = if lowbit == 0 { -1 } else { rank + lowbit };
+        lowbit >>= 1;
+    }
+    (up, down0, down1)
+}
+
+/// ncclGetDtree (trees.cc): tree 0 is the btree; tree 1 its mirror (even node counts) or the
+/// btree shifted by one (odd). Returns (parent, child 0, child 1) per tree.
+pub fn dtree(nranks: i64, rank: i64) -> [(i64, i64, i64); 2] {
+    let t0 = btree(nranks, rank);
+    let t1 = if nranks % 2 == 1 {
+        let shifted = (rank - 1 + nranks) % nranks;
+        let (u, d0, d1) = btree(nranks, shifted);
+        let shift = |x: i64| if x == -1 { -1 } else { (x + 1) % nranks };
+        (shift(u), shift(d0), shift(d1))
+    } else {
+        let (u, d0, d1) = btree(nranks, nranks - 1 - rank);
+        let mirror = |x: i64| if x == -1 { -1 } else { nranks - 1 - x };
+        (mirror(u), mirror(d0), mirror(d1))
+    };
+    [t0, t1]
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    Ring,
+    Tree,
+    P2p,
+}
+
+impl Algorithm {
+    fn index(self) -> usize {
+        match self {
+            Algorithm::Ring => 0,
+            Algorithm::Tree => 1,
+            Algorithm::P2p => 2,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::Tree => "tree",
+            Algorithm::P2p => "p2p",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Direction {
+    Send,
+    Recv,
+}
+
+/// Connections of one kind a rank holds: how many, in which direction, with GPUDirect or not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub sends: u64,
+    pub sends_gdr: u64,
+    pub receives: u64,
+    pub receives_gdr: u64,
+}
+
+impl Counts {
+    fn add(&mut self, dir: Direction, gdr: bool, n: u64) {
+        let slot = match (dir, gdr) {
+            (Direction::Send, false) => &mut self.sends,
+            (Direction::Send, true) => &mut self.sends_gdr,
+            (Direction::Recv, false) => &mut self.receives,
+            (Direction::Recv, true) => &mut self.receives_gdr,
+        };
+        *slot = slot.saturating_add(n);
+    }
+    pub fn total(&self) -> u64 {
+        self.sends + self.sends_gdr + self.receives + self.receives_gdr
+    }
+}
+
+/// The connections one rank's process registers, by algorithm, and on which NICs.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Held {
+    ring: Counts,
+    tree: Counts,
+    p2p: Counts,
+    /// Connections per NIC (for the doorbell pages, per device context): [ring, tree, p2p].
+    per_nic: Vec<[u64; 3]>,
+    /// NICs the rank sends and receives p2p on (one shared pool per direction and device).
+    p2p_nics: Vec<u64>,
+}
+
+/// The GPUs a NIC is local to: NIC k serves ranks floor(kG/N) .. floor((k+1)G/N) - 1 (GPUs spread
+/// evenly over the NICs; with more NICs than GPUs each NIC has the one GPU floor(kG/N)).
+fn group(k: u64, g: u64, n: u64) -> (u64, u64) {
+    let first = k * g / n;
+    let end = ((k + 1) * g / n).max(first + 1);
+    (first, end)
+}
+
+fn local(rank: u64, k: u64, g: u64, n: u64) -> bool {
+    let (first, end) = group(k, g, n);
+    (first..end).contains(&rank)
+}
+
+/// Places every network connection of node `node` on the rank whose process registers it.
+fn place(i: &Inputs, node: u64, with_tree: bool) -> Vec<Held> {
+    let (g, n) = (i.ranks_per_node, i.nics);
+    let mut held: Vec<Held> =
+        (0..g).map(|_| Held { per_nic: vec![[0; 3]; n as usize], ..Default::default() }).collect();
+    if i.nodes < 2 {
+        return held;
+    }
+    let gdr = i.gdr != GdrMode::Off;
+    let mut put_n = |rank: u64, alg: Algorithm, dir: Direction, nic: u64, on_gpu: bool, n: u64| {
+        let h = &mut held[rank as usize];
+        let slot = &mut h.per_nic[nic as usize][alg.index()];
+        *slot = slot.saturating_add(n);
+        match alg {
+            Algorithm::Ring => h.ring.add(dir, on_gpu, n),
+            Algorithm::Tree => h.tree.add(dir, on_gpu, n),
+            Algorithm::P2p => h.p2p.add(dir, on_gpu, n),
+        }
+    };
+    let mut put = |rank, alg, dir, nic, on_gpu| put_n(rank, alg, dir, nic, on_gpu, 1);
+    let trees = dtree(i.nodes as i64, node as i64);
+    for c in 0..i.channels.count {
+        let k = i.channels.nic_of(c, n);
+        let (first, end) = group(k, g, n);
+        // Ring (connect.cc ncclTopoPreset): the channel enters the node at ringIntra[0], the NIC's
+        // GPU where the search starts (search.cc: net->net.localGpu), and leaves it from
+        // ringIntra[localRanks-1], which the search brings back next to the same NIC: the last
+        // GPU of the NIC's group, the NIC's GPU itself when it has no other.
+        put(first, Algorithm::Ring, Direction::Recv, k, gdr);
+        put(end - 1, Algorithm::Ring, Direction::Send, k, gdr && i.gdr_read);
+        if !with_tree {
+            continue;
+        }
+        // Balanced tree (init.cc treeGraph pattern NCCL_TOPO_PATTERN_BALANCED_TREE; connect.cc
+        // ncclTopoPreset): treeIntra[0] holds the parent and child-1 connections, treeIntra[1]
+        // the child-0 one. Both sit on the channel's NIC (search.cc ncclTopoSearchCheckNet).
+        let (up, down0, down1) = trees[i.channels.tree_of(c)];
+        let edges_first = u64::from(up != -1) + u64::from(down1 != -1);
+        for _ in 0..edges_first {
+            put(first, Algorithm::Tree, Direction::Send, k, gdr && i.gdr_read);
+            put(first, Algorithm::Tree, Direction::Recv, k, gdr);
+        }
+        if down0 != -1 {
+            // The GPU after the NIC's: its group's next one, else the chain's next GPU (on another
+            // NIC's PCIe switch); with one GPU per node the pattern is NCCL_TOPO_PATTERN_TREE and
+            // everything is on it (search.cc ncclTopoCompute).
+            let second = if end - first >= 2 { first + 1 } else { (first + 1) % g };
+            if local(second, k, g, n) {
+                put(second, Algorithm::Tree, Direction::Send, k, gdr && i.gdr_read);
+                put(second, Algorithm::Tree, Direction::Recv, k, gdr);
+            } else {
+                // Beyond PCI reach of the NIC (graph/paths.cc ncclTopoCheckGdr: distance > PXB):
+                // its receive has no GPUDirect; its send goes through the NIC's GPU when PXN applies
+                // (paths.cc: GPU to NIC only, and only with GPUDirect on that GPU), registered by
+                // that GPU's proxy (net.cc sendSetup: proxyRank).
+                put(second, Algorithm::Tree, Direction::Recv, k, false);
+                if i.pxn && gdr && i.gdr_read {
+                    put(first, Algorithm::Tree, Direction::Send, k, true);
+                } else {
+                    put(second, Algorithm::Tree, Direction::Send, k, false);
+                }
+            }
+        }
+    }
+    if let Some(p2p) = &i.p2p {
+        // All-to-all: every rank connects to every rank of the other nodes, on channels_per_peer
+        // channels, through its own NIC (search.cc ncclTopoGetNetDev without a graph); PXN for p2p
+        // is not modelled (the sends would be registered by the NIC's GPU).
+        let peers = (i.nodes - 1) * g;
+        for rank in 0..g {
+            let k = (rank * n / g).min(n - 1);
+            let count = peers.saturating_mul(p2p.channels_per_peer);
+            put_n(rank, Algorithm::P2p, Direction::Send, k, gdr && i.gdr_read, count);
+            put_n(rank, Algorithm::P2p, Direction::Recv, k, gdr, count);
+        }
+        for (rank, h) in held.iter_mut().enumerate() {
+            h.p2p_nics.push((rank as u64 * n / g).min(n - 1));
+        }
+    }
+    held
+}
+
+/// Bytes of one term: charged to VmPin (checked against the memlock limit) and taken from host
+/// memory (MemAvailable, the cgroup).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Bytes {
+    pub memlock: u64,
+    pub host: u64,
+}
+
+impl Bytes {
+    fn scale(self, n: u64) -> Self {
+        Bytes { memlock: self.memlock.saturating_mul(n), host: self.host.saturating_mul(n) }
+    }
+    fn plus(self, o: Self) -> Self {
+        Bytes { memlock: self.memlock.saturating_add(o.memlock), host: self.host.saturating_add(o.host) }
+    }
+}
+
+/// Pages a registration of `size` bytes at `offset` from a page-aligned start pins: ib_umem_get
+/// charges the page span (torvalds/linux drivers/infiniband/core/umem.c), as NCCL's own cache
+/// rounds it (net_ib/reg.cc ncclIbRegMrDmaBufInternal2).
+fn span_pages(offset: u64, size: u64, page: u64) -> u64 {
+    if size == 0 {
+        return 0;
+    }
+    (offset + size).div_ceil(page) - offset / page
+}
+
+/// The data buffers of one dedicated (ring or tree) connection, registered one protocol at a time
+/// (net.cc sendProxyConnect / recvProxyConnect): host buffers from one cudaHostAlloc bank, GPU
+/// buffers from one device bank, each MR its page span unless NCCL's MR cache finds it inside an
+/// earlier one of the same bank (net_ib/reg.cc).
+fn data_buffers(i: &Inputs, dir: Direction, on_gpu: bool) -> Bytes {
+    let page = i.page_size;
+    let sizes = [i.buffsize_ll, i.buffsize_ll128, i.buffsize_simple];
+    // Send: LL always on the host ("p != NCCL_PROTO_LL && useGdr"); receive: all or nothing.
+    let device = |p: usize| on_gpu && !(dir == Direction::Send && p == 0);
+    let mut total = Bytes::default();
+    for bank_on_gpu in [false, true] {
+        let mut offset = 0;
+        let mut mrs: Vec<(u64, u64)> = Vec::new();
+        for (p, size) in sizes.iter().enumerate() {
+            if device(p) != bank_on_gpu {
+                continue;
+            }
+            let start = offset / page;
+            let pages = span_pages(offset, *size, page);
+            offset += size;
+            if mrs.iter().any(|(s, n)| start >= *s && start + pages <= s + n) {
+                continue;
+            }
+            mrs.push((start, pages));
+            let bytes = pages * page;
+            total = total.plus(match (bank_on_gpu, i.gdr) {
+                (false, _) => Bytes { memlock: bytes, host: bytes },
+                (true, GdrMode::Peermem) => Bytes { memlock: bytes, host: 0 },
+                (true, _) => Bytes::default(),
+            });
+        }
+    }
+    total
+}
+
+/// Control MRs of one IB connection on one device, each registered without the cache (ibv_reg_mr
+/// in net_ib/connect.cc): the sender's GIN scratchpad (8 B), CTS FIFO (128 KiB) and completion
+/// shadow (8 KiB); the receiver's CTS FIFO shadow (128 KiB), completion records (40 KiB) and,
+/// with GPUDirect flush, a flush word (an int). They live inside the page-aligned comm structure
+/// at offsets we do not compute (they follow struct ncclIbNetCommBase), so the FIFOs and records
+/// are counted as not starting on a page boundary: one page more than their size. The words never
+/// straddle a page.
+fn control_pages(i: &Inputs, dir: Direction) -> u64 {
+    let page = i.page_size;
+    let unaligned = |size: u64| size.div_ceil(page) + 1;
+    match dir {
+        Direction::Send => 1 + unaligned(CTS_FIFO_BYTES) + unaligned(SEND_COMPLETIONS_BYTES),
+        Direction::Recv => unaligned(CTS_FIFO_BYTES) + unaligned(RECV_COMPLETIONS_BYTES) + u64::from(i.gdr_flush),
+    }
+}
+
+/// The queue buffers of one IB connection on one device, pinned by the kernel when mlx5 creates
+/// them (rdma-core providers/mlx5: create_cq, mlx5_calc_sq_size, mlx5_calc_rq_size; sizes from
+/// net_ib/connect.cc): a CQ of NET_IB_MAX_REQUESTS x QPs entries (send) or twice that (receive),
+/// rounded up to a power of two after adding one, 64 B each; per QP a send queue of 2 x 256 WRs of
+/// 256 B (both sides) and, on the receive side, a receive queue of 256 WRs of 16 B, each rounded
+/// to a power of two; on the receive side with GPUDirect flush, a flush QP of 256 send WRs.
+/// Returns (pages, QPs, CQs).
+fn ring_pages(i: &Inputs, dir: Direction) -> (u64, u64, u64) {
+    let page = i.page_size;
+    let pages = |bytes: u64| bytes.div_ceil(page);
+    let q = i.qps_per_connection;
+    let cq_entries = |wrs: u64| (wrs + 1).next_power_of_two();
+    match dir {
+        Direction::Send => {
+            let cq = pages(cq_entries(IB_MAX_REQUESTS * q) * MLX5_CQE);
+            let qp = pages((2 * IB_MAX_REQUESTS * MLX5_SEND_WQE).next_power_of_two());
+            (cq + q * qp, q, 1)
+        }
+        Direction::Recv => {
+            let cq = pages(cq_entries(2 * IB_MAX_REQUESTS * q) * MLX5_CQE);
+            let sq = (2 * IB_MAX_REQUESTS * MLX5_SEND_WQE).next_power_of_two();
+            let rq = (IB_MAX_REQUESTS.next_power_of_two() * MLX5_RECV_WQE).max(64);
+            let qp = pages(sq + rq);
+            let flush = if i.gdr_flush { pages((IB_MAX_REQUESTS * MLX5_SEND_WQE).next_power_of_two()) } else { 0 };
+            (cq + q * qp + flush, q + u64::from(i.gdr_flush), 1)
+        }
+    }
+}
+
+/// One line of a rank's need.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Term {
+    pub algorithm: Algorithm,
+    pub name: &'static str,
+    pub formula: String,
+    pub memlock_bytes: u64,
+    pub host_bytes: u64,
+}
+
+/// One rank's need.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rank {
+    /// The local rank (GPU index) on its node.
+    pub rank: u64,
+    /// Charged to VmPin with ring and tree connected (what `check` compares with the limit).
+    pub memlock_bytes: u64,
+    pub host_bytes: u64,
+    /// With ring connections only.
+    pub ring_only_memlock_bytes: u64,
+    pub ring: Counts,
+    pub tree: Counts,
+    pub p2p: Counts,
+    pub terms: Vec<Term>,
+}
+
+/// A figure per set of connected algorithms.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scenario {
+    pub algorithms: String,
+    pub per_rank_max_bytes: u64,
+    pub per_node_bytes: u64,
+    pub per_node_host_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    pub inputs: Inputs,
+    /// The busiest rank, ring and tree connected, every communicator: the memlock need.
+    pub per_rank_max_bytes: u64,
+    /// VmPin of the busiest node's ranks together, ring and tree connected.
+    pub per_node_bytes: u64,
+    /// Host memory the busiest node's registrations take (GPU buffers excluded).
+    pub per_node_host_bytes: u64,
+    /// The node the per-rank detail is for (its tree roles make it the busiest).
+    pub busiest_node: u64,
+    pub scenarios: Vec<Scenario>,
+    pub ranks: Vec<Rank>,
+}
+
+fn counts_for(h: &Held, alg: Algorithm) -> Counts {
+    match alg {
+        Algorithm::Ring => h.ring,
+        Algorithm::Tree => h.tree,
+        Algorithm::P2p => h.p2p,
+    }
+}
+
+/// One connection's data buffers, as charged: registered on every device of a merged NIC (the
+/// VmPin charge repeats, the memory does not).
+fn connection_data(i: &Inputs, alg: Algorithm, dir: Direction, on_gpu: bool) -> Bytes {
+    let one = if alg != Algorithm::P2p {
+        data_buffers(i, dir, on_gpu)
+    } else if i.p2p.as_ref().is_some_and(|p| p.ll_buffers) {
+        // net.cc: with NCCL_ALLOC_P2P_NET_LL_BUFFERS each p2p connection has a host LL buffer.
+        let b = span_pages(0, i.buffsize_ll, i.page_size) * i.page_size;
+        Bytes { memlock: b, host: b }
+    } else {
+        Bytes::default()
+    };
+    Bytes { memlock: one.memlock.saturating_mul(i.devices_per_nic), host: one.host }
+}
+
+/// Data, control and queue bytes of one algorithm's connections on one rank.
+fn parts(i: &Inputs, alg: Algorithm, c: Counts) -> (Bytes, u64, u64) {
+    let mut data = Bytes::default();
+    for (n, dir, on_gpu) in [
+        (c.sends, Direction::Send, false),
+        (c.sends_gdr, Direction::Send, true),
+        (c.receives, Direction::Recv, false),
+        (c.receives_gdr, Direction::Recv, true),
+    ] {
+        if n > 0 {
+            data = data.plus(connection_data(i, alg, dir, on_gpu).scale(n));
+        }
+    }
+    let (sends, recvs) = (c.sends.saturating_add(c.sends_gdr), c.receives.saturating_add(c.receives_gdr));
+    let per_device = |send: u64, recv: u64| {
+        sends.saturating_mul(send).saturating_add(recvs.saturating_mul(recv)).saturating_mul(i.devices_per_nic)
+    };
+    let control = per_device(control_pages(i, Direction::Send), control_pages(i, Direction::Recv));
+    let rings = per_device(ring_pages(i, Direction::Send).0, ring_pages(i, Direction::Recv).0);
+    (data, control.saturating_mul(i.page_size), rings.saturating_mul(i.page_size))
+}
+
+/// The terms of one rank's connections for one algorithm, with their formulas.
+fn terms_for(i: &Inputs, alg: Algorithm, c: Counts) -> Vec<Term> {
+    if c.total() == 0 {
+        return Vec::new();
+    }
+    let (data, control, rings) = parts(i, alg, c);
+    let mut out = Vec::new();
+    let mut described = Vec::new();
+    for (n, dir, on_gpu) in [
+        (c.sends, Direction::Send, false),
+        (c.sends_gdr, Direction::Send, true),
+        (c.receives, Direction::Recv, false),
+        (c.receives_gdr, Direction::Recv, true),
+    ] {
+        if n == 0 {
+            continue;
+        }
+        let what = match (alg, dir, on_gpu) {
+            (Algorithm::P2p, _, _) => "LL, NCCL_ALLOC_P2P_NET_LL_BUFFERS",
+            (_, _, false) => "LL+LL128+Simple on the host",
+            (_, Direction::Send, true) => "LL on the host, LL128+Simple on the GPU",
+            (_, Direction::Recv, true) => "LL+LL128+Simple on the GPU",
+        };
+        let dir_name = if dir == Direction::Send { "send" } else { "receive" };
+        let plural = if n == 1 { "" } else { "s" };
+        let one = connection_data(i, alg, dir, on_gpu).memlock;
+        described.push(format!("{n} {dir_name}{plural} x {one} B ({what})"));
+    }
+    if alg != Algorithm::P2p || data.memlock > 0 {
+        let formula = format!("{}, GDR {}", described.join(" + "), i.gdr.as_str());
+        out.push(Term {
+            algorithm: alg,
+            name: "data buffers",
+            formula,
+            memlock_bytes: data.memlock,
+            host_bytes: data.host,
+        });
+    }
+    let (sends, recvs) = (c.sends + c.sends_gdr, c.receives + c.receives_gdr);
+    let (d, page) = (i.devices_per_nic, i.page_size);
+    let (cs, cr) = (control_pages(i, Direction::Send), control_pages(i, Direction::Recv));
+    out.push(Term {
+        algorithm: alg,
+        name: "control MRs",
+        formula: format!("({sends} x {cs} + {recvs} x {cr} pages) x {d} device(s) x {page} B"),
+        memlock_bytes: control,
+        host_bytes: control,
+    });
+    let (qs, qr) = (ring_pages(i, Direction::Send).0, ring_pages(i, Direction::Recv).0);
+    out.push(Term {
+        algorithm: alg,
+        name: "QP and CQ rings",
+        formula: format!(
+            "({sends} x {qs} + {recvs} x {qr} pages) x {d} device(s) x {page} B (mlx5, {} QP(s) per connection)",
+            i.qps_per_connection
+        ),
+        memlock_bytes: rings,
+        host_bytes: rings,
+    });
+    out
+}
+
+/// The shared p2p pools of a rank: one per direction and NIC, registered once per device (the MR
+/// cache finds every later connection's range inside it: net_ib/reg.cc), p2pnChannels x
+/// NCCL_SHARED_STEPS x chunk bytes each (net.cc sharedNetBuffersInit).
+fn p2p_pools(i: &Inputs, h: &Held) -> Option<(Bytes, String)> {
+    let p2p = i.p2p.as_ref()?;
+    if h.p2p.total() == 0 {
+        return None;
+    }
+    let page = i.page_size;
+    let pool = span_pages(0, p2p.channels * SHARED_STEPS * p2p.chunk, page) * page;
+    let gdr = i.gdr != GdrMode::Off;
+    let mut total = Bytes::default();
+    for on_gpu in [gdr && i.gdr_read, gdr] {
+        let one = match (on_gpu, i.gdr) {
+            (false, _) => Bytes { memlock: pool * i.devices_per_nic, host: pool },
+            (true, GdrMode::Peermem) => Bytes { memlock: pool * i.devices_per_nic, host: 0 },
+            (true, _) => Bytes::default(),
+        };
+        total = total.plus(one.scale(h.p2p_nics.len() as u64));
+    }
+    let formula = format!(
+        "{} NIC(s) x 2 directions x {} channels x {SHARED_STEPS} steps x {} B chunk x {} device(s), GDR {}",
+        h.p2p_nics.len(),
+        p2p.channels,
+        p2p.chunk,
+        i.devices_per_nic,
+        i.gdr.as_str()
+    );
+    Some((total, formula))
+}
+
+/// Doorbell records: one per QP and per CQ, from pages of page/64 slots per device context
+/// (rdma-core mlx5 dbrec.c), for the connections of the algorithms included.
+fn doorbell_pages(i: &Inputs, h: &Held, algorithms: &[Algorithm]) -> u64 {
+    let ((_, qs, cs), (_, qr, cr)) = (ring_pages(i, Direction::Send), ring_pages(i, Direction::Recv));
+    let per_page = (i.page_size / MLX5_DBREC).max(1);
+    let mut pages: u64 = 0;
+    for nic in &h.per_nic {
+        // A connection's records: the larger of a send's and a receive's (an upper bound of at
+        // most a page where the two are not paired).
+        let records: u64 = algorithms
+            .iter()
+            .map(|alg| nic[alg.index()].saturating_mul((qs + cs).max(qr + cr)))
+            .fold(0, u64::saturating_add);
+        pages = pages.saturating_add(records.div_ceil(per_page));
+    }
+    pages.saturating_mul(i.devices_per_nic)
+}
+
+fn rank_need(i: &Inputs, h: &Held, algorithms: &[Algorithm]) -> Bytes {
+    let mut total = Bytes::default();
+    for alg in algorithms {
+        let (data, control, rings) = parts(i, *alg, counts_for(h, *alg));
+        total = total
+            .plus(data)
+            .plus(Bytes { memlock: control, host: control })
+            .plus(Bytes { memlock: rings, host: rings });
+    }
+    if algorithms.contains(&Algorithm::P2p) {
+        if let Some((pools, _)) = p2p_pools(i, h) {
+            total = total.plus(pools);
+        }
+    }
+    let db = doorbell_pages(i, h, algorithms).saturating_mul(i.page_size);
+    total.plus(Bytes { memlock: db, host: db }).scale(i.communicators)
+}
+
+/// Whether a node has a parent and children in each tree: all the model needs of its place.
+fn tree_roles(nodes: u64, node: u64) -> [(bool, bool, bool); 2] {
+    dtree(nodes as i64, node as i64).map(|(u, d0, d1)| (u != -1, d0 != -1, d1 != -1))
+}
+
+/// The model: per rank and per node, for ring only and for ring with tree (and p2p when given).
+pub fn estimate(i: &Inputs) -> Estimate {
+    let mut ring_only: Vec<Algorithm> = vec![Algorithm::Ring];
+    let mut all: Vec<Algorithm> = vec![Algorithm::Ring, Algorithm::Tree];
+    if i.p2p.is_some() {
+        ring_only.push(Algorithm::P2p);
+        all.push(Algorithm::P2p);
+    }
+    // Ring connections are the same on every node; tree roles are not, but only a handful of
+    // role combinations exist: one node of each is placed.
+    let mut representatives: Vec<([(bool, bool, bool); 2], u64)> = Vec::new();
+    for node in 0..i.nodes.max(1) {
+        let roles = tree_roles(i.nodes.max(1), node);
+        if !representatives.iter().any(|(r, _)| *r == roles) {
+            representatives.push((roles, node));
+        }
+    }
+    let mut node_max = (0, Bytes::default());
+    let mut rank_max = (0, 0);
+    for (_, node) in &representatives {
+        let held = place(i, *node, true);
+        let needs: Vec<Bytes> = held.iter().map(|h| rank_need(i, h, &all)).collect();
+        let total = needs.iter().fold(Bytes::default(), |a, b| a.plus(*b));
+        let max = needs.iter().map(|b| b.memlock).max().unwrap_or(0);
+        if total.memlock > node_max.1.memlock || *node == 0 {
+            node_max = (*node, total);
+        }
+        if max > rank_max.1 || *node == 0 {
+            rank_max = (*node, max);
+        }
+    }
+    let busiest_node = rank_max.0;
+    let held = place(i, busiest_node, true);
+    let ranks = held.iter().enumerate().map(|(r, h)| rank_detail(i, r as u64, h, &all, &ring_only)).collect();
+    let ring_held = place(i, 0, false);
+    let ring = ring_held.iter().map(|h| rank_need(i, h, &ring_only)).collect::<Vec<_>>();
+    let ring_node = ring.iter().fold(Bytes::default(), |a, b| a.plus(*b));
+    let p2p = if i.p2p.is_some() { " + p2p" } else { "" };
+    Estimate {
+        inputs: i.clone(),
+        per_rank_max_bytes: rank_max.1,
+        per_node_bytes: node_max.1.memlock,
+        per_node_host_bytes: node_max.1.host,
+        busiest_node,
+        scenarios: vec![
+            Scenario {
+                algorithms: format!("ring{p2p}"),
+                per_rank_max_bytes: ring.iter().map(|b| b.memlock).max().unwrap_or(0),
+                per_node_bytes: ring_node.memlock,
+                per_node_host_bytes: ring_node.host,
+            },
+            Scenario {
+                algorithms: format!("ring + tree{p2p}"),
+                per_rank_max_bytes: rank_max.1,
+                per_node_bytes: node_max.1.memlock,
+                per_node_host_bytes: node_max.1.host,
+            },
+        ],
+        ranks,
+    }
+}
+
+fn rank_detail(i: &Inputs, rank: u64, h: &Held, all: &[Algorithm], ring_only: &[Algorithm]) -> Rank {
+    let need = rank_need(i, h, all);
+    let mut terms = Vec::new();
+    for alg in all {
+        terms.extend(terms_for(i, *alg, counts_for(h, *alg)));
+    }
+    if let Some((pools, formula)) = p2p_pools(i, h) {
+        terms.push(Term {
+            algorithm: Algorithm::P2p,
+            name: "shared pools",
+            formula,
+            memlock_bytes: pools.memlock,
+            host_bytes: pools.host,
+        });
+    }
+    let db = doorbell_pages(i, h, all);
+    if db > 0 {
+        let per_page = i.page_size / MLX5_DBREC;
+        terms.push(Term {
+            algorithm: Algorithm::Ring,
+            name: "doorbell records",
+            formula: format!("{db} page(s) of {per_page} records of {MLX5_DBREC} B, one per QP and CQ, per device"),
+            memlock_bytes: db * i.page_size,
+            host_bytes: db * i.page_size,
+        });
+    }
+    if i.communicators > 1 {
+        for t in &mut terms {
+            t.memlock_bytes = t.memlock_bytes.saturating_mul(i.communicators);
+            t.host_bytes = t.host_bytes.saturating_mul(i.communicators);
+            t.formula = format!("{} communicators x ({})", i.communicators, t.formula);
+        }
+    }
+    Rank {
+        rank,
+        memlock_bytes: need.memlock,
+        host_bytes: need.host,
+        ring_only_memlock_bytes: rank_need(i, h, ring_only).memlock,
+        ring: h.ring,
+        tree: h.tree,
+        p2p: h.p2p,
+        terms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: u64 = 4096;
+
+    #[test]
+    fn nccls_default_buffer_sizes() {
+        assert_eq!(DEFAULT_LL_BUFFSIZE, 524_288);
+        assert_eq!(DEFAULT_LL128_BUFFSIZE, 4_915_200);
+        assert_eq!(DEFAULT_BUFFSIZE, 4_194_304);
+        assert_eq!(CTS_FIFO_BYTES, 128 * 1024);
+        assert_eq!(SEND_COMPLETIONS_BYTES, 8 * 1024);
+        assert_eq!(RECV_COMPLETIONS_BYTES, 40 * 1024);
+    }
+
+    /// trees.cc's own illustration: 14 ranks, tree 0.
+    #[test]
+    fn btree_matches_nccls_picture() {
+        assert_eq!(btree(14, 0), (-1, -1, 8));
+        assert_eq!(btree(14, 8), (0, 4, 12));
+        assert_eq!(btree(14, 12), (8, 10, 13));
+        assert_eq!(btree(14, 13), (12, -1, -1));
+        assert_eq!(btree(14, 1), (2, -1, -1));
+        assert_eq!(btree(1, 0), (-1, -1, -1));
+        assert_eq!(btree(2, 1), (0, -1, -1));
+        // The mirror for an even count: node 11 of 12 is tree 1's root.
+        let [_, t1] = dtree(12, 11);
+        assert_eq!(t1.0, -1);
+        let [_, t1] = dtree(13, 1);
+        assert_eq!(t1.0, -1, "shifted by one for an odd count: node 1 is tree 1's root");
+    }
+
+    #[test]
+    fn every_tree_edge_has_two_ends() {
+        for nodes in 2..40 {
+            for t in 0..2 {
+                let mut ups = 0;
+                let mut downs = 0;
+                for n in 0..nodes {
+                    let (u, d0, d1) = dtree(nodes, n)[t];
+                    ups += i64::from(u != -1);
+                    downs += i64::from(d0 != -1) + i64::from(d1 != -1);
+                    for d in [d0, d1].into_iter().filter(|d| *d != -1) {
+                        assert_eq!(dtree(nodes, d)[t].0, n, "{nodes} nodes, tree {t}: {d}'s parent");
+                    }
+                }
+                assert_eq!(ups, nodes - 1, "a tree over {nodes} nodes");
+                assert_eq!(downs, nodes - 1);
+            }
+        }
+    }
+
+    #[test]
+    fn data_buffer_terms_per_mode() {
+        let mut i = Inputs::new(2, 8, 8);
+        let all = 9_633_792;
+        assert_eq!(data_buffers(&i, Direction::Send, false), Bytes { memlock: all, host: all });
+        assert_eq!(data_buffers(&i, Direction::Recv, false), Bytes { memlock: all, host: all });
+        i.gdr = GdrMode::Dmabuf;
+        assert_eq!(
+            data_buffers(&i, Direction::Send, true),
+            Bytes { memlock: 524_288, host: 524_288 },
+            "LL stays on the host"
+        );
+        assert_eq!(data_buffers(&i, Direction::Recv, true), Bytes::default());
+        i.gdr = GdrMode::Peermem;
+        assert_eq!(data_buffers(&i, Direction::Send, true), Bytes { memlock: all, host: 524_288 });
+        assert_eq!(data_buffers(&i, Direction::Recv, true), Bytes { memlock: all, host: 0 });
+    }
+
+    #[test]
+    fn odd_buffer_sizes_pin_their_page_span_and_the_cache_folds_contained_ones() {
+        let mut i = Inputs::new(2, 1, 1);
+        // NCCL_BUFFSIZE=4M reads as 4: the Simple buffer starts at 5439488 (page 1328 exactly).
+        i.buffsize_simple = 4;
+        assert_eq!(data_buffers(&i, Direction::Recv, false).memlock, (128 + 1200 + 1) * PAGE);
+        // An LL128 buffer of 4097 B ends 1 byte into its second page; Simple (4 B) falls inside
+        // that page: NCCL's MR cache returns the LL128 MR, nothing more is pinned.
+        i.buffsize_ll128 = 4097;
+        assert_eq!(data_buffers(&i, Direction::Recv, false).memlock, (128 + 2) * PAGE);
+        assert_eq!(span_pages(4095, 2, PAGE), 2);
+        assert_eq!(span_pages(0, 0, PAGE), 0);
+    }
+
+    #[test]
+    fn control_and_queue_pages_per_connection() {
+        let mut i = Inputs::new(2, 8, 8);
+        assert_eq!(control_pages(&i, Direction::Send), 1 + 33 + 3);
+        assert_eq!(control_pages(&i, Direction::Recv), 33 + 11 + 1);
+        // Send: CQ of 257 -> 512 entries x 64 B = 8 pages; QP 512 WRs x 256 B = 32 pages.
+        assert_eq!(ring_pages(&i, Direction::Send), (8 + 32, 1, 1));
+        // Receive: CQ 513 -> 1024 x 64 = 16 pages; QP 128 KiB + 4 KiB = 33; flush QP 16.
+        assert_eq!(ring_pages(&i, Direction::Recv), (16 + 33 + 16, 2, 1));
+        i.gdr_flush = false;
+        assert_eq!(control_pages(&i, Direction::Recv), 44);
+        assert_eq!(ring_pages(&i, Direction::Recv), (16 + 33, 1, 1));
+        i.qps_per_connection = 4;
+        // CQ 1025 -> 2048 x 64 = 32 pages; four QPs.
+        assert_eq!(ring_pages(&i, Direction::Send), (32 + 4 * 32, 4, 1));
+    }
+
+    #[test]
+    fn ring_connections_sit_next_to_the_nics() {
+        // 8 GPUs, 8 NICs, 32 channels: each GPU receives and sends the 4 channels of its NIC.
+        let i = Inputs::new(2, 8, 8);
+        let held = place(&i, 0, false);
+        for h in &held {
+            assert_eq!(h.ring, Counts { sends: 4, receives: 4, ..Default::default() });
+        }
+        // One NIC for 8 GPUs: 4 channels, received on GPU 0 and sent from GPU 7.
+        let one = Inputs::new(2, 8, 1);
+        let held = place(&one, 0, false);
+        assert_eq!(held[0].ring, Counts { receives: 4, ..Default::default() });
+        assert_eq!(held[7].ring, Counts { sends: 4, ..Default::default() });
+        assert!(held[1..7].iter().all(|h| h.ring.total() == 0));
+        // One node: nothing on the network.
+        assert!(place(&Inputs::new(1, 8, 8), 0, true).iter().all(|h| h.ring.total() + h.tree.total() == 0));
+    }
+
+    #[test]
+    fn tree_connections_follow_the_double_binary_tree() {
+        // Two nodes: in tree 0 node 0 is the root with child 1 (its d1), in tree 1 node 0 is the
+        // child of node 1. 8 GPUs, 8 NICs, 32 channels: channels 0-15 on tree 0, 16-31 on tree 1.
+        let i = Inputs::new(2, 8, 8);
+        assert_eq!(dtree(2, 0), [(-1, -1, 1), (1, -1, -1)]);
+        let held = place(&i, 0, true);
+        // Every GPU is treeIntra[0] of 4 channels: 2 on tree 0 (child-1 edge), 2 on tree 1 (parent
+        // edge): 4 tree sends and 4 receives each.
+        for h in &held {
+            assert_eq!(h.tree, Counts { sends: 4, receives: 4, ..Default::default() }, "{held:?}");
+        }
+    }
+
+    #[test]
+    fn pxn_moves_sends_to_the_nics_gpu_only_with_gpudirect() {
+        // Four nodes: node 2 in tree 0 has parent 0 and children 1 (d0 -> treeIntra[1]) and 3.
+        assert_eq!(dtree(4, 2)[0], (0, 1, 3));
+        let mut i = Inputs::new(4, 8, 8);
+        i.channels = Channels::given(2);
+        // Channel 0 (tree 0, NIC 0): GPU 0 holds the parent edge, GPU 1 the child-0 edge, without
+        // GPUDirect on GPU 1 (NIC 0 is not on its switch).
+        let held = place(&i, 2, true);
+        assert_eq!(held[1].tree, Counts { sends: 1, receives: 1, ..Default::default() });
+        // Channel 1 (tree 1, also NIC 0: two channels are one search channel duplicated): node 2
+        // is a leaf of the mirrored tree, its parent edge on GPU 0 too.
+        assert_eq!(dtree(4, 2)[1], (1, -1, -1));
+        assert_eq!(held[0].tree, Counts { sends: 3, receives: 3, ..Default::default() }, "parent, child 1, parent");
+        i.gdr = GdrMode::Dmabuf;
+        let held = place(&i, 2, true);
+        assert_eq!(held[1].tree, Counts { receives: 1, ..Default::default() }, "PXN: the send is GPU 0's");
+        assert_eq!(held[0].tree, Counts { sends_gdr: 4, receives_gdr: 3, ..Default::default() });
+        i.pxn = false;
+        let held = place(&i, 2, true);
+        assert_eq!(held[1].tree, Counts { sends: 1, receives: 1, ..Default::default() });
+    }
+
+    #[test]
+    fn channel_caps_and_floors() {
+        let topo = topology_channels(8);
+        assert_eq!(topo.count, 32);
+        assert_eq!(topology_channels(1).count, 4);
+        assert_eq!(topology_channels(32).count, 64);
+        let apply = |l: ChannelLimits| l.apply(&topo).count;
+        assert_eq!(apply(ChannelLimits::default()), 32);
+        assert_eq!(apply(ChannelLimits { max_nchannels: Some(8), ..Default::default() }), 8);
+        assert_eq!(apply(ChannelLimits { max_ctas: Some(16), max_nchannels: Some(24), ..Default::default() }), 16);
+        assert_eq!(apply(ChannelLimits { max_nchannels: Some(0), ..Default::default() }), 1, "below 1 is 1");
+        assert_eq!(apply(ChannelLimits { max_ctas: Some(0), ..Default::default() }), 32, "0 CTAs is ignored");
+        assert_eq!(apply(ChannelLimits { min_nchannels: Some(40), ..Default::default() }), 40, "a floor, not a count");
+        assert_eq!(apply(ChannelLimits { min_ctas: Some(100), ..Default::default() }), 64, "capped at MAXCHANNELS");
+        assert_eq!(apply(ChannelLimits { min_ctas: Some(48), max_ctas: Some(40), ..Default::default() }), 40);
+        // Channels copied to reach a floor repeat the first ones: trees and NICs included.
+        let floor = ChannelLimits { max_nchannels: Some(4), min_nchannels: Some(8), ..Default::default() }.apply(&topo);
+        assert_eq!(floor.count, 8);
+        assert_eq!((0..8).map(|c| floor.tree_of(c)).collect::<Vec<_>>(), [0; 8], "the first 4 of 32 are all tree 0");
+        assert_eq!((0..8).map(|c| floor.nic_of(c, 8)).collect::<Vec<_>>(), [0, 1, 2, 3, 0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn huge_inputs_saturate_instead_of_wrapping() {
+        let mut i = Inputs::new(2, 72, 32);
+        i.channels = Channels::given(64);
+        i.communicators = u64::MAX;
+        let e = estimate(&i);
+        assert_eq!(e.per_rank_max_bytes, u64::MAX);
+    }
+}
