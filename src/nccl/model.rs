@@ -114,6 +114,9 @@ pub struct P2p {
     pub chunk: u64,
     /// NCCL_ALLOC_P2P_NET_LL_BUFFERS: an LL buffer per connection.
     pub ll_buffers: bool,
+    /// Shared pools (NCCL_NET_SHARED_BUFFERS not 0); without them every p2p connection has
+    /// dedicated buffers like a ring's (net.cc sendSetup: `shared`).
+    pub shared: bool,
 }
 
 impl Inputs {
@@ -546,7 +549,8 @@ fn ring_pages(i: &Inputs, dir: Direction) -> (u64, u64, u64) {
 /// One line of a rank's need.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Term {
-    pub algorithm: Algorithm,
+    /// The algorithm whose connections the term is for; none for what they share (doorbell pages).
+    pub algorithm: Option<Algorithm>,
     pub name: &'static str,
     pub formula: String,
     pub memlock_bytes: u64,
@@ -604,7 +608,8 @@ fn counts_for(h: &Held, alg: Algorithm) -> Counts {
 /// One connection's data buffers, as charged: registered on every device of a merged NIC (the
 /// VmPin charge repeats, the memory does not).
 fn connection_data(i: &Inputs, alg: Algorithm, dir: Direction, on_gpu: bool) -> Bytes {
-    let one = if alg != Algorithm::P2p {
+    let shared_p2p = alg == Algorithm::P2p && i.p2p.as_ref().is_none_or(|p| p.shared);
+    let one = if !shared_p2p {
         data_buffers(i, dir, on_gpu)
     } else if i.p2p.as_ref().is_some_and(|p| p.ll_buffers) {
         // net.cc: with NCCL_ALLOC_P2P_NET_LL_BUFFERS each p2p connection has a host LL buffer.
@@ -655,8 +660,9 @@ fn terms_for(i: &Inputs, alg: Algorithm, c: Counts) -> Vec<Term> {
         if n == 0 {
             continue;
         }
+        let shared_p2p = alg == Algorithm::P2p && i.p2p.as_ref().is_none_or(|p| p.shared);
         let what = match (alg, dir, on_gpu) {
-            (Algorithm::P2p, _, _) => "LL, NCCL_ALLOC_P2P_NET_LL_BUFFERS",
+            (Algorithm::P2p, _, _) if shared_p2p => "LL, NCCL_ALLOC_P2P_NET_LL_BUFFERS",
             (_, _, false) => "LL+LL128+Simple on the host",
             (_, Direction::Send, true) => "LL on the host, LL128+Simple on the GPU",
             (_, Direction::Recv, true) => "LL+LL128+Simple on the GPU",
@@ -669,7 +675,7 @@ fn terms_for(i: &Inputs, alg: Algorithm, c: Counts) -> Vec<Term> {
     if alg != Algorithm::P2p || data.memlock > 0 {
         let formula = format!("{}, GDR {}", described.join(" + "), i.gdr.as_str());
         out.push(Term {
-            algorithm: alg,
+            algorithm: Some(alg),
             name: "data buffers",
             formula,
             memlock_bytes: data.memlock,
@@ -680,7 +686,7 @@ fn terms_for(i: &Inputs, alg: Algorithm, c: Counts) -> Vec<Term> {
     let (d, page) = (i.devices_per_nic, i.page_size);
     let (cs, cr) = (control_pages(i, Direction::Send), control_pages(i, Direction::Recv));
     out.push(Term {
-        algorithm: alg,
+        algorithm: Some(alg),
         name: "control MRs",
         formula: format!("({sends} x {cs} + {recvs} x {cr} pages) x {d} device(s) x {page} B"),
         memlock_bytes: control,
@@ -688,7 +694,7 @@ fn terms_for(i: &Inputs, alg: Algorithm, c: Counts) -> Vec<Term> {
     });
     let (qs, qr) = (ring_pages(i, Direction::Send).0, ring_pages(i, Direction::Recv).0);
     out.push(Term {
-        algorithm: alg,
+        algorithm: Some(alg),
         name: "QP and CQ rings",
         formula: format!(
             "({sends} x {qs} + {recvs} x {qr} pages) x {d} device(s) x {page} B (mlx5, {} QP(s) per connection)",
@@ -704,7 +710,7 @@ fn terms_for(i: &Inputs, alg: Algorithm, c: Counts) -> Vec<Term> {
 /// cache finds every later connection's range inside it: net_ib/reg.cc), p2pnChannels x
 /// NCCL_SHARED_STEPS x chunk bytes each (net.cc sharedNetBuffersInit).
 fn p2p_pools(i: &Inputs, h: &Held) -> Option<(Bytes, String)> {
-    let p2p = i.p2p.as_ref()?;
+    let p2p = i.p2p.as_ref().filter(|p| p.shared)?;
     if h.p2p.total() == 0 {
         return None;
     }
@@ -767,8 +773,11 @@ fn rank_need(i: &Inputs, h: &Held, algorithms: &[Algorithm]) -> Bytes {
     total.plus(Bytes { memlock: db, host: db }).scale(i.communicators)
 }
 
-/// Whether a node has a parent and children in each tree: all the model needs of its place.
-fn tree_roles(nodes: u64, node: u64) -> [(bool, bool, bool); 2] {
+/// Whether a node has a parent, a child 0 and a child 1, in each of the two trees.
+type TreeRoles = [(bool, bool, bool); 2];
+
+/// A node's tree roles: all the model needs of its place.
+fn tree_roles(nodes: u64, node: u64) -> TreeRoles {
     dtree(nodes as i64, node as i64).map(|(u, d0, d1)| (u != -1, d0 != -1, d1 != -1))
 }
 
@@ -782,7 +791,7 @@ pub fn estimate(i: &Inputs) -> Estimate {
     }
     // Ring connections are the same on every node; tree roles are not, but only a handful of
     // role combinations exist: one node of each is placed.
-    let mut representatives: Vec<([(bool, bool, bool); 2], u64)> = Vec::new();
+    let mut representatives: Vec<(TreeRoles, u64)> = Vec::new();
     for node in 0..i.nodes.max(1) {
         let roles = tree_roles(i.nodes.max(1), node);
         if !representatives.iter().any(|(r, _)| *r == roles) {
@@ -842,7 +851,7 @@ fn rank_detail(i: &Inputs, rank: u64, h: &Held, all: &[Algorithm], ring_only: &[
     }
     if let Some((pools, formula)) = p2p_pools(i, h) {
         terms.push(Term {
-            algorithm: Algorithm::P2p,
+            algorithm: Some(Algorithm::P2p),
             name: "shared pools",
             formula,
             memlock_bytes: pools.memlock,
@@ -853,7 +862,7 @@ fn rank_detail(i: &Inputs, rank: u64, h: &Held, all: &[Algorithm], ring_only: &[
     if db > 0 {
         let per_page = i.page_size / MLX5_DBREC;
         terms.push(Term {
-            algorithm: Algorithm::Ring,
+            algorithm: None,
             name: "doorbell records",
             formula: format!("{db} page(s) of {per_page} records of {MLX5_DBREC} B, one per QP and CQ, per device"),
             memlock_bytes: db * i.page_size,
