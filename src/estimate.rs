@@ -166,6 +166,7 @@ pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[Sysf
         },
     };
     let mut i = Inputs::new(args.nodes, args.ranks_per_node, nics);
+    i.communicators = args.communicators;
     let buffer = |r: &mut Reader, name, flag: Option<u64>, default: u64| match flag {
         Some(v) => v,
         // comm->buffSizes is an int: values outside 1..INT_MAX are findings of `check`; the model
@@ -537,4 +538,196 @@ pub fn run(args: &EstimateArgs) -> u8 {
         return fail(format!("writing the report: {err}"), crate::exit::RUNTIME);
     }
     crate::exit::OK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::rdma_sysfs::SysfsPort;
+    use crate::kernel::rdma_sysfs::Numbered;
+
+    fn model_args(flags: &[&str]) -> ModelArgs {
+        use clap::Parser;
+        let argv = ["memlock-exporter", "estimate"].iter().chain(flags);
+        match crate::cli::Cli::try_parse_from(argv) {
+            Ok(crate::cli::Cli { command: Some(crate::cli::Command::Estimate(args)), .. }) => args.model,
+            other => panic!("{flags:?}: {other:?}"),
+        }
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Environment {
+        Environment::from_pairs(pairs.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())))
+    }
+
+    fn no_sysfs() -> PathBuf {
+        PathBuf::from("/nonexistent-sysfs")
+    }
+
+    fn derive_with(flags: &[&str], vars: &[(&str, &str)]) -> Derived {
+        derive(&model_args(flags), &env(vars), &no_sysfs(), &[]).unwrap()
+    }
+
+    fn hca(name: &str, active_ports: &[u32]) -> SysfsDevice {
+        let ports = active_ports
+            .iter()
+            .map(|n| SysfsPort {
+                number: *n,
+                state: Some(Numbered { value: 4, name: "ACTIVE".into() }),
+                ..Default::default()
+            })
+            .collect();
+        SysfsDevice { name: name.into(), ports, ..Default::default() }
+    }
+
+    #[test]
+    fn every_model_flag_reaches_the_inputs() {
+        let d = derive_with(
+            &[
+                "--nodes",
+                "4",
+                "--ranks-per-node",
+                "4",
+                "--nics",
+                "2",
+                "--channels",
+                "12",
+                "--communicators",
+                "2",
+                "--buffsize",
+                "8388608",
+                "--ll-buffsize",
+                "4096",
+                "--ll128-buffsize",
+                "8192",
+                "--gdr",
+                "dmabuf",
+                "--p2p-net",
+                "--p2p-channels",
+                "16",
+                "--devices-per-connection",
+                "2",
+                "--qps-per-connection",
+                "4",
+            ],
+            &[],
+        );
+        let i = &d.inputs;
+        assert_eq!((i.nodes, i.ranks_per_node, i.nics, i.channels.count, i.communicators), (4, 4, 2, 12, 2));
+        assert_eq!((i.buffsize_simple, i.buffsize_ll, i.buffsize_ll128), (8_388_608, 4096, 8192));
+        assert_eq!((i.gdr, d.gdr.detected), (GdrMode::Dmabuf, false));
+        assert_eq!((i.devices_per_nic, i.qps_per_connection), (2, 4));
+        assert_eq!(i.p2p.as_ref().map(|p| p.channels), Some(16));
+        assert_eq!(d.nics_why, "--nics");
+        assert_eq!(i.channels.why, "--channels");
+    }
+
+    #[test]
+    fn without_flags_the_environment_and_the_node_decide() {
+        let d = derive_with(&[], &[]);
+        assert_eq!(d.inputs.nics, 8, "no RDMA here: one NIC per rank");
+        assert!(d.nics_why.contains("one NIC per rank assumed"), "{}", d.nics_why);
+        assert_eq!(d.inputs.channels.count, 32);
+        assert!(d.inputs.channels.why.starts_with("assumed from the topology"));
+        assert_eq!((d.inputs.gdr, d.gdr.detected), (GdrMode::Off, true));
+        let devices = [hca("mlx5_0", &[1]), hca("mlx5_1", &[1]), hca("mlx5_2", &[]), hca("mlx5_3", &[1, 2])];
+        let d = derive(&model_args(&[]), &env(&[]), &no_sysfs(), &devices).unwrap();
+        assert_eq!(d.inputs.nics, 4);
+        assert!(d.nics_why.ends_with("mlx5_0:1, mlx5_1:1, mlx5_3:1, mlx5_3:2"), "{}", d.nics_why);
+        let d = derive(&model_args(&[]), &env(&[("NCCL_IB_HCA", "^mlx5_3")]), &no_sysfs(), &devices).unwrap();
+        assert_eq!(d.inputs.nics, 2, "{}", d.nics_why);
+    }
+
+    #[test]
+    fn nccl_variables_are_read_as_nccl_reads_them() {
+        let d = derive_with(&[], &[("NCCL_BUFFSIZE", "4M"), ("NCCL_IB_QPS_PER_CONNECTION", "0x2")]);
+        assert_eq!(d.inputs.buffsize_simple, 4, "strtoll stops at M");
+        assert_eq!(d.inputs.qps_per_connection, 2);
+        assert!(d.environment.contains(&"NCCL_BUFFSIZE=4M (read as 4)".to_owned()), "{:?}", d.environment);
+        assert_eq!(d.problems.len(), 1, "{:?}", d.problems);
+        assert_eq!(d.problems[0].name, "NCCL_BUFFSIZE");
+        // -2 is NCCL's "unset" for buffer sizes: the default.
+        assert_eq!(derive_with(&[], &[("NCCL_BUFFSIZE", "-2")]).inputs.buffsize_simple, model::DEFAULT_BUFFSIZE);
+        // A flag beats the environment.
+        assert_eq!(derive_with(&["--buffsize", "1048576"], &[("NCCL_BUFFSIZE", "4M")]).inputs.buffsize_simple, 1 << 20);
+        // Caps and floors, not counts.
+        let c = |vars: &[(&str, &str)]| derive_with(&[], vars).inputs.channels.count;
+        assert_eq!(c(&[("NCCL_MAX_NCHANNELS", "8")]), 8);
+        assert_eq!(c(&[("NCCL_MAX_NRINGS", "8")]), 8, "the legacy name");
+        assert_eq!(c(&[("NCCL_MAX_NRINGS", "8"), ("NCCL_MAX_NCHANNELS", "16")]), 16, "the new name wins");
+        assert_eq!(c(&[("NCCL_MIN_NRINGS", "48")]), 48);
+        assert_eq!(c(&[("NCCL_MIN_CTAS", "40"), ("NCCL_MAX_CTAS", "36")]), 36);
+        assert_eq!(c(&[("NCCL_MAX_CTAS", "0")]), 32, "NCCL leaves its default for 0");
+        assert_eq!(c(&[("NCCL_MAX_NCHANNELS", "0")]), 1, "and raises 0 channels to 1");
+        assert!(derive_with(&[], &[("NCCL_MAX_NCHANNELS", "8")]).inputs.channels.why.contains("max channels 8"));
+        // Switches.
+        assert!(!derive_with(&[], &[("NCCL_PXN_DISABLE", "1")]).inputs.pxn);
+        assert!(!derive_with(&[], &[("NCCL_NET_GDR_READ", "0")]).inputs.gdr_read);
+        assert!(!derive_with(&[], &[("NCCL_GDR_FLUSH_DISABLE", "1")]).inputs.gdr_flush);
+        assert!(derive_with(&[], &[("NCCL_RUNTIME_CONNECT", "0")]).connect.starts_with("at communicator init"));
+        assert!(derive_with(&[], &[]).connect.starts_with("runtime connect"));
+        // p2p: the chunk is at most Simple / 8, channels per peer halve for large jobs.
+        let p = derive_with(&["--p2p-net", "--nodes", "16"], &[("NCCL_BUFFSIZE", "524288")]).inputs.p2p.unwrap();
+        assert_eq!(p.chunk, 65_536);
+        assert_eq!(p.channels, 32);
+        assert_eq!(p.channels_per_peer, 2, "128 ranks: 2 x 16 batches of 8 fit 32 channels");
+        let p = derive_with(&["--p2p-net", "--nodes", "32"], &[]).inputs.p2p.unwrap();
+        assert_eq!(p.channels_per_peer, 1, "256 ranks: 2 x 32 batches would exceed 32 channels");
+        let p = derive_with(&["--p2p-net"], &[("NCCL_NCHANNELS_PER_NET_PEER", "4")]).inputs.p2p.unwrap();
+        assert_eq!(p.channels_per_peer, 4);
+        assert!(!derive_with(&["--p2p-net"], &[("NCCL_NET_SHARED_BUFFERS", "0")]).inputs.p2p.unwrap().shared);
+    }
+
+    #[test]
+    fn flags_no_job_can_have_are_refused_naming_the_flag() {
+        assert!(validate(&model_args(&[])).is_ok());
+        for (flags, message) in [
+            (&["--nodes", "0"][..], "--nodes 0: must be at least 1 (--nodes 1 is a single-node job)"),
+            (&["--nodes", "65537"], "--nodes 65537: NCCL takes at most 65536"),
+            (&["--ranks-per-node", "0"], "--ranks-per-node 0: must be at least 1"),
+            (&["--ranks-per-node", "73"], "--ranks-per-node 73: NCCL takes at most 72 (NCCL_MAX_LOCAL_RANKS)"),
+            (&["--nics", "0"], "--nics 0: must be at least 1"),
+            (&["--nics", "33"], "--nics 33: NCCL takes at most 32 (MAX_IB_DEVS)"),
+            (&["--channels", "0"], "--channels 0: must be at least 1"),
+            (&["--channels", "65"], "--channels 65: NCCL takes at most 64 (MAXCHANNELS)"),
+            (&["--communicators", "0"], "--communicators 0: must be at least 1"),
+            (&["--p2p-channels", "0"], "--p2p-channels 0: must be at least 1"),
+            (&["--p2p-channels", "65"], "--p2p-channels 65: NCCL takes at most 64"),
+            (&["--devices-per-connection", "0"], "--devices-per-connection 0: must be at least 1"),
+            (&["--devices-per-connection", "9"], "--devices-per-connection 9: NCCL takes at most 8"),
+            (&["--qps-per-connection", "0"], "--qps-per-connection 0: must be at least 1"),
+            (&["--qps-per-connection", "129"], "--qps-per-connection 129: NCCL takes at most 128"),
+            (
+                &["--qps-per-connection", "65", "--devices-per-connection", "2"],
+                "--qps-per-connection 65: 65 QPs on each",
+            ),
+            (&["--buffsize", "0"], "--buffsize 0: NCCL takes 1 to 2147483647 bytes"),
+            (&["--ll-buffsize", "2147483648"], "--ll-buffsize 2147483648: NCCL takes 1 to"),
+            (&["--ll128-buffsize", "0"], "--ll128-buffsize 0: NCCL takes 1 to"),
+            (&["--gdr", "read"], "--gdr \"read\": expected off, dmabuf or peermem"),
+        ] {
+            let err = validate(&model_args(flags)).unwrap_err();
+            assert!(err.starts_with(message), "{flags:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_verdict_applies_checks_cap_ipc_lock_rule() {
+        let e = model::estimate(&Inputs::new(2, 8, 8));
+        let limits = pid_limits::MemlockLimits {
+            soft: pid_limits::Limit::Bytes(8 << 20),
+            hard: pid_limits::Limit::Bytes(8 << 20),
+        };
+        let m = check::Machine {
+            pid: "self".into(),
+            limits: Some(limits),
+            ipc_lock: Some(false),
+            initial_user_ns: Some(true),
+            ..Default::default()
+        };
+        assert!(!verdict(&e, &m).fits_memlock_limit);
+        let held = check::Machine { ipc_lock: Some(true), ..m.clone() };
+        assert!(verdict(&e, &held).fits_memlock_limit && verdict(&e, &held).cap_ipc_lock_exempt);
+        let userns = check::Machine { ipc_lock: Some(true), initial_user_ns: Some(false), ..m };
+        assert!(!verdict(&e, &userns).fits_memlock_limit, "a user namespace's CAP_IPC_LOCK does not exempt");
+    }
 }

@@ -1075,4 +1075,132 @@ mod tests {
         let e = estimate(&i);
         assert_eq!(e.per_rank_max_bytes, u64::MAX);
     }
+
+    // The worked cases of docs/check.md, computed by hand there from NCCL's source. Per
+    // connection, NCCL's defaults, 4 KiB pages, one QP, GPUDirect flush on:
+    // send = data 2352 pages (9633792 B) + control 37 + queues 40 = 2429 pages = 9949184 B;
+    // receive = 2352 + 45 + 65 = 2462 pages = 10084352 B; with GPUDirect (dma-buf) a send keeps
+    // its LL buffer, 128 + 37 + 40 = 205 pages = 839680 B, a receive 45 + 65 = 110 pages = 450560 B.
+    const SEND_HOST: u64 = 9_949_184;
+    const RECV_HOST: u64 = 10_084_352;
+    const SEND_DMABUF: u64 = 839_680;
+    const RECV_DMABUF: u64 = 450_560;
+
+    fn rank(e: &Estimate, r: u64) -> &Rank {
+        &e.ranks[r as usize]
+    }
+
+    #[test]
+    fn case_a_two_nodes_eight_gpus_eight_nics_gdr_off() {
+        let e = estimate(&Inputs::new(2, 8, 8));
+        // Every GPU: 4 ring sends and receives (its NIC's channels), 4 tree edges; one doorbell
+        // page (16 connections x 3 records).
+        let per_rank = 8 * SEND_HOST + 8 * RECV_HOST + PAGE;
+        assert_eq!(per_rank, 160_272_384);
+        assert_eq!(e.per_rank_max_bytes, per_rank);
+        assert_eq!(e.per_node_bytes, 8 * per_rank);
+        assert_eq!(e.per_node_host_bytes, 8 * per_rank, "GDR off: all of it is host memory");
+        assert_eq!(e.scenarios[0].per_rank_max_bytes, 4 * SEND_HOST + 4 * RECV_HOST + PAGE, "ring only");
+        assert!(e.ranks.iter().all(|r| r.memlock_bytes == per_rank));
+    }
+
+    #[test]
+    fn case_b_the_same_with_dmabuf() {
+        let mut i = Inputs::new(2, 8, 8);
+        i.gdr = GdrMode::Dmabuf;
+        let e = estimate(&i);
+        let per_rank = 8 * SEND_DMABUF + 8 * RECV_DMABUF + PAGE;
+        assert_eq!(per_rank, 10_326_016, "above the 8 MiB default limit even so");
+        assert_eq!(e.per_rank_max_bytes, per_rank);
+        assert_eq!(e.per_node_host_bytes, 8 * per_rank);
+    }
+
+    #[test]
+    fn case_c_the_same_with_nvidia_peermem() {
+        let mut i = Inputs::new(2, 8, 8);
+        i.gdr = GdrMode::Peermem;
+        let e = estimate(&i);
+        // The GPU buffers are charged like host memory but take none.
+        assert_eq!(e.per_rank_max_bytes, 160_272_384);
+        assert_eq!(e.per_node_host_bytes, 8 * 10_326_016);
+    }
+
+    #[test]
+    fn case_d_one_nic_for_eight_gpus() {
+        let e = estimate(&Inputs::new(2, 8, 1));
+        assert_eq!(e.inputs.channels.count, 4);
+        // GPU 0 receives the 4 ring channels and holds the 4 tree edges; GPU 7 sends the ring.
+        assert_eq!(rank(&e, 0).memlock_bytes, 4 * SEND_HOST + 8 * RECV_HOST + PAGE);
+        assert_eq!(rank(&e, 0).memlock_bytes, 120_475_648);
+        assert_eq!(rank(&e, 7).memlock_bytes, 4 * SEND_HOST + PAGE);
+        assert!((1..7).all(|r| rank(&e, r).memlock_bytes == 0));
+        assert_eq!(e.per_rank_max_bytes, 120_475_648);
+        assert_eq!(e.per_node_bytes, 120_475_648 + 39_800_832);
+    }
+
+    #[test]
+    fn case_e_an_inner_tree_node_with_dmabuf() {
+        let mut i = Inputs::new(4, 8, 8);
+        i.gdr = GdrMode::Dmabuf;
+        let e = estimate(&i);
+        // Node 2: tree 0 parent 0, children 1 and 3; tree 1 parent 1. GPU j: ring 4+4 with GDR;
+        // tree 0 channels j and j+8: parent and child-1 edges plus the PXN send of GPU j+1's
+        // child-0 edge (3 sends, 2 receives each); tree 1 channels j+16, j+24: 1 + 1 each; and
+        // the child-0 receives of NIC j-1's tree 0 channels, without GPUDirect: 2.
+        // Node 1 is node 2's mirror (inner in tree 1, a leaf in tree 0): the first is reported.
+        assert_eq!(e.busiest_node, 1);
+        let node2 = place(&i, 2, true);
+        assert_eq!(rank_need(&i, &node2[0], &[Algorithm::Ring, Algorithm::Tree]).memlock, rank(&e, 0).memlock_bytes);
+        let r = rank(&e, 0);
+        assert_eq!(r.tree, Counts { sends: 0, sends_gdr: 8, receives: 2, receives_gdr: 6 });
+        let data_and_queues = 12 * SEND_DMABUF + 10 * RECV_DMABUF + 2 * RECV_HOST;
+        // Doorbells: 22 connections on its own NIC (66 records, 2 pages), 2 on NIC j-1 (1 page).
+        assert_eq!(r.memlock_bytes, data_and_queues + 3 * PAGE);
+        assert_eq!(r.memlock_bytes, 34_762_752);
+        assert_eq!(e.per_rank_max_bytes, 34_762_752);
+    }
+
+    #[test]
+    fn case_f_one_node_registers_nothing() {
+        let e = estimate(&Inputs::new(1, 8, 8));
+        assert_eq!((e.per_rank_max_bytes, e.per_node_bytes), (0, 0));
+    }
+
+    #[test]
+    fn case_g_all_to_all_adds_connections_and_pools() {
+        let mut i = Inputs::new(2, 8, 8);
+        i.p2p = Some(P2p { channels: 32, channels_per_peer: 2, chunk: 131_072, ll_buffers: false, shared: true });
+        let e = estimate(&i);
+        // 8 remote peers x 2 channels: 16 sends (37 + 40 pages) and 16 receives (45 + 65), two
+        // 64 MiB pools, doorbells for 48 connections (144 records, 3 pages).
+        let p2p = 16 * 77 * PAGE + 16 * 110 * PAGE + 2 * 32 * 16 * 131_072;
+        assert_eq!(e.per_rank_max_bytes, 8 * SEND_HOST + 8 * RECV_HOST + p2p + 3 * PAGE);
+        assert_eq!(e.per_rank_max_bytes, 306_753_536);
+    }
+
+    #[test]
+    fn merged_nics_and_communicators_multiply_what_they_should() {
+        let base = estimate(&Inputs::new(2, 8, 8));
+        let mut i = Inputs::new(2, 8, 8);
+        i.communicators = 3;
+        assert_eq!(estimate(&i).per_rank_max_bytes, 3 * base.per_rank_max_bytes);
+        let mut merged = Inputs::new(2, 8, 8);
+        merged.devices_per_nic = 2;
+        let e = estimate(&merged);
+        // Every registration and queue twice for VmPin; the buffers' memory once.
+        assert_eq!(e.per_rank_max_bytes, 2 * base.per_rank_max_bytes);
+        let data_once = (8 + 8) * 9_633_792;
+        assert_eq!(e.ranks[0].host_bytes, e.per_rank_max_bytes - data_once);
+    }
+
+    #[test]
+    fn doorbell_pages_per_device_context() {
+        let mut i = Inputs::new(2, 1, 1);
+        i.channels = Channels::given(64);
+        let held = place(&i, 0, true);
+        // 64 ring + 64 tree edges, each 2 connections: 256 connections x 3 records / 64 per page.
+        assert_eq!(held[0].per_nic, vec![[128, 128, 0]]);
+        assert_eq!(doorbell_pages(&i, &held[0], &[Algorithm::Ring, Algorithm::Tree]), 12);
+        assert_eq!(doorbell_pages(&i, &held[0], &[Algorithm::Ring]), 6);
+    }
 }
