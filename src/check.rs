@@ -401,7 +401,7 @@ fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
         pid_limits::Limit::Bytes(limit) if limit < need => Finding::new(
             "memlock.hard",
             Status::Warn,
-            format!("{} < estimated need {}", human(limit as f64), human(need as f64)),
+            format!("{} < the busiest rank's estimated need {}", human(limit as f64), human(need as f64)),
             "the job cannot raise its own soft limit past this; raise the hard limit where the job is started",
         ),
         pid_limits::Limit::Bytes(limit) => Finding::new("memlock.hard", Status::Pass, human(limit as f64), ""),
@@ -562,10 +562,16 @@ pub fn nccl_environment(env: &Environment) -> Vec<Finding> {
 
 pub fn render_text(report: &Report) -> String {
     let mut out = format!(
-        "memlock-exporter check (pid {}): estimated registration need {} per process, {} per node\n\n",
+        "memlock-exporter check (pid {}): NCCL registers an estimated {} on the busiest rank, {} per node ({} of \
+            host memory; {}, GPUDirect {}, {} NIC(s), {} channel(s))\n\n",
         report.pid,
         human(report.need_per_process_bytes as f64),
-        human(report.need_per_node_bytes as f64)
+        human(report.need_per_node_bytes as f64),
+        human(report.need_per_node_host_bytes as f64),
+        report.model.algorithms,
+        report.model.gdr,
+        report.model.nics,
+        report.model.channels,
     );
     let width = report.findings.iter().map(|f| f.id.len()).max().unwrap_or(0);
     for f in &report.findings {

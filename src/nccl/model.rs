@@ -34,7 +34,7 @@ pub const DEFAULT_LL128_BUFFSIZE: u64 = 120 * 640 * 8 * 8;
 pub const DEFAULT_BUFFSIZE: u64 = 1 << 22;
 /// NCCL_P2P_NET_CHUNKSIZE's default (src/init.cc).
 pub const DEFAULT_P2P_CHUNKSIZE: u64 = 1 << 17;
-/// NCCL_STEPS and NCCL_SHARED_STEPS (src/include/device.h).
+/// NCCL_STEPS (src/include/device.h) and NCCL_SHARED_STEPS (src/transport/net.cc).
 pub const STEPS: u64 = 8;
 pub const SHARED_STEPS: u64 = 16;
 
