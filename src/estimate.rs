@@ -47,6 +47,8 @@ pub struct Derived {
     /// Variables NCCL reads otherwise than written, or not at all.
     pub problems: Vec<env::Problem>,
     pub conf_files: Vec<ConfFile>,
+    /// Why the target's environment could not be read (its NCCL variables then count as unset).
+    pub environment_error: Option<String>,
 }
 
 /// ACTIVE ports of the devices NCCL_IB_HCA selects: each is a NIC to NCCL (net_ib/init.cc opens
@@ -84,12 +86,14 @@ impl Reader<'_> {
     /// The value NCCL uses, unless it is the sentinel `unset`.
     fn int(&mut self, name: &str, unset: i64) -> Option<i64> {
         let v = param_value(self.env.get(name)).filter(|v| *v != unset)?;
-        let shown = self.env.entry(name).map(|e| e.value_shown()).unwrap_or_default();
-        self.read.push(if shown == v.to_string() {
-            format!("{name}={v}")
-        } else {
-            format!("{name}={shown} (read as {v})")
-        });
+        let entry = self.env.entry(name)?;
+        let shown = entry.value_shown();
+        let mut read =
+            if shown == v.to_string() { format!("{name}={v}") } else { format!("{name}={shown} (read as {v})") };
+        if let env::Source::File(path) = &entry.source {
+            read.push_str(&format!(" from {}", path.display()));
+        }
+        self.read.push(read);
         Some(v)
     }
 }
@@ -255,6 +259,7 @@ pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[Sysf
         environment: r.read,
         problems: env::problems(env),
         conf_files: Vec::new(),
+        environment_error: None,
     })
 }
 
@@ -330,6 +335,9 @@ pub fn render_text(d: &Derived, e: &Estimate, v: &Verdict) -> String {
         if i.pxn { "on" } else { "off" }
     ));
     out.push_str(&format!("  connects: {}\n", d.connect));
+    if let Some(err) = &d.environment_error {
+        out.push_str(&format!("  environment: not readable ({err}): its NCCL_* variables are taken as unset\n"));
+    }
     if !d.environment.is_empty() {
         out.push_str(&format!("  from the environment: {}\n", d.environment.join(", ")));
     }
@@ -442,6 +450,7 @@ struct EstimateReport<'a> {
     nics_why: &'a str,
     connect: &'a str,
     environment: &'a [String],
+    environment_error: Option<&'a str>,
     problems: Vec<ProblemJson<'a>>,
     conf_files: Vec<ConfJson<'a>>,
     covers: &'static [&'static str],
@@ -473,6 +482,7 @@ pub fn render_json(d: &Derived, e: &Estimate, v: &Verdict) -> Result<String, ser
             nics_why: &d.nics_why,
             connect: &d.connect,
             environment: &d.environment,
+            environment_error: d.environment_error.as_deref(),
             problems: d
                 .problems
                 .iter()
@@ -511,9 +521,10 @@ pub fn run(args: &EstimateArgs) -> u8 {
     }
     let roots = Roots { procfs: PathBuf::from(&args.procfs), sysfs: PathBuf::from(&args.sysfs) };
     let pid = args.pid.map(|p| p.to_string()).unwrap_or_else(|| "self".into());
-    let (env, conf_files) = match Environment::of_process(&roots.procfs, args.pid) {
-        Ok(found) => found,
-        Err(err) => return fail(err.to_string(), crate::exit::USAGE),
+    // Another user's environ needs ptrace access: estimate with NCCL's defaults, and say so.
+    let (env, conf_files, env_error) = match Environment::of_process(&roots.procfs, args.pid) {
+        Ok((env, files)) => (env, files, None),
+        Err(err) => (Environment::default(), Vec::new(), Some(err.to_string())),
     };
     let machine = match check::read_machine(&roots, &pid, env.clone()) {
         Ok(m) => m,
@@ -524,6 +535,7 @@ pub fn run(args: &EstimateArgs) -> u8 {
         Err(message) => return fail(message, crate::exit::USAGE),
     };
     derived.conf_files = conf_files;
+    derived.environment_error = env_error;
     let e = model::estimate(&derived.inputs);
     let v = verdict(&e, &machine);
     let text = if args.json {

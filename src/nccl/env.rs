@@ -755,4 +755,38 @@ mod tests {
         assert!(p.is_empty(), "{p:?}");
         std::fs::remove_dir_all(&root).unwrap();
     }
+
+    /// Arbitrary bytes never panic, and a whole decimal number reads back as itself.
+    #[test]
+    fn any_bytes_are_judged_without_panicking() {
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let alphabet = b"0123456789abcdefxX+- \t\n=#\r\0\xff\xc3MK";
+        let names = [
+            "NCCL_BUFFSIZE",
+            "NCCL_DEBUG",
+            "NCCL_P2P_LEVEL",
+            "NCCL_SET_THREAD_NAME",
+            "NCCL_X",
+            "NCCL_IB_QPS_PER_CONNECTION",
+        ];
+        for _ in 0..20_000 {
+            let len = (next() % 24) as usize;
+            let value: Vec<u8> = (0..len).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect();
+            let name = names[(next() % names.len() as u64) as usize];
+            let _ = problems(&Environment::from_pairs([(name.as_bytes().to_vec(), value.clone())]));
+            let _ = conf_lines(&value);
+            let _ = Environment::from_environ(&value);
+            if let Strtoll::Whole(v) = strtoll(&value, 10) {
+                let digits: Vec<u8> = value.iter().copied().filter(|b| b.is_ascii_digit()).collect();
+                let magnitude = String::from_utf8(digits).unwrap().trim_start_matches('0').to_owned();
+                assert_eq!(v.unsigned_abs().to_string(), if magnitude.is_empty() { "0".into() } else { magnitude });
+            }
+        }
+    }
 }

@@ -141,6 +141,11 @@ impl Inputs {
             page_size: 4096,
         }
     }
+
+    /// The page size, never 0.
+    fn page(&self) -> u64 {
+        self.page_size.max(1)
+    }
 }
 
 /// The channel count NCCL's search gives when each NIC carries one channel at full speed:
@@ -228,7 +233,7 @@ impl Channels {
     /// and both duplications keep each channel's NIC.
     fn nic_of(&self, c: u64, nics: u64) -> u64 {
         let half = self.topology.div_ceil(2).max(1);
-        (c % self.capped.max(1) % half) % nics
+        (c % self.capped.max(1) % half) % nics.max(1)
     }
 }
 
@@ -328,7 +333,7 @@ impl Counts {
         *slot = slot.saturating_add(n);
     }
     pub fn total(&self) -> u64 {
-        self.sends + self.sends_gdr + self.receives + self.receives_gdr
+        self.sends.saturating_add(self.sends_gdr).saturating_add(self.receives).saturating_add(self.receives_gdr)
     }
 }
 
@@ -359,7 +364,9 @@ fn local(rank: u64, k: u64, g: u64, n: u64) -> bool {
 
 /// Places every network connection of node `node` on the rank whose process registers it.
 fn place(i: &Inputs, node: u64, with_tree: bool) -> Vec<Held> {
-    let (g, n) = (i.ranks_per_node, i.nics);
+    // The flags are validated (estimate::validate); the model itself still takes any input
+    // without dividing by zero or indexing out of range.
+    let (g, n) = (i.ranks_per_node.clamp(1, MAX_LOCAL_RANKS), i.nics.clamp(1, MAX_NICS));
     let mut held: Vec<Held> =
         (0..g).map(|_| Held { per_nic: vec![[0; 3]; n as usize], ..Default::default() }).collect();
     if i.nodes < 2 {
@@ -463,7 +470,8 @@ fn span_pages(offset: u64, size: u64, page: u64) -> u64 {
     if size == 0 {
         return 0;
     }
-    (offset + size).div_ceil(page) - offset / page
+    let page = page.max(1);
+    offset.saturating_add(size).div_ceil(page) - offset / page
 }
 
 /// The data buffers of one dedicated (ring or tree) connection, registered one protocol at a time
@@ -471,7 +479,7 @@ fn span_pages(offset: u64, size: u64, page: u64) -> u64 {
 /// buffers from one device bank, each MR its page span unless NCCL's MR cache finds it inside an
 /// earlier one of the same bank (net_ib/reg.cc).
 fn data_buffers(i: &Inputs, dir: Direction, on_gpu: bool) -> Bytes {
-    let page = i.page_size;
+    let page = i.page();
     let sizes = [i.buffsize_ll, i.buffsize_ll128, i.buffsize_simple];
     // Send: LL always on the host ("p != NCCL_PROTO_LL && useGdr"); receive: all or nothing.
     let device = |p: usize| on_gpu && !(dir == Direction::Send && p == 0);
@@ -485,12 +493,12 @@ fn data_buffers(i: &Inputs, dir: Direction, on_gpu: bool) -> Bytes {
             }
             let start = offset / page;
             let pages = span_pages(offset, *size, page);
-            offset += size;
-            if mrs.iter().any(|(s, n)| start >= *s && start + pages <= s + n) {
+            offset = offset.saturating_add(*size);
+            if mrs.iter().any(|(s, n)| start >= *s && start.saturating_add(pages) <= s.saturating_add(*n)) {
                 continue;
             }
             mrs.push((start, pages));
-            let bytes = pages * page;
+            let bytes = pages.saturating_mul(page);
             total = total.plus(match (bank_on_gpu, i.gdr) {
                 (false, _) => Bytes { memlock: bytes, host: bytes },
                 (true, GdrMode::Peermem) => Bytes { memlock: bytes, host: 0 },
@@ -509,7 +517,7 @@ fn data_buffers(i: &Inputs, dir: Direction, on_gpu: bool) -> Bytes {
 /// are counted as not starting on a page boundary: one page more than their size. The words never
 /// straddle a page.
 fn control_pages(i: &Inputs, dir: Direction) -> u64 {
-    let page = i.page_size;
+    let page = i.page();
     let unaligned = |size: u64| size.div_ceil(page) + 1;
     match dir {
         Direction::Send => 1 + unaligned(CTS_FIFO_BYTES) + unaligned(SEND_COMPLETIONS_BYTES),
@@ -525,9 +533,9 @@ fn control_pages(i: &Inputs, dir: Direction) -> u64 {
 /// to a power of two; on the receive side with GPUDirect flush, a flush QP of 256 send WRs.
 /// Returns (pages, QPs, CQs).
 fn ring_pages(i: &Inputs, dir: Direction) -> (u64, u64, u64) {
-    let page = i.page_size;
+    let page = i.page();
     let pages = |bytes: u64| bytes.div_ceil(page);
-    let q = i.qps_per_connection;
+    let q = i.qps_per_connection.clamp(1, MAX_QPS);
     let cq_entries = |wrs: u64| (wrs + 1).next_power_of_two();
     match dir {
         Direction::Send => {
@@ -613,7 +621,7 @@ fn connection_data(i: &Inputs, alg: Algorithm, dir: Direction, on_gpu: bool) -> 
         data_buffers(i, dir, on_gpu)
     } else if i.p2p.as_ref().is_some_and(|p| p.ll_buffers) {
         // net.cc: with NCCL_ALLOC_P2P_NET_LL_BUFFERS each p2p connection has a host LL buffer.
-        let b = span_pages(0, i.buffsize_ll, i.page_size) * i.page_size;
+        let b = span_pages(0, i.buffsize_ll, i.page()).saturating_mul(i.page());
         Bytes { memlock: b, host: b }
     } else {
         Bytes::default()
@@ -640,7 +648,7 @@ fn parts(i: &Inputs, alg: Algorithm, c: Counts) -> (Bytes, u64, u64) {
     };
     let control = per_device(control_pages(i, Direction::Send), control_pages(i, Direction::Recv));
     let rings = per_device(ring_pages(i, Direction::Send).0, ring_pages(i, Direction::Recv).0);
-    (data, control.saturating_mul(i.page_size), rings.saturating_mul(i.page_size))
+    (data, control.saturating_mul(i.page()), rings.saturating_mul(i.page()))
 }
 
 /// The terms of one rank's connections for one algorithm, with their formulas.
@@ -682,8 +690,8 @@ fn terms_for(i: &Inputs, alg: Algorithm, c: Counts) -> Vec<Term> {
             host_bytes: data.host,
         });
     }
-    let (sends, recvs) = (c.sends + c.sends_gdr, c.receives + c.receives_gdr);
-    let (d, page) = (i.devices_per_nic, i.page_size);
+    let (sends, recvs) = (c.sends.saturating_add(c.sends_gdr), c.receives.saturating_add(c.receives_gdr));
+    let (d, page) = (i.devices_per_nic, i.page());
     let (cs, cr) = (control_pages(i, Direction::Send), control_pages(i, Direction::Recv));
     out.push(Term {
         algorithm: Some(alg),
@@ -714,14 +722,15 @@ fn p2p_pools(i: &Inputs, h: &Held) -> Option<(Bytes, String)> {
     if h.p2p.total() == 0 {
         return None;
     }
-    let page = i.page_size;
-    let pool = span_pages(0, p2p.channels * SHARED_STEPS * p2p.chunk, page) * page;
+    let page = i.page();
+    let pool =
+        span_pages(0, p2p.channels.saturating_mul(SHARED_STEPS).saturating_mul(p2p.chunk), page).saturating_mul(page);
     let gdr = i.gdr != GdrMode::Off;
     let mut total = Bytes::default();
     for on_gpu in [gdr && i.gdr_read, gdr] {
         let one = match (on_gpu, i.gdr) {
-            (false, _) => Bytes { memlock: pool * i.devices_per_nic, host: pool },
-            (true, GdrMode::Peermem) => Bytes { memlock: pool * i.devices_per_nic, host: 0 },
+            (false, _) => Bytes { memlock: pool.saturating_mul(i.devices_per_nic), host: pool },
+            (true, GdrMode::Peermem) => Bytes { memlock: pool.saturating_mul(i.devices_per_nic), host: 0 },
             (true, _) => Bytes::default(),
         };
         total = total.plus(one.scale(h.p2p_nics.len() as u64));
@@ -741,7 +750,7 @@ fn p2p_pools(i: &Inputs, h: &Held) -> Option<(Bytes, String)> {
 /// (rdma-core mlx5 dbrec.c), for the connections of the algorithms included.
 fn doorbell_pages(i: &Inputs, h: &Held, algorithms: &[Algorithm]) -> u64 {
     let ((_, qs, cs), (_, qr, cr)) = (ring_pages(i, Direction::Send), ring_pages(i, Direction::Recv));
-    let per_page = (i.page_size / MLX5_DBREC).max(1);
+    let per_page = (i.page() / MLX5_DBREC).max(1);
     let mut pages: u64 = 0;
     for nic in &h.per_nic {
         // A connection's records: the larger of a send's and a receive's (an upper bound of at
@@ -769,7 +778,7 @@ fn rank_need(i: &Inputs, h: &Held, algorithms: &[Algorithm]) -> Bytes {
             total = total.plus(pools);
         }
     }
-    let db = doorbell_pages(i, h, algorithms).saturating_mul(i.page_size);
+    let db = doorbell_pages(i, h, algorithms).saturating_mul(i.page());
     total.plus(Bytes { memlock: db, host: db }).scale(i.communicators)
 }
 
@@ -860,13 +869,13 @@ fn rank_detail(i: &Inputs, rank: u64, h: &Held, all: &[Algorithm], ring_only: &[
     }
     let db = doorbell_pages(i, h, all);
     if db > 0 {
-        let per_page = i.page_size / MLX5_DBREC;
+        let per_page = i.page() / MLX5_DBREC;
         terms.push(Term {
             algorithm: None,
             name: "doorbell records",
             formula: format!("{db} page(s) of {per_page} records of {MLX5_DBREC} B, one per QP and CQ, per device"),
-            memlock_bytes: db * i.page_size,
-            host_bytes: db * i.page_size,
+            memlock_bytes: db.saturating_mul(i.page()),
+            host_bytes: db.saturating_mul(i.page()),
         });
     }
     if i.communicators > 1 {
@@ -1065,6 +1074,27 @@ mod tests {
         assert_eq!(floor.count, 8);
         assert_eq!((0..8).map(|c| floor.tree_of(c)).collect::<Vec<_>>(), [0; 8], "the first 4 of 32 are all tree 0");
         assert_eq!((0..8).map(|c| floor.nic_of(c, 8)).collect::<Vec<_>>(), [0, 1, 2, 3, 0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn inputs_no_flag_allows_neither_panic_nor_wrap() {
+        let mut i = Inputs::new(0, 0, 0);
+        i.page_size = 0;
+        i.qps_per_connection = 0;
+        i.channels = Channels { count: 5, topology: 0, capped: 0, why: String::new() };
+        let _ = estimate(&i);
+        let mut i = Inputs::new(3, 72, 32);
+        (i.buffsize_ll, i.buffsize_ll128, i.buffsize_simple) = (u64::MAX, u64::MAX, u64::MAX);
+        i.qps_per_connection = u64::MAX;
+        i.devices_per_nic = u64::MAX;
+        i.p2p = Some(P2p {
+            channels: u64::MAX,
+            channels_per_peer: u64::MAX,
+            chunk: u64::MAX,
+            ll_buffers: true,
+            shared: true,
+        });
+        assert_eq!(estimate(&i).per_rank_max_bytes, u64::MAX);
     }
 
     #[test]
