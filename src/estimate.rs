@@ -391,7 +391,8 @@ pub fn render_text(d: &Derived, e: &Estimate, v: &Verdict) -> String {
             ));
         }
         let per_rank: Vec<String> = e.ranks.iter().map(|r| format!("{}: {}", r.rank, h(r.memlock_bytes))).collect();
-        out.push_str(&format!("per rank (node {}, ring + tree): {}\n", e.busiest_node, per_rank.join(", ")));
+        let all = e.scenarios.last().map_or("", |s| s.algorithms.as_str());
+        out.push_str(&format!("per rank (node {}, {all}): {}\n", e.busiest_node, per_rank.join(", ")));
     }
     out.push_str(&format!("\nagainst this machine (pid {}):\n", v.pid));
     match v.soft_limit_bytes {
