@@ -759,16 +759,16 @@ mod tests {
     #[test]
     fn memory_hugepages_and_overcommit() {
         let mut m = machine();
-        m.meminfo.mem_available = Some(2 * GIB);
+        m.meminfo.mem_available = Some(GIB);
         let findings = run_checks(&m);
         assert_eq!(find(&findings, "memory.available").status, Status::Warn, "between 1x and 2x the need");
-        m.meminfo.mem_available = Some(GIB);
+        m.meminfo.mem_available = Some(GIB / 2);
         assert_eq!(find(&run_checks(&m), "memory.available").status, Status::Fail);
 
         let mut squeezed = machine();
         squeezed.meminfo.hugepages_total = Some(200_000);
         squeezed.meminfo.hugepages_free = Some(200_000);
-        squeezed.meminfo.mem_available = Some(2 * GIB);
+        squeezed.meminfo.mem_available = Some(GIB);
         let h = run_checks(&squeezed);
         assert_eq!(find(&h, "memory.hugepages").status, Status::Fail);
         assert!(find(&h, "memory.hugepages").fix.contains("vm.nr_hugepages"));
@@ -785,13 +785,13 @@ mod tests {
         let mut m = machine();
         m.cgroup = Some(CgroupHeadroom {
             path: "/kubepods/pod1".into(),
-            usage_bytes: Some(7 * GIB),
+            usage_bytes: Some(7 * GIB + GIB / 2),
             working_set_bytes: None,
             limit_bytes: Some(8 * GIB),
         });
         let f = run_checks(&m);
         assert_eq!(find(&f, "cgroup.memory").status, Status::Fail);
-        assert!(find(&f, "cgroup.memory").measured.starts_with("/kubepods/pod1: 1.0 GiB of its 8.0 GiB limit free"));
+        assert!(find(&f, "cgroup.memory").measured.starts_with("/kubepods/pod1: 512.0 MiB of its 8.0 GiB limit free"));
         m.cgroup = Some(CgroupHeadroom {
             path: "/".into(),
             usage_bytes: Some(GIB),
@@ -904,8 +904,8 @@ mod tests {
         Environment::from_pairs(pairs.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())))
     }
 
-    /// 2 nodes x 8 ranks x 8 NICs, NCCL's defaults, GPUDirect off: 1.2 GiB of host memory per
-    /// node, 153 MiB for the busiest rank (docs/check.md, case A).
+    /// 2 nodes x 8 ranks x 8 NICs, NCCL's defaults, GPUDirect off: 611.4 MiB of host memory per
+    /// node, 76.4 MiB for the busiest rank (docs/check.md, case A).
     fn default_estimate() -> Estimate {
         model::estimate(&Inputs::new(2, 8, 8))
     }
@@ -952,13 +952,13 @@ mod tests {
                 "run the check with access to /proc/PID/status",
             ),
             (
-                with(|m| m.meminfo.mem_available = Some(2 * GIB)),
+                with(|m| m.meminfo.mem_available = Some(GIB)),
                 "memory.available",
                 Status::Warn,
                 "little margin: free memory (drop caches",
             ),
             (
-                with(|m| m.meminfo.mem_available = Some(GIB)),
+                with(|m| m.meminfo.mem_available = Some(GIB / 2)),
                 "memory.available",
                 Status::Fail,
                 "free memory or run fewer ranks on this node",
@@ -967,7 +967,7 @@ mod tests {
                 with(|m| {
                     m.cgroup = Some(CgroupHeadroom {
                         path: "/slurm/job_1".into(),
-                        usage_bytes: Some(198 * GIB + GIB / 2),
+                        usage_bytes: Some(199 * GIB),
                         working_set_bytes: None,
                         limit_bytes: Some(200 * GIB),
                     })
@@ -980,7 +980,7 @@ mod tests {
                 with(|m| {
                     m.cgroup = Some(CgroupHeadroom {
                         path: "/slurm/job_1".into(),
-                        usage_bytes: Some(7 * GIB),
+                        usage_bytes: Some(7 * GIB + GIB / 2),
                         working_set_bytes: None,
                         limit_bytes: Some(8 * GIB),
                     })
@@ -992,7 +992,7 @@ mod tests {
             (
                 with(|m| {
                     (m.meminfo.hugepages_total, m.meminfo.hugepages_free, m.meminfo.mem_available) =
-                        (Some(200_000), Some(200_000), Some(2 * GIB))
+                        (Some(200_000), Some(200_000), Some(GIB))
                 }),
                 "memory.hugepages",
                 Status::Fail,

@@ -200,6 +200,8 @@ pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[Sysf
     i.pxn = r.int("NCCL_PXN_DISABLE", i64::MIN) != Some(1);
     i.gdr_read = r.int("NCCL_NET_GDR_READ", -2) != Some(0);
     i.gdr_flush = r.int("NCCL_GDR_FLUSH_DISABLE", i64::MIN).is_none_or(|v| v == 0);
+    // NCCL_PAT_ENABLE 2 (auto) turns PAT on for one rank per node (graph/tuning.cc ncclPatEnable).
+    i.pat = r.int("NCCL_PAT_ENABLE", 2) != Some(0);
     let gdr = match args.gdr.as_deref().and_then(GdrMode::parse) {
         Some(mode) => Detected { mode, detected: false, why: "--gdr".into() },
         None => gdr::detect(sysfs),
@@ -370,8 +372,8 @@ pub fn render_text(d: &Derived, e: &Estimate, v: &Verdict) -> String {
     }
     if let Some(busiest) = e.ranks.iter().rev().max_by_key(|r| r.memlock_bytes) {
         out.push_str(&format!(
-            "\nbusiest rank: local rank {} of node {} ({} B); ring {} send(s) {} receive(s), tree {} send(s) {} \
-                receive(s){}\n",
+            "\nbusiest rank: local rank {} of node {} ({} B); ring {} send(s) {} receive(s), tree {} more send(s) \
+                {} receive(s){}{}\n",
             busiest.rank,
             e.busiest_node,
             busiest.memlock_bytes,
@@ -379,6 +381,11 @@ pub fn render_text(d: &Derived, e: &Estimate, v: &Verdict) -> String {
             busiest.ring.receives + busiest.ring.receives_gdr,
             busiest.tree.sends + busiest.tree.sends_gdr,
             busiest.tree.receives + busiest.tree.receives_gdr,
+            if busiest.pat.total() > 0 {
+                format!(", pat {} more connection(s)", busiest.pat.total())
+            } else {
+                String::new()
+            },
             if i.p2p.is_some() { format!(", p2p {} connection(s)", busiest.p2p.total()) } else { String::new() }
         ));
         for t in &busiest.terms {

@@ -85,6 +85,8 @@ pub struct Inputs {
     pub gdr_read: bool,
     /// The receive side's GPUDirect flush word and loopback QP (NCCL_GDR_FLUSH_DISABLE unset).
     pub gdr_flush: bool,
+    /// PAT for one rank per node (NCCL_PAT_ENABLE not 0).
+    pub pat: bool,
     pub qps_per_connection: u64,
     /// Devices of a merged virtual NIC: every registration and queue is made on each.
     pub devices_per_nic: u64,
@@ -135,6 +137,7 @@ impl Inputs {
             pxn: true,
             gdr_read: true,
             gdr_flush: true,
+            pat: true,
             qps_per_connection: 1,
             devices_per_nic: 1,
             p2p: None,
@@ -237,9 +240,12 @@ impl Channels {
     }
 }
 
-/// ncclGetBtree (src/graph/trees.cc), as NCCL writes it: parent, children, and whether this node
-/// is its parent's first (0) or second (1) child.
-pub fn btree(nranks: i64, rank: i64) -> (i64, i64, i64) {
+/// A node's place in one tree: parent, child 0, child 1 (-1: none), and whether it is its
+/// parent's child 0 or child 1 (-1 for the root).
+pub type TreePlace = (i64, i64, i64, i64);
+
+/// ncclGetBtree (src/graph/trees.cc), as NCCL writes it.
+pub fn btree(nranks: i64, rank: i64) -> TreePlace {
     let mut bit = 1;
     while bit < nranks {
         if bit & rank != 0 {
@@ -248,12 +254,13 @@ pub fn btree(nranks: i64, rank: i64) -> (i64, i64, i64) {
         bit <<= 1;
     }
     if rank == 0 {
-        return (-1, -1, if nranks > 1 { bit >> 1 } else { -1 });
+        return (-1, -1, if nranks > 1 { bit >> 1 } else { -1 }, -1);
     }
     let mut up = (rank ^ bit) | (bit << 1);
     if up >= nranks {
         up = rank ^ bit;
     }
+    let child_type = i64::from(rank >= up);
     let mut lowbit = bit >> 1;
     let down0 = if lowbit == 0 { -1 } else { rank - lowbit };
     let mut down1 = if lowbit == 0 { -1 } else { rank + lowbit };
@@ -261,22 +268,22 @@ pub fn btree(nranks: i64, rank: i64) -> (i64, i64, i64) {
         down1 = if lowbit == 0 { -1 } else { rank + lowbit };
         lowbit >>= 1;
     }
-    (up, down0, down1)
+    (up, down0, down1, child_type)
 }
 
 /// ncclGetDtree (trees.cc): tree 0 is the btree; tree 1 its mirror (even node counts) or the
-/// btree shifted by one (odd). Returns (parent, child 0, child 1) per tree.
-pub fn dtree(nranks: i64, rank: i64) -> [(i64, i64, i64); 2] {
+/// btree shifted by one (odd), the child type taken from that btree as NCCL does.
+pub fn dtree(nranks: i64, rank: i64) -> [TreePlace; 2] {
     let t0 = btree(nranks, rank);
     let t1 = if nranks % 2 == 1 {
         let shifted = (rank - 1 + nranks) % nranks;
-        let (u, d0, d1) = btree(nranks, shifted);
+        let (u, d0, d1, ct) = btree(nranks, shifted);
         let shift = |x: i64| if x == -1 { -1 } else { (x + 1) % nranks };
-        (shift(u), shift(d0), shift(d1))
+        (shift(u), shift(d0), shift(d1), ct)
     } else {
-        let (u, d0, d1) = btree(nranks, nranks - 1 - rank);
+        let (u, d0, d1, ct) = btree(nranks, nranks - 1 - rank);
         let mirror = |x: i64| if x == -1 { -1 } else { nranks - 1 - x };
-        (mirror(u), mirror(d0), mirror(d1))
+        (mirror(u), mirror(d0), mirror(d1), ct)
     };
     [t0, t1]
 }
@@ -286,6 +293,9 @@ pub fn dtree(nranks: i64, rank: i64) -> [(i64, i64, i64); 2] {
 pub enum Algorithm {
     Ring,
     Tree,
+    /// PAT, NCCL's AllGather/ReduceScatter algorithm for one rank per node (graph/tuning.cc
+    /// ncclPatEnable).
+    Pat,
     P2p,
 }
 
@@ -294,7 +304,8 @@ impl Algorithm {
         match self {
             Algorithm::Ring => 0,
             Algorithm::Tree => 1,
-            Algorithm::P2p => 2,
+            Algorithm::Pat => 2,
+            Algorithm::P2p => 3,
         }
     }
 
@@ -302,12 +313,13 @@ impl Algorithm {
         match self {
             Algorithm::Ring => "ring",
             Algorithm::Tree => "tree",
+            Algorithm::Pat => "pat",
             Algorithm::P2p => "p2p",
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Direction {
     Send,
     Recv,
@@ -342,9 +354,10 @@ impl Counts {
 struct Held {
     ring: Counts,
     tree: Counts,
+    pat: Counts,
     p2p: Counts,
-    /// Connections per NIC (for the doorbell pages, per device context): [ring, tree, p2p].
-    per_nic: Vec<[u64; 3]>,
+    /// Connections per NIC (for the doorbell pages, per device context), by Algorithm::index.
+    per_nic: Vec<[u64; 4]>,
     /// NICs the rank sends and receives p2p on (one shared pool per direction and device).
     p2p_nics: Vec<u64>,
 }
@@ -357,22 +370,30 @@ fn group(k: u64, g: u64, n: u64) -> (u64, u64) {
     (first, end)
 }
 
-fn local(rank: u64, k: u64, g: u64, n: u64) -> bool {
+fn nic_local(rank: u64, k: u64, g: u64, n: u64) -> bool {
     let (first, end) = group(k, g, n);
     (first..end).contains(&rank)
 }
 
-/// Places every network connection of node `node` on the rank whose process registers it.
-fn place(i: &Inputs, node: u64, with_tree: bool) -> Vec<Held> {
+/// One network connection of a rank, as NCCL keys it: a channel's connector to one peer rank in
+/// one direction (connIndex 0 for ring, tree and PAT). A second algorithm asking for the same one
+/// reuses it (src/transport.cc ncclTransportP2pConnect skips `connected` connectors).
+type ConnKey = (u64, u64, Direction, u64, u64);
+
+/// Places every network connection of node `node` on the rank whose process registers it, each
+/// once: the first algorithm that needs it (ring, then tree, then PAT) owns it.
+fn place(i: &Inputs, node: u64, algorithms: &[Algorithm]) -> Vec<Held> {
     // The flags are validated (estimate::validate); the model itself still takes any input
     // without dividing by zero or indexing out of range.
     let (g, n) = (i.ranks_per_node.clamp(1, MAX_LOCAL_RANKS), i.nics.clamp(1, MAX_NICS));
     let mut held: Vec<Held> =
-        (0..g).map(|_| Held { per_nic: vec![[0; 3]; n as usize], ..Default::default() }).collect();
-    if i.nodes < 2 {
+        (0..g).map(|_| Held { per_nic: vec![[0; 4]; n as usize], ..Default::default() }).collect();
+    let nodes = i.nodes.max(1);
+    if nodes < 2 {
         return held;
     }
     let gdr = i.gdr != GdrMode::Off;
+    let mut seen: std::collections::HashSet<ConnKey> = std::collections::HashSet::new();
     let mut put_n = |rank: u64, alg: Algorithm, dir: Direction, nic: u64, on_gpu: bool, n: u64| {
         let h = &mut held[rank as usize];
         let slot = &mut h.per_nic[nic as usize][alg.index()];
@@ -380,59 +401,90 @@ fn place(i: &Inputs, node: u64, with_tree: bool) -> Vec<Held> {
         match alg {
             Algorithm::Ring => h.ring.add(dir, on_gpu, n),
             Algorithm::Tree => h.tree.add(dir, on_gpu, n),
+            Algorithm::Pat => h.pat.add(dir, on_gpu, n),
             Algorithm::P2p => h.p2p.add(dir, on_gpu, n),
         }
     };
-    let mut put = |rank, alg, dir, nic, on_gpu| put_n(rank, alg, dir, nic, on_gpu, 1);
-    let trees = dtree(i.nodes as i64, node as i64);
+    // A connection of `local` on channel `c` (NIC k) with `peer` (node, local rank): registered by
+    // `local`, unless it is a send from a GPU beyond PCI reach of the NIC (graph/paths.cc
+    // ncclTopoCheckGdr: distance > PXB, so no GPUDirect) that PXN routes through the NIC's GPU
+    // (paths.cc: GPU to NIC only, and only with GPUDirect on that GPU), whose proxy registers it
+    // (net.cc sendSetup: proxyRank). Receives are never proxied (net.cc recvSetup).
+    let mut connect = |alg: Algorithm, c: u64, k: u64, local: u64, dir: Direction, peer: (u64, u64)| {
+        if !seen.insert((c, local, dir, peer.0, peer.1)) {
+            return;
+        }
+        let (first, _) = group(k, g, n);
+        let near = nic_local(local, k, g, n);
+        let dir_gdr = gdr && (dir == Direction::Recv || i.gdr_read);
+        match (near, dir) {
+            (true, _) => put_n(local, alg, dir, k, dir_gdr, 1),
+            (false, Direction::Send) if i.pxn && dir_gdr => put_n(first, alg, dir, k, true, 1),
+            (false, _) => put_n(local, alg, dir, k, false, 1),
+        }
+    };
+    let next = (node + 1) % nodes;
+    let prev = (node + nodes - 1) % nodes;
+    let trees = dtree(nodes as i64, node as i64);
     for c in 0..i.channels.count {
         let k = i.channels.nic_of(c, n);
         let (first, end) = group(k, g, n);
+        let last = end - 1;
         // Ring (connect.cc ncclTopoPreset): the channel enters the node at ringIntra[0], the NIC's
         // GPU where the search starts (search.cc: net->net.localGpu), and leaves it from
         // ringIntra[localRanks-1], which the search brings back next to the same NIC: the last
-        // GPU of the NIC's group, the NIC's GPU itself when it has no other.
-        put(first, Algorithm::Ring, Direction::Recv, k, gdr);
-        put(end - 1, Algorithm::Ring, Direction::Send, k, gdr && i.gdr_read);
-        if !with_tree {
-            continue;
+        // GPU of the NIC's group, the NIC's GPU itself when it has no other. Every node alike
+        // (connectRings: node n's send goes to node n+1's receive).
+        if algorithms.contains(&Algorithm::Ring) {
+            connect(Algorithm::Ring, c, k, first, Direction::Recv, (prev, last));
+            connect(Algorithm::Ring, c, k, last, Direction::Send, (next, first));
         }
         // Balanced tree (init.cc treeGraph pattern NCCL_TOPO_PATTERN_BALANCED_TREE; connect.cc
-        // ncclTopoPreset): treeIntra[0] holds the parent and child-1 connections, treeIntra[1]
-        // the child-0 one. Both sit on the channel's NIC (search.cc ncclTopoSearchCheckNet).
-        let (up, down0, down1) = trees[i.channels.tree_of(c)];
-        let edges_first = u64::from(up != -1) + u64::from(down1 != -1);
-        for _ in 0..edges_first {
-            put(first, Algorithm::Tree, Direction::Send, k, gdr && i.gdr_read);
-            put(first, Algorithm::Tree, Direction::Recv, k, gdr);
-        }
-        if down0 != -1 {
-            // The GPU after the NIC's: its group's next one, else the chain's next GPU (on another
-            // NIC's PCIe switch); with one GPU per node the pattern is NCCL_TOPO_PATTERN_TREE and
-            // everything is on it (search.cc ncclTopoCompute).
+        // ncclTopoPreset): treeToParent = treeIntra[0], treeToChild0 = treeIntra[1],
+        // treeToChild1 = treeIntra[0], both on the channel's NIC (search.cc
+        // ncclTopoSearchCheckNet). treeIntra[1] is the next GPU of the NIC's group, else the
+        // chain's next GPU (on another NIC's PCIe switch); with one GPU per node the pattern is
+        // NCCL_TOPO_PATTERN_TREE and everything is on it (search.cc ncclTopoCompute).
+        // connectTrees: the parent edge goes to the parent node's treeToChild<child type>, a child
+        // edge to the child node's treeToParent; each edge is a send and a receive
+        // (generic.cc ncclTransportTreeConnect).
+        if algorithms.contains(&Algorithm::Tree) {
             let second = if end - first >= 2 { first + 1 } else { (first + 1) % g };
-            if local(second, k, g, n) {
-                put(second, Algorithm::Tree, Direction::Send, k, gdr && i.gdr_read);
-                put(second, Algorithm::Tree, Direction::Recv, k, gdr);
-            } else {
-                // Beyond PCI reach of the NIC (graph/paths.cc ncclTopoCheckGdr: distance > PXB):
-                // its receive has no GPUDirect; its send goes through the NIC's GPU when PXN applies
-                // (paths.cc: GPU to NIC only, and only with GPUDirect on that GPU), registered by
-                // that GPU's proxy (net.cc sendSetup: proxyRank).
-                put(second, Algorithm::Tree, Direction::Recv, k, false);
-                if i.pxn && gdr && i.gdr_read {
-                    put(first, Algorithm::Tree, Direction::Send, k, true);
-                } else {
-                    put(second, Algorithm::Tree, Direction::Send, k, false);
+            let child = |child_type: i64| if child_type == 0 { second } else { first };
+            let (up, down0, down1, child_type) = trees[i.channels.tree_of(c)];
+            let mut edge = |local: u64, peer: (u64, u64)| {
+                connect(Algorithm::Tree, c, k, local, Direction::Send, peer);
+                connect(Algorithm::Tree, c, k, local, Direction::Recv, peer);
+            };
+            if up != -1 {
+                edge(first, (up as u64, child(child_type)));
+            }
+            if down0 != -1 {
+                edge(second, (down0 as u64, first));
+            }
+            if down1 != -1 {
+                edge(first, (down1 as u64, first));
+            }
+        }
+        // PAT with one rank per node (generic.cc ncclTransportPatConnect): for every power of two
+        // below the node count, a receive from and a send to node +mask and node -mask.
+        if algorithms.contains(&Algorithm::Pat) && g == 1 {
+            let mut mask = 1;
+            while mask < nodes {
+                for peer in [(node + mask) % nodes, (node + nodes - mask % nodes) % nodes] {
+                    connect(Algorithm::Pat, c, k, 0, Direction::Recv, (peer, 0));
+                    connect(Algorithm::Pat, c, k, 0, Direction::Send, (peer, 0));
                 }
+                mask <<= 1;
             }
         }
     }
-    if let Some(p2p) = &i.p2p {
+    if let (Some(p2p), true) = (&i.p2p, algorithms.contains(&Algorithm::P2p)) {
         // All-to-all: every rank connects to every rank of the other nodes, on channels_per_peer
-        // channels, through its own NIC (search.cc ncclTopoGetNetDev without a graph); PXN for p2p
-        // is not modelled (the sends would be registered by the NIC's GPU).
-        let peers = (i.nodes - 1) * g;
+        // channels (connIndex 1: never one of the connections above), through its own NIC
+        // (search.cc ncclTopoGetNetDev without a graph); PXN for p2p is not modelled (the sends
+        // would be registered by the NIC's GPU).
+        let peers = (nodes - 1) * g;
         for rank in 0..g {
             let k = (rank * n / g).min(n - 1);
             let count = peers.saturating_mul(p2p.channels_per_peer);
@@ -575,8 +627,10 @@ pub struct Rank {
     pub host_bytes: u64,
     /// With ring connections only.
     pub ring_only_memlock_bytes: u64,
+    /// Connections each algorithm added (one already made by another is not counted again).
     pub ring: Counts,
     pub tree: Counts,
+    pub pat: Counts,
     pub p2p: Counts,
     pub terms: Vec<Term>,
 }
@@ -609,6 +663,7 @@ fn counts_for(h: &Held, alg: Algorithm) -> Counts {
     match alg {
         Algorithm::Ring => h.ring,
         Algorithm::Tree => h.tree,
+        Algorithm::Pat => h.pat,
         Algorithm::P2p => h.p2p,
     }
 }
@@ -782,35 +837,63 @@ fn rank_need(i: &Inputs, h: &Held, algorithms: &[Algorithm]) -> Bytes {
     total.plus(Bytes { memlock: db, host: db }).scale(i.communicators)
 }
 
-/// Whether a node has a parent, a child 0 and a child 1, in each of the two trees.
-type TreeRoles = [(bool, bool, bool); 2];
+/// What makes one node's connections differ from another's: per tree, its parent and children
+/// (whether each exists and whether it is the next node, the previous one, or a power of two
+/// away, the peers ring and PAT also connect to) and its child type. Nodes with the same key hold
+/// the same connections.
+type NodeKey = [[(bool, bool, bool, bool); 3]; 2];
 
-/// A node's tree roles: all the model needs of its place.
-fn tree_roles(nodes: u64, node: u64) -> TreeRoles {
-    dtree(nodes as i64, node as i64).map(|(u, d0, d1)| (u != -1, d0 != -1, d1 != -1))
+fn node_key(nodes: u64, node: u64) -> (NodeKey, [i64; 2]) {
+    let (n, me) = (nodes as i64, node as i64);
+    let class = |x: i64| {
+        if x < 0 {
+            return (false, false, false, false);
+        }
+        let ahead = (x - me).rem_euclid(n);
+        let behind = (me - x).rem_euclid(n);
+        let pow2 = |d: i64| d > 0 && d & (d - 1) == 0;
+        (true, ahead == 1, behind == 1, pow2(ahead) || pow2(behind))
+    };
+    let trees = dtree(n, me);
+    let key = trees.map(|(u, d0, d1, _)| [class(u), class(d0), class(d1)]);
+    (key, trees.map(|t| t.3))
 }
 
-/// The model: per rank and per node, for ring only and for ring with tree (and p2p when given).
-pub fn estimate(i: &Inputs) -> Estimate {
-    let mut ring_only: Vec<Algorithm> = vec![Algorithm::Ring];
-    let mut all: Vec<Algorithm> = vec![Algorithm::Ring, Algorithm::Tree];
+/// The algorithms of the full figure: ring and tree, PAT with one rank per node (enabled by
+/// default then, graph/tuning.cc ncclPatEnable), p2p when asked.
+fn algorithms(i: &Inputs) -> (Vec<Algorithm>, Vec<Algorithm>) {
+    let mut ring_only = vec![Algorithm::Ring];
+    let mut all = vec![Algorithm::Ring, Algorithm::Tree];
+    if i.pat && i.ranks_per_node == 1 {
+        all.push(Algorithm::Pat);
+    }
     if i.p2p.is_some() {
         ring_only.push(Algorithm::P2p);
         all.push(Algorithm::P2p);
     }
-    // Ring connections are the same on every node; tree roles are not, but only a handful of
-    // role combinations exist: one node of each is placed.
-    let mut representatives: Vec<(TreeRoles, u64)> = Vec::new();
-    for node in 0..i.nodes.max(1) {
-        let roles = tree_roles(i.nodes.max(1), node);
-        if !representatives.iter().any(|(r, _)| *r == roles) {
-            representatives.push((roles, node));
+    (ring_only, all)
+}
+
+fn scenario_name(algorithms: &[Algorithm]) -> String {
+    algorithms.iter().map(|a| a.as_str()).collect::<Vec<_>>().join(" + ")
+}
+
+/// The model: per rank and per node, for ring only and for every algorithm.
+pub fn estimate(i: &Inputs) -> Estimate {
+    let (ring_only, all) = algorithms(i);
+    let nodes = i.nodes.max(1);
+    // Nodes differ only by their place in the trees: one node of each kind is placed.
+    let mut representatives: Vec<((NodeKey, [i64; 2]), u64)> = Vec::new();
+    for node in 0..nodes {
+        let key = node_key(nodes, node);
+        if !representatives.iter().any(|(k, _)| *k == key) {
+            representatives.push((key, node));
         }
     }
     let mut node_max = (0, Bytes::default());
     let mut rank_max = (0, 0);
     for (_, node) in &representatives {
-        let held = place(i, *node, true);
+        let held = place(i, *node, &all);
         let needs: Vec<Bytes> = held.iter().map(|h| rank_need(i, h, &all)).collect();
         let total = needs.iter().fold(Bytes::default(), |a, b| a.plus(*b));
         let max = needs.iter().map(|b| b.memlock).max().unwrap_or(0);
@@ -822,12 +905,11 @@ pub fn estimate(i: &Inputs) -> Estimate {
         }
     }
     let busiest_node = rank_max.0;
-    let held = place(i, busiest_node, true);
+    let held = place(i, busiest_node, &all);
     let ranks = held.iter().enumerate().map(|(r, h)| rank_detail(i, r as u64, h, &all, &ring_only)).collect();
-    let ring_held = place(i, 0, false);
+    let ring_held = place(i, 0, &ring_only);
     let ring = ring_held.iter().map(|h| rank_need(i, h, &ring_only)).collect::<Vec<_>>();
     let ring_node = ring.iter().fold(Bytes::default(), |a, b| a.plus(*b));
-    let p2p = if i.p2p.is_some() { " + p2p" } else { "" };
     Estimate {
         inputs: i.clone(),
         per_rank_max_bytes: rank_max.1,
@@ -836,13 +918,13 @@ pub fn estimate(i: &Inputs) -> Estimate {
         busiest_node,
         scenarios: vec![
             Scenario {
-                algorithms: format!("ring{p2p}"),
+                algorithms: scenario_name(&ring_only),
                 per_rank_max_bytes: ring.iter().map(|b| b.memlock).max().unwrap_or(0),
                 per_node_bytes: ring_node.memlock,
                 per_node_host_bytes: ring_node.host,
             },
             Scenario {
-                algorithms: format!("ring + tree{p2p}"),
+                algorithms: scenario_name(&all),
                 per_rank_max_bytes: rank_max.1,
                 per_node_bytes: node_max.1.memlock,
                 per_node_host_bytes: node_max.1.host,
@@ -892,6 +974,7 @@ fn rank_detail(i: &Inputs, rank: u64, h: &Held, all: &[Algorithm], ring_only: &[
         ring_only_memlock_bytes: rank_need(i, h, ring_only).memlock,
         ring: h.ring,
         tree: h.tree,
+        pat: h.pat,
         p2p: h.p2p,
         terms,
     }
@@ -902,6 +985,8 @@ mod tests {
     use super::*;
 
     const PAGE: u64 = 4096;
+    const RING: &[Algorithm] = &[Algorithm::Ring];
+    const BOTH: &[Algorithm] = &[Algorithm::Ring, Algorithm::Tree];
 
     #[test]
     fn nccls_default_buffer_sizes() {
@@ -916,13 +1001,14 @@ mod tests {
     /// trees.cc's own illustration: 14 ranks, tree 0.
     #[test]
     fn btree_matches_nccls_picture() {
-        assert_eq!(btree(14, 0), (-1, -1, 8));
-        assert_eq!(btree(14, 8), (0, 4, 12));
-        assert_eq!(btree(14, 12), (8, 10, 13));
-        assert_eq!(btree(14, 13), (12, -1, -1));
-        assert_eq!(btree(14, 1), (2, -1, -1));
-        assert_eq!(btree(1, 0), (-1, -1, -1));
-        assert_eq!(btree(2, 1), (0, -1, -1));
+        assert_eq!(btree(14, 0), (-1, -1, 8, -1));
+        assert_eq!(btree(14, 8), (0, 4, 12, 1), "8 is 0's second child");
+        assert_eq!(btree(14, 12), (8, 10, 13, 1));
+        assert_eq!(btree(14, 13), (12, -1, -1, 1));
+        assert_eq!(btree(14, 1), (2, -1, -1, 0));
+        assert_eq!(btree(14, 4), (8, 2, 6, 0));
+        assert_eq!(btree(1, 0), (-1, -1, -1, -1));
+        assert_eq!(btree(2, 1), (0, -1, -1, 1));
         // The mirror for an even count: node 11 of 12 is tree 1's root.
         let [_, t1] = dtree(12, 11);
         assert_eq!(t1.0, -1);
@@ -937,11 +1023,13 @@ mod tests {
                 let mut ups = 0;
                 let mut downs = 0;
                 for n in 0..nodes {
-                    let (u, d0, d1) = dtree(nodes, n)[t];
+                    let (u, d0, d1, _) = dtree(nodes, n)[t];
                     ups += i64::from(u != -1);
                     downs += i64::from(d0 != -1) + i64::from(d1 != -1);
-                    for d in [d0, d1].into_iter().filter(|d| *d != -1) {
-                        assert_eq!(dtree(nodes, d)[t].0, n, "{nodes} nodes, tree {t}: {d}'s parent");
+                    for (child_type, d) in [(0, d0), (1, d1)].into_iter().filter(|(_, d)| *d != -1) {
+                        let (parent, _, _, ct) = dtree(nodes, d)[t];
+                        assert_eq!(parent, n, "{nodes} nodes, tree {t}: {d}'s parent");
+                        assert_eq!(ct, child_type, "{nodes} nodes, tree {t}: {d} is {n}'s child {child_type}");
                     }
                 }
                 assert_eq!(ups, nodes - 1, "a tree over {nodes} nodes");
@@ -1003,54 +1091,57 @@ mod tests {
     fn ring_connections_sit_next_to_the_nics() {
         // 8 GPUs, 8 NICs, 32 channels: each GPU receives and sends the 4 channels of its NIC.
         let i = Inputs::new(2, 8, 8);
-        let held = place(&i, 0, false);
+        let held = place(&i, 0, RING);
         for h in &held {
             assert_eq!(h.ring, Counts { sends: 4, receives: 4, ..Default::default() });
         }
         // One NIC for 8 GPUs: 4 channels, received on GPU 0 and sent from GPU 7.
         let one = Inputs::new(2, 8, 1);
-        let held = place(&one, 0, false);
+        let held = place(&one, 0, RING);
         assert_eq!(held[0].ring, Counts { receives: 4, ..Default::default() });
         assert_eq!(held[7].ring, Counts { sends: 4, ..Default::default() });
         assert!(held[1..7].iter().all(|h| h.ring.total() == 0));
         // One node: nothing on the network.
-        assert!(place(&Inputs::new(1, 8, 8), 0, true).iter().all(|h| h.ring.total() + h.tree.total() == 0));
+        assert!(place(&Inputs::new(1, 8, 8), 0, BOTH).iter().all(|h| h.ring.total() + h.tree.total() == 0));
     }
 
     #[test]
-    fn tree_connections_follow_the_double_binary_tree() {
-        // Two nodes: in tree 0 node 0 is the root with child 1 (its d1), in tree 1 node 0 is the
-        // child of node 1. 8 GPUs, 8 NICs, 32 channels: channels 0-15 on tree 0, 16-31 on tree 1.
+    fn tree_connections_reuse_the_rings_where_the_peers_match() {
+        // Two nodes, 8 GPUs, 8 NICs: node 0 is tree 0's root with child 1 (its d1) and tree 1's
+        // child of node 1 (child type 1). Every tree edge links GPU k of node 0 with GPU k of node
+        // 1 on channel c, as the ring does: NCCL reuses the ring's connectors, the tree adds none.
         let i = Inputs::new(2, 8, 8);
-        assert_eq!(dtree(2, 0), [(-1, -1, 1), (1, -1, -1)]);
-        let held = place(&i, 0, true);
-        // Every GPU is treeIntra[0] of 4 channels: 2 on tree 0 (child-1 edge), 2 on tree 1 (parent
-        // edge): 4 tree sends and 4 receives each.
+        assert_eq!(dtree(2, 0), [(-1, -1, 1, -1), (1, -1, -1, 1)]);
+        let held = place(&i, 0, BOTH);
         for h in &held {
-            assert_eq!(h.tree, Counts { sends: 4, receives: 4, ..Default::default() }, "{held:?}");
+            assert_eq!(h.ring, Counts { sends: 4, receives: 4, ..Default::default() });
+            assert_eq!(h.tree, Counts::default(), "{held:?}");
         }
+        // One NIC for 8 GPUs: the ring leaves from GPU 7, the tree from GPU 0: new connections.
+        let held = place(&Inputs::new(2, 8, 1), 0, BOTH);
+        assert_eq!(held[0].tree, Counts { sends: 4, receives: 4, ..Default::default() });
     }
 
     #[test]
     fn pxn_moves_sends_to_the_nics_gpu_only_with_gpudirect() {
-        // Four nodes: node 2 in tree 0 has parent 0 and children 1 (d0 -> treeIntra[1]) and 3.
-        assert_eq!(dtree(4, 2)[0], (0, 1, 3));
+        // Four nodes: node 2 in tree 0 has parent 0 (as its child 1) and children 1 and 3; in tree
+        // 1 it is node 1's child 0.
+        assert_eq!(dtree(4, 2), [(0, 1, 3, 1), (1, -1, -1, 0)]);
         let mut i = Inputs::new(4, 8, 8);
         i.channels = Channels::given(2);
-        // Channel 0 (tree 0, NIC 0): GPU 0 holds the parent edge, GPU 1 the child-0 edge, without
-        // GPUDirect on GPU 1 (NIC 0 is not on its switch).
-        let held = place(&i, 2, true);
+        // Channel 0 (tree 0, NIC 0): GPU 0 holds the parent edge and the child-1 edge (whose send
+        // is the ring's, to node 3's GPU 0), GPU 1 the child-0 edge, without GPUDirect (NIC 0 is
+        // not on its switch). Channel 1 (tree 1, also NIC 0: two channels are one search channel
+        // duplicated): the parent edge, to node 1's GPU 1 (treeToChild0).
+        let held = place(&i, 2, BOTH);
+        assert_eq!(held[0].tree, Counts { sends: 2, receives: 3, ..Default::default() });
         assert_eq!(held[1].tree, Counts { sends: 1, receives: 1, ..Default::default() });
-        // Channel 1 (tree 1, also NIC 0: two channels are one search channel duplicated): node 2
-        // is a leaf of the mirrored tree, its parent edge on GPU 0 too.
-        assert_eq!(dtree(4, 2)[1], (1, -1, -1));
-        assert_eq!(held[0].tree, Counts { sends: 3, receives: 3, ..Default::default() }, "parent, child 1, parent");
         i.gdr = GdrMode::Dmabuf;
-        let held = place(&i, 2, true);
+        let held = place(&i, 2, BOTH);
         assert_eq!(held[1].tree, Counts { receives: 1, ..Default::default() }, "PXN: the send is GPU 0's");
-        assert_eq!(held[0].tree, Counts { sends_gdr: 4, receives_gdr: 3, ..Default::default() });
+        assert_eq!(held[0].tree, Counts { sends_gdr: 3, receives_gdr: 3, ..Default::default() });
         i.pxn = false;
-        let held = place(&i, 2, true);
+        let held = place(&i, 2, BOTH);
         assert_eq!(held[1].tree, Counts { sends: 1, receives: 1, ..Default::default() });
     }
 
@@ -1123,14 +1214,14 @@ mod tests {
     #[test]
     fn case_a_two_nodes_eight_gpus_eight_nics_gdr_off() {
         let e = estimate(&Inputs::new(2, 8, 8));
-        // Every GPU: 4 ring sends and receives (its NIC's channels), 4 tree edges; one doorbell
-        // page (16 connections x 3 records).
-        let per_rank = 8 * SEND_HOST + 8 * RECV_HOST + PAGE;
-        assert_eq!(per_rank, 160_272_384);
+        // Every GPU: its NIC's 4 channels, a ring send and receive each; the tree reuses them.
+        // 8 connections x 3 doorbell records: one page.
+        let per_rank = 4 * SEND_HOST + 4 * RECV_HOST + PAGE;
+        assert_eq!(per_rank, 80_138_240);
         assert_eq!(e.per_rank_max_bytes, per_rank);
         assert_eq!(e.per_node_bytes, 8 * per_rank);
         assert_eq!(e.per_node_host_bytes, 8 * per_rank, "GDR off: all of it is host memory");
-        assert_eq!(e.scenarios[0].per_rank_max_bytes, 4 * SEND_HOST + 4 * RECV_HOST + PAGE, "ring only");
+        assert_eq!(e.scenarios[0].per_rank_max_bytes, per_rank, "ring only: the same");
         assert!(e.ranks.iter().all(|r| r.memlock_bytes == per_rank));
     }
 
@@ -1139,8 +1230,8 @@ mod tests {
         let mut i = Inputs::new(2, 8, 8);
         i.gdr = GdrMode::Dmabuf;
         let e = estimate(&i);
-        let per_rank = 8 * SEND_DMABUF + 8 * RECV_DMABUF + PAGE;
-        assert_eq!(per_rank, 10_326_016, "above the 8 MiB default limit even so");
+        let per_rank = 4 * SEND_DMABUF + 4 * RECV_DMABUF + PAGE;
+        assert_eq!(per_rank, 5_165_056, "under the 8 MiB default limit");
         assert_eq!(e.per_rank_max_bytes, per_rank);
         assert_eq!(e.per_node_host_bytes, 8 * per_rank);
     }
@@ -1151,15 +1242,16 @@ mod tests {
         i.gdr = GdrMode::Peermem;
         let e = estimate(&i);
         // The GPU buffers are charged like host memory but take none.
-        assert_eq!(e.per_rank_max_bytes, 160_272_384);
-        assert_eq!(e.per_node_host_bytes, 8 * 10_326_016);
+        assert_eq!(e.per_rank_max_bytes, 80_138_240);
+        assert_eq!(e.per_node_host_bytes, 8 * 5_165_056);
     }
 
     #[test]
     fn case_d_one_nic_for_eight_gpus() {
         let e = estimate(&Inputs::new(2, 8, 1));
         assert_eq!(e.inputs.channels.count, 4);
-        // GPU 0 receives the 4 ring channels and holds the 4 tree edges; GPU 7 sends the ring.
+        // GPU 0 receives the 4 ring channels (from node 1's GPU 7) and holds the 4 tree edges
+        // (with node 1's GPU 0); GPU 7 sends the ring.
         assert_eq!(rank(&e, 0).memlock_bytes, 4 * SEND_HOST + 8 * RECV_HOST + PAGE);
         assert_eq!(rank(&e, 0).memlock_bytes, 120_475_648);
         assert_eq!(rank(&e, 7).memlock_bytes, 4 * SEND_HOST + PAGE);
@@ -1173,21 +1265,23 @@ mod tests {
         let mut i = Inputs::new(4, 8, 8);
         i.gdr = GdrMode::Dmabuf;
         let e = estimate(&i);
-        // Node 2: tree 0 parent 0, children 1 and 3; tree 1 parent 1. GPU j: ring 4+4 with GDR;
-        // tree 0 channels j and j+8: parent and child-1 edges plus the PXN send of GPU j+1's
-        // child-0 edge (3 sends, 2 receives each); tree 1 channels j+16, j+24: 1 + 1 each; and
-        // the child-0 receives of NIC j-1's tree 0 channels, without GPUDirect: 2.
-        // Node 1 is node 2's mirror (inner in tree 1, a leaf in tree 0): the first is reported.
+        // Node 1: tree 0 leaf (parent 2, as its child 0), tree 1 inner (parent 3 as its child 1,
+        // children 2 and 0). GPU j: ring 4 + 4; tree 0 channels j, j+8: the parent edge, to node
+        // 2's GPU j+1 (1 send, 1 receive each); tree 1 channels j+16, j+24: the parent edge, the
+        // child-1 edge's send (its receive is the ring's, from node 0's GPU j) and the PXN send of
+        // GPU j+1's child-0 edge (3 sends, 1 receive each); and the child-0 receives of NIC j-1's
+        // tree 1 channels, without GPUDirect: 2.
+        assert_eq!(dtree(4, 1), [(2, -1, -1, 0), (3, 2, 0, 1)]);
         assert_eq!(e.busiest_node, 1);
-        let node2 = place(&i, 2, true);
-        assert_eq!(rank_need(&i, &node2[0], &[Algorithm::Ring, Algorithm::Tree]).memlock, rank(&e, 0).memlock_bytes);
         let r = rank(&e, 0);
-        assert_eq!(r.tree, Counts { sends: 0, sends_gdr: 8, receives: 2, receives_gdr: 6 });
-        let data_and_queues = 12 * SEND_DMABUF + 10 * RECV_DMABUF + 2 * RECV_HOST;
-        // Doorbells: 22 connections on its own NIC (66 records, 2 pages), 2 on NIC j-1 (1 page).
-        assert_eq!(r.memlock_bytes, data_and_queues + 3 * PAGE);
-        assert_eq!(r.memlock_bytes, 34_762_752);
-        assert_eq!(e.per_rank_max_bytes, 34_762_752);
+        assert_eq!(r.ring, Counts { sends_gdr: 4, receives_gdr: 4, ..Default::default() });
+        assert_eq!(r.tree, Counts { sends: 0, sends_gdr: 8, receives: 2, receives_gdr: 4 });
+        // Doorbells: 20 connections on its own NIC (60 records, 1 page), 2 on NIC j-1 (1 page).
+        let per_rank = 12 * SEND_DMABUF + 8 * RECV_DMABUF + 2 * RECV_HOST + 2 * PAGE;
+        assert_eq!(per_rank, 33_857_536);
+        assert_eq!(r.memlock_bytes, per_rank);
+        assert_eq!(e.per_rank_max_bytes, per_rank);
+        assert_eq!(e.per_node_bytes, 8 * per_rank);
     }
 
     #[test]
@@ -1202,10 +1296,33 @@ mod tests {
         i.p2p = Some(P2p { channels: 32, channels_per_peer: 2, chunk: 131_072, ll_buffers: false, shared: true });
         let e = estimate(&i);
         // 8 remote peers x 2 channels: 16 sends (37 + 40 pages) and 16 receives (45 + 65), two
-        // 64 MiB pools, doorbells for 48 connections (144 records, 3 pages).
+        // 64 MiB pools, doorbells for 40 connections (120 records, 2 pages).
         let p2p = 16 * 77 * PAGE + 16 * 110 * PAGE + 2 * 32 * 16 * 131_072;
-        assert_eq!(e.per_rank_max_bytes, 8 * SEND_HOST + 8 * RECV_HOST + p2p + 3 * PAGE);
-        assert_eq!(e.per_rank_max_bytes, 306_753_536);
+        assert_eq!(e.per_rank_max_bytes, 4 * SEND_HOST + 4 * RECV_HOST + p2p + 2 * PAGE);
+        assert_eq!(e.per_rank_max_bytes, 226_615_296);
+    }
+
+    #[test]
+    fn case_h_one_gpu_per_node_connects_pat() {
+        let e = estimate(&Inputs::new(4, 1, 1));
+        assert_eq!(e.scenarios[1].algorithms, "ring + tree + pat");
+        // 4 nodes, 1 GPU, 1 NIC, 4 channels: PAT connects to the nodes 1 and 2 away in both
+        // directions, so on every channel the GPU sends to and receives from all 3 others; with
+        // the ring and the tree, 6 connections a channel, 24 in all (72 records, 2 pages).
+        let r = rank(&e, 0);
+        assert_eq!(r.ring.total() + r.tree.total() + r.pat.total(), 24);
+        let per_rank = 4 * (3 * SEND_HOST + 3 * RECV_HOST) + 2 * PAGE;
+        assert_eq!(per_rank, 240_410_624);
+        assert_eq!(e.per_rank_max_bytes, per_rank);
+        assert_eq!(e.scenarios[0].per_rank_max_bytes, 4 * (SEND_HOST + RECV_HOST) + PAGE, "ring only");
+        let mut no_pat = Inputs::new(4, 1, 1);
+        no_pat.pat = false;
+        // Node 1 without PAT: channels 0-1 (tree 0, a leaf): the ring's send is the tree's, the
+        // tree's receive from node 2 is new; channels 2-3 (tree 1, inner): 2 sends, 2 receives new.
+        assert_eq!(dtree(4, 1)[0].0, 2);
+        let e = estimate(&no_pat);
+        assert_eq!(e.scenarios[1].algorithms, "ring + tree");
+        assert_eq!(e.per_rank_max_bytes, 8 * SEND_HOST + 10 * RECV_HOST + PAGE);
     }
 
     #[test]
@@ -1219,7 +1336,7 @@ mod tests {
         let e = estimate(&merged);
         // Every registration and queue twice for VmPin; the buffers' memory once.
         assert_eq!(e.per_rank_max_bytes, 2 * base.per_rank_max_bytes);
-        let data_once = (8 + 8) * 9_633_792;
+        let data_once = (4 + 4) * 9_633_792;
         assert_eq!(e.ranks[0].host_bytes, e.per_rank_max_bytes - data_once);
     }
 
@@ -1227,10 +1344,15 @@ mod tests {
     fn doorbell_pages_per_device_context() {
         let mut i = Inputs::new(2, 1, 1);
         i.channels = Channels::given(64);
-        let held = place(&i, 0, true);
-        // 64 ring + 64 tree edges, each 2 connections: 256 connections x 3 records / 64 per page.
-        assert_eq!(held[0].per_nic, vec![[128, 128, 0]]);
-        assert_eq!(doorbell_pages(&i, &held[0], &[Algorithm::Ring, Algorithm::Tree]), 12);
-        assert_eq!(doorbell_pages(&i, &held[0], &[Algorithm::Ring]), 6);
+        let held = place(&i, 0, BOTH);
+        // 64 channels x a ring send and receive (the tree reuses them): 128 connections x 3
+        // records / 64 per page = 6 pages; per member of a merged NIC.
+        assert_eq!(held[0].per_nic, vec![[128, 0, 0, 0]]);
+        assert_eq!(doorbell_pages(&i, &held[0], BOTH), 6);
+        i.devices_per_nic = 2;
+        assert_eq!(doorbell_pages(&i, &held[0], BOTH), 12);
+        let held = place(&Inputs { channels: Channels::given(64), ..Inputs::new(4, 1, 1) }, 1, BOTH);
+        // Four nodes: the tree's new connections need pages of their own.
+        assert!(doorbell_pages(&i, &held[0], BOTH) > doorbell_pages(&i, &held[0], RING));
     }
 }

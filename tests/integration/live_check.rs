@@ -63,10 +63,11 @@ fn estimate_prints_worked_case_a() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let e = &report["estimate"];
-    // Per rank 8 sends x 9949184 B + 8 receives x 10084352 B + one doorbell page.
-    assert_eq!(e["per_rank_max_bytes"], 160_272_384u64);
-    assert_eq!(e["per_node_bytes"], 8 * 160_272_384u64);
-    assert_eq!(e["per_node_host_bytes"], 8 * 160_272_384u64);
+    // Per rank 4 sends x 9949184 B + 4 receives x 10084352 B + one doorbell page; the tree
+    // reuses the ring's connections.
+    assert_eq!(e["per_rank_max_bytes"], 80_138_240u64);
+    assert_eq!(e["per_node_bytes"], 8 * 80_138_240u64);
+    assert_eq!(e["per_node_host_bytes"], 8 * 80_138_240u64);
     assert_eq!(e["scenarios"][0]["algorithms"], "ring");
     assert_eq!(e["scenarios"][1]["algorithms"], "ring + tree");
     let ranks = e["ranks"].as_array().unwrap();
@@ -74,13 +75,14 @@ fn estimate_prints_worked_case_a() {
     let terms = ranks[0]["terms"].as_array().unwrap();
     let data = terms.iter().find(|t| t["algorithm"] == "ring" && t["name"] == "data buffers").unwrap();
     assert_eq!(data["memlock_bytes"], 8 * 9_633_792u64, "{data}");
+    assert!(!terms.iter().any(|t| t["algorithm"] == "tree"), "no tree connection of its own: {terms:?}");
     assert_eq!(e["gdr"]["mode"], "off");
     assert_eq!(e["nccl_version"], "2.30.7");
     // The text shows the same figures and what each assumes.
     let out = nccl_clean(Command::new(binary()).args(["estimate", "--nics", "8", "--gdr", "off"])).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("ring + tree                   152.8 MiB"), "{text}");
-    assert!(text.contains("busiest rank: local rank 0 of node 0 (160272384 B)"), "{text}");
+    assert!(text.contains("ring + tree                    76.4 MiB"), "{text}");
+    assert!(text.contains("busiest rank: local rank 0 of node 0 (80138240 B)"), "{text}");
     assert!(text.contains("not modelled:"), "{text}");
 }
 
@@ -189,8 +191,8 @@ fn finding<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value
 }
 
 /// `check` against the fixture roots: pid 4100 sits in a pod with 654 MiB of its 1 GiB free, and
-/// the fixture has no environ files. The job: 8 GPUs on 8 NICs, 1.2 GiB of host memory per node
-/// (docs/check.md, case A).
+/// the fixture has no environ files. The job: 4 nodes of 8 GPUs on 8 NICs, GPUDirect off, 1.6 GiB
+/// of host memory per node.
 fn fixture_check(extra: &[&str]) -> Command {
     let root = fixtures();
     let mut cmd = Command::new(binary());
@@ -199,7 +201,7 @@ fn fixture_check(extra: &[&str]) -> Command {
         .arg(root.join("proc"))
         .arg("--path.sysfs")
         .arg(root.join("sys"))
-        .args(["--pid", "4100", "--nics", "8", "--gdr", "off"])
+        .args(["--pid", "4100", "--nodes", "4", "--nics", "8", "--gdr", "off"])
         .args(extra);
     cmd
 }
