@@ -19,14 +19,15 @@ use crate::units::bytes as human;
 
 /// What the model covers and what it leaves out, printed with every estimate.
 pub const COVERS: &[&str] = &[
-    "ring and double-binary-tree network connections per channel, placed on the ranks next to each channel's NIC \
-        (PXN sends on the NIC's GPU)",
+    "ring and double-binary-tree network connections per channel (and PAT with one rank per node), placed on the \
+        ranks next to each channel's NIC (PXN sends on the NIC's GPU), each connector to a peer counted once however \
+        many algorithms use it",
     "per connection: LL, LL128 and Simple buffers by GPUDirect mode, control MRs in whole pages, mlx5 QP and CQ \
         rings, doorbell records; every registration repeated per member of a merged NIC",
     "with --p2p-net: all-to-all connections to every rank of the other nodes and the shared p2p pools",
 ];
 pub const NOT_MODELLED: &[&str] = &[
-    "NVLS, NVLS tree and CollNet (NVLink SHARP, in-network reduction), PAT (1 rank per node), PXN for p2p",
+    "NVLS, NVLS tree and CollNet (NVLink SHARP, in-network reduction), PXN for p2p",
     "user buffer registration (NCCL_LOCAL_REGISTER, ncclCommRegister: usually GPU memory)",
     "providers other than mlx5 (EFA, bnxt_re size their queues differently), MLX5_CQE_SIZE=128, IB resiliency",
     "topologies where a channel's ring does not enter and leave the node next to one NIC (crossNic rings), or \
