@@ -1355,4 +1355,26 @@ mod tests {
         // Four nodes: the tree's new connections need pages of their own.
         assert!(doorbell_pages(&i, &held[0], BOTH) > doorbell_pages(&i, &held[0], RING));
     }
+
+    /// Placing one node per kind (node_key) finds the same busiest rank and node as placing them all.
+    #[test]
+    fn one_node_per_kind_is_every_node() {
+        for nodes in 2..34 {
+            for (g, n) in [(1, 1), (2, 1), (8, 8), (8, 2)] {
+                let mut i = Inputs::new(nodes, g, n);
+                i.channels = Channels::given(8);
+                let e = estimate(&i);
+                let (_, all) = algorithms(&i);
+                let mut rank_max = 0;
+                let mut node_max = 0;
+                for node in 0..nodes {
+                    let needs: Vec<u64> =
+                        place(&i, node, &all).iter().map(|h| rank_need(&i, h, &all).memlock).collect();
+                    rank_max = rank_max.max(needs.iter().copied().max().unwrap_or(0));
+                    node_max = node_max.max(needs.iter().sum::<u64>());
+                }
+                assert_eq!((e.per_rank_max_bytes, e.per_node_bytes), (rank_max, node_max), "{nodes} x {g} x {n}");
+            }
+        }
+    }
 }
