@@ -4,7 +4,8 @@
 //! comments here name the source of each figure.
 //!
 //! A node runs `ranks_per_node` ranks (one GPU each) and `nics` NICs. For every channel the
-//! model places the ring and tree network connections on ranks, gives each connection its bytes
+//! model places the ring, tree and (one rank per node) PAT network connections on ranks, each
+//! connector to a peer once however many algorithms use it, gives each connection its bytes
 //! (data buffers per protocol, control MRs in whole pages, QP and CQ rings, doorbell records), and
 //! charges them to the process that registers them, in the GPUDirect mode given.
 
@@ -647,13 +648,14 @@ pub struct Scenario {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Estimate {
     pub inputs: Inputs,
-    /// The busiest rank, ring and tree connected, every communicator: the memlock need.
+    /// The busiest rank with every algorithm connected (ring, tree, PAT with one rank per node,
+    /// p2p when asked), every communicator: the memlock need.
     pub per_rank_max_bytes: u64,
-    /// VmPin of the busiest node's ranks together, ring and tree connected.
+    /// VmPin of the busiest node's ranks together, every algorithm connected.
     pub per_node_bytes: u64,
     /// Host memory the busiest node's registrations take (GPU buffers excluded).
     pub per_node_host_bytes: u64,
-    /// The node the per-rank detail is for (its tree roles make it the busiest).
+    /// The node the per-rank detail is for: the first that holds the busiest rank.
     pub busiest_node: u64,
     pub scenarios: Vec<Scenario>,
     pub ranks: Vec<Rank>,
