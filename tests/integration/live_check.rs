@@ -44,6 +44,14 @@ fn root_with_cap_ipc_lock_passes_memlock_and_a_bogus_nccl_variable_warns() {
     assert_eq!(out.status.code(), Some(0), "WARN alone does not fail: {text}");
     let strict = Command::new(binary()).args(["check", "--strict"]).env("NCCL_IB_MR_RANGE", "1").output().unwrap();
     assert_eq!(strict.status.code(), Some(1));
+    // estimate applies the same rule: root's 8 MiB soft limit is not enforced (it used to call it
+    // too low).
+    let out = nccl_clean(Command::new(binary()).args(["estimate", "--json", "--nics", "8"])).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["verdict"]["cap_ipc_lock_exempt"], true, "{}", report["verdict"]);
+    assert_eq!(report["verdict"]["fits_memlock_limit"], true);
+    let out = nccl_clean(Command::new(binary()).args(["estimate", "--nics", "8"])).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("not enforced (CAP_IPC_LOCK in the initial user namespace)"));
 }
 
 #[test]
