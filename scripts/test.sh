@@ -45,6 +45,8 @@ install_tools() {
     command -v g++ >/dev/null || missing+=(g++)
     command -v python3 >/dev/null || missing+=(python3)
     command -v curl >/dev/null || missing+=(curl)
+    # The nccl_variables_script test builds a small git repository for scripts/nccl_variables.py.
+    command -v git >/dev/null || missing+=(git)
     command -v setpriv >/dev/null || missing+=(util-linux)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "installing: ${missing[*]}"

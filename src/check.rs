@@ -12,9 +12,11 @@ use crate::collect::cgroup::CgroupCollector;
 use crate::collect::process::{initial_user_namespace, ipc_lock_exempts};
 use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice};
 use crate::config::{CgroupConfig, RdmaConfig};
-use crate::estimate::{self, Estimate};
+use crate::estimate;
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::{meminfo, parse_u64, pid_cgroup, pid_limits, pid_status};
+use crate::nccl::env::{self as nccl_env, Environment};
+use crate::nccl::model::Estimate;
 use crate::units::bytes as human;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -62,7 +64,8 @@ pub struct Machine {
     pub meminfo: meminfo::Meminfo,
     pub overcommit_mode: Option<u64>,
     pub max_map_count: Option<u64>,
-    pub environment: Vec<(String, String)>,
+    /// The checked process's environment with NCCL's configuration files, as NCCL reads it.
+    pub environment: Environment,
     /// The memory cgroup of the process, when one could be read.
     pub cgroup: Option<CgroupHeadroom>,
     /// RDMA devices from sysfs (empty: none on this node).
@@ -83,9 +86,27 @@ pub struct CgroupHeadroom {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub pid: String,
+    /// The busiest rank's memlock need (the name predates the per-rank model).
     pub need_per_process_bytes: u64,
+    /// The busiest node's VmPin, every rank together.
     pub need_per_node_bytes: u64,
+    /// The busiest node's host memory (GPU buffers excluded): what memory and the cgroup must hold.
+    pub need_per_node_host_bytes: u64,
+    /// The model's inputs as decided (GPUDirect mode, NICs, channels), for the record.
+    pub model: ModelSummary,
     pub findings: Vec<Finding>,
+}
+
+/// What the need was estimated for.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ModelSummary {
+    pub gdr: String,
+    pub gdr_why: String,
+    pub nics: u64,
+    pub nics_why: String,
+    pub channels: u64,
+    pub channels_why: String,
+    pub algorithms: String,
 }
 
 impl Report {
@@ -96,7 +117,7 @@ impl Report {
 
 /// Reads the machine state the checks need. Only the target process's limits are required:
 /// without them there is nothing to check (exit 2).
-pub fn read_machine(roots: &Roots, pid: &str, environment: Vec<(String, String)>) -> Result<Machine, SourceError> {
+pub fn read_machine(roots: &Roots, pid: &str, environment: Environment) -> Result<Machine, SourceError> {
     let proc_dir = roots.proc(pid);
     let limits = fsroot::read_parsed(&proc_dir.join("limits"), pid_limits::parse)?;
     let status_text = fsroot::read_string(&proc_dir.join("status"))?;
@@ -161,10 +182,11 @@ fn same_user_namespace(proc_dir: &Path, init_dir: &Path) -> Option<bool> {
     initial_user_namespace(map, links)
 }
 
-/// Runs every check against the machine state and the estimated need.
+/// Runs every check against the machine state and the estimated need: the memlock limit against
+/// the busiest rank, memory and the cgroup against the busiest node's host memory.
 pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
-    let need = e.per_process_bytes;
-    let node_need = e.per_node_bytes;
+    let need = e.per_rank_max_bytes;
+    let node_need = e.per_node_host_bytes;
     let mut out = Vec::new();
     memlock(m, need, &mut out);
     memory(m, node_need, safety, &mut out);
@@ -254,7 +276,7 @@ fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
 }
 
 /// Devices NCCL_IB_HCA selects: `mlx5_0,mlx5_1:1`, `=mlx5_0` (exact), `^mlx5_2` (all but).
-fn selected_by_ib_hca(spec: Option<&str>, device: &str) -> Option<bool> {
+pub fn selected_by_ib_hca(spec: Option<&str>, device: &str) -> Option<bool> {
     let spec = spec?.trim();
     if spec.is_empty() {
         return None;
@@ -276,13 +298,14 @@ fn selected_by_ib_hca(spec: Option<&str>, device: &str) -> Option<bool> {
 
 /// Ports ACTIVE (FAIL for the ones NCCL_IB_HCA selects, WARN otherwise: NCCL skips inactive
 /// ports it was not told to use); one firmware version per HCA type.
-pub fn rdma(devices: &[SysfsDevice], env: &[(String, String)]) -> Vec<Finding> {
+pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
     let mut out = Vec::new();
     if devices.is_empty() {
         out.push(Finding::new("rdma.devices", Status::Pass, "no RDMA devices on this node", ""));
         return out;
     }
-    let ib_hca = env.iter().find(|(n, _)| n == "NCCL_IB_HCA").map(|(_, v)| v.as_str());
+    let ib_hca = env.get_lossy("NCCL_IB_HCA");
+    let ib_hca = ib_hca.as_deref();
     for device in devices {
         let selected = selected_by_ib_hca(ib_hca, &device.name);
         if selected == Some(false) {
@@ -334,9 +357,15 @@ pub fn rdma(devices: &[SysfsDevice], env: &[(String, String)]) -> Vec<Finding> {
     out
 }
 
+/// Whether the memlock limit is lifted for the checked process: the one CAP_IPC_LOCK rule
+/// ([`ipc_lock_exempts`]), for `check` and `estimate` alike.
+pub fn memlock_exempt(m: &Machine) -> bool {
+    ipc_lock_exempts(m.ipc_lock, m.initial_user_ns) == Some(true)
+}
+
 fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
     let Some(limits) = m.limits else { return };
-    let exempt = ipc_lock_exempts(m.ipc_lock, m.initial_user_ns) == Some(true);
+    let exempt = memlock_exempt(m);
     let fix = "raise it: `ulimit -l unlimited` via /etc/security/limits.conf memlock, systemd LimitMEMLOCK=infinity, \
         docker run --ulimit memlock=-1, or the container runtime's default rlimits";
     let soft = match limits.soft {
@@ -353,13 +382,13 @@ fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
         pid_limits::Limit::Bytes(limit) if limit < need => Finding::new(
             "memlock.soft",
             Status::Fail,
-            format!("{} < estimated need {}", human(limit as f64), human(need as f64)),
+            format!("{} < the busiest rank's estimated need {}", human(limit as f64), human(need as f64)),
             fix,
         ),
         pid_limits::Limit::Bytes(limit) => Finding::new(
             "memlock.soft",
             Status::Pass,
-            format!("{} >= estimated need {}", human(limit as f64), human(need as f64)),
+            format!("{} >= the busiest rank's estimated need {}", human(limit as f64), human(need as f64)),
             "",
         ),
     };
@@ -372,7 +401,7 @@ fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
         pid_limits::Limit::Bytes(limit) if limit < need => Finding::new(
             "memlock.hard",
             Status::Warn,
-            format!("{} < estimated need {}", human(limit as f64), human(need as f64)),
+            format!("{} < the busiest rank's estimated need {}", human(limit as f64), human(need as f64)),
             "the job cannot raise its own soft limit past this; raise the hard limit where the job is started",
         ),
         pid_limits::Limit::Bytes(limit) => Finding::new("memlock.hard", Status::Pass, human(limit as f64), ""),
@@ -495,192 +524,22 @@ fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
     });
 }
 
-/// Variables that are widely recommended but do not exist in NCCL: setting them changes nothing.
-const NOT_NCCL: &[(&str, &str)] = &[
-    (
-        "NCCL_IB_MR_RANGE",
-        "not an NCCL variable (nowhere in NCCL's source or docs); memlock limits are fixed with \
-        ulimit -l",
-    ),
-    (
-        "NCCL_NCHANNELS",
-        "not an NCCL variable: use NCCL_MIN_CTAS / NCCL_MAX_CTAS (or the older NCCL_MIN_NCHANNELS / \
-        NCCL_MAX_NCHANNELS)",
-    ),
-];
-
-/// NCCL variables that take a non-negative integer.
-const INTEGER_VARS: &[&str] = &[
-    "NCCL_BUFFSIZE",
-    "NCCL_LL_BUFFSIZE",
-    "NCCL_LL128_BUFFSIZE",
-    "NCCL_P2P_NET_CHUNKSIZE",
-    "NCCL_IB_QPS_PER_CONNECTION",
-    "NCCL_MIN_NCHANNELS",
-    "NCCL_MAX_NCHANNELS",
-    "NCCL_MIN_CTAS",
-    "NCCL_MAX_CTAS",
-    "NCCL_NCHANNELS_PER_NET_PEER",
-    "NCCL_MIN_P2P_NCHANNELS",
-    "NCCL_MAX_P2P_NCHANNELS",
-    "NCCL_ALLOC_P2P_NET_LL_BUFFERS",
-    "NCCL_IB_TIMEOUT",
-    "NCCL_IB_RETRY_CNT",
-    "NCCL_IB_GID_INDEX",
-    "NCCL_IB_TC",
-    "NCCL_IB_SL",
-    "NCCL_NTHREADS",
-];
-
-/// NCCL variables known to exist (NVIDIA/nccl 5067397c and its documentation); anything else
-/// with the NCCL_ prefix is reported as a possible typo.
-const KNOWN_VARS: &[&str] = &[
-    "NCCL_ALGO",
-    "NCCL_ALLOC_P2P_NET_LL_BUFFERS",
-    "NCCL_BUFFSIZE",
-    "NCCL_CGA_CLUSTER_SIZE",
-    "NCCL_CHECKS_DISABLE",
-    "NCCL_CHECK_POINTERS",
-    "NCCL_COLLNET_ENABLE",
-    "NCCL_COMM_BLOCKING",
-    "NCCL_COMM_ID",
-    "NCCL_CONF_FILE",
-    "NCCL_CROSS_NIC",
-    "NCCL_CUMEM_ENABLE",
-    "NCCL_CUMEM_HOST_ENABLE",
-    "NCCL_DEBUG",
-    "NCCL_DEBUG_FILE",
-    "NCCL_DEBUG_SUBSYS",
-    "NCCL_DMABUF_ENABLE",
-    "NCCL_ELASTIC_BUFFER_REGISTER",
-    "NCCL_GDRCOPY_ENABLE",
-    "NCCL_GRAPH_DUMP_FILE",
-    "NCCL_GRAPH_FILE",
-    "NCCL_GRAPH_REGISTER",
-    "NCCL_HOSTID",
-    "NCCL_IB_ADAPTIVE_ROUTING",
-    "NCCL_IB_ADDR_FAMILY",
-    "NCCL_IB_ADDR_RANGE",
-    "NCCL_IB_AR_THRESHOLD",
-    "NCCL_IB_CUDA_SUPPORT",
-    "NCCL_IB_DISABLE",
-    "NCCL_IB_ECE_ENABLE",
-    "NCCL_IB_FIFO_TC",
-    "NCCL_IB_GID_INDEX",
-    "NCCL_IB_HCA",
-    "NCCL_IB_MERGE_NICS",
-    "NCCL_IB_MERGE_VFS",
-    "NCCL_IB_PCI_RELAXED_ORDERING",
-    "NCCL_IB_QPS_PER_CONNECTION",
-    "NCCL_IB_RETRY_CNT",
-    "NCCL_IB_RETURN_ASYNC_EVENTS",
-    "NCCL_IB_ROCE_VERSION_NUM",
-    "NCCL_IB_SL",
-    "NCCL_IB_SPLIT_DATA_ON_QPS",
-    "NCCL_IB_TC",
-    "NCCL_IB_TIMEOUT",
-    "NCCL_IB_USE_INLINE",
-    "NCCL_IGNORE_CPU_AFFINITY",
-    "NCCL_IGNORE_DISABLED_P2P",
-    "NCCL_LAUNCH_MODE",
-    "NCCL_LEGACY_CUDA_REGISTER",
-    "NCCL_LL128_BUFFSIZE",
-    "NCCL_LL_BUFFSIZE",
-    "NCCL_LOCAL_REGISTER",
-    "NCCL_MAX_CTAS",
-    "NCCL_MAX_NCHANNELS",
-    "NCCL_MAX_P2P_NCHANNELS",
-    "NCCL_MIN_CTAS",
-    "NCCL_MIN_NCHANNELS",
-    "NCCL_MIN_P2P_NCHANNELS",
-    "NCCL_MNNVL_ENABLE",
-    "NCCL_MULTI_SEGMENT_REGISTER",
-    "NCCL_NCHANNELS_PER_NET_PEER",
-    "NCCL_NET",
-    "NCCL_NET_DISABLE_INTRA",
-    "NCCL_NET_FORCE_FLUSH",
-    "NCCL_NET_GDR_C2C",
-    "NCCL_NET_GDR_LEVEL",
-    "NCCL_NET_GDR_READ",
-    "NCCL_NET_OVERHEAD",
-    "NCCL_NET_PLUGIN",
-    "NCCL_NET_SHARED_BUFFERS",
-    "NCCL_NET_SHARED_COMMS",
-    "NCCL_NSOCKS_PERTHREAD",
-    "NCCL_NTHREADS",
-    "NCCL_NVB_DISABLE",
-    "NCCL_NVLS_ENABLE",
-    "NCCL_NVLS_NCHANNELS",
-    "NCCL_NVTX_DISABLE",
-    "NCCL_P2P_DIRECT_DISABLE",
-    "NCCL_P2P_DISABLE",
-    "NCCL_P2P_LEVEL",
-    "NCCL_P2P_NET_CHUNKSIZE",
-    "NCCL_P2P_NVL_CHUNKSIZE",
-    "NCCL_P2P_PCI_CHUNKSIZE",
-    "NCCL_P2P_PXN_LEVEL",
-    "NCCL_P2P_READ_ENABLE",
-    "NCCL_P2P_USE_CUDA_MEMCPY",
-    "NCCL_PROFILER_PLUGIN",
-    "NCCL_PROTO",
-    "NCCL_PXN_DISABLE",
-    "NCCL_RAS_ENABLE",
-    "NCCL_RUNTIME_CONNECT",
-    "NCCL_SET_STACK_SIZE",
-    "NCCL_SET_THREAD_NAME",
-    "NCCL_SHM_DISABLE",
-    "NCCL_SINGLE_PROC_MEM_REG_ENABLE",
-    "NCCL_SOCKET_FAMILY",
-    "NCCL_SOCKET_IFNAME",
-    "NCCL_SOCKET_NTHREADS",
-    "NCCL_TOPO_DUMP_FILE",
-    "NCCL_TOPO_FILE",
-    "NCCL_TUNER_PLUGIN",
-    "NCCL_WORK_FIFO_BYTES",
-    "NCCL_WORK_FIFO_DEPTH",
-];
-
-/// Checks the NCCL_* variables of the job's environment.
-pub fn nccl_environment(env: &[(String, String)]) -> Vec<Finding> {
-    let mut out = Vec::new();
-    for (name, value) in env.iter().filter(|(n, _)| n.starts_with("NCCL_")) {
-        let id = format!("nccl.env.{name}");
-        if let Some((_, why)) = NOT_NCCL.iter().find(|(n, _)| n == name).or_else(|| {
-            name.starts_with("NCCL_REGISTER_").then_some(&(
-                "NCCL_REGISTER_*",
-                "no NCCL_REGISTER_* variable exists: registration is NCCL_LOCAL_REGISTER / NCCL_GRAPH_REGISTER",
-            ))
-        }) {
-            out.push(Finding::new(id, Status::Warn, format!("{name}={value}"), format!("{why}; remove it")));
-        } else if INTEGER_VARS.contains(&name.as_str()) && value.trim().parse::<u64>().is_err() {
-            out.push(Finding::new(
-                id,
-                Status::Fail,
-                format!("{name}={value:?} is not a non-negative integer"),
-                "NCCL ignores or rejects it: give a plain number of bytes or a count",
-            ));
-        } else if name == "NCCL_IB_QPS_PER_CONNECTION"
-            && value.trim().parse::<u64>().is_ok_and(|q| !(1..=estimate::MAX_QPS_PER_CONNECTION).contains(&q))
-        {
-            out.push(Finding::new(
-                id,
-                Status::Fail,
-                format!("{name}={value}"),
-                format!(
-                    "NCCL needs 1 to {} QPs per connection: unset it (default 1) or give a count in that range",
-                    estimate::MAX_QPS_PER_CONNECTION
-                ),
-            ));
-        } else if !KNOWN_VARS.contains(&name.as_str()) {
-            out.push(Finding::new(
-                id,
-                Status::Warn,
-                format!("{name}={value}"),
-                "not a known NCCL variable: check the spelling",
-            ));
-        }
-    }
-    let debug = env.iter().find(|(n, _)| n == "NCCL_DEBUG").map(|(_, v)| v.to_ascii_uppercase());
+/// Checks the NCCL_* variables the job will run with (its environment and NCCL's configuration
+/// files) as NCCL reads them (crate::nccl::env): a name NCCL does not read WARNs, a value NCCL
+/// reads otherwise than written FAILs; a variable NCCL accepts is never reported. Then NCCL_DEBUG.
+pub fn nccl_environment(env: &Environment) -> Vec<Finding> {
+    let mut out: Vec<Finding> = nccl_env::problems(env)
+        .into_iter()
+        .map(|p| {
+            let status = match p.severity {
+                nccl_env::Severity::Warn => Status::Warn,
+                nccl_env::Severity::Fail => Status::Fail,
+            };
+            Finding::new(format!("nccl.env.{}", p.name), status, p.measured, p.fix)
+        })
+        .collect();
+    // NCCL_DEBUG's parser trims and ignores case (ncclParamOneOf, src/debug.cc).
+    let debug = env.entry("NCCL_DEBUG").map(|e| String::from_utf8_lossy(&e.value).trim().to_ascii_uppercase());
     out.push(match debug.as_deref() {
         Some("WARN" | "INFO" | "TRACE") => {
             Finding::new("nccl.debug", Status::Pass, format!("NCCL_DEBUG={}", debug.unwrap_or_default()), "")
@@ -703,10 +562,16 @@ pub fn nccl_environment(env: &[(String, String)]) -> Vec<Finding> {
 
 pub fn render_text(report: &Report) -> String {
     let mut out = format!(
-        "memlock-exporter check (pid {}): estimated registration need {} per process, {} per node\n\n",
+        "memlock-exporter check (pid {}): NCCL registers an estimated {} on the busiest rank, {} per node ({} of \
+            host memory; {}, GPUDirect {}, {} NIC(s), {} channel(s))\n\n",
         report.pid,
         human(report.need_per_process_bytes as f64),
-        human(report.need_per_node_bytes as f64)
+        human(report.need_per_node_bytes as f64),
+        human(report.need_per_node_host_bytes as f64),
+        report.model.algorithms,
+        report.model.gdr,
+        report.model.nics,
+        report.model.channels,
     );
     let width = report.findings.iter().map(|f| f.id.len()).max().unwrap_or(0);
     for f in &report.findings {
@@ -746,14 +611,6 @@ fn environment_unreadable(findings: &mut Vec<Finding>, error: &str) {
     ));
 }
 
-/// The environment of the checked process: ours, or `/proc/PID/environ` for `--pid`.
-fn environment(procfs: &Path, pid: Option<u32>) -> Result<Vec<(String, String)>, SourceError> {
-    let Some(pid) = pid else { return Ok(std::env::vars().collect()) };
-    let path: PathBuf = procfs.join(pid.to_string()).join("environ");
-    let text = fsroot::read_string(&path)?;
-    Ok(text.split('\0').filter_map(|entry| entry.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned()))).collect())
-}
-
 pub fn run(args: &CheckArgs) -> u8 {
     let fail = |message: String| {
         eprintln!("memlock-exporter check: {message}");
@@ -764,31 +621,45 @@ pub fn run(args: &CheckArgs) -> u8 {
     }
     let roots = Roots { procfs: PathBuf::from(&args.procfs), sysfs: PathBuf::from(&args.sysfs) };
     let pid = args.pid.map(|p| p.to_string()).unwrap_or_else(|| "self".into());
+    if let Err(message) = estimate::validate(&args.model) {
+        return fail(message);
+    }
     // Another user's environ needs ptrace access: check the rest without it.
-    let (env, env_error) = match environment(&roots.procfs, args.pid) {
-        Ok(env) => (env, None),
-        Err(err) => (Vec::new(), Some(err.to_string())),
+    let (env, env_error) = match Environment::of_process(&roots.procfs, args.pid) {
+        Ok((env, _)) => (env, None),
+        Err(err) => (Environment::default(), Some(err.to_string())),
     };
-    let lookup = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
-    // Invalid NCCL numbers are findings, not a reason to stop: estimate with the defaults.
-    let inputs = estimate::inputs_from_args(&args.model, lookup)
-        .or_else(|_| estimate::inputs_from_args(&args.model, |_| None))
-        .map_err(|m| m.to_string());
-    let inputs = match inputs {
-        Ok(i) => i,
-        Err(message) => return fail(message),
-    };
-    let e = estimate::estimate(&inputs);
     let machine = match read_machine(&roots, &pid, env.clone()) {
         Ok(m) => m,
         Err(err) => return fail(err.to_string()),
     };
+    // NCCL's reading of the environment is what the model takes (values it reads otherwise than
+    // written are findings, not a reason to stop).
+    let derived = match estimate::derive(&args.model, &env, &roots.sysfs, &machine.rdma) {
+        Ok(d) => d,
+        Err(message) => return fail(message),
+    };
+    let e = crate::nccl::model::estimate(&derived.inputs);
     let mut findings = evaluate(&machine, &e, args.safety_factor);
     if let Some(err) = env_error {
         environment_unreadable(&mut findings, &err);
     }
-    let report =
-        Report { pid, need_per_process_bytes: e.per_process_bytes, need_per_node_bytes: e.per_node_bytes, findings };
+    let report = Report {
+        pid,
+        need_per_process_bytes: e.per_rank_max_bytes,
+        need_per_node_bytes: e.per_node_bytes,
+        need_per_node_host_bytes: e.per_node_host_bytes,
+        model: ModelSummary {
+            gdr: derived.gdr.mode.as_str().into(),
+            gdr_why: derived.gdr.why.clone(),
+            nics: derived.inputs.nics,
+            nics_why: derived.nics_why.clone(),
+            channels: derived.inputs.channels.count,
+            channels_why: derived.inputs.channels.why.clone(),
+            algorithms: e.scenarios.last().map(|s| s.algorithms.clone()).unwrap_or_default(),
+        },
+        findings,
+    };
     let text = if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => text + "\n",
@@ -808,7 +679,7 @@ pub fn run(args: &CheckArgs) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimate::Inputs;
+    use crate::nccl::model::{self, Estimate, Inputs};
     use pid_limits::{Limit, MemlockLimits};
 
     const MIB: u64 = 1 << 20;
@@ -833,7 +704,7 @@ mod tests {
             },
             overcommit_mode: Some(0),
             max_map_count: Some(65530),
-            environment: vec![("NCCL_DEBUG".into(), "WARN".into())],
+            environment: env(&[("NCCL_DEBUG", "WARN")]),
             cgroup: Some(CgroupHeadroom {
                 path: "/slurm/uid_1000/job_1870".into(),
                 usage_bytes: Some(GIB),
@@ -849,7 +720,7 @@ mod tests {
     }
 
     fn run_checks(m: &Machine) -> Vec<Finding> {
-        evaluate(m, &estimate::estimate(&Inputs::default()), 2.0)
+        evaluate(m, &default_estimate(), 2.0)
     }
 
     #[test]
@@ -888,16 +759,16 @@ mod tests {
     #[test]
     fn memory_hugepages_and_overcommit() {
         let mut m = machine();
-        m.meminfo.mem_available = Some(6 * GIB);
+        m.meminfo.mem_available = Some(GIB);
         let findings = run_checks(&m);
         assert_eq!(find(&findings, "memory.available").status, Status::Warn, "between 1x and 2x the need");
-        m.meminfo.mem_available = Some(GIB);
+        m.meminfo.mem_available = Some(GIB / 2);
         assert_eq!(find(&run_checks(&m), "memory.available").status, Status::Fail);
 
         let mut squeezed = machine();
         squeezed.meminfo.hugepages_total = Some(200_000);
         squeezed.meminfo.hugepages_free = Some(200_000);
-        squeezed.meminfo.mem_available = Some(4 * GIB);
+        squeezed.meminfo.mem_available = Some(GIB);
         let h = run_checks(&squeezed);
         assert_eq!(find(&h, "memory.hugepages").status, Status::Fail);
         assert!(find(&h, "memory.hugepages").fix.contains("vm.nr_hugepages"));
@@ -914,13 +785,13 @@ mod tests {
         let mut m = machine();
         m.cgroup = Some(CgroupHeadroom {
             path: "/kubepods/pod1".into(),
-            usage_bytes: Some(7 * GIB),
+            usage_bytes: Some(7 * GIB + GIB / 2),
             working_set_bytes: None,
             limit_bytes: Some(8 * GIB),
         });
         let f = run_checks(&m);
         assert_eq!(find(&f, "cgroup.memory").status, Status::Fail);
-        assert!(find(&f, "cgroup.memory").measured.starts_with("/kubepods/pod1: 1.0 GiB of its 8.0 GiB limit free"));
+        assert!(find(&f, "cgroup.memory").measured.starts_with("/kubepods/pod1: 512.0 MiB of its 8.0 GiB limit free"));
         m.cgroup = Some(CgroupHeadroom {
             path: "/".into(),
             usage_bytes: Some(GIB),
@@ -1005,7 +876,7 @@ mod tests {
             device("mlx5_0", "28.39.1002", vec![port(1, 4, "ACTIVE")]),
             device("mlx5_1", "28.40.1000", vec![port(1, 1, "DOWN")]),
         ];
-        let f = rdma(&devices, &[]);
+        let f = rdma(&devices, &Environment::default());
         assert_eq!(find(&f, "rdma.port.mlx5_0.1").status, Status::Pass);
         assert_eq!(
             find(&f, "rdma.port.mlx5_1.1").status,
@@ -1013,12 +884,12 @@ mod tests {
             "NCCL skips inactive ports it was not told to use"
         );
         assert_eq!(find(&f, "rdma.firmware.MT4129").status, Status::Warn);
-        let selected = rdma(&devices, &[("NCCL_IB_HCA".into(), "mlx5_1:1".into())]);
+        let selected = rdma(&devices, &env(&[("NCCL_IB_HCA", "mlx5_1:1")]));
         assert_eq!(find(&selected, "rdma.port.mlx5_1.1").status, Status::Fail);
         assert!(!selected.iter().any(|f| f.id == "rdma.port.mlx5_0.1"));
-        let excluded = rdma(&devices, &[("NCCL_IB_HCA".into(), "^mlx5_1".into())]);
+        let excluded = rdma(&devices, &env(&[("NCCL_IB_HCA", "^mlx5_1")]));
         assert!(!excluded.iter().any(|f| f.id == "rdma.port.mlx5_1.1"));
-        assert_eq!(find(&rdma(&[], &[]), "rdma.devices").status, Status::Pass);
+        assert_eq!(find(&rdma(&[], &Environment::default()), "rdma.devices").status, Status::Pass);
         assert_eq!(selected_by_ib_hca(Some("=mlx5_1"), "mlx5_10"), Some(false));
         assert_eq!(selected_by_ib_hca(Some("mlx5_1"), "mlx5_10"), Some(true), "prefix match, as NCCL does");
     }
@@ -1029,8 +900,14 @@ mod tests {
         m
     }
 
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    fn env(pairs: &[(&str, &str)]) -> Environment {
+        Environment::from_pairs(pairs.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())))
+    }
+
+    /// 2 nodes x 8 ranks x 8 NICs, NCCL's defaults, GPUDirect off: 611.4 MiB of host memory per
+    /// node, 76.4 MiB for the busiest rank (docs/check.md, case A).
+    fn default_estimate() -> Estimate {
+        model::estimate(&Inputs::new(2, 8, 8))
     }
 
     fn hca(name: &str, fw: &str, state: Option<(u32, &str)>) -> SysfsDevice {
@@ -1075,13 +952,13 @@ mod tests {
                 "run the check with access to /proc/PID/status",
             ),
             (
-                with(|m| m.meminfo.mem_available = Some(6 * GIB)),
+                with(|m| m.meminfo.mem_available = Some(GIB)),
                 "memory.available",
                 Status::Warn,
                 "little margin: free memory (drop caches",
             ),
             (
-                with(|m| m.meminfo.mem_available = Some(GIB)),
+                with(|m| m.meminfo.mem_available = Some(GIB / 2)),
                 "memory.available",
                 Status::Fail,
                 "free memory or run fewer ranks on this node",
@@ -1090,7 +967,7 @@ mod tests {
                 with(|m| {
                     m.cgroup = Some(CgroupHeadroom {
                         path: "/slurm/job_1".into(),
-                        usage_bytes: Some(194 * GIB),
+                        usage_bytes: Some(199 * GIB),
                         working_set_bytes: None,
                         limit_bytes: Some(200 * GIB),
                     })
@@ -1103,7 +980,7 @@ mod tests {
                 with(|m| {
                     m.cgroup = Some(CgroupHeadroom {
                         path: "/slurm/job_1".into(),
-                        usage_bytes: Some(7 * GIB),
+                        usage_bytes: Some(7 * GIB + GIB / 2),
                         working_set_bytes: None,
                         limit_bytes: Some(8 * GIB),
                     })
@@ -1115,7 +992,7 @@ mod tests {
             (
                 with(|m| {
                     (m.meminfo.hugepages_total, m.meminfo.hugepages_free, m.meminfo.mem_available) =
-                        (Some(200_000), Some(200_000), Some(4 * GIB))
+                        (Some(200_000), Some(200_000), Some(GIB))
                 }),
                 "memory.hugepages",
                 Status::Fail,
@@ -1173,7 +1050,7 @@ mod tests {
                 with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_BUFFSIZE", "4M")])),
                 "nccl.env.NCCL_BUFFSIZE",
                 Status::Fail,
-                "give a plain number of bytes or a count",
+                "write the whole number in bytes (4194304, or 0x400000, not 4M)",
             ),
             (
                 with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_IB_QPS_PER_CONNECTION", "0")])),
@@ -1191,9 +1068,9 @@ mod tests {
                 with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_IB_HCAA", "mlx5_0")])),
                 "nccl.env.NCCL_IB_HCAA",
                 Status::Warn,
-                "not a known NCCL variable: check the spelling",
+                "not a variable NCCL 2.30.7 reads: check the spelling",
             ),
-            (with(|m| m.environment = Vec::new()), "nccl.debug", Status::Warn, debug_fix),
+            (with(|m| m.environment = Environment::default()), "nccl.debug", Status::Warn, debug_fix),
             (with(|m| m.environment = env(&[("NCCL_DEBUG", "VERSION")])), "nccl.debug", Status::Warn, debug_fix),
             (
                 with(|m| m.rdma = vec![hca("mlx5_0", "28.39.1002", Some((1, "DOWN")))]),
@@ -1205,7 +1082,7 @@ mod tests {
             (
                 with(|m| {
                     m.rdma = vec![hca("mlx5_0", "28.39.1002", Some((1, "DOWN")))];
-                    m.environment.push(("NCCL_IB_HCA".into(), "=mlx5_0".into()));
+                    m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_IB_HCA", "=mlx5_0")]);
                 }),
                 "rdma.port.mlx5_0.1",
                 Status::Fail,
@@ -1223,7 +1100,7 @@ mod tests {
                 "update all HCAs of one type to the same firmware",
             ),
         ];
-        let e = estimate::estimate(&Inputs::default());
+        let e = default_estimate();
         for (m, id, status, fix) in cases {
             let findings = evaluate(&m, &e, 2.0);
             assert_printed(findings, id, status, fix);
@@ -1247,7 +1124,14 @@ mod tests {
         let found = find(&findings, id).clone();
         assert_eq!(found.status, status, "{found:?}");
         assert!(found.fix.contains(fix), "{id}: fix {:?} lacks {fix:?}", found.fix);
-        let report = Report { pid: "4242".into(), need_per_process_bytes: 0, need_per_node_bytes: 0, findings };
+        let report = Report {
+            pid: "4242".into(),
+            need_per_process_bytes: 0,
+            need_per_node_bytes: 0,
+            need_per_node_host_bytes: 0,
+            model: ModelSummary::default(),
+            findings,
+        };
         let text = render_text(&report);
         let line = text
             .lines()
@@ -1259,7 +1143,7 @@ mod tests {
 
     #[test]
     fn what_passes_needs_no_fix_and_the_rest_have_one() {
-        let e = estimate::estimate(&Inputs::default());
+        let e = default_estimate();
         let machines = [
             machine(),
             with(|m| m.limits = Some(MemlockLimits { soft: Limit::Bytes(0), hard: Limit::Bytes(8 * MIB) })),
@@ -1314,7 +1198,7 @@ mod tests {
         assert!(!pids.is_empty());
         let mut with_cgroup_limit = 0;
         for pid in &pids {
-            let m = read_machine(&roots, pid, Vec::new()).unwrap();
+            let m = read_machine(&roots, pid, Environment::default()).unwrap();
             assert!(!m.rdma.is_empty(), "the fixture sysfs has RDMA devices");
             if m.cgroup.as_ref().is_some_and(|c| c.limit_bytes.is_some()) {
                 with_cgroup_limit += 1;
@@ -1325,8 +1209,6 @@ mod tests {
 
     #[test]
     fn nccl_variables() {
-        let env =
-            |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
         let findings = nccl_environment(&env(&[
             ("NCCL_IB_MR_RANGE", "1"),
             ("NCCL_BUFFSIZE", "4M"),
@@ -1351,17 +1233,19 @@ mod tests {
             limits: Some(MemlockLimits { soft: Limit::Bytes(8 * MIB), hard: Limit::Unlimited }),
             ..machine()
         };
-        let e = estimate::estimate(&Inputs::default());
+        let e = default_estimate();
         let report = Report {
             pid: "4242".into(),
-            need_per_process_bytes: e.per_process_bytes,
+            need_per_process_bytes: e.per_rank_max_bytes,
             need_per_node_bytes: e.per_node_bytes,
+            need_per_node_host_bytes: e.per_node_host_bytes,
+            model: ModelSummary::default(),
             findings: evaluate(&low, &e, 2.0),
         };
         assert_eq!(exit_code(&report, false), 1);
         let text = render_text(&report);
         assert!(text.contains("FAIL  memlock.soft") && text.contains("fix: raise it"), "{text}");
-        let warn_only = Report { findings: nccl_environment(&[]), ..report.clone() };
+        let warn_only = Report { findings: nccl_environment(&Environment::default()), ..report.clone() };
         assert_eq!(exit_code(&warn_only, false), 0);
         assert_eq!(exit_code(&warn_only, true), 1);
         let json = serde_json::to_value(&report).unwrap();

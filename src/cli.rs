@@ -39,17 +39,23 @@ pub enum Command {
     Drill(crate::drill::DrillArgs),
 }
 
-/// Inputs of the NCCL registration model. Unset values come from the NCCL_* environment
-/// variables when present, else NCCL's defaults.
+/// Inputs of the NCCL registration model (docs/check.md). Unset values come from the NCCL_*
+/// environment (and NCCL's configuration files) when present, else NCCL's defaults or the node.
 #[derive(Debug, Args, Default, Clone)]
 pub struct ModelArgs {
-    /// Nodes in the job (1: no network registration at all).
+    /// Nodes in the job (1: no network registration while NCCL keeps intra-node traffic on
+    /// NVLink, PCIe P2P or shared memory).
     #[arg(long, default_value_t = 2)]
     pub nodes: u64,
     /// Ranks (GPUs) per node.
     #[arg(long = "ranks-per-node", default_value_t = 8)]
     pub ranks_per_node: u64,
-    /// Channels per communicator (default: NCCL_MAX_CTAS or NCCL_MAX_NCHANNELS, else 32).
+    /// NICs per node the job uses (default: this node's ACTIVE RDMA ports that NCCL_IB_HCA
+    /// selects, else one per rank).
+    #[arg(long)]
+    pub nics: Option<u64>,
+    /// Channels NCCL runs (NCCL_DEBUG=INFO prints "N coll channels"; default: four per NIC,
+    /// within NCCL_MIN/MAX_NCHANNELS and NCCL_MIN/MAX_CTAS).
     #[arg(long)]
     pub channels: Option<u64>,
     /// Communicators per process (each registers its own buffers).
@@ -64,39 +70,38 @@ pub struct ModelArgs {
     /// NCCL_LL128_BUFFSIZE (bytes).
     #[arg(long = "ll128-buffsize")]
     pub ll128_buffsize: Option<u64>,
-    /// GPUDirect RDMA: off, read (sends), write (receives) or both.
-    #[arg(long, default_value = "off", value_parser = ["off", "read", "write", "both"])]
-    pub gdr: String,
-    /// Send/recv (p2p) traffic goes over the network: adds the shared p2p pool.
+    /// GPUDirect RDMA charging: off (all buffers on the host), dmabuf (GPU buffers not charged),
+    /// peermem (GPU buffers charged to VmPin). Default: detected from sysfs.
+    #[arg(long)]
+    pub gdr: Option<String>,
+    /// All-to-all (send/recv) over the network: every rank connects to every rank of the other
+    /// nodes, with the shared p2p pools.
     #[arg(long = "p2p-net")]
     pub p2p_net: bool,
-    /// p2p channels (default: the channel count).
+    /// p2p channels (p2pnChannels; default: from the channel count, NCCL_MIN/MAX_P2P_NCHANNELS).
     #[arg(long = "p2p-channels")]
     pub p2p_channels: Option<u64>,
-    /// Network send and receive connections per channel of one rank (ring: 1 each).
-    #[arg(long = "net-connections-per-channel", default_value_t = 1)]
-    pub net_connections_per_channel: u64,
     /// Devices each connection registers on (a merged virtual NIC registers on every member).
     #[arg(long = "devices-per-connection", default_value_t = 1)]
     pub devices_per_connection: u64,
     /// NCCL_IB_QPS_PER_CONNECTION (1 to 128).
     #[arg(long = "qps-per-connection")]
     pub qps_per_connection: Option<u64>,
-    /// Assumed pinned bytes per QP with its CQ (not verified on hardware).
-    #[arg(long = "qp-ring-bytes", default_value_t = 65536)]
-    pub qp_ring_bytes: u64,
 }
 
 #[derive(Debug, Args, Default, Clone)]
 pub struct EstimateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Compare with this process's memlock limit instead of the estimate's own.
+    /// Compare with this process's memlock limit, and read its environment, instead of our own.
     #[arg(long)]
     pub pid: Option<u32>,
     /// procfs mount point.
     #[arg(long = "path.procfs", default_value = "/proc")]
     pub procfs: String,
+    /// sysfs mount point (GPUDirect and NIC detection).
+    #[arg(long = "path.sysfs", default_value = "/sys")]
+    pub sysfs: String,
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,

@@ -1,244 +1,269 @@
-//! How much host memory NCCL registers (and so pins, charged to VmPin against the memlock
-//! limit) per process and per node. An upper-bound model of NCCL's net transport buffers
-//! (reference: linux-interfaces.md §8); it is an estimate, and says so.
+//! `memlock-exporter estimate`: how much memory NCCL registers per rank and per node, from the
+//! model in [`crate::nccl::model`] (derived from NCCL's source; docs/check.md), with the inputs
+//! taken from the flags, the NCCL_* environment as NCCL reads it, and the node.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::check;
 use crate::cli::{EstimateArgs, ModelArgs};
-use crate::fsroot;
-use crate::kernel::{meminfo, pid_limits};
+use crate::collect::rdma_sysfs::SysfsDevice;
+use crate::fsroot::Roots;
+use crate::kernel::pid_limits;
+use crate::nccl::env::{self, param_value, ConfFile, Environment};
+use crate::nccl::gdr::{self, Detected, GdrMode};
+use crate::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
+use crate::nccl::variables::{NCCL_COMMIT, NCCL_VERSION};
 use crate::units::bytes as human;
 
-/// NCCL's defaults (src/init.cc at 5067397c).
-pub const DEFAULT_LL_BUFFSIZE: u64 = 524_288;
-pub const DEFAULT_LL128_BUFFSIZE: u64 = 4_915_200;
-pub const DEFAULT_BUFFSIZE: u64 = 4_194_304;
-pub const DEFAULT_P2P_CHUNKSIZE: u64 = 131_072;
-/// NCCL sizes its per-connection QP tables for at most this many (NCCL_IB_MAX_QPS).
-pub const MAX_QPS_PER_CONNECTION: u64 = 128;
-/// NCCL_STEPS for shared p2p buffers.
-const SHARED_STEPS: u64 = 16;
-/// Control MRs per net communicator and device (FIFOs, completion records, flush word).
-const CONTROL_PAGES: u64 = 6;
+/// What the model covers and what it leaves out, printed with every estimate.
+pub const COVERS: &[&str] = &[
+    "ring and double-binary-tree network connections per channel (and PAT with one rank per node), placed on the \
+        ranks next to each channel's NIC (PXN sends on the NIC's GPU), each connector to a peer counted once however \
+        many algorithms use it",
+    "per connection: LL, LL128 and Simple buffers by GPUDirect mode, control MRs in whole pages, mlx5 QP and CQ \
+        rings, doorbell records; every registration repeated per member of a merged NIC",
+    "with --p2p-net: all-to-all connections to every rank of the other nodes and the shared p2p pools",
+];
+pub const NOT_MODELLED: &[&str] = &[
+    "NVLS, NVLS tree and CollNet (NVLink SHARP, in-network reduction), PXN for p2p",
+    "user buffer registration (NCCL_LOCAL_REGISTER, ncclCommRegister: usually GPU memory)",
+    "providers other than mlx5 (EFA, bnxt_re size their queues differently), MLX5_CQE_SIZE=128, IB resiliency",
+    "topologies where a channel's ring does not enter and leave the node next to one NIC (crossNic rings), or \
+        the search finds another channel count than --channels",
+];
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Inputs {
-    pub nodes: u64,
-    pub ranks_per_node: u64,
-    pub channels: u64,
-    /// Network send / receive connections per channel of one rank (ring: 1 and 1).
-    pub net_sends_per_channel: u64,
-    pub net_recvs_per_channel: u64,
-    pub communicators: u64,
-    pub buffsize: u64,
-    pub ll_buffsize: u64,
-    pub ll128_buffsize: u64,
-    /// GPUDirect RDMA for sends (GPU buffers are read by the NIC; only LL stays on the host).
-    pub gdr_read: bool,
-    /// GPUDirect RDMA for receives (all receive buffers in GPU memory).
-    pub gdr_write: bool,
-    /// Send/recv (p2p) traffic over the network: the shared p2p pool.
-    pub p2p_net: bool,
-    pub p2p_channels: u64,
-    pub p2p_chunksize: u64,
-    /// NCCL_ALLOC_P2P_NET_LL_BUFFERS=1: an LL buffer per p2p network connection.
-    pub alloc_p2p_net_ll_buffers: bool,
-    pub p2p_net_connections: u64,
-    /// Devices each connection registers on (a merged virtual NIC registers on every member).
-    pub devices_per_connection: u64,
-    pub qps_per_connection: u64,
-    /// Pinned bytes per QP with its CQ (not verified on hardware; depends on queue depths).
-    pub qp_ring_bytes: u64,
-    pub page_size: u64,
+/// The model inputs and how each was decided.
+#[derive(Debug, Clone)]
+pub struct Derived {
+    pub inputs: Inputs,
+    pub gdr: Detected,
+    /// Why this many NICs.
+    pub nics_why: String,
+    /// When NCCL connects (runtime connect since 2.22, or at communicator init).
+    pub connect: String,
+    /// NCCL_* variables that shaped the inputs, as NCCL reads them.
+    pub environment: Vec<String>,
+    /// Variables NCCL reads otherwise than written, or not at all.
+    pub problems: Vec<env::Problem>,
+    pub conf_files: Vec<ConfFile>,
+    /// Why the target's environment could not be read (its NCCL variables then count as unset).
+    pub environment_error: Option<String>,
 }
 
-impl Default for Inputs {
-    fn default() -> Self {
-        Self {
-            nodes: 2,
-            ranks_per_node: 8,
-            channels: 32,
-            net_sends_per_channel: 1,
-            net_recvs_per_channel: 1,
-            communicators: 1,
-            buffsize: DEFAULT_BUFFSIZE,
-            ll_buffsize: DEFAULT_LL_BUFFSIZE,
-            ll128_buffsize: DEFAULT_LL128_BUFFSIZE,
-            gdr_read: false,
-            gdr_write: false,
-            p2p_net: false,
-            p2p_channels: 32,
-            p2p_chunksize: DEFAULT_P2P_CHUNKSIZE,
-            alloc_p2p_net_ll_buffers: false,
-            p2p_net_connections: 0,
-            devices_per_connection: 1,
-            qps_per_connection: 1,
-            qp_ring_bytes: 65_536,
-            page_size: 4096,
+/// ACTIVE ports of the devices NCCL_IB_HCA selects: each is a NIC to NCCL (net_ib/init.cc opens
+/// one device per active port).
+fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
+    let ib_hca = env.get_lossy("NCCL_IB_HCA");
+    let ports: Vec<String> = devices
+        .iter()
+        .filter(|d| check::selected_by_ib_hca(ib_hca.as_deref(), &d.name) != Some(false))
+        .flat_map(|d| {
+            d.ports
+                .iter()
+                .filter(|p| p.state.as_ref().is_some_and(|s| s.value == 4))
+                .map(move |p| format!("{}:{}", d.name, p.number))
+        })
+        .collect();
+    let n = ports.len() as u64;
+    (
+        n,
+        format!(
+            "{n} ACTIVE RDMA port(s) on this node{}: {}",
+            if ib_hca.is_some() { " in NCCL_IB_HCA" } else { "" },
+            ports.join(", ")
+        ),
+    )
+}
+
+/// Reads an `NCCL_PARAM` variable as NCCL does, noting what it read.
+struct Reader<'a> {
+    env: &'a Environment,
+    read: Vec<String>,
+}
+
+impl Reader<'_> {
+    /// The value NCCL uses, unless it is the sentinel `unset`.
+    fn int(&mut self, name: &str, unset: i64) -> Option<i64> {
+        let v = param_value(self.env.get(name)).filter(|v| *v != unset)?;
+        let entry = self.env.entry(name)?;
+        let shown = entry.value_shown();
+        let mut read =
+            if shown == v.to_string() { format!("{name}={v}") } else { format!("{name}={shown} (read as {v})") };
+        if let env::Source::File(path) = &entry.source {
+            read.push_str(&format!(" from {}", path.display()));
+        }
+        self.read.push(read);
+        Some(v)
+    }
+}
+
+/// NCCL_CONFIG_UNDEF_INT (src/include/nccl.h.in): INT_MIN, "unset" for the CTA variables.
+const CONFIG_UNDEF_INT: i64 = i32::MIN as i64;
+
+/// Rejects model flags no job can have (exit 2, naming the flag). A zero count would model no
+/// registration at all: the need would be 0 B and every check would pass.
+pub fn validate(args: &ModelArgs) -> Result<(), String> {
+    let bounded = [
+        ("--nodes", Some(args.nodes), model::MAX_NODES, " (--nodes 1 is a single-node job)"),
+        ("--ranks-per-node", Some(args.ranks_per_node), model::MAX_LOCAL_RANKS, " (NCCL_MAX_LOCAL_RANKS)"),
+        ("--nics", args.nics, model::MAX_NICS, " (MAX_IB_DEVS)"),
+        ("--channels", args.channels, model::MAX_CHANNELS, " (MAXCHANNELS)"),
+        ("--communicators", Some(args.communicators), 1 << 16, ""),
+        ("--p2p-channels", args.p2p_channels, model::MAX_CHANNELS, " (MAXCHANNELS)"),
+        (
+            "--devices-per-connection",
+            Some(args.devices_per_connection),
+            model::MAX_DEVICES_PER_NIC,
+            " (NCCL_IB_MAX_DEVS_PER_NIC)",
+        ),
+        ("--qps-per-connection", args.qps_per_connection, model::MAX_QPS, " (NCCL_IB_MAX_QPS)"),
+    ];
+    for (flag, value, max, why) in bounded {
+        match value {
+            Some(0) => {
+                let hint = if flag == "--nodes" { why } else { "" };
+                return Err(format!("{flag} 0: must be at least 1{hint}"));
+            }
+            Some(v) if v > max => return Err(format!("{flag} {v}: NCCL takes at most {max}{why}")),
+            _ => {}
         }
     }
-}
-
-/// One line of the estimate: what, how it is computed, how many bytes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Term {
-    pub name: &'static str,
-    pub formula: String,
-    pub bytes: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Estimate {
-    pub inputs: Inputs,
-    /// Per communicator, per process.
-    pub terms: Vec<Term>,
-    pub per_process_bytes: u64,
-    /// Upper bound: every rank of the node holds the same network connections.
-    pub per_node_bytes: u64,
-    pub assumptions: Vec<&'static str>,
-}
-
-fn round_pages(bytes: u64, page: u64) -> u64 {
-    if page == 0 {
-        return bytes;
+    if let Some(q) = args.qps_per_connection {
+        if q * args.devices_per_connection > model::MAX_QPS {
+            return Err(format!(
+                "--qps-per-connection {q}: {q} QPs on each of {} devices exceed NCCL_IB_MAX_QPS {}",
+                args.devices_per_connection,
+                model::MAX_QPS
+            ));
+        }
     }
-    bytes.div_ceil(page).saturating_mul(page)
-}
-
-pub fn estimate(inputs: &Inputs) -> Estimate {
-    let i = inputs;
-    let page = i.page_size.max(1);
-    let (l, l128, s) =
-        (round_pages(i.ll_buffsize, page), round_pages(i.ll128_buffsize, page), round_pages(i.buffsize, page));
-    let d = i.devices_per_connection;
-    let networked = i.nodes > 1;
-    let sends = if networked { i.channels.saturating_mul(i.net_sends_per_channel) } else { 0 };
-    let recvs = if networked { i.channels.saturating_mul(i.net_recvs_per_channel) } else { 0 };
-    let per_send = l.saturating_add(if i.gdr_read { 0 } else { l128.saturating_add(s) });
-    let per_recv = if i.gdr_write { 0 } else { l.saturating_add(l128).saturating_add(s) };
-    let mut terms = vec![
-        Term {
-            name: "collective sends",
-            formula: format!(
-                "{d} device(s) x {sends} sends ({} channels x {}) x {per_send} B ({})",
-                i.channels,
-                i.net_sends_per_channel,
-                if i.gdr_read { "LL only: GDR read keeps LL128 and Simple on the GPU" } else { "LL + LL128 + Simple" }
-            ),
-            bytes: d.saturating_mul(sends).saturating_mul(per_send),
-        },
-        Term {
-            name: "collective receives",
-            formula: format!(
-                "{d} device(s) x {recvs} receives x {per_recv} B ({})",
-                if i.gdr_write {
-                    "none: GDR write puts every receive buffer on the GPU"
-                } else {
-                    "LL + LL128 + Simple"
-                }
-            ),
-            bytes: d.saturating_mul(recvs).saturating_mul(per_recv),
-        },
-    ];
-    if i.p2p_net && networked {
-        let pool = if i.gdr_read && i.gdr_write {
-            0
-        } else {
-            (2 * SHARED_STEPS).saturating_mul(i.p2p_channels).saturating_mul(round_pages(i.p2p_chunksize, page))
-        };
-        terms.push(Term {
-            name: "shared p2p pool",
-            formula: format!(
-                "{d} device(s) x 2 directions x {} p2p channels x {SHARED_STEPS} steps x {} B chunk",
-                i.p2p_channels, i.p2p_chunksize
-            ),
-            bytes: d.saturating_mul(pool),
-        });
-    }
-    if i.alloc_p2p_net_ll_buffers && networked {
-        terms.push(Term {
-            name: "p2p LL buffers",
-            formula: format!("{d} device(s) x {} p2p network connections x {l} B", i.p2p_net_connections),
-            bytes: d.saturating_mul(i.p2p_net_connections).saturating_mul(l),
-        });
-    }
-    if networked {
-        terms.push(Term {
-            name: "control MRs",
-            formula: format!("{d} device(s) x {CONTROL_PAGES} pages x {page} B"),
-            bytes: d.saturating_mul(CONTROL_PAGES).saturating_mul(page),
-        });
-        let qps = sends.saturating_add(recvs).saturating_mul(i.qps_per_connection);
-        terms.push(Term {
-            name: "QP and CQ rings",
-            formula: format!(
-                "{d} device(s) x {qps} QPs ({} per connection) x {} B (assumed)",
-                i.qps_per_connection, i.qp_ring_bytes
-            ),
-            bytes: d.saturating_mul(qps).saturating_mul(i.qp_ring_bytes),
-        });
-    }
-    let per_communicator: u64 = terms.iter().map(|t| t.bytes).fold(0, u64::saturating_add);
-    let per_process_bytes = per_communicator.saturating_mul(i.communicators);
-    Estimate {
-        inputs: inputs.clone(),
-        terms,
-        per_process_bytes,
-        per_node_bytes: per_process_bytes.saturating_mul(i.ranks_per_node),
-        assumptions: vec![
-            "an upper-bound model of NCCL's net transport (NVIDIA/nccl 5067397c), not a measurement: calibrate against \
-                the VmPin step at communicator init",
-            "a single node (--nodes 1) registers nothing for the network: intra-node traffic uses P2P/SHM",
-            "per process: one rank holds all of its channels' network connections (ring: 1 send and 1 receive per \
-                channel); trees and all-to-all add connections",
-            "per node: every rank holds as many (rail-optimised topologies); with PXN the proxy process is charged, \
-                not the rank",
-            "GPU buffers registered through dma-buf are not charged to VmPin; host buffers (cudaHostAlloc) registered \
-                with ibv_reg_mr are",
-            "QP/CQ ring size per QP is not verified on hardware",
-        ],
-    }
-}
-
-/// Reads NCCL's variables for the defaults a job would run with. Unparseable values are
-/// reported, not silently replaced; so are values NCCL cannot run with.
-pub fn inputs_from_env(vars: impl Fn(&str) -> Option<String>, mut inputs: Inputs) -> Result<Inputs, String> {
-    let read = |name: &str| -> Result<Option<u64>, String> {
-        match vars(name) {
-            None => Ok(None),
-            Some(text) => {
-                text.trim().parse().map(Some).map_err(|_| format!("{name}={text:?} is not a non-negative integer"))
+    for (flag, value) in
+        [("--buffsize", args.buffsize), ("--ll-buffsize", args.ll_buffsize), ("--ll128-buffsize", args.ll128_buffsize)]
+    {
+        if let Some(v) = value {
+            if v == 0 || v > i32::MAX as u64 {
+                return Err(format!("{flag} {v}: NCCL takes 1 to {} bytes (an int)", i32::MAX));
             }
         }
-    };
-    let number = |name: &str, slot: &mut u64| -> Result<(), String> {
-        if let Some(value) = read(name)? {
-            *slot = value;
+    }
+    if let Some(mode) = &args.gdr {
+        if GdrMode::parse(mode).is_none() {
+            return Err(format!("--gdr {mode:?}: expected off, dmabuf or peermem"));
         }
-        Ok(())
+    }
+    Ok(())
+}
+
+/// Builds the model inputs from the flags, the environment (as NCCL reads it) and the node.
+pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[SysfsDevice]) -> Result<Derived, String> {
+    validate(args)?;
+    let mut r = Reader { env, read: Vec::new() };
+    let (nics, nics_why) = match args.nics {
+        Some(n) => (n, "--nics".to_owned()),
+        None => match detected_nics(devices, env) {
+            (0, _) => (
+                args.ranks_per_node.min(model::MAX_NICS),
+                "no ACTIVE RDMA port on this node: one NIC per rank assumed (pass --nics)".to_owned(),
+            ),
+            (n, why) => (n.min(model::MAX_NICS), why),
+        },
     };
-    number("NCCL_BUFFSIZE", &mut inputs.buffsize)?;
-    number("NCCL_LL_BUFFSIZE", &mut inputs.ll_buffsize)?;
-    number("NCCL_LL128_BUFFSIZE", &mut inputs.ll128_buffsize)?;
-    number("NCCL_P2P_NET_CHUNKSIZE", &mut inputs.p2p_chunksize)?;
-    if let Some(qps) = read("NCCL_IB_QPS_PER_CONNECTION")? {
-        qps_in_range(qps).map_err(|why| format!("NCCL_IB_QPS_PER_CONNECTION={qps}: {why}"))?;
-        inputs.qps_per_connection = qps;
+    let mut i = Inputs::new(args.nodes, args.ranks_per_node, nics);
+    i.communicators = args.communicators;
+    let buffer = |r: &mut Reader, name, flag: Option<u64>, default: u64| match flag {
+        Some(v) => v,
+        // comm->buffSizes is an int: values outside 1..INT_MAX are findings of `check`; the model
+        // keeps them within what NCCL could hold.
+        None => r.int(name, -2).map_or(default, |v| v.clamp(0, i64::from(i32::MAX)) as u64),
+    };
+    i.buffsize_ll = buffer(&mut r, "NCCL_LL_BUFFSIZE", args.ll_buffsize, model::DEFAULT_LL_BUFFSIZE);
+    i.buffsize_ll128 = buffer(&mut r, "NCCL_LL128_BUFFSIZE", args.ll128_buffsize, model::DEFAULT_LL128_BUFFSIZE);
+    i.buffsize_simple = buffer(&mut r, "NCCL_BUFFSIZE", args.buffsize, model::DEFAULT_BUFFSIZE);
+    i.qps_per_connection = match args.qps_per_connection {
+        Some(q) => q,
+        None => r.int("NCCL_IB_QPS_PER_CONNECTION", i64::MIN).map_or(1, |q| q.clamp(1, model::MAX_QPS as i64) as u64),
+    };
+    i.devices_per_nic = args.devices_per_connection;
+    i.qps_per_connection = i.qps_per_connection.min(model::MAX_QPS / i.devices_per_nic).max(1);
+    // ncclMinNchannels/ncclMaxNchannels: the NCHANNELS names override the legacy NRINGS ones.
+    let limits = ChannelLimits {
+        max_nchannels: r.int("NCCL_MAX_NCHANNELS", -2).or_else(|| r.int("NCCL_MAX_NRINGS", -2)),
+        min_nchannels: r.int("NCCL_MIN_NCHANNELS", -2).or_else(|| r.int("NCCL_MIN_NRINGS", -2)),
+        max_ctas: r.int("NCCL_MAX_CTAS", CONFIG_UNDEF_INT),
+        min_ctas: r.int("NCCL_MIN_CTAS", CONFIG_UNDEF_INT),
+    };
+    i.channels = match args.channels {
+        Some(c) => Channels::given(c),
+        None => limits.apply(&model::topology_channels(nics)),
+    };
+    i.pxn = r.int("NCCL_PXN_DISABLE", i64::MIN) != Some(1);
+    i.gdr_read = r.int("NCCL_NET_GDR_READ", -2) != Some(0);
+    i.gdr_flush = r.int("NCCL_GDR_FLUSH_DISABLE", i64::MIN).is_none_or(|v| v == 0);
+    // NCCL_PAT_ENABLE 2 (auto) turns PAT on for one rank per node (graph/tuning.cc ncclPatEnable).
+    i.pat = r.int("NCCL_PAT_ENABLE", 2) != Some(0);
+    let gdr = match args.gdr.as_deref().and_then(GdrMode::parse) {
+        Some(mode) => Detected { mode, detected: false, why: "--gdr".into() },
+        None => gdr::detect(sysfs),
+    };
+    i.gdr = gdr.mode;
+    if args.p2p_net {
+        // ncclTopoComputeP2pChannels (src/graph/paths.cc): min(channels, NCCL_MAX_P2P_NCHANNELS),
+        // at least NCCL_MIN_P2P_NCHANNELS, rounded up to a power of two, at most MAXCHANNELS.
+        let max_p2p = r.int("NCCL_MAX_P2P_NCHANNELS", i64::MIN).map_or(model::MAX_CHANNELS as i64, |v| v.max(1));
+        let min_p2p = r.int("NCCL_MIN_P2P_NCHANNELS", i64::MIN).map_or(1, |v| v.max(1));
+        let channels = args.p2p_channels.unwrap_or_else(|| {
+            ((i.channels.count as i64).min(max_p2p).max(min_p2p).max(1) as u64)
+                .next_power_of_two()
+                .min(model::MAX_CHANNELS)
+        });
+        // Channels per remote peer: NCCL_NCHANNELS_PER_NET_PEER, else 2 (the least
+        // ncclTopoGetNchannels gives a peer: 2 for NVLink and PCIe peers, at least one per local
+        // NIC for remote ones), halved while peers x channels per peer / 8 per batch exceed
+        // p2pnChannels (paths.cc).
+        let per_peer = match r.int("NCCL_NCHANNELS_PER_NET_PEER", CONFIG_UNDEF_INT).filter(|v| *v > 0) {
+            Some(v) => (v as u64).next_power_of_two().min(channels),
+            None => {
+                let ranks = args.nodes.saturating_mul(args.ranks_per_node);
+                let mut per_peer: u64 = 2;
+                while per_peer * ranks.div_ceil(8) > channels && per_peer > 1 {
+                    per_peer /= 2;
+                }
+                per_peer
+            }
+        };
+        // computeBuffSizes (src/init.cc): the chunk is at most Simple / NCCL_STEPS.
+        let chunk = r
+            .int("NCCL_P2P_NET_CHUNKSIZE", i64::MIN)
+            .map_or(model::DEFAULT_P2P_CHUNKSIZE, |v| v.max(0) as u64)
+            .min(i.buffsize_simple / model::STEPS);
+        let ll_buffers = r.int("NCCL_ALLOC_P2P_NET_LL_BUFFERS", i64::MIN).is_some_and(|v| v != 0);
+        let shared = r.int("NCCL_NET_SHARED_BUFFERS", -2) != Some(0);
+        i.p2p = Some(P2p { channels, channels_per_peer: per_peer, chunk, ll_buffers, shared });
     }
-    // NCCL ignores NCCL_MAX_CTAS <= 0 ("too low, leaving it set") and raises NCCL_MAX_NCHANNELS
-    // below 1 to 1 (src/init.cc, src/graph/connect.cc), so neither can make the model 0 B.
-    if let Some(ctas) = read("NCCL_MAX_CTAS")?.filter(|c| *c > 0) {
-        inputs.channels = ctas;
-    }
-    if let Some(channels) = read("NCCL_MAX_NCHANNELS")? {
-        inputs.channels = channels.max(1);
-    }
-    let mut ll = u64::from(inputs.alloc_p2p_net_ll_buffers);
-    number("NCCL_ALLOC_P2P_NET_LL_BUFFERS", &mut ll)?;
-    inputs.alloc_p2p_net_ll_buffers = ll != 0;
-    Ok(inputs)
+    i.page_size = procfs::page_size();
+    let runtime = r.int("NCCL_RUNTIME_CONNECT", i64::MIN).is_none_or(|v| v != 0)
+        && r.int("NCCL_CUMEM_ENABLE", -2).is_none_or(|v| v != 0);
+    let connect = if runtime {
+        "runtime connect (NCCL_RUNTIME_CONNECT=1, the default with cuMem, src/init.cc): nothing at communicator \
+            init; ring at the first collective that runs on ring, tree at the first on tree (src/enqueue.cc)"
+            .to_owned()
+    } else {
+        "at communicator init (runtime connect off: NCCL_RUNTIME_CONNECT=0 or NCCL_CUMEM_ENABLE=0): ring and tree \
+            together, and PAT with one rank per node (src/init.cc)"
+            .to_owned()
+    };
+    Ok(Derived {
+        inputs: i,
+        gdr,
+        nics_why,
+        connect,
+        environment: r.read,
+        problems: env::problems(env),
+        conf_files: Vec::new(),
+        environment_error: None,
+    })
 }
 
 /// The estimate against one process's memlock limit and the node's available memory.
@@ -248,161 +273,28 @@ pub struct Verdict {
     /// `None` when unlimited.
     pub soft_limit_bytes: Option<u64>,
     pub soft_limit_unlimited: bool,
-    /// The per-process estimate fits under the soft limit (always true when unlimited).
+    /// CAP_IPC_LOCK held in the initial user namespace: the limit is not enforced (check's rule).
+    pub cap_ipc_lock_exempt: bool,
+    /// The busiest rank fits under the soft limit (always true when unlimited or exempt).
     pub fits_memlock_limit: bool,
     pub memory_available_bytes: Option<u64>,
-    /// The per-node estimate fits in MemAvailable.
+    /// The busiest node's host memory fits in MemAvailable.
     pub fits_memory_available: Option<bool>,
 }
 
-pub fn verdict(estimate: &Estimate, pid: &str, soft: pid_limits::Limit, available: Option<u64>) -> Verdict {
-    let soft_bytes = soft.bytes();
+pub fn verdict(e: &Estimate, m: &check::Machine) -> Verdict {
+    let soft = m.limits.map(|l| l.soft).unwrap_or(pid_limits::Limit::Unlimited);
+    let exempt = check::memlock_exempt(m);
+    let available = m.meminfo.mem_available;
     Verdict {
-        pid: pid.to_owned(),
-        soft_limit_bytes: soft_bytes,
+        pid: m.pid.clone(),
+        soft_limit_bytes: soft.bytes(),
         soft_limit_unlimited: soft.is_unlimited(),
-        fits_memlock_limit: soft_bytes.is_none_or(|limit| estimate.per_process_bytes <= limit),
+        cap_ipc_lock_exempt: exempt,
+        fits_memlock_limit: exempt || soft.bytes().is_none_or(|limit| e.per_rank_max_bytes <= limit),
         memory_available_bytes: available,
-        fits_memory_available: available.map(|a| estimate.per_node_bytes <= a),
+        fits_memory_available: available.map(|a| e.per_node_host_bytes <= a),
     }
-}
-
-fn qps_in_range(qps: u64) -> Result<(), String> {
-    if (1..=MAX_QPS_PER_CONNECTION).contains(&qps) {
-        Ok(())
-    } else {
-        Err(format!("NCCL takes 1 to {MAX_QPS_PER_CONNECTION} QPs per connection"))
-    }
-}
-
-/// Rejects model flags no job can have. A zero node, rank, channel or connection count would
-/// model no registration at all: the need would come out as 0 B and every check would pass.
-pub fn validate(args: &ModelArgs) -> Result<(), String> {
-    let counts = [
-        ("--nodes", Some(args.nodes)),
-        ("--ranks-per-node", Some(args.ranks_per_node)),
-        ("--channels", args.channels),
-        ("--communicators", Some(args.communicators)),
-        ("--p2p-channels", args.p2p_channels),
-        ("--net-connections-per-channel", Some(args.net_connections_per_channel)),
-        ("--devices-per-connection", Some(args.devices_per_connection)),
-    ];
-    for (flag, value) in counts {
-        if value == Some(0) {
-            let hint = if flag == "--nodes" { " (--nodes 1 is a single-node job)" } else { "" };
-            return Err(format!("{flag} 0: must be at least 1{hint}"));
-        }
-    }
-    if let Some(qps) = args.qps_per_connection {
-        qps_in_range(qps).map_err(|why| format!("--qps-per-connection {qps}: {why}"))?;
-    }
-    Ok(())
-}
-
-/// Builds the model inputs from the flags, the NCCL_* environment and the defaults.
-pub fn inputs_from_args(args: &ModelArgs, env: impl Fn(&str) -> Option<String>) -> Result<Inputs, String> {
-    validate(args)?;
-    let mut inputs = inputs_from_env(env, Inputs::default())?;
-    inputs.nodes = args.nodes;
-    inputs.ranks_per_node = args.ranks_per_node;
-    inputs.communicators = args.communicators;
-    if let Some(c) = args.channels {
-        inputs.channels = c;
-    }
-    for (flag, slot) in [
-        (args.buffsize, &mut inputs.buffsize),
-        (args.ll_buffsize, &mut inputs.ll_buffsize),
-        (args.ll128_buffsize, &mut inputs.ll128_buffsize),
-    ] {
-        if let Some(v) = flag {
-            *slot = v;
-        }
-    }
-    if let Some(q) = args.qps_per_connection {
-        inputs.qps_per_connection = q;
-    }
-    (inputs.gdr_read, inputs.gdr_write) = match args.gdr.as_str() {
-        "off" => (false, false),
-        "read" => (true, false),
-        "write" => (false, true),
-        "both" => (true, true),
-        other => return Err(format!("--gdr {other:?}: expected off, read, write or both")),
-    };
-    inputs.p2p_net = args.p2p_net;
-    inputs.p2p_channels = args.p2p_channels.unwrap_or(inputs.channels);
-    inputs.net_sends_per_channel = args.net_connections_per_channel;
-    inputs.net_recvs_per_channel = args.net_connections_per_channel;
-    inputs.devices_per_connection = args.devices_per_connection;
-    inputs.qp_ring_bytes = args.qp_ring_bytes;
-    inputs.page_size = procfs::page_size();
-    Ok(inputs)
-}
-
-/// Reads a process's soft memlock limit and the node's MemAvailable through the procfs root.
-pub fn read_machine(procfs: &Path, pid: &str) -> Result<(pid_limits::Limit, Option<u64>), fsroot::SourceError> {
-    let limits = fsroot::read_parsed(&procfs.join(pid).join("limits"), pid_limits::parse)?;
-    let available = fsroot::read_parsed(&procfs.join("meminfo"), meminfo::parse)?.mem_available;
-    Ok((limits.soft, available))
-}
-
-pub fn render_text(e: &Estimate, v: &Verdict) -> String {
-    let i = &e.inputs;
-    let gdr = match (i.gdr_read, i.gdr_write) {
-        (false, false) => "off",
-        (true, false) => "read",
-        (false, true) => "write",
-        (true, true) => "both",
-    };
-    let mut out = String::from("NCCL host memory registration estimate (an upper-bound model, not a measurement)\n\n");
-    out.push_str(&format!(
-        "inputs: {} node(s) x {} ranks, {} channels, {} communicator(s), GDR {gdr}, buffers LL {} / LL128 {} / Simple \
-            {} B\n\n",
-        i.nodes, i.ranks_per_node, i.channels, i.communicators, i.ll_buffsize, i.ll128_buffsize, i.buffsize
-    ));
-    out.push_str("per communicator, per process:\n");
-    for t in &e.terms {
-        out.push_str(&format!("  {:<20} {:>12}  = {}\n", t.name, human(t.bytes as f64), t.formula));
-    }
-    out.push_str(&format!("\nper process: {} ({} bytes)\n", human(e.per_process_bytes as f64), e.per_process_bytes));
-    out.push_str(&format!(
-        "per node ({} ranks): {} ({} bytes)\n\n",
-        i.ranks_per_node,
-        human(e.per_node_bytes as f64),
-        e.per_node_bytes
-    ));
-    out.push_str(&format!("against this machine (pid {}):\n", v.pid));
-    match v.soft_limit_bytes {
-        None => out.push_str("  soft memlock limit: unlimited: fits\n"),
-        Some(limit) if v.fits_memlock_limit => out.push_str(&format!(
-            "  soft memlock limit {}: fits ({:.0}% of \
-                it)\n",
-            human(limit as f64),
-            ratio(e.per_process_bytes, limit) * 100.0
-        )),
-        Some(limit) => out.push_str(&format!(
-            "  soft memlock limit {}: TOO LOW, the estimate is {:.1}x the limit: registration fails with ENOMEM. Set \
-                `ulimit -l unlimited` (limits.conf memlock, systemd LimitMEMLOCK=infinity, docker --ulimit \
-                memlock=-1)\n",
-            human(limit as f64),
-            ratio(e.per_process_bytes, limit)
-        )),
-    }
-    match (v.memory_available_bytes, v.fits_memory_available) {
-        (Some(a), Some(true)) => out.push_str(&format!(
-            "  MemAvailable {}: fits ({:.1}% of it per node)\n",
-            human(a as f64),
-            ratio(e.per_node_bytes, a) * 100.0
-        )),
-        (Some(a), _) => {
-            out.push_str(&format!("  MemAvailable {}: TOO LITTLE for the per-node estimate\n", human(a as f64)))
-        }
-        (None, _) => out.push_str("  MemAvailable: unknown\n"),
-    }
-    out.push_str("\nassumptions:\n");
-    for a in &e.assumptions {
-        out.push_str(&format!("  - {a}\n"));
-    }
-    out
 }
 
 fn ratio(part: u64, whole: u64) -> f64 {
@@ -413,45 +305,258 @@ fn ratio(part: u64, whole: u64) -> f64 {
     }
 }
 
+fn h(bytes: u64) -> String {
+    human(bytes as f64)
+}
+
+pub fn render_text(d: &Derived, e: &Estimate, v: &Verdict) -> String {
+    let i = &e.inputs;
+    let mut out = format!(
+        "NCCL network registrations: a model of NVIDIA/nccl {NCCL_VERSION} ({}) from its source, not a \
+            measurement\n\n",
+        &NCCL_COMMIT[..8]
+    );
+    out.push_str(&format!(
+        "job: {} node(s) x {} rank(s), {} NIC(s) per node, {} channel(s), {} communicator(s)\n",
+        i.nodes, i.ranks_per_node, i.nics, i.channels.count, i.communicators
+    ));
+    out.push_str(&format!("  channels: {}\n", i.channels.why));
+    out.push_str(&format!("  NICs: {}\n", d.nics_why));
+    out.push_str(&format!(
+        "  GPUDirect: {} ({}: {})\n",
+        i.gdr.as_str(),
+        if d.gdr.detected { "detected" } else { "given" },
+        d.gdr.why
+    ));
+    out.push_str(&format!(
+        "  buffers: LL {} / LL128 {} / Simple {} B; {} QP(s) per connection, {} device(s) per NIC; PXN {}\n",
+        i.buffsize_ll,
+        i.buffsize_ll128,
+        i.buffsize_simple,
+        i.qps_per_connection,
+        i.devices_per_nic,
+        if i.pxn { "on" } else { "off" }
+    ));
+    out.push_str(&format!("  connects: {}\n", d.connect));
+    if let Some(err) = &d.environment_error {
+        out.push_str(&format!("  environment: not readable ({err}): its NCCL_* variables are taken as unset\n"));
+    }
+    if !d.environment.is_empty() {
+        out.push_str(&format!("  from the environment: {}\n", d.environment.join(", ")));
+    }
+    for f in d.conf_files.iter().filter(|f| !f.set.is_empty()) {
+        out.push_str(&format!("  {} sets {}\n", f.path.display(), f.set.join(", ")));
+    }
+    if i.nodes < 2 {
+        out.push_str(
+            "  one node: no network connection while NCCL carries intra-node traffic over NVLink, PCIe P2P or shared \
+                memory; it uses the network inside a node when both GPUs reach a NIC faster than each other \
+                (graph/paths.cc ncclTopoCheckNet: GPUs without NVLink on different PCIe switches) unless \
+                NCCL_NET_DISABLE_INTRA=1: then estimate it as --nodes 2\n",
+        );
+    }
+    for p in &d.problems {
+        out.push_str(&format!("  warning: {}: {}\n", p.measured, p.fix));
+    }
+    out.push_str(&format!(
+        "\n{:<24} {:>14} {:>18} {:>20}\n",
+        "connected", "busiest rank", "per node (VmPin)", "per node (host)"
+    ));
+    for s in &e.scenarios {
+        out.push_str(&format!(
+            "{:<24} {:>14} {:>18} {:>20}\n",
+            s.algorithms,
+            h(s.per_rank_max_bytes),
+            h(s.per_node_bytes),
+            h(s.per_node_host_bytes)
+        ));
+    }
+    if let Some(busiest) = e.ranks.iter().rev().max_by_key(|r| r.memlock_bytes) {
+        out.push_str(&format!(
+            "\nbusiest rank: local rank {} of node {} ({} B); ring {} send(s) {} receive(s), tree {} more send(s) \
+                {} receive(s){}{}\n",
+            busiest.rank,
+            e.busiest_node,
+            busiest.memlock_bytes,
+            busiest.ring.sends + busiest.ring.sends_gdr,
+            busiest.ring.receives + busiest.ring.receives_gdr,
+            busiest.tree.sends + busiest.tree.sends_gdr,
+            busiest.tree.receives + busiest.tree.receives_gdr,
+            if busiest.pat.total() > 0 {
+                format!(", pat {} more connection(s)", busiest.pat.total())
+            } else {
+                String::new()
+            },
+            if i.p2p.is_some() { format!(", p2p {} connection(s)", busiest.p2p.total()) } else { String::new() }
+        ));
+        for t in &busiest.terms {
+            out.push_str(&format!(
+                "  {:<5} {:<17} {:>11}  = {}\n",
+                t.algorithm.map_or("all", |a| a.as_str()),
+                t.name,
+                h(t.memlock_bytes),
+                t.formula
+            ));
+        }
+        let per_rank: Vec<String> = e.ranks.iter().map(|r| format!("{}: {}", r.rank, h(r.memlock_bytes))).collect();
+        let all = e.scenarios.last().map_or("", |s| s.algorithms.as_str());
+        out.push_str(&format!("per rank (node {}, {all}): {}\n", e.busiest_node, per_rank.join(", ")));
+    }
+    out.push_str(&format!("\nagainst this machine (pid {}):\n", v.pid));
+    match v.soft_limit_bytes {
+        _ if v.cap_ipc_lock_exempt => out.push_str(&format!(
+            "  soft memlock limit {}: not enforced (CAP_IPC_LOCK in the initial user namespace)\n",
+            v.soft_limit_bytes.map_or("unlimited".into(), h)
+        )),
+        None => out.push_str("  soft memlock limit: unlimited: fits\n"),
+        Some(limit) if v.fits_memlock_limit => out.push_str(&format!(
+            "  soft memlock limit {}: fits the busiest rank ({:.0}% of it)\n",
+            h(limit),
+            ratio(e.per_rank_max_bytes, limit) * 100.0
+        )),
+        Some(limit) => out.push_str(&format!(
+            "  soft memlock limit {}: TOO LOW, the busiest rank needs {:.1}x the limit: registration fails with \
+                ENOMEM. Set `ulimit -l unlimited` (limits.conf memlock, systemd LimitMEMLOCK=infinity, docker \
+                --ulimit memlock=-1)\n",
+            h(limit),
+            ratio(e.per_rank_max_bytes, limit)
+        )),
+    }
+    match (v.memory_available_bytes, v.fits_memory_available) {
+        (Some(a), Some(true)) => out.push_str(&format!(
+            "  MemAvailable {}: fits ({:.1}% of it for the busiest node's host memory)\n",
+            h(a),
+            ratio(e.per_node_host_bytes, a) * 100.0
+        )),
+        (Some(a), _) => out.push_str(&format!("  MemAvailable {}: TOO LITTLE for the per-node host memory\n", h(a))),
+        (None, _) => out.push_str("  MemAvailable: unknown\n"),
+    }
+    out.push_str("\nmodelled:\n");
+    for c in COVERS {
+        out.push_str(&format!("  - {c}\n"));
+    }
+    out.push_str("not modelled:\n");
+    for c in NOT_MODELLED {
+        out.push_str(&format!("  - {c}\n"));
+    }
+    out
+}
+
+/// `estimate --json`.
+#[derive(Serialize)]
+struct Report<'a> {
+    estimate: EstimateReport<'a>,
+    verdict: &'a Verdict,
+}
+
+#[derive(Serialize)]
+struct EstimateReport<'a> {
+    nccl_commit: &'static str,
+    nccl_version: &'static str,
+    #[serde(flatten)]
+    model: &'a Estimate,
+    gdr: &'a Detected,
+    nics_why: &'a str,
+    connect: &'a str,
+    environment: &'a [String],
+    environment_error: Option<&'a str>,
+    problems: Vec<ProblemJson<'a>>,
+    conf_files: Vec<ConfJson<'a>>,
+    covers: &'static [&'static str],
+    not_modelled: &'static [&'static str],
+}
+
+#[derive(Serialize)]
+struct ProblemJson<'a> {
+    name: &'a str,
+    status: &'static str,
+    measured: &'a str,
+    fix: &'a str,
+}
+
+#[derive(Serialize)]
+struct ConfJson<'a> {
+    path: String,
+    set: &'a [String],
+    error: Option<&'a str>,
+}
+
+pub fn render_json(d: &Derived, e: &Estimate, v: &Verdict) -> Result<String, serde_json::Error> {
+    let report = Report {
+        estimate: EstimateReport {
+            nccl_commit: NCCL_COMMIT,
+            nccl_version: NCCL_VERSION,
+            model: e,
+            gdr: &d.gdr,
+            nics_why: &d.nics_why,
+            connect: &d.connect,
+            environment: &d.environment,
+            environment_error: d.environment_error.as_deref(),
+            problems: d
+                .problems
+                .iter()
+                .map(|p| ProblemJson {
+                    name: &p.name,
+                    status: match p.severity {
+                        env::Severity::Warn => "WARN",
+                        env::Severity::Fail => "FAIL",
+                    },
+                    measured: &p.measured,
+                    fix: &p.fix,
+                })
+                .collect(),
+            conf_files: d
+                .conf_files
+                .iter()
+                .map(|f| ConfJson { path: f.path.display().to_string(), set: &f.set, error: f.error.as_deref() })
+                .collect(),
+            covers: COVERS,
+            not_modelled: NOT_MODELLED,
+        },
+        verdict: v,
+    };
+    serde_json::to_string_pretty(&report).map(|t| t + "\n")
+}
+
 /// `memlock-exporter estimate`: prints the estimate; exit 0, 2 when it cannot run (bad flags,
 /// unreadable limits), 1 when the report cannot be written.
 pub fn run(args: &EstimateArgs) -> u8 {
-    let inputs = match inputs_from_args(&args.model, |name| std::env::var(name).ok()) {
-        Ok(i) => i,
-        Err(message) => {
-            eprintln!("memlock-exporter estimate: {message}");
-            return crate::exit::USAGE;
-        }
+    let fail = |message: String, code: u8| {
+        eprintln!("memlock-exporter estimate: {message}");
+        code
     };
-    let e = estimate(&inputs);
+    if let Err(message) = validate(&args.model) {
+        return fail(message, crate::exit::USAGE);
+    }
+    let roots = Roots { procfs: PathBuf::from(&args.procfs), sysfs: PathBuf::from(&args.sysfs) };
     let pid = args.pid.map(|p| p.to_string()).unwrap_or_else(|| "self".into());
-    let (soft, available) = match read_machine(Path::new(&args.procfs), &pid) {
-        Ok(found) => found,
-        Err(err) => {
-            eprintln!("memlock-exporter estimate: {err}");
-            return crate::exit::USAGE;
-        }
+    // Another user's environ needs ptrace access: estimate with NCCL's defaults, and say so.
+    let (env, conf_files, env_error) = match Environment::of_process(&roots.procfs, args.pid) {
+        Ok((env, files)) => (env, files, None),
+        Err(err) => (Environment::default(), Vec::new(), Some(err.to_string())),
     };
-    let v = verdict(&e, &pid, soft, available);
+    let machine = match check::read_machine(&roots, &pid, env.clone()) {
+        Ok(m) => m,
+        Err(err) => return fail(err.to_string(), crate::exit::USAGE),
+    };
+    let mut derived = match derive(&args.model, &env, &roots.sysfs, &machine.rdma) {
+        Ok(d) => d,
+        Err(message) => return fail(message, crate::exit::USAGE),
+    };
+    derived.conf_files = conf_files;
+    derived.environment_error = env_error;
+    let e = model::estimate(&derived.inputs);
+    let v = verdict(&e, &machine);
     let text = if args.json {
-        #[derive(Serialize)]
-        struct Report<'a> {
-            estimate: &'a Estimate,
-            verdict: &'a Verdict,
-        }
-        match serde_json::to_string_pretty(&Report { estimate: &e, verdict: &v }) {
-            Ok(text) => text + "\n",
-            Err(err) => {
-                eprintln!("memlock-exporter estimate: {err}");
-                return crate::exit::RUNTIME;
-            }
+        match render_json(&derived, &e, &v) {
+            Ok(text) => text,
+            Err(err) => return fail(err.to_string(), crate::exit::RUNTIME),
         }
     } else {
-        render_text(&e, &v)
+        render_text(&derived, &e, &v)
     };
     if let Err(err) = crate::cli::print_report(&text) {
-        eprintln!("memlock-exporter estimate: writing the report: {err}");
-        return crate::exit::RUNTIME;
+        return fail(format!("writing the report: {err}"), crate::exit::RUNTIME);
     }
     crate::exit::OK
 }
@@ -459,84 +564,10 @@ pub fn run(args: &EstimateArgs) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collect::rdma_sysfs::SysfsPort;
+    use crate::kernel::rdma_sysfs::Numbered;
 
-    const MIB: u64 = 1 << 20;
-
-    #[test]
-    fn the_reference_example_without_gdr() {
-        // §8.3: defaults, 32 channels, one send and one receive each, one device: 588 MiB of
-        // buffers, plus control MRs and QP rings.
-        let e = estimate(&Inputs { qp_ring_bytes: 0, ..Inputs::default() });
-        assert_eq!(e.terms[0].bytes + e.terms[1].bytes, 616_562_688);
-        assert_eq!(e.per_process_bytes, 616_562_688 + 6 * 4096);
-        assert_eq!(e.per_node_bytes, e.per_process_bytes * 8);
-    }
-
-    #[test]
-    fn the_shared_p2p_pool_adds_128_mib() {
-        let base = estimate(&Inputs { qp_ring_bytes: 0, ..Inputs::default() });
-        let p2p = estimate(&Inputs { qp_ring_bytes: 0, p2p_net: true, ..Inputs::default() });
-        assert_eq!(p2p.per_process_bytes - base.per_process_bytes, 128 * MIB);
-    }
-
-    #[test]
-    fn gdr_both_ways_leaves_only_ll_on_the_host() {
-        let e = estimate(&Inputs { qp_ring_bytes: 0, gdr_read: true, gdr_write: true, ..Inputs::default() });
-        assert_eq!(e.terms[0].bytes + e.terms[1].bytes, 16 * MIB);
-        assert!(e.per_process_bytes > 8 * MIB, "still above the 8 MiB default limit");
-    }
-
-    #[test]
-    fn one_node_registers_nothing_for_the_network() {
-        let e = estimate(&Inputs { nodes: 1, ..Inputs::default() });
-        assert_eq!(e.per_process_bytes, 0);
-    }
-
-    #[test]
-    fn devices_and_communicators_multiply() {
-        let one = estimate(&Inputs::default()).per_process_bytes;
-        let e = estimate(&Inputs { devices_per_connection: 2, communicators: 3, ..Inputs::default() });
-        assert_eq!(e.per_process_bytes, one * 6);
-    }
-
-    #[test]
-    fn odd_buffer_sizes_round_up_to_pages_and_huge_values_saturate() {
-        let e = estimate(&Inputs { buffsize: 4097, channels: 1, ..Inputs::default() });
-        assert_eq!(e.terms[0].bytes, DEFAULT_LL_BUFFSIZE + DEFAULT_LL128_BUFFSIZE + 8192);
-        let huge =
-            estimate(&Inputs { channels: u64::MAX, buffsize: u64::MAX, communicators: u64::MAX, ..Inputs::default() });
-        assert_eq!(huge.per_node_bytes, u64::MAX);
-    }
-
-    #[test]
-    fn verdicts_against_the_limit_and_memory() {
-        let e = estimate(&Inputs::default());
-        let v = verdict(&e, "self", pid_limits::Limit::Bytes(8 * MIB), Some(1 << 40));
-        assert!(!v.fits_memlock_limit);
-        assert_eq!(v.fits_memory_available, Some(true));
-        let text = render_text(&e, &v);
-        assert!(text.contains("TOO LOW") && text.contains("ulimit -l unlimited"), "{text}");
-        assert!(text.contains("an upper-bound model"));
-        let v = verdict(&e, "self", pid_limits::Limit::Unlimited, Some(MIB));
-        assert!(v.fits_memlock_limit && v.soft_limit_unlimited);
-        assert_eq!(v.fits_memory_available, Some(false));
-    }
-
-    #[test]
-    fn the_fixture_machine_is_read_through_the_procfs_root() {
-        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-        let root = std::env::temp_dir().join(format!("memlock-estimate-{}", std::process::id()));
-        std::fs::create_dir_all(root.join("self")).unwrap();
-        std::fs::copy(fixtures.join("captures/proc_self_limits"), root.join("self/limits")).unwrap();
-        std::fs::copy(fixtures.join("proc/meminfo"), root.join("meminfo")).unwrap();
-        let (soft, available) = read_machine(&root, "self").unwrap();
-        assert_eq!(soft, pid_limits::Limit::Bytes(8_388_608));
-        assert_eq!(available, Some(23_786_376 * 1024));
-        assert!(read_machine(&root, "999999999").unwrap_err().to_string().contains("999999999/limits"));
-        std::fs::remove_dir_all(&root).unwrap();
-    }
-
-    fn model(flags: &[&str]) -> ModelArgs {
+    fn model_args(flags: &[&str]) -> ModelArgs {
         use clap::Parser;
         let argv = ["memlock-exporter", "estimate"].iter().chain(flags);
         match crate::cli::Cli::try_parse_from(argv) {
@@ -545,59 +576,179 @@ mod tests {
         }
     }
 
-    #[test]
-    fn model_inputs_no_job_can_have_are_refused_naming_the_flag() {
-        let no_env = |_: &str| None;
-        assert!(inputs_from_args(&model(&[]), no_env).is_ok());
-        assert!(inputs_from_args(&model(&["--nodes", "1", "--qps-per-connection", "128"]), no_env).is_ok());
-        for flag in [
-            "--nodes",
-            "--ranks-per-node",
-            "--channels",
-            "--communicators",
-            "--p2p-channels",
-            "--net-connections-per-channel",
-            "--devices-per-connection",
-        ] {
-            let err = inputs_from_args(&model(&[flag, "0"]), no_env).unwrap_err();
-            assert!(err.starts_with(&format!("{flag} 0: must be at least 1")), "{err}");
-        }
-        for qps in ["0", "129"] {
-            let err = inputs_from_args(&model(&["--qps-per-connection", qps]), no_env).unwrap_err();
-            assert_eq!(err, format!("--qps-per-connection {qps}: NCCL takes 1 to 128 QPs per connection"));
-        }
-        // The flag is checked even when the environment is broken too: the flag is what to fix.
-        let broken = |name: &str| (name == "NCCL_BUFFSIZE").then(|| "4M".to_owned());
-        assert!(inputs_from_args(&model(&["--nodes", "0"]), broken).unwrap_err().starts_with("--nodes"));
+    fn env(pairs: &[(&str, &str)]) -> Environment {
+        Environment::from_pairs(pairs.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())))
+    }
+
+    fn no_sysfs() -> PathBuf {
+        PathBuf::from("/nonexistent-sysfs")
+    }
+
+    fn derive_with(flags: &[&str], vars: &[(&str, &str)]) -> Derived {
+        derive(&model_args(flags), &env(vars), &no_sysfs(), &[]).unwrap()
+    }
+
+    fn hca(name: &str, active_ports: &[u32]) -> SysfsDevice {
+        let ports = active_ports
+            .iter()
+            .map(|n| SysfsPort {
+                number: *n,
+                state: Some(Numbered { value: 4, name: "ACTIVE".into() }),
+                ..Default::default()
+            })
+            .collect();
+        SysfsDevice { name: name.into(), ports, ..Default::default() }
     }
 
     #[test]
-    fn zero_channels_or_qps_from_the_environment_follow_nccl() {
-        let one = |name: &'static str, value: &'static str| move |n: &str| (n == name).then(|| value.to_owned());
-        // NCCL leaves its default for NCCL_MAX_CTAS <= 0 and raises NCCL_MAX_NCHANNELS to 1.
-        assert_eq!(inputs_from_env(one("NCCL_MAX_CTAS", "0"), Inputs::default()).unwrap().channels, 32);
-        assert_eq!(inputs_from_env(one("NCCL_MAX_NCHANNELS", "0"), Inputs::default()).unwrap().channels, 1);
-        assert_eq!(
-            inputs_from_env(one("NCCL_IB_QPS_PER_CONNECTION", "4"), Inputs::default()).unwrap().qps_per_connection,
-            4
+    fn every_model_flag_reaches_the_inputs() {
+        let d = derive_with(
+            &[
+                "--nodes",
+                "4",
+                "--ranks-per-node",
+                "4",
+                "--nics",
+                "2",
+                "--channels",
+                "12",
+                "--communicators",
+                "2",
+                "--buffsize",
+                "8388608",
+                "--ll-buffsize",
+                "4096",
+                "--ll128-buffsize",
+                "8192",
+                "--gdr",
+                "dmabuf",
+                "--p2p-net",
+                "--p2p-channels",
+                "16",
+                "--devices-per-connection",
+                "2",
+                "--qps-per-connection",
+                "4",
+            ],
+            &[],
         );
-        for qps in ["0", "129"] {
-            let err = inputs_from_env(one("NCCL_IB_QPS_PER_CONNECTION", qps), Inputs::default()).unwrap_err();
-            assert!(err.starts_with(&format!("NCCL_IB_QPS_PER_CONNECTION={qps}: ")), "{err}");
+        let i = &d.inputs;
+        assert_eq!((i.nodes, i.ranks_per_node, i.nics, i.channels.count, i.communicators), (4, 4, 2, 12, 2));
+        assert_eq!((i.buffsize_simple, i.buffsize_ll, i.buffsize_ll128), (8_388_608, 4096, 8192));
+        assert_eq!((i.gdr, d.gdr.detected), (GdrMode::Dmabuf, false));
+        assert_eq!((i.devices_per_nic, i.qps_per_connection), (2, 4));
+        assert_eq!(i.p2p.as_ref().map(|p| p.channels), Some(16));
+        assert_eq!(d.nics_why, "--nics");
+        assert_eq!(i.channels.why, "--channels");
+    }
+
+    #[test]
+    fn without_flags_the_environment_and_the_node_decide() {
+        let d = derive_with(&[], &[]);
+        assert_eq!(d.inputs.nics, 8, "no RDMA here: one NIC per rank");
+        assert!(d.nics_why.contains("one NIC per rank assumed"), "{}", d.nics_why);
+        assert_eq!(d.inputs.channels.count, 32);
+        assert!(d.inputs.channels.why.starts_with("assumed from the topology"));
+        assert_eq!((d.inputs.gdr, d.gdr.detected), (GdrMode::Off, true));
+        let devices = [hca("mlx5_0", &[1]), hca("mlx5_1", &[1]), hca("mlx5_2", &[]), hca("mlx5_3", &[1, 2])];
+        let d = derive(&model_args(&[]), &env(&[]), &no_sysfs(), &devices).unwrap();
+        assert_eq!(d.inputs.nics, 4);
+        assert!(d.nics_why.ends_with("mlx5_0:1, mlx5_1:1, mlx5_3:1, mlx5_3:2"), "{}", d.nics_why);
+        let d = derive(&model_args(&[]), &env(&[("NCCL_IB_HCA", "^mlx5_3")]), &no_sysfs(), &devices).unwrap();
+        assert_eq!(d.inputs.nics, 2, "{}", d.nics_why);
+    }
+
+    #[test]
+    fn nccl_variables_are_read_as_nccl_reads_them() {
+        let d = derive_with(&[], &[("NCCL_BUFFSIZE", "4M"), ("NCCL_IB_QPS_PER_CONNECTION", "0x2")]);
+        assert_eq!(d.inputs.buffsize_simple, 4, "strtoll stops at M");
+        assert_eq!(d.inputs.qps_per_connection, 2);
+        assert!(d.environment.contains(&"NCCL_BUFFSIZE=4M (read as 4)".to_owned()), "{:?}", d.environment);
+        assert_eq!(d.problems.len(), 1, "{:?}", d.problems);
+        assert_eq!(d.problems[0].name, "NCCL_BUFFSIZE");
+        // -2 is NCCL's "unset" for buffer sizes: the default.
+        assert_eq!(derive_with(&[], &[("NCCL_BUFFSIZE", "-2")]).inputs.buffsize_simple, model::DEFAULT_BUFFSIZE);
+        // A flag beats the environment.
+        assert_eq!(derive_with(&["--buffsize", "1048576"], &[("NCCL_BUFFSIZE", "4M")]).inputs.buffsize_simple, 1 << 20);
+        // Caps and floors, not counts.
+        let c = |vars: &[(&str, &str)]| derive_with(&[], vars).inputs.channels.count;
+        assert_eq!(c(&[("NCCL_MAX_NCHANNELS", "8")]), 8);
+        assert_eq!(c(&[("NCCL_MAX_NRINGS", "8")]), 8, "the legacy name");
+        assert_eq!(c(&[("NCCL_MAX_NRINGS", "8"), ("NCCL_MAX_NCHANNELS", "16")]), 16, "the new name wins");
+        assert_eq!(c(&[("NCCL_MIN_NRINGS", "48")]), 48);
+        assert_eq!(c(&[("NCCL_MIN_CTAS", "40"), ("NCCL_MAX_CTAS", "36")]), 36);
+        assert_eq!(c(&[("NCCL_MAX_CTAS", "0")]), 32, "NCCL leaves its default for 0");
+        assert_eq!(c(&[("NCCL_MAX_NCHANNELS", "0")]), 1, "and raises 0 channels to 1");
+        assert!(derive_with(&[], &[("NCCL_MAX_NCHANNELS", "8")]).inputs.channels.why.contains("max channels 8"));
+        // Switches.
+        assert!(!derive_with(&[], &[("NCCL_PXN_DISABLE", "1")]).inputs.pxn);
+        assert!(!derive_with(&[], &[("NCCL_NET_GDR_READ", "0")]).inputs.gdr_read);
+        assert!(!derive_with(&[], &[("NCCL_GDR_FLUSH_DISABLE", "1")]).inputs.gdr_flush);
+        assert!(derive_with(&[], &[("NCCL_RUNTIME_CONNECT", "0")]).connect.starts_with("at communicator init"));
+        assert!(derive_with(&[], &[]).connect.starts_with("runtime connect"));
+        // p2p: the chunk is at most Simple / 8, channels per peer halve for large jobs.
+        let p = derive_with(&["--p2p-net", "--nodes", "16"], &[("NCCL_BUFFSIZE", "524288")]).inputs.p2p.unwrap();
+        assert_eq!(p.chunk, 65_536);
+        assert_eq!(p.channels, 32);
+        assert_eq!(p.channels_per_peer, 2, "128 ranks: 2 x 16 batches of 8 fit 32 channels");
+        let p = derive_with(&["--p2p-net", "--nodes", "32"], &[]).inputs.p2p.unwrap();
+        assert_eq!(p.channels_per_peer, 1, "256 ranks: 2 x 32 batches would exceed 32 channels");
+        let p = derive_with(&["--p2p-net"], &[("NCCL_NCHANNELS_PER_NET_PEER", "4")]).inputs.p2p.unwrap();
+        assert_eq!(p.channels_per_peer, 4);
+        assert!(!derive_with(&["--p2p-net"], &[("NCCL_NET_SHARED_BUFFERS", "0")]).inputs.p2p.unwrap().shared);
+    }
+
+    #[test]
+    fn flags_no_job_can_have_are_refused_naming_the_flag() {
+        assert!(validate(&model_args(&[])).is_ok());
+        for (flags, message) in [
+            (&["--nodes", "0"][..], "--nodes 0: must be at least 1 (--nodes 1 is a single-node job)"),
+            (&["--nodes", "65537"], "--nodes 65537: NCCL takes at most 65536"),
+            (&["--ranks-per-node", "0"], "--ranks-per-node 0: must be at least 1"),
+            (&["--ranks-per-node", "73"], "--ranks-per-node 73: NCCL takes at most 72 (NCCL_MAX_LOCAL_RANKS)"),
+            (&["--nics", "0"], "--nics 0: must be at least 1"),
+            (&["--nics", "33"], "--nics 33: NCCL takes at most 32 (MAX_IB_DEVS)"),
+            (&["--channels", "0"], "--channels 0: must be at least 1"),
+            (&["--channels", "65"], "--channels 65: NCCL takes at most 64 (MAXCHANNELS)"),
+            (&["--communicators", "0"], "--communicators 0: must be at least 1"),
+            (&["--p2p-channels", "0"], "--p2p-channels 0: must be at least 1"),
+            (&["--p2p-channels", "65"], "--p2p-channels 65: NCCL takes at most 64"),
+            (&["--devices-per-connection", "0"], "--devices-per-connection 0: must be at least 1"),
+            (&["--devices-per-connection", "9"], "--devices-per-connection 9: NCCL takes at most 8"),
+            (&["--qps-per-connection", "0"], "--qps-per-connection 0: must be at least 1"),
+            (&["--qps-per-connection", "129"], "--qps-per-connection 129: NCCL takes at most 128"),
+            (
+                &["--qps-per-connection", "65", "--devices-per-connection", "2"],
+                "--qps-per-connection 65: 65 QPs on each",
+            ),
+            (&["--buffsize", "0"], "--buffsize 0: NCCL takes 1 to 2147483647 bytes"),
+            (&["--ll-buffsize", "2147483648"], "--ll-buffsize 2147483648: NCCL takes 1 to"),
+            (&["--ll128-buffsize", "0"], "--ll128-buffsize 0: NCCL takes 1 to"),
+            (&["--gdr", "read"], "--gdr \"read\": expected off, dmabuf or peermem"),
+        ] {
+            let err = validate(&model_args(flags)).unwrap_err();
+            assert!(err.starts_with(message), "{flags:?}: {err}");
         }
     }
 
     #[test]
-    fn environment_defaults() {
-        let env = |name: &str| match name {
-            "NCCL_BUFFSIZE" => Some("8388608".to_owned()),
-            "NCCL_MAX_CTAS" => Some("16".to_owned()),
-            _ => None,
+    fn the_verdict_applies_checks_cap_ipc_lock_rule() {
+        let e = model::estimate(&Inputs::new(2, 8, 8));
+        let limits = pid_limits::MemlockLimits {
+            soft: pid_limits::Limit::Bytes(8 << 20),
+            hard: pid_limits::Limit::Bytes(8 << 20),
         };
-        let i = inputs_from_env(env, Inputs::default()).unwrap();
-        assert_eq!(i.buffsize, 8 * MIB);
-        assert_eq!(i.channels, 16);
-        let bad = |name: &str| (name == "NCCL_BUFFSIZE").then(|| "4M".to_owned());
-        assert!(inputs_from_env(bad, Inputs::default()).unwrap_err().contains("NCCL_BUFFSIZE"));
+        let m = check::Machine {
+            pid: "self".into(),
+            limits: Some(limits),
+            ipc_lock: Some(false),
+            initial_user_ns: Some(true),
+            ..Default::default()
+        };
+        assert!(!verdict(&e, &m).fits_memlock_limit);
+        let held = check::Machine { ipc_lock: Some(true), ..m.clone() };
+        assert!(verdict(&e, &held).fits_memlock_limit && verdict(&e, &held).cap_ipc_lock_exempt);
+        let userns = check::Machine { ipc_lock: Some(true), initial_user_ns: Some(false), ..m };
+        assert!(!verdict(&e, &userns).fits_memlock_limit, "a user namespace's CAP_IPC_LOCK does not exempt");
     }
 }

@@ -80,22 +80,35 @@ impl SourceError {
 /// replaced rather than rejected: kernel text is ASCII, and a stray byte in a comm or path must
 /// not lose the rest of the file.
 pub fn read_into(path: &Path, buf: &mut String) -> Result<(), SourceError> {
-    buf.clear();
+    // Read into the caller's allocation: the process scan calls this three times per process.
+    let mut bytes = std::mem::take(buf).into_bytes();
+    bytes.clear();
+    read_bytes_into(path, &mut bytes)?;
+    match String::from_utf8(bytes) {
+        Ok(text) => *buf = text,
+        Err(err) => buf.push_str(&String::from_utf8_lossy(err.as_bytes())),
+    }
+    Ok(())
+}
+
+/// Reads a whole file as bytes, bounded: for files whose bytes matter as they are
+/// (`/proc/PID/environ`, NCCL's configuration files).
+pub fn read_bytes(path: &Path) -> Result<Vec<u8>, SourceError> {
+    let mut bytes = Vec::new();
+    read_bytes_into(path, &mut bytes)?;
+    Ok(bytes)
+}
+
+fn read_bytes_into(path: &Path, bytes: &mut Vec<u8>) -> Result<(), SourceError> {
     let io_err = |source| SourceError::Io { path: path.to_owned(), source };
     // O_NONBLOCK: a FIFO or a terminal where a kernel file should be must not stall the
     // collector in open() or read(); on regular, procfs and sysfs files it changes nothing.
     let file =
         OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(io_err)?;
-    // Read into the caller's allocation: the process scan calls this three times per process.
-    let mut bytes = std::mem::take(buf).into_bytes();
     bytes.reserve(4096);
-    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(io_err)?;
+    file.take(MAX_FILE_BYTES + 1).read_to_end(bytes).map_err(io_err)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(SourceError::TooLarge { path: path.to_owned(), limit: MAX_FILE_BYTES });
-    }
-    match String::from_utf8(bytes) {
-        Ok(text) => *buf = text,
-        Err(err) => buf.push_str(&String::from_utf8_lossy(err.as_bytes())),
     }
     Ok(())
 }

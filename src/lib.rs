@@ -22,6 +22,7 @@ pub mod exposition;
 pub mod fsroot;
 pub mod kernel;
 pub mod logging;
+pub mod nccl;
 pub mod reload;
 pub mod sampler;
 pub mod sdnotify;

@@ -212,6 +212,20 @@ pub const TARGETS: &[Target] = &[
         seeds: || strings(&["python3", "/kubepods.slice/x\"y\\z", "a\nb", "mlx5_0", "é\u{1F600}"]),
         check: check_exposition_labels,
     },
+    // An NCCL configuration file as NCCL parses it (one NAME=value a line), each variable judged
+    // as NCCL reads it: `check` runs on whatever the job's environment and /etc/nccl.conf hold.
+    Target {
+        name: "nccl_environment",
+        expect: Expect::BothPaths,
+        seeds: || {
+            strings(&[
+                "NCCL_DEBUG=INFO\nNCCL_IB_GID_INDEX=-1\n",
+                "# comment\nNCCL_BUFFSIZE=0x400000\r\nNCCL_IB_HCA=^mlx5_2\n",
+                "NCCL_MIN_NRINGS=4\nNCCL_P2P_LEVEL=NVL\nHOME=/root\n",
+            ])
+        },
+        check: check_nccl_environment,
+    },
 ];
 
 pub fn find(name: &str) -> Option<&'static Target> {
@@ -783,6 +797,32 @@ fn check_web_config_file(bytes: &[u8]) -> Result<Verdict, String> {
         Err(err) if err.to_string().contains(&path.display().to_string()) => Ok(Verdict::Rejected),
         Err(err) => Err(format!("the error does not name the file: {err}")),
     }
+}
+
+fn check_nccl_environment(bytes: &[u8]) -> Result<Verdict, String> {
+    use memlock_exporter::nccl::env::{self, Environment, Parse, Strtoll};
+    let env = Environment::from_pairs(env::conf_lines(bytes));
+    let problems = env::problems(&env);
+    for p in &problems {
+        // Every problem is about an NCCL variable of the input, and says what it is.
+        if !p.name.starts_with("NCCL_") || env.effective().all(|e| e.name_lossy() != p.name) || p.fix.is_empty() {
+            return Err(format!("{p:?}"));
+        }
+    }
+    // What NCCL accepts is never reported: a whole number for an NCCL_PARAM variable outside the
+    // few whose values are range-checked.
+    for e in env.effective() {
+        let Some(var) = std::str::from_utf8(&e.name).ok().and_then(env::variable) else { continue };
+        let checked = ["NCCL_IB_QPS_PER_CONNECTION", "NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE"];
+        if var.parse == Parse::Strtoll
+            && !checked.contains(&var.name)
+            && matches!(env::strtoll(&e.value, 0), Strtoll::Whole(_))
+            && problems.iter().any(|p| p.name == var.name)
+        {
+            return Err(format!("{} flagged for a value NCCL accepts: {:?}", var.name, e.value_shown()));
+        }
+    }
+    Ok(if problems.is_empty() { Verdict::Accepted } else { Verdict::Rejected })
 }
 
 fn check_duration(bytes: &[u8]) -> Result<Verdict, String> {

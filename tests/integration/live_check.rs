@@ -44,6 +44,14 @@ fn root_with_cap_ipc_lock_passes_memlock_and_a_bogus_nccl_variable_warns() {
     assert_eq!(out.status.code(), Some(0), "WARN alone does not fail: {text}");
     let strict = Command::new(binary()).args(["check", "--strict"]).env("NCCL_IB_MR_RANGE", "1").output().unwrap();
     assert_eq!(strict.status.code(), Some(1));
+    // estimate applies the same rule: root's 8 MiB soft limit is not enforced (it used to call it
+    // too low).
+    let out = nccl_clean(Command::new(binary()).args(["estimate", "--json", "--nics", "8"])).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["verdict"]["cap_ipc_lock_exempt"], true, "{}", report["verdict"]);
+    assert_eq!(report["verdict"]["fits_memlock_limit"], true);
+    let out = nccl_clean(Command::new(binary()).args(["estimate", "--nics", "8"])).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("not enforced (CAP_IPC_LOCK in the initial user namespace)"));
 }
 
 #[test]
@@ -53,17 +61,136 @@ fn a_process_that_does_not_exist_cannot_be_checked() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("999999999"));
 }
 
+/// Case A of docs/check.md through the binary: 2 nodes x 8 GPUs x 8 NICs, GPUDirect off.
 #[test]
-fn estimate_prints_the_reference_example() {
-    let out = Command::new(binary())
-        .args(["estimate", "--nodes", "2", "--qp-ring-bytes", "0", "--json"])
-        .env_remove("NCCL_BUFFSIZE")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+fn estimate_prints_worked_case_a() {
+    let out =
+        nccl_clean(Command::new(binary()).args(["estimate", "--nodes", "2", "--nics", "8", "--gdr", "off", "--json"]))
+            .output()
+            .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    // 32 channels x (9633792 + 9633792) bytes plus 6 control pages (reference §8.3).
-    assert_eq!(report["estimate"]["per_process_bytes"], 616_562_688u64 + 6 * 4096);
+    let e = &report["estimate"];
+    // Per rank 4 sends x 9949184 B + 4 receives x 10084352 B + one doorbell page; the tree
+    // reuses the ring's connections.
+    assert_eq!(e["per_rank_max_bytes"], 80_138_240u64);
+    assert_eq!(e["per_node_bytes"], 8 * 80_138_240u64);
+    assert_eq!(e["per_node_host_bytes"], 8 * 80_138_240u64);
+    assert_eq!(e["scenarios"][0]["algorithms"], "ring");
+    assert_eq!(e["scenarios"][1]["algorithms"], "ring + tree");
+    let ranks = e["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 8);
+    let terms = ranks[0]["terms"].as_array().unwrap();
+    let data = terms.iter().find(|t| t["algorithm"] == "ring" && t["name"] == "data buffers").unwrap();
+    assert_eq!(data["memlock_bytes"], 8 * 9_633_792u64, "{data}");
+    assert!(!terms.iter().any(|t| t["algorithm"] == "tree"), "no tree connection of its own: {terms:?}");
+    assert_eq!(e["gdr"]["mode"], "off");
+    assert_eq!(e["nccl_version"], "2.30.7");
+    // The text shows the same figures and what each assumes.
+    let out = nccl_clean(Command::new(binary()).args(["estimate", "--nics", "8", "--gdr", "off"])).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ring + tree                    76.4 MiB"), "{text}");
+    assert!(text.contains("busiest rank: local rank 0 of node 0 (80138240 B)"), "{text}");
+    assert!(text.contains("not modelled:"), "{text}");
+}
+
+/// A command without the NCCL_* variables of whoever runs the tests.
+fn nccl_clean(cmd: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"NCCL_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.env("HOME", "/nonexistent")
+}
+
+/// Issue 15: `env FOO=$'\xff' memlock-exporter check` aborted (a panic in std::env::vars, SIGABRT
+/// in the release build). The environment is bytes: a foreign variable is not NCCL's business,
+/// an NCCL variable NCCL would not parse is a FAIL naming it, and the exit codes stay 0/1/2.
+#[test]
+fn a_variable_that_is_not_utf8_is_read_not_fatal() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let check = |name: &[u8], value: &[u8]| {
+        let mut cmd = Command::new(binary());
+        nccl_clean(&mut cmd).args(["check", "--json"]).env("NCCL_DEBUG", "WARN");
+        cmd.env(OsStr::from_bytes(name), OsStr::from_bytes(value)).output().unwrap()
+    };
+    let out = check(b"FOO", b"\xff");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(matches!(out.status.code(), Some(0 | 1)), "a verdict, not a crash: {:?} {stderr}", out.status);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!report["findings"].as_array().unwrap().iter().any(|f| f["id"].as_str().unwrap().contains("FOO")));
+
+    let out = check(b"NCCL_BUFFSIZE", b"\xff");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = finding(&report, "nccl.env.NCCL_BUFFSIZE");
+    assert_eq!(f["status"], "FAIL");
+    assert!(f["measured"].as_str().unwrap().starts_with("NCCL_BUFFSIZE=\\xff: no number, so NCCL reads 0"), "{f}");
+
+    // A name that is not UTF-8 either.
+    let out = check(b"NCCL_\xfe", b"1");
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{:?}", out.status);
+
+    // estimate reads it too, and says so instead of ignoring it.
+    let mut cmd = Command::new(binary());
+    nccl_clean(&mut cmd).args(["estimate", "--nics", "8", "--gdr", "off"]);
+    let out = cmd.env("NCCL_BUFFSIZE", OsStr::from_bytes(b"\xff")).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("warning: NCCL_BUFFSIZE=\\xff: no number, so NCCL reads 0"), "{text}");
+    assert!(text.contains("from the environment: NCCL_BUFFSIZE=\\xff (read as 0)"), "{text}");
+    assert!(text.contains("Simple 0 B"), "the model takes what NCCL reads: {text}");
+}
+
+/// What NCCL accepts is never flagged; what it reads otherwise, or not at all, is; values come
+/// from NCCL's configuration file too.
+#[test]
+fn nccl_variables_are_judged_as_nccl_reads_them() {
+    let conf = std::env::temp_dir().join(format!("memlock-check-nccl-{}.conf", std::process::id()));
+    std::fs::write(&conf, "NCCL_LL_BUFFSIZE=512K\nNCCL_IB_TIMEOUT=22\n").unwrap();
+    let mut cmd = Command::new(binary());
+    nccl_clean(&mut cmd).args(["check", "--json"]).envs([
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_IB_GID_INDEX", "-1"),
+        ("NCCL_BUFFSIZE", "0x400000"),
+        ("NCCL_MIN_NRINGS", "4"),
+        ("NCCL_IB_PKEY", "0x8001"),
+        ("NCCL_GDR_FLUSH_DISABLE", "1"),
+        ("NCCL_WORK_FIFO_DEPTH", "4"),
+        ("NCCL_IB_QPS_PER_CONNECTION", "129"),
+    ]);
+    let out = cmd.env("NCCL_CONF_FILE", &conf).output().unwrap();
+    std::fs::remove_file(&conf).unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nccl: Vec<&serde_json::Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"].as_str().unwrap().starts_with("nccl.env."))
+        .collect();
+    let mut ids: Vec<&str> = nccl.iter().map(|f| f["id"].as_str().unwrap()).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        ["nccl.env.NCCL_IB_QPS_PER_CONNECTION", "nccl.env.NCCL_LL_BUFFSIZE", "nccl.env.NCCL_WORK_FIFO_DEPTH"],
+        "{report}"
+    );
+    let by_id = |id: &str| *nccl.iter().find(|f| f["id"] == id).unwrap();
+    let removed = by_id("nccl.env.NCCL_WORK_FIFO_DEPTH");
+    assert_eq!(removed["status"], "WARN");
+    assert!(removed["fix"].as_str().unwrap().contains("last read by NCCL v2.21.5-1"), "{removed}");
+    assert_eq!(by_id("nccl.env.NCCL_IB_QPS_PER_CONNECTION")["status"], "FAIL");
+    let from_file = by_id("nccl.env.NCCL_LL_BUFFSIZE");
+    assert_eq!(from_file["status"], "FAIL");
+    let measured = from_file["measured"].as_str().unwrap();
+    assert!(
+        measured.starts_with(&format!("NCCL_LL_BUFFSIZE=512K (from {}): NCCL reads 512", conf.display())),
+        "{measured}"
+    );
+    assert_eq!(out.status.code(), Some(1));
 }
 
 fn finding<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
@@ -71,8 +198,9 @@ fn finding<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value
     findings.iter().find(|f| f["id"] == id).unwrap_or_else(|| panic!("{id} missing: {report}"))
 }
 
-/// `check` against the fixture roots: pid 4100 sits in a pod with 640 MiB of its 1 GiB free, and
-/// the fixture has no environ files.
+/// `check` against the fixture roots: pid 4100 sits in a pod with 654 MiB of its 1 GiB free, and
+/// the fixture has no environ files. The job: 4 nodes of 8 GPUs on 8 NICs, GPUDirect off, 1.6 GiB
+/// of host memory per node.
 fn fixture_check(extra: &[&str]) -> Command {
     let root = fixtures();
     let mut cmd = Command::new(binary());
@@ -81,7 +209,7 @@ fn fixture_check(extra: &[&str]) -> Command {
         .arg(root.join("proc"))
         .arg("--path.sysfs")
         .arg(root.join("sys"))
-        .args(["--pid", "4100"])
+        .args(["--pid", "4100", "--nodes", "4", "--nics", "8", "--gdr", "off"])
         .args(extra);
     cmd
 }
@@ -108,9 +236,22 @@ fn the_fixture_node_fails_on_its_cgroup_with_the_fix() {
 fn model_inputs_no_job_can_have_are_usage_errors() {
     for (flags, message) in [
         (&["--nodes", "0"][..], "--nodes 0: must be at least 1"),
-        (&["--qps-per-connection", "0"][..], "--qps-per-connection 0: NCCL takes 1 to 128"),
-        (&["--ranks-per-node", "0"][..], "--ranks-per-node 0: must be at least 1"),
-        (&["--channels", "0"][..], "--channels 0: must be at least 1"),
+        (&["--nodes", "65537"], "--nodes 65537: NCCL takes at most 65536"),
+        (&["--ranks-per-node", "0"], "--ranks-per-node 0: must be at least 1"),
+        (&["--ranks-per-node", "73"], "--ranks-per-node 73: NCCL takes at most 72"),
+        (&["--nics", "0"], "--nics 0: must be at least 1"),
+        (&["--nics", "33"], "--nics 33: NCCL takes at most 32"),
+        (&["--channels", "0"], "--channels 0: must be at least 1"),
+        (&["--channels", "65"], "--channels 65: NCCL takes at most 64"),
+        (&["--communicators", "0"], "--communicators 0: must be at least 1"),
+        (&["--p2p-channels", "0"], "--p2p-channels 0: must be at least 1"),
+        (&["--devices-per-connection", "9"], "--devices-per-connection 9: NCCL takes at most 8"),
+        (&["--qps-per-connection", "0"], "--qps-per-connection 0: must be at least 1"),
+        (&["--qps-per-connection", "129"], "--qps-per-connection 129: NCCL takes at most 128"),
+        (&["--buffsize", "0"], "--buffsize 0: NCCL takes 1 to 2147483647 bytes"),
+        (&["--ll-buffsize", "2147483648"], "--ll-buffsize 2147483648: NCCL takes 1 to"),
+        (&["--ll128-buffsize", "0"], "--ll128-buffsize 0: NCCL takes 1 to"),
+        (&["--gdr", "both"], "--gdr \"both\": expected off, dmabuf or peermem"),
     ] {
         for command in ["estimate", "check"] {
             let out = Command::new(binary()).arg(command).args(flags).output().unwrap();
@@ -121,6 +262,14 @@ fn model_inputs_no_job_can_have_are_usage_errors() {
                 "{command} {flags:?}: {stderr}"
             );
             assert!(out.stdout.is_empty(), "nothing is checked or estimated");
+        }
+    }
+    // Values clap cannot parse, and flags that no longer exist, name the flag too.
+    for flags in [&["--nics", "eight"][..], &["--channels", "x"], &["--qp-ring-bytes", "0"]] {
+        for command in ["estimate", "check"] {
+            let out = Command::new(binary()).arg(command).args(flags).output().unwrap();
+            assert_eq!(out.status.code(), Some(2), "{command} {flags:?}");
+            assert!(String::from_utf8_lossy(&out.stderr).contains(flags[0]), "{command} {flags:?}");
         }
     }
 }

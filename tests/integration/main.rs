@@ -14,6 +14,7 @@ mod live_node;
 mod live_process;
 mod live_rdma;
 mod monitoring;
+mod nccl_variables_script;
 mod process_fixtures;
 mod reload;
 mod scale;

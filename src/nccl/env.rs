@@ -1,0 +1,792 @@
+//! The environment NCCL sees and how NCCL reads it, from NCCL's source (NVIDIA/nccl 5067397c):
+//! the process's variables as bytes (a value that is not UTF-8 is still a value NCCL reads),
+//! then NCCL's configuration files, then each variable through the parser NCCL applies to it.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+
+use super::variables::{NCCL_VERSION, REMOVED, VARIABLES};
+
+/// How NCCL parses a variable; generated per variable by scripts/nccl_variables.py.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parse {
+    /// `NCCL_PARAM` (src/include/param.h): `strtoll(value, NULL, 0)` in ncclLoadParam
+    /// (src/misc/param.cc). Empty or out of range gives the default; otherwise the number the
+    /// leading characters spell, whatever follows.
+    Strtoll,
+    /// `DEFINE_NCCL_PARAM` of a signed integer type with the default parser
+    /// (src/include/param/parser_default.h, ncclIntegerParser): strtoll base 10 over the whole
+    /// value, else the default.
+    Decimal,
+    /// The same with strtoull (an unsigned type).
+    DecimalUnsigned,
+    /// `DEFINE_NCCL_PARAM` of bool: 1, T, TRUE, 0, F, FALSE (case-insensitive), else the default.
+    Bool,
+    /// `ncclParamOneOf`: one of these names, case-insensitive, trimmed (parser_enum.h).
+    OneOf(&'static [&'static str]),
+    /// Read as a string (ncclGetEnv, getenv, `const char*` parameters).
+    String,
+    /// The first argument of ncclGetLevel (src/graph/paths.cc): strtol base 0, 1 disables.
+    DisableSwitch,
+    /// The second argument of ncclGetLevel: a path level name (LOC ... SYS) or a number.
+    PathLevel,
+    /// A parser of its own (bit sets, lists, bounded ranges): not judged here.
+    Custom,
+}
+
+/// One variable NCCL reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variable {
+    pub name: &'static str,
+    pub parse: Parse,
+    /// The default as written in NCCL's source.
+    pub default: &'static str,
+    /// Where NCCL defines or reads it (path:line in NVIDIA/nccl).
+    pub defined_at: &'static str,
+}
+
+/// A variable an earlier release read (or NCCL's guide documents) that this one does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Removed {
+    pub name: &'static str,
+    /// The last release tag that read it; empty when no release in NCCL's history did.
+    pub last_release: &'static str,
+}
+
+/// The variable of that name, if NCCL reads it.
+pub fn variable(name: &str) -> Option<&'static Variable> {
+    VARIABLES.binary_search_by(|v| v.name.cmp(name)).ok().map(|i| &VARIABLES[i])
+}
+
+/// The removed variable of that name.
+pub fn removed(name: &str) -> Option<&'static Removed> {
+    REMOVED.binary_search_by(|v| v.name.cmp(name)).ok().map(|i| &REMOVED[i])
+}
+
+/// What `strtoll(text, &end, 0)` does with a value, as glibc implements it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Strtoll {
+    /// The whole value is one number.
+    Whole(i64),
+    /// A number followed by characters strtoll does not read (`4M` reads as 4).
+    Prefix { value: i64, rest: Vec<u8> },
+    /// No digits at all: strtoll returns 0 and sets no error, so NCCL uses 0.
+    NoDigits,
+    /// Beyond a 64-bit integer: ERANGE, and NCCL falls back to the default.
+    OutOfRange,
+}
+
+/// C's isspace in the C locale.
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+/// `strtoll(text, &end, base)` for base 0 (a `0x` prefix is hex, a leading 0 octal) or 10.
+pub fn strtoll(text: &[u8], base: u32) -> Strtoll {
+    let mut i = text.iter().take_while(|b| is_c_space(**b)).count();
+    let negative = match text.get(i) {
+        Some(b'-') => {
+            i += 1;
+            true
+        }
+        Some(b'+') => {
+            i += 1;
+            false
+        }
+        _ => false,
+    };
+    let mut radix = if base == 0 { 10 } else { base };
+    if base == 0 || base == 16 {
+        let hex_prefix = text.get(i) == Some(&b'0')
+            && matches!(text.get(i + 1), Some(b'x' | b'X'))
+            && text.get(i + 2).is_some_and(|b| b.is_ascii_hexdigit());
+        if hex_prefix {
+            radix = 16;
+            i += 2;
+        } else if base == 0 && text.get(i) == Some(&b'0') {
+            radix = 8;
+        }
+    }
+    let digits = text[i.min(text.len())..].iter().take_while(|b| (**b as char).is_digit(radix)).count();
+    if digits == 0 {
+        return Strtoll::NoDigits;
+    }
+    // Accumulated as a negative number so that i64::MIN fits, as glibc does.
+    let mut value: i64 = 0;
+    for b in &text[i..i + digits] {
+        let d = i64::from((*b as char).to_digit(radix).unwrap_or(0));
+        match value.checked_mul(i64::from(radix)).and_then(|v| v.checked_sub(d)) {
+            Some(v) => value = v,
+            None => return Strtoll::OutOfRange,
+        }
+    }
+    let value = if negative {
+        value
+    } else {
+        match value.checked_neg() {
+            Some(v) => v,
+            None => return Strtoll::OutOfRange,
+        }
+    };
+    let rest = &text[i + digits..];
+    if rest.is_empty() {
+        Strtoll::Whole(value)
+    } else {
+        Strtoll::Prefix { value, rest: rest.to_vec() }
+    }
+}
+
+/// The value NCCL uses for an `NCCL_PARAM` variable, or `None` for its default.
+pub fn param_value(value: Option<&[u8]>) -> Option<i64> {
+    match strtoll(value?, 0) {
+        _ if value?.is_empty() => None,
+        Strtoll::Whole(v) | Strtoll::Prefix { value: v, .. } => Some(v),
+        Strtoll::NoDigits => Some(0),
+        Strtoll::OutOfRange => None,
+    }
+}
+
+/// Where a variable came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Process,
+    /// One of NCCL's configuration files (path as NCCL opens it).
+    File(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: Vec<u8>,
+    pub value: Vec<u8>,
+    pub source: Source,
+}
+
+impl Entry {
+    pub fn name_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+    /// The value as text, with bytes that are not UTF-8 shown as `\xNN`.
+    pub fn value_shown(&self) -> String {
+        show_bytes(&self.value)
+    }
+}
+
+/// Bytes as text: UTF-8 as is, other bytes and control characters escaped (`\xff`).
+pub fn show_bytes(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// The variables a process sees, in the order `getenv` finds them: the first of a name wins.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Environment {
+    entries: Vec<Entry>,
+}
+
+/// A configuration file NCCL would read, and what happened when we read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfFile {
+    /// The path NCCL opens.
+    pub path: PathBuf,
+    /// Variables it set (not already set by the process or an earlier file).
+    pub set: Vec<String>,
+    /// Why it was not read; NCCL skips a file it cannot open without a word.
+    pub error: Option<String>,
+}
+
+impl Environment {
+    /// This process's environment, as bytes.
+    pub fn from_process() -> Self {
+        Self::from_pairs(std::env::vars_os().map(|(k, v): (OsString, OsString)| (k.into_vec(), v.into_vec())))
+    }
+
+    /// The contents of `/proc/PID/environ`: NUL-separated `NAME=value` entries.
+    pub fn from_environ(bytes: &[u8]) -> Self {
+        Self::from_pairs(bytes.split(|b| *b == 0).filter_map(|entry| {
+            let eq = entry.iter().position(|b| *b == b'=')?;
+            Some((entry[..eq].to_vec(), entry[eq + 1..].to_vec()))
+        }))
+    }
+
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>) -> Self {
+        let entries = pairs.into_iter().map(|(name, value)| Entry { name, value, source: Source::Process }).collect();
+        Self { entries }
+    }
+
+    /// The first value of `name`, as getenv finds it.
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.entry(name).map(|e| e.value.as_slice())
+    }
+
+    pub fn entry(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.name == name.as_bytes())
+    }
+
+    /// The value as text (lossy), for variables that are names or lists.
+    pub fn get_lossy(&self, name: &str) -> Option<String> {
+        self.get(name).map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// Every variable NCCL would look at once, the first of each name (later duplicates are
+    /// invisible to getenv).
+    pub fn effective(&self) -> impl Iterator<Item = &Entry> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| !self.entries[..*i].iter().any(|f| f.name == e.name))
+            .map(|(_, e)| e)
+    }
+
+    /// Adds what NCCL's configuration files set, as initEnvFunc (src/misc/param.cc) does: the
+    /// file named by NCCL_CONF_FILE when it is set and not empty, else `$HOME/.nccl.conf`; then
+    /// `/etc/nccl.conf`. Each line is set with setenv(name, value, 0), so the process's own
+    /// variables win, then the first file. `root` is where those paths are opened: `/` for
+    /// this process, `/proc/PID/root` for another one (its own mount namespace).
+    pub fn with_conf_files(mut self, root: &Path) -> (Self, Vec<ConfFile>) {
+        let mut paths = Vec::new();
+        match self.get("NCCL_CONF_FILE").filter(|v| !v.is_empty()) {
+            Some(file) => paths.push(PathBuf::from(OsString::from_vec(truncate(file, 1023).to_vec()))),
+            None => {
+                if let Some(home) = self.get("HOME") {
+                    let mut path = truncate(home, 1023 - "/.nccl.conf".len()).to_vec();
+                    path.extend_from_slice(b"/.nccl.conf");
+                    paths.push(PathBuf::from(OsString::from_vec(path)));
+                }
+            }
+        }
+        paths.push(PathBuf::from("/etc/nccl.conf"));
+        let mut files = Vec::new();
+        for path in paths {
+            let relative = path.strip_prefix("/").unwrap_or(&path);
+            let opened = if path.is_absolute() { root.join(relative) } else { root.join(&path) };
+            match crate::fsroot::read_bytes(&opened) {
+                Ok(bytes) => {
+                    let mut set = Vec::new();
+                    for (name, value) in conf_lines(&bytes) {
+                        // setenv refuses an empty name; it never overwrites (its third argument is 0).
+                        if name.is_empty() || self.entries.iter().any(|e| e.name == name) {
+                            continue;
+                        }
+                        set.push(String::from_utf8_lossy(&name).into_owned());
+                        self.entries.push(Entry { name, value, source: Source::File(path.clone()) });
+                    }
+                    files.push(ConfFile { path, set, error: None });
+                }
+                Err(err) => files.push(ConfFile { path, set: Vec::new(), error: Some(err.to_string()) }),
+            }
+        }
+        (self, files)
+    }
+
+    /// The environment of the process NCCL would run in: ours, or `/proc/PID/environ` for
+    /// `pid`, with NCCL's configuration files opened in that process's mount namespace
+    /// (`/proc/PID/root`).
+    pub fn of_process(procfs: &Path, pid: Option<u32>) -> Result<(Self, Vec<ConfFile>), crate::fsroot::SourceError> {
+        let (env, root) = match pid {
+            None => (Self::from_process(), PathBuf::from("/")),
+            Some(pid) => {
+                let dir = procfs.join(pid.to_string());
+                (Self::from_environ(&crate::fsroot::read_bytes(&dir.join("environ"))?), dir.join("root"))
+            }
+        };
+        Ok(env.with_conf_files(&root))
+    }
+}
+
+fn truncate(bytes: &[u8], max: usize) -> &[u8] {
+    &bytes[..bytes.len().min(max)]
+}
+
+/// The `NAME=value` pairs of an NCCL configuration file, parsed as setEnvFile
+/// (src/misc/param.cc) does: fgets into a 4096-byte buffer (so a longer line is read as
+/// several), one trailing `\n` then one `\r` dropped, a `#` in the first column makes a
+/// comment, a line without `=` is skipped, the name is everything before the first `=` (at
+/// most 1023 bytes, spaces included), the value everything after it (at most 1023 bytes). A NUL
+/// ends a line, as it ends a C string.
+pub fn conf_lines(bytes: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let take = rest.iter().take(4095).position(|b| *b == b'\n').map(|p| p + 1).unwrap_or(rest.len().min(4095));
+        let (record, tail) = rest.split_at(take);
+        rest = tail;
+        let mut line = &record[..record.iter().position(|b| *b == 0).unwrap_or(record.len())];
+        if let Some(stripped) = line.strip_suffix(b"\n") {
+            line = stripped;
+        }
+        if let Some(stripped) = line.strip_suffix(b"\r") {
+            line = stripped;
+        }
+        if line.first() == Some(&b'#') {
+            continue;
+        }
+        let Some(eq) = line.iter().position(|b| *b == b'=') else { continue };
+        out.push((truncate(&line[..eq], 1023).to_vec(), truncate(&line[eq + 1..], 1023).to_vec()));
+    }
+    out
+}
+
+/// Names that are widely recommended but no NCCL release has read; with the fix to give.
+const NEVER_NCCL: &[(&str, &str)] = &[
+    (
+        "NCCL_IB_MR_RANGE",
+        "not an NCCL variable (no release reads it, NCCL's guide does not list it); memlock limits are fixed with \
+            ulimit -l",
+    ),
+    (
+        "NCCL_NCHANNELS",
+        "not an NCCL variable: use NCCL_MIN_CTAS / NCCL_MAX_CTAS (or NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS)",
+    ),
+];
+
+/// How bad a problem with a variable is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// Does nothing (removed, never existed, a likely typo).
+    Warn,
+    /// NCCL reads something other than what was written, or cannot run with it.
+    Fail,
+}
+
+/// A variable NCCL reads differently from what was meant, or does not read at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub name: String,
+    pub severity: Severity,
+    /// `NAME=value` and what NCCL makes of it.
+    pub measured: String,
+    pub fix: String,
+}
+
+/// Judges every NCCL_* variable of the environment as NCCL would read it. A variable NCCL reads,
+/// in a form its parser accepts, is never a problem.
+pub fn problems(env: &Environment) -> Vec<Problem> {
+    env.effective().filter(|e| e.name.starts_with(b"NCCL_")).filter_map(judge).collect()
+}
+
+fn judge(entry: &Entry) -> Option<Problem> {
+    let name = entry.name_lossy();
+    let shown = format!("{name}={}{}", entry.value_shown(), from(entry));
+    let problem =
+        |severity, measured: String, fix: String| Some(Problem { name: name.clone(), severity, measured, fix });
+    let Ok(utf8_name) = std::str::from_utf8(&entry.name) else {
+        return problem(
+            Severity::Warn,
+            shown,
+            "not a variable NCCL reads (the name is not even text): remove it".into(),
+        );
+    };
+    let Some(var) = variable(utf8_name) else {
+        if let Some((_, why)) = NEVER_NCCL.iter().find(|(n, _)| *n == utf8_name) {
+            return problem(Severity::Warn, shown, format!("{why}; remove it"));
+        }
+        if utf8_name.starts_with("NCCL_REGISTER_") {
+            return problem(
+                Severity::Warn,
+                shown,
+                "no NCCL_REGISTER_* variable exists: registration is NCCL_LOCAL_REGISTER / NCCL_GRAPH_REGISTER; \
+                    remove it"
+                    .into(),
+            );
+        }
+        if let Some(r) = removed(utf8_name) {
+            let when = if r.last_release.is_empty() {
+                "documented in NCCL's guide, but no release in NCCL's history reads it".to_owned()
+            } else {
+                format!("last read by NCCL {}", r.last_release)
+            };
+            return problem(
+                Severity::Warn,
+                shown,
+                format!("has no effect: NCCL {NCCL_VERSION} does not read it ({when}); remove it"),
+            );
+        }
+        return problem(Severity::Warn, shown, format!("not a variable NCCL {NCCL_VERSION} reads: check the spelling"));
+    };
+    let value = entry.value.as_slice();
+    match var.parse {
+        Parse::Strtoll => judge_number(var, value, &shown),
+        Parse::Decimal | Parse::DecimalUnsigned => {
+            let parsed = if value.is_empty() { None } else { Some(strtoll(value, 10)) };
+            let unsigned_ok = var.parse == Parse::DecimalUnsigned && decimal_unsigned(value);
+            match parsed {
+                Some(Strtoll::Whole(_)) => None,
+                _ if unsigned_ok => None,
+                _ => problem(
+                    Severity::Fail,
+                    format!("{shown}: not a decimal integer, so NCCL ignores it ({})", at(var)),
+                    format!("NCCL uses its default ({}): give a plain decimal number", var.default),
+                ),
+            }
+        }
+        Parse::Bool => {
+            let ok = ["1", "T", "TRUE", "0", "F", "FALSE"].iter().any(|w| value.eq_ignore_ascii_case(w.as_bytes()));
+            (!ok).then(|| Problem {
+                name: name.clone(),
+                severity: Severity::Fail,
+                measured: format!("{shown}: not 1/T/TRUE or 0/F/FALSE, so NCCL ignores it ({})", at(var)),
+                fix: format!("NCCL uses its default ({}): give 1 or 0", var.default),
+            })
+        }
+        Parse::OneOf(options) => {
+            let trimmed = trim_c_space(value);
+            let ok = options.iter().any(|o| trimmed.eq_ignore_ascii_case(o.as_bytes()));
+            (!ok).then(|| Problem {
+                name: name.clone(),
+                severity: Severity::Fail,
+                measured: format!("{shown}: not one of {}, so NCCL ignores it ({})", options.join(", "), at(var)),
+                fix: format!("give one of {}", options.join(", ")),
+            })
+        }
+        Parse::PathLevel => {
+            let levels = ["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"];
+            let ok = levels.iter().any(|l| value == l.as_bytes()) || value.first().is_some_and(u8::is_ascii_digit);
+            (!ok).then(|| Problem {
+                name: name.clone(),
+                severity: Severity::Fail,
+                measured: format!("{shown}: not a path level, so NCCL ignores it ({})", at(var)),
+                fix: format!("give one of {} (upper case) or a number", levels.join(", ")),
+            })
+        }
+        Parse::String | Parse::DisableSwitch | Parse::Custom => None,
+    }
+}
+
+/// strtoull base 10 over the whole value: digits after optional space and sign.
+fn decimal_unsigned(value: &[u8]) -> bool {
+    let v = trim_start_c_space(value);
+    let v = v.strip_prefix(b"-").or_else(|| v.strip_prefix(b"+")).unwrap_or(v);
+    !v.is_empty() && v.iter().all(u8::is_ascii_digit)
+}
+
+fn trim_start_c_space(v: &[u8]) -> &[u8] {
+    &v[v.iter().take_while(|b| is_c_space(**b)).count()..]
+}
+
+fn trim_c_space(v: &[u8]) -> &[u8] {
+    let v = trim_start_c_space(v);
+    &v[..v.len() - v.iter().rev().take_while(|b| is_c_space(**b)).count()]
+}
+
+fn at(var: &Variable) -> String {
+    format!("NVIDIA/nccl {}", var.defined_at)
+}
+
+fn from(entry: &Entry) -> String {
+    match &entry.source {
+        Source::Process => String::new(),
+        Source::File(path) => format!(" (from {})", path.display()),
+    }
+}
+
+/// The lowest and highest NCCL_IB_QPS_PER_CONNECTION NCCL can run with: it checks neither
+/// bound, and sizes the QP table of a connection for NCCL_IB_MAX_QPS (net_ib/common.h), so
+/// more overflow it; fewer than one creates no QP.
+pub const QPS_PER_CONNECTION: std::ops::RangeInclusive<i64> = 1..=128;
+
+/// Buffer sizes live in an int (comm->buffSizes, src/init.cc computeBuffSizes) and -2 means unset.
+const BUFFER_SIZES: &[&str] = &["NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE"];
+
+fn judge_number(var: &Variable, value: &[u8], shown: &str) -> Option<Problem> {
+    let fail = |measured: String, fix: String| {
+        Some(Problem { name: var.name.to_owned(), severity: Severity::Fail, measured, fix })
+    };
+    if value.is_empty() {
+        return None;
+    }
+    let number = match strtoll(value, 0) {
+        Strtoll::Whole(v) => v,
+        Strtoll::Prefix { value: v, rest } => {
+            return fail(
+                format!(
+                    "{shown}: NCCL reads {v} (strtoll(value, NULL, 0) stops at \"{}\", {})",
+                    show_bytes(&rest),
+                    at(var)
+                ),
+                format!("write the whole number{}", unit_hint(var.name)),
+            )
+        }
+        Strtoll::NoDigits => {
+            return fail(
+                format!("{shown}: no number, so NCCL reads 0 (strtoll(value, NULL, 0), {})", at(var)),
+                format!("give a number (decimal, 0x hex or 0 octal){}", unit_hint(var.name)),
+            )
+        }
+        Strtoll::OutOfRange => {
+            return fail(
+                format!("{shown}: beyond a 64-bit integer, so NCCL uses its default {} ({})", var.default, at(var)),
+                "give a number NCCL can read".into(),
+            )
+        }
+    };
+    if var.name == "NCCL_IB_QPS_PER_CONNECTION" && !QPS_PER_CONNECTION.contains(&number) {
+        return fail(
+            format!("{shown}: NCCL does not check it, and needs 1 to 128 QPs per connection"),
+            "NCCL needs 1 to 128 QPs per connection: unset it (default 1) or give a count in that range".into(),
+        );
+    }
+    if BUFFER_SIZES.contains(&var.name) && number != -2 && !(1..=i64::from(i32::MAX)).contains(&number) {
+        return fail(
+            format!("{shown}: NCCL keeps buffer sizes in an int and registers a buffer of that many bytes"),
+            format!("give a size from 1 to {} bytes, or unset it for the default", i32::MAX),
+        );
+    }
+    None
+}
+
+fn unit_hint(name: &str) -> &'static str {
+    if name.ends_with("SIZE") {
+        " in bytes (4194304, or 0x400000, not 4M)"
+    } else {
+        ""
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &[u8])]) -> Environment {
+        Environment::from_pairs(pairs.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.to_vec())))
+    }
+
+    #[test]
+    fn strtoll_reads_what_glibc_reads() {
+        assert_eq!(strtoll(b"-1", 0), Strtoll::Whole(-1));
+        assert_eq!(strtoll(b"0x10", 0), Strtoll::Whole(16));
+        assert_eq!(strtoll(b"0X1f", 0), Strtoll::Whole(31));
+        assert_eq!(strtoll(b"010", 0), Strtoll::Whole(8), "a leading 0 is octal");
+        assert_eq!(strtoll(b"  +42", 0), Strtoll::Whole(42));
+        assert_eq!(strtoll(b"4M", 0), Strtoll::Prefix { value: 4, rest: b"M".to_vec() });
+        assert_eq!(strtoll(b"09", 0), Strtoll::Prefix { value: 0, rest: b"9".to_vec() }, "9 is not octal");
+        assert_eq!(strtoll(b"0x", 0), Strtoll::Prefix { value: 0, rest: b"x".to_vec() }, "0x without a hex digit");
+        assert_eq!(strtoll(b"\xff", 0), Strtoll::NoDigits);
+        assert_eq!(strtoll(b"", 0), Strtoll::NoDigits);
+        assert_eq!(strtoll(b"-", 0), Strtoll::NoDigits);
+        assert_eq!(strtoll(b"9223372036854775807", 0), Strtoll::Whole(i64::MAX));
+        assert_eq!(strtoll(b"-9223372036854775808", 0), Strtoll::Whole(i64::MIN));
+        assert_eq!(strtoll(b"9223372036854775808", 0), Strtoll::OutOfRange);
+        assert_eq!(strtoll(b"0x10", 10), Strtoll::Prefix { value: 0, rest: b"x10".to_vec() });
+    }
+
+    #[test]
+    fn param_values_follow_ncclloadparam() {
+        assert_eq!(param_value(None), None);
+        assert_eq!(param_value(Some(b"")), None, "empty: the default");
+        assert_eq!(param_value(Some(b"4M")), Some(4));
+        assert_eq!(param_value(Some(b"abc")), Some(0), "no digits: strtoll returns 0, errno stays 0");
+        assert_eq!(param_value(Some(b"99999999999999999999")), None, "ERANGE: the default");
+        assert_eq!(param_value(Some(b"0x400000")), Some(4_194_304));
+    }
+
+    fn one(name: &str, value: &[u8]) -> Vec<Problem> {
+        problems(&env(&[(name, value)]))
+    }
+
+    #[test]
+    fn what_nccl_accepts_is_never_a_problem() {
+        for (name, value) in [
+            ("NCCL_IB_GID_INDEX", &b"-1"[..]),
+            ("NCCL_IB_GID_INDEX", b"3"),
+            ("NCCL_IB_SL", b"-1"),
+            ("NCCL_BUFFSIZE", b"0x400000"),
+            ("NCCL_BUFFSIZE", b"8388608"),
+            ("NCCL_BUFFSIZE", b""),
+            ("NCCL_MIN_NRINGS", b"4"),
+            ("NCCL_IB_PKEY", b"0x8001"),
+            ("NCCL_IB_DATA_DIRECT", b"0"),
+            ("NCCL_GDR_FLUSH_DISABLE", b"1"),
+            ("NCCL_NVLS_CHUNKSIZE", b"131072"),
+            ("NCCL_DEBUG", b" info "),
+            ("NCCL_DEBUG", b"TRACE"),
+            ("NCCL_SET_THREAD_NAME", b"true"),
+            ("NCCL_P2P_LEVEL", b"NVL"),
+            ("NCCL_P2P_LEVEL", b"2"),
+            ("NCCL_IB_HCA", b"^mlx5_2"),
+            ("NCCL_SOCKET_IFNAME", b"\xffeth"),
+        ] {
+            assert_eq!(one(name, value), vec![], "{name}={value:?}");
+        }
+    }
+
+    #[test]
+    fn values_nccl_reads_otherwise_fail_and_say_what_nccl_reads() {
+        let p = one("NCCL_BUFFSIZE", b"4M");
+        assert_eq!(p[0].severity, Severity::Fail);
+        assert!(p[0].measured.starts_with("NCCL_BUFFSIZE=4M: NCCL reads 4 (strtoll"), "{p:?}");
+        assert!(p[0].measured.contains("src/init.cc:814"), "{p:?}");
+        let p = one("NCCL_BUFFSIZE", b"\xff");
+        assert_eq!(
+            p[0].measured,
+            "NCCL_BUFFSIZE=\\xff: no number, so NCCL reads 0 (strtoll(value, NULL, 0), NVIDIA/nccl src/init.cc:814)"
+        );
+        assert_eq!(one("NCCL_BUFFSIZE", b"0")[0].severity, Severity::Fail, "a 0-byte buffer");
+        assert!(one("NCCL_IB_TIMEOUT", b"99999999999999999999")[0].measured.contains("uses its default 20"));
+        for qps in [&b"0"[..], b"129", b"-1"] {
+            assert_eq!(one("NCCL_IB_QPS_PER_CONNECTION", qps)[0].severity, Severity::Fail, "{qps:?}");
+        }
+        assert!(one("NCCL_IB_QPS_PER_CONNECTION", b"0x80").is_empty(), "128 in hex");
+        assert!(one("NCCL_DEBUG", b"LOUD")[0].fix.contains("VERSION, WARN, INFO, ABORT, TRACE"));
+        assert_eq!(one("NCCL_SET_THREAD_NAME", b"yes")[0].severity, Severity::Fail);
+        assert_eq!(one("NCCL_P2P_LEVEL", b"nvl")[0].severity, Severity::Fail, "ncclGetLevel compares with strcmp");
+    }
+
+    #[test]
+    fn names_nccl_does_not_read_warn_with_the_reason() {
+        let p = one("NCCL_WORK_FIFO_DEPTH", b"1");
+        assert_eq!(p[0].severity, Severity::Warn);
+        assert!(p[0].fix.contains("last read by NCCL v2.21.5-1"), "{p:?}");
+        assert!(one("NCCL_IB_CUDA_SUPPORT", b"1")[0].fix.contains("has no effect"));
+        assert!(one("NCCL_CHECKS_DISABLE", b"1")[0].fix.contains("documented in NCCL's guide"));
+        assert!(one("NCCL_IB_MR_RANGE", b"1")[0].fix.contains("memlock limits are fixed with ulimit -l"));
+        assert!(one("NCCL_REGISTER_BUFFERS", b"1")[0].fix.contains("NCCL_LOCAL_REGISTER"));
+        assert!(one("NCCL_IB_HCAA", b"mlx5_0")[0].fix.contains("check the spelling"));
+        assert_eq!(
+            problems(&Environment::from_pairs([(b"NCCL_\xff".to_vec(), b"1".to_vec())]))[0].severity,
+            Severity::Warn
+        );
+        assert!(one("PATH", b"/bin").is_empty(), "only NCCL_* is judged");
+    }
+
+    #[test]
+    fn the_generated_list_is_nccl_2_30_7() {
+        assert_eq!(NCCL_VERSION, "2.30.7");
+        assert!(VARIABLES.windows(2).all(|w| w[0].name < w[1].name), "sorted, for binary search");
+        assert!(REMOVED.windows(2).all(|w| w[0].name < w[1].name));
+        assert!(VARIABLES.len() > 240, "{}", VARIABLES.len());
+        for name in
+            ["NCCL_MIN_NRINGS", "NCCL_IB_PKEY", "NCCL_IB_DATA_DIRECT", "NCCL_GDR_FLUSH_DISABLE", "NCCL_CONF_FILE"]
+        {
+            assert!(variable(name).is_some(), "{name}");
+        }
+        for name in ["NCCL_CHECKS_DISABLE", "NCCL_IB_CUDA_SUPPORT", "NCCL_WORK_FIFO_DEPTH"] {
+            assert!(variable(name).is_none() && removed(name).is_some(), "{name}");
+        }
+        assert!(variable("NCCL_IB_MR_RANGE").is_none() && removed("NCCL_IB_MR_RANGE").is_none());
+    }
+
+    #[test]
+    fn the_first_of_a_name_is_the_one_getenv_finds() {
+        let e = Environment::from_environ(b"NCCL_BUFFSIZE=1\0NCCL_BUFFSIZE=4M\0NOEQUALS\0X=\xff\0");
+        assert_eq!(e.get("NCCL_BUFFSIZE"), Some(&b"1"[..]));
+        assert_eq!(e.get("X"), Some(&b"\xff"[..]));
+        assert_eq!(e.effective().count(), 2);
+        assert!(problems(&e).is_empty(), "the shadowed 4M is never read");
+    }
+
+    #[test]
+    fn conf_lines_are_parsed_as_setenvfile_does() {
+        let text =
+            b"# comment\nNCCL_A=1\r\nNCCL_B = 2\nno equals\n=empty\nNCCL_C=x=y\nNCCL_D=a\0b\n #NCCL_E=1\nNCCL_F=last";
+        let lines = conf_lines(text);
+        let names: Vec<_> = lines.iter().map(|(n, v)| (show_bytes(n), show_bytes(v))).collect();
+        assert_eq!(
+            names,
+            [
+                ("NCCL_A", "1"),
+                ("NCCL_B ", " 2"),
+                ("", "empty"),
+                ("NCCL_C", "x=y"),
+                ("NCCL_D", "a"),
+                (" #NCCL_E", "1"),
+                ("NCCL_F", "last")
+            ]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        );
+        // A line longer than fgets' 4095 bytes is read in pieces: the second piece is a line too.
+        let mut long = b"NCCL_LONG=".to_vec();
+        long.extend(std::iter::repeat_n(b'x', 4090));
+        long.extend_from_slice(b"NCCL_TAIL=1\n");
+        let lines = conf_lines(&long);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].1.len(), 1023, "values are cut at 1023 bytes");
+        assert_eq!(lines[1].0, b"xxxxxNCCL_TAIL");
+    }
+
+    #[test]
+    fn conf_files_are_read_in_nccls_order_and_never_override() {
+        let root = std::env::temp_dir().join(format!("memlock-nccl-conf-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::create_dir_all(root.join("home/u")).unwrap();
+        std::fs::write(root.join("etc/nccl.conf"), "NCCL_BUFFSIZE=1\nNCCL_DEBUG=WARN\nNCCL_IB_TIMEOUT=22\n").unwrap();
+        std::fs::write(root.join("home/u/.nccl.conf"), "NCCL_DEBUG=INFO\nNCCL_IB_TIMEOUT=21\n").unwrap();
+        std::fs::write(root.join("job.conf"), "NCCL_IB_TIMEOUT=23\n").unwrap();
+        let base = env(&[("HOME", b"/home/u"), ("NCCL_BUFFSIZE", b"2")]);
+        let (e, files) = base.clone().with_conf_files(&root);
+        assert_eq!(e.get("NCCL_BUFFSIZE"), Some(&b"2"[..]), "the process's variable wins");
+        assert_eq!(e.get("NCCL_DEBUG"), Some(&b"INFO"[..]), "~/.nccl.conf before /etc/nccl.conf");
+        assert_eq!(e.get("NCCL_IB_TIMEOUT"), Some(&b"21"[..]));
+        assert_eq!(files.len(), 2);
+        assert_eq!(files[0].path, PathBuf::from("/home/u/.nccl.conf"));
+        assert!(files[1].set.is_empty(), "/etc/nccl.conf sets nothing the others did not: {files:?}");
+        assert_eq!(e.entry("NCCL_DEBUG").unwrap().source, Source::File("/home/u/.nccl.conf".into()));
+        // NCCL_CONF_FILE replaces ~/.nccl.conf (not /etc/nccl.conf).
+        let mut with_file = base.clone();
+        with_file.entries.push(Entry {
+            name: b"NCCL_CONF_FILE".to_vec(),
+            value: b"/job.conf".to_vec(),
+            source: Source::Process,
+        });
+        let (e, files) = with_file.with_conf_files(&root);
+        assert_eq!(e.get("NCCL_IB_TIMEOUT"), Some(&b"23"[..]));
+        assert_eq!(e.get("NCCL_DEBUG"), Some(&b"WARN"[..]), "~/.nccl.conf skipped");
+        assert_eq!(
+            files.iter().map(|f| f.path.clone()).collect::<Vec<_>>(),
+            [PathBuf::from("/job.conf"), "/etc/nccl.conf".into()]
+        );
+        // A file that cannot be opened is skipped, as NCCL does.
+        let (e, files) = env(&[("HOME", b"/nowhere")]).with_conf_files(&root);
+        assert!(files[0].error.is_some());
+        assert_eq!(e.get("NCCL_DEBUG"), Some(&b"WARN"[..]));
+        let p = problems(&e);
+        assert!(p.is_empty(), "{p:?}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// Arbitrary bytes never panic, and a whole decimal number reads back as itself.
+    #[test]
+    fn any_bytes_are_judged_without_panicking() {
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let alphabet = b"0123456789abcdefxX+- \t\n=#\r\0\xff\xc3MK";
+        let names = [
+            "NCCL_BUFFSIZE",
+            "NCCL_DEBUG",
+            "NCCL_P2P_LEVEL",
+            "NCCL_SET_THREAD_NAME",
+            "NCCL_X",
+            "NCCL_IB_QPS_PER_CONNECTION",
+        ];
+        for _ in 0..20_000 {
+            let len = (next() % 24) as usize;
+            let value: Vec<u8> = (0..len).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect();
+            let name = names[(next() % names.len() as u64) as usize];
+            let _ = problems(&Environment::from_pairs([(name.as_bytes().to_vec(), value.clone())]));
+            let _ = conf_lines(&value);
+            let _ = Environment::from_environ(&value);
+            if let Strtoll::Whole(v) = strtoll(&value, 10) {
+                let digits: Vec<u8> = value.iter().copied().filter(|b| b.is_ascii_digit()).collect();
+                let magnitude = String::from_utf8(digits).unwrap().trim_start_matches('0').to_owned();
+                assert_eq!(v.unsigned_abs().to_string(), if magnitude.is_empty() { "0".into() } else { magnitude });
+            }
+        }
+    }
+}
