@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::cli::CheckArgs;
-use crate::collect::cgroup::CgroupCollector;
+use crate::collect::cgroup::{working_set_charge, CgroupCollector};
 use crate::collect::process::{initial_user_namespace, ipc_lock_exempts};
 use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice};
 use crate::config::{CgroupConfig, RdmaConfig};
@@ -236,16 +236,15 @@ pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
 
 fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
     let Some(c) = &m.cgroup else { return };
-    // Page cache is reclaimed before a charge fails: only the working set takes room.
-    let (used, what) = match (c.working_set_bytes, c.usage_bytes) {
-        (Some(working_set), _) => (Some(working_set), "working set"),
-        (None, usage) => (usage, "usage"),
-    };
-    let (Some(limit), Some(used)) = (c.limit_bytes, used) else {
+    // The daemon's definition: page cache is reclaimed before a charge fails, so only the
+    // working set takes room.
+    let charged = working_set_charge(c.working_set_bytes, c.usage_bytes, c.limit_bytes);
+    let Some((charge, what)) = charged.filter(|(charge, _)| charge.limit_bytes.is_some()) else {
         out.push(Finding::new("cgroup.memory", Status::Pass, format!("{}: no memory limit", c.path), ""));
         return;
     };
-    let room = limit.saturating_sub(used);
+    let (limit, used) = (charge.limit_bytes.unwrap_or(0), charge.used_bytes);
+    let room = charge.headroom_bytes().unwrap_or(0);
     let measured = format!(
         "{}: {} of its {} limit free ({what} {}), estimated need {} (x{safety} wanted)",
         c.path,

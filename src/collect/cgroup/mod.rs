@@ -19,6 +19,7 @@ mod render;
 
 use std::sync::Arc;
 
+use crate::charge::Charge;
 use crate::exposition::Exposition;
 use crate::kernel::memcg::Limit;
 use crate::kernel::rdma_cgroup::RdmaDevice;
@@ -59,7 +60,29 @@ pub struct CgroupMemory {
     pub events: MemoryEvents,
 }
 
+/// What a cgroup is charged against its effective memory limit: the working set (usage minus
+/// inactive page cache, which the kernel reclaims before a charge fails), or the raw usage where
+/// `memory.stat` could not be read (a larger value: it errs early). With what was measured, for
+/// texts. `None` when neither is known; the limit is `None` when unlimited.
+pub fn working_set_charge(
+    working_set_bytes: Option<u64>,
+    usage_bytes: Option<u64>,
+    limit_bytes: Option<u64>,
+) -> Option<(Charge, &'static str)> {
+    let (used, what) = match (working_set_bytes, usage_bytes) {
+        (Some(working_set), _) => (working_set, "working set"),
+        (None, Some(usage)) => (usage, "usage"),
+        (None, None) => return None,
+    };
+    Some((Charge::enforced(used, limit_bytes), what))
+}
+
 impl CgroupMemory {
+    /// See [`working_set_charge`]: the one definition the trend, the fast path and `check` use.
+    pub fn charge(&self) -> Option<Charge> {
+        working_set_charge(self.working_set_bytes, self.usage_bytes, self.limit.and_then(Limit::bytes)).map(|(c, _)| c)
+    }
+
     pub fn path(&self) -> &str {
         self.labels.first().map_or("", |(_, path)| path.as_str())
     }

@@ -1,6 +1,5 @@
 //! The cgroup collector's metric families and trend observations.
 
-use crate::charge::Charge;
 use crate::exposition::{Exposition, Kind};
 
 use crate::trend::{Observation, Scope};
@@ -16,15 +15,14 @@ impl CgroupStats {
         self.memory
             .iter()
             .filter_map(|c| {
-                // Usage when memory.stat is unreadable: a larger value, so the trend errs early.
-                let working_set = c.working_set_bytes.or(c.usage_bytes)?;
-                let limit = c.limit?.bytes()?;
+                // Cgroups without a limit have nothing to run out of.
+                let charge = c.charge().filter(|charge| charge.limit_bytes.is_some())?;
                 Some(Observation {
                     scope: Scope::Cgroup,
                     id: c.path().to_owned(),
                     labels: (*c.labels).clone(),
                     at,
-                    charge: Charge::enforced(working_set, Some(limit)),
+                    charge,
                 })
             })
             .collect()
