@@ -270,11 +270,16 @@ def dashboard(uid, title, description, items):
 
 def node_overview(t):
     low = t.value("node_available_low_ratio")
-    guard = t.value("node_exhaustion_max_available_ratio")
-    horizon = t.value("node_exhaustion_horizon_seconds")
-    window = t.value("node_exhaustion_window")
-    rise = f'deriv({m("memlock_node_mlocked_bytes")}[{window}]) + deriv({m("memlock_node_pinned_bytes")}[{window}])'
-    available_ratio = f'{m("memlock_node_memory_available_bytes")} / {m("memlock_node_memory_total_bytes")}'
+    guard = t.value("node_available_falling_max_available_ratio")
+    horizon = t.value("node_available_falling_horizon_seconds")
+    window = t.value("node_available_falling_window")
+    available = m("memlock_node_memory_available_bytes")
+    floor = m("memlock_node_memory_available_floor_bytes")
+    # The expression of MemlockNodeMemoryAvailableFalling without its horizon and level guard:
+    # seconds until the line fitted over the window reaches the exporter's floor, while falling
+    # (0 once below it; the rule's value goes negative there).
+    to_floor = f"clamp_min(predict_linear({available}[{window}], 0) - on (instance, job) {floor}, 0)\n/ -(deriv({available}[{window}]) < 0)"
+    available_ratio = f'{available} / {m("memlock_node_memory_total_bytes")}'
     unused_hugepages = (
         f'({m("memlock_node_hugepages", state="free")} - ignoring (state) {m("memlock_node_hugepages", state="reserved")})'
         f' / ignoring (state) {m("memlock_node_hugepages", state="total")}'
@@ -283,43 +288,44 @@ def node_overview(t):
     return dashboard(
         "memlock-node",
         "memlock-exporter / Node overview",
-        "Locked, pinned and available memory, hugepages and overcommit of the node: the node-wide limits RDMA registration runs into.",
+        "Available, locked and pinned memory, hugepages and overcommit of the node: the node-wide limits RDMA registration runs into.",
         [
             (row("Now"), 24, 1),
             (stat("MemAvailable", targets((available_ratio, "")), "percentunit",
-                  f"MemAvailable as a share of MemTotal. Red below {low:.0%} (MemlockNodeMemoryAvailableLow).",
+                  f"MemAvailable as a share of MemTotal. Red below {low:.0%} (MemlockNodeMemoryAvailableLow); below {guard:.0%} a fast fall towards the floor alerts (MemlockNodeMemoryAvailableFalling).",
                   steps("red", (low, "orange"), (guard, "green"))), 4, 4),
             (stat("Mlocked", targets((m("memlock_node_mlocked_bytes"), "")), "bytes", "Pages locked with mlock(). RDMA registrations are not in it."), 4, 4),
-            (stat("Pinned", targets((m("memlock_node_pinned_bytes"), "")), "bytes", "Long-term pinned pages (FOLL_PIN): RDMA registrations, io_uring fixed buffers, vfio."), 4, 4),
+            (stat("Pinned", targets((m("memlock_node_pinned_bytes"), "")), "bytes",
+                  "FOLL_PIN pin references held (nr_foll_pin_acquired − nr_foll_pin_released) × page size: RDMA registrations, io_uring fixed buffers, vfio, cudaHostRegister. A page pinned twice counts twice, so this is an upper bound of the pinned pages."), 4, 4),
             (stat("Hugepage pools", targets((m("memlock_node_hugetlb_bytes"), "")), "bytes", "Memory held by hugepage pools of all sizes, taken out of ordinary memory."), 4, 4),
             (stat("Overcommit", targets((m("memlock_node_overcommit_mode"), "")), "none",
-                  "vm.overcommit_memory. Strict (2) on an RDMA node makes large CUDA and NCCL reservations fail (MemlockNodeStrictOvercommitWithRdma).",
+                  "vm.overcommit_memory. Strict (2) on an RDMA node makes large allocations (CUDA and framework reservations, mmap) and fork fail at CommitLimit (MemlockNodeStrictOvercommitWithRdma); ibv_reg_mr and mlock are not checked against it.",
                   steps("green", (2, "red")), overcommit), 4, 4),
-            (stat("Time to exhaustion", targets((f'min({m("memlock_trend_exhaustion_seconds", scope="node")})', "")), "s",
-                  "The exporter's own estimate from 1 s samples: seconds until Mlocked + pinned reaches MemAvailable at the current rise. Empty while not rising.",
-                  steps("red", (horizon, "green")), no_value="not rising"), 4, 4),
+            (stat("Time to the MemAvailable floor", targets((f'min({m("memlock_trend_exhaustion_seconds", scope="node")})', "")), "s",
+                  "The exporter's own estimate from 1 s samples: seconds until MemAvailable falls to its floor (memlock_node_memory_available_floor_bytes) at the current fall. Empty while not falling.",
+                  steps("red", (horizon, "green")), no_value="not falling"), 4, 4),
             (row("Memory"), 24, 1),
-            (timeseries("Locked and pinned memory against MemAvailable", targets(
+            (timeseries("MemAvailable against its floor", targets(
                 (m("memlock_node_memory_total_bytes"), "MemTotal"),
-                (m("memlock_node_memory_available_bytes"), "MemAvailable"),
+                (available, "MemAvailable"),
+                (floor, "MemAvailable floor"),
                 (m("memlock_node_mlocked_bytes"), "Mlocked"),
-                (m("memlock_node_pinned_bytes"), "pinned"),
-                (f'{m("memlock_node_mlocked_bytes")} + {m("memlock_node_pinned_bytes")}', "Mlocked + pinned"),
+                (m("memlock_node_pinned_bytes"), "pinned (pin references)"),
                 (m("memlock_node_unevictable_bytes"), "Unevictable"),
                 (m("memlock_node_hugetlb_bytes"), "hugepage pools"),
-            ), "bytes", "Mlocked and pinned memory cannot be reclaimed; when their sum approaches MemAvailable, registrations and allocations fail.", min_value=0), 12, 8),
+            ), "bytes", "When MemAvailable reaches the floor (trend.node_memory_available_floor_ratio of MemTotal, set in the exporter), allocations fail or the OOM killer runs. Mlocked and pinned memory cannot be reclaimed; they are drawn apart and not added up: a page can be both, and pinning memory that is already allocated does not lower MemAvailable.", min_value=0), 12, 8),
             (timeseries("MemAvailable share of MemTotal", targets((available_ratio, "{{instance}}")), "percentunit",
-                        f"Dashed lines: {low:.0%} (MemlockNodeMemoryAvailableLow and the hugepage squeeze) and {guard:.0%} (below it a steep rise of locked + pinned memory alerts).",
+                        f"Dashed lines: {low:.0%} (MemlockNodeMemoryAvailableLow and the hugepage squeeze) and {guard:.0%} (below it a fast fall towards the floor alerts: MemlockNodeMemoryAvailableFalling).",
                         steps("red", (low, "orange"), (guard, "green")), min_value=0, max_value=1), 12, 8),
-            (timeseries("Time until locked + pinned memory reaches MemAvailable", targets(
+            (timeseries("Time until MemAvailable reaches its floor", targets(
                 (m("memlock_trend_exhaustion_seconds", scope="node"), "exporter trend (1 s samples)"),
-                (f'{m("memlock_node_memory_available_bytes")} / ({rise} > 0)', f"Prometheus, slope over {window}"),
-            ), "s", f"At the current rise. Dashed line: {horizon:.0f} s, the horizon of MemlockNodeMemoryExhaustionPredicted. Empty while not rising.",
+                (to_floor, f"Prometheus, predict_linear over {window}"),
+            ), "s", f"At the current fall. Dashed line: {horizon:.0f} s, the horizon of MemlockNodeMemoryAvailableFalling. Empty while not falling.",
                 steps("red", (horizon, "green")), min_value=0), 12, 8),
-            (timeseries("Rise of locked + pinned memory", targets(
+            (timeseries("How fast MemAvailable falls", targets(
                 (m("memlock_trend_rise_bytes_per_second", scope="node"), "exporter trend (1 s samples)"),
-                (rise, f"Prometheus, slope over {window}"),
-            ), "binBps", "How fast Mlocked + pinned grows."), 12, 8),
+                (f"-deriv({available}[{window}])", f"Prometheus, slope over {window}"),
+            ), "binBps", "The rise of memory in use (MemTotal − MemAvailable): positive while MemAvailable falls."), 12, 8),
             (row("Hugepages and overcommit"), 24, 1),
             (timeseries("Hugepages by size and state", targets((m("memlock_node_hugepages"), "{{size_bytes}} B {{state}}")), "none",
                         "Pages per pool. Free pages are neither used nor reserved; they are still unavailable to everything else."), 8, 8),
