@@ -371,7 +371,8 @@ def jobs_and_pods(t):
     cgroup_columns = [
         ("instance", "instance"), ("namespace", "namespace"), ("pod", "pod"), ("cgroup", "cgroup"), ("slurm_job", "Slurm job"),
         ("Value #A", "working set / limit"), ("Value #B", "working set"), ("Value #C", "usage (with page cache)"), ("Value #D", "limit"),
-        ("Value #E", "locked (VmLck)"), ("Value #F", "pinned (VmPin)"), ("Value #G", "worst process memlock ratio"), ("Value #H", "OOM events"),
+        ("Value #E", "locked (VmLck)"), ("Value #F", "pinned (VmPin)"), ("Value #G", "worst process memlock ratio"), ("counter", "worst ratio's counter"),
+        ("Value #H", "OOM events"),
     ]
     top = f"topk(50, {ratio})"
     restrict = f"and on (instance, job, cgroup) {top}"
@@ -392,7 +393,7 @@ def jobs_and_pods(t):
     # per-process series shows (below the filter, or beyond top_n).
     hidden_near = (
         f'{m("memlock_cgroup_limit_usage_ratio_max")} >= {process_near}\n'
-        f"unless on (instance, job, cgroup) (\n"
+        f"unless on (instance, job, cgroup, counter) (\n"
         f'  {m("memlock_process_limit_usage_ratio")} >= {process_near}\n'
         f'  unless on (instance, job, pid) ({m("memlock_process_ipc_lock")} == 1)\n)'
     )
@@ -412,7 +413,7 @@ def jobs_and_pods(t):
                 (with_pod(f"{oom} {restrict}"), ""),
                 table=True,
             ), cgroup_columns,
-                f"The 50 cgroups with the highest working set / effective limit (the working set is usage minus inactive page cache, which the kernel reclaims at the limit). Orange from {near:.0%} (MemlockCgroupNearMemoryLimit). Worst process memlock ratio: orange from {process_near:.0%} (MemlockCgroupProcessNearLimit when no per-process series shows that process); CAP_IPC_LOCK holders are left out. Pod names need kube-state-metrics.",
+                f"The 50 cgroups with the highest working set / effective limit (the working set is usage minus inactive page cache, which the kernel reclaims at the limit). Orange from {near:.0%} (MemlockCgroupNearMemoryLimit). Worst process memlock ratio: the highest VmPin / soft limit or VmLck / soft limit of the cgroup's processes, and which counter it is (pinned: ibv_reg_mr fails at 100%; locked: mlock fails); orange from {process_near:.0%} (MemlockCgroupProcessNearLimit when no per-process series shows that process); CAP_IPC_LOCK holders are left out. Pod names need kube-state-metrics.",
                 sort_by="working set / limit",
                 overrides=[column("working set / limit", "percentunit", ratio_steps, gauge=True), column("worst process memlock ratio", "percentunit", process_steps)]
                 + bytes_columns(["working set", "usage (with page cache)", "limit", "locked (VmLck)", "pinned (VmPin)"])
@@ -421,18 +422,19 @@ def jobs_and_pods(t):
             (timeseries("Working set / effective limit", targets((f"topk(10, {ratio})", "{{cgroup}}")), "percentunit",
                         f"The 10 cgroups nearest their limit, as working set (usage minus inactive page cache) / effective limit. Dashed lines: {near:.0%} (MemlockCgroupNearMemoryLimit) and the limit.",
                         ratio_steps, min_value=0), 12, 8),
-            (timeseries("Worst process memlock ratio per cgroup", targets((f'topk(10, {m("memlock_cgroup_limit_usage_ratio_max")})', "{{cgroup}}")), "percentunit",
-                        f"max(VmPin, VmLck) / soft memlock limit of the cgroup's worst process, over every process the exporter scanned (exported or not), CAP_IPC_LOCK holders left out. Dashed lines: {process_near:.0%} (MemlockProcessNearLimit, or MemlockCgroupProcessNearLimit for processes without their own series) and the limit.",
+            (timeseries("Worst process memlock ratio per cgroup", targets((f'topk(10, {m("memlock_cgroup_limit_usage_ratio_max")})', "{{cgroup}} {{counter}}")), "percentunit",
+                        f"The highest VmPin / soft memlock limit (counter pinned) or VmLck / soft memlock limit (counter locked) of the cgroup's processes, over every process the exporter scanned (exported or not), CAP_IPC_LOCK holders left out. Dashed lines: {process_near:.0%} (MemlockProcessNearLimit, or MemlockCgroupProcessNearLimit for processes without their own series) and the limit.",
                         process_steps, min_value=0), 12, 8),
             (table("Cgroups with a process near its memlock limit that has no per-process series", targets((hidden_near, ""), table=True),
-                   [("instance", "instance"), ("cgroup", "cgroup"), ("pod_uid", "pod uid"), ("slurm_job", "Slurm job"), ("systemd_unit", "systemd unit"), ("Value", "worst process memlock ratio")],
-                   f"MemlockCgroupProcessNearLimit: the cgroup's worst process is at {process_near:.0%} or more of its soft memlock limit and is below the per-process filter (min_bytes) or beyond top_n, so the Processes dashboard does not list it. Empty is good.",
+                   [("instance", "instance"), ("cgroup", "cgroup"), ("pod_uid", "pod uid"), ("slurm_job", "Slurm job"), ("systemd_unit", "systemd unit"), ("Value", "worst process memlock ratio"),
+                    ("counter", "counter")],
+                   f"MemlockCgroupProcessNearLimit: the cgroup's worst process is at {process_near:.0%} or more of its soft memlock limit in VmPin (counter pinned) or VmLck (counter locked) and is below the per-process filter (min_bytes) or beyond top_n, so the Processes dashboard does not list it. Empty is good.",
                    overrides=[column("worst process memlock ratio", "percentunit", process_steps)],
                    hidden=("Time", "__name__", "job", "container_id", "qos_class", "slurm_step")), 24, 5),
             (timeseries("Pinned memory per cgroup", targets((f'topk(10, {m("memlock_cgroup_pinned_bytes")})', "{{cgroup}}")), "bytes",
-                        "Sum of VmPin over the cgroup's processes: RDMA registrations. Cgroup memory accounting does not see pinning; this does.", min_value=0), 12, 8),
+                        "Sum of VmPin over the cgroup's own processes: RDMA registrations of host memory and of GPU memory through nvidia-peermem (dma-buf registrations are not charged), io_uring fixed buffers. Pinned host pages are charged to the cgroup as ordinary memory when they are faulted in; VmPin says which of them are pinned.", min_value=0), 12, 8),
             (timeseries("Locked memory per cgroup", targets((f'topk(10, {m("memlock_cgroup_locked_bytes")})', "{{cgroup}}")), "bytes",
-                        "Sum of VmLck over the cgroup's processes.", min_value=0), 12, 8),
+                        "Sum of VmLck over the cgroup's own processes: mlock()ed memory and vfio DMA mappings.", min_value=0), 12, 8),
             (timeseries("OOM events", targets(
                 (f'sum by (instance, cgroup, event) (increase({m("memlock_cgroup_memory_events_total", event=("=~", "oom|oom_kill"))}[$__rate_interval])) > 0', "{{cgroup}} {{event}}"),
             ), "none", "OOM and OOM-kill events per cgroup (MemlockCgroupOOMEvents when any).", steps("green", (1, "red")), bars=True), 12, 8),
@@ -460,7 +462,10 @@ def processes(t):
     near = t.value("process_near_limit_ratio")
     too_low = t.value("process_limit_too_low_bytes")
     ratio = m("memlock_process_limit_usage_ratio")
-    top = f"topk(50, {ratio})"
+    # One row per process: its worst ratio (either counter) selects and sorts; the pinned and
+    # locked ratios are columns of their own.
+    worst = f"max without (counter) ({ratio})"
+    top = f"topk(50, {worst})"
     restrict = f"and on (instance, job, pid) {top}"
     ratio_steps = steps("green", (near, "orange"), (1, "red"))
     soft = f'max without (kind) ({m("memlock_process_limit_bytes", kind="soft")})'
@@ -473,16 +478,18 @@ def processes(t):
     yes_no = value_map({0: ("no", "text"), 1: ("yes", "green")})
     columns = [
         ("instance", "instance"), ("pid", "pid"), ("comm", "comm"), ("cgroup", "cgroup"), ("slurm_job", "Slurm job"), ("pod_uid", "pod uid"),
-        ("Value #A", "memlock ratio"), ("Value #B", "pinned (VmPin)"), ("Value #C", "locked (VmLck)"), ("Value #D", "soft limit"),
-        ("Value #E", "hard limit"), ("Value #F", "CAP_IPC_LOCK"),
+        ("Value #A", "worst ratio"), ("Value #B", "VmPin / limit"), ("Value #C", "VmLck / limit"), ("Value #D", "pinned (VmPin)"),
+        ("Value #E", "locked (VmLck)"), ("Value #F", "soft limit"), ("Value #G", "hard limit"), ("Value #H", "CAP_IPC_LOCK"),
     ]
     return dashboard(
         "memlock-processes",
         "memlock-exporter / Processes",
-        "Processes against their memlock limit: max(VmPin, VmLck) over the soft RLIMIT_MEMLOCK, which every ibv_reg_mr and mlock is checked against.",
+        "Processes against their memlock limit: VmPin (checked by every ibv_reg_mr) and VmLck (checked by every mlock), each over the soft RLIMIT_MEMLOCK on its own.",
         [
             (table("Processes closest to their memlock limit", targets(
                 (top, ""),
+                (f'max without (counter) ({m("memlock_process_limit_usage_ratio", counter="pinned")}) {restrict}', ""),
+                (f'max without (counter) ({m("memlock_process_limit_usage_ratio", counter="locked")}) {restrict}', ""),
                 (f'{m("memlock_process_pinned_bytes")} {restrict}', ""),
                 (f'{m("memlock_process_locked_bytes")} {restrict}', ""),
                 (f"{soft} {restrict}", ""),
@@ -490,25 +497,26 @@ def processes(t):
                 (f'{m("memlock_process_ipc_lock")} {restrict}', ""),
                 table=True,
             ), columns,
-                f"The 50 processes with the highest max(VmPin, VmLck) / soft memlock limit. Orange from {near:.0%} (MemlockProcessNearLimit), red at the limit. Processes with an unlimited limit have no ratio.",
-                sort_by="memlock ratio",
-                overrides=[column("memlock ratio", "percentunit", ratio_steps, gauge=True), column("CAP_IPC_LOCK", "none", mappings=yes_no)]
+                f"The 50 processes with the highest ratio to their soft memlock limit, on either counter: VmPin / limit (the next ibv_reg_mr past 100% fails with ENOMEM) and VmLck / limit (the next mlock past 100% fails), which the kernel checks separately. Orange from {near:.0%} (MemlockProcessNearLimit), red at the limit. Processes with an unlimited limit have no ratio; with CAP_IPC_LOCK the limit is not enforced.",
+                sort_by="worst ratio",
+                overrides=[column("worst ratio", "percentunit", ratio_steps, gauge=True), column("VmPin / limit", "percentunit", ratio_steps),
+                           column("VmLck / limit", "percentunit", ratio_steps), column("CAP_IPC_LOCK", "none", mappings=yes_no)]
                 + [column(n, "bytes") for n in ("pinned (VmPin)", "locked (VmLck)", "soft limit", "hard limit")],
                 hidden=("Time", "__name__", "job", "container_id", "qos_class", "slurm_step", "systemd_unit")), 24, 10),
             (table("Processes that pin memory under a memlock limit too low for RDMA", targets((too_low_expr, ""), table=True),
                    [("instance", "instance"), ("pid", "pid"), ("comm", "comm"), ("cgroup", "cgroup"), ("Value", "soft limit")],
                    f"VmPin > 0, soft limit below {too_low / 2**30:g} GiB, no CAP_IPC_LOCK (MemlockProcessLimitTooLowForRdma). Empty is good.",
                    overrides=[column("soft limit", "bytes", steps("red", (too_low, "green")))]), 24, 6),
-            (timeseries("Memlock ratio of the top processes", targets((f"topk(10, {ratio})", "{{pid}} {{comm}}")), "percentunit",
-                        f"max(VmPin, VmLck) / soft memlock limit. Dashed lines: {near:.0%} (MemlockProcessNearLimit) and the limit.",
+            (timeseries("Memlock ratio of the top processes, per counter", targets((f"topk(10, {ratio})", "{{pid}} {{comm}} {{counter}}")), "percentunit",
+                        f"VmPin / soft memlock limit (pinned: ibv_reg_mr fails past 1) and VmLck / soft memlock limit (locked: mlock fails past 1), one line per process and counter. Dashed lines: {near:.0%} (MemlockProcessNearLimit) and the limit.",
                         ratio_steps, min_value=0), 12, 8),
-            (timeseries("Time until the memlock limit (exporter trend)", targets((m("memlock_trend_exhaustion_seconds", scope="process"), "{{pid}} {{comm}}")), "s",
-                        f"The exporter's estimate from 1 s samples. Dashed line: {t.value('process_exhaustion_horizon_seconds'):.0f} s, the horizon of MemlockProcessLimitExhaustionPredicted. Empty while nothing rises.",
+            (timeseries("Time until the memlock limit (exporter trend)", targets((m("memlock_trend_exhaustion_seconds", scope="process"), "{{pid}} {{comm}} {{counter}}")), "s",
+                        f"The exporter's estimate from 1 s samples, per counter: VmPin (pinned) or VmLck (locked) reaching the soft limit. Dashed line: {t.value('process_exhaustion_horizon_seconds'):.0f} s, the horizon of MemlockProcessLimitExhaustionPredicted. Empty while nothing rises.",
                         steps("red", (t.value("process_exhaustion_horizon_seconds"), "green")), min_value=0), 12, 8),
             (timeseries("Pinned memory (VmPin) of the top processes", targets((f'topk(10, {m("memlock_process_pinned_bytes")})', "{{pid}} {{comm}}")), "bytes",
-                        "RDMA registrations and verbs queues; this is what ibv_reg_mr is checked against.", min_value=0), 12, 8),
+                        "RDMA registrations (host memory, and GPU memory registered through nvidia-peermem; not dma-buf), verbs queues and io_uring fixed buffers: this is what ibv_reg_mr is checked against.", min_value=0), 12, 8),
             (timeseries("Locked memory (VmLck) of the top processes", targets((f'topk(10, {m("memlock_process_locked_bytes")})', "{{pid}} {{comm}}")), "bytes",
-                        "mlock()ed memory, checked separately against the same limit.", min_value=0), 12, 8),
+                        "mlock()ed memory and vfio DMA mappings, checked separately against the same limit.", min_value=0), 12, 8),
             (stat("Tracked processes", targets((f'count({m("memlock_process_pinned_bytes")})', "")), "none", "Processes the exporter reports (those holding locked or pinned memory, or matching the name pattern)."), 8, 4),
             (stat("Unlimited soft limit", targets((f'count({m("memlock_process_limit_unlimited", kind="soft")} == 1)', "")), "none", "Processes whose soft memlock limit is unlimited.", no_value="0"), 8, 4),
             (stat("With CAP_IPC_LOCK", targets((f'count({m("memlock_process_ipc_lock")} == 1)', "")), "none", "Processes the kernel exempts from the memlock limit.", no_value="0"), 8, 4),
@@ -560,6 +568,13 @@ def rdma(t):
             ), "ops", "Link and receive errors, discards, link downs and failed verbs calls per second; empty while there are none."), 12, 8),
             (timeseries("Registered memory per device", targets((m("memlock_rdma_mr_registered_bytes"), "{{device}}")), "bytes",
                         "Sum of MR lengths from RDMA netlink (rdma resource show mr), including ODP and dma-buf MRs that are not charged to VmPin.", min_value=0), 12, 8),
+            (timeseries("Registered on the device (reg_pages) against pinned memory", targets(
+                (m("memlock_rdma_device_registered_bytes"), "{{device}} registered (reg_pages)"),
+                (f'sum by (instance) ({m("memlock_cgroup_pinned_bytes")})', "VmPin, all processes"),
+                (m("memlock_node_pinned_bytes"), "node pin references (nr_foll_pin)"),
+            ), "bytes",
+                "mlx5's reg_pages × page size: every live user registration of the device, host memory and dma-buf GPU memory alike (ODP not counted). VmPin summed over every scanned process is what the memlock limits are checked against: host memory and nvidia-peermem GPU memory, per registration and per device, plus verbs queues and io_uring buffers. Registered well above VmPin means dma-buf registrations, which are not charged. The node's pin references count host pages only (GPU BAR pages have no struct page).",
+                min_value=0), 12, 8),
             (timeseries("RDMA resources", targets(
                 (m("memlock_rdma_resources"), "{{device}} {{type}}"),
                 (m("memlock_rdma_hw_objects", counter=("=~", "active_.*")), "{{device}} {{counter}}"),
@@ -570,7 +585,7 @@ def rdma(t):
                 (f'max by (instance, job, pid, comm) ({m("memlock_process_limit_bytes", kind="soft")})', ""),
                 table=True,
             ), [("instance", "instance"), ("pid", "pid"), ("comm", "comm"), ("Value #A", "registered (all devices)"), ("Value #B", "pinned (VmPin)"), ("Value #C", "soft memlock limit")],
-                "What each process registered, against what the kernel charged (VmPin) and its limit. Registered above VmPin means dma-buf or ODP MRs. Kernel MRs have no pid.",
+                "What each process registered, against what the kernel charged (VmPin) and its limit. Registered above VmPin means dma-buf or ODP MRs, which are not charged; nvidia-peermem GPU registrations are charged like host memory. Kernel MRs have no pid.",
                 sort_by="registered (all devices)",
                 overrides=[column(n, "bytes") for n in ("registered (all devices)", "pinned (VmPin)", "soft memlock limit")]), 12, 8),
             (timeseries("Registered memory per process and device", targets((f'topk(10, {m("memlock_rdma_process_mr_bytes")})', "{{pid}} {{comm}} {{device}}")), "bytes",

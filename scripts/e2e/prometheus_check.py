@@ -13,7 +13,8 @@
    queries return data for the node job, and any query whose metrics the exporter exports
    returns data unless it filters on purpose (FILTERED below);
 4. with --holder-pid: the alerts that a real unprivileged process holding locked and pinned
-   memory under an 8 MiB limit must trigger are pending, with their texts rendered, and the
+   memory under an 8 MiB limit must trigger are pending, with their texts rendered, on the
+   counter that is near the limit (locked) and not on the other (pinned), and the
    cgroup-level MemlockCgroupProcessNearLimit does not alert for it a second time.
 
 Prints PASS or FAIL per check; the exit status is 1 when any check failed. Standard library only.
@@ -257,25 +258,33 @@ def check_dashboards(prometheus, instances, exporters, node_job):
 
 
 def check_holder_alerts(prometheus, pid, node_job):
+    # 7.5 MiB of 8 MiB locked (93.75%) and 2 MiB pinned (25%): VmLck is near the limit, VmPin is
+    # not, and each counter alerts on its own.
     wanted = {
-        "MemlockProcessNearLimit": "holds 9",  # 7.5 MiB of 8 MiB: 93.75%
-        "MemlockProcessLimitTooLowForRdma": "under a soft RLIMIT_MEMLOCK of 8MiB",
+        "MemlockProcessNearLimit": ("locked", "holds 93.75% of its soft memlock limit of 8MiB in VmLck (locked memory"),
+        "MemlockProcessLimitTooLowForRdma": (None, "under a soft RLIMIT_MEMLOCK of 8MiB"),
     }
 
-    def pending():
+    def holder_alerts():
         alerts = get_json(prometheus, "/api/v1/alerts")["data"]["alerts"]
-        mine = {a["labels"]["alertname"]: a for a in alerts if a["labels"].get("pid") == str(pid) and a["labels"].get("job") == node_job}
+        return [a for a in alerts if a["labels"].get("pid") == str(pid) and a["labels"].get("job") == node_job]
+
+    def pending():
+        mine = {a["labels"]["alertname"]: a for a in holder_alerts() if a["labels"].get("counter") in (None, wanted.get(a["labels"]["alertname"], (None,))[0])}
         return mine if all(name in mine for name in wanted) else None
 
     mine = wait_for("the holder's alerts", pending, 45) or {}
-    for name, text in wanted.items():
+    for name, (counter, text) in wanted.items():
         alert = mine.get(name)
         if not alert:
-            report(False, f"{name} is pending or firing for the holder process {pid}")
+            report(False, f"{name} is pending or firing for the holder process {pid}" + (f" with counter={counter}" if counter else ""))
             continue
         description = alert["annotations"].get("description", "")
-        report(alert["state"] in ("pending", "firing") and text in description,
-               f"{name} is {alert['state']} for the holder process {pid}: {description[:160]}...")
+        report(alert["state"] in ("pending", "firing") and text in description and alert["labels"].get("counter") == counter,
+               f"{name} is {alert['state']} for the holder process {pid} (counter {alert['labels'].get('counter')}): {description[:200]}...")
+    # VmPin is at 25% of the limit: no alert on the pinned counter.
+    pinned = [a for a in holder_alerts() if a["labels"]["alertname"] == "MemlockProcessNearLimit" and a["labels"].get("counter") != "locked"]
+    report(not pinned, f"MemlockProcessNearLimit stays quiet for the holder's VmPin (25% of its limit): {[a['labels'] for a in pinned]}")
     # One process near its limit pages once: the cgroup's worst ratio sees the holder, and
     # MemlockCgroupProcessNearLimit stays quiet because MemlockProcessNearLimit names it.
     cgroup = (mine.get("MemlockProcessNearLimit") or {}).get("labels", {}).get("cgroup")
@@ -284,8 +293,9 @@ def check_holder_alerts(prometheus, pid, node_job):
         return
     selector = f'job="{node_job}",cgroup="{cgroup}"'
     result = get_json(prometheus, "/api/v1/query", {"query": f"memlock_cgroup_limit_usage_ratio_max{{{selector}}}"})
-    worst = [float(r["value"][1]) for r in result.get("data", {}).get("result", [])]
-    report(bool(worst) and max(worst) >= 0.9, f"memlock_cgroup_limit_usage_ratio_max of the holder's cgroup {cgroup} is {worst}")
+    worst = [(float(r["value"][1]), r["metric"].get("counter")) for r in result.get("data", {}).get("result", [])]
+    report(bool(worst) and max(worst)[0] >= 0.9 and max(worst)[1] == "locked",
+           f"memlock_cgroup_limit_usage_ratio_max of the holder's cgroup {cgroup} is {worst} (ratio, counter): at least 0.9, on the locked counter")
     alerts = get_json(prometheus, "/api/v1/alerts")["data"]["alerts"]
     doubled = [a for a in alerts if a["labels"]["alertname"] == "MemlockCgroupProcessNearLimit" and a["labels"].get("cgroup") == cgroup]
     report(not doubled, f"MemlockCgroupProcessNearLimit stays quiet for the holder's cgroup {cgroup} (MemlockProcessNearLimit names the process)")
