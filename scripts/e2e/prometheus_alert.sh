@@ -71,7 +71,7 @@ drill_out, webhook, since = sys.argv[1], sys.argv[2], float(sys.argv[3])
 refused = next((float(l.split(" ", 1)[0]) for l in open(drill_out) if re.search(r"ENOMEM|EAGAIN|EPERM", l)), None)
 if refused is None:
     sys.exit("the drill was never refused:\n" + open(drill_out).read())
-first = {}
+first, counters = {}, {}
 for line in open(webhook):
     note = json.loads(line)
     if note["received"] < since:
@@ -80,6 +80,7 @@ for line in open(webhook):
         name = alert["labels"].get("alertname", "")
         if alert["status"] == "firing" and alert["labels"].get("comm") == "memlock-exporte":
             first.setdefault(name, note["received"])
+            counters.setdefault(name, set()).add(alert["labels"].get("counter"))
 if not first:
     sys.exit("no alert about the drill reached the webhook")
 for name, at in sorted(first.items(), key=lambda kv: kv[1]):
@@ -89,6 +90,9 @@ if any(n.endswith("Fast") or n.endswith("Imminent") for n in first):
 page = "MemlockProcessLimitExhaustionPredicted"
 if page not in first:
     sys.exit(f"{page} (critical) never reached the webhook")
+# The drill pins (io_uring, VmPin) and locks nothing: the page is on the pinned counter only.
+if counters[page] != {"pinned"}:
+    sys.exit(f"{page} came for counter(s) {sorted(map(str, counters[page]))}, expected only pinned (VmPin)")
 print(f"lead {refused - first[page]:.1f}")
 sys.exit(0 if refused - first[page] > 0 else f"{page} came after the refusal")
 PY
