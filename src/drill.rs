@@ -78,8 +78,8 @@ does a reader that stops reading (`| head`): the rest of the output is dropped.
 
 Safety: refuses to start when --max-mib exceeds half of MemAvailable.
 
-Example, as root, for an unprivileged user with a 4 MiB soft limit:
-  prlimit --memlock=4194304:8388608 setpriv --reuid=65534 --regid=65534 --clear-groups \\
+Example, as root, for a uid of its own (io_uring checks the user's total) with a 4 MiB soft limit:
+  prlimit --memlock=4194304:8388608 setpriv --reuid=61479 --regid=61479 --clear-groups \\
     memlock-exporter drill --mode pin --step-mib 1 --max-mib 16 --hold-seconds 60
 
 Exit codes:

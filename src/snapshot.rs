@@ -122,7 +122,8 @@ impl Snapshot {
         out.family(
             "memlock_trend_rise_bytes_per_second",
             "How fast the scope's watched memory rises, by least squares over the trend window of 1 s samples (node: \
-                Mlocked + pinned; cgroup: usage; process: max(VmPin, VmLck)).",
+                memory in use, MemTotal - MemAvailable; cgroup: working set, usage where memory.stat is unreadable; \
+                process: VmPin or VmLck, by counter).",
             Kind::Gauge,
         );
         for point in self.trends() {
@@ -132,9 +133,9 @@ impl Snapshot {
         }
         out.family(
             "memlock_trend_exhaustion_seconds",
-            "At the current rise, seconds until the scope's limit is reached (node: MemAvailable; cgroup: its \
-                effective limit; process: its soft memlock limit). Absent when not rising significantly or without a \
-                limit.",
+            "At the current rise, seconds until the scope's limit is reached (node: MemAvailable falling to \
+                memlock_node_memory_available_floor_bytes; cgroup: its effective limit; process: its soft memlock \
+                limit, for each counter). Absent when not rising significantly or without a limit.",
             Kind::Gauge,
         );
         for point in self.trends() {

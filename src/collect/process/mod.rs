@@ -6,8 +6,10 @@
 //!   reads `status`, `limits` and `cgroup` of every process;
 //! - in between, a **tracked pass** re-reads only the `status` of the processes that matter
 //!   (holding locked or pinned memory, or matching `comm_pattern`), keeping their limits and
-//!   cgroup from the last full scan. A process that starts locking memory between full scans is
-//!   seen at the next full scan.
+//!   cgroup from the last full scan; then it lists procfs and reads the processes that appeared,
+//!   which are re-read on every pass for their first seconds. A process seen idle that starts
+//!   pinning or locking later raises the node-wide counters in `/proc/vmstat` beyond what the
+//!   table explains, which brings the next full scan forward.
 //!
 //! Kernel threads are skipped. A process that exits between the listing and the reads is
 //! skipped silently (and counted in `vanished`); unreadable files are counted by kind, and only
