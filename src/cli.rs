@@ -330,7 +330,8 @@ pub struct CheckArgs {
     pub sysfs: String,
     /// JSON instead of the table (the format is documented in docs/check.md).
     #[arg(long)]
-    pub json: bool,    /// Job-context flags and `--exec` (src/job_context.rs).
+    pub json: bool,
+    /// Job-context flags and `--exec` (src/job_context.rs).
     #[command(flatten)]
     pub job: crate::job_context::JobContextArgs,
 }
