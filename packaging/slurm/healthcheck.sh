@@ -11,7 +11,7 @@
 # exit.
 set -euo pipefail
 case $0 in */*) ML_HERE=${0%/*} ;; *) ML_HERE=. ;; esac
-# shellcheck source=memlock-check-lib.sh
+# shellcheck source-path=SCRIPTDIR source=memlock-check-lib.sh
 source "$ML_HERE/memlock-check-lib.sh"
 ML_NAME=healthcheck
 
@@ -26,6 +26,7 @@ verdict=0
 ml_check || verdict=$?
 case $verdict in
     "$ML_PASS")
+        echo "$ML_SUMMARY"
         ml_resume_if_ours "$node" || exit "$ML_NOT_RUN"
         ;;
     "$ML_FAIL")

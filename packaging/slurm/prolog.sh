@@ -10,7 +10,7 @@
 # drain every node), 1 it failed.
 set -euo pipefail
 case $0 in */*) ML_HERE=${0%/*} ;; *) ML_HERE=. ;; esac
-# shellcheck source=memlock-check-lib.sh
+# shellcheck source-path=SCRIPTDIR source=memlock-check-lib.sh
 source "$ML_HERE/memlock-check-lib.sh"
 ML_NAME=prolog
 

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# End to end with a real slurmctld, slurmd and munged on loopback (ports, state, logs and the
+# munge socket in a temp dir; all stopped at exit): packaging/slurm/healthcheck.sh drains the
+# node at this machine's 8 MiB memlock limit for a job shape that needs more and resumes it when
+# the shape fits, leaves an admin's drain alone, follows PropagateResourceLimits; prolog.sh
+# keeps a job off; `check --exec` refuses a rank and runs one. Holds the live-tests lock.
+set -euo pipefail
+LOCK=/tmp/memlock-exporter-live-tests.lock
+if [ -z "${MEMLOCK_E2E_SLURM_LOCKED:-}" ]; then
+    exec env MEMLOCK_E2E_SLURM_LOCKED=1 flock "$LOCK" bash "$0" "$@"
+fi
+# shellcheck source-path=SCRIPTDIR source=lib.bash
+source "$(dirname "$0")/lib.bash"
+
+[ "$(id -u)" = 0 ] || fail "needs root (slurmd, munged, setpriv)"
+[ -x "$BIN" ] || fail "$BIN not built"
+for tool in munged slurmctld slurmd scontrol sinfo srun sbatch squeue setpriv prlimit flock; do
+    command -v "$tool" >/dev/null || fail "$tool missing (scripts/test.sh installs slurm-wlm and munge)"
+done
+
+if command -v shellcheck >/dev/null; then
+    shellcheck -x "$ROOT"/packaging/slurm/*.sh "$0" || fail "shellcheck"
+fi
+
+T=$E2E_TMP
+NODE=memlock-e2e
+JOB_USER=65534
+# Slurm, munge and the job's user reach into the temp dir.
+chmod 0755 "$T"
+mkdir -p "$T/munge" "$T/state" "$T/spool" "$T/slurm" "$T/jobs"
+chmod 1777 "$T/jobs"
+EXPORTER=$(public_binary)
+install -m 0755 "$ROOT"/packaging/slurm/{healthcheck.sh,prolog.sh,memlock-check-lib.sh} "$T/slurm/"
+export SLURM_CONF=$T/slurm.conf
+
+# A shape whose need exceeds 8 MiB and one that needs nothing (one node: no network buffers).
+NEEDS_MORE=(--nodes 2 --ranks-per-node 8)
+FITS=(--nodes 1 --ranks-per-node 1)
+need() {
+    "$EXPORTER" estimate "$@" --json |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["estimate"]["per_process_bytes"])'
+}
+[ "$(need "${NEEDS_MORE[@]}")" -gt 8388608 ] || fail "'${NEEDS_MORE[*]}' no longer needs more than 8 MiB"
+[ "$(need "${FITS[@]}")" -lt 8388608 ] || fail "'${FITS[*]}' no longer fits in 8 MiB"
+
+# settings FILE SHAPE: the settings file of the health check or the prolog.
+settings() {
+    printf '# written by scripts/e2e/slurm.sh\nMEMLOCK_EXPORTER_BIN=%s\nMEMLOCK_CHECK_ARGS="%s"\n' "$EXPORTER" "$2" > "$1"
+}
+
+# slurmd gives the scripts SLURMD_NODENAME (and the prolog SLURM_JOB_*), nothing else: these
+# wrappers add only where the settings and slurm.conf are, and count the runs that finished.
+for script in healthcheck prolog; do
+    cat > "$T/$script-wrapper.sh" <<EOF
+#!/bin/bash
+rc=0
+/usr/bin/env MEMLOCK_SLURM_SETTINGS=$T/$script.conf SLURM_CONF=$SLURM_CONF $T/slurm/$script.sh >> $T/$script.log 2>&1 || rc=\$?
+echo "\$rc" >> $T/$script.done
+exit "\$rc"
+EOF
+    chmod 0755 "$T/$script-wrapper.sh"
+    : > "$T/$script.done"
+done
+
+# --- The settings and the scripts' refusals, without Slurm ------------------------------------
+# (run as slurmd runs them: an empty environment but for SLURMD_NODENAME)
+by_hand() {
+    env -i SLURMD_NODENAME=$NODE "$@"
+}
+printf 'MEMLOCK_EXPORTER_BIN=%s\nMEMLOCK_CHEK_ARGS=--nodes 1\n' "$EXPORTER" > "$T/typo.conf"
+rc=0
+out=$(by_hand MEMLOCK_SLURM_SETTINGS="$T/typo.conf" "$T/slurm/healthcheck.sh" 2>&1) || rc=$?
+[ "$rc" = 2 ] || fail "a settings typo: exit $rc, expected 2: $out"
+[[ $out == *"$T/typo.conf:2: unknown key MEMLOCK_CHEK_ARGS"* ]] || fail "the typo is not named: $out"
+rc=0
+out=$(by_hand MEMLOCK_SLURM_SETTINGS="$T/typo.conf" MEMLOCK_EXPORTER_BIN=bin "$T/slurm/prolog.sh" 2>&1) || rc=$?
+[ "$rc" = 0 ] || fail "a prolog that cannot run its check must not fail the job: exit $rc: $out"
+settings "$T/quoted.conf" "--skip 'rdma.port' --safety-factor \"1.5\""
+rc=0
+out=$(by_hand MEMLOCK_SLURM_SETTINGS="$T/quoted.conf" MEMLOCK_CHECK_ARGS="--nodes 1 --skip \"a b" \
+    "$T/slurm/healthcheck.sh" 2>&1) || rc=$?
+if [ "$rc" != 2 ] || [[ $out != *"MEMLOCK_CHECK_ARGS: cannot split"* ]]; then
+    fail "an unmatched quote: exit $rc: $out"
+fi
+log "settings: a typo, a relative binary and an unmatched quote are refused by name"
+
+# --- Slurm on loopback ------------------------------------------------------------------------
+dd if=/dev/urandom of="$T/munge/munge.key" bs=1024 count=1 status=none
+chmod 0400 "$T/munge/munge.key"
+munged --foreground --socket="$T/munge/munge.socket" --key-file="$T/munge/munge.key" \
+    --log-file="$T/munge/munged.log" --pid-file="$T/munge/munged.pid" --seed-file="$T/munge/munged.seed" \
+    > "$T/munge/out" 2>&1 &
+E2E_PIDS+=($!)
+for _ in $(seq 50); do [ -S "$T/munge/munge.socket" ] && break; sleep 0.1; done
+[ -S "$T/munge/munge.socket" ] || { cat "$T/munge/out"; fail "munged did not start"; }
+
+HOST=$(hostname -s)
+cat > "$SLURM_CONF" <<EOF
+ClusterName=memlocke2e
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$(free_port)
+SlurmdPort=$(free_port)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$T/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation=$T/state
+SlurmdSpoolDir=$T/spool
+SlurmctldPidFile=$T/slurmctld.pid
+SlurmdPidFile=$T/slurmd.pid
+SlurmctldLogFile=$T/slurmctld.log
+SlurmdLogFile=$T/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+ReturnToService=2
+MailProg=/bin/true
+SlurmdParameters=config_overrides
+HealthCheckProgram=$T/healthcheck-wrapper.sh
+HealthCheckInterval=2
+Prolog=$T/prolog-wrapper.sh
+PropagateResourceLimitsExcept=MEMLOCK
+NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$HOST CPUs=2 RealMemory=1000 State=UNKNOWN
+PartitionName=e2e Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+EOF
+
+settings "$T/healthcheck.conf" "${NEEDS_MORE[*]}"
+settings "$T/prolog.conf" "${FITS[*]}"
+slurmctld -D -f "$SLURM_CONF" > "$T/slurmctld.out" 2>&1 &
+E2E_PIDS+=($!)
+for _ in $(seq 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
+scontrol ping >/dev/null 2>&1 || { cat "$T/slurmctld.out"; fail "slurmctld did not answer"; }
+# slurmd at this shell's memlock limit: 8 MiB here.
+slurmd_started=$(date +%s.%N)
+slurmd -D -f "$SLURM_CONF" -N "$NODE" > "$T/slurmd.out" 2>&1 &
+E2E_PIDS+=($!)
+log "slurmctld and slurmd up; slurmd's memlock limit: $(grep 'Max locked memory' /proc/self/limits | awk '{print $4, $5}')"
+
+# node_field FORMAT: one sinfo field of the node.
+node_field() { sinfo --noheader --Node --nodes="$NODE" --format="$1"; }
+
+# wait_node STATE_GLOB REASON_GLOB [seconds]: until the node's state and reason match.
+wait_node() {
+    local state reason
+    for _ in $(seq $((${3:-60} * 10))); do
+        state=$(node_field '%T') reason=$(node_field '%E')
+        # shellcheck disable=SC2053 # globs, on purpose
+        [[ $state == $1 ]] && [[ $reason == $2 ]] && return 0
+        sleep 0.1
+    done
+    fail "node $NODE: state '$state' reason '$reason', waited for '$1' '$2'; health check log: $(tail -5 "$T/healthcheck.log")"
+}
+
+# wait_runs SCRIPT N: until SCRIPT has finished N more runs.
+wait_runs() {
+    local done_file=$T/$1.done target
+    target=$(($(wc -l < "$done_file") + $2))
+    for _ in $(seq 600); do
+        [ "$(wc -l < "$done_file")" -ge "$target" ] && return 0
+        sleep 0.1
+    done
+    fail "$1 did not run $2 more times"
+}
+
+# --- 1. drained at 8 MiB for a shape that needs more ------------------------------------------
+wait_node 'drain*' "memlock-exporter: memlock.soft 8.0 MiB*"
+drained_after=$(python3 -c "import time; print(round(time.time() - $slurmd_started, 1))")
+reason=$(node_field '%E')
+log "drained ${drained_after}s after slurmd started: $reason"
+grep -q "^memlock-exporter: memlock.soft 8.0 MiB" "$T/healthcheck.log" || fail "no reason in the health check's output"
+
+# --- 2. resumed when the shape fits -----------------------------------------------------------
+settings "$T/healthcheck.conf" "${FITS[*]}"
+wait_node 'idle' 'none'
+log "resumed: the shape fits"
+
+# --- 3. an admin's drain is left alone, failing or passing ------------------------------------
+scontrol update NodeName="$NODE" State=DRAIN Reason="admin: new cables"
+settings "$T/healthcheck.conf" "${NEEDS_MORE[*]}"
+wait_runs healthcheck 2
+[ "$(node_field '%E')" = "admin: new cables" ] || fail "the admin's reason was replaced: $(node_field '%E')"
+grep -q "left alone (drained, reason set by someone else: admin: new cables)" "$T/healthcheck.log" ||
+    fail "the health check did not say it left the node alone"
+settings "$T/healthcheck.conf" "${FITS[*]}"
+wait_runs healthcheck 2
+if [[ $(node_field '%T') != drain* ]] || [ "$(node_field '%E')" != "admin: new cables" ]; then
+    fail "a passing check resumed the admin's drain: $(node_field '%T') $(node_field '%E')"
+fi
+scontrol update NodeName="$NODE" State=RESUME
+wait_node 'idle' 'none'
+log "an admin's drain stays, failing and passing; resumed by the admin"
+
+# --- 4. the prolog keeps a job off ------------------------------------------------------------
+settings "$T/prolog.conf" "${NEEDS_MORE[*]}"
+# The health check passes meanwhile: only the prolog stands between the job and the node.
+prolog_runs=$(wc -l < "$T/prolog.done")
+rc=0
+out=$(cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-groups \
+    srun --nodes=1 --job-name=kept-off /bin/sh -c "touch $T/jobs/kept-off" 2>&1) || rc=$?
+[ "$rc" != 0 ] || fail "the job ran past a failing prolog: $out"
+[ ! -e "$T/jobs/kept-off" ] || fail "the job's command ran"
+[ "$(wc -l < "$T/prolog.done")" -gt "$prolog_runs" ] || fail "the prolog did not run"
+grep -q "kept off $NODE: memlock.soft 8.0 MiB" "$T/prolog.log" || fail "the prolog did not say why: $(cat "$T/prolog.log")"
+log "prolog: srun exit $rc: $(printf '%s' "$out" | tr '\n' ' ' | cut -c1-160)"
+# It drained the node with its reason before Slurm's own "Prolog error" (which does not
+# overwrite a drain: node_mgr.c, validate_node_specs()), so the health check may resume it.
+wait_node 'idle' 'none' 30
+grep -q "resuming $NODE: the check passes again (was: memlock-exporter: memlock.soft 8.0 MiB" "$T/healthcheck.log" ||
+    fail "the prolog's drain was not the health check's to resume: $(tail -3 "$T/healthcheck.log")"
+settings "$T/prolog.conf" "${FITS[*]}"
+log "prolog: the job kept off, the node drained with the reason and resumed by the health check"
+
+# --- 5. the wrapper refuses a rank, and becomes one -------------------------------------------
+as_user() { (cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-groups "$@"); }
+rc=0
+out=$(as_user srun --nodes=1 "$EXPORTER" check "${NEEDS_MORE[@]}" --exec -- /bin/sh -c "touch $T/jobs/refused" 2>&1) || rc=$?
+[ "$rc" = 1 ] || fail "--exec on a failing check: srun exit $rc: $out"
+[ ! -e "$T/jobs/refused" ] || fail "--exec ran the command of a failing check"
+[[ $out == *"memlock-exporter check: FAIL  memlock.soft  8.0 MiB"* ]] || fail "no reason in the job's output: $out"
+[[ $out == *"; not running /bin/sh"* ]] || fail "$out"
+log "--exec refused: $(printf '%s\n' "$out" | grep 'checks\? failed')"
+# shellcheck disable=SC2016 # $$ and the limits are the task's
+out=$(as_user srun --nodes=1 "$EXPORTER" check "${FITS[@]}" --exec -- /bin/sh -c \
+    'echo "pid=$$ task_pid=$SLURM_TASK_PID"; grep "Max locked memory" /proc/self/limits')
+pid=$(sed -n 's/^pid=\([0-9]*\) .*/\1/p' <<<"$out")
+task_pid=$(sed -n 's/.* task_pid=\([0-9]*\)$/\1/p' <<<"$out")
+[ -n "$pid" ] || fail "--exec: no pid: $out"
+[ "$pid" = "$task_pid" ] || fail "--exec is not the task itself: $out"
+[[ $out == *"Max locked memory         8388608              8388608"* ]] || fail "the task's limits: $out"
+# The rank's own context: with --propagate=MEMLOCK the task gets the submit shell's soft limit
+# (ulimits.c, _set_limit()), and the wrapper sees that one, not slurmd's.
+# shellcheck disable=SC2016 # the task's limits
+out=$(as_user prlimit --memlock=4194304:8388608 srun --nodes=1 --propagate=MEMLOCK "$EXPORTER" check "${FITS[@]}" \
+    --exec -- /bin/sh -c 'grep "Max locked memory" /proc/self/limits')
+[[ $out == *"Max locked memory         4194304              8388608"* ]] || fail "--propagate=MEMLOCK: $out"
+log "--exec became the task (pid $pid = SLURM_TASK_PID), with the task's limits (propagated ones too)"
+
+# --- 6. PropagateResourceLimits read from scontrol show config -------------------------------
+sed -i 's/^PropagateResourceLimitsExcept=MEMLOCK$/PropagateResourceLimits=ALL/' "$SLURM_CONF"
+scontrol reconfigure
+for _ in $(seq 100); do
+    [[ $(scontrol show config) == *$'\nPropagateResourceLimits = ALL\n'* ]] && break
+    sleep 0.1
+done
+: > "$T/healthcheck.log"
+wait_runs healthcheck 2
+grep -q "^PASS (warnings: memlock.propagated)" "$T/healthcheck.log" ||
+    fail "propagated MEMLOCK: no warning: $(cat "$T/healthcheck.log")"
+[ "$(node_field '%T')" = idle ] || fail "a propagated limit is not the node's fault: $(node_field '%T')"
+log "PropagateResourceLimits=ALL: the soft limit is judged at slurmd's hard limit, with a warning"
+
+log "slurm: ok"
