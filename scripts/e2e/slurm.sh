@@ -43,9 +43,12 @@ need() {
 [ "$(need "${NEEDS_MORE[@]}")" -gt 8388608 ] || fail "'${NEEDS_MORE[*]}' no longer needs more than 8 MiB"
 [ "$(need "${FITS[@]}")" -lt 8388608 ] || fail "'${FITS[*]}' no longer fits in 8 MiB"
 
-# settings FILE SHAPE: the settings file of the health check or the prolog.
+# settings FILE SHAPE: the settings file of the health check or the prolog, replaced at once (a
+# run that read it half-written would check the default shape).
 settings() {
-    printf '# written by scripts/e2e/slurm.sh\nMEMLOCK_EXPORTER_BIN=%s\nMEMLOCK_CHECK_ARGS="%s"\n' "$EXPORTER" "$2" > "$1"
+    printf '# written by scripts/e2e/slurm.sh\nMEMLOCK_EXPORTER_BIN=%s\nMEMLOCK_CHECK_ARGS="%s"\n' "$EXPORTER" "$2" \
+        > "$1.new"
+    mv -f "$1.new" "$1"
 }
 
 # slurmd gives the scripts SLURMD_NODENAME (and the prolog SLURM_JOB_*), nothing else: these
