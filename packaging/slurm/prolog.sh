@@ -24,7 +24,8 @@ fi
 ml_load_settings || exit 0
 
 if [ "$uid" != 0 ]; then
-    # The user's groups, when the user is known here; setpriv clears the capabilities.
+    # As the user, with the user's groups when known here; the check has no capabilities left
+    # (they go at the exec: the uids are all non-zero then).
     groups=--clear-groups
     getent passwd "$uid" >/dev/null 2>&1 && groups=--init-groups
     ML_RUNNER=(setpriv --reuid="$uid" --regid="$gid" "$groups" --)

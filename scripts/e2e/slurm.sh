@@ -43,7 +43,7 @@ need() {
 [ "$(need "${NEEDS_MORE[@]}")" -gt 8388608 ] || fail "'${NEEDS_MORE[*]}' no longer needs more than 8 MiB"
 [ "$(need "${FITS[@]}")" -lt 8388608 ] || fail "'${FITS[*]}' no longer fits in 8 MiB"
 
-# settings FILE SHAPE: the settings file of the health check or the prolog, replaced at once (a
+# settings FILE FLAGS: the settings file of the health check or the prolog, replaced at once (a
 # run that read it half-written would check the default shape).
 settings() {
     printf '# written by scripts/e2e/slurm.sh\nMEMLOCK_EXPORTER_BIN=%s\nMEMLOCK_CHECK_ARGS="%s"\n' "$EXPORTER" "$2" \
@@ -216,8 +216,22 @@ log "prolog: srun exit $rc: $(printf '%s' "$out" | tr '\n' ' ' | cut -c1-160)"
 wait_node 'idle' 'none' 30
 grep -q "resuming $NODE: the check passes again (was: memlock-exporter: memlock.soft 8.0 MiB" "$T/healthcheck.log" ||
     fail "the prolog's drain was not the health check's to resume: $(tail -3 "$T/healthcheck.log")"
-settings "$T/prolog.conf" "${FITS[*]}"
 log "prolog: the job kept off, the node drained with the reason and resumed by the health check"
+# The check runs as the job's user: a procfs root only root may read (links to the real /proc
+# in a 0700 directory) is unreadable to it, so the check cannot run, and a check that cannot run
+# lets the job through (logged) rather than drain every node. (setpriv execs before the
+# capabilities go, so a binary only root may run would still run: that would prove nothing.)
+mkdir -m 0700 "$T/root-only"
+for entry in self 1 meminfo sys; do ln -s "/proc/$entry" "$T/root-only/$entry"; done
+settings "$T/prolog.conf" "${NEEDS_MORE[*]} --path.procfs $T/root-only"
+out=$(cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-groups \
+    srun --nodes=1 --job-name=not-checked /bin/sh -c "touch $T/jobs/not-checked" 2>&1) || fail "srun: $out"
+[ -e "$T/jobs/not-checked" ] || fail "the job did not run"
+grep -q "prolog: check could not run (exit 2): .*$T/root-only/self/limits: Permission denied" "$T/prolog.log" ||
+    fail "not checked as the job's user: $(cat "$T/prolog.log")"
+[ "$(node_field '%T')" = idle ] || fail "a check that could not run changed the node: $(node_field '%T')"
+settings "$T/prolog.conf" "${FITS[*]}"
+log "prolog: checks as the job's user; a check that cannot run lets the job through"
 
 # --- 5. the wrapper refuses a rank, and becomes one -------------------------------------------
 as_user() { (cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-groups "$@"); }
