@@ -137,6 +137,16 @@ settings "$T/healthcheck.conf" "${NEEDS_MORE[*]}"
 settings "$T/prolog.conf" "${FITS[*]}"
 slurmctld -D -f "$SLURM_CONF" > "$T/slurmctld.out" 2>&1 &
 E2E_PIDS+=($!)
+# Jobs left by a failing step would keep their slurmstepd after slurmd stops: cancel them while
+# slurmctld still runs (exit hooks run before the services are stopped).
+cancel_jobs() {
+    scancel --quiet --partition=e2e 2>/dev/null
+    for _ in $(seq 50); do
+        [ -z "$(squeue --noheader --partition=e2e 2>/dev/null)" ] && break
+        sleep 0.1
+    done
+}
+on_exit cancel_jobs
 for _ in $(seq 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
 scontrol ping >/dev/null 2>&1 || { cat "$T/slurmctld.out"; fail "slurmctld did not answer"; }
 # slurmd at this shell's memlock limit: 8 MiB here.
