@@ -76,11 +76,12 @@ out=$(by_hand MEMLOCK_SLURM_SETTINGS="$T/typo.conf" "$T/slurm/healthcheck.sh" 2>
 [ "$rc" = 2 ] || fail "a settings typo: exit $rc, expected 2: $out"
 [[ $out == *"$T/typo.conf:2: unknown key MEMLOCK_CHEK_ARGS"* ]] || fail "the typo is not named: $out"
 rc=0
-out=$(by_hand MEMLOCK_SLURM_SETTINGS="$T/typo.conf" MEMLOCK_EXPORTER_BIN=bin "$T/slurm/prolog.sh" 2>&1) || rc=$?
+out=$(by_hand MEMLOCK_SLURM_SETTINGS="$T/typo.conf" MEMLOCK_EXPORTER_BIN=bin SLURM_JOB_UID=$JOB_USER \
+    SLURM_JOB_GID=$JOB_USER "$T/slurm/prolog.sh" 2>&1) || rc=$?
 [ "$rc" = 0 ] || fail "a prolog that cannot run its check must not fail the job: exit $rc: $out"
-settings "$T/quoted.conf" "--skip 'rdma.port' --safety-factor \"1.5\""
+[[ $out == *"MEMLOCK_EXPORTER_BIN must be an absolute path, got: 'bin'"* ]] || fail "prolog: $out"
 rc=0
-out=$(by_hand MEMLOCK_SLURM_SETTINGS="$T/quoted.conf" MEMLOCK_CHECK_ARGS="--nodes 1 --skip \"a b" \
+out=$(by_hand MEMLOCK_SLURM_SETTINGS=/nonexistent MEMLOCK_CHECK_ARGS="--nodes 1 --skip \"a b" \
     "$T/slurm/healthcheck.sh" 2>&1) || rc=$?
 if [ "$rc" != 2 ] || [[ $out != *"MEMLOCK_CHECK_ARGS: cannot split"* ]]; then
     fail "an unmatched quote: exit $rc: $out"
@@ -192,6 +193,20 @@ grep -q "^memlock-exporter: memlock.soft 8.0 MiB" "$T/healthcheck.log" || fail "
 settings "$T/healthcheck.conf" "${FITS[*]}"
 wait_node 'idle' 'none'
 log "resumed: the shape fits"
+
+# The flags reach check split like a shell would: one quoted argument with a space in it. The
+# environment overrides the file.
+settings "$T/quoted.conf" "${FITS[*]} --path.procfs '/nonexistent dir'"
+rc=0
+out=$(by_hand SLURM_CONF="$SLURM_CONF" MEMLOCK_SLURM_SETTINGS="$T/quoted.conf" "$T/slurm/healthcheck.sh" 2>&1) ||
+    rc=$?
+[ "$rc" = 2 ] || fail "a procfs that does not exist: exit $rc: $out"
+[[ $out == *"check could not run: /nonexistent dir/self/limits: No such file"* ]] || fail "split: $out"
+out=$(by_hand SLURM_CONF="$SLURM_CONF" MEMLOCK_SLURM_SETTINGS="$T/quoted.conf" MEMLOCK_CHECK_ARGS="${FITS[*]}" \
+    "$T/slurm/healthcheck.sh" 2>&1) || fail "MEMLOCK_CHECK_ARGS did not override the file: $out"
+[[ $out == PASS* ]] || fail "$out"
+[ "$(node_field '%T')" = idle ] || fail "a check that could not run changed the node: $(node_field '%T')"
+log "settings: quoted flags arrive whole; the environment overrides the file"
 
 # --- 3. an admin's drain is left alone, failing or passing ------------------------------------
 scontrol update NodeName="$NODE" State=DRAIN Reason="admin: new cables"
