@@ -76,13 +76,13 @@ out=$(by_hand MEMLOCK_SLURM_SETTINGS="$T/typo.conf" "$T/slurm/healthcheck.sh" 2>
 [ "$rc" = 2 ] || fail "a settings typo: exit $rc, expected 2: $out"
 [[ $out == *"$T/typo.conf:2: unknown key MEMLOCK_CHEK_ARGS"* ]] || fail "the typo is not named: $out"
 rc=0
-out=$(by_hand MEMLOCK_SLURM_SETTINGS="$T/typo.conf" MEMLOCK_EXPORTER_BIN=bin SLURM_JOB_UID=$JOB_USER \
+out=$(by_hand MEMLOCK_SLURM_SETTINGS=/nonexistent MEMLOCK_EXPORTER_BIN=bin SLURM_JOB_UID=$JOB_USER \
     SLURM_JOB_GID=$JOB_USER "$T/slurm/prolog.sh" 2>&1) || rc=$?
 [ "$rc" = 0 ] || fail "a prolog that cannot run its check must not fail the job: exit $rc: $out"
 [[ $out == *"MEMLOCK_EXPORTER_BIN must be an absolute path, got: 'bin'"* ]] || fail "prolog: $out"
 rc=0
-out=$(by_hand MEMLOCK_SLURM_SETTINGS=/nonexistent MEMLOCK_CHECK_ARGS="--nodes 1 --skip \"a b" \
-    "$T/slurm/healthcheck.sh" 2>&1) || rc=$?
+out=$(by_hand MEMLOCK_SLURM_SETTINGS=/nonexistent MEMLOCK_EXPORTER_BIN="$EXPORTER" \
+    MEMLOCK_CHECK_ARGS="--nodes 1 --skip \"a b" "$T/slurm/healthcheck.sh" 2>&1) || rc=$?
 if [ "$rc" != 2 ] || [[ $out != *"MEMLOCK_CHECK_ARGS: cannot split"* ]]; then
     fail "an unmatched quote: exit $rc: $out"
 fi
