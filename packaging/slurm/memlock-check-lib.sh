@@ -146,17 +146,22 @@ ml_check() {
     esac
 }
 
-# ml_node_state NODE: ML_STATE (sinfo's long state, such as idle or drained) and ML_REASON
-# ("none" when there is none).
+# ml_node_state NODE: ML_STATE (sinfo's long state, such as idle or drained), ML_REASON ("none"
+# when there is none) and ML_REASON_AGE (seconds since it was set; empty when unknown).
 ml_node_state() {
-    local line
-    if ! line=$(sinfo --noheader --Node --nodes="$1" --format='%T|%E' 2>&1) || [ -z "$line" ]; then
+    local line set_at
+    if ! line=$(sinfo --noheader --Node --nodes="$1" --format='%T|%H|%E' 2>&1) || [ -z "$line" ]; then
         ml_log "sinfo --nodes=$1 failed: $line"
         return 1
     fi
     line=${line%%$'\n'*}
     ML_STATE=${line%%|*}
+    line=${line#*|}
     ML_REASON=${line#*|}
+    ML_REASON_AGE=""
+    if set_at=$(date -d "${line%%|*}" +%s 2>/dev/null); then
+        ML_REASON_AGE=$(($(date +%s) - set_at))
+    fi
 }
 
 ml_ours() { [[ $ML_REASON == "$ML_REASON_PREFIX"* ]]; }
@@ -180,11 +185,20 @@ ml_drain() {
     scontrol update NodeName="$node" State=DRAIN Reason="$reason"
 }
 
-# ml_resume_if_ours NODE: resumes NODE when it is drained for our reason only.
+# ml_resume_if_ours NODE: resumes NODE when it is drained for our reason only, and not within
+# ML_RESUME_AFTER seconds of the drain: the prolog drains before it exits 1, and Slurm drains a
+# node whose prolog failed as "Prolog error" unless it is drained already (node_mgr.c,
+# validate_node_specs()); a resume in between would leave the node drained for that reason,
+# which is not ours to resume.
+ML_RESUME_AFTER=10
 ml_resume_if_ours() {
     local node=$1
     ml_node_state "$node" || return 1
     if ml_drained && ml_ours; then
+        if [ -n "$ML_REASON_AGE" ] && [ "$ML_REASON_AGE" -lt "$ML_RESUME_AFTER" ]; then
+            ml_log "$node passes; resumed at the next run (drained ${ML_REASON_AGE}s ago)"
+            return 0
+        fi
         ml_log "resuming $node: the check passes again (was: $ML_REASON)"
         scontrol update NodeName="$node" State=RESUME
     fi

@@ -192,7 +192,10 @@ grep -q "^memlock-exporter: memlock.soft 8.0 MiB" "$T/healthcheck.log" || fail "
 # --- 2. resumed when the shape fits -----------------------------------------------------------
 settings "$T/healthcheck.conf" "${FITS[*]}"
 wait_node 'idle' 'none'
-log "resumed: the shape fits"
+# Not at once: a drain younger than ML_RESUME_AFTER (10 s) waits for a later run.
+grep -q "$NODE passes; resumed at the next run (drained [0-9]s ago)" "$T/healthcheck.log" ||
+    fail "resumed within 10 s of the drain: $(cat "$T/healthcheck.log")"
+log "resumed $(python3 -c "import time; print(round(time.time() - $slurmd_started, 1))")s after slurmd started: the shape fits"
 
 # The flags reach check split like a shell would: one quoted argument with a space in it. The
 # environment overrides the file.
@@ -236,9 +239,11 @@ out=$(cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-gro
 [ "$(wc -l < "$T/prolog.done")" -gt "$prolog_runs" ] || fail "the prolog did not run"
 grep -q "kept off $NODE: memlock.soft 8.0 MiB" "$T/prolog.log" || fail "the prolog did not say why: $(cat "$T/prolog.log")"
 log "prolog: srun exit $rc: $(printf '%s' "$out" | tr '\n' ' ' | cut -c1-160)"
+[[ $(node_field '%E') == "memlock-exporter: memlock.soft 8.0 MiB"* ]] ||
+    fail "the prolog's reason did not stay: $(node_field '%E')"
 # It drained the node with its reason before Slurm's own "Prolog error" (which does not
 # overwrite a drain: node_mgr.c, validate_node_specs()), so the health check may resume it.
-wait_node 'idle' 'none' 30
+wait_node 'idle' 'none'
 grep -q "resuming $NODE: the check passes again (was: memlock-exporter: memlock.soft 8.0 MiB" "$T/healthcheck.log" ||
     fail "the prolog's drain was not the health check's to resume: $(tail -3 "$T/healthcheck.log")"
 log "prolog: the job kept off, the node drained with the reason and resumed by the health check"
