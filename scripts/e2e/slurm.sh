@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
 # End to end with a real slurmctld, slurmd and munged on loopback (ports, state, logs and the
 # munge socket in a temp dir; all stopped at exit): packaging/slurm/healthcheck.sh drains the
 # node at this machine's 8 MiB memlock limit for a job shape that needs more and resumes it when
@@ -9,7 +10,7 @@ LOCK=/tmp/memlock-exporter-live-tests.lock
 if [ -z "${MEMLOCK_E2E_SLURM_LOCKED:-}" ]; then
     exec env MEMLOCK_E2E_SLURM_LOCKED=1 flock "$LOCK" bash "$0" "$@"
 fi
-# shellcheck source-path=SCRIPTDIR source=lib.bash
+# shellcheck source=lib.bash
 source "$(dirname "$0")/lib.bash"
 
 [ "$(id -u)" = 0 ] || fail "needs root (slurmd, munged, setpriv)"
@@ -298,17 +299,41 @@ out=$(as_user prlimit --memlock=4194304:8388608 srun --nodes=1 --propagate=MEMLO
 log "--exec became the task (pid $pid = SLURM_TASK_PID), with the task's limits (propagated ones too)"
 
 # --- 6. PropagateResourceLimits read from scontrol show config -------------------------------
-sed -i 's/^PropagateResourceLimitsExcept=MEMLOCK$/PropagateResourceLimits=ALL/' "$SLURM_CONF"
-scontrol reconfigure
-for _ in $(seq 100); do
-    [[ $(scontrol show config) == *$'\nPropagateResourceLimits = ALL\n'* ]] && break
-    sleep 0.1
+# propagation LINE: slurm.conf's propagation setting becomes LINE (none: no line, Slurm's
+# default), slurmctld reads it again, and the scripts' reading of it is printed: yes or no.
+propagation() {
+    local line=$1 config
+    sed -i '/^PropagateResourceLimits/d' "$SLURM_CONF"
+    [ "$line" = none ] || echo "$line" >> "$SLURM_CONF"
+    scontrol reconfigure
+    for _ in $(seq 100); do
+        config=$(scontrol show config)
+        case $line in
+            none) [[ $config == *$'\nPropagateResourceLimits = ALL\n'* ]] && break ;;
+            *) [[ $config == *$'\n'"${line%%=*}"' = '"${line#*=}"$'\n'* ]] && break ;;
+        esac
+        sleep 0.1
+    done
+    # shellcheck source=../../packaging/slurm/memlock-check-lib.sh
+    if (source "$T/slurm/memlock-check-lib.sh" && ML_NAME=e2e ml_memlock_propagated); then
+        echo yes
+    else
+        echo no
+    fi
+}
+# As parse_rlimits() reads them: what each setting does to MEMLOCK.
+for case in "none yes" "PropagateResourceLimits=NONE no" "PropagateResourceLimits=CORE,MEMLOCK yes" \
+    "PropagateResourceLimits=STACK no" "PropagateResourceLimitsExcept=RLIMIT_MEMLOCK no" \
+    "PropagateResourceLimitsExcept=NONE yes" "PropagateResourceLimitsExcept=CORE yes"; do
+    got=$(propagation "${case% *}")
+    [ "$got" = "${case##* }" ] || fail "${case% *}: MEMLOCK propagated: $got, expected ${case##* }"
 done
+propagation PropagateResourceLimits=ALL > /dev/null
 : > "$T/healthcheck.log"
 wait_runs healthcheck 2
 grep -q "^PASS (warnings: memlock.propagated)" "$T/healthcheck.log" ||
     fail "propagated MEMLOCK: no warning: $(cat "$T/healthcheck.log")"
 not_drained "a propagated limit (not the node's fault)"
-log "PropagateResourceLimits=ALL: the soft limit is judged at slurmd's hard limit, with a warning"
+log "PropagateResourceLimits: 8 settings read as Slurm does; when MEMLOCK is propagated the soft limit is judged at slurmd's hard limit, with a warning"
 
 log "slurm: ok"
