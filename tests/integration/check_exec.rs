@@ -45,6 +45,17 @@ fn a_passing_check_becomes_the_command_with_its_pid_environment_and_limits() {
     assert!(out.ends_with("from stdin\n"), "stdin reaches the command: {out}");
 }
 
+/// The checker's own files are closed at the exec: CMD has the descriptors it would have had.
+#[test]
+fn the_command_gets_the_descriptors_it_would_have_had() {
+    let list = r#"ls /proc/$$/fd | sort -n | tr '\n' ' '"#;
+    let direct = Command::new("sh").args(["-c", list]).output().unwrap();
+    let wrapped =
+        Command::new(binary()).arg("check").args(FITS).args(["--exec", "--", "sh", "-c", list]).output().unwrap();
+    assert_eq!(wrapped.status.code(), Some(0), "{}", String::from_utf8_lossy(&wrapped.stderr));
+    assert_eq!(String::from_utf8_lossy(&wrapped.stdout), String::from_utf8_lossy(&direct.stdout));
+}
+
 #[test]
 fn a_failing_check_prints_the_reasons_and_does_not_run_the_command() {
     assert!(is_root(), "live tests run as root");
