@@ -45,13 +45,29 @@ fn a_passing_check_becomes_the_command_with_its_pid_environment_and_limits() {
     assert!(out.ends_with("from stdin\n"), "stdin reaches the command: {out}");
 }
 
+/// A variable that is not UTF-8 neither stops the check nor changes on its way to the command.
+#[test]
+fn an_environment_that_is_not_utf8_reaches_the_command_unchanged() {
+    use std::os::unix::ffi::OsStrExt;
+    let value = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    let out = Command::new(binary())
+        .arg("check")
+        .args(FITS)
+        .args(["--exec", "--", "sh", "-c", "printf %s \"$LATIN1\""])
+        .env("LATIN1", value)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout, value.as_bytes());
+}
+
 /// The checker's own files are closed at the exec: CMD has the descriptors it would have had.
+/// (ls lists its own, without a shell whose pipeline pipes come and go.)
 #[test]
 fn the_command_gets_the_descriptors_it_would_have_had() {
-    let list = r#"ls /proc/$$/fd | sort -n | tr '\n' ' '"#;
-    let direct = Command::new("sh").args(["-c", list]).output().unwrap();
+    let direct = Command::new("ls").arg("/proc/self/fd").output().unwrap();
     let wrapped =
-        Command::new(binary()).arg("check").args(FITS).args(["--exec", "--", "sh", "-c", list]).output().unwrap();
+        Command::new(binary()).arg("check").args(FITS).args(["--exec", "--", "ls", "/proc/self/fd"]).output().unwrap();
     assert_eq!(wrapped.status.code(), Some(0), "{}", String::from_utf8_lossy(&wrapped.stderr));
     assert_eq!(String::from_utf8_lossy(&wrapped.stdout), String::from_utf8_lossy(&direct.stdout));
 }
