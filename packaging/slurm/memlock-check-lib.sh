@@ -1,9 +1,10 @@
 # Shared by healthcheck.sh and prolog.sh (sourced, not run): the settings, the check as user
 # jobs will see the node, and draining or resuming the node without touching an admin's drain.
 #
-# slurmd runs both as root with almost no environment: no PATH (slurmd.c:
-# run_script_health_check() passes SLURMD_NODENAME only; the prolog gets SLURM_JOB_* and
-# SLURM_CONF from prep_script_slurmd.c), so PATH is set here and every command is a system one.
+# slurmd runs both as root with almost no environment: no PATH (Slurm 22.05:
+# src/slurmd/slurmd/slurmd.c, run_script_health_check(), passes SLURMD_NODENAME only; the prolog
+# gets SLURM_JOB_*, SLURM_CONF and a few more from src/plugins/prep/script/prep_script_slurmd.c),
+# so PATH is set here and every command is a system one.
 # shellcheck shell=bash
 
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -40,7 +41,7 @@ ml_split() {
 # ml_load_settings: the settings file (MEMLOCK_SLURM_SETTINGS, else ML_SETTINGS_DEFAULT; absent
 # means the defaults), then MEMLOCK_EXPORTER_BIN and MEMLOCK_CHECK_ARGS from the environment,
 # which override it. The file is read, never sourced: KEY=VALUE lines, # comments, a value
-# may be wrapped in one pair of quotes.
+# may be wrapped in one pair of quotes (which go; what is inside is split later).
 ml_load_settings() {
     local file=${MEMLOCK_SLURM_SETTINGS:-$ML_SETTINGS_DEFAULT} line key value number=0
     local args=""
@@ -59,6 +60,8 @@ ml_load_settings() {
             fi
             key=${line%%=*}
             value=${line#*=}
+            # Trailing blanks (and a CRLF file's CR) end the value, as in a shell assignment.
+            value=${value%"${value##*[![:space:]]}"}
             case $value in
                 \"*\") value=${value#\"} value=${value%\"} ;;
                 \'*\') value=${value#\'} value=${value%\'} ;;

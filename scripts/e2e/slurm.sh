@@ -87,6 +87,15 @@ out=$(by_hand MEMLOCK_SLURM_SETTINGS=/nonexistent MEMLOCK_EXPORTER_BIN="$EXPORTE
 if [ "$rc" != 2 ] || [[ $out != *"MEMLOCK_CHECK_ARGS: cannot split"* ]]; then
     fail "an unmatched quote: exit $rc: $out"
 fi
+# A file written on Windows, with blanks after a value, is read as a shell would read it: the
+# settings pass, and what stops the run is the missing Slurm (its slurm.conf is not written yet).
+printf 'MEMLOCK_EXPORTER_BIN=%s  \r\nMEMLOCK_CHECK_ARGS="--nodes 1"\r\n' "$EXPORTER" > "$T/crlf.conf"
+rc=0
+out=$(by_hand SLURM_CONF="$SLURM_CONF" MEMLOCK_SLURM_SETTINGS="$T/crlf.conf" "$T/slurm/healthcheck.sh" 2>&1) ||
+    rc=$?
+if [ "$rc" != 2 ] || [[ $out != *"scontrol show config failed"* ]]; then
+    fail "a CRLF settings file: exit $rc: $out"
+fi
 log "settings: a typo, a relative binary and an unmatched quote are refused by name"
 
 # --- Slurm on loopback ------------------------------------------------------------------------
