@@ -57,8 +57,9 @@ settings() {
 for script in healthcheck prolog; do
     cat > "$T/$script-wrapper.sh" <<EOF
 #!/bin/bash
-rc=0
-/usr/bin/env MEMLOCK_SLURM_SETTINGS=$T/$script.conf SLURM_CONF=$SLURM_CONF $T/slurm/$script.sh >> $T/$script.log 2>&1 || rc=\$?
+/usr/bin/env MEMLOCK_SLURM_SETTINGS=$T/$script.conf SLURM_CONF=$SLURM_CONF $T/slurm/$script.sh 2>&1 |
+    /usr/bin/tee -a $T/$script.log
+rc=\${PIPESTATUS[0]}
 echo "\$rc" >> $T/$script.done
 exit "\$rc"
 EOF
@@ -207,6 +208,9 @@ drained_after=$(python3 -c "import time; print(round(time.time() - $slurmd_start
 reason=$(node_field '%E')
 log "drained ${drained_after}s after slurmd started: $reason"
 grep -q "^memlock-exporter: memlock.soft 8.0 MiB" "$T/healthcheck.log" || fail "no reason in the health check's output"
+# slurmd logs the output of a health check that fails.
+grep -q "error: health_check failed: rc:1 output:memlock-exporter: memlock.soft 8.0 MiB" "$T/slurmd.log" ||
+    fail "slurmd did not log the reason: $(grep health_check "$T/slurmd.log" | tail -2)"
 
 # --- 2. resumed when the shape fits -----------------------------------------------------------
 settings "$T/healthcheck.conf" "${FITS[*]}"
