@@ -22,6 +22,11 @@ if [ -z "$node" ]; then
 fi
 ml_load_settings || exit "$ML_NOT_RUN"
 
+ml_node_state "$node" || exit "$ML_NOT_RUN"
+if ml_busy "$ML_STATE"; then
+    ML_BUSY=yes
+    ml_log "$node is $ML_STATE: ${ML_DYNAMIC[*]} left to the jobs' own checks"
+fi
 verdict=0
 ml_check || verdict=$?
 case $verdict in

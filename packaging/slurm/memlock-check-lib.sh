@@ -16,6 +16,11 @@ ML_SETTINGS_DEFAULT=/etc/memlock-exporter/slurm-check.conf
 ML_BIN=/usr/bin/memlock-exporter
 ML_CHECK_ARGS=()
 ML_RUNNER=()
+# Findings that measure what running jobs use (MemAvailable, unused hugepages against it,
+# Committed_AS), not how the node is set up: judged only while no job holds the node, or a
+# training job using its memory would drain the node it runs on.
+ML_DYNAMIC=(memory.available memory.hugepages vm.overcommit_memory)
+ML_BUSY=no
 # Exit statuses of the scripts: the check passed, failed, or could not run.
 ML_PASS=0
 ML_FAIL=1
@@ -125,12 +130,15 @@ ml_names_memlock() {
 }
 
 # ml_check: runs the check for the node as user jobs see it (ML_RUNNER, such as setpriv, goes
-# before the binary); ML_SUMMARY is its one-line summary. Returns ML_PASS, ML_FAIL or
-# ML_NOT_RUN.
+# before the binary; ML_BUSY=yes leaves out ML_DYNAMIC); ML_SUMMARY is its one-line summary.
+# Returns ML_PASS, ML_FAIL or ML_NOT_RUN.
 ml_check() {
-    local flags=(check --summary --without-cap-ipc-lock --skip cgroup.memory --skip nccl) rc=0
+    local flags=(check --summary --without-cap-ipc-lock --skip cgroup.memory --skip nccl) rc=0 id
     # The check's own cgroup and environment are slurmd's, not the job's: the job's are checked
     # by `check --exec` in the rank.
+    if [ "$ML_BUSY" = yes ]; then
+        for id in "${ML_DYNAMIC[@]}"; do flags+=(--skip "$id"); done
+    fi
     ml_memlock_propagated || rc=$?
     case $rc in
         0) flags+=(--memlock-propagated) ;;
@@ -165,6 +173,12 @@ ml_node_state() {
     if set_at=$(date -d "${line%%|*}" +%s 2>/dev/null); then
         ML_REASON_AGE=$(($(date +%s) - set_at))
     fi
+}
+
+# ml_busy STATE: whether sinfo's STATE says jobs hold the node.
+ml_busy() {
+    case $1 in *alloc* | *mix* | *comp* | draining*) return 0 ;; esac
+    return 1
 }
 
 ml_ours() { [[ $ML_REASON == "$ML_REASON_PREFIX"* ]]; }

@@ -88,15 +88,6 @@ out=$(by_hand MEMLOCK_SLURM_SETTINGS=/nonexistent MEMLOCK_EXPORTER_BIN="$EXPORTE
 if [ "$rc" != 2 ] || [[ $out != *"MEMLOCK_CHECK_ARGS: cannot split"* ]]; then
     fail "an unmatched quote: exit $rc: $out"
 fi
-# A file written on Windows, with blanks after a value, is read as a shell would read it: the
-# settings pass, and what stops the run is the missing Slurm (its slurm.conf is not written yet).
-printf 'MEMLOCK_EXPORTER_BIN=%s  \r\nMEMLOCK_CHECK_ARGS="--nodes 1"\r\n' "$EXPORTER" > "$T/crlf.conf"
-rc=0
-out=$(by_hand SLURM_CONF="$SLURM_CONF" MEMLOCK_SLURM_SETTINGS="$T/crlf.conf" "$T/slurm/healthcheck.sh" 2>&1) ||
-    rc=$?
-if [ "$rc" != 2 ] || [[ $out != *"scontrol show config failed"* ]]; then
-    fail "a CRLF settings file: exit $rc: $out"
-fi
 log "settings: a typo, a relative binary and an unmatched quote are refused by name"
 
 # --- Slurm on loopback ------------------------------------------------------------------------
@@ -231,8 +222,13 @@ out=$(by_hand SLURM_CONF="$SLURM_CONF" MEMLOCK_SLURM_SETTINGS="$T/quoted.conf" "
 out=$(by_hand SLURM_CONF="$SLURM_CONF" MEMLOCK_SLURM_SETTINGS="$T/quoted.conf" MEMLOCK_CHECK_ARGS="${FITS[*]}" \
     "$T/slurm/healthcheck.sh" 2>&1) || fail "MEMLOCK_CHECK_ARGS did not override the file: $out"
 [[ $out == PASS* ]] || fail "$out"
+# A file written on Windows, with blanks after a value, is read as a shell would read it.
+printf 'MEMLOCK_EXPORTER_BIN=%s  \r\nMEMLOCK_CHECK_ARGS="%s"\r\n' "$EXPORTER" "${FITS[*]}" > "$T/crlf.conf"
+out=$(by_hand SLURM_CONF="$SLURM_CONF" MEMLOCK_SLURM_SETTINGS="$T/crlf.conf" "$T/slurm/healthcheck.sh" 2>&1) ||
+    fail "a CRLF settings file: $out"
+[[ $out == PASS* ]] || fail "a CRLF settings file: $out"
 not_drained "a check that could not run"
-log "settings: quoted flags arrive whole; the environment overrides the file"
+log "settings: quoted flags arrive whole, a CRLF file reads as a shell would; the environment overrides the file"
 
 # --- 3. an admin's drain is left alone, failing or passing ------------------------------------
 scontrol update NodeName="$NODE" State=DRAIN Reason="admin: new cables"
@@ -285,6 +281,35 @@ grep -q "prolog: check could not run (exit 2): .*$T/root-only/self/limits: Permi
 not_drained "a check that could not run"
 settings "$T/prolog.conf" "${FITS[*]}"
 log "prolog: checks as the job's user; a check that cannot run lets the job through"
+
+# --- 4b. a node with jobs: what they use is not judged -----------------------------------------
+# One CPU of two taken by a sleeping job. A second job's prolog leaves out the findings that
+# measure running jobs; so does the health check, whose drain reason then names the static
+# failure only, though MemAvailable is (made) tiny: a procfs root whose meminfo says 1 MiB
+# available (a fixture: this machine cannot be short of memory on demand), the rest the real
+# /proc.
+busy_job=$(cd / && setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-groups \
+    sbatch --parsable --ntasks=1 --job-name=busy --output=/dev/null --wrap "sleep 120")
+wait_node 'mixed' 'none'
+out=$(cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-groups \
+    srun --nodes=1 --ntasks=1 --job-name=beside /bin/true 2>&1) || fail "the job beside the busy one did not run: $out"
+grep -q "prolog: other jobs on $NODE: memory.available memory.hugepages vm.overcommit_memory left" "$T/prolog.log" ||
+    fail "the prolog judged the other job's memory: $(tail -3 "$T/prolog.log")"
+mkdir "$T/lowmem"
+for entry in self 1 sys; do ln -s "/proc/$entry" "$T/lowmem/$entry"; done
+sed 's/^MemAvailable:.*/MemAvailable:       1024 kB/' /proc/meminfo > "$T/lowmem/meminfo"
+settings "$T/healthcheck.conf" "${NEEDS_MORE[*]} --path.procfs $T/lowmem"
+wait_node 'drain*' 'memlock-exporter: memlock.soft 8.0 MiB*'
+[[ $(node_field '%E') != *memory.available* ]] || fail "a busy node drained for its jobs' memory: $(node_field '%E')"
+# (mixed, or allocated while an earlier job still completes)
+grep -q "healthcheck: $NODE is [a-z+]*: memory.available memory.hugepages vm.overcommit_memory left" \
+    "$T/healthcheck.log" || fail "the health check did not say so: $(tail -3 "$T/healthcheck.log")"
+scancel "$busy_job"
+# Idle, the same check names the memory too.
+wait_node 'drain*' 'memlock-exporter: memlock.soft 8.0 MiB*; memory.available MemAvailable 1.0 MiB*'
+settings "$T/healthcheck.conf" "${FITS[*]}"
+wait_node 'idle' 'none'
+log "busy: the health check and a second job's prolog leave the running jobs' memory alone"
 
 # --- 5. the wrapper refuses a rank, and becomes one -------------------------------------------
 as_user() { (cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-groups "$@"); }
