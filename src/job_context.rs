@@ -112,7 +112,7 @@ fn failing(report: &Report, strict: bool) -> impl Iterator<Item = &Finding> {
     report.findings.iter().filter(move |f| f.status == Status::Fail || (strict && f.status == Status::Warn))
 }
 
-/// One line: `memlock.soft 8.0 MiB < estimated need 592.0 MiB; ...` when the verdict fails,
+/// One line: `memlock.soft 8.0 MiB < the busiest rank's estimated need 76.4 MiB; ...` when the verdict fails,
 /// else `PASS` and the warnings' ids.
 pub fn render_summary(report: &Report, strict: bool) -> String {
     let failed: Vec<String> = failing(report, strict).map(|f| format!("{} {}", f.id, f.measured)).collect();

@@ -38,8 +38,8 @@ export SLURM_CONF=$T/slurm.conf
 NEEDS_MORE=(--nodes 2 --ranks-per-node 8)
 FITS=(--nodes 1 --ranks-per-node 1)
 need() {
-    "$EXPORTER" estimate "$@" --json |
-        python3 -c 'import json,sys; print(json.load(sys.stdin)["estimate"]["per_process_bytes"])'
+    # check's JSON (stable: fields are only added); the verdict does not matter here.
+    "$EXPORTER" check "$@" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["need_per_process_bytes"])'
 }
 [ "$(need "${NEEDS_MORE[@]}")" -gt 8388608 ] || fail "'${NEEDS_MORE[*]}' no longer needs more than 8 MiB"
 [ "$(need "${FITS[@]}")" -lt 8388608 ] || fail "'${FITS[*]}' no longer fits in 8 MiB"
