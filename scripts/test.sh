@@ -48,6 +48,10 @@ install_tools() {
     # The nccl_variables_script test builds a small git repository for scripts/nccl_variables.py.
     command -v git >/dev/null || missing+=(git)
     command -v setpriv >/dev/null || missing+=(util-linux)
+    # slurm.sh runs a real slurmctld, slurmd and munged, and lints the Slurm scripts.
+    command -v slurmctld >/dev/null && command -v slurmd >/dev/null || missing+=(slurm-wlm)
+    command -v munged >/dev/null || missing+=(munge)
+    command -v shellcheck >/dev/null || missing+=(shellcheck)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "installing: ${missing[*]}"
         export DEBIAN_FRONTEND=noninteractive

@@ -613,6 +613,10 @@ fn environment_unreadable(findings: &mut Vec<Finding>, error: &str) {
 pub fn run(args: &CheckArgs) -> u8 {
     let fail = |message: String| {
         eprintln!("memlock-exporter check: {message}");
+        // A node-problem-detector plugin's stdout is its condition's message.
+        if args.job.summary {
+            let _ = crate::cli::print_report(&format!("check could not run: {message}\n"));
+        }
         crate::exit::USAGE
     };
     if !(args.safety_factor >= 1.0 && args.safety_factor.is_finite()) {
@@ -628,10 +632,11 @@ pub fn run(args: &CheckArgs) -> u8 {
         Ok((env, _)) => (env, None),
         Err(err) => (Environment::default(), Some(err.to_string())),
     };
-    let machine = match read_machine(&roots, &pid, env.clone()) {
+    let mut machine = match read_machine(&roots, &pid, env.clone()) {
         Ok(m) => m,
         Err(err) => return fail(err.to_string()),
     };
+    let adjusted = crate::job_context::adjust_machine(&args.job, &mut machine);
     // NCCL's reading of the environment is what the model takes (values it reads otherwise than
     // written are findings, not a reason to stop).
     let derived = match estimate::derive(&args.model, &env, &roots.sysfs, &machine.rdma) {
@@ -643,6 +648,7 @@ pub fn run(args: &CheckArgs) -> u8 {
     if let Some(err) = env_error {
         environment_unreadable(&mut findings, &err);
     }
+    crate::job_context::adjust_findings(&args.job, &adjusted, &mut findings);
     let report = Report {
         pid,
         need_per_process_bytes: e.per_rank_max_bytes,
@@ -659,11 +665,16 @@ pub fn run(args: &CheckArgs) -> u8 {
         },
         findings,
     };
+    if args.job.exec {
+        return crate::job_context::exec_or_refuse(&args.job, &report, args.strict);
+    }
     let text = if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => text + "\n",
             Err(err) => return fail(err.to_string()),
         }
+    } else if args.job.summary {
+        crate::job_context::render_summary(&report, args.strict)
     } else {
         render_text(&report)
     };

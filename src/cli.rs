@@ -32,7 +32,7 @@ pub enum Command {
     Estimate(EstimateArgs),
     /// Preflight for a job launcher: memlock limits, memory, cgroup, hugepages, overcommit, NCCL
     /// environment and RDMA ports. Exit 0 all pass, 1 any FAIL (WARN too with --strict), 2 the
-    /// check could not run.
+    /// check could not run. With `--exec -- CMD`, CMD runs in its place when nothing fails.
     Check(CheckArgs),
     /// Ramp real pinned (io_uring) or locked (mlock) memory until the kernel refuses, to prove
     /// the alert pipeline end to end.
@@ -331,4 +331,7 @@ pub struct CheckArgs {
     /// JSON instead of the table (the format is documented in docs/check.md).
     #[arg(long)]
     pub json: bool,
+    /// Job-context flags and `--exec` (src/job_context.rs).
+    #[command(flatten)]
+    pub job: crate::job_context::JobContextArgs,
 }

@@ -20,6 +20,7 @@ pub mod drill;
 pub mod estimate;
 pub mod exposition;
 pub mod fsroot;
+pub mod job_context;
 pub mod kernel;
 pub mod logging;
 pub mod nccl;

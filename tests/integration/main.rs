@@ -4,6 +4,7 @@
 //! serialised with [`util::live_lock`] so that one test's memory does not move another's figures.
 
 mod cgroup_fixtures;
+mod check_exec;
 mod faults;
 mod golden;
 mod lifecycle;
