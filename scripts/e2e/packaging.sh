@@ -43,6 +43,10 @@ expected=(
     etc/memlock-exporter/config.toml
     usr/lib/sysusers.d/memlock-exporter.conf
     usr/share/memlock-exporter/alerts/memlock-exporter.rules.yml
+    usr/lib/memlock-exporter/slurm/healthcheck.sh
+    usr/lib/memlock-exporter/slurm/prolog.sh
+    usr/lib/memlock-exporter/slurm/memlock-check-lib.sh
+    etc/memlock-exporter/slurm-check.conf
     usr/share/doc/memlock-exporter/web-config.example.yml
     usr/share/doc/memlock-exporter/README.md
 )
@@ -61,6 +65,7 @@ grep -q '^Depends:.*libc6' "$OUT/deb-control.txt" || fail "no libc6 dependency"
 dpkg-deb -e "$DEB" "$OUT/DEBIAN"
 grep -qx /etc/memlock-exporter/config.toml "$OUT/DEBIAN/conffiles" || fail "config.toml is not a conffile"
 grep -qx /etc/default/memlock-exporter "$OUT/DEBIAN/conffiles" || fail "the environment file is not a conffile"
+grep -qx /etc/memlock-exporter/slurm-check.conf "$OUT/DEBIAN/conffiles" || fail "the Slurm settings are not a conffile"
 grep -q systemd-sysusers "$OUT/DEBIAN/postinst" || fail "postinst does not create the user"
 grep -q deb-systemd-helper "$OUT/DEBIAN/postinst" || fail "postinst does not enable the unit"
 
