@@ -454,7 +454,9 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
     let mut file_keys = Map::new();
     if let Some(path) = &sources.file {
         // Read it ourselves so a missing file, a directory or bad TOML names the file.
-        let text = read_config_file(path).map_err(|message| ConfigError::File { path: path.clone(), message })?;
+        // A reload runs on the daemon's event loop: the reader does not block on a FIFO.
+        let text = crate::fsroot::read_regular_text(path, crate::fsroot::MAX_FILE_BYTES)
+            .map_err(|e| ConfigError::File { path: path.clone(), message: e.detail() })?;
         let file = File::from_str(&text, FileFormat::Toml).required(true);
         file_keys = config::Source::collect(&file)
             .map_err(|e| ConfigError::File { path: path.clone(), message: e.to_string() })?;
@@ -511,32 +513,6 @@ fn lookup(table: &Map<String, Value>, key: &str) -> bool {
         }
     }
     false
-}
-
-/// The largest configuration file read; a real one is a few KiB.
-const MAX_CONFIG_BYTES: u64 = 1 << 20;
-
-/// Reads the configuration file: a regular file, bounded, opened without blocking on a FIFO put
-/// in its place (a reload runs on the daemon's event loop).
-fn read_config_file(path: &std::path::Path) -> Result<String, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    // A directory, FIFO or device in its place would read as an error or as an empty file,
-    // and an empty file is a valid configuration: say what is wrong instead.
-    if !file.metadata().map_err(|e| e.to_string())?.is_file() {
-        return Err("not a regular file".into());
-    }
-    let mut text = String::new();
-    file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text).map_err(|e| e.to_string())?;
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(format!("larger than {MAX_CONFIG_BYTES} bytes, not a configuration file"));
-    }
-    Ok(text)
 }
 
 /// The flag that sets a key, for messages (`web.listen_address` -> `--web.listen-address`).

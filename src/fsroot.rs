@@ -1,7 +1,7 @@
 //! The thin I/O layer: roots are injected (`--path.procfs`, `--path.sysfs`) and every read is
 //! bounded, so a hostile or broken file cannot make the daemon allocate without limit.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -10,8 +10,9 @@ use thiserror::Error;
 
 use crate::kernel::ParseError;
 
-/// The largest kernel file we read. Real ones are a few KiB (`/proc/vmstat` ~4 KiB,
-/// `memory.stat` ~1 KiB); anything larger is not the file we expect.
+/// The largest file we read. Real kernel files are a few KiB (`/proc/vmstat` ~4 KiB,
+/// `memory.stat` ~1 KiB), configuration files, certificates and keys too; anything larger is
+/// not the file we expect.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// Where the host's procfs and sysfs are mounted (`/host/proc` in a container).
@@ -35,8 +36,11 @@ impl Roots {
 pub enum SourceError {
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
-    #[error("{}: larger than {limit} bytes, not a kernel file", path.display())]
+    #[error("{}: larger than {limit} bytes", path.display())]
     TooLarge { path: PathBuf, limit: u64 },
+    /// A directory, FIFO or device where a configuration file, certificate or key belongs.
+    #[error("{}: not a regular file", path.display())]
+    NotRegular { path: PathBuf },
     #[error("{}: {source}", path.display())]
     Parse { path: PathBuf, source: ParseError },
 }
@@ -51,13 +55,28 @@ impl SourceError {
                 _ => "io",
             },
             SourceError::TooLarge { .. } => "too_large",
+            SourceError::NotRegular { .. } => "io",
             SourceError::Parse { .. } => "parse",
         }
     }
 
     pub fn path(&self) -> &Path {
         match self {
-            SourceError::Io { path, .. } | SourceError::TooLarge { path, .. } | SourceError::Parse { path, .. } => path,
+            SourceError::Io { path, .. }
+            | SourceError::TooLarge { path, .. }
+            | SourceError::NotRegular { path }
+            | SourceError::Parse { path, .. } => path,
+        }
+    }
+
+    /// What went wrong, without the path: for errors that name the file themselves
+    /// (`config file <path>: not a regular file`).
+    pub fn detail(&self) -> String {
+        match self {
+            SourceError::Io { source, .. } => source.to_string(),
+            SourceError::TooLarge { limit, .. } => format!("larger than {limit} bytes"),
+            SourceError::NotRegular { .. } => "not a regular file".to_owned(),
+            SourceError::Parse { source, .. } => source.to_string(),
         }
     }
 
@@ -76,9 +95,31 @@ impl SourceError {
     }
 }
 
-/// Reads a file into `buf` (cleared first), failing past [`MAX_FILE_BYTES`]. Invalid UTF-8 is
-/// replaced rather than rejected: kernel text is ASCII, and a stray byte in a comm or path must
-/// not lose the rest of the file.
+/// Opens a file for reading. O_NONBLOCK: a FIFO or a terminal where a file should be must not
+/// stall a collector, or a reload on the daemon's event loop, in open() or read(); on regular,
+/// procfs and sysfs files it changes nothing.
+fn open_nonblocking(path: &Path) -> Result<File, SourceError> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|source| SourceError::Io { path: path.to_owned(), source })
+}
+
+/// Appends at most `limit` bytes of `file` to `bytes`; more is an error, read no further.
+fn read_bounded(file: File, path: &Path, limit: u64, bytes: &mut Vec<u8>) -> Result<(), SourceError> {
+    let start = bytes.len();
+    file.take(limit + 1).read_to_end(bytes).map_err(|source| SourceError::Io { path: path.to_owned(), source })?;
+    if (bytes.len() - start) as u64 > limit {
+        return Err(SourceError::TooLarge { path: path.to_owned(), limit });
+    }
+    Ok(())
+}
+
+/// Reads a kernel file into `buf` (cleared first), failing past [`MAX_FILE_BYTES`]. Any file type
+/// is read (a character device is cut at the bound). Invalid UTF-8 is replaced rather than
+/// rejected: kernel text is ASCII, and a stray byte in a comm or path must not lose the rest of
+/// the file.
 pub fn read_into(path: &Path, buf: &mut String) -> Result<(), SourceError> {
     // Read into the caller's allocation: the process scan calls this three times per process.
     let mut bytes = std::mem::take(buf).into_bytes();
@@ -100,17 +141,33 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>, SourceError> {
 }
 
 fn read_bytes_into(path: &Path, bytes: &mut Vec<u8>) -> Result<(), SourceError> {
-    let io_err = |source| SourceError::Io { path: path.to_owned(), source };
-    // O_NONBLOCK: a FIFO or a terminal where a kernel file should be must not stall the
-    // collector in open() or read(); on regular, procfs and sysfs files it changes nothing.
-    let file =
-        OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(io_err)?;
+    let file = open_nonblocking(path)?;
     bytes.reserve(4096);
-    file.take(MAX_FILE_BYTES + 1).read_to_end(bytes).map_err(io_err)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(SourceError::TooLarge { path: path.to_owned(), limit: MAX_FILE_BYTES });
+    read_bounded(file, path, MAX_FILE_BYTES, bytes)
+}
+
+/// Reads a file the operator wrote (configuration, web configuration, certificate, key): a
+/// regular file of at most `limit` bytes, opened without blocking. A directory, FIFO or device in
+/// its place is refused: it would read as an error or as an empty file, and an empty file is a
+/// valid configuration.
+pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, SourceError> {
+    let file = open_nonblocking(path)?;
+    let metadata = file.metadata().map_err(|source| SourceError::Io { path: path.to_owned(), source })?;
+    if !metadata.is_file() {
+        return Err(SourceError::NotRegular { path: path.to_owned() });
     }
-    Ok(())
+    let mut bytes = Vec::new();
+    read_bounded(file, path, limit, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_regular`] for text: invalid UTF-8 is an error (an operator's file is not repaired
+/// behind their back), with the message `read_to_string` gives.
+pub fn read_regular_text(path: &Path, limit: u64) -> Result<String, SourceError> {
+    String::from_utf8(read_regular(path, limit)?).map_err(|_| SourceError::Io {
+        path: path.to_owned(),
+        source: io::Error::new(io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"),
+    })
 }
 
 /// Reads a whole file as text, bounded.
@@ -189,6 +246,27 @@ mod tests {
         let binary = dir.join("binary");
         std::fs::write(&binary, b"MemTotal: 1 kB\n\xff\xfe\0\n").unwrap();
         assert!(read_string(&binary).unwrap().starts_with("MemTotal: 1 kB\n"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn operator_files_are_regular_bounded_and_text() {
+        let dir = std::env::temp_dir().join(format!("memlock-fsroot-regular-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("web.yml");
+        std::fs::write(&file, "basic_auth_users: {}\n").unwrap();
+        assert_eq!(read_regular_text(&file, 64).unwrap(), "basic_auth_users: {}\n");
+        let err = read_regular(&file, 8).unwrap_err();
+        assert_eq!((err.kind(), err.detail()), ("too_large", "larger than 8 bytes".to_owned()));
+        assert_eq!(err.to_string(), format!("{}: larger than 8 bytes", file.display()));
+        let err = read_regular(&dir, 64).unwrap_err();
+        assert!(matches!(err, SourceError::NotRegular { .. }), "{err}");
+        assert_eq!(err.to_string(), format!("{}: not a regular file", dir.display()));
+        // A character device is cut at the bound by the kernel reader, but refused unread here.
+        assert!(matches!(read_regular(Path::new("/dev/zero"), 64), Err(SourceError::NotRegular { .. })));
+        std::fs::write(&file, b"key: \xff\n").unwrap();
+        let err = read_regular_text(&file, 64).unwrap_err();
+        assert!(err.to_string().contains("web.yml: stream did not contain valid UTF-8"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

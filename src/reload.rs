@@ -18,9 +18,6 @@ use tokio::sync::mpsc;
 /// event for the burst to end before comparing contents.
 pub const SETTLE: Duration = Duration::from_millis(300);
 
-/// Files are read whole for the comparison; configuration files and certificates are small.
-const MAX_FINGERPRINT_BYTES: u64 = 1 << 20;
-
 /// Watches the directories of a set of files and sends `()` on `events` when something in them
 /// may have changed.
 pub struct FileWatch {
@@ -81,20 +78,9 @@ pub fn fingerprint(files: &[PathBuf]) -> Vec<Option<[u8; 32]>> {
     files
         .iter()
         .map(|path| {
-            use std::io::Read;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut bytes = Vec::new();
-            // This runs on the daemon's event loop: a FIFO put in place of a watched file must
-            // not block it in open() (where SIGTERM could no longer be handled).
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-                .open(path)
-                .ok()?;
-            if !file.metadata().ok()?.is_file() {
-                return None;
-            }
-            file.take(MAX_FINGERPRINT_BYTES + 1).read_to_end(&mut bytes).ok()?;
+            // This runs on the daemon's event loop: the reader does not block on a FIFO put in
+            // place of a watched file (where SIGTERM could no longer be handled).
+            let bytes = crate::fsroot::read_regular(path, crate::fsroot::MAX_FILE_BYTES).ok()?;
             let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
             let mut out = [0u8; 32];
             out.copy_from_slice(digest.as_ref());

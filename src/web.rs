@@ -38,9 +38,6 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 use thiserror::Error;
 
-/// Web configuration files, certificates and keys are small; anything larger is a mistake.
-const MAX_FILE_BYTES: u64 = 1 << 20;
-
 /// A problem with the web configuration: the file, and the key (`tls_server_config.cert_file`)
 /// when one is to blame.
 #[derive(Debug, Error)]
@@ -197,25 +194,10 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
     Ok(config)
 }
 
+/// Web configuration files, certificates and keys are small; the reader does not block on a
+/// FIFO in place of a watched file (a reload runs on the daemon's event loop).
 fn read_bounded(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    // Non-blocking, and regular files only: a FIFO in place of a watched file must not block
-    // a reload (it runs on the daemon's event loop).
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if !file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
-    }
-    let mut text = String::new();
-    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text).map_err(|e| format!("{}: {e}", path.display()))?;
-    if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("{}: larger than {MAX_FILE_BYTES} bytes", path.display()));
-    }
-    Ok(text)
+    crate::fsroot::read_regular_text(path, crate::fsroot::MAX_FILE_BYTES).map_err(|e| e.to_string())
 }
 
 fn tls_enabled(tls: &RawTls) -> bool {
