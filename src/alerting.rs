@@ -64,7 +64,8 @@ fn base_labels(alertname: &str, severity: &str, point: &TrendPoint, config: &Ale
     labels.insert("scope".into(), point.scope.as_str().into());
     labels.insert("source".into(), "memlock-exporter".into());
     for (key, value) in &point.labels {
-        labels.insert((*key).into(), value.clone());
+        // Bounded as the scrape bounds it: the Prometheus rules' alerts carry the same labels.
+        labels.insert((*key).into(), crate::exposition::label_value(value).into_owned());
     }
     labels
 }
@@ -74,11 +75,13 @@ fn label<'a>(point: &'a TrendPoint, key: &str) -> Option<&'a str> {
 }
 
 fn subject(point: &TrendPoint) -> String {
+    // Bounded as in the labels: a 4 KiB cgroup path is not a summary.
+    let shown = |key: &str| label(point, key).map(crate::exposition::label_value).unwrap_or("?".into());
     match point.scope {
         Scope::Node => "the node".into(),
-        Scope::Cgroup => format!("cgroup {}", label(point, "cgroup").unwrap_or("?")),
+        Scope::Cgroup => format!("cgroup {}", shown("cgroup")),
         Scope::Process => {
-            format!("process {} ({})", label(point, "pid").unwrap_or("?"), label(point, "comm").unwrap_or("?"))
+            format!("process {} ({})", shown("pid"), shown("comm"))
         }
     }
 }

@@ -4,8 +4,56 @@
 //! no intermediate model. It guarantees the invariants promtool checks: each family's samples
 //! are contiguous under one HELP/TYPE header, label values are escaped, and a family with no
 //! samples writes nothing.
+//!
+//! It is also the one home of the label-value bound ([`label_value`]): every sample passes
+//! through it, so no collector can export a value read from /proc or /sys unbounded.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
+
+/// The longest label value exported, in bytes. Real values are far shorter: the longest in the
+/// fixtures, a Kubernetes container's cgroup under the systemd driver, is 234 bytes, and the
+/// kernel caps `/proc/<pid>/cgroup` paths at PATH_MAX (4096; `proc_cgroup_show` in
+/// kernel/cgroup/cgroup.c). Unbounded, 50 processes with 1 MB cgroup paths (from a procfs root
+/// someone else writes) made a 600 MB scrape, every series repeating the path.
+pub const MAX_LABEL_VALUE_BYTES: usize = 512;
+
+/// Bytes of the mark a rewritten value ends in: `~` and 16 hex digits.
+const MARK_BYTES: usize = 17;
+
+/// A label value as it is exported, by the scrape and by the fast path to Alertmanager alike
+/// (the two must agree for Alertmanager to group and inhibit). A value of at most
+/// [`MAX_LABEL_VALUE_BYTES`] without control characters is unchanged. Any other is rewritten:
+/// control characters (NUL, newline, escape... reach us in cgroup directory names and in files
+/// of a fake root) as `\xNN` like `systemd-escape` writes them, cut to the bound, and marked
+/// with `~` and the first 16 hex digits of the SHA-256 of the original value. The mark keeps
+/// two values that differ past the cut as two series (the same series would be a duplicate in
+/// one scrape), and the same value the same series across samples and restarts.
+pub fn label_value(value: &str) -> Cow<'_, str> {
+    if value.len() <= MAX_LABEL_VALUE_BYTES && !value.chars().any(char::is_control) {
+        return Cow::Borrowed(value);
+    }
+    let budget = MAX_LABEL_VALUE_BYTES - MARK_BYTES;
+    let mut out = String::with_capacity(MAX_LABEL_VALUE_BYTES);
+    for c in value.chars() {
+        let width = if c.is_control() { 4 } else { c.len_utf8() };
+        if out.len() + width > budget {
+            break;
+        }
+        if c.is_control() {
+            // Every control character (Unicode category Cc) is below U+00A0: two hex digits.
+            let _ = write!(out, "\\x{:02x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, value.as_bytes());
+    out.push('~');
+    for byte in &digest.as_ref()[..(MARK_BYTES - 1) / 2] {
+        let _ = write!(out, "{byte:02x}");
+    }
+    Cow::Owned(out)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -41,6 +89,7 @@ pub struct Exposition {
     out: String,
     pending: Option<(&'static str, &'static str, Kind)>,
     current: &'static str,
+    rewritten_label_values: u64,
 }
 
 impl Exposition {
@@ -74,7 +123,11 @@ impl Exposition {
                 }
                 self.out.push_str(key);
                 self.out.push_str("=\"");
-                escape_label_value(&mut self.out, value);
+                let value = label_value(value);
+                if let Cow::Owned(_) = value {
+                    self.rewritten_label_values += 1;
+                }
+                escape_label_value(&mut self.out, &value);
                 self.out.push('"');
             }
             self.out.push('}');
@@ -96,6 +149,11 @@ impl Exposition {
             self.sample(labels, value);
         }
         self
+    }
+
+    /// How many label values written so far [`label_value`] had to rewrite.
+    pub fn rewritten_label_values(&self) -> u64 {
+        self.rewritten_label_values
     }
 
     pub fn finish(self) -> String {
@@ -137,16 +195,83 @@ mod tests {
         let mut e = Exposition::new();
         e.family("m_empty", "never written", Kind::Gauge);
         e.family("m_bytes", "Bytes.", Kind::Gauge)
-            .sample(&[("a", "x\"y\\z\nw")], 5u64)
+            .sample(&[("a", "x\"y\\z")], 5u64)
             .sample(&[], 1.5)
             .maybe(&[], None::<u64>)
             .sample(&[], f64::INFINITY)
             .sample(&[], u64::MAX);
+        assert_eq!(e.rewritten_label_values(), 0);
         let text = e.finish();
         assert_eq!(
             text,
-            "# HELP m_bytes Bytes.\n# TYPE m_bytes gauge\nm_bytes{a=\"x\\\"y\\\\z\\nw\"} 5\nm_bytes 1.5\nm_bytes \
+            "# HELP m_bytes Bytes.\n# TYPE m_bytes gauge\nm_bytes{a=\"x\\\"y\\\\z\"} 5\nm_bytes 1.5\nm_bytes \
                 +Inf\nm_bytes 18446744073709551615\n"
         );
+    }
+
+    #[test]
+    fn label_values_within_the_bound_are_unchanged() {
+        let kube =
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b0e3b1a_2a43_4a3b_9c1e_2f1d0c7a9e11\
+            .slice/cri-containerd-3f2b6c1d8e9a0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c.scope";
+        for value in ["", "python3", "/system.slice/dev-disk-by\\x2duuid.swap", "é ü 日本", kube] {
+            assert!(matches!(label_value(value), Cow::Borrowed(v) if v == value), "{value}");
+        }
+        let at_the_bound = "x".repeat(MAX_LABEL_VALUE_BYTES);
+        assert!(matches!(label_value(&at_the_bound), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn long_label_values_are_cut_and_marked_with_a_digest_of_the_whole() {
+        let long = "x".repeat(1000);
+        let cut = label_value(&long);
+        assert_eq!(cut.len(), MAX_LABEL_VALUE_BYTES);
+        // The digest is SHA-256 (sha256sum of 1000 x's begins 44f8354494a5ba03): stable across
+        // releases and restarts, so the series stays the same series.
+        assert_eq!(cut, format!("{}~44f8354494a5ba03", "x".repeat(MAX_LABEL_VALUE_BYTES - MARK_BYTES)));
+        // Two values that differ only past the cut stay two series.
+        let other = format!("{}y", "x".repeat(999));
+        assert_ne!(label_value(&other), cut);
+        assert_eq!(
+            label_value(&other)[..MAX_LABEL_VALUE_BYTES - MARK_BYTES],
+            cut[..MAX_LABEL_VALUE_BYTES - MARK_BYTES]
+        );
+        // Cut on a character boundary, never inside a multi-byte character.
+        let accents = label_value(&"é".repeat(400)).into_owned();
+        assert!(accents.len() <= MAX_LABEL_VALUE_BYTES);
+        assert!(accents.split('~').next().unwrap().chars().all(|c| c == 'é'), "{accents}");
+        // One byte over the bound is rewritten too.
+        assert_eq!(label_value(&"x".repeat(MAX_LABEL_VALUE_BYTES + 1)).len(), MAX_LABEL_VALUE_BYTES);
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_marked() {
+        // NUL, newline and a terminal escape, as a cgroup directory name or a fake comm has them.
+        assert_eq!(label_value("a\0b\nc\u{1b}[31m"), "a\\x00b\\x0ac\\x1b[31m~9d0fee143cd9c64c");
+        // Tab, DEL and a C1 control (NEL, U+0085) are control characters too.
+        assert_eq!(label_value("tab\there\u{7f}\u{85}"), "tab\\x09here\\x7f\\x85~5c1795b86ae40d96");
+        // An escape is never split by the cut.
+        let controls = label_value(&"\0".repeat(300)).into_owned();
+        assert!(controls.len() <= MAX_LABEL_VALUE_BYTES);
+        assert!(controls.split('~').next().unwrap().len() % 4 == 0, "{controls}");
+        for value in ["a\0b".to_owned(), "\n".repeat(1000), "\u{9b}".to_owned()] {
+            assert!(!label_value(&value).chars().any(char::is_control), "{value:?}");
+        }
+    }
+
+    #[test]
+    fn every_sample_passes_through_the_bound_and_rewrites_are_counted() {
+        let mut e = Exposition::new();
+        let long = "/".repeat(1 << 20);
+        e.family("m", "M.", Kind::Gauge)
+            .sample(&[("cgroup", &long), ("comm", "ok")], 1u64)
+            .sample(&[("cgroup", "/ok"), ("comm", "forged\nm 666")], 2u64)
+            .sample(&[("cgroup", "/ok")], 3u64);
+        assert_eq!(e.rewritten_label_values(), 2);
+        let text = e.finish();
+        assert!(text.len() < 2 * MAX_LABEL_VALUE_BYTES + 200, "{} bytes", text.len());
+        // The newline cannot start a line of its own.
+        assert_eq!(text.lines().filter(|l| l.starts_with("m ")).count(), 0, "{text}");
+        assert!(text.contains("comm=\"forged\\\\x0am 666~"), "{text}");
     }
 }

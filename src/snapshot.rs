@@ -110,6 +110,16 @@ impl Snapshot {
         for report in &self.reports {
             out.sample(&[("collector", report.collector)], report.interval.as_secs_f64());
         }
+        // Last, so that it counts every label value above.
+        let rewritten = out.rewritten_label_values();
+        out.family(
+            "memlock_exporter_label_values_rewritten",
+            "Label values in this sample that were longer than 512 bytes or held control characters: they are \
+                exported with control characters as \\xNN, cut to 512 bytes and ending in ~ and 16 hex digits of \
+                the SHA-256 of the original value.",
+            Kind::Gauge,
+        );
+        out.sample(&[], rewritten);
         out.finish()
     }
 

@@ -10,6 +10,13 @@ use super::ParseError;
 /// Appended by the kernel to the v2 path of a cgroup that has been removed.
 const DELETED_SUFFIX: &str = " (deleted)";
 
+/// The kernel formats the path into a PATH_MAX buffer and fails the read with ENAMETOOLONG
+/// when it does not fit (`proc_cgroup_show` in kernel/cgroup/cgroup.c, `cgroup_path_ns_locked`
+/// into `kmalloc(PATH_MAX)`), so a path it prints is at most PATH_MAX - 1 bytes. A longer one
+/// is not from a kernel: 1 MB paths in a procfs root someone else writes took the daemon to
+/// 264 MB of memory, each process holding its path in its labels.
+const PATH_MAX: usize = 4096;
+
 /// The path that labels the process: the v1 line listing the `memory` controller if present,
 /// else the `0::` line, without a trailing ` (deleted)`. `Ok(None)` when the file is valid but
 /// has neither (a v1 host without the memory controller). Malformed lines are skipped; a text
@@ -27,7 +34,7 @@ pub fn memory_path(text: &str) -> Result<Option<&str>, ParseError> {
         valid_lines += 1;
         let path = path.strip_suffix(DELETED_SUFFIX).unwrap_or(path);
         if controllers.split(',').any(|c| c == "memory") {
-            return Ok(Some(path));
+            return within_path_max(path).map(Some);
         }
         if id == "0" && controllers.is_empty() {
             unified = Some(path);
@@ -40,7 +47,18 @@ pub fn memory_path(text: &str) -> Result<Option<&str>, ParseError> {
             ParseError::Format("no ID:CONTROLLERS:PATH line".into())
         });
     }
-    Ok(unified)
+    unified.map(within_path_max).transpose()
+}
+
+fn within_path_max(path: &str) -> Result<&str, ParseError> {
+    if path.len() >= PATH_MAX {
+        return Err(ParseError::Format(format!(
+            "a path of {} bytes: the kernel prints at most {}",
+            path.len(),
+            PATH_MAX - 1
+        )));
+    }
+    Ok(path)
 }
 
 #[cfg(test)]
@@ -48,6 +66,21 @@ mod tests {
     use super::*;
 
     const CAPTURE: &str = include_str!("../../tests/fixtures/captures/proc_self_cgroup_hybrid_v1");
+
+    #[test]
+    fn paths_longer_than_the_kernel_prints_are_refused() {
+        let longest = format!("/{}", "d".repeat(PATH_MAX - 2));
+        assert_eq!(memory_path(&format!("4:memory:{longest}\n")), Ok(Some(longest.as_str())));
+        assert_eq!(memory_path(&format!("0::{longest} (deleted)\n")), Ok(Some(longest.as_str())));
+        let over = format!("/{}", "d".repeat(PATH_MAX - 1));
+        for text in [format!("4:memory:{over}\n"), format!("0::{over}\n"), format!("0::/\n4:memory:{over}\n")] {
+            let err = memory_path(&text).unwrap_err().to_string();
+            assert!(err.contains("4096 bytes") && err.contains("at most 4095"), "{err}");
+        }
+        // A long path of a hierarchy that does not label the process is not looked at.
+        assert_eq!(memory_path(&format!("5:cpu:{over}\n0::/job\n")), Ok(Some("/job")));
+        assert_eq!(memory_path(&format!("0::{over}\n4:memory:/job\n")), Ok(Some("/job")));
+    }
 
     #[test]
     fn hybrid_hosts_use_the_memory_line() {

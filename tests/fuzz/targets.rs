@@ -643,8 +643,8 @@ fn check_memcg_events(bytes: &[u8]) -> Result<Verdict, String> {
 fn check_rdma_sysfs_numbered(bytes: &[u8]) -> Result<Verdict, String> {
     let parsed = rdma_sysfs::parse_numbered(&text(bytes));
     if let Ok(n) = &parsed {
-        if n.name.len() > rdma_sysfs::MAX_LABEL_BYTES || n.name.contains('\n') {
-            return Err(format!("label {:?} is not one bounded line", n.name));
+        if n.name.contains('\n') || n.name != n.name.trim() {
+            return Err(format!("label {:?} is not one trimmed line", n.name));
         }
     }
     Ok(verdict(&parsed))
@@ -660,8 +660,12 @@ fn check_rdma_sysfs_counter(bytes: &[u8]) -> Result<Verdict, String> {
 
 fn check_rdma_sysfs_label(bytes: &[u8]) -> Result<Verdict, String> {
     let label = rdma_sysfs::label_value(&text(bytes));
-    if label.len() > rdma_sysfs::MAX_LABEL_BYTES || label.contains('\n') || label != label.trim() {
-        return Err(format!("label {label:?} is not one trimmed, bounded line"));
+    if label.contains('\n') || label != label.trim() {
+        return Err(format!("label {label:?} is not one trimmed line"));
+    }
+    let exported = memlock_exporter::exposition::label_value(&label);
+    if exported.len() > memlock_exporter::exposition::MAX_LABEL_VALUE_BYTES || exported.chars().any(char::is_control) {
+        return Err(format!("label {label:?} is exported as {exported:?}: too long or with control characters"));
     }
     let counter = rdma_sysfs::port_counter(&label);
     if counter.scale != 1 && counter.scale != 4 {
@@ -861,7 +865,8 @@ fn check_basic_authorization(bytes: &[u8]) -> Result<Verdict, String> {
 }
 
 /// Label values come from the host: command names, cgroup directory names, sysfs strings.
-/// Whatever they hold, the sample stays on one line and its values round-trip.
+/// Whatever they hold, the sample stays on one line and its values round-trip as
+/// [`memlock_exporter::exposition::label_value`] bounds them: at most its bound, without control characters.
 fn check_exposition_labels(bytes: &[u8]) -> Result<Verdict, String> {
     let value = text(bytes).into_owned();
     let mut out = Exposition::new();
@@ -876,8 +881,12 @@ fn check_exposition_labels(bytes: &[u8]) -> Result<Verdict, String> {
         return Err(format!("not three lines: {rendered:?}"));
     }
     let values = parse_sample(lines[2])?;
-    if values != [value.clone(), "/".to_owned()] {
+    let bounded = memlock_exporter::exposition::label_value(&value);
+    if values != [bounded.as_ref(), "/"] {
         return Err(format!("label values do not round-trip: {values:?} from {value:?}"));
+    }
+    if bounded.len() > memlock_exporter::exposition::MAX_LABEL_VALUE_BYTES || bounded.chars().any(char::is_control) {
+        return Err(format!("{value:?} is exported as {bounded:?}: too long or with control characters"));
     }
     Ok(Verdict::Accepted)
 }

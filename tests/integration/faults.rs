@@ -265,7 +265,9 @@ fn broken_process_files_are_counted_and_the_other_processes_exported() {
     for pid in ["7001", "7002", "7003", "7005", "7006"] {
         assert!(!pids.iter().any(|p| p == pid), "pid {pid} exported: {pids:?}");
     }
-    assert!(m.text.contains("comm=\"ev\0il\""));
+    // The NUL reaches the label value escaped and marked (issue 15 item 10), not raw.
+    assert!(m.text.contains("comm=\"ev\\\\x00il~"), "{}", m.text);
+    assert!(!m.text.contains('\0'));
     for collector in ["node", "numa", "cgroup"] {
         assert_eq!(success(&m, collector), 1.0, "{collector}");
     }

@@ -7,6 +7,7 @@ mod cgroup_fixtures;
 mod check_exec;
 mod faults;
 mod golden;
+mod hostile_input;
 mod lifecycle;
 mod live_cgroup;
 mod live_check;
