@@ -168,3 +168,147 @@ fn long_cgroup_paths_make_a_bounded_scrape() {
         body.len()
     );
 }
+
+/// Real cgroups of this machine's v1 memory hierarchy, removed on drop (deepest first).
+struct LiveCgroups(Vec<PathBuf>);
+
+impl Drop for LiveCgroups {
+    fn drop(&mut self) {
+        for dir in self.0.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// The exporter as nobody, logging text (not JSON, as the other tests do): its stderr lines,
+/// and its address from the `listening` line.
+struct TextExporter {
+    child: std::process::Child,
+    address: String,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl TextExporter {
+    fn start_as_nobody(args: &[&str]) -> TextExporter {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(crate::util::binary_runnable_by(65534))
+            .args(["--web.listen-address", "127.0.0.1:0", "--log.format", "text"])
+            .args(args)
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the exporter under setpriv");
+        let stderr = child.stderr.take().unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split(" listening ").nth(1) {
+                    let address = rest.split("address=").nth(1).and_then(|a| a.split(' ').next());
+                    let _ = tx.send(address.unwrap_or_default().to_owned());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let address = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("the exporter did not start: {:?}", lines.lock().unwrap())
+        });
+        TextExporter { child, address, lines }
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+impl Drop for TextExporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 15 items 8 and 10 on real cgroups. The kernel refuses a newline in a cgroup name
+/// (EINVAL here; `cgroup_mkdir` and `cgroup1_rename` in kernel/cgroup/ reject '\n' to keep
+/// /proc/<pid>/cgroup parsable), so the newline case runs in logging.rs's tests through the
+/// real formatter; every other control character is accepted. A name with a carriage return
+/// (a terminal shows what follows as a line of its own), vertical tab, form feed, NEL and a
+/// terminal escape: the exporter (as nobody, so that the cgroup's memory.stat, mode 0600, is
+/// refused and its path logged) logs the path with each as `\xNN`, and exports it as a label
+/// value escaped and marked.
+#[test]
+fn a_cgroup_named_with_control_characters_forges_no_log_line_and_no_raw_label() {
+    assert!(crate::util::is_root(), "this test creates real cgroups: run as root");
+    let _guard = crate::util::live_lock();
+    let memory = Path::new("/sys/fs/cgroup/memory");
+    assert!(memory.join("memory.usage_in_bytes").exists(), "a v1 memory hierarchy at {}", memory.display());
+    let top = format!("memlock-hostile-{}", std::process::id());
+    let forged = "2026-01-01T00:00:00.000000Z ERROR forged: the exporter is compromised";
+    let name = format!("job\r{forged}\u{b}\u{c}\u{85}\u{1b}[2J");
+    // The kernel's side of it, measured rather than assumed.
+    let newline = memory.join(format!("memlock-hostile-{}-a\nb", std::process::id()));
+    let refused = std::fs::create_dir(&newline).map_err(|e| e.raw_os_error());
+    let _ = std::fs::remove_dir(&newline);
+    assert_eq!(refused, Err(Some(libc::EINVAL)), "the kernel refuses a newline in a cgroup name");
+    let mut cgroups = LiveCgroups(Vec::new());
+    for dir in [memory.join(&top), memory.join(&top).join(&name)] {
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {dir:?}: {e}"));
+        cgroups.0.push(dir);
+    }
+    crate::util::set_mode(&memory.join(&top).join(&name).join("memory.stat"), 0o600);
+    let config = std::env::temp_dir().join(format!("memlock-hostile-{}.toml", std::process::id()));
+    std::fs::write(&config, format!("[collector.cgroup]\ninclude = [\"^/{top}\"]\n")).unwrap();
+    crate::util::set_mode(&config, 0o644);
+
+    let exporter = TextExporter::start_as_nobody(&[
+        "--config.file",
+        config.to_str().unwrap(),
+        "--no-collector.node",
+        "--no-collector.numa",
+        "--no-collector.process",
+        "--no-collector.rdma_sysfs",
+        "--no-collector.rdma_netlink",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (m, log) = loop {
+        let (status, body) = crate::util::http_get(&exporter.address, "/metrics").expect("a scrape");
+        assert_eq!(status, 200, "{body}");
+        let log = exporter.log();
+        if body.contains("job\\\\x0d2026") && log.iter().any(|l| l.contains("not readable")) {
+            break (Metrics::parse(&body), log);
+        }
+        assert!(Instant::now() < deadline, "no series or warning for the cgroup:\n{body}\n{log:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = std::fs::remove_file(&config);
+
+    // Every line the exporter wrote is one of its own: it starts with a timestamp and a level.
+    for line in &log {
+        let mut words = line.split_whitespace();
+        let (time, level) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        assert!(time.starts_with("20") && time.ends_with('Z'), "a line not written as a log line: {line:?}");
+        assert!(["INFO", "WARN", "ERROR", "DEBUG"].contains(&level), "{line:?}");
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+    }
+    let warning = log.iter().find(|l| l.contains("not readable")).unwrap();
+    assert!(warning.contains(&format!("{top}/job\\x0d{forged}\\x0b\\x0c\\x85\\x1b[2J")), "{warning}");
+
+    // The label: escaped, marked, on one line.
+    let series: Vec<&str> = m
+        .family("memlock_cgroup_memory_usage_bytes")
+        .into_iter()
+        .map(|(key, _)| key)
+        .filter(|key| key.contains("/job"))
+        .collect();
+    assert_eq!(series.len(), 1, "{series:?}");
+    let prefix = format!("cgroup=\"/{top}/job\\\\x0d{forged}\\\\x0b\\\\x0c\\\\x85\\\\x1b[2J~");
+    assert!(series[0].contains(&prefix), "{}", series[0]);
+    assert!(m.value("memlock_exporter_label_values_rewritten") >= 1.0);
+    drop(exporter);
+}
