@@ -45,7 +45,8 @@ impl NumaCollector {
                 return None;
             }
         };
-        let mut ids: Vec<u32> = names.iter().filter_map(|n| n.strip_prefix("node")?.parse().ok()).collect();
+        let mut ids: Vec<u32> =
+            names.iter().filter_map(|n| crate::kernel::name_number(n.strip_prefix("node")?)).collect();
         ids.sort_unstable();
         let mut stats = NumaStats::default();
         for id in ids {

@@ -121,7 +121,9 @@ impl RdmaSysfsCollector {
         };
         let ports_dir = dir.join("ports");
         let mut numbers: Vec<u32> = match absent_ok(fsroot::list_dir(&ports_dir)) {
-            Ok(names) => names.unwrap_or_default().iter().filter_map(|n| n.parse().ok()).collect(),
+            // Only the names the kernel gives ports ("%u"): `01` or `+1` beside `1` would be a
+            // second port 1, a duplicate of every one of its series.
+            Ok(names) => names.unwrap_or_default().iter().filter_map(|n| crate::kernel::name_number(n)).collect(),
             Err(e) => {
                 errors.push(e);
                 Vec::new()
@@ -398,6 +400,42 @@ mod tests {
 
     fn counter(counters: &[(String, u64)], name: &str) -> Option<u64> {
         counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+
+    /// Issue 15 item 10: port directories `01` and `+1` beside `1` (in a sysfs root someone else
+    /// writes; the kernel names ports "%u") made every series of port 1 three times.
+    #[test]
+    fn port_directories_the_kernel_would_not_name_are_not_ports() {
+        let root = std::env::temp_dir().join(format!("memlock-rdma-ports-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        // cp -a keeps the class symlinks of the fixture, as sysfs has them.
+        let copied = std::process::Command::new("cp").arg("-a").arg(fixture_roots().sysfs).arg(&root).status();
+        assert!(copied.unwrap().success());
+        let ports = root.join("sys/class/infiniband/mlx5_0/ports");
+        for alias in ["01", "+1", "1 "] {
+            let status =
+                std::process::Command::new("cp").arg("-a").arg(ports.join("1")).arg(ports.join(alias)).status();
+            assert!(status.unwrap().success());
+        }
+        let roots = Roots { procfs: fixture_roots().procfs, sysfs: root.join("sys") };
+        let mut errors = Vec::new();
+        let stats = RdmaSysfsCollector::new(roots, RdmaConfig::default()).read(&mut errors).unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        let numbers: Vec<u32> = device(&stats, "mlx5_0").ports.iter().map(|p| p.number).collect();
+        assert_eq!(numbers, [1]);
+        let mut out = Exposition::new();
+        stats.render(&mut out);
+        let text = out.finish();
+        let series: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("memlock_rdma_port_state{device=\"mlx5_0\"")).collect();
+        assert_eq!(series.len(), 1, "{text}");
+        let mut seen = std::collections::BTreeSet::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let key = line.rsplit_once(' ').unwrap().0;
+            assert!(seen.insert(key), "duplicate series {key}");
+        }
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -52,12 +52,17 @@ impl<T> Parsed<T> {
     }
 }
 
-/// A field's decimal value: ASCII digits only (no sign), an overflow said as such.
+/// A field's decimal value: ASCII digits only (no sign, see [`decimal`]), an overflow said as
+/// such.
 pub(crate) fn field_u64(line: usize, key: &str, value: &str) -> Result<u64, ParseError> {
-    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+    if !all_digits(value) {
         return Err(ParseError::NotANumber { line, key: key.to_owned(), value: value.to_owned() });
     }
     value.parse().map_err(|_| ParseError::Overflow { line, key: key.to_owned() })
+}
+
+fn all_digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// A limit the kernel prints either as a number or as "unlimited" (`unlimited` in
@@ -92,13 +97,31 @@ impl Limit {
     }
 }
 
+/// A decimal number as the kernel prints one (`%llu`, `%lu`, `%d`): ASCII digits, after a `-`
+/// for a signed type. Rust's `str::parse` also takes a leading `+`, which no kernel file holds:
+/// every number in a kernel file is read through here, so `+5` is an error, not 5.
+pub fn decimal<T: std::str::FromStr>(text: &str) -> Option<T> {
+    all_digits(text.strip_prefix('-').unwrap_or(text)).then(|| text.parse().ok()).flatten()
+}
+
+/// A number in a name the kernel made with `%u` (a port or NUMA node directory, a hugepage
+/// size; pid directories are read as bytes, `process::scan::parse_pid_bytes`): canonical
+/// digits only, so that `01` and `+1` beside `1` are not a second 1 (they made duplicate
+/// series).
+pub fn name_number<T: std::str::FromStr>(name: &str) -> Option<T> {
+    if name.len() > 1 && name.starts_with('0') {
+        return None;
+    }
+    all_digits(name).then(|| decimal(name)).flatten()
+}
+
 /// Parses a decimal u64, tolerating surrounding whitespace (kernel files end in a newline).
 pub fn parse_u64(text: &str) -> Result<u64, ParseError> {
     let value = text.trim();
     if value.is_empty() {
         return Err(ParseError::Empty);
     }
-    value.parse::<u64>().map_err(|_| ParseError::Format(format!("{value:?} is not a non-negative integer")))
+    decimal(value).ok_or_else(|| ParseError::Format(format!("{value:?} is not a non-negative integer")))
 }
 
 /// Parses a decimal i64 (for sysctls that may be negative).
@@ -107,5 +130,57 @@ pub fn parse_i64(text: &str) -> Result<i64, ParseError> {
     if value.is_empty() {
         return Err(ParseError::Empty);
     }
-    value.parse::<i64>().map_err(|_| ParseError::Format(format!("{value:?} is not an integer")))
+    decimal(value).ok_or_else(|| ParseError::Format(format!("{value:?} is not an integer")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_digits_as_the_kernel_prints_them() {
+        assert_eq!(decimal::<u64>("18446744073709551615"), Some(u64::MAX));
+        assert_eq!(decimal::<i64>("-1"), Some(-1));
+        assert_eq!(decimal::<u64>("0042"), Some(42), "leading zeros in a value create no duplicate");
+        for text in ["+5", "-5", "", "-", "+", " 5", "5 ", "5_0", "0x10", "18446744073709551616", "٣"] {
+            assert_eq!(decimal::<u64>(text), None, "{text:?}");
+        }
+        assert_eq!(decimal::<i64>("+5"), None);
+        assert_eq!(decimal::<i64>("--5"), None);
+    }
+
+    #[test]
+    fn numbers_in_names_are_canonical() {
+        assert_eq!(name_number::<u32>("1"), Some(1));
+        assert_eq!(name_number::<u32>("0"), Some(0));
+        assert_eq!(name_number::<u32>("10"), Some(10));
+        for name in ["01", "+1", "-1", "00", "1 ", "", "1a", "4294967296"] {
+            assert_eq!(name_number::<u32>(name), None, "{name:?}");
+        }
+    }
+
+    /// Issue 15 item 10: Rust's `str::parse` takes a leading `+`, and the parsers used to.
+    #[test]
+    fn no_kernel_parser_takes_a_plus_sign() {
+        let status = include_str!("../../tests/fixtures/captures/proc_self_status")
+            .replace("VmPin:\t       0 kB", "VmPin:\t      +4 kB");
+        assert!(pid_status::parse(&status).is_err());
+        let limits = include_str!("../../tests/fixtures/captures/proc_self_limits")
+            .replace("8388608              8388608", "+8388608             8388608");
+        assert!(pid_limits::parse(&limits).is_err(), "{limits}");
+        assert!(meminfo::parse("MemTotal:       +16 kB\n").is_err());
+        assert!(vmstat::parse("nr_mlock +5\n").is_err());
+        assert!(uid_map::is_initial("0 0 +4294967295\n").is_err());
+        assert!(proc_cgroups::parse("#subsys_name\thierarchy\tnum_cgroups\tenabled\nmemory\t+4\t10\t1\n").is_err());
+        assert!(memcg::parse_v1_limit("+5\n").is_err());
+        assert!(memcg::parse_v2_limit("+5\n").is_err());
+        assert!(memcg::parse_v1_stat("cache 0\nunevictable +5\n").is_err());
+        assert!(rdma_cgroup::parse("mlx5_0 hca_handle=+2 hca_object=max\n").is_err());
+        assert!(rdma_sysfs::parse_numbered("+4: ACTIVE\n").is_err());
+        assert!(rdma_sysfs::parse_counter("+5\n").is_err());
+        assert!(parse_u64("+5\n").is_err() && parse_i64("+5\n").is_err());
+        assert_eq!(sysvm::parse_hugepage_dir_name("hugepages-+2048kB"), None);
+        assert_eq!(sysvm::parse_hugepage_dir_name("hugepages-02048kB"), None);
+        assert_eq!(sysvm::parse_hugepage_dir_name("hugepages-2048kB"), Some(2 << 20));
+    }
 }

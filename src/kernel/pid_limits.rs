@@ -48,7 +48,7 @@ fn parse_limit(line: usize, value: &str) -> Result<Limit, ParseError> {
     if value == "unlimited" {
         return Ok(Limit::Unlimited);
     }
-    value.parse().map(Limit::Bytes).map_err(|_| ParseError::NotANumber {
+    super::decimal(value).map(Limit::Bytes).ok_or_else(|| ParseError::NotANumber {
         line,
         key: MEMLOCK_LINE.to_owned(),
         value: value.to_owned(),

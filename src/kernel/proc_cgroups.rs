@@ -33,7 +33,7 @@ pub fn parse(text: &str) -> Result<Vec<Controller>, ParseError> {
             return Err(ParseError::Format(format!("line {line_no}: expected 4 fields, found {}", fields.len())));
         };
         let number = |value: &str| {
-            value.parse::<u64>().map_err(|_| ParseError::NotANumber {
+            super::decimal::<u64>(value).ok_or_else(|| ParseError::NotANumber {
                 line: line_no,
                 key: name.to_owned(),
                 value: value.to_owned(),

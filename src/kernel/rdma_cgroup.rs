@@ -50,7 +50,7 @@ pub fn parse(text: &str) -> Result<Vec<RdmaDevice>, ParseError> {
             };
             let value = match value {
                 "max" => RdmaValue::Max,
-                number => RdmaValue::Count(number.parse().map_err(|_| ParseError::NotANumber {
+                number => RdmaValue::Count(super::decimal(number).ok_or_else(|| ParseError::NotANumber {
                     line: line_no,
                     key: format!("{device} {resource}"),
                     value: number.to_owned(),

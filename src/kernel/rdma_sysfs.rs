@@ -18,10 +18,8 @@ pub fn parse_numbered(text: &str) -> Result<Numbered, ParseError> {
     let line = single_line(text)?;
     let (number, name) =
         line.split_once(':').ok_or_else(|| ParseError::Format(format!("{line:?} is not \"<number>: <name>\"")))?;
-    let value = number
-        .trim()
-        .parse::<u32>()
-        .map_err(|_| ParseError::Format(format!("{line:?}: {number:?} is not a number")))?;
+    let value = super::decimal::<u32>(number.trim())
+        .ok_or_else(|| ParseError::Format(format!("{line:?}: {number:?} is not a number")))?;
     Ok(Numbered { value, name: label_value(name) })
 }
 

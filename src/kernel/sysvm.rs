@@ -33,7 +33,7 @@ pub fn parse_choice(text: &str) -> Result<Choice, ParseError> {
 
 /// `hugepages-2048kB` -> 2097152 (bytes).
 pub fn parse_hugepage_dir_name(name: &str) -> Option<u64> {
-    let kib: u64 = name.strip_prefix("hugepages-")?.strip_suffix("kB")?.parse().ok()?;
+    let kib: u64 = super::name_number(name.strip_prefix("hugepages-")?.strip_suffix("kB")?)?;
     kib.checked_mul(1024)
 }
 

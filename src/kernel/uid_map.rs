@@ -26,7 +26,7 @@ pub fn is_initial(text: &str) -> Result<bool, ParseError> {
         let mut number = |name: &str| -> Result<u64, ParseError> {
             let value =
                 fields.next().ok_or_else(|| ParseError::MissingValue { line: index + 1, key: name.to_owned() })?;
-            let parsed: u64 = value.parse().map_err(|_| ParseError::NotANumber {
+            let parsed: u64 = super::decimal(value).ok_or_else(|| ParseError::NotANumber {
                 line: index + 1,
                 key: name.to_owned(),
                 value: value.to_owned(),

@@ -1141,7 +1141,7 @@ mod tests {
         assert_eq!(parse_pid_bytes(b"4194304"), Some(4194304));
         assert_eq!(parse_pid_bytes(b"4294967295"), Some(u32::MAX));
         assert_eq!(parse_pid_bytes(b"4294967296"), None);
-        for bad in ["", "0", "self", "+1", "-1", "1a", "99999999999"] {
+        for bad in ["", "0", "01", "007", "self", "+1", "-1", "1a", "99999999999"] {
             assert_eq!(parse_pid_bytes(bad.as_bytes()), None, "{bad}");
         }
         let mut digits = [0u8; 10];

@@ -108,7 +108,8 @@ pub(super) fn format_pid(mut pid: u32, digits: &mut [u8; 10]) -> &str {
 
 /// A procfs entry name that is a pid: decimal digits only (`self`, `sys`... are not).
 pub(super) fn parse_pid_bytes(name: &[u8]) -> Option<u32> {
-    if name.is_empty() || name.len() > 10 || !name.iter().all(u8::is_ascii_digit) {
+    // Canonical as the kernel names them: `01` beside `1` in a fake root would be pid 1 twice.
+    if name.is_empty() || name.len() > 10 || !name.iter().all(u8::is_ascii_digit) || name.starts_with(b"0") {
         return None;
     }
     let pid = name.iter().try_fold(0u32, |pid, &digit| pid.checked_mul(10)?.checked_add(u32::from(digit - b'0')))?;
