@@ -318,19 +318,29 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     let shutdown = stop_signals.received();
     tokio::pin!(shutdown);
     loop {
-        tokio::select! {
+        let reload = tokio::select! {
             () = &mut shutdown => break,
             Some(()) = hangups.recv() => {
                 tracing::info!("SIGHUP received, reloading the configuration");
-                daemon.reload(notifier.as_deref()).await;
+                true
             }
             Some(()) = file_events.recv() => {
                 tokio::time::sleep(reload::SETTLE).await;
                 while file_events.try_recv().is_ok() {}
-                if reload::fingerprint(&daemon.watch_files) != daemon.fingerprint {
+                let changed = reload::fingerprint(&daemon.watch_files) != daemon.fingerprint;
+                if changed {
                     tracing::info!("configuration files changed, reloading");
-                    daemon.reload(notifier.as_deref()).await;
                 }
+                changed
+            }
+        };
+        // A stop signal is handled while a reload runs (issue 15 item 7: SIGTERM waited for an
+        // 80 s parse). The files are parsed off this loop (off_the_event_loop); a stop abandons
+        // the reload, whose outcome the stopping daemon would not use.
+        if reload {
+            tokio::select! {
+                () = daemon.reload(notifier.as_deref()) => {}
+                () = &mut shutdown => break,
             }
         }
     }
@@ -401,8 +411,14 @@ impl Daemon {
 
     /// Loads and validates everything, then swaps; returns what changed.
     async fn try_reload(&mut self) -> Result<String, ServeError> {
-        let config = config::load(&self.sources)?;
-        let web = Arc::new(web::load(config.web_config_file.as_deref())?);
+        let sources = self.sources.clone();
+        let (config, web) = off_the_event_loop(move || -> Result<_, ServeError> {
+            let config = config::load(&sources)?;
+            let web = web::load(config.web_config_file.as_deref())?;
+            Ok((config, Arc::new(web)))
+        })
+        .await
+        .map_err(|source| ServeError::Io { context: "loading the configuration", source })??;
         let old = &self.running.config;
         for (key, changed) in [
             ("web.listen_address", config.listen_address != old.listen_address),
@@ -466,6 +482,17 @@ impl Daemon {
         self.rewatch(&web);
         Ok(changes.join(" "))
     }
+}
+
+/// Runs `work` (reading and parsing configuration files) on a thread of its own, so that the
+/// event loop keeps handling signals and requests meanwhile. The thread is not joined: if the
+/// daemon stops first, it ends with the process.
+async fn off_the_event_loop<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> std::io::Result<T> {
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name("config-load".into()).spawn(move || {
+        let _ = done.send(work());
+    })?;
+    result.await.map_err(|_| std::io::Error::other("the loading thread ended without a result (it panicked)"))
 }
 
 /// Tells systemd when the first sample is in, then pings the watchdog while every collector
@@ -556,6 +583,24 @@ impl StopSignals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a runtime of one thread, as the event loop would be if the load ran on it: a load
+    /// that never ends does not keep a timer (a signal, a request) from being handled.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slow_load_does_not_hold_the_event_loop() {
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let started = std::time::Instant::now();
+        tokio::select! {
+            _ = off_the_event_loop(move || held.recv_timeout(Duration::from_secs(60))) => {
+                panic!("the load cannot finish first")
+            }
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        drop(release);
+        let panicked = off_the_event_loop(|| -> u32 { panic!("a parser bug") }).await.unwrap_err();
+        assert!(panicked.to_string().contains("panicked"), "{panicked}");
+    }
 
     fn load(flags: Vec<(String, ::config::Value)>) -> Config {
         config::load(&Sources { file: None, env: Some(Default::default()), flags }).unwrap()

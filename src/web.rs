@@ -153,7 +153,8 @@ impl WebConfig {
 pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
     let Some(path) = path else { return Ok(WebConfig::default()) };
     let fail = |key: &str, message: String| WebConfigError { path: path.to_owned(), key: key.to_owned(), message };
-    let text = read_bounded(path).map_err(|m| fail("", m))?;
+    let text = read_bounded(path, MAX_WEB_CONFIG_BYTES).map_err(|m| fail("", m))?;
+    check_flow_nesting(&text).map_err(|m| fail("", m))?;
     // An empty file (or one holding only comments) is a valid, empty configuration.
     let raw: RawWebConfig =
         yaml_serde::from_str::<Option<RawWebConfig>>(&text).map_err(|e| fail("", e.to_string()))?.unwrap_or_default();
@@ -194,10 +195,41 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
     Ok(config)
 }
 
+/// The most flow collections (`[...]`, `{...}`) a web configuration may open. A real one opens
+/// a few (`cipher_suites: [...]`); this is far more than any needs.
+const MAX_FLOW_COLLECTIONS: usize = 32;
+
+/// The largest web configuration file: a real one is a few KiB, inline certificates and keys
+/// included (a CA bundle inline still fits). With [`MAX_FLOW_COLLECTIONS`] this bounds the
+/// parse: the worst file the two let through parses in tens of milliseconds
+/// (benches/web_config_load.rs, docs/reliability.md). Certificates and keys read from their own
+/// files keep the reader's bound ([`crate::fsroot::MAX_FILE_BYTES`]).
+const MAX_WEB_CONFIG_BYTES: u64 = 256 << 10;
+
+/// Refuses, before parsing, text that could nest flow collections deeper than
+/// [`MAX_FLOW_COLLECTIONS`]. libyaml's scanner walks its stack of possible simple keys, one per
+/// open flow collection, on every token (`yaml_parser_stale_simple_keys`, called from
+/// `yaml_parser_fetch_more_tokens` and `yaml_parser_fetch_next_token` in libyaml-rs 0.3's
+/// scanner.rs), and yaml_serde scans the whole document before its recursion limit (128)
+/// applies: parsing is quadratic in the nesting, 500 KB of `[` took about 80 s. Every `[` and
+/// `{` is counted, quoted or not: a count cannot be fooled by a quote the scanner would read
+/// differently, and it bounds the depth. Block nesting costs no such walk (its cost grows with
+/// the indentation, bounded by the file size).
+fn check_flow_nesting(text: &str) -> Result<(), String> {
+    let opened = text.bytes().filter(|&b| b == b'[' || b == b'{').count();
+    if opened > MAX_FLOW_COLLECTIONS {
+        return Err(format!(
+            "{opened} '[' and '{{' in the file, more than the {MAX_FLOW_COLLECTIONS} a web configuration may \
+                have (deeply nested YAML is refused unparsed)"
+        ));
+    }
+    Ok(())
+}
+
 /// Web configuration files, certificates and keys are small; the reader does not block on a
 /// FIFO in place of a watched file (a reload runs on the daemon's event loop).
-fn read_bounded(path: &Path) -> Result<String, String> {
-    crate::fsroot::read_regular_text(path, crate::fsroot::MAX_FILE_BYTES).map_err(|e| e.to_string())
+fn read_bounded(path: &Path, limit: u64) -> Result<String, String> {
+    crate::fsroot::read_regular_text(path, limit).map_err(|e| e.to_string())
 }
 
 fn tls_enabled(tls: &RawTls) -> bool {
@@ -212,7 +244,7 @@ type KeyedError = (&'static str, String);
 fn pem_source(dir: &Path, file: &str, inline: &str, files: &mut Vec<PathBuf>) -> Result<Option<Vec<u8>>, String> {
     if !file.is_empty() {
         let path = dir.join(file);
-        let text = read_bounded(&path)?;
+        let text = read_bounded(&path, crate::fsroot::MAX_FILE_BYTES)?;
         files.push(path);
         Ok(Some(text.into_bytes()))
     } else if !inline.is_empty() {
@@ -635,6 +667,37 @@ mod tests {
             let error = error.expect("refused");
             assert!(error.contains("not a regular file"), "{error}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Issue 15 item 7: 500 KB of nested `[` took about 80 s to parse (quadratic in the
+    /// nesting), and a reload waited for it. Refused unparsed, at once, naming the file.
+    #[test]
+    fn deeply_nested_yaml_is_refused_before_parsing() {
+        let dir = temp_dir("nested");
+        let hostile =
+            write(&dir, "web.yml", &format!("basic_auth_users: {}{}\n", "[".repeat(250_000), "]".repeat(250_000)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = hostile.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(load(Some(&path)).err().map(|e| e.to_string()));
+        });
+        let error = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("parsing did not end in 10 s");
+        let error = error.expect("refused");
+        assert!(error.contains(&hostile.display().to_string()), "{error}");
+        assert!(error.contains("larger than 262144 bytes"), "{error}");
+        // Within the size bound: refused by the count.
+        let nested =
+            write(&dir, "nested.yml", &format!("basic_auth_users: {}{}\n", "[".repeat(50_000), "]".repeat(50_000)));
+        let error = load(Some(&nested)).unwrap_err().to_string();
+        assert!(error.contains("50000 '[' and '{'") && error.contains("more than the 32"), "{error}");
+        // Quotes cannot hide brackets from the count: YAML and a quote-aware scan could differ.
+        let quoted = write(&dir, "quoted.yml", &format!("basic_auth_users: {{\"{}\": x}}\n", "[".repeat(32)));
+        assert!(load(Some(&quoted)).unwrap_err().to_string().contains("33 '['"));
+        // 32 are allowed, and parsed: here into the wrong shape, which names the key.
+        let deep = write(&dir, "deep.yml", &format!("basic_auth_users: {}{}\n", "[".repeat(32), "]".repeat(32)));
+        let error = load(Some(&deep)).unwrap_err().to_string();
+        assert!(error.contains("basic_auth_users") && !error.contains("refused unparsed"), "{error}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

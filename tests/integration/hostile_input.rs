@@ -312,3 +312,93 @@ fn a_cgroup_named_with_control_characters_forges_no_log_line_and_no_raw_label() 
     assert!(m.value("memlock_exporter_label_values_rewritten") >= 1.0);
     drop(exporter);
 }
+
+/// The worst web configuration the checks let parse (src/web.rs): 256 KiB of tokens inside the
+/// 32 flow collections allowed.
+fn slowest_accepted_web_config() -> String {
+    let mut text = format!("basic_auth_users: {}", "[".repeat(32));
+    while text.len() < (256 << 10) - 100 {
+        text.push_str("a, ");
+    }
+    text.push('a');
+    text.push_str(&"]".repeat(32));
+    text.push('\n');
+    text
+}
+
+/// Issue 15 item 7 through the binary: a hostile web configuration on reload is refused
+/// unparsed, the old one keeps serving, and SIGTERM sent while a reload parses the slowest
+/// file allowed stops the daemon cleanly without waiting for the parse. Prints both times.
+#[test]
+fn a_hostile_web_config_on_reload_is_refused_and_sigterm_does_not_wait_for_a_parse() {
+    let dir = std::env::temp_dir().join(format!("memlock-hostile-web-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let web = dir.join("web.yml");
+    let good = "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n";
+    std::fs::write(&web, good).unwrap();
+    let roots = fixtures();
+    let (procfs, sysfs) = (roots.join("proc"), roots.join("sys"));
+    let exporter = Exporter::start(&[
+        "--path.procfs",
+        procfs.to_str().unwrap(),
+        "--path.sysfs",
+        sysfs.to_str().unwrap(),
+        "--web.config.file",
+        web.to_str().unwrap(),
+    ]);
+    let hup = || {
+        // SAFETY: kill with the pid of our own child.
+        assert_eq!(unsafe { libc::kill(exporter.child.id() as i32, libc::SIGHUP) }, 0);
+    };
+    let count = |what: &str| exporter.log_text().matches(what).count();
+    let wait_count = |what: &str, n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while count(what) < n {
+            assert!(Instant::now() < deadline, "no {n} {what:?} in the log:\n{}", exporter.log_text());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+
+    // 500 KB of nesting, which took about 80 s to parse: refused at once (the file watch
+    // reloads), the old configuration kept.
+    std::fs::write(&web, format!("basic_auth_users: {}{}\n", "[".repeat(250_000), "]".repeat(250_000))).unwrap();
+    wait_count("configuration reload failed", 1);
+    assert!(exporter.log_text().contains("larger than 262144 bytes"), "{}", exporter.log_text());
+    let m = exporter.metrics();
+    assert_eq!(m.value("memlock_exporter_config_last_reload_successful"), 0.0);
+
+    // How long the slowest allowed parse takes here (a debug build): from the log line that
+    // starts the reload to the one that ends it.
+    std::fs::write(&web, slowest_accepted_web_config()).unwrap();
+    wait_count("configuration reload failed", 2);
+    let parse = {
+        let log = exporter.log_text();
+        let at = |what: &str| {
+            let line = log.lines().rev().find(|l| l.contains(what)).unwrap();
+            let time = line.split("\"timestamp\":\"").nth(1).unwrap().split('"').next().unwrap();
+            // 2026-12-01T10:20:00.123456Z: seconds of the day are enough within one test.
+            let clock: Vec<f64> = time[11..time.len() - 1].split(':').map(|f| f.parse().unwrap()).collect();
+            clock[0] * 3600.0 + clock[1] * 60.0 + clock[2]
+        };
+        Duration::from_secs_f64(at("configuration reload failed") - at("configuration files changed, reloading"))
+    };
+
+    // SIGTERM in the middle of the same reload (unchanged files: SIGHUP reloads anyway).
+    let hups = count("SIGHUP received");
+    hup();
+    wait_count("SIGHUP received", hups + 1);
+    let sent = Instant::now();
+    let status = exporter.terminate();
+    let stop = sent.elapsed();
+    assert!(status.success(), "{status:?}");
+    // Waiting for the parse takes most of `parse` (less the moments since SIGHUP was seen: 0.8
+    // of it when measured so); not waiting, a few tens of milliseconds against hundreds.
+    assert!(stop < parse / 4, "SIGTERM took {stop:?}, the parse takes {parse:?}: the stop waited for it");
+    eprintln!(
+        "web config reload: the slowest file allowed ({} bytes, 32 levels) reloads in {parse:?}; SIGTERM during \
+         that reload stops the daemon in {stop:?}",
+        slowest_accepted_web_config().len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
