@@ -76,7 +76,8 @@ the amount reached are printed, the memory is held for --hold-seconds, then rele
 closed, munlock, munmap) and a final line printed. SIGINT or SIGTERM releases at once, and so
 does a reader that stops reading (`| head`): the rest of the output is dropped.
 
-Safety: refuses to start when --max-mib exceeds half of MemAvailable.
+Safety: refuses to start when --max-mib exceeds half of MemAvailable, read from /proc/meminfo
+(checked to be procfs) whatever --path.procfs says: the memory is this machine's.
 
 Example, as root, for a uid of its own (io_uring checks the user's total) with a 4 MiB soft limit:
   prlimit --memlock=4194304:8388608 setpriv --reuid=61479 --regid=61479 --clear-groups \\
@@ -136,7 +137,8 @@ pub struct DrillArgs {
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     pub json: bool,
-    /// procfs mount point, for meminfo and self/status.
+    /// procfs mount point, for self/status in the report. The safety check always reads the
+    /// kernel's /proc/meminfo.
     #[arg(long = "path.procfs", value_name = "PATH", default_value = "/proc")]
     pub procfs: PathBuf,
 }
@@ -187,6 +189,8 @@ pub enum DrillError {
     Meminfo(#[source] SourceError),
     #[error("cannot check MemAvailable: {} has no MemAvailable line", .0.display())]
     NoMemAvailable(PathBuf),
+    #[error("cannot check MemAvailable: {} is not procfs (statfs f_type {f_type:#x})", .path.display())]
+    NotProcfs { path: PathBuf, f_type: i64 },
     #[error(
         "{steps} steps need {needed} file descriptors (one io_uring ring each) but RLIMIT_NOFILE allows {hard}: raise \
             --step-mib or the hard limit"
@@ -213,6 +217,7 @@ impl DrillError {
             | DrillError::Descriptors { .. } => crate::exit::USAGE,
             DrillError::Meminfo(_)
             | DrillError::NoMemAvailable(_)
+            | DrillError::NotProcfs { .. }
             | DrillError::Syscall { .. }
             | DrillError::Output(_) => crate::exit::RUNTIME,
         }
@@ -287,6 +292,29 @@ pub fn mem_available(procfs: &Path) -> Result<u64, DrillError> {
     let path = procfs.join("meminfo");
     let info = fsroot::read_parsed(&path, meminfo::parse).map_err(DrillError::Meminfo)?;
     info.mem_available.ok_or(DrillError::NoMemAvailable(path))
+}
+
+/// MemAvailable of the kernel that hands out the memory the drill locks or pins: this
+/// machine's, whatever `--path.procfs` points at (a fake meminfo there let it lock 20 GB).
+/// Read from `procfs`, after checking with statfs(2) that it is procfs (PROC_SUPER_MAGIC) and
+/// not a directory standing in for it; the CLI passes /proc.
+pub fn kernel_mem_available(procfs: &Path) -> Result<u64, DrillError> {
+    let io_error = |source| DrillError::Meminfo(SourceError::Io { path: procfs.to_owned(), source });
+    let name = std::ffi::CString::new(procfs.as_os_str().as_encoded_bytes())
+        .map_err(|_| io_error(io::Error::from(io::ErrorKind::InvalidInput)))?;
+    // SAFETY: statfs reads the NUL-terminated path and writes into the zeroed struct we own.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; both pointers are valid for the call.
+    if unsafe { libc::statfs(name.as_ptr(), &mut fs) } != 0 {
+        return Err(io_error(io::Error::last_os_error()));
+    }
+    // f_type and the magic are i64 on x86_64, narrower on other targets.
+    #[allow(clippy::unnecessary_cast)]
+    let (f_type, proc_magic) = (fs.f_type as i64, libc::PROC_SUPER_MAGIC as i64);
+    if f_type != proc_magic {
+        return Err(DrillError::NotProcfs { path: procfs.to_owned(), f_type });
+    }
+    mem_available(procfs)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -977,7 +1005,7 @@ fn sleep_unless_stopped(duration: Duration, stop: &AtomicI32) -> bool {
 /// ramp, hold, release, reporting to stdout.
 pub fn run(args: &DrillArgs) -> Result<Outcome, DrillError> {
     let plan = args.plan()?;
-    let available = mem_available(&plan.procfs)?;
+    let available = kernel_mem_available(Path::new("/proc"))?;
     check_target(plan.max_bytes.saturating_add(plan.locked_bytes), available)?;
     if plan.mode == Mode::Pin {
         ensure_descriptors(plan.steps())?;
@@ -1177,6 +1205,24 @@ mod tests {
         let missing = mem_available(Path::new("/nonexistent-procfs")).unwrap_err();
         assert_eq!(missing.exit_code(), 1);
         assert!(missing.to_string().contains("/nonexistent-procfs/meminfo"), "{missing}");
+    }
+
+    /// Issue 15 item 10: a fake meminfo under --path.procfs claiming 10 TB available let the
+    /// drill lock 20 GB. The bound comes from the kernel's procfs, and a directory in its place
+    /// is refused.
+    #[test]
+    fn the_safety_bound_comes_from_the_kernel_not_from_path_procfs() {
+        let dir = std::env::temp_dir().join(format!("memlock-drill-fake-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("meminfo"), "MemTotal: 10737418240 kB\nMemAvailable: 10737418240 kB\n").unwrap();
+        let err = kernel_mem_available(&dir).unwrap_err();
+        assert!(matches!(err, DrillError::NotProcfs { .. }), "{err}");
+        assert!(err.to_string().contains("is not procfs"), "{err}");
+        assert_eq!(err.exit_code(), 1);
+        let real = kernel_mem_available(Path::new("/proc")).unwrap();
+        let total = fsroot::read_parsed(Path::new("/proc/meminfo"), meminfo::parse).unwrap().mem_total.unwrap();
+        assert!(real > 0 && real <= total, "{real} of {total}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

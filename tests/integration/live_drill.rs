@@ -367,6 +367,43 @@ fn a_target_above_half_of_mem_available_is_refused_before_anything_is_taken() {
     }
 }
 
+/// Issue 15 item 10: the bound came from `--path.procfs`, and a fake meminfo there let the drill
+/// lock 20 GB. It comes from the kernel's /proc now. Should it not, the drill below would start
+/// and be refused by the kernel at its 1 MiB limit (unprivileged, pin mode): nothing at risk.
+#[test]
+fn the_safety_bound_ignores_a_fake_meminfo_under_path_procfs() {
+    require_root();
+    let _guard = live_lock();
+    let fake = std::env::temp_dir().join(format!("memlock-drill-fake-procfs-{}", std::process::id()));
+    std::fs::create_dir_all(&fake).unwrap();
+    crate::util::set_mode(&fake, 0o755);
+    let terabytes = 10u64 << 30; // kB
+    std::fs::write(fake.join("meminfo"), format!("MemTotal: {terabytes} kB\nMemAvailable: {terabytes} kB\n")).unwrap();
+    crate::util::set_mode(&fake.join("meminfo"), 0o644);
+    // All of MemAvailable, in 100 steps: above half of the real one however much it moves.
+    let available_mib = meminfo_bytes("MemAvailable") / MIB;
+    let (max_mib, step_mib) = (available_mib.to_string(), (available_mib / 100).max(1).to_string());
+    let args = [
+        "--mode",
+        "pin",
+        "--step-mib",
+        &step_mib,
+        "--max-mib",
+        &max_mib,
+        "--interval-ms",
+        "10",
+        "--hold-seconds",
+        "0",
+        "--path.procfs",
+        fake.to_str().unwrap(),
+    ];
+    let refused = run(drill_as_nobody(MIB, MIB, &args));
+    std::fs::remove_dir_all(&fake).unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", refused.context());
+    assert!(refused.stdout.is_empty(), "nothing ramped: {}", refused.context());
+    assert!(refused.stderr.contains("exceeds half of MemAvailable"), "{}", refused.context());
+}
+
 /// Starts a drill with its stdout piped and returns the lines up to and including the first
 /// one of `event`.
 fn read_until(child: &mut Child, event: &str) -> (BufReader<std::process::ChildStdout>, Vec<String>) {
