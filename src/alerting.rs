@@ -510,6 +510,26 @@ mod tests {
         );
     }
 
+    /// Issue 15 item 6: the fast path's labels are bounded as the scrape's are, so that
+    /// Alertmanager groups and inhibits them with the rules' alerts on the same series.
+    #[test]
+    fn alert_labels_and_texts_are_bounded_as_the_scrape_bounds_them() {
+        let mut point = process(2.0 * MIB, 8.0 * MIB, Some(0.5 * MIB), Some(12.0));
+        let long = format!("/attack/{}\u{1b}[2J", "d".repeat(4000));
+        point.labels[1].1 = long.clone(); // comm, in the summary and description
+        point.labels[2].1 = long.clone(); // cgroup
+        let alerts = evaluate(&snapshot(vec![point]), &config());
+        assert_eq!(alerts.len(), 1);
+        let exported = crate::exposition::label_value(&long);
+        assert_eq!(alerts[0].labels["cgroup"], exported);
+        assert_eq!(alerts[0].labels["comm"], exported);
+        assert!(alerts[0].annotations["summary"].contains(exported.as_ref()), "{:?}", alerts[0].annotations);
+        assert_eq!(exported.len(), crate::exposition::MAX_LABEL_VALUE_BYTES);
+        for text in alerts[0].annotations.values() {
+            assert!(text.len() < 2048 && !text.contains('\u{1b}'), "{text}");
+        }
+    }
+
     #[test]
     fn far_exhaustion_and_low_usage_do_not_alert() {
         let alerts = evaluate(&snapshot(vec![process(1.0 * MIB, 8.0 * MIB, Some(1024.0), Some(7000.0))]), &config());
