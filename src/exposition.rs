@@ -123,11 +123,15 @@ impl Exposition {
                 }
                 self.out.push_str(key);
                 self.out.push_str("=\"");
-                let value = label_value(value);
-                if let Cow::Owned(_) = value {
+                // Escaping finds a control character on its way (one pass over the value, not
+                // two: this runs for every label of every series); then label_value rewrites it.
+                let start = self.out.len();
+                if value.len() > MAX_LABEL_VALUE_BYTES || !escape_plain_label_value(&mut self.out, value) {
+                    self.out.truncate(start);
                     self.rewritten_label_values += 1;
+                    let written = escape_plain_label_value(&mut self.out, &label_value(value));
+                    debug_assert!(written, "label_value left a control character in {value:?}");
                 }
-                escape_label_value(&mut self.out, &value);
                 self.out.push('"');
             }
             self.out.push('}');
@@ -171,15 +175,28 @@ fn write_float(out: &mut String, v: f64) {
     }
 }
 
-fn escape_label_value(out: &mut String, value: &str) {
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
+/// Writes `value` escaped for the text format (`\\`, `\"`) and returns true; or returns false,
+/// `out` partly written, at the first control character (C0, DEL, C1: what `char::is_control`
+/// is), which [`label_value`] rewrites. Copies runs of plain bytes whole.
+fn escape_plain_label_value(out: &mut String, value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let mut run = 0;
+    for (i, &byte) in bytes.iter().enumerate() {
+        let escaped = match byte {
+            b'\\' => "\\\\",
+            b'"' => "\\\"",
+            0..=0x1f | 0x7f => return false,
+            // U+0080 to U+009F are C2 80 to C2 9F in UTF-8.
+            0xc2 if bytes.get(i + 1).is_some_and(|next| (0x80..=0x9f).contains(next)) => return false,
+            _ => continue,
+        };
+        // `i` is at an ASCII byte, so on a character boundary.
+        out.push_str(&value[run..i]);
+        out.push_str(escaped);
+        run = i + 1;
     }
+    out.push_str(&value[run..]);
+    true
 }
 
 fn escape_help(help: &str) -> String {
@@ -256,6 +273,20 @@ mod tests {
         assert!(controls.split('~').next().unwrap().len() % 4 == 0, "{controls}");
         for value in ["a\0b".to_owned(), "\n".repeat(1000), "\u{9b}".to_owned()] {
             assert!(!label_value(&value).chars().any(char::is_control), "{value:?}");
+        }
+    }
+
+    /// The escaping pass and label_value agree on what must be rewritten, for every character
+    /// up to U+0200 in every position.
+    #[test]
+    fn the_escaping_pass_finds_what_label_value_rewrites() {
+        for code in 0..0x200u32 {
+            let Some(c) = char::from_u32(code) else { continue };
+            for value in [format!("{c}"), format!("a{c}b"), format!("é{c}"), format!("{c}\u{80}")] {
+                let mut out = String::new();
+                let plain = escape_plain_label_value(&mut out, &value);
+                assert_eq!(plain, matches!(label_value(&value), Cow::Borrowed(_)), "{value:?}");
+            }
         }
     }
 
