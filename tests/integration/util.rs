@@ -77,6 +77,9 @@ pub struct Exporter {
     pub child: Child,
     pub address: String,
     pub log: std::sync::Arc<Mutex<Vec<String>>>,
+    /// How long a request may take to answer: [`HTTP_TIMEOUT`] unless a test serves snapshots
+    /// large enough to need more (a debug build renders 41 MB in 1.6 to 4.5 s, measured).
+    pub timeout: Duration,
 }
 
 impl Exporter {
@@ -125,7 +128,7 @@ impl Exporter {
             panic!("exporter did not start; log: {:?}", log.lock().unwrap())
         });
         let address = json_field(&line, "address").expect("listening line has an address");
-        Exporter { child, address, log }
+        Exporter { child, address, log, timeout: HTTP_TIMEOUT }
     }
 
     pub fn wait_ready(&self) {
@@ -140,7 +143,7 @@ impl Exporter {
     }
 
     pub fn get(&self, path: &str) -> (u16, String) {
-        http_get(&self.address, path).expect("http get")
+        http_get_within(&self.address, path, self.timeout).expect("http get")
     }
 
     pub fn metrics(&self) -> Metrics {
@@ -201,9 +204,16 @@ fn json_field(line: &str, key: &str) -> Option<String> {
 }
 
 /// A minimal HTTP/1.1 GET over a real socket: status and body.
+/// The read timeout of [`http_get`].
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub fn http_get(address: &str, path: &str) -> std::io::Result<(u16, String)> {
+    http_get_within(address, path, HTTP_TIMEOUT)
+}
+
+pub fn http_get_within(address: &str, path: &str, timeout: Duration) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect(address)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_read_timeout(Some(timeout))?;
     // One write: a server that answers early (400 to plain HTTP on a TLS port) and closes must
     // not turn the rest of the request into EPIPE; and a refused write still has an answer to read.
     let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
