@@ -7,7 +7,7 @@
                                          sources give, or when the sources break a convention
 
 Sources: alerts/thresholds.yml (every threshold, once), alerts/rules.template.yml (the rules,
-with ${name} and ${name:text} placeholders) and dashboards/build.py (the dashboards, as Python
+with ${name}, ${name:text} and ${name:each} placeholders) and dashboards/build.py (the dashboards, as Python
 data). Python standard library, plus PyYAML for the Kubernetes PrometheusRule it also writes
 (packaging/kubernetes/prometheusrule.yaml, through packaging/kubernetes/generate.py).
 """
@@ -38,7 +38,7 @@ DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 INTEGER = re.compile(r"^-?\d+$")
 DECIMAL = re.compile(r"^-?\d+\.\d+$")
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-PLACEHOLDER = re.compile(r"\$\{([a-z][a-z0-9_]*)(?::(text))?\}")
+PLACEHOLDER = re.compile(r"\$\{([a-z][a-z0-9_]*)(?::(text|each))?\}")
 
 
 class SourceError(Exception):
@@ -166,21 +166,46 @@ def parse_thresholds(text, source=THRESHOLDS):
 
 
 def render_rules(template, thresholds):
-    def substitute(match):
+    def substitute(match, item=None):
         threshold = thresholds.get(match.group(1))
+        if match.group(2) == "each":
+            return item
         return threshold.text() if match.group(2) == "text" else threshold.promql()
 
     lines = []
-    for line in template.splitlines(keepends=True):
+    for number, line in enumerate(template.splitlines(keepends=True), start=1):
         # The template's own header comment describes the template, not the output.
         if not lines and line.startswith("#"):
             continue
-        lines.append(PLACEHOLDER.sub(substitute, line))
+        lines.extend(expand_each(line, number, thresholds, substitute))
     body = "".join(lines).lstrip("\n")
     leftover = re.search(r"\$\{[^}]*\}", body)
     if leftover:
         raise SourceError(f"{rel(TEMPLATE)}: malformed placeholder {leftover.group(0)!r}")
     return HEADER + body
+
+
+def expand_each(line, number, thresholds, substitute):
+    """A line with ${name:each} is written once per word of the string `name`, the placeholder
+    replaced by the word (every ${name:each} of the line by the same word). The copies are a
+    union of PromQL vectors: each after the first starts with `or ` after the indentation."""
+    names = {m.group(1) for m in PLACEHOLDER.finditer(line) if m.group(2) == "each"}
+    if not names:
+        return [PLACEHOLDER.sub(substitute, line)]
+    if len(names) > 1:
+        raise SourceError(f"{rel(TEMPLATE)}:{number}: one ${{name:each}} list per line, not {sorted(names)}")
+    (name,) = names
+    threshold = thresholds.get(name)
+    words = str(threshold.value).split() if threshold.kind == "string" else []
+    if not words or not all(NAME.match(w) for w in words):
+        raise SourceError(f"{rel(THRESHOLDS)}: {name} must be a quoted string of label names separated by spaces to be used as ${{{name}:each}}")
+    body = line.lstrip(" ")
+    indent = line[: len(line) - len(body)]
+    out = []
+    for i, word in enumerate(words):
+        text = PLACEHOLDER.sub(lambda m: substitute(m, word), body)
+        out.append(indent + ("or " if i else "") + text)
+    return out
 
 
 def load_dashboard_builder():

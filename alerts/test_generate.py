@@ -63,6 +63,20 @@ class Template(unittest.TestCase):
         self.assertNotIn("template header", out)
         self.assertTrue(out.startswith(generate.HEADER))
 
+    def test_each_repeats_a_line_per_word_as_a_union(self):
+        t = parse_thresholds(VALID + 'labels: "kernel mlx5_core"\n')
+        out = render_rules('max (\n  label_replace(x, "c", "${labels:each}", "${labels:each}", "") > ${near_ratio}\n)\n', t)
+        self.assertIn('max (\n  label_replace(x, "c", "kernel", "kernel", "") > 0.9\n  or label_replace(x, "c", "mlx5_core", "mlx5_core", "") > 0.9\n)\n', out)
+
+    def test_each_needs_a_string_of_label_names(self):
+        for value in ("5", '""', '"kernel mlx5-core"'):
+            t = parse_thresholds(VALID + f"labels: {value}\n")
+            with self.subTest(value), self.assertRaises(SourceError):
+                render_rules("x ${labels:each}\n", t)
+        t = parse_thresholds(VALID + 'labels: "a b"\nothers: "c d"\n')
+        with self.assertRaises(SourceError):
+            render_rules("x ${labels:each} ${others:each}\n", t)
+
     def test_unknown_and_malformed_placeholders_fail(self):
         t = parse_thresholds(VALID)
         with self.assertRaises(SourceError):
