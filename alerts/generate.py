@@ -278,6 +278,24 @@ def check_rules(rules_text, runbooks_text, tests_texts, runbook_base_url):
     return names, problems
 
 
+RECORD = re.compile(r"^\s*- record: (\S+)\s*$", re.M)
+RECORD_NAME = re.compile(r"^memlock_(job|node|fleet):[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
+
+
+def check_recording_rules(rules_text, tests_texts):
+    """Recording rules are named level:metric:operations with the level memlock_job (one Slurm job
+    or pod across nodes), memlock_node or memlock_fleet, and each has a promtool case that asserts
+    a sample of it (`labels: 'name{...}'` in exp_samples)."""
+    problems = []
+    tests = "\n".join(tests_texts)
+    for name in dict.fromkeys(RECORD.findall(rules_text)):
+        if not RECORD_NAME.match(name):
+            problems.append(f"recording rule {name}: names are level:metric:operations, the level memlock_job, memlock_node or memlock_fleet")
+        if not re.search(rf"labels: '{re.escape(name)}\{{", tests):
+            problems.append(f"recording rule {name}: alerts/tests has no promql_expr_test that expects a sample of it (labels: '{name}{{...}}')")
+    return problems
+
+
 def check_rule_tests(name, tests):
     """Each alert needs a case that fires, one that is pending, and one that must stay quiet."""
     problems = []
@@ -349,6 +367,7 @@ def generate():
     tests = [p.read_text() for p in sorted(RULE_TESTS.glob("*.yml"))]
     _, rule_problems = check_rules(rules_text, runbooks, tests, thresholds.value("runbook_base_url"))
     problems += rule_problems
+    problems += check_recording_rules(rules_text, tests)
     problems += check_dashboards(dashboards)
     files = {RULES: rules_text}
     files.update({DASHBOARDS / name: text for name, text in dashboards.items()})

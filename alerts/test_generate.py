@@ -5,7 +5,7 @@ import json
 import unittest
 
 import generate
-from generate import SourceError, check_dashboards, check_rules, parse_thresholds, render_rules
+from generate import SourceError, check_dashboards, check_recording_rules, check_rules, parse_thresholds, render_rules
 
 VALID = """\
 # comment
@@ -128,6 +128,19 @@ class RuleConventions(unittest.TestCase):
         self.assertTrue(any("fires" in p for p in self.problems(tests=TESTS.replace("          - exp_labels: {}\n", "        exp_alerts: []\n"))))
         self.assertTrue(any("pending case" in p for p in self.problems(tests=TESTS.replace('alertstate="pending"', 'alertstate="firing"'))))
         self.assertTrue(any("quiet case" in p for p in self.problems(tests=TESTS.replace("exp_samples: []", "exp_samples:"))))
+
+
+class RecordingRuleConventions(unittest.TestCase):
+    RULES = "      - record: memlock_job:memlock_nodes:count\n        expr: count(x)\n"
+    TESTS = "          - labels: 'memlock_job:memlock_nodes:count{job=\"memlock\",slurm_job=\"1\"}'\n            value: 2\n"
+
+    def test_a_named_and_tested_rule_passes(self):
+        self.assertEqual(check_recording_rules(self.RULES, [self.TESTS]), [])
+
+    def test_names_and_missing_tests_are_reported(self):
+        self.assertTrue(any("level:metric:operations" in p for p in check_recording_rules(self.RULES.replace("memlock_job:", "job:"), [self.TESTS])))
+        self.assertTrue(any("level:metric:operations" in p for p in check_recording_rules(self.RULES.replace(":count", ""), [self.TESTS])))
+        self.assertTrue(any("promql_expr_test" in p for p in check_recording_rules(self.RULES, [self.TESTS.replace("nodes:count", "nodes:sum")])))
 
 
 class DashboardConventions(unittest.TestCase):
