@@ -319,6 +319,7 @@ def check_dashboards(dashboards):
     """Problems with the dashboards: uids, schema, variables, datasources, queries."""
     problems = []
     uids = set()
+    links = []
     for file_name, text in dashboards.items():
         board = json.loads(text)
         where = f"dashboards/{file_name}"
@@ -348,9 +349,37 @@ def check_dashboards(dashboards):
             if not targets:
                 problems.append(f"{where}: panel {title!r} has no query")
             for target in targets:
-                expr = target.get("expr", "")
-                if "memlock_" in expr and not ('job=~"$job"' in expr and 'instance=~"$instance"' in expr):
-                    problems.append(f"{where}: panel {title!r}: query does not filter on $job and $instance: {expr}")
+                for problem in check_selectors(target.get("expr", "")):
+                    problems.append(f"{where}: panel {title!r}: {problem}")
+            for link in (l for o in panel.get("fieldConfig", {}).get("overrides", []) for p in o["properties"] if p["id"] == "links" for l in p["value"]):
+                target_uid = re.match(r"^/d/([^/?]+)", link.get("url", ""))
+                if not target_uid:
+                    problems.append(f"{where}: panel {title!r}: link {link.get('title')!r} is not a /d/<uid> dashboard link")
+                else:
+                    links.append((where, title, target_uid.group(1)))
+    known = {json.loads(text).get("uid") for text in dashboards.values()}
+    for where, title, target_uid in links:
+        if target_uid not in known:
+            problems.append(f"{where}: panel {title!r} links to dashboard {target_uid}, which dashboards/build.py does not make")
+    return problems
+
+
+SELECTOR = re.compile(r"\b(memlock_[A-Za-z0-9_:]+)(\{[^}]*\})?")
+
+
+def check_selectors(expr):
+    """Each memlock series in a query filters on the dashboard's variables: exported series and
+    recorded per-node series (memlock_node:*) on $job and $instance, recorded series without an
+    instance label (memlock_job:*, memlock_fleet:*) on $job."""
+    problems = []
+    for match in SELECTOR.finditer(expr):
+        name, selector = match.group(1), match.group(2) or ""
+        needs = ['job=~"$job"']
+        if not name.startswith(("memlock_job:", "memlock_fleet:")):
+            needs.append('instance=~"$instance"')
+        missing = [n for n in needs if n not in selector]
+        if missing:
+            problems.append(f"{name} does not filter on {' and '.join(missing)}: {expr}")
     return problems
 
 

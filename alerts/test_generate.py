@@ -151,6 +151,7 @@ class DashboardConventions(unittest.TestCase):
             "title": "P",
             "datasource": {"type": "prometheus", "uid": "${datasource}"},
             "targets": [{"expr": 'memlock_node_mlocked_bytes{job=~"$job", instance=~"$instance"}'}],
+            "fieldConfig": {"defaults": {}, "overrides": []},
         }
         board = {
             "uid": "memlock-x",
@@ -172,6 +173,34 @@ class DashboardConventions(unittest.TestCase):
         self.assertTrue(check_dashboards(self.board(datasource={"type": "prometheus", "uid": "prom"})))
         self.assertTrue(check_dashboards(self.board(targets=[{"expr": "memlock_node_mlocked_bytes"}])))
         self.assertTrue(check_dashboards(self.board(targets=[])))
+
+    def test_every_selector_of_a_query_filters(self):
+        both = 'job=~"$job", instance=~"$instance"'
+        ok = [
+            f"memlock_node_mlocked_bytes{{{both}}} / memlock_node_memory_total_bytes{{{both}}}",
+            'memlock_job:memlock_nodes:count{job=~"$job"}',
+            f'memlock_node:memlock_software_version:info{{{both}}} * on (job) memlock_fleet:memlock_software_versions:count{{job=~"$job"}}',
+        ]
+        for expr in ok:
+            with self.subTest(expr):
+                self.assertEqual(check_dashboards(self.board(targets=[{"expr": expr}])), [])
+        bad = [
+            f"memlock_node_mlocked_bytes{{{both}}} / memlock_node_memory_total_bytes",
+            f'memlock_node_mlocked_bytes{{{both}}} / memlock_node_memory_total_bytes{{job=~"$job"}}',
+            'memlock_node:memlock_software_version:info{job=~"$job"}',
+            "memlock_job:memlock_nodes:count",
+        ]
+        for expr in bad:
+            with self.subTest(expr):
+                self.assertTrue(check_dashboards(self.board(targets=[{"expr": expr}])))
+
+    def test_links_point_at_generated_dashboards(self):
+        def with_link(url):
+            override = {"matcher": {"id": "byName", "options": "instance"}, "properties": [{"id": "links", "value": [{"title": "t", "url": url}]}]}
+            return self.board(fieldConfig={"defaults": {}, "overrides": [override]})
+        self.assertEqual(check_dashboards(with_link("/d/memlock-x?var-instance=${__value.raw}")), [])
+        self.assertTrue(check_dashboards(with_link("/d/memlock-nope?var-instance=${__value.raw}")))
+        self.assertTrue(check_dashboards(with_link("https://example.invalid/")))
 
 
 if __name__ == "__main__":

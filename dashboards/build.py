@@ -25,6 +25,29 @@ def m(name, **matchers):
     return f"{name}{{{', '.join(parts)}}}"
 
 
+def r(name, **matchers):
+    """A recorded series without an instance label (memlock_job:*, memlock_fleet:*), selected by
+    the dashboard's job variable and by `matchers` as in m()."""
+    parts = ['job=~"$job"']
+    for label, value in matchers.items():
+        operator, value = value if isinstance(value, tuple) else ("=", value)
+        parts.append(f'{label}{operator}"{value}"')
+    return f"{name}{{{', '.join(parts)}}}"
+
+
+# Links from a table's instance column to the per-node dashboards, for that node and the current
+# data source, job and time range.
+NODE_DASHBOARDS = (("Node overview", "memlock-node"), ("Processes", "memlock-processes"), ("Jobs and pods", "memlock-workloads"), ("RDMA", "memlock-rdma"))
+
+
+def node_links(field="instance"):
+    links = [
+        {"title": f"{title} of ${{__value.text}}", "url": f"/d/{uid}?var-datasource=${{datasource}}&var-job=${{job}}&var-instance=${{__value.raw}}&${{__url_time_range}}"}
+        for title, uid in NODE_DASHBOARDS
+    ]
+    return {"matcher": {"id": "byName", "options": field}, "properties": [{"id": "links", "value": links}]}
+
+
 def with_pod(expr, identity="instance, job, cgroup"):
     """Adds kube-state-metrics' namespace and pod labels where a series has a pod_uid, and keeps
     the series unchanged where it has none or kube_pod_info is not scraped."""
@@ -111,7 +134,7 @@ def stat(title, queries, unit, description="", thresholds=None, mappings=None, n
     }
 
 
-def table(title, queries, columns, description="", sort_by=None, overrides=None, hidden=("Time", "__name__", "job")):
+def table(title, queries, columns, description="", sort_by=None, overrides=None, hidden=("Time", "__name__", "job"), descending=True):
     """A table of instant queries merged into one row per series. `columns` maps a field
     (a label, or "Value #A" for query A) to its display name, in display order."""
     index = {field: i for i, (field, _) in enumerate(columns)}
@@ -121,7 +144,7 @@ def table(title, queries, columns, description="", sort_by=None, overrides=None,
         {"id": "organize", "options": {"excludeByName": exclude, "indexByName": index, "renameByName": dict(columns)}},
     ]
     if sort_by:
-        transformations.append({"id": "sortBy", "options": {"fields": {}, "sort": [{"field": sort_by, "desc": True}]}})
+        transformations.append({"id": "sortBy", "options": {"fields": {}, "sort": [{"field": sort_by, "desc": descending}]}})
     return {
         "type": "table",
         "title": title,
@@ -594,6 +617,150 @@ def rdma(t):
     )
 
 
+def cluster(t):
+    """The fleet on one page: nodes by static cause, jobs by headroom and memlock ratio, version
+    skew. Job rows come from the memlock_job:* recording rules (alerts/rules.template.yml)."""
+    too_low = t.value("process_limit_too_low_bytes")
+    near = t.value("cgroup_near_limit_ratio")
+    process_near = t.value("process_near_limit_ratio")
+    low = t.value("node_available_low_ratio")
+    # The conditions of the node-level alerts, per node (MemlockProcessLimitTooLowForRdma,
+    # MemlockCgroupNearMemoryLimit, MemlockNodeHugepagesUnusedWhileMemoryLow,
+    # MemlockNodeStrictOvercommitWithRdma, MemlockRdmaPortNotActive) without their `for`.
+    causes = [
+        ("memlock limit too low for RDMA", "processes",
+         f'count by (instance, job) (\n  (max without (kind) ({m("memlock_process_limit_bytes", kind="soft")}) < {too_low})\n'
+         f'  and on (instance, job, pid) ({m("memlock_process_pinned_bytes")} > 0)\n'
+         f'  unless on (instance, job, pid) ({m("memlock_process_ipc_lock")} == 1)\n)',
+         f"Processes that pin memory under a soft memlock limit below {too_low / 2**30:g} GiB without CAP_IPC_LOCK (MemlockProcessLimitTooLowForRdma)."),
+        ("cgroup near its limit", "cgroups",
+         f'count by (instance, job) (\n  ({m("memlock_cgroup_memory_working_set_bytes")} or {m("memlock_cgroup_memory_usage_bytes")})\n'
+         f'  / {m("memlock_cgroup_memory_limit_bytes")} >= {near}\n)',
+         f"Cgroups whose working set is at {near:.0%} or more of their effective memory limit (MemlockCgroupNearMemoryLimit)."),
+        ("hugepage squeeze", "pools",
+         f'count by (instance, job) (\n  ({m("memlock_node_hugepages", state="free")} - ignoring (state) {m("memlock_node_hugepages", state="reserved")})\n'
+         f'  / ignoring (state) {m("memlock_node_hugepages", state="total")} > {t.value("hugepages_unused_ratio")}\n'
+         f'  and on (instance, job) ({m("memlock_node_hugetlb_bytes")} > {t.value("hugepages_min_pool_ratio")} * {m("memlock_node_memory_total_bytes")})\n'
+         f'  and on (instance, job) ({m("memlock_node_memory_available_bytes")} < {low} * {m("memlock_node_memory_total_bytes")})\n)',
+         f"Hugepage pools more than {t.value('hugepages_unused_ratio'):.0%} unused while MemAvailable is below {low:.0%} (MemlockNodeHugepagesUnusedWhileMemoryLow)."),
+        ("strict overcommit", "mode",
+         f'{m("memlock_node_overcommit_mode")} == 2\nand on (instance, job) group by (instance, job) ({m("memlock_rdma_device_info")})',
+         "vm.overcommit_memory = 2 on a node with RDMA devices (MemlockNodeStrictOvercommitWithRdma)."),
+        ("RDMA port not active", "ports",
+         f'count by (instance, job) ({m("memlock_rdma_port_state")} < 4)',
+         "RDMA ports below ACTIVE: DOWN, INIT or ARMED (MemlockRdmaPortNotActive)."),
+        ("version skew", "components",
+         f'count by (instance, job) (\n  {m("memlock_node:memlock_software_version:info")}\n  * on (job, component, version) group_left ()\n'
+         f'  (\n    {r("memlock_fleet:memlock_software_version:nodes")}\n    < on (job, component) group_left ()\n'
+         f'    max by (job, component) ({r("memlock_fleet:memlock_software_version:nodes")})\n  )\n)',
+         "Components (memlock_node_software_info labels) of which the node runs a version fewer nodes of the fleet run than the most common one: the odd ones out of the fleet (a 50/50 split marks no node; the version skew tables show it)."),
+    ]
+    red_from_1 = steps("green", (1, "red"))
+    cause_stats = [
+        (stat(f"Nodes: {title}", targets((f"count({expr})", "")), "none", f"Nodes with any: {description}", red_from_1, no_value="0"), 4, 4)
+        for title, _, expr, description in causes
+    ]
+    cause_table = table(
+        "Nodes by static cause",
+        targets(*[(expr, "") for _, _, expr, _ in causes], table=True),
+        [("instance", "instance")] + [(f"Value #{chr(ord('A') + i)}", f"{title} ({unit})") for i, (title, unit, _, _) in enumerate(causes)],
+        "One row per node with at least one static cause: the count of processes, cgroups, pools, ports or components with it. "
+        + " ".join(description for _, _, _, description in causes)
+        + " The instance links to the node's dashboards.",
+        overrides=[node_links()] + [column(f"{title} ({unit})", "none", red_from_1) for title, unit, _, _ in causes],
+    )
+
+    headroom = r("memlock_job:memlock_cgroup_memory_headroom_bytes:min")
+    ratio = "memlock_job:memlock_process_limit_usage_ratio:max"
+    worst_ratio = f"max without (counter) ({r(ratio)})"
+    identity = "job, slurm_job, pod_uid"
+    job_columns = [
+        ("slurm_job", "Slurm job"), ("namespace", "namespace"), ("pod", "pod"), ("pod_uid", "pod uid"),
+        ("Value #A", "headroom (limit − working set)"), ("Value #B", "working set / limit"), ("Value #C", "nodes"),
+        ("Value #D", "VmPin / memlock limit"), ("Value #E", "VmLck / memlock limit"), ("Value #F", "pinned (VmPin)"),
+        ("Value #G", "locked (VmLck)"), ("Value #H", "most versions of a component"),
+    ]
+
+    def job_table(title, select, description, sort_by, descending):
+        restrict = f"and on ({identity}) {select}"
+        return table(title, targets(
+            (with_pod(f"{headroom} {restrict}", identity), ""),
+            (with_pod(f'{r("memlock_job:memlock_cgroup_memory_working_set_ratio:max")} {restrict}', identity), ""),
+            (with_pod(f'{r("memlock_job:memlock_nodes:count")} {restrict}', identity), ""),
+            (with_pod(f'max without (counter) ({r(ratio, counter="pinned")}) {restrict}', identity), ""),
+            (with_pod(f'max without (counter) ({r(ratio, counter="locked")}) {restrict}', identity), ""),
+            (with_pod(f'{r("memlock_job:memlock_cgroup_pinned_bytes:sum")} {restrict}', identity), ""),
+            (with_pod(f'{r("memlock_job:memlock_cgroup_locked_bytes:sum")} {restrict}', identity), ""),
+            (f'max without (component) ({r("memlock_job:memlock_software_versions:count")}) {restrict}', ""),
+            table=True,
+        ), job_columns, description, sort_by=sort_by, descending=descending,
+            overrides=[column("headroom (limit − working set)", "bytes", steps("red", (2**30, "orange"), (4 * 2**30, "green"))),
+                       column("working set / limit", "percentunit", steps("green", (near, "orange"), (1, "red")), gauge=True),
+                       column("VmPin / memlock limit", "percentunit", steps("green", (process_near, "orange"), (1, "red"))),
+                       column("VmLck / memlock limit", "percentunit", steps("green", (process_near, "orange"), (1, "red"))),
+                       column("pinned (VmPin)", "bytes"), column("locked (VmLck)", "bytes"),
+                       column("most versions of a component", "none", steps("green", (2, "orange")))])
+
+    job_description = (
+        "One row per Slurm job (slurm_job) and Kubernetes pod (pod_uid; namespace and name from kube-state-metrics' kube_pod_info), "
+        "across its nodes, from the memlock_job:* recording rules. Headroom: the smallest effective memory limit minus working set of the job's cgroups; "
+        f"working set / limit: the largest (orange from {near:.0%}, MemlockCgroupNearMemoryLimit). VmPin / VmLck over the soft memlock limit: the worst process "
+        f"of the job per counter, CAP_IPC_LOCK holders left out (orange from {process_near:.0%}). Pinned and locked: summed over every scanned process. "
+        "Most versions of a component: more than 1 is version skew within the job (MemlockJobSoftwareVersionSkew; the tables below say which)."
+    )
+    node_headroom = (
+        f'bottomk(50,\n  min by (instance, job, slurm_job) ({m("memlock_cgroup_memory_limit_bytes", slurm_job=("!=", ""))} - ({m("memlock_cgroup_memory_working_set_bytes", slurm_job=("!=", ""))} or {m("memlock_cgroup_memory_usage_bytes", slurm_job=("!=", ""))}))\n'
+        f'  or\n  min by (instance, job, pod_uid) ({m("memlock_cgroup_memory_limit_bytes", pod_uid=("!=", ""))} - ({m("memlock_cgroup_memory_working_set_bytes", pod_uid=("!=", ""))} or {m("memlock_cgroup_memory_usage_bytes", pod_uid=("!=", ""))}))\n)'
+    )
+    fleet_versions = r("memlock_fleet:memlock_software_version:nodes")
+    job_versions = r("memlock_job:memlock_software_version:nodes")
+    minority = (
+        f'{m("memlock_node:memlock_software_version:info")}\n* on (job, component, version) group_left ()\n'
+        f"(\n  {fleet_versions}\n  < on (job, component) group_left ()\n  max by (job, component) ({fleet_versions})\n)"
+    )
+    version_columns = [("component", "component"), ("version", "version"), ("Value", "nodes")]
+    return dashboard(
+        "memlock-cluster",
+        "memlock-exporter / Cluster",
+        "The fleet on one page: nodes by static cause (limits, cgroups, hugepages, overcommit, RDMA ports, version skew), jobs and pods across their nodes by headroom and memlock ratio, and software version skew. Links lead to each node's dashboards.",
+        [
+            (row("Nodes by static cause"), 24, 1),
+            *cause_stats,
+            (cause_table, 24, 8),
+            (row("Jobs and pods across their nodes"), 24, 1),
+            (job_table("Jobs by worst headroom", f"bottomk(50, {headroom})",
+                       job_description + " The 50 with the least headroom, least first.", "headroom (limit − working set)", False), 24, 10),
+            (job_table("Jobs by worst memlock ratio", f"topk(50, {worst_ratio})",
+                       job_description + " The 50 with the highest memlock ratio of either counter, highest first.", "VmPin / memlock limit", True), 24, 10),
+            (table("Nodes of the jobs with the least headroom", targets((node_headroom, ""), table=True),
+                   [("instance", "instance"), ("slurm_job", "Slurm job"), ("pod_uid", "pod uid"), ("Value", "headroom (limit − working set)")],
+                   "Per node and job (or pod), the smallest effective memory limit minus working set of its cgroups there: which nodes of a job are closest to the limit. The instance links to the node's dashboards.",
+                   sort_by="headroom (limit − working set)", descending=False,
+                   overrides=[node_links(), column("headroom (limit − working set)", "bytes", steps("red", (2**30, "orange"), (4 * 2**30, "green")))]), 12, 8),
+            (timeseries("Smallest headroom per job", targets((f"bottomk(10, {headroom})", "{{slurm_job}}{{pod_uid}}")), "bytes",
+                        "The 10 jobs and pods with the least cgroup memory headroom (effective limit − working set), across their nodes.", min_value=0), 12, 8),
+            (timeseries("Worst memlock ratio per job", targets((f"topk(10, {r(ratio)})", "{{slurm_job}}{{pod_uid}} {{counter}}")), "percentunit",
+                        f"VmPin (pinned) and VmLck (locked) over the soft memlock limit, the worst process of each job across its nodes. Dashed lines: {process_near:.0%} (MemlockProcessNearLimit, MemlockJobNearLimit on 2 or more nodes) and the limit.",
+                        steps("green", (process_near, "orange"), (1, "red")), min_value=0), 12, 8),
+            (timeseries("Nodes per job", targets((f'topk(10, {r("memlock_job:memlock_nodes:count")})', "{{slurm_job}}{{pod_uid}}")), "none",
+                        "The 10 jobs on the most nodes (memlock_job:memlock_nodes:count). A pod is on 1; more means the same pod_uid is scraped from two targets.", min_value=0), 12, 8),
+            (row("Software version skew"), 24, 1),
+            (table("Version skew in the fleet", targets((f"{fleet_versions}\nand on (job, component) ({r('memlock_fleet:memlock_software_versions:count')} > 1)", ""), table=True),
+                   version_columns,
+                   "Components (labels of memlock_node_software_info) with more than one version across the nodes of the scrape job, and how many nodes run each; an empty version is a component absent on those nodes. Expected during a rolling upgrade or across node pools of different hardware (recorded, not alerted).",
+                   sort_by="nodes", hidden=("Time", "__name__", "job")), 8, 8),
+            (table("Version skew within jobs", targets((f"{job_versions}\nand on (job, slurm_job, component) ({r('memlock_job:memlock_software_versions:count')} > 1)", ""), table=True),
+                   [("slurm_job", "Slurm job")] + version_columns,
+                   "Slurm jobs whose nodes run different versions of a component, or whose processes map different NCCL releases (component nccl), and on how many of the job's nodes each (MemlockJobSoftwareVersionSkew).",
+                   sort_by="nodes", hidden=("Time", "__name__", "job")), 8, 8),
+            (table("Nodes on a minority version", targets((minority, ""), table=True),
+                   [("instance", "instance")] + version_columns[:2] + [("Value", "nodes with this version")],
+                   "Nodes running a version of a component that fewer nodes run than its most common version: the odd ones out (a 50/50 split lists none; see the fleet table). The instance links to the node's dashboards.",
+                   sort_by="nodes with this version", descending=False, overrides=[node_links()]), 8, 8),
+        ],
+    )
+
+
 def dashboards(thresholds):
     """{file name: dashboard} for every dashboard."""
     return {
@@ -601,4 +768,5 @@ def dashboards(thresholds):
         "jobs-and-pods.json": jobs_and_pods(thresholds),
         "processes.json": processes(thresholds),
         "rdma.json": rdma(thresholds),
+        "cluster.json": cluster(thresholds),
     }
