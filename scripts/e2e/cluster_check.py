@@ -157,10 +157,13 @@ def check_targets_and_rules(prometheus, job):
 def check_job_rules(prometheus, job, instances):
     sel = f'job="{job}",slurm_job="{SLURM_JOB}"'
 
+    # Until Prometheus has scraped both targets and evaluated the rules on both, the job is on
+    # one node.
     def recorded():
-        return query(prometheus, f"memlock_job:memlock_nodes:count{{{sel}}}") or None
+        series = query(prometheus, f"memlock_job:memlock_nodes:count{{{sel}}}")
+        return series if [s["value"][1] for s in series] == ["2"] else None
 
-    nodes = pc.wait_for("memlock_job:memlock_nodes:count of the job", recorded, 30) or []
+    nodes = pc.wait_for("memlock_job:memlock_nodes:count of the job to be 2", recorded, 30) or query(prometheus, f"memlock_job:memlock_nodes:count{{{sel}}}")
     labels = [dict(s["metric"]) for s in nodes]
     pc.report(
         len(nodes) == 1 and one_value(nodes) == 2 and labels[0] == {"__name__": "memlock_job:memlock_nodes:count", "job": job, "slurm_job": SLURM_JOB},
@@ -243,12 +246,22 @@ def instances_of_b(prometheus, job):
     return series[0]["metric"]["instance"] if len(series) == 1 else None
 
 
-def check_software(prometheus, job):
+def check_software(prometheus, alertmanager, job):
     if not query(prometheus, f'memlock_node_software_info{{job="{job}"}}'):
         print("SKIP: no memlock_node_software_info (this exporter has no software collector): version skew within the job not checked end to end")
         return
     skew = one_value(query(prometheus, f'memlock_job:memlock_software_versions:count{{job="{job}",slurm_job="{SLURM_JOB}",component="kernel"}}'))
     pc.report(skew == 2, f"memlock_job:memlock_software_versions:count{{component=\"kernel\"}} of job {SLURM_JOB} is 2 (node B runs {B_KERNEL}): {skew}")
+
+    def skew_alerts():
+        alerts = [a for a in am_alerts(alertmanager) if a["labels"]["alertname"] == "MemlockJobSoftwareVersionSkew"]
+        return alerts or None
+
+    alerts = pc.wait_for("MemlockJobSoftwareVersionSkew", skew_alerts, 30) or []
+    components = sorted(a["labels"].get("component") for a in alerts if a["labels"].get("slurm_job") == SLURM_JOB)
+    description = next((a["annotations"]["description"] for a in alerts if a["labels"].get("component") == "kernel"), "")
+    pc.report(components == ["kernel"] and f"{B_KERNEL} on 1 node(s)" in description,
+              f"MemlockJobSoftwareVersionSkew fires for job {SLURM_JOB} on the kernel only: {components}: {description}")
 
 
 def am_alerts(alertmanager):
@@ -324,7 +337,7 @@ def main():
     instances = check_targets_and_rules(args.prometheus, args.job)
     check_job_rules(args.prometheus, args.job, instances)
     check_dashboard(args.prometheus, args.job, instances)
-    check_software(args.prometheus, args.job)
+    check_software(args.prometheus, args.alertmanager, args.job)
     check_inhibition(args.alertmanager, args.webhook_out, args.job, instances)
     print(f"{len(pc.failures)} check(s) failed" if pc.failures else "all checks passed")
     return 1 if pc.failures else 0
