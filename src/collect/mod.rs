@@ -8,6 +8,7 @@ pub mod numa;
 pub mod process;
 pub mod rdma_netlink;
 pub mod rdma_sysfs;
+pub mod software;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -99,6 +100,12 @@ pub const REGISTRY: &[Registration] = &[
         build: |config, _| {
             Box::new(rdma_netlink::RdmaNetlinkCollector::new(config.roots.clone(), config.rdma_netlink.clone()))
         },
+    },
+    Registration {
+        name: "software",
+        reads: "kernel, NVIDIA driver and RDMA module versions, GPUDirect mode",
+        default_interval: "60s",
+        build: |config, _| Box::new(software::SoftwareCollector::new(config.roots.clone())),
     },
 ];
 

@@ -25,6 +25,32 @@ fn node_values_match_proc_meminfo() {
     assert_eq!(m.value("memlock_node_max_map_areas"), max_map_count);
 }
 
+/// The software collector on this machine: the kernel label is the real osrelease, each module
+/// label says what /sys/module holds (this machine has no NVIDIA or RDMA driver: empty labels,
+/// and GPUDirect off), and the collector succeeds.
+#[test]
+fn software_info_matches_this_machine() {
+    let exporter = Exporter::start(&[]);
+    let m = exporter.metrics();
+    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"software\"}"), 1.0);
+    let series = m.family("memlock_node_software_info");
+    assert_eq!(series.len(), 1, "{series:?}");
+    let (labels, value) = series[0];
+    assert_eq!(value, 1.0);
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert!(labels.contains(&format!("kernel=\"{}\"", release.trim())), "{labels}");
+    for module in ["nvidia", "mlx5_core", "ib_core", "efa"] {
+        let expected = match std::fs::read_to_string(format!("/sys/module/{module}/version")) {
+            Ok(version) => version.trim().to_owned(),
+            Err(_) if std::path::Path::new(&format!("/sys/module/{module}")).is_dir() => "unversioned".into(),
+            Err(_) => String::new(),
+        };
+        assert!(labels.contains(&format!(",{module}=\"{expected}\"")), "{module}: {labels}");
+    }
+    let peermem = std::path::Path::new("/sys/module/nvidia_peermem/version").exists();
+    assert!(labels.contains(if peermem { "gdr_mode=\"peermem\"" } else { "gdr_mode=\"off\"" }), "{labels}");
+}
+
 #[test]
 fn mlock_in_a_child_raises_node_mlocked_bytes() {
     if !is_root() {

@@ -1,0 +1,132 @@
+//! Software versions: the NVIDIA driver's `/proc/driver/nvidia/version`, a module's
+//! `/sys/module/<name>/version`, and the NCCL library a process has mapped (`/proc/PID/maps`).
+
+/// The NVIDIA kernel driver, from `/proc/driver/nvidia/version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvidiaDriver {
+    /// `595.45.04`.
+    pub version: String,
+    /// The open kernel modules (open-gpu-kernel-modules) rather than the proprietary ones.
+    pub open: bool,
+}
+
+/// Parses `/proc/driver/nvidia/version`. open-gpu-kernel-modules kernel-open/nvidia/nv-procfs.c
+/// `nv_procfs_read_version` prints `"NVRM version: %s\n"` with `pNVRM_ID`, the string utils.mk
+/// `GENERATE_NVIDSTRING` builds from `NVIDIA <UNIX Open Kernel Module> for <arch>  <version>
+/// <build type>  (<user>@<host>)  <date>` (src/nvidia/Makefile); the proprietary driver prints
+/// `NVIDIA UNIX x86_64 Kernel Module  <version>  <date>`. The version is the first word made of
+/// digits and dots. `None` when the line or the version is missing.
+pub fn nvidia_driver(text: &str) -> Option<NvidiaDriver> {
+    let line = text.lines().find_map(|l| l.trim_start().strip_prefix("NVRM version:"))?;
+    let version = line.split_whitespace().find(|word| is_version(word))?;
+    Some(NvidiaDriver { version: version.to_owned(), open: line.contains("Open Kernel Module") })
+}
+
+/// A dotted version: digits and dots, starting with a digit, with at least one dot.
+fn is_version(word: &str) -> bool {
+    word.starts_with(|c: char| c.is_ascii_digit())
+        && word.contains('.')
+        && word.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+}
+
+/// The longest label value taken from a version file.
+pub const MAX_VERSION_BYTES: usize = 128;
+
+/// A module's `version` file (kernel/module/main.c `show_modinfo_version`: the `MODULE_VERSION`
+/// string and a newline): its first line, trimmed and bounded.
+pub fn module_version(text: &str) -> String {
+    let line = text.trim().lines().next().unwrap_or("").trim();
+    let mut end = line.len().min(MAX_VERSION_BYTES);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line[..end].trim_end().to_owned()
+}
+
+/// An NCCL library mapped by a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NcclMapping {
+    /// The file name: `libnccl.so.2.21.5`, or `libnccl.so.2` as the nvidia-nccl wheels ship it.
+    pub library: String,
+    /// `2.21.5` when the file name carries the whole version; `None` for `libnccl.so.2`.
+    pub version: Option<String>,
+}
+
+/// The first line of one `/proc/PID/maps` text that maps a `libnccl.so*` file. A line is
+/// `start-end perms offset dev inode` then, padded, the path (fs/proc/task_mmu.c
+/// `show_map_vma`), which ends in ` (deleted)` once the file was replaced on disk.
+pub fn nccl_mapping(line: &str) -> Option<NcclMapping> {
+    let mut fields = line.splitn(6, |c: char| c.is_ascii_whitespace());
+    for _ in 0..5 {
+        fields.next()?;
+    }
+    let path = fields.next()?.trim();
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let name = path.rsplit('/').next()?;
+    let rest = name.strip_prefix("libnccl.so")?;
+    if !(rest.is_empty() || rest.starts_with('.')) {
+        return None;
+    }
+    let suffix = rest.trim_start_matches('.');
+    let version = (suffix.split('.').count() >= 3 && is_version(suffix)).then(|| suffix.to_owned());
+    Some(NcclMapping { library: module_version(name), version })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvidia_driver_open_and_proprietary() {
+        // The open modules' format: NVRM_ID from utils.mk GENERATE_NVIDSTRING.
+        let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  595.45.04  Release Build  \
+            (dvs-builder@U22-I3-AF03-09-1)  Tue Jan 13 03:51:31 UTC 2026\nGCC version:  gcc version 12.3.0 (Ubuntu \
+            12.3.0-1ubuntu1~22.04) \n";
+        assert_eq!(nvidia_driver(open), Some(NvidiaDriver { version: "595.45.04".into(), open: true }));
+        let proprietary =
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\nGCC version:  \
+            gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04) \n";
+        assert_eq!(nvidia_driver(proprietary), Some(NvidiaDriver { version: "535.183.01".into(), open: false }));
+        let aarch64 = "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  570.86.15  Release Build  \
+            (dvs-builder@U16-I1-N08-12-3)  Thu Jan 23 22:55:47 UTC 2025\n";
+        assert_eq!(nvidia_driver(aarch64).map(|d| d.version), Some("570.86.15".into()), "x86_64 is not a version");
+        assert_eq!(nvidia_driver(""), None);
+        assert_eq!(nvidia_driver("GCC version:  gcc version 12.3.0\n"), None, "12.3.0 is the compiler's");
+        assert_eq!(nvidia_driver("NVRM version: garbage\n"), None);
+    }
+
+    #[test]
+    fn module_versions_are_one_bounded_line() {
+        assert_eq!(module_version("24.10-1.1.4\n"), "24.10-1.1.4");
+        assert_eq!(module_version("  1.0.2.0-k \nsecond\n"), "1.0.2.0-k");
+        assert_eq!(module_version(""), "");
+        assert_eq!(module_version(&"é".repeat(200)).len(), MAX_VERSION_BYTES);
+    }
+
+    #[test]
+    fn nccl_from_maps_lines() {
+        let line = "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5377114                   \
+            /usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5";
+        assert_eq!(
+            nccl_mapping(line),
+            Some(NcclMapping { library: "libnccl.so.2.21.5".into(), version: Some("2.21.5".into()) })
+        );
+        let wheel = "7f3a1c000000-7f3a1e4f1000 r--p 00000000 103:02 77 \
+            /home/user/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2";
+        assert_eq!(nccl_mapping(wheel), Some(NcclMapping { library: "libnccl.so.2".into(), version: None }));
+        let deleted = "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5377114 /opt/nccl/lib/libnccl.so.2.23.4 (deleted)";
+        assert_eq!(nccl_mapping(deleted).and_then(|m| m.version), Some("2.23.4".into()));
+        let spaces = "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/my nccl/libnccl.so.2.19.3";
+        assert_eq!(nccl_mapping(spaces).and_then(|m| m.version), Some("2.19.3".into()));
+        for other in [
+            "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /usr/lib/libnccl-net.so",
+            "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /usr/lib/libnccl_static.a",
+            "7f3a1c000000-7f3a1e4f1000 rw-p 00000000 00:00 0 ",
+            "7f3a1c000000-7f3a1e4f1000 rw-p 00000000 00:00 0                          [heap]",
+            "garbage",
+            "",
+        ] {
+            assert_eq!(nccl_mapping(other), None, "{other}");
+        }
+    }
+}
