@@ -136,6 +136,9 @@ pub struct ServeArgs {
     /// Alertmanager to push fast-path alerts to (repeatable): http://host:9093.
     #[arg(long = "alertmanager.url", value_name = "URL")]
     pub alertmanager_urls: Vec<String>,
+    /// At most this many series per scrape, those that page first (0: no limit). Default 500.
+    #[arg(long = "series.limit", value_name = "N")]
+    pub series_limit: Option<u64>,
     /// Log level: debug, info, warn, error.
     #[arg(long = "log.level", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -164,6 +167,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.max_requests {
             out.push(("web.max_requests".into(), Value::from(n)));
+        }
+        if let Some(n) = self.series_limit {
+            out.push(("series.limit".into(), Value::from(n)));
         }
         if !self.alertmanager_urls.is_empty() {
             let urls: Vec<Value> = self.alertmanager_urls.iter().map(|u| Value::from(u.as_str())).collect();

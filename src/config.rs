@@ -47,6 +47,21 @@ pub struct RawConfig {
     pub trend: RawTrend,
     pub alerting: RawAlerting,
     pub log: RawLog,
+    pub series: RawSeries,
+}
+
+/// The series budget ([`crate::budget`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSeries {
+    /// At most this many series per scrape, the ones that page first; 0: no limit.
+    pub limit: u64,
+}
+
+impl Default for RawSeries {
+    fn default() -> Self {
+        Self { limit: crate::budget::DEFAULT_LIMIT }
+    }
 }
 
 /// Trend analysis of the node, cgroup and process scopes.
@@ -239,6 +254,8 @@ pub struct RawProcessCollector {
     pub comm_pattern: String,
     /// At most this many processes, the highest usage ratios first.
     pub top_n: u64,
+    /// Read `/proc/PID/maps` once per process holding pinned memory for the NCCL it mapped.
+    pub nccl_version: bool,
 }
 
 impl Default for RawProcessCollector {
@@ -253,6 +270,7 @@ impl Default for RawProcessCollector {
             min_bytes: 1 << 20,
             comm_pattern: "^(python[0-9.]*|pt_main_thread|torchrun|deepspeed)$".into(),
             top_n: 200,
+            nccl_version: true,
         }
     }
 }
@@ -364,6 +382,7 @@ pub struct ProcessConfig {
     pub min_bytes: u64,
     pub comm_pattern: Option<Regex>,
     pub top_n: usize,
+    pub nccl_version: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -426,6 +445,8 @@ pub struct Config {
     pub rdma_netlink: RdmaConfig,
     pub trend: TrendConfig,
     pub alerting: AlertingConfig,
+    /// At most this many series per scrape ([`crate::budget`]); 0: no limit.
+    pub series_limit: usize,
     /// The file the configuration came from, if any (for reload and messages).
     pub file: Option<PathBuf>,
 }
@@ -627,6 +648,7 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         min_bytes: c.process.min_bytes,
         comm_pattern,
         top_n: usize::try_from(c.process.top_n).unwrap_or(usize::MAX),
+        nccl_version: c.process.nccl_version,
     };
     let cgroup = CgroupConfig {
         full_scan_interval: interval("collector.cgroup.full_scan_interval", &c.cgroup.full_scan_interval)?,
@@ -702,6 +724,7 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         rdma_netlink,
         trend,
         alerting,
+        series_limit: usize::try_from(raw.series.limit).unwrap_or(usize::MAX),
         file,
     })
 }

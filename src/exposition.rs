@@ -90,6 +90,7 @@ pub struct Exposition {
     pending: Option<(&'static str, &'static str, Kind)>,
     current: &'static str,
     rewritten_label_values: u64,
+    samples: usize,
 }
 
 impl Exposition {
@@ -137,6 +138,7 @@ impl Exposition {
             self.out.push('}');
         }
         self.out.push(' ');
+        self.samples += 1;
         match value.into() {
             Value::Int(v) => {
                 let _ = write!(self.out, "{v}");
@@ -158,6 +160,11 @@ impl Exposition {
     /// How many label values written so far [`label_value`] had to rewrite.
     pub fn rewritten_label_values(&self) -> u64 {
         self.rewritten_label_values
+    }
+
+    /// Samples written so far.
+    pub fn samples(&self) -> usize {
+        self.samples
     }
 
     pub fn finish(self) -> String {

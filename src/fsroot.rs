@@ -170,6 +170,32 @@ pub fn read_regular_text(path: &Path, limit: u64) -> Result<String, SourceError>
     })
 }
 
+/// Reads a file line by line until `find` returns something, without holding more than one line:
+/// for large files of which one line matters (`/proc/PID/maps`). At most `limit` bytes are read;
+/// a file longer than that is searched in its first `limit` bytes only.
+pub fn find_line<T>(
+    path: &Path,
+    limit: u64,
+    mut find: impl FnMut(&str) -> Option<T>,
+) -> Result<Option<T>, SourceError> {
+    use std::io::BufRead;
+    let io_err = |source| SourceError::Io { path: path.to_owned(), source };
+    let file =
+        OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(io_err)?;
+    let mut reader = std::io::BufReader::with_capacity(64 << 10, file.take(limit));
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line).map_err(io_err)? == 0 {
+            return Ok(None);
+        }
+        let text = String::from_utf8_lossy(&line);
+        if let Some(found) = find(text.trim_end_matches('\n')) {
+            return Ok(Some(found));
+        }
+    }
+}
+
 /// Reads a whole file as text, bounded.
 pub fn read_string(path: &Path) -> Result<String, SourceError> {
     let mut text = String::new();

@@ -11,6 +11,7 @@
 //! - [`config`] and [`cli`]: flags, environment and the optional TOML file, validated once.
 
 pub mod alerting;
+pub mod budget;
 pub mod charge;
 pub mod check;
 pub mod cli;

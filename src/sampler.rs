@@ -10,7 +10,7 @@ use prometheus::IntCounterVec;
 use tokio::sync::watch;
 
 use crate::collect::Collector;
-use crate::snapshot::{Report, Snapshot};
+use crate::snapshot::{Budget, Report, Snapshot};
 use crate::trend::{Tracker, TrendConfig};
 
 /// A stop signal that sleeping threads wake up for.
@@ -47,6 +47,7 @@ struct Board {
     slots: Mutex<Slots>,
     publish: watch::Sender<Arc<Snapshot>>,
     epoch: Instant,
+    budget: Budget,
 }
 
 struct Slots {
@@ -89,7 +90,7 @@ impl Board {
         let slots = &mut *slots;
         slots.reports[index] = Some(report);
         let reports = slots.reports.iter().flatten().cloned().collect();
-        self.publish.send_replace(Arc::new(Snapshot::new(reports)));
+        self.publish.send_replace(Arc::new(Snapshot::with_budget(reports, self.budget.clone())));
     }
 }
 
@@ -107,10 +108,11 @@ impl Sampler {
         collectors: Vec<(Box<dyn Collector>, Duration)>,
         trend: TrendConfig,
         errors_total: IntCounterVec,
+        budget: Budget,
     ) -> std::io::Result<(Self, watch::Receiver<Arc<Snapshot>>)> {
         let (publish, receiver) = watch::channel(Arc::new(Snapshot::empty()));
         let slots = Slots { reports: vec![None; collectors.len()], tracker: Tracker::new(trend) };
-        let board = Arc::new(Board { slots: Mutex::new(slots), publish, epoch: Instant::now() });
+        let board = Arc::new(Board { slots: Mutex::new(slots), publish, epoch: Instant::now(), budget });
         let stop = Arc::new(Stop::default());
         let mut threads = Vec::new();
         for (index, (collector, interval)) in collectors.into_iter().enumerate() {
@@ -255,6 +257,7 @@ mod tests {
             vec![(Box::new(Flaky { runs: 0 }), Duration::from_millis(20))],
             TrendConfig::default(),
             errors_total.clone(),
+            Budget::unlimited(),
         )
         .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -288,9 +291,13 @@ mod tests {
     #[test]
     fn a_collector_slower_than_its_interval_is_sampled_less_often_and_says_so() {
         let errors_total = IntCounterVec::new(Opts::new("e", "e"), &["collector", "kind"]).unwrap();
-        let (sampler, rx) =
-            Sampler::start(vec![(Box::new(Slow), Duration::from_millis(20))], TrendConfig::default(), errors_total)
-                .unwrap();
+        let (sampler, rx) = Sampler::start(
+            vec![(Box::new(Slow), Duration::from_millis(20))],
+            TrendConfig::default(),
+            errors_total,
+            Budget::unlimited(),
+        )
+        .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let report = loop {
             if let Some(report) = rx.borrow().report("slow").cloned() {

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
+use crate::budget::{self, Allocation, Grants};
 use crate::collect::Data;
 use crate::exposition::{Exposition, Kind};
-use crate::trend::TrendPoint;
+use crate::trend::{Scope, TrendPoint};
 
 /// The outcome of a collector's latest run.
 #[derive(Debug, Clone)]
@@ -31,10 +32,37 @@ fn trend_labels(point: &TrendPoint) -> Vec<(&str, &str)> {
     labels
 }
 
+/// The series budget of a snapshot: the limit, and the exporter's own registry, whose series
+/// are served beside the snapshot's and count against the limit.
+#[derive(Clone, Default)]
+pub struct Budget {
+    /// 0: no limit.
+    pub limit: usize,
+    pub registry: Option<prometheus::Registry>,
+}
+
+impl std::fmt::Debug for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budget").field("limit", &self.limit).finish_non_exhaustive()
+    }
+}
+
+impl Budget {
+    pub fn unlimited() -> Self {
+        Self::default()
+    }
+
+    /// Series of the registry now.
+    fn registry_series(&self) -> usize {
+        self.registry.as_ref().map_or(0, |r| r.gather().iter().map(|family| family.get_metric().len()).sum())
+    }
+}
+
 #[derive(Debug)]
 pub struct Snapshot {
     /// Reports in collector order; a collector appears once it has run.
     pub reports: Vec<Report>,
+    budget: Budget,
     /// Shared with every response that serves it (see [`Snapshot::text_bytes`]).
     rendered: OnceLock<Arc<String>>,
 }
@@ -49,8 +77,13 @@ impl AsRef<[u8]> for SharedText {
 }
 
 impl Snapshot {
+    /// A snapshot without a series limit.
     pub fn new(reports: Vec<Report>) -> Self {
-        Self { reports, rendered: OnceLock::new() }
+        Self::with_budget(reports, Budget::unlimited())
+    }
+
+    pub fn with_budget(reports: Vec<Report>, budget: Budget) -> Self {
+        Self { reports, budget, rendered: OnceLock::new() }
     }
 
     pub fn empty() -> Self {
@@ -76,14 +109,39 @@ impl Snapshot {
         self.rendered.get_or_init(|| Arc::new(self.render()))
     }
 
+    /// Grants the budget: the fixed series (rendered with no entity granted), the exporter's own
+    /// series and the sample ages are counted first, then [`budget::allocate`] hands out the
+    /// rest.
+    pub fn allocation(&self) -> Allocation {
+        let claims: Vec<budget::Claim> =
+            self.reports.iter().filter_map(|r| r.data.as_ref()).flat_map(|d| d.claims()).collect();
+        if self.budget.limit == 0 {
+            let dropped = claims.iter().map(|c| (c.class, 0)).collect();
+            return Allocation { grants: Grants::all(), dropped, granted_series: 0 };
+        }
+        let placeholder = Allocation {
+            grants: Grants::none(),
+            dropped: claims.iter().map(|c| (c.class, 0)).collect(),
+            granted_series: 0,
+        };
+        let fixed = self.render_with(&placeholder).samples();
+        let outside = self.reports.len() + self.budget.registry_series() + budget::HEADROOM;
+        budget::allocate(&claims, self.budget.limit.saturating_sub(fixed + outside))
+    }
+
     fn render(&self) -> String {
+        self.render_with(&self.allocation()).finish()
+    }
+
+    fn render_with(&self, allocation: &Allocation) -> Exposition {
+        let grants = &allocation.grants;
         let mut out = Exposition::new();
         for report in &self.reports {
             if let Some(data) = &report.data {
-                data.render(&mut out);
+                data.render(&mut out, grants);
             }
         }
-        self.render_trends(&mut out);
+        self.render_trends(&mut out, grants);
         out.family(
             "memlock_scrape_collector_success",
             "1 if the collector's latest run read all its sources, 0 if any failed (see the log and \
@@ -110,6 +168,26 @@ impl Snapshot {
         for report in &self.reports {
             out.sample(&[("collector", report.collector)], report.interval.as_secs_f64());
         }
+        if self.budget.limit > 0 {
+            out.family(
+                "memlock_exporter_series_limit",
+                "series.limit: at most this many series per scrape, those that page first (processes and cgroups \
+                    nearest their limits, RDMA port states and errors); the rest is counted in \
+                    memlock_exporter_series_dropped_entities.",
+                Kind::Gauge,
+            )
+            .sample(&[], self.budget.limit as u64);
+        }
+        out.family(
+            "memlock_exporter_series_dropped_entities",
+            "Entities (processes, cgroups, RDMA devices and ports, NUMA nodes, RDMA owners) by class whose series \
+                were left out to stay within series.limit; 0 everywhere means full detail. Raise series.limit (0: no \
+                limit) for more.",
+            Kind::Gauge,
+        );
+        for (class, dropped) in &allocation.dropped {
+            out.sample(&[("class", class)], *dropped as u64);
+        }
         // Last, so that it counts every label value above.
         let rewritten = out.rewritten_label_values();
         out.family(
@@ -120,7 +198,7 @@ impl Snapshot {
             Kind::Gauge,
         );
         out.sample(&[], rewritten);
-        out.finish()
+        out
     }
 
     /// Every trend point, across collectors.
@@ -128,7 +206,24 @@ impl Snapshot {
         self.reports.iter().flat_map(|r| r.trends.iter())
     }
 
-    fn render_trends(&self, out: &mut Exposition) {
+    /// The trend points of the exported scopes: the node's, and those of the processes and
+    /// cgroups whose series the budget granted.
+    fn exported_trends(&self, grants: &Grants) -> Vec<&TrendPoint> {
+        let mut points = Vec::new();
+        for report in &self.reports {
+            let ids = report.data.as_ref().and_then(|d| d.exported_trends(grants));
+            points.extend(
+                report
+                    .trends
+                    .iter()
+                    .filter(|p| p.scope == Scope::Node || ids.as_ref().is_none_or(|ids| ids.contains(&p.id))),
+            );
+        }
+        points
+    }
+
+    fn render_trends(&self, out: &mut Exposition, grants: &Grants) {
+        let points = self.exported_trends(grants);
         out.family(
             "memlock_trend_rise_bytes_per_second",
             "How fast the scope's watched memory rises, by least squares over the trend window of 1 s samples (node: \
@@ -136,7 +231,7 @@ impl Snapshot {
                 process: VmPin or VmLck, by counter).",
             Kind::Gauge,
         );
-        for point in self.trends() {
+        for point in &points {
             if let Some(rise) = point.rise {
                 out.sample(&trend_labels(point), rise);
             }
@@ -148,7 +243,7 @@ impl Snapshot {
                 limit, for each counter). Absent when not rising significantly or without a limit.",
             Kind::Gauge,
         );
-        for point in self.trends() {
+        for point in &points {
             if let Some(seconds) = point.exhaustion {
                 out.sample(&trend_labels(point), seconds);
             }

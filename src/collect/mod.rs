@@ -14,6 +14,7 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::budget::{Claim, Grants};
 use crate::config::Config;
 use crate::exposition::Exposition;
 use crate::fsroot::SourceError;
@@ -22,7 +23,19 @@ use crate::trend::{Observation, Scope};
 /// What a collector's run produced, behind one trait so the sampler, the snapshot and the trend
 /// analyser need no list of collectors. Cheap to share: snapshots hold it in an `Arc`.
 pub trait Stats: std::fmt::Debug + Send + Sync + 'static {
-    fn render(&self, out: &mut Exposition);
+    /// Writes the fixed series and, of each class this data claims, the granted entities.
+    fn render(&self, out: &mut Exposition, grants: &Grants);
+
+    /// What grows with the host, entity by entity, for the series budget ([`crate::budget`]).
+    fn claims(&self) -> Vec<Claim> {
+        Vec::new()
+    }
+
+    /// The ids of the trend points (see [`Observation::id`]) exported under `grants`: those of the
+    /// granted entities. `None`: every point.
+    fn exported_trends(&self, _grants: &Grants) -> Option<std::collections::HashSet<String>> {
+        None
+    }
 
     /// What the trend analyser watches in this data, observed at `at` (monotonic seconds).
     fn observations(&self, _at: f64) -> Vec<Observation> {

@@ -223,7 +223,7 @@ impl NodeStats {
 }
 
 impl super::Stats for NodeStats {
-    fn render(&self, out: &mut Exposition) {
+    fn render(&self, out: &mut Exposition, _grants: &crate::budget::Grants) {
         NodeStats::render(self, out)
     }
 

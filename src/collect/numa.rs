@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::budget::{Claim, Grants, Tier};
 use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::{meminfo, vmstat};
@@ -88,9 +89,34 @@ impl Collector for NumaCollector {
     }
 }
 
+/// The budget class of NUMA nodes ([`crate::budget`]).
+const CLASS: &str = "numa_node";
+
+impl NumaNode {
+    fn series(&self) -> usize {
+        let fields = [self.mem_total, self.mem_free, self.mlocked, self.pinned_bytes];
+        let pools: usize = self.hugepages.iter().map(|p| p.states().iter().filter(|(_, v)| v.is_some()).count()).sum();
+        fields.iter().filter(|v| v.is_some()).count() + pools
+    }
+}
+
 impl NumaStats {
+    /// Every node.
     pub fn render(&self, out: &mut Exposition) {
-        let ids: Vec<String> = self.nodes.iter().map(|n| n.id.to_string()).collect();
+        self.render_granted(out, &Grants::all())
+    }
+
+    /// NUMA nodes explain a page (which node's hugepages or free memory ran short) and grow with
+    /// the host: one claim, in node order.
+    pub fn claims(&self) -> Vec<Claim> {
+        let entities = self.nodes.iter().map(|n| (n.series(), 0.5)).collect();
+        vec![Claim { class: CLASS, tier: Tier::Explain, floor: 0, entities }]
+    }
+
+    pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
+        let granted = grants.get(CLASS);
+        let nodes: Vec<&NumaNode> = self.nodes.iter().take(granted).collect();
+        let ids: Vec<String> = nodes.iter().map(|n| n.id.to_string()).collect();
         type Field = fn(&NumaNode) -> Option<u64>;
         let gauges: [(&'static str, &'static str, Field); 4] = [
             (
@@ -116,7 +142,7 @@ impl NumaStats {
         ];
         for (name, help, field) in gauges {
             out.family(name, help, Kind::Gauge);
-            for (node, id) in self.nodes.iter().zip(&ids) {
+            for (node, id) in nodes.iter().zip(&ids) {
                 out.maybe(&[("numa_node", id)], field(node));
             }
         }
@@ -126,15 +152,19 @@ impl NumaStats {
                 interval.",
             Kind::Gauge,
         );
-        for (node, id) in self.nodes.iter().zip(&ids) {
+        for (node, id) in nodes.iter().zip(&ids) {
             hugepages::render(out, &[("numa_node", id)], &node.hugepages);
         }
     }
 }
 
 impl super::Stats for NumaStats {
-    fn render(&self, out: &mut Exposition) {
-        NumaStats::render(self, out)
+    fn render(&self, out: &mut Exposition, grants: &Grants) {
+        self.render_granted(out, grants)
+    }
+
+    fn claims(&self) -> Vec<Claim> {
+        NumaStats::claims(self)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

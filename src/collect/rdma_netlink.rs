@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::budget::{Claim, Grants, Tier};
 use crate::config::RdmaConfig;
 use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
@@ -506,8 +507,47 @@ impl Collector for RdmaNetlinkCollector {
     }
 }
 
+/// Budget classes ([`crate::budget`]): the per-device summary, and each owner's registrations
+/// on a device.
+const DEVICES: &str = "rdma_netlink_device";
+const OWNERS: &str = "rdma_owner";
+
 impl RdmaNetlinkStats {
+    /// Every device and owner.
     pub fn render(&self, out: &mut Exposition) {
+        self.render_granted(out, &Grants::all())
+    }
+
+    /// (device index, owner) pairs, the largest registrations first.
+    fn owner_order(&self) -> Vec<(usize, &OwnerMrs)> {
+        let mut owners: Vec<(usize, &OwnerMrs)> = self
+            .devices
+            .iter()
+            .enumerate()
+            .flat_map(|(i, d)| d.mrs.iter().flat_map(|m| &m.owners).map(move |o| (i, o)))
+            .collect();
+        owners.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes));
+        owners
+    }
+
+    pub fn claims(&self) -> Vec<Claim> {
+        let devices = self.devices.iter().map(|d| (d.resources.len() + usize::from(d.mrs.is_some()), 0.7)).collect();
+        let owners = self.owner_order().iter().map(|_| (2, 0.6)).collect();
+        vec![
+            Claim { class: DEVICES, tier: Tier::Explain, floor: 0, entities: devices },
+            Claim { class: OWNERS, tier: Tier::Explain, floor: 0, entities: owners },
+        ]
+    }
+
+    pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
+        let devices: Vec<&NetlinkDevice> = self.devices.iter().take(grants.get(DEVICES)).collect();
+        let owners: Vec<(usize, &OwnerMrs)> = {
+            let mut granted: Vec<(usize, &OwnerMrs)> =
+                self.owner_order().into_iter().take(grants.get(OWNERS)).collect();
+            // In device order, as the kernel listed them, whatever the budget kept.
+            granted.sort_by_key(|(device, owner)| (*device, *owner as *const OwnerMrs as usize));
+            granted
+        };
         out.family(
             "memlock_rdma_netlink_supported",
             "1 if the kernel answers RDMA netlink (NETLINK_RDMA), 0 if it has no RDMA support at all (socket() fails \
@@ -522,7 +562,7 @@ impl RdmaNetlinkStats {
                 resource show`. Sampled on the rdma_netlink interval.",
             Kind::Gauge,
         );
-        for d in &self.devices {
+        for d in &devices {
             for (kind, count) in &d.resources {
                 out.sample(&[("device", &d.name), ("type", kind)], *count);
             }
@@ -533,7 +573,7 @@ impl RdmaNetlinkStats {
                 and ODP MRs are included although neither is charged to VmPin. Sampled on the rdma_netlink interval.",
             Kind::Gauge,
         );
-        for d in &self.devices {
+        for d in &devices {
             out.maybe(&[("device", &d.name)], d.mrs.as_ref().map(|m| m.registered_bytes));
         }
         type Field = fn(&OwnerMrs) -> u64;
@@ -555,18 +595,21 @@ impl RdmaNetlinkStats {
         ];
         for (name, help, field) in per_owner {
             out.family(name, help, Kind::Gauge);
-            for d in &self.devices {
-                for owner in d.mrs.iter().flat_map(|m| &m.owners) {
-                    out.sample(&[("pid", &owner.pid), ("comm", &owner.comm), ("device", &d.name)], field(owner));
-                }
+            for (device, owner) in &owners {
+                let d = &self.devices[*device];
+                out.sample(&[("pid", &owner.pid), ("comm", &owner.comm), ("device", &d.name)], field(owner));
             }
         }
     }
 }
 
 impl super::Stats for RdmaNetlinkStats {
-    fn render(&self, out: &mut Exposition) {
-        RdmaNetlinkStats::render(self, out)
+    fn render(&self, out: &mut Exposition, grants: &Grants) {
+        self.render_granted(out, grants)
+    }
+
+    fn claims(&self) -> Vec<Claim> {
+        RdmaNetlinkStats::claims(self)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

@@ -10,6 +10,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::budget::{self, Claim, Grants, Tier};
 use crate::config::RdmaConfig;
 use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
@@ -241,8 +242,110 @@ impl Collector for RdmaSysfsCollector {
     }
 }
 
+/// Budget classes ([`crate::budget`]): a device with its port states and device-level driver
+/// counters (EFA's reg_mr_err); a port's error counters; a port's other counters.
+pub const DEVICES: &str = "rdma_device";
+pub const PORT_ERRORS: &str = "rdma_port_errors";
+pub const PORT_COUNTERS: &str = "rdma_port_counters";
+
+/// Whether a port or driver counter counts errors, drops or retries (IBTA PMA `symbol_error`,
+/// `link_downed`, `port_xmit_discards`, `VL15_dropped`...; mlx5 `out_of_buffer`,
+/// `local_ack_timeout_err`, `rnr_nak_retry_err`...) rather than traffic.
+pub fn is_error_counter(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["err", "discard", "drop", "downed", "out_of_", "duplicate", "timeout", "retry", "integrity", "overrun"]
+        .iter()
+        .any(|word| name.contains(word))
+}
+
+impl SysfsDevice {
+    fn series(&self) -> usize {
+        let ports: usize = self
+            .ports
+            .iter()
+            .map(|p| {
+                [p.state.is_some(), p.phys_state.is_some(), p.rate_bytes_per_second.is_some(), p.link_layer.is_some()]
+                    .iter()
+                    .filter(|&&b| b)
+                    .count()
+            })
+            .sum();
+        1 + usize::from(self.registered_bytes.is_some()) + self.hw_counters.len() + ports
+    }
+
+    /// A device with a port that is not ACTIVE comes first.
+    fn budget_score(&self) -> f64 {
+        if self.ports.iter().any(|p| p.state.as_ref().is_some_and(|s| s.value != 4)) {
+            f64::INFINITY
+        } else {
+            f64::MAX
+        }
+    }
+}
+
+impl SysfsPort {
+    fn error_series(&self) -> usize {
+        let counters = self.counters.iter().filter(|(name, _)| is_error_counter(name)).count();
+        counters + self.hw_counters.iter().filter(|c| !c.gauge && is_error_counter(&c.name)).count()
+    }
+
+    fn other_series(&self) -> usize {
+        self.counters.len() + self.hw_counters.len() - self.error_series()
+    }
+}
+
 impl RdmaSysfsStats {
+    /// Every device, port and counter.
     pub fn render(&self, out: &mut Exposition) {
+        self.render_granted(out, &Grants::all())
+    }
+
+    fn device_order(&self) -> (Vec<usize>, Vec<(usize, f64)>) {
+        let d = &self.devices;
+        budget::ranked(d.len(), |i| d[i].series(), |i| d[i].budget_score())
+    }
+
+    fn ports(&self) -> Vec<&SysfsPort> {
+        self.devices.iter().flat_map(|d| &d.ports).collect()
+    }
+
+    pub fn claims(&self) -> Vec<Claim> {
+        let ports = self.ports();
+        let errors = ports.iter().map(|p| (p.error_series(), 1.0)).collect();
+        let others = ports.iter().map(|p| (p.other_series(), 0.0)).collect();
+        vec![
+            Claim { class: DEVICES, tier: Tier::Page, floor: 0, entities: self.device_order().1 },
+            Claim { class: PORT_ERRORS, tier: Tier::Explain, floor: 0, entities: errors },
+            Claim { class: PORT_COUNTERS, tier: Tier::Detail, floor: 0, entities: others },
+        ]
+    }
+
+    pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
+        let device_mask = grants.mask(DEVICES, &self.device_order().0, self.devices.len());
+        let devices: Vec<&SysfsDevice> =
+            self.devices.iter().zip(&device_mask).filter_map(|(d, &shown)| shown.then_some(d)).collect();
+        // Per port, in device and port order: its error counters and its other counters granted.
+        let (errors, others) = (grants.get(PORT_ERRORS), grants.get(PORT_COUNTERS));
+        let mut index = 0;
+        let mut counters_of: Vec<(bool, bool)> = Vec::new();
+        for d in &self.devices {
+            for _ in &d.ports {
+                counters_of.push((index < errors, index < others));
+                index += 1;
+            }
+        }
+        let granted = |device: usize, port: usize, name: &str| {
+            if !device_mask.get(device).copied().unwrap_or(false) {
+                return false;
+            }
+            let flat = self.devices[..device].iter().map(|d| d.ports.len()).sum::<usize>() + port;
+            let (errors, others) = counters_of.get(flat).copied().unwrap_or((false, false));
+            if is_error_counter(name) {
+                errors
+            } else {
+                others
+            }
+        };
         out.family(
             "memlock_rdma_device_info",
             "RDMA device from /sys/class/infiniband, always 1; labels carry firmware, HCA type, board id, node type \
@@ -250,7 +353,7 @@ impl RdmaSysfsStats {
                 (default 5s).",
             Kind::Gauge,
         );
-        for d in &self.devices {
+        for d in &devices {
             let node_type = d.node_type.as_ref().map(|n| n.name.as_str()).unwrap_or("");
             out.sample(
                 &[
@@ -273,12 +376,12 @@ impl RdmaSysfsStats {
                 for drivers without reg_pages. Sampled on the rdma_sysfs interval.",
             Kind::Gauge,
         );
-        for d in &self.devices {
+        for d in &devices {
             out.maybe(&[("device", &d.name)], d.registered_bytes);
         }
 
         let ports: Vec<(&SysfsDevice, &SysfsPort, String)> =
-            self.devices.iter().flat_map(|d| d.ports.iter().map(move |p| (d, p, p.number.to_string()))).collect();
+            devices.iter().flat_map(|d| d.ports.iter().map(move |p| (*d, p, p.number.to_string()))).collect();
         type Field = fn(&SysfsPort) -> Option<u64>;
         let gauges: [(&'static str, &'static str, Field); 3] = [
             (
@@ -325,17 +428,27 @@ impl RdmaSysfsStats {
                 are counts. PMA counters saturate rather than wrap. Sampled on the rdma_sysfs interval.",
             Kind::Counter,
         );
-        for (d, p, port) in &ports {
-            for (counter, value) in &p.counters {
-                out.sample(&[("device", &d.name), ("port", port), ("counter", counter)], *value);
+        for (device, d) in self.devices.iter().enumerate() {
+            for (index, p) in d.ports.iter().enumerate() {
+                let port = p.number.to_string();
+                for (counter, value) in p.counters.iter().filter(|(name, _)| granted(device, index, name)) {
+                    out.sample(&[("device", &d.name), ("port", &port), ("counter", counter)], *value);
+                }
             }
         }
-        self.render_hw(out, false);
-        self.render_hw(out, true);
+        self.render_hw(out, false, &device_mask, &granted);
+        self.render_hw(out, true, &device_mask, &granted);
     }
 
     /// Driver counters, device-level ones with `port=""` first; `gauges` selects the levels.
-    fn render_hw(&self, out: &mut Exposition, gauges: bool) {
+    /// Device-level ones come with their device; a port's levels are among its other counters.
+    fn render_hw(
+        &self,
+        out: &mut Exposition,
+        gauges: bool,
+        devices: &[bool],
+        granted: &dyn Fn(usize, usize, &str) -> bool,
+    ) {
         if gauges {
             out.family(
                 "memlock_rdma_hw_objects",
@@ -353,13 +466,18 @@ impl RdmaSysfsStats {
                 Kind::Counter,
             );
         }
-        for d in &self.devices {
-            for c in d.hw_counters.iter().filter(|c| c.gauge == gauges) {
-                out.sample(&[("device", &d.name), ("port", ""), ("counter", &c.name)], c.value);
+        for (device, d) in self.devices.iter().enumerate() {
+            if devices.get(device).copied().unwrap_or(false) {
+                for c in d.hw_counters.iter().filter(|c| c.gauge == gauges) {
+                    out.sample(&[("device", &d.name), ("port", ""), ("counter", &c.name)], c.value);
+                }
             }
-            for p in &d.ports {
+            for (index, p) in d.ports.iter().enumerate() {
                 let port = p.number.to_string();
-                for c in p.hw_counters.iter().filter(|c| c.gauge == gauges) {
+                // A level is never an error count.
+                let shown =
+                    |c: &&HwCounter| c.gauge == gauges && granted(device, index, if gauges { "" } else { &c.name });
+                for c in p.hw_counters.iter().filter(shown) {
                     out.sample(&[("device", &d.name), ("port", &port), ("counter", &c.name)], c.value);
                 }
             }
@@ -368,8 +486,12 @@ impl RdmaSysfsStats {
 }
 
 impl super::Stats for RdmaSysfsStats {
-    fn render(&self, out: &mut Exposition) {
-        RdmaSysfsStats::render(self, out)
+    fn render(&self, out: &mut Exposition, grants: &Grants) {
+        self.render_granted(out, grants)
+    }
+
+    fn claims(&self) -> Vec<Claim> {
+        RdmaSysfsStats::claims(self)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

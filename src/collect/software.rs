@@ -136,7 +136,7 @@ impl SoftwareStats {
 }
 
 impl super::Stats for SoftwareStats {
-    fn render(&self, out: &mut Exposition) {
+    fn render(&self, out: &mut Exposition, _grants: &crate::budget::Grants) {
         SoftwareStats::render(self, out)
     }
 

@@ -56,6 +56,10 @@ pub struct NcclMapping {
 /// `start-end perms offset dev inode` then, padded, the path (fs/proc/task_mmu.c
 /// `show_map_vma`), which ends in ` (deleted)` once the file was replaced on disk.
 pub fn nccl_mapping(line: &str) -> Option<NcclMapping> {
+    // Most lines of a rank's thousands are not NCCL's: one substring search decides.
+    if !line.contains("libnccl.so") {
+        return None;
+    }
     let mut fields = line.splitn(6, |c: char| c.is_ascii_whitespace());
     for _ in 0..5 {
         fields.next()?;
@@ -114,7 +118,8 @@ mod tests {
         let wheel = "7f3a1c000000-7f3a1e4f1000 r--p 00000000 103:02 77 \
             /home/user/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2";
         assert_eq!(nccl_mapping(wheel), Some(NcclMapping { library: "libnccl.so.2".into(), version: None }));
-        let deleted = "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5377114 /opt/nccl/lib/libnccl.so.2.23.4 (deleted)";
+        let deleted =
+            "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5377114 /opt/nccl/lib/libnccl.so.2.23.4 (deleted)";
         assert_eq!(nccl_mapping(deleted).and_then(|m| m.version), Some("2.23.4".into()));
         let spaces = "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/my nccl/libnccl.so.2.19.3";
         assert_eq!(nccl_mapping(spaces).and_then(|m| m.version), Some("2.19.3".into()));

@@ -132,8 +132,16 @@ pub struct CgroupStats {
 // Files of a v2 cgroup learned to be absent (the root has none of them; swap files need swap
 
 impl super::Stats for CgroupStats {
-    fn render(&self, out: &mut Exposition) {
-        CgroupStats::render(self, out)
+    fn render(&self, out: &mut Exposition, grants: &crate::budget::Grants) {
+        self.render_granted(out, grants)
+    }
+
+    fn claims(&self) -> Vec<crate::budget::Claim> {
+        CgroupStats::claims(self)
+    }
+
+    fn exported_trends(&self, grants: &crate::budget::Grants) -> Option<std::collections::HashSet<String>> {
+        Some(self.exported_trend_ids(grants))
     }
 
     fn observations(&self, at: f64) -> Vec<Observation> {

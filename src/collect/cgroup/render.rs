@@ -1,12 +1,92 @@
 //! The cgroup collector's metric families and trend observations.
 
+use std::collections::HashSet;
+
+use crate::budget::{self, Claim, Grants, Tier};
 use crate::exposition::{Exposition, Kind};
 
 use crate::trend::{Observation, Scope};
 
-use super::{CgroupMemory, CgroupStats, Version};
+use super::{CgroupMemory, CgroupRdma, CgroupStats, Version};
+
+/// Budget classes ([`crate::budget`]): the memory series of a cgroup (its trend included), and
+/// its rdma controller series.
+pub const MEMORY: &str = "cgroup";
+pub const RDMA: &str = "cgroup_rdma";
+/// Granted first whatever the scores.
+const FLOOR: usize = 8;
+
+impl CgroupMemory {
+    /// Working set (usage where memory.stat is unknown) over the effective limit, plus 1 once the
+    /// OOM killer has run in it: cgroups that OOM or are about to come first. -1 without a limit
+    /// (nothing to run out of: no cgroup alert can fire).
+    fn budget_score(&self) -> f64 {
+        // The one definition of the cgroup's charge (the trend, the fast path and `check` use it).
+        let Some(ratio) = self.charge().and_then(|c| c.ratio()) else { return -1.0 };
+        let oom = self.events.oom.unwrap_or(0) + self.events.oom_kill.unwrap_or(0) > 0;
+        ratio + if oom { 1.0 } else { 0.0 }
+    }
+
+    fn series(&self) -> usize {
+        let fields = [
+            self.usage_bytes,
+            self.working_set_bytes,
+            self.limit.and_then(|l| l.bytes()),
+            self.limit.map(|l| u64::from(l.is_unlimited())),
+            self.high.and_then(|l| l.bytes()),
+            self.swap_limit.and_then(|l| l.bytes()),
+            self.unevictable_bytes,
+            self.events.max,
+            self.events.oom,
+            self.events.oom_kill,
+        ];
+        // The trend: a rise and, while rising, an exhaustion time.
+        let trend = if self.limit.and_then(|l| l.bytes()).is_some() { 2 } else { 0 };
+        fields.iter().filter(|v| v.is_some()).count() + trend
+    }
+}
+
+impl CgroupRdma {
+    fn series(&self) -> usize {
+        let count = |list: &[crate::kernel::rdma_cgroup::RdmaDevice]| {
+            list.iter()
+                .map(|d| usize::from(d.hca_handle.is_some()) + usize::from(d.hca_object.is_some()))
+                .sum::<usize>()
+        };
+        count(&self.current) + count(&self.max)
+    }
+}
 
 impl CgroupStats {
+    fn memory_order(&self) -> (Vec<usize>, Vec<(usize, f64)>) {
+        let m = &self.memory;
+        // Ties (cgroups without a limit) by usage, the largest first.
+        let usage = |i: usize| m[i].usage_bytes.unwrap_or(0) as f64 / 1e30;
+        budget::ranked(m.len(), |i| m[i].series(), |i| m[i].budget_score() + usage(i))
+    }
+
+    fn rdma_order(&self) -> (Vec<usize>, Vec<(usize, f64)>) {
+        let r = &self.rdma;
+        budget::ranked(r.len(), |i| r[i].series(), |_| 0.4)
+    }
+
+    pub fn claims(&self) -> Vec<Claim> {
+        vec![
+            Claim { class: MEMORY, tier: Tier::Page, floor: FLOOR, entities: self.memory_order().1 },
+            Claim { class: RDMA, tier: Tier::Explain, floor: 0, entities: self.rdma_order().1 },
+        ]
+    }
+
+    fn granted_memory(&self, grants: &Grants) -> Vec<&CgroupMemory> {
+        let mask = grants.mask(MEMORY, &self.memory_order().0, self.memory.len());
+        self.memory.iter().zip(mask).filter_map(|(c, shown)| shown.then_some(c)).collect()
+    }
+
+    /// The trend ids (cgroup paths) of the exported cgroups.
+    pub fn exported_trend_ids(&self, grants: &Grants) -> HashSet<String> {
+        self.granted_memory(grants).iter().map(|c| c.path().to_owned()).collect()
+    }
+
     /// The cgroup scope of the trend analysis: the working set against the effective limit.
     /// Not the raw usage: a job streaming a dataset through page cache fills its cgroup with
     /// cache that the kernel reclaims at the limit, and would look like a steep ramp to OOM.
@@ -28,9 +108,15 @@ impl CgroupStats {
             .collect()
     }
 
+    /// Every cgroup.
     pub fn render(&self, out: &mut Exposition) {
+        self.render_granted(out, &Grants::all())
+    }
+
+    pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
+        let memory = self.granted_memory(grants);
         let base: Vec<Vec<(&str, &str)>> =
-            self.memory.iter().map(|c| c.labels.iter().map(|(k, v)| (*k, v.as_str())).collect()).collect();
+            memory.iter().map(|c| c.labels.iter().map(|(k, v)| (*k, v.as_str())).collect()).collect();
         type Field = fn(&CgroupMemory) -> Option<u64>;
         let gauges: [(&'static str, &'static str, Field); 7] = [
             (
@@ -81,7 +167,7 @@ impl CgroupStats {
         ];
         for (name, help, field) in gauges {
             out.family(name, help, Kind::Gauge);
-            for (cgroup, labels) in self.memory.iter().zip(&base) {
+            for (cgroup, labels) in memory.iter().zip(&base) {
                 out.maybe(labels, field(cgroup));
             }
         }
@@ -92,7 +178,7 @@ impl CgroupStats {
                 the OOM killer). Sampled on the cgroup interval.",
             Kind::Counter,
         );
-        for (cgroup, labels) in self.memory.iter().zip(&base) {
+        for (cgroup, labels) in memory.iter().zip(&base) {
             let e = &cgroup.events;
             for (event, value) in [("max", e.max), ("oom", e.oom), ("oom_kill", e.oom_kill)] {
                 let mut labels = labels.clone();
@@ -100,11 +186,12 @@ impl CgroupStats {
                 out.maybe(&labels, value);
             }
         }
-        self.render_rdma(out);
+        self.render_rdma(out, grants);
         self.render_scan(out);
     }
 
-    fn render_rdma(&self, out: &mut Exposition) {
+    fn render_rdma(&self, out: &mut Exposition, grants: &Grants) {
+        let mask = grants.mask(RDMA, &self.rdma_order().0, self.rdma.len());
         out.family(
             "memlock_cgroup_rdma",
             "rdma cgroup controller per device: open verbs contexts (resource hca_handle) and uverbs objects such as \
@@ -113,7 +200,7 @@ impl CgroupStats {
                 interval.",
             Kind::Gauge,
         );
-        for cgroup in &self.rdma {
+        for cgroup in self.rdma.iter().zip(mask).filter_map(|(c, shown)| shown.then_some(c)) {
             let base: Vec<(&str, &str)> = cgroup.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
             let mut devices: Vec<&str> = cgroup.current.iter().chain(&cgroup.max).map(|d| d.device.as_str()).collect();
             devices.sort_unstable();

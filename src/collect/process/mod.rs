@@ -139,6 +139,7 @@ impl ProcessCollector {
                 tally: Tally::default(),
                 interner: Interner::default(),
                 config,
+                nccl_libraries: Vec::new(),
             },
             interval,
             procfs: roots.procfs.clone(),
@@ -469,8 +470,16 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
 }
 
 impl super::Stats for ProcessStats {
-    fn render(&self, out: &mut Exposition) {
-        ProcessStats::render(self, out)
+    fn render(&self, out: &mut Exposition, grants: &crate::budget::Grants) {
+        self.render_granted(out, grants)
+    }
+
+    fn claims(&self) -> Vec<crate::budget::Claim> {
+        ProcessStats::claims(self)
+    }
+
+    fn exported_trends(&self, grants: &crate::budget::Grants) -> Option<std::collections::HashSet<String>> {
+        Some(self.exported_trend_ids(grants))
     }
 
     fn observations(&self, at: f64) -> Vec<Observation> {
@@ -564,6 +573,7 @@ mod tests {
                 min_bytes,
                 comm_pattern: (!comm.is_empty()).then(|| Regex::new(comm).unwrap()),
                 top_n,
+                nccl_version: true,
             };
             let roots = Roots { procfs: self.root.clone(), sysfs: PathBuf::from("/nonexistent") };
             ProcessCollector::new(&roots, config, Duration::from_secs(1))
@@ -1032,8 +1042,13 @@ mod tests {
     #[test]
     fn unlistable_procfs_is_an_error_not_a_panic() {
         let roots = Roots { procfs: PathBuf::from("/nonexistent/proc"), sysfs: PathBuf::from("/nonexistent") };
-        let config =
-            ProcessConfig { full_scan_interval: Duration::from_secs(5), min_bytes: 0, comm_pattern: None, top_n: 1 };
+        let config = ProcessConfig {
+            full_scan_interval: Duration::from_secs(5),
+            min_bytes: 0,
+            comm_pattern: None,
+            top_n: 1,
+            nccl_version: true,
+        };
         let mut collector = ProcessCollector::new(&roots, config, Duration::from_secs(1));
         let mut errors = Vec::new();
         assert!(collector.collect(&mut errors).is_none());

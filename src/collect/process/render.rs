@@ -1,18 +1,111 @@
 //! The process collector's metric families.
 
+use std::collections::HashSet;
+
+use crate::budget::{self, Claim, Grants, Tier};
 use crate::exposition::{Exposition, Kind};
 use crate::kernel::pid_limits::Limit;
 
 use super::sample::{CgroupAggregate, Counter, ProcessSample};
 use super::ProcessStats;
 
+/// Budget classes ([`crate::budget`]): processes with per-process series, and the per-cgroup
+/// memlock aggregates.
+pub const PROCESSES: &str = "process";
+pub const CGROUPS: &str = "process_cgroup";
+/// Granted first whatever the scores: one process per GPU rank of an 8-GPU node, and its cgroups.
+const FLOOR: usize = 8;
+
+impl ProcessSample {
+    /// How urgent the process is for the budget: the higher of its counters' usage ratios where
+    /// the limit is enforced (CAP_IPC_LOCK exempts), -1 when none is.
+    fn budget_score(&self) -> f64 {
+        Counter::ALL.iter().filter_map(|&c| self.charge(c)?.enforced_ratio()).fold(-1.0, f64::max)
+    }
+
+    /// The series this process is exported with, its trend series included (a rise per counter
+    /// and, while it rises, an exhaustion time).
+    fn series(&self) -> usize {
+        let present = |v: Option<u64>| usize::from(v.is_some());
+        let limits =
+            self.limits.map_or(0, |l| 2 + [l.soft, l.hard].iter().filter(|limit| limit.bytes().is_some()).count());
+        let ratios = Counter::ALL.iter().filter(|&&c| self.charge(c).and_then(|c| c.ratio()).is_some()).count();
+        let trends = 2 * (present(self.locked_bytes) + present(self.pinned_bytes));
+        present(self.locked_bytes)
+            + present(self.pinned_bytes)
+            + usize::from(self.ipc_lock.is_some())
+            + limits
+            + ratios
+            + usize::from(self.nccl.is_some())
+            + trends
+    }
+}
+
+impl CgroupAggregate {
+    /// Its processes' worst enforced usage ratio; 0 for memory held without one; -2 for none held
+    /// (most cgroups of a large host: their series say nothing but the process count).
+    fn budget_score(&self) -> f64 {
+        match self.usage_ratio_max {
+            Some((_, ratio)) if ratio > 0.0 => ratio,
+            _ if self.locked_bytes > 0 || self.pinned_bytes > 0 => 0.0,
+            _ => -2.0,
+        }
+    }
+}
+
 impl ProcessStats {
+    /// Every exported process and every cgroup aggregate.
     pub fn render(&self, out: &mut Exposition) {
-        let pids: Vec<String> = self.processes.iter().map(|p| p.pid.to_string()).collect();
+        self.render_granted(out, &Grants::all())
+    }
+
+    fn process_order(&self) -> (Vec<usize>, Vec<(usize, f64)>) {
+        let p = &self.processes;
+        budget::ranked(p.len(), |i| p[i].series(), |i| p[i].budget_score())
+    }
+
+    fn cgroup_order(&self) -> (Vec<usize>, Vec<(usize, f64)>) {
+        let c = &self.cgroups;
+        let series = |i: usize| 3 + usize::from(c[i].usage_ratio_max.is_some());
+        // Ties (most cgroups) by the memory held.
+        let held = |i: usize| c[i].locked_bytes.saturating_add(c[i].pinned_bytes) as f64;
+        budget::ranked(c.len(), series, |i| c[i].budget_score() + held(i) / 1e30)
+    }
+
+    pub fn claims(&self) -> Vec<Claim> {
+        vec![
+            Claim { class: PROCESSES, tier: Tier::Page, floor: FLOOR, entities: self.process_order().1 },
+            Claim { class: CGROUPS, tier: Tier::Page, floor: FLOOR, entities: self.cgroup_order().1 },
+        ]
+    }
+
+    /// The processes exported under `grants`, in rank order.
+    pub fn granted_processes(&self, grants: &Grants) -> Vec<&ProcessSample> {
+        let mask = grants.mask(PROCESSES, &self.process_order().0, self.processes.len());
+        self.processes.iter().zip(mask).filter_map(|(p, shown)| shown.then_some(p)).collect()
+    }
+
+    /// The trend ids of the exported processes (see [`ProcessStats::observations`]).
+    pub fn exported_trend_ids(&self, grants: &Grants) -> HashSet<String> {
+        let mut ids = HashSet::new();
+        for p in self.granted_processes(grants) {
+            for counter in Counter::ALL {
+                ids.insert(super::sample::trend_id(p, counter));
+            }
+        }
+        ids
+    }
+
+    pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
+        let processes = self.granted_processes(grants);
+        let cgroup_mask = grants.mask(CGROUPS, &self.cgroup_order().0, self.cgroups.len());
+        let cgroups: Vec<&CgroupAggregate> =
+            self.cgroups.iter().zip(cgroup_mask).filter_map(|(c, shown)| shown.then_some(c)).collect();
+        let pids: Vec<String> = processes.iter().map(|p| p.pid.to_string()).collect();
         let labels: Vec<Vec<(&str, &str)>> =
-            self.processes.iter().zip(&pids).map(|(p, pid)| p.labels(pid).collect()).collect();
+            processes.iter().zip(&pids).map(|(p, pid)| p.labels(pid).collect()).collect();
         let each = |out: &mut Exposition, value: &dyn Fn(&ProcessSample) -> Option<crate::exposition::Value>| {
-            for (process, labels) in self.processes.iter().zip(&labels) {
+            for (process, labels) in processes.iter().zip(&labels) {
                 out.maybe(labels, value(process));
             }
         };
@@ -41,7 +134,7 @@ impl ProcessStats {
                 absent when unlimited. Sampled on the full scan interval (default 5s).",
             Kind::Gauge,
         );
-        for (process, labels) in self.processes.iter().zip(&labels) {
+        for (process, labels) in processes.iter().zip(&labels) {
             let Some(limits) = process.limits else { continue };
             for (kind, limit) in [("soft", limits.soft), ("hard", limits.hard)] {
                 out.maybe(&with(labels, ("kind", kind)), limit.bytes());
@@ -53,7 +146,7 @@ impl ProcessStats {
                 scan interval.",
             Kind::Gauge,
         );
-        for (process, labels) in self.processes.iter().zip(&labels) {
+        for (process, labels) in processes.iter().zip(&labels) {
             let Some(limits) = process.limits else { continue };
             for (kind, limit) in [("soft", limits.soft), ("hard", limits.hard)] {
                 out.sample(&with(labels, ("kind", kind)), limit == Limit::Unlimited);
@@ -75,7 +168,7 @@ impl ProcessStats {
                 exempt process. Absent when the limit is unlimited or 0. Sampled on the process interval.",
             Kind::Gauge,
         );
-        for (process, labels) in self.processes.iter().zip(&labels) {
+        for (process, labels) in processes.iter().zip(&labels) {
             for counter in Counter::ALL {
                 let ratio = process.charge(counter).and_then(|c| c.ratio());
                 out.maybe(&with(labels, ("counter", counter.as_str())), ratio);
@@ -83,10 +176,10 @@ impl ProcessStats {
         }
 
         let cgroup_labels: Vec<Vec<(&str, &str)>> =
-            self.cgroups.iter().map(|c| c.cgroup.labels.iter().map(|(k, v)| (*k, v.as_str())).collect()).collect();
+            cgroups.iter().map(|c| c.cgroup.labels.iter().map(|(k, v)| (*k, v.as_str())).collect()).collect();
         let each_cgroup =
             |out: &mut Exposition, value: &dyn Fn(&CgroupAggregate) -> Option<crate::exposition::Value>| {
-                for (cgroup, labels) in self.cgroups.iter().zip(&cgroup_labels) {
+                for (cgroup, labels) in cgroups.iter().zip(&cgroup_labels) {
                     out.maybe(labels, value(cgroup));
                 }
             };
@@ -112,7 +205,7 @@ impl ProcessStats {
                 interval.",
             Kind::Gauge,
         );
-        for (cgroup, labels) in self.cgroups.iter().zip(&cgroup_labels) {
+        for (cgroup, labels) in cgroups.iter().zip(&cgroup_labels) {
             if let Some((counter, ratio)) = cgroup.usage_ratio_max {
                 out.sample(&with(labels, ("counter", counter.as_str())), ratio);
             }
@@ -141,14 +234,15 @@ impl ProcessStats {
             (
                 "memlock_process_exported_processes",
                 "Processes exported with per-process series (passing the filter, \
-                within top_n). Sampled on the process interval.",
-                self.processes.len() as u64,
+                within top_n and the series budget). Sampled on the process interval.",
+                processes.len() as u64,
             ),
             (
                 "memlock_process_dropped_processes",
-                "Processes that passed the filter but were not exported because of \
-                top_n. Sampled on the process interval.",
-                self.dropped_by_top_n,
+                "Processes that passed the filter but were not exported: beyond top_n, or \
+                beyond the series budget (series.limit; the processes nearest their limits are kept). Sampled on the \
+                process interval.",
+                self.dropped_by_top_n + (self.processes.len() - processes.len()) as u64,
             ),
         ];
         for (name, help, value) in gauges {

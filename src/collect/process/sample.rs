@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::charge::Charge;
 use crate::kernel::pid_limits::MemlockLimits;
+use crate::kernel::versions::NcclMapping;
 use crate::trend::{Observation, Scope};
 
 use super::ProcessStats;
@@ -38,6 +39,16 @@ pub struct ProcessSample {
     /// CAP_IPC_LOCK lifts the limit ([`ipc_lock_exempts`]): held in CapEff and in the initial
     /// user namespace. `None` when CapEff could not be read.
     pub ipc_lock: Option<bool>,
+    /// The NCCL library the process has mapped (`/proc/PID/maps`), read once, when the process
+    /// is first seen holding pinned memory (NCCL's registrations are what pins it). `None` until
+    /// then, or when no `libnccl.so*` is mapped (NCCL linked statically, or not used).
+    pub nccl: Option<Arc<NcclMapping>>,
+}
+
+/// The trend analyser's id for one counter of a process (the comm guards against pid reuse
+/// mixing two processes' histories).
+pub fn trend_id(p: &ProcessSample, counter: Counter) -> String {
+    format!("{}/{}/{}", p.pid, p.comm, counter.as_str())
 }
 
 impl ProcessSample {
@@ -193,14 +204,7 @@ impl ProcessStats {
                 let charge = p.charge(counter).unwrap_or(Charge::enforced(used_bytes, None));
                 let mut labels: Vec<(&'static str, String)> = p.labels(&pid).map(|(k, v)| (k, v.to_owned())).collect();
                 labels.push(("counter", counter.as_str().to_owned()));
-                out.push(Observation {
-                    scope: Scope::Process,
-                    // The comm guards against pid reuse mixing two processes' histories.
-                    id: format!("{}/{}/{}", p.pid, p.comm, counter.as_str()),
-                    labels,
-                    at,
-                    charge,
-                });
+                out.push(Observation { scope: Scope::Process, id: trend_id(p, counter), labels, at, charge });
             }
         }
         out

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::config::ProcessConfig;
 use crate::fsroot::{self, SourceError};
 use crate::kernel::pid_limits;
+use crate::kernel::versions::{self, NcclMapping};
 use crate::kernel::{cgroup_path, pid_cgroup, pid_status, uid_map, ParseError};
 
 use super::sample::{initial_user_namespace, ipc_lock_exempts, CgroupInfo, ProcessSample};
@@ -27,13 +28,15 @@ pub(super) struct Record {
     /// Found by a tracked pass's listing: re-read on every pass until then, since a job's
     /// process registers its memory within seconds of starting, before it holds any.
     pub(super) probation_until: Option<std::time::Instant>,
+    /// `/proc/PID/maps` was read for the NCCL library (once per process).
+    pub(super) nccl_read: bool,
 }
 
 /// Builds `<procfs>/<pid>/<file>` paths in one reused buffer and reads them into one reused
 /// text buffer: a full scan reads three files per process.
 pub(super) struct PidReader {
     procfs: OsString,
-    path: PathBuf,
+    pub(super) path: PathBuf,
     text: String,
     /// Whether `uid_map` can tell the initial user namespace: the kernel shows the map relative
     /// to the reader's own namespace, so from inside a user namespace (rootless Podman,
@@ -69,7 +72,7 @@ impl PidReader {
     }
 
     /// Builds `<procfs>/<pid>/<file>` in the path buffer.
-    fn resolve(&mut self, pid: u32, file: &str) {
+    pub(super) fn resolve(&mut self, pid: u32, file: &str) {
         let mut digits = [0u8; 10];
         let path = self.path.as_mut_os_string();
         path.clear();
@@ -173,7 +176,13 @@ pub(super) struct Scanner {
     pub(super) tally: Tally,
     pub(super) interner: Interner,
     pub(super) config: ProcessConfig,
+    /// NCCL libraries seen, shared by the processes that map them (bounded).
+    pub(super) nccl_libraries: Vec<Arc<NcclMapping>>,
 }
+
+/// How much of `/proc/PID/maps` is read looking for NCCL: a PyTorch rank maps a few thousand
+/// areas (a few hundred KiB of text); the rest of a larger file is not read.
+const MAX_MAPS_BYTES: u64 = 16 << 20;
 
 impl Scanner {
     /// Reads `status`, `limits` and `cgroup` of one process. `None` for kernel threads and for
@@ -193,8 +202,10 @@ impl Scanner {
                 pinned_bytes: None,
                 limits: None,
                 ipc_lock: None,
+                nccl: None,
             },
             comm_matches: false,
+            nccl_read: false,
             tracked: false,
             incomplete: false,
             probation_until: None,
@@ -262,6 +273,9 @@ impl Scanner {
         if changed {
             record.sample.comm.clear();
             record.sample.comm.push_str(&name);
+            // exec or pid reuse: another program, maybe another NCCL.
+            record.nccl_read = false;
+            record.sample.nccl = None;
             record.comm_matches = self.config.comm_pattern.as_ref().is_some_and(|re| re.is_match(&name));
         }
         record.sample.locked_bytes = status.locked_bytes;
@@ -275,7 +289,38 @@ impl Scanner {
             let initial = self.user_namespace_is_initial(record.sample.pid, errors);
             record.sample.ipc_lock = ipc_lock_exempts(record.sample.ipc_lock, initial);
         }
+        if self.config.nccl_version && !record.nccl_read && record.sample.pinned_bytes.unwrap_or(0) > 0 {
+            record.nccl_read = true;
+            record.sample.nccl = self.read_nccl(pid, errors);
+        }
         Some(changed)
+    }
+
+    /// The first `libnccl.so*` mapping of the process, read line by line from `maps` and stopping
+    /// there. A refusal (reading another user's maps needs ptrace access: PTRACE_MODE_READ in
+    /// proc_maps_open) is counted, not a failure.
+    fn read_nccl(&mut self, pid: u32, errors: &mut Vec<SourceError>) -> Option<Arc<NcclMapping>> {
+        self.reader.resolve(pid, "maps");
+        match fsroot::find_line(&self.reader.path, MAX_MAPS_BYTES, |line| versions::nccl_mapping(line)) {
+            Ok(found) => {
+                let found = found?;
+                // Every rank of a job maps the same library: one copy.
+                if let Some(known) = self.nccl_libraries.iter().find(|k| ***k == found) {
+                    return Some(known.clone());
+                }
+                let found = Arc::new(found);
+                if self.nccl_libraries.len() < 64 {
+                    self.nccl_libraries.push(found.clone());
+                }
+                Some(found)
+            }
+            // Gone meanwhile: the next pass drops it.
+            Err(err) if err.is_not_found() => None,
+            Err(err) => {
+                self.tally.note(err, errors);
+                None
+            }
+        }
     }
 
     /// Whether a process holding CAP_IPC_LOCK is in the initial user namespace, where the
