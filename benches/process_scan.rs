@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use memlock_exporter::collect::process::ProcessCollector;
 use memlock_exporter::config::{self, ProcessConfig, Sources};
-use memlock_exporter::fsroot::Roots;
+use memlock_exporter::fsroot::{self, Roots};
+use memlock_exporter::kernel::versions;
 
 #[path = "../tests/synthetic/mod.rs"]
 mod synthetic;
@@ -127,6 +128,108 @@ fn measure(procfs: &Path, listed: usize) -> Figures {
     }
 }
 
+/// Areas in each pinning process's `maps`: a PyTorch rank with CUDA and NCCL maps a few thousand.
+const MAPS_AREAS: usize = 4000;
+
+/// Gives every pinning process of the tree (1 in 100) a `maps` with NCCL mapped.
+fn add_maps(root: &Path, processes: u32) {
+    for i in 0..processes {
+        if synthetic::process_mix(i).1 > 0 {
+            let dir = root.join((1000 + i).to_string());
+            synthetic::write_maps(&dir, MAPS_AREAS, Some("/opt/venv/lib/nccl/libnccl.so.2.21.5")).expect("write maps");
+        }
+    }
+}
+
+struct NcclFigures {
+    /// The first full scan of a new collector, which reads each pinning process's maps once.
+    first_scan_without_ms: f64,
+    first_scan_with_ms: f64,
+    /// A later full scan and a tracked pass: nothing more is read.
+    later_scan_without_ms: f64,
+    later_scan_with_ms: f64,
+    tracked_without_us: f64,
+    tracked_with_us: f64,
+    maps_read: usize,
+}
+
+/// The NCCL lookup against the plain scan, interleaved in the same run: a collector with
+/// `nccl_version` off and one with it on, each new for every iteration.
+fn measure_nccl(procfs: &Path) -> NcclFigures {
+    let roots = Roots { procfs: procfs.to_owned(), sysfs: PathBuf::from("/sys") };
+    let collector = |nccl_version: bool| {
+        ProcessCollector::new(&roots, ProcessConfig { nccl_version, ..default_process_config() }, Duration::from_secs(1))
+    };
+    let mut errors = Vec::new();
+    let (mut first, mut later, mut tracked) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    let mut maps_read = 0;
+    collector(true).full_scan(&mut errors);
+    for _ in 0..ITERATIONS {
+        for (slot, nccl_version) in [(0, false), (1, true)] {
+            let mut c = collector(nccl_version);
+            let mut stats = None;
+            first[slot].push(cpu_time_of(|| stats = c.full_scan(&mut errors)));
+            if nccl_version {
+                let stats = stats.expect("procfs lists");
+                maps_read = stats.processes.iter().filter(|p| p.nccl.is_some()).count();
+                assert!(stats.processes.iter().filter(|p| p.pinned_bytes.unwrap_or(0) > 0).all(|p| p
+                    .nccl
+                    .as_ref()
+                    .is_some_and(|n| n.version.as_deref() == Some("2.21.5"))));
+            }
+            later[slot].push(cpu_time_of(|| {
+                std::hint::black_box(c.full_scan(&mut errors));
+            }));
+            tracked[slot].push(cpu_time_of(|| {
+                std::hint::black_box(c.tracked_pass(&mut errors));
+            }));
+        }
+    }
+    let [fw, fn_] = first.map(median);
+    let [lw, ln] = later.map(median);
+    let [tw, tn] = tracked.map(median);
+    NcclFigures {
+        first_scan_without_ms: fw * 1e3,
+        first_scan_with_ms: fn_ * 1e3,
+        later_scan_without_ms: lw * 1e3,
+        later_scan_with_ms: ln * 1e3,
+        tracked_without_us: tw * 1e6,
+        tracked_with_us: tn * 1e6,
+        maps_read,
+    }
+}
+
+/// On this machine's /proc: the CPU time of reading every process's `maps` as the NCCL lookup
+/// does (line by line to the end: nothing here maps NCCL) against reading its `status`.
+fn real_maps_cost(procfs: &Path) -> (usize, f64, f64, usize) {
+    let pids: Vec<String> = std::fs::read_dir(procfs)
+        .expect("list /proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())).map(str::to_owned))
+        .collect();
+    let mut lines = 0;
+    let mut status = Vec::new();
+    let mut maps = Vec::new();
+    for _ in 0..ITERATIONS {
+        status.push(cpu_time_of(|| {
+            for pid in &pids {
+                let _ = std::hint::black_box(fsroot::read_string(&procfs.join(pid).join("status")));
+            }
+        }));
+        maps.push(cpu_time_of(|| {
+            lines = 0;
+            for pid in &pids {
+                let _ = fsroot::find_line(&procfs.join(pid).join("maps"), 16 << 20, |line| {
+                    lines += 1;
+                    versions::nccl_mapping(line)
+                });
+            }
+        }));
+    }
+    let n = pids.len().max(1) as f64;
+    (pids.len(), median(status) * 1e6 / n, median(maps) * 1e6 / n, lines / pids.len().max(1))
+}
+
 fn numeric_entries(procfs: &Path) -> usize {
     std::fs::read_dir(procfs)
         .map(|dir| {
@@ -144,6 +247,8 @@ fn main() {
     build_tree(&root, processes);
 
     let synthetic = measure(&root, processes as usize);
+    add_maps(&root, processes);
+    let nccl = measure_nccl(&root);
     let _ = std::fs::remove_dir_all(&root);
     let ratio = synthetic.scan_us_per_process / synthetic.baseline_us_per_process;
     println!(
@@ -165,7 +270,30 @@ fn main() {
         synthetic.tracked_pass_us / synthetic.tracked.max(1) as f64
     );
 
+    println!(
+        "NCCL version lookup (collector.process.nccl_version), same tree with a {MAPS_AREAS}-area maps for each of the \
+        {} pinning processes, median of {ITERATIONS} runs, CPU time:",
+        nccl.maps_read
+    );
+    println!(
+        "  first full scan:  {:>7.1} ms without, {:>7.1} ms with ({:+.1} ms, {:.0} us per maps read once)",
+        nccl.first_scan_without_ms,
+        nccl.first_scan_with_ms,
+        nccl.first_scan_with_ms - nccl.first_scan_without_ms,
+        (nccl.first_scan_with_ms - nccl.first_scan_without_ms) * 1e3 / nccl.maps_read.max(1) as f64
+    );
+    println!(
+        "  later full scan:  {:>7.1} ms without, {:>7.1} ms with (read once: nothing more)",
+        nccl.later_scan_without_ms, nccl.later_scan_with_ms
+    );
+    println!("  tracked pass:     {:>7.1} us without, {:>7.1} us with", nccl.tracked_without_us, nccl.tracked_with_us);
+
     let proc_root = Path::new("/proc");
+    let (pids, status_us, maps_us, lines) = real_maps_cost(proc_root);
+    println!(
+        "this machine's /proc ({pids} pids, {lines} maps lines on average), median of {ITERATIONS} runs, CPU time per \
+        pid: status {status_us:.1} us, maps read through for NCCL {maps_us:.1} us"
+    );
     let listed = numeric_entries(proc_root);
     let real = measure(proc_root, listed);
     println!(

@@ -10,10 +10,12 @@
 //!    device-level registration error counters; processes nearest their memlock limit; cgroups
 //!    nearest their memory limit (those with OOM events first); the per-cgroup memlock
 //!    aggregates with the worst usage ratio. Each class first gets its `floor` (round robin), then
-//!    the rest goes to the most urgent entity of any class.
+//!    the rest goes to the most urgent entity of any class, up to the class's `cap`, as long as it
+//!    is urgent (a score of [`URGENT`], half of its limit used, or more).
 //! 2. [`Tier::Explain`]: port error counters, NUMA nodes, RDMA registrations per device and per
 //!    owner, the rdma cgroup controller.
-//! 3. [`Tier::Detail`]: every other port and driver counter.
+//! 3. [`Tier::Detail`]: every other port and driver counter, and the processes and cgroups
+//!    beyond the caps or below [`URGENT`], by score.
 //!
 //! A class's grants are a prefix of its list: once an entity does not fit, the class gets no
 //! more (its remaining entities are counted as dropped). The trend series of a process or cgroup
@@ -24,6 +26,9 @@
 /// exporter's own registry series are counted at render time; this is for the error counters
 /// (one series per collector and error kind) that may appear before the next snapshot.
 pub const HEADROOM: usize = 8;
+
+/// Past its floor, an entity is in the page tier only from this score: half of a limit used.
+pub const URGENT: f64 = 0.5;
 
 /// The default `series.limit`.
 pub const DEFAULT_LIMIT: u64 = 500;
@@ -43,6 +48,10 @@ pub struct Claim {
     pub tier: Tier,
     /// Entities granted before the tier's entities compete on score, if they fit.
     pub floor: usize,
+    /// At most this many entities in its own tier; the rest compete in [`Tier::Detail`] (the
+    /// processes past the first 16, which the cgroup aggregates cover for the alerts, come after
+    /// the port errors and NUMA nodes that explain a page).
+    pub cap: usize,
     /// Per entity: (series it costs, score), most urgent first (scores do not increase).
     pub entities: Vec<(usize, f64)>,
 }
@@ -111,8 +120,15 @@ pub fn allocate(claims: &[Claim], available: usize) -> Allocation {
         }
     };
     for tier in [Tier::Page, Tier::Explain, Tier::Detail] {
-        let members: Vec<usize> = (0..n).filter(|&i| claims[i].tier == tier).collect();
-        let open = |i: usize, granted: &[usize], closed: &[bool]| !closed[i] && granted[i] < claims[i].entities.len();
+        // The detail tier also takes what the caps held back in the tiers above.
+        let members: Vec<usize> =
+            (0..n).filter(|&i| claims[i].tier == tier || (tier == Tier::Detail && claims[i].tier < tier)).collect();
+        let cap = |i: usize| if claims[i].tier == tier { claims[i].cap } else { usize::MAX };
+        let open = |i: usize, granted: &[usize], closed: &[bool]| {
+            !closed[i] && granted[i] < claims[i].entities.len() && granted[i] < cap(i)
+        };
+        // Past the floors, the page tier takes only what is urgent; the rest waits for the detail tier.
+        let urgent = |i: usize, granted: &[usize]| tier != Tier::Page || claims[i].entities[granted[i]].1 >= URGENT;
         loop {
             let mut progress = false;
             for &i in &members {
@@ -126,7 +142,8 @@ pub fn allocate(claims: &[Claim], available: usize) -> Allocation {
             }
         }
         loop {
-            let best = members.iter().copied().filter(|&i| open(i, &granted, &closed)).fold(None, |best, i| {
+            let eligible = |&i: &usize| open(i, &granted, &closed) && urgent(i, &granted);
+            let best = members.iter().copied().filter(eligible).fold(None, |best, i| {
                 let score = claims[i].entities[granted[i]].1;
                 match best {
                     Some((_, s)) if s >= score => best,
@@ -165,26 +182,27 @@ mod tests {
     use super::*;
 
     fn claim(class: &'static str, tier: Tier, floor: usize, entities: &[(usize, f64)]) -> Claim {
-        Claim { class, tier, floor, entities: entities.to_vec() }
+        Claim { class, tier, floor, cap: usize::MAX, entities: entities.to_vec() }
     }
 
     #[test]
     fn tiers_floors_then_scores() {
         let claims = [
             claim("detail", Tier::Detail, 0, &[(1, 9.0); 10]),
-            claim("process", Tier::Page, 2, &[(10, 0.5), (10, 0.4), (10, 0.3), (10, 0.2)]),
+            claim("process", Tier::Page, 2, &[(10, 1.5), (10, 1.4), (10, 1.3), (10, 0.2)]),
             claim("cgroup", Tier::Page, 1, &[(5, 0.99), (5, 0.98), (5, 0.1)]),
             claim("device", Tier::Page, 0, &[(3, f64::INFINITY)]),
         ];
-        // Floors: 2 processes (20), 1 cgroup (5); then by score: device (3), cgroup .98 (5),
-        // process .3 (10), cgroup .1 (5), process .2 (10): 58; the detail tier gets the rest.
+        // Floors: 2 processes (20), 1 cgroup (5); then by score: device (3), process 1.3 (10),
+        // cgroup .98 (5); the rest is not urgent: in the detail tier by score, the detail claim
+        // (9.0), then process .2 (10), which does not fit in the 7 left, and cgroup .1 (5), which does.
         let a = allocate(&claims, 60);
         assert_eq!(
             (a.grants.get("process"), a.grants.get("cgroup"), a.grants.get("device"), a.grants.get("detail")),
-            (4, 3, 1, 2)
+            (3, 3, 1, 10)
         );
-        assert_eq!(a.granted_series, 60);
-        assert_eq!(a.dropped, vec![("detail", 8), ("process", 0), ("cgroup", 0), ("device", 0)]);
+        assert_eq!(a.granted_series, 58);
+        assert_eq!(a.dropped, vec![("detail", 0), ("process", 1), ("cgroup", 0), ("device", 0)]);
         // Tight: the floors come first, then the most urgent.
         let a = allocate(&claims, 28);
         assert_eq!((a.grants.get("process"), a.grants.get("cgroup"), a.grants.get("device")), (2, 1, 1));
@@ -196,6 +214,20 @@ mod tests {
         assert_eq!(allocate(&claims, 0).granted_series, 0);
         assert_eq!(Grants::all().get("anything"), usize::MAX);
         assert_eq!(Grants::none().get("process"), 0);
+    }
+
+    #[test]
+    fn past_its_cap_a_class_waits_for_the_detail_tier() {
+        let claims = [
+            Claim { cap: 2, ..claim("process", Tier::Page, 1, &[(1, 5.0); 5]) },
+            claim("numa", Tier::Explain, 0, &[(1, 0.5); 2]),
+            claim("detail", Tier::Detail, 0, &[(1, 0.0); 3]),
+        ];
+        // 2 processes, both NUMA nodes, then by score: the processes (5.0) before the counters.
+        let a = allocate(&claims, 7);
+        assert_eq!((a.grants.get("process"), a.grants.get("numa"), a.grants.get("detail")), (5, 2, 0));
+        let a = allocate(&claims, 5);
+        assert_eq!((a.grants.get("process"), a.grants.get("numa"), a.grants.get("detail")), (3, 2, 0));
     }
 
     #[test]

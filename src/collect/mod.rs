@@ -117,7 +117,7 @@ pub const REGISTRY: &[Registration] = &[
     Registration {
         name: "software",
         reads: "kernel, NVIDIA driver and RDMA module versions, GPUDirect mode",
-        default_interval: "60s",
+        default_interval: "30s",
         build: |config, _| Box::new(software::SoftwareCollector::new(config.roots.clone())),
     },
 ];

@@ -110,7 +110,7 @@ impl NumaStats {
     /// the host: one claim, in node order.
     pub fn claims(&self) -> Vec<Claim> {
         let entities = self.nodes.iter().map(|n| (n.series(), 0.5)).collect();
-        vec![Claim { class: CLASS, tier: Tier::Explain, floor: 0, entities }]
+        vec![Claim { class: CLASS, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities }]
     }
 
     pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {

@@ -534,8 +534,8 @@ impl RdmaNetlinkStats {
         let devices = self.devices.iter().map(|d| (d.resources.len() + usize::from(d.mrs.is_some()), 0.7)).collect();
         let owners = self.owner_order().iter().map(|_| (2, 0.6)).collect();
         vec![
-            Claim { class: DEVICES, tier: Tier::Explain, floor: 0, entities: devices },
-            Claim { class: OWNERS, tier: Tier::Explain, floor: 0, entities: owners },
+            Claim { class: DEVICES, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities: devices },
+            Claim { class: OWNERS, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities: owners },
         ]
     }
 

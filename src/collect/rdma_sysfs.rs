@@ -314,9 +314,9 @@ impl RdmaSysfsStats {
         let errors = ports.iter().map(|p| (p.error_series(), 1.0)).collect();
         let others = ports.iter().map(|p| (p.other_series(), 0.0)).collect();
         vec![
-            Claim { class: DEVICES, tier: Tier::Page, floor: 0, entities: self.device_order().1 },
-            Claim { class: PORT_ERRORS, tier: Tier::Explain, floor: 0, entities: errors },
-            Claim { class: PORT_COUNTERS, tier: Tier::Detail, floor: 0, entities: others },
+            Claim { class: DEVICES, tier: Tier::Page, floor: 0, cap: usize::MAX, entities: self.device_order().1 },
+            Claim { class: PORT_ERRORS, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities: errors },
+            Claim { class: PORT_COUNTERS, tier: Tier::Detail, floor: 0, cap: usize::MAX, entities: others },
         ]
     }
 

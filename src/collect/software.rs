@@ -4,7 +4,7 @@
 //! `estimate` use). One info series, so "the same code fails on another machine" is one query:
 //! `count by (nvidia_driver) (memlock_node_software_info)`.
 //!
-//! Versions change at reboot or module reload: the default interval is slow (60s). Every file is
+//! Versions change at reboot or module reload: the default interval is slow (30s). Every file is
 //! optional; an absent component is an empty label.
 
 use std::sync::Arc;
@@ -121,7 +121,7 @@ impl SoftwareStats {
                 from /sys/module/<name>/version (\"unversioned\" for a loaded in-tree module, empty when not loaded); \
                 gdr_mode: the GPUDirect charging mode NCCL would use as check and estimate detect it (peermem when a \
                 peer-memory client is loaded: GPU buffers charged to VmPin; off otherwise). Empty labels are absent \
-                components. Sampled on the software interval (default 60s).",
+                components. Sampled on the software interval (default 30s).",
             Kind::Gauge,
         );
         let mut labels: Vec<(&str, &str)> = vec![

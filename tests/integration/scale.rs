@@ -167,6 +167,75 @@ fn assert_bounded(m: &Metrics, top_n: usize, cgroups: usize, context: &str) {
     }
 }
 
+/// At the default budget on the generated host: the series every alert of
+/// alerts/memlock-exporter.rules.yml needs are there for the entities that would fire it.
+fn assert_budget_keeps_what_pages(m: &Metrics, oom: &str, near: &str) {
+    let dropped = |class: &str| m.value(&format!("memlock_exporter_series_dropped_entities{{class=\"{class}\"}}"));
+    assert!(dropped("process") > 0.0 && dropped("cgroup") > 9000.0 && dropped("process_cgroup") > 0.0, "{}", m.text);
+    // MemlockProcessNearLimit, ...LimitTooLowForRdma, ...ExhaustionPredicted: the processes over
+    // their limit (each pinning process holds 9 GiB under 8 MiB) with every series of theirs.
+    let exported = label_values(m, "memlock_process_pinned_bytes", "pid");
+    assert!(exported.len() >= 8, "at least the floor of processes: {exported:?}");
+    assert_eq!(m.value("memlock_process_exported_processes") as usize, exported.len());
+    for pid in &exported {
+        let with = |family: &str| m.family(family).iter().filter(|(k, _)| k.contains(&format!("pid=\"{pid}\""))).count();
+        assert_eq!(with("memlock_process_pinned_bytes"), 1, "pid {pid}");
+        for family in ["memlock_process_limit_usage_ratio", "memlock_process_limit_bytes", "memlock_process_ipc_lock"] {
+            assert!(with(family) >= 1, "{family} of pid {pid}");
+        }
+        let ratio = m
+            .family("memlock_process_limit_usage_ratio")
+            .iter()
+            .filter(|(k, _)| k.contains(&format!("pid=\"{pid}\"")) && k.contains("counter=\"pinned\""))
+            .map(|(_, v)| *v)
+            .next()
+            .unwrap();
+        assert_eq!(ratio, 1152.0, "pid {pid}: only the processes over their limit are kept");
+        assert_eq!(with("memlock_trend_rise_bytes_per_second"), 2, "pid {pid}: its trends come with it");
+    }
+    // MemlockCgroupProcessNearLimit: the worst ratios of the cgroup aggregates.
+    let ratios = m.family("memlock_cgroup_limit_usage_ratio_max");
+    assert!(ratios.len() >= 8 && ratios.iter().all(|(_, v)| *v == 1152.0), "{ratios:?}");
+    // MemlockCgroupNearMemoryLimit, ...MemoryExhaustionPredicted, ...OOMEvents: the two cgroups
+    // near their limit, the one with OOM kills first, with usage, working set, limit and events.
+    for cgroup in [oom, near] {
+        for family in [
+            "memlock_cgroup_memory_usage_bytes",
+            "memlock_cgroup_memory_working_set_bytes",
+            "memlock_cgroup_memory_limit_bytes",
+        ] {
+            let found = m.family(family).iter().any(|(k, _)| k.contains(&format!("cgroup=\"{cgroup}\"")));
+            assert!(found, "{family} of {cgroup}");
+        }
+    }
+    let kills = m
+        .family("memlock_cgroup_memory_events_total")
+        .iter()
+        .filter(|(k, _)| k.contains(&format!("cgroup=\"{oom}\"")) && k.contains("event=\"oom_kill\""))
+        .map(|(_, v)| *v)
+        .next();
+    assert_eq!(kills, Some(2.0), "the OOM kills of {oom}");
+    // MemlockRdmaPortNotActive, ...RegistrationErrors, ...StrictOvercommitWithRdma: every device
+    // and port of the fixture, and EFA's reg_mr_err.
+    assert_eq!(family_count(m, "memlock_rdma_device_info"), 4);
+    assert_eq!(family_count(m, "memlock_rdma_port_state"), 4);
+    assert!(m.family("memlock_rdma_hw_stat_total").iter().any(|(k, _)| k.contains("counter=\"reg_mr_err\"")));
+    // The node and the exporter: the node alerts, MemlockCollectorFailing, ...SamplesStale.
+    for family in [
+        "memlock_node_memory_available_bytes",
+        "memlock_node_memory_total_bytes",
+        "memlock_node_mlocked_bytes",
+        "memlock_node_pinned_bytes",
+        "memlock_node_hugepages",
+        "memlock_node_overcommit_mode",
+        "memlock_node_software_info",
+        "memlock_scrape_collector_success",
+        "memlock_exporter_collector_sample_age_seconds",
+    ] {
+        assert!(family_count(m, family) > 0, "{family}");
+    }
+}
+
 /// promtool on a whole scrape; a missing promtool fails the test (scripts/test.sh installs it).
 fn promtool_check(text: &str, context: &str) {
     let spawned = Command::new("promtool")
@@ -209,16 +278,50 @@ fn a_generated_host_of_20000_processes_and_10000_cgroups() {
     let dirs = synthetic::write_kubepods(&sysfs.join("fs/cgroup/memory"), PODS, 3).unwrap();
     assert_eq!(dirs.len(), CGROUPS);
     synthetic::write_procfs(&procfs, 100_000, PROCESSES, |i| container_of(i, PODS)).unwrap();
+    // Two containers near their 1 GiB limit, one of them after OOM kills: what the budget must keep.
+    let memory = sysfs.join("fs/cgroup/memory");
+    let (oom, near) = (synthetic::container_path(7, 1), synthetic::container_path(11, 2));
+    synthetic::write_memory_cgroup(&memory.join(&oom[1..]), 1000 << 20, 1 << 30).unwrap();
+    std::fs::write(memory.join(&oom[1..]).join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+        .unwrap();
+    synthetic::write_memory_cgroup(&memory.join(&near[1..]), 950 << 20, 1 << 30).unwrap();
     eprintln!("generated host: written in {:?}", scratch_started.elapsed());
+    let roots = ["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()];
+    let fast_scans = [
+        ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL", "1s"),
+        ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__FULL_SCAN_INTERVAL", "1s"),
+        ("MEMLOCK_EXPORTER_COLLECTOR__SOFTWARE__INTERVAL", "1s"),
+    ];
+
+    // At the defaults: at most 500 series in the whole scrape, and in them what pages.
+    let exporter = Exporter::start_with_env(&roots, &fast_scans);
+    let m = exporter.wait_metrics(Duration::from_secs(120), "three full scans", |m| {
+        m.get("memlock_process_full_scans_total").unwrap_or(0.0) >= 3.0
+    });
+    let series = m.text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
+    let kept: Vec<String> = m
+        .family("memlock_exporter_series_dropped_entities")
+        .iter()
+        .map(|(k, v)| format!("{} dropped {v}", &k[k.find("class").unwrap_or(0)..]))
+        .collect();
+    eprintln!(
+        "generated host at the defaults: {series} series, {} bytes per scrape; {} processes, {} cgroups, {} \
+            process aggregates exported; {kept:?}",
+        m.text.len(),
+        m.value("memlock_process_exported_processes"),
+        family_count(&m, "memlock_cgroup_memory_usage_bytes"),
+        family_count(&m, "memlock_cgroup_processes"),
+    );
+    assert!(series <= 500, "{series} series at the defaults");
+    assert_clean(&m, "generated host at the defaults");
+    assert_budget_keeps_what_pages(&m, &oom, &near);
+    promtool_check(&m.text, "generated host at the defaults");
+    drop(exporter);
+
+    // With series.limit = 0 (docs/metrics.md, "How to get more detail"): everything, as below.
 
     let started = Instant::now();
-    let exporter = Exporter::start_with_env(
-        &["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()],
-        &[
-            ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL", "1s"),
-            ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__FULL_SCAN_INTERVAL", "1s"),
-        ],
-    );
+    let exporter = Exporter::start_with_env(&[&roots[..], &["--series.limit", "0"]].concat(), &fast_scans);
     let ready_after = started.elapsed();
     // 112,000 lines, 41 MB per scrape: a debug build renders it in 1.6 to 4.5 s (measured), which
     // two collectors scanning this host back to back on a loaded 2-core machine can stretch
@@ -273,7 +376,7 @@ fn a_generated_host_of_20000_processes_and_10000_cgroups() {
     // text instead of holding a copy each (40 x 37 MB). With the default intervals a new
     // snapshot is published after every collector run, and a scrape holds the one it started
     // on (docs/reliability.md).
-    let mut env: Vec<(String, String)> = ["NODE", "NUMA", "PROCESS", "CGROUP", "RDMA_SYSFS", "RDMA_NETLINK"]
+    let mut env: Vec<(String, String)> = ["NODE", "NUMA", "PROCESS", "CGROUP", "RDMA_SYSFS", "RDMA_NETLINK", "SOFTWARE"]
         .iter()
         .map(|c| (format!("MEMLOCK_EXPORTER_COLLECTOR__{c}__INTERVAL"), "1h".to_owned()))
         .collect();
@@ -283,10 +386,7 @@ fn a_generated_host_of_20000_processes_and_10000_cgroups() {
             .map(|c| (format!("MEMLOCK_EXPORTER_COLLECTOR__{c}__FULL_SCAN_INTERVAL"), "1h".to_owned())),
     );
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let exporter = Exporter::start_with_env(
-        &["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()],
-        &env,
-    );
+    let exporter = Exporter::start_with_env(&[&roots[..], &["--series.limit", "0"]].concat(), &env);
     let mut exporter = exporter;
     exporter.timeout = Duration::from_secs(40);
     let pid = exporter.child.id();
@@ -403,7 +503,7 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
     let cgroups = 4 + PODS * 4;
 
     let mut env: Vec<(String, String)> = Vec::new();
-    for name in ["NODE", "NUMA", "PROCESS", "CGROUP", "RDMA_SYSFS", "RDMA_NETLINK"] {
+    for name in ["NODE", "NUMA", "PROCESS", "CGROUP", "RDMA_SYSFS", "RDMA_NETLINK", "SOFTWARE"] {
         env.push((format!("MEMLOCK_EXPORTER_COLLECTOR__{name}__INTERVAL"), "100ms".into()));
     }
     for name in ["PROCESS", "CGROUP"] {
@@ -412,6 +512,8 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
     // Every process passes the filter: all are exported (top_n 1000), each is a trend scope.
     env.push(("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__MIN_BYTES".into(), "0".into()));
     env.push(("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__TOP_N".into(), "1000".into()));
+    // And no series budget: every process and cgroup has its series while the churn replaces them.
+    env.push(("MEMLOCK_EXPORTER_SERIES__LIMIT".into(), "0".into()));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let exporter = Exporter::start_with_env(
         &["--path.procfs", procfs.to_str().unwrap(), "--path.sysfs", sysfs.to_str().unwrap()],
@@ -563,8 +665,9 @@ fn live_churn_of_real_processes_and_cgroups() {
         ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL", "100ms"),
         ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__INTERVAL", "100ms"),
         ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__FULL_SCAN_INTERVAL", "100ms"),
-        // Its default 5 s interval would let a healthy sample reach the 5 s stall bound below.
+        // Their default 5 s and 30 s intervals would let a healthy sample reach the 5 s stall bound below.
         ("MEMLOCK_EXPORTER_COLLECTOR__RDMA_SYSFS__INTERVAL", "1s"),
+        ("MEMLOCK_EXPORTER_COLLECTOR__SOFTWARE__INTERVAL", "1s"),
     ];
     let exporter = Exporter::start_with_env(&["--no-collector.rdma_netlink"], &env);
     let pid = exporter.child.id();

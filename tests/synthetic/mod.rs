@@ -170,3 +170,41 @@ pub fn status_kib(status_file: &str, key: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
+
+/// A `maps` file of `areas` lines in the kernel's format (fs/proc/task_mmu.c `show_map_vma`: the
+/// header, then the path padded to column 73), like a PyTorch rank's: shared objects of the
+/// virtual environment and anonymous areas, with `nccl` (a `libnccl.so*` path) mapped four fifths
+/// of the way down, where a library loaded after start-up lands.
+pub fn write_maps(dir: &Path, areas: usize, nccl: Option<&str>) -> std::io::Result<()> {
+    use std::fmt::Write as _;
+    let libraries = [
+        "/usr/bin/python3.11",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "/opt/venv/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so",
+        "/opt/venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so",
+        "/opt/venv/lib/python3.11/site-packages/nvidia/cublas/lib/libcublasLt.so.12",
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.570.86.15",
+        "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0",
+        "/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav34.so",
+    ];
+    let mut text = String::with_capacity(areas * 110);
+    let mut start = 0x7f00_0000_0000u64;
+    for i in 0..areas {
+        let end = start + 0x21000;
+        let (perms, offset, dev, inode, path) = if nccl.is_some() && i == areas * 4 / 5 {
+            ("r-xp", 0x6000u64, "fd:01", 5377114u64, nccl.unwrap_or_default())
+        } else if i % 3 == 0 {
+            ("rw-p", 0, "00:00", 0, "")
+        } else {
+            ("r--p", (i as u64 % 7) << 12, "fd:01", 1_000_000 + i as u64 % 8, libraries[i % libraries.len()])
+        };
+        let header = format!("{start:08x}-{end:08x} {perms} {offset:08x} {dev} {inode} ");
+        if path.is_empty() {
+            let _ = writeln!(text, "{header}");
+        } else {
+            let _ = writeln!(text, "{header:<73}{path}");
+        }
+        start = end + 0x1000;
+    }
+    std::fs::write(dir.join("maps"), text)
+}

@@ -13,8 +13,10 @@ use super::{CgroupMemory, CgroupRdma, CgroupStats, Version};
 /// its rdma controller series.
 pub const MEMORY: &str = "cgroup";
 pub const RDMA: &str = "cgroup_rdma";
-/// Granted first whatever the scores.
-const FLOOR: usize = 8;
+/// Granted first whatever the scores (fewer than processes: cgroups cost as much and page less).
+const FLOOR: usize = 4;
+/// At most this many in the page tier; more only after the series that explain a page.
+const CAP: usize = 12;
 
 impl CgroupMemory {
     /// Working set (usage where memory.stat is unknown) over the effective limit, plus 1 once the
@@ -72,8 +74,8 @@ impl CgroupStats {
 
     pub fn claims(&self) -> Vec<Claim> {
         vec![
-            Claim { class: MEMORY, tier: Tier::Page, floor: FLOOR, entities: self.memory_order().1 },
-            Claim { class: RDMA, tier: Tier::Explain, floor: 0, entities: self.rdma_order().1 },
+            Claim { class: MEMORY, tier: Tier::Page, floor: FLOOR, cap: CAP, entities: self.memory_order().1 },
+            Claim { class: RDMA, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities: self.rdma_order().1 },
         ]
     }
 

@@ -1150,6 +1150,108 @@ mod tests {
         assert_eq!(helps.len(), unique.len());
     }
 
+    /// The NCCL a process maps, from `/proc/PID/maps`: read once, when the process first holds
+    /// pinned memory; read again only after an exec or pid reuse (a new comm).
+    #[test]
+    fn nccl_is_read_from_maps_once_per_process() {
+        let tree = Tree::new("nccl");
+        tree.process(70, "pt_main_thread", 0, 4096, "8388608", "/job").process(71, "python3", 0, 0, "8388608", "/job");
+        let maps = |pid: u32, library: &str| {
+            let text = format!(
+                "55a0c0000000-55a0c0021000 r--p 00000000 fd:01 1234                       /usr/bin/python3.11\n\
+                 7f3a1c000000-7f3a1e4f1000 r-xp 00006000 fd:01 5377114                    {library}\n\
+                 7ffd4e1a0000-7ffd4e1c1000 rw-p 00000000 00:00 0                          [stack]\n"
+            );
+            std::fs::write(tree.root.join(pid.to_string()).join("maps"), text).unwrap();
+        };
+        maps(70, "/opt/venv/lib/nccl/libnccl.so.2.21.5");
+        maps(71, "/opt/venv/lib/nccl/libnccl.so.2.21.5");
+        let mut collector = tree.collector(0, "^python3$", 10);
+        let mut errors = Vec::new();
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        let nccl = |stats: &ProcessStats, pid: u32| {
+            stats.processes.iter().find(|p| p.pid == pid).unwrap().nccl.as_deref().cloned()
+        };
+        let found = nccl(&stats, 70).expect("mapped by the pinning process");
+        assert_eq!((found.version.as_deref(), found.library.as_str()), (Some("2.21.5"), "libnccl.so.2.21.5"));
+        assert_eq!(nccl(&stats, 71), None, "holds no pinned memory: maps not read");
+        let mut out = Exposition::new();
+        stats.render(&mut out);
+        let text = out.finish();
+        assert!(
+            text.contains(
+                "memlock_process_nccl_info{pid=\"70\",comm=\"pt_main_thread\",cgroup=\"/job\",version=\"2.21.5\",\
+                    library=\"libnccl.so.2.21.5\"} 1"
+            ),
+            "{text}"
+        );
+        // Not read again: a changed file is not seen by later passes...
+        maps(70, "/opt/venv/lib/nccl/libnccl.so.2.23.4");
+        assert_eq!(nccl(&collector.tracked_pass(&mut errors), 70).and_then(|n| n.version), Some("2.21.5".into()));
+        assert_eq!(nccl(&collector.full_scan(&mut errors).unwrap(), 70).and_then(|n| n.version), Some("2.21.5".into()));
+        // ...until the pid runs another program; and once 71 pins, its maps are read.
+        tree.status(70, "torchrun", 0, 4096);
+        tree.status(71, "python3", 0, 2048);
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(nccl(&stats, 70).and_then(|n| n.version), Some("2.23.4".into()));
+        assert_eq!(nccl(&stats, 71).map(|n| n.library), Some("libnccl.so.2.21.5".into()));
+        // A wheel's libnccl.so.2 names no full version; no NCCL mapped, or the lookup off: no series.
+        tree.process(72, "w", 0, 4096, "8388608", "/job").process(73, "x", 0, 4096, "8388608", "/job");
+        maps(72, "/venv/site-packages/nvidia/nccl/lib/libnccl.so.2");
+        maps(73, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert_eq!(nccl(&stats, 72).map(|n| (n.version, n.library)), Some((None, "libnccl.so.2".into())));
+        assert_eq!(nccl(&stats, 73), None);
+        assert!(errors.is_empty(), "{errors:?}");
+        let config = ProcessConfig { nccl_version: false, ..collector.scanner.config.clone() };
+        let roots = Roots { procfs: tree.root.clone(), sysfs: PathBuf::from("/nonexistent") };
+        let stats = ProcessCollector::new(&roots, config, Duration::from_secs(1)).full_scan(&mut errors).unwrap();
+        assert!(stats.processes.iter().all(|p| p.nccl.is_none()));
+    }
+
+    /// Under a series budget the processes nearest an enforced limit are exported (an exempt one
+    /// far over its limit is not urgent), with their trend ids; the aggregates by worst ratio.
+    #[test]
+    fn the_budget_keeps_the_processes_nearest_their_limits() {
+        let tree = Tree::new("budget");
+        tree.process(80, "opensm", 65536, 0, "8388608", "/infra") // ratio 8, exempt
+            .process(81, "low", 0, 2048, "8388608", "/a") // 0.25
+            .process(82, "near", 0, 7680, "8388608", "/b") // 0.94
+            .process(83, "half", 0, 4096, "8388608", "/c"); // 0.5
+        tree.ipc_lock(80);
+        let stats = tree.collector(1 << 20, "", 10).full_scan(&mut Vec::new()).unwrap();
+        assert_eq!(pids(&stats), vec![80, 82, 83, 81], "top_n ranks by ratio, exempt or not");
+        let claims = stats.claims();
+        let process = &claims[0];
+        assert_eq!((process.class, process.tier, process.floor), ("process", crate::budget::Tier::Page, 8));
+        let scores: Vec<f64> = process.entities.iter().map(|(_, s)| *s).collect();
+        assert_eq!(scores, vec![0.9375, 0.5, 0.25, -1.0], "by enforced ratio: the exempt one last");
+        // Each costs its 8 series (no NCCL here: locked, pinned, ipc_lock, the soft limit, two
+        // unlimited flags, two ratios) and 4 trend series.
+        assert!(process.entities.iter().all(|(cost, _)| *cost == 12), "{:?}", process.entities);
+        let claims = [
+            crate::budget::Claim { floor: 0, ..process.clone() },
+            crate::budget::Claim { floor: 0, ..claims[1].clone() },
+        ];
+        let allocation = crate::budget::allocate(&claims, 2 * 12 + 4);
+        let grants = &allocation.grants;
+        let shown: Vec<u32> = stats.granted_processes(grants).iter().map(|p| p.pid).collect();
+        assert_eq!(shown, vec![82, 83]);
+        let mut ids: Vec<String> = stats.exported_trend_ids(grants).into_iter().collect();
+        ids.sort();
+        assert_eq!(ids, vec!["82/near/locked", "82/near/pinned", "83/half/locked", "83/half/pinned"]);
+        let mut out = Exposition::new();
+        stats.render_granted(&mut out, grants);
+        let text = out.finish();
+        assert!(text.contains("memlock_process_exported_processes 2\n"), "{text}");
+        assert!(text.contains("memlock_process_dropped_processes 2\n"), "{text}");
+        assert!(!text.contains("pid=\"80\"") && !text.contains("pid=\"81\""), "{text}");
+        // And the aggregate of /b (4 series), as urgent as its process.
+        assert!(text.contains("memlock_cgroup_limit_usage_ratio_max{cgroup=\"/b\",counter=\"pinned\"} 0.9375"), "{text}");
+        assert_eq!(text.matches("memlock_cgroup_processes{").count(), 1, "{text}");
+    }
+
     #[test]
     fn pid_names_and_digits() {
         assert_eq!(parse_pid_bytes(b"1"), Some(1));

@@ -15,6 +15,8 @@ pub const PROCESSES: &str = "process";
 pub const CGROUPS: &str = "process_cgroup";
 /// Granted first whatever the scores: one process per GPU rank of an 8-GPU node, and its cgroups.
 const FLOOR: usize = 8;
+/// At most this many in the page tier; more only after the series that explain a page.
+const CAP: usize = 12;
 
 impl ProcessSample {
     /// How urgent the process is for the budget: the higher of its counters' usage ratios where
@@ -74,8 +76,9 @@ impl ProcessStats {
 
     pub fn claims(&self) -> Vec<Claim> {
         vec![
-            Claim { class: PROCESSES, tier: Tier::Page, floor: FLOOR, entities: self.process_order().1 },
-            Claim { class: CGROUPS, tier: Tier::Page, floor: FLOOR, entities: self.cgroup_order().1 },
+            Claim { class: PROCESSES, tier: Tier::Page, floor: FLOOR, cap: CAP, entities: self.process_order().1 },
+            // Four series each: up to 16 in the page tier.
+            Claim { class: CGROUPS, tier: Tier::Page, floor: FLOOR, cap: 16, entities: self.cgroup_order().1 },
         ]
     }
 
@@ -173,6 +176,22 @@ impl ProcessStats {
                 let ratio = process.charge(counter).and_then(|c| c.ratio());
                 out.maybe(&with(labels, ("counter", counter.as_str())), ratio);
             }
+        }
+
+        out.family(
+            "memlock_process_nccl_info",
+            "Always 1: the NCCL library the process has mapped (the first libnccl.so* in /proc/PID/maps), read once, \
+                when the process is first seen holding pinned memory. version is X.Y.Z when the file name carries \
+                it (libnccl.so.2.21.5), empty for libnccl.so.2 (the nvidia-nccl wheels); library is the file name. \
+                Absent when no libnccl.so is mapped (NCCL linked statically, or not used) or maps could not be read \
+                (another user's process without ptrace access). collector.process.nccl_version turns it off.",
+            Kind::Gauge,
+        );
+        for (process, labels) in processes.iter().zip(&labels) {
+            let Some(nccl) = &process.nccl else { continue };
+            let mut labels = labels.clone();
+            labels.extend([("version", nccl.version.as_deref().unwrap_or("")), ("library", nccl.library.as_str())]);
+            out.sample(&labels, 1u64);
         }
 
         let cgroup_labels: Vec<Vec<(&str, &str)>> =
