@@ -140,6 +140,7 @@ impl ProcessCollector {
                 interner: Interner::default(),
                 config,
                 nccl_libraries: Vec::new(),
+                maps_reads_left: 0,
             },
             interval,
             procfs: roots.procfs.clone(),
@@ -225,6 +226,7 @@ impl ProcessCollector {
         // On failure the next tick scans again (no tracked pass in between), so the collector
         // keeps reporting the failure instead of alternating with tracked passes that succeed.
         let pids = self.list_pids(errors)?;
+        self.scanner.maps_reads_left = scan::MAPS_READS_PER_PASS;
         self.last_full_scan = Some(started);
         self.full_scans += 1;
 
@@ -343,6 +345,7 @@ impl ProcessCollector {
     /// whose files failed (see [`Record::incomplete`] and `retry`); then lists procfs for the
     /// processes that appeared.
     pub fn tracked_pass(&mut self, errors: &mut Vec<SourceError>) -> ProcessStats {
+        self.scanner.maps_reads_left = scan::MAPS_READS_PER_PASS;
         let mut table = std::mem::take(&mut self.table);
         let mut failed = Vec::new();
         let now = Instant::now();
@@ -1203,6 +1206,14 @@ mod tests {
         let stats = collector.full_scan(&mut errors).unwrap();
         assert_eq!(nccl(&stats, 72).map(|n| (n.version, n.library)), Some((None, "libnccl.so.2".into())));
         assert_eq!(nccl(&stats, 73), None);
+        // Two maps per pass at most: a third new pinning process waits for the next pass.
+        for pid in [74, 75, 76] {
+            tree.process(pid, "rank", 0, 4096, "8388608", "/job");
+            maps(pid, "/usr/lib/libnccl.so.2.21.5");
+        }
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert_eq!([74, 75, 76].map(|pid| nccl(&stats, pid).is_some()), [true, true, false]);
+        assert!(nccl(&collector.tracked_pass(&mut errors), 76).is_some());
         assert!(errors.is_empty(), "{errors:?}");
         let config = ProcessConfig { nccl_version: false, ..collector.scanner.config.clone() };
         let roots = Roots { procfs: tree.root.clone(), sysfs: PathBuf::from("/nonexistent") };

@@ -178,7 +178,14 @@ pub(super) struct Scanner {
     pub(super) config: ProcessConfig,
     /// NCCL libraries seen, shared by the processes that map them (bounded).
     pub(super) nccl_libraries: Vec<Arc<NcclMapping>>,
+    /// `maps` files this pass may still read ([`MAPS_READS_PER_PASS`]).
+    pub(super) maps_reads_left: usize,
 }
+
+/// At most this many `maps` reads per pass: reading a rank's 4,000-area maps costs about 5 ms of
+/// CPU (benches/process_scan.rs), so a churn of new pinning processes costs at most about 1% of a
+/// core, and the 8 ranks of a job starting together are labelled within 4 passes.
+pub(super) const MAPS_READS_PER_PASS: usize = 2;
 
 /// How much of `/proc/PID/maps` is read looking for NCCL: a PyTorch rank maps a few thousand
 /// areas (a few hundred KiB of text); the rest of a larger file is not read.
@@ -289,7 +296,12 @@ impl Scanner {
             let initial = self.user_namespace_is_initial(record.sample.pid, errors);
             record.sample.ipc_lock = ipc_lock_exempts(record.sample.ipc_lock, initial);
         }
-        if self.config.nccl_version && !record.nccl_read && record.sample.pinned_bytes.unwrap_or(0) > 0 {
+        if self.config.nccl_version
+            && !record.nccl_read
+            && record.sample.pinned_bytes.unwrap_or(0) > 0
+            && self.maps_reads_left > 0
+        {
+            self.maps_reads_left -= 1;
             record.nccl_read = true;
             record.sample.nccl = self.read_nccl(pid, errors);
         }
