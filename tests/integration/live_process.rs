@@ -247,6 +247,51 @@ fn io_uring_pinning_by_an_unprivileged_process_until_enomem() {
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
 }
 
+/// The NCCL a process maps, read from its real /proc/PID/maps once it pins memory: a child that
+/// maps a file named like NCCL's library (this machine has no NCCL) and registers an io_uring
+/// buffer (VmPin). As root, so the exporter may read the child's maps (ptrace access).
+#[test]
+fn the_nccl_library_a_pinning_process_maps_is_exported() {
+    assert!(is_root(), "live tests need root (to read another process's maps)");
+    let _guard = live_lock();
+    let dir = std::env::temp_dir().join(format!("memlock-nccl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let library = dir.join("libnccl.so.2.21.5");
+    std::fs::copy("/bin/true", &library).unwrap();
+    let exporter = start_exporter(FAST_SCANS);
+    let script = format!(
+        "import mmap as _m, sys as _s\n_f = open(_s.argv[2], 'rb')\n_keep = _m.mmap(_f.fileno(), 0, prot=_m.PROT_READ)\n{PINNER}"
+    );
+    let mut command = Command::new(unprivileged_python());
+    command.args(["-I", "-c", &script, &PIN_STEP.to_string(), library.to_str().unwrap()]);
+    let mut pinner = Held::spawn(command);
+    assert_eq!(pinner.line(), "ready");
+    let pid = pinner.child.id();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(maps.contains(library.to_str().unwrap()), "the child maps the library:\n{maps}");
+    // Before it pins, its maps are not read.
+    let m = wait_equal(&exporter, "memlock_process_pinned_bytes", pid, || status_bytes(pid, "VmPin"));
+    assert_eq!(of(&m, "memlock_process_nccl_info", pid, ""), None, "{}", m.text);
+    pinner.send("pin");
+    assert_eq!(pinner.line(), format!("pinned {PIN_STEP}"));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let m = loop {
+        let m = exporter.metrics();
+        if of(&m, "memlock_process_nccl_info", pid, "").is_some() || Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let info = m.family("memlock_process_nccl_info");
+    let series = info.iter().find(|(k, _)| k.contains(&format!("pid=\"{pid}\""))).map(|(k, _)| *k);
+    let series = series.unwrap_or_else(|| panic!("no memlock_process_nccl_info for {pid}:\n{}", m.text));
+    assert!(series.contains("comm=\"memlock-uring\""), "{series}");
+    assert!(series.ends_with(",version=\"2.21.5\",library=\"libnccl.so.2.21.5\"}"), "{series}");
+    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
+    drop(pinner);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Root inside a user namespace (`unshare --user --map-root-user`, as rootless containers and
 /// Enroot do) has CAP_IPC_LOCK in CapEff, but the memlock limit still applies to it: the
 /// exporter must not call it exempt.
