@@ -160,10 +160,15 @@ struct NcclFigures {
 fn measure_nccl(procfs: &Path, pinning: usize) -> NcclFigures {
     let roots = Roots { procfs: procfs.to_owned(), sysfs: PathBuf::from("/sys") };
     let collector = |nccl_version: bool| {
-        ProcessCollector::new(&roots, ProcessConfig { nccl_version, ..default_process_config() }, Duration::from_secs(1))
+        ProcessCollector::new(
+            &roots,
+            ProcessConfig { nccl_version, ..default_process_config() },
+            Duration::from_secs(1),
+        )
     };
     let mut errors = Vec::new();
-    let (mut first, mut later, mut tracked) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    let (mut first, mut later, mut tracked) =
+        ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
     let mut maps_read = 0;
     // One full scan, then tracked passes until two maps a pass have covered every pinning process.
     let passes = pinning.div_ceil(2);
@@ -182,7 +187,11 @@ fn measure_nccl(procfs: &Path, pinning: usize) -> NcclFigures {
                 let stats = stats.expect("tracked passes ran");
                 maps_read = stats.processes.iter().filter(|p| p.nccl.is_some()).count();
                 assert_eq!(maps_read, pinning, "every pinning process labelled after {passes} passes");
-                assert!(stats.processes.iter().filter_map(|p| p.nccl.as_ref()).all(|n| n.version.as_deref() == Some("2.21.5")));
+                assert!(stats
+                    .processes
+                    .iter()
+                    .filter_map(|p| p.nccl.as_ref())
+                    .all(|n| n.version.as_deref() == Some("2.21.5")));
             }
             later[slot].push(cpu_time_of(|| {
                 std::hint::black_box(c.full_scan(&mut errors));

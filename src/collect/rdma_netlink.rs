@@ -526,7 +526,7 @@ impl RdmaNetlinkStats {
             .enumerate()
             .flat_map(|(i, d)| d.mrs.iter().flat_map(|m| &m.owners).map(move |o| (i, o)))
             .collect();
-        owners.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes));
+        owners.sort_by_key(|(_, owner)| std::cmp::Reverse(owner.bytes));
         owners
     }
 

@@ -259,9 +259,9 @@ fn the_nccl_library_a_pinning_process_maps_is_exported() {
     let library = dir.join("libnccl.so.2.21.5");
     std::fs::copy("/bin/true", &library).unwrap();
     let exporter = start_exporter(FAST_SCANS);
-    let script = format!(
-        "import mmap as _m, sys as _s\n_f = open(_s.argv[2], 'rb')\n_keep = _m.mmap(_f.fileno(), 0, prot=_m.PROT_READ)\n{PINNER}"
-    );
+    let mapper = "import mmap as _m, sys as _s\n_f = open(_s.argv[2], 'rb')\n\
+        _keep = _m.mmap(_f.fileno(), 0, prot=_m.PROT_READ)\n";
+    let script = format!("{mapper}{PINNER}");
     let mut command = Command::new(unprivileged_python());
     command.args(["-I", "-c", &script, &PIN_STEP.to_string(), library.to_str().unwrap()]);
     let mut pinner = Held::spawn(command);

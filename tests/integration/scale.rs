@@ -178,7 +178,8 @@ fn assert_budget_keeps_what_pages(m: &Metrics, oom: &str, near: &str) {
     assert!(exported.len() >= 8, "at least the floor of processes: {exported:?}");
     assert_eq!(m.value("memlock_process_exported_processes") as usize, exported.len());
     for pid in &exported {
-        let with = |family: &str| m.family(family).iter().filter(|(k, _)| k.contains(&format!("pid=\"{pid}\""))).count();
+        let with =
+            |family: &str| m.family(family).iter().filter(|(k, _)| k.contains(&format!("pid=\"{pid}\""))).count();
         assert_eq!(with("memlock_process_pinned_bytes"), 1, "pid {pid}");
         for family in ["memlock_process_limit_usage_ratio", "memlock_process_limit_bytes", "memlock_process_ipc_lock"] {
             assert!(with(family) >= 1, "{family} of pid {pid}");
@@ -376,10 +377,11 @@ fn a_generated_host_of_20000_processes_and_10000_cgroups() {
     // text instead of holding a copy each (40 x 37 MB). With the default intervals a new
     // snapshot is published after every collector run, and a scrape holds the one it started
     // on (docs/reliability.md).
-    let mut env: Vec<(String, String)> = ["NODE", "NUMA", "PROCESS", "CGROUP", "RDMA_SYSFS", "RDMA_NETLINK", "SOFTWARE"]
-        .iter()
-        .map(|c| (format!("MEMLOCK_EXPORTER_COLLECTOR__{c}__INTERVAL"), "1h".to_owned()))
-        .collect();
+    let mut env: Vec<(String, String)> =
+        ["NODE", "NUMA", "PROCESS", "CGROUP", "RDMA_SYSFS", "RDMA_NETLINK", "SOFTWARE"]
+            .iter()
+            .map(|c| (format!("MEMLOCK_EXPORTER_COLLECTOR__{c}__INTERVAL"), "1h".to_owned()))
+            .collect();
     env.extend(
         ["PROCESS", "CGROUP"]
             .iter()

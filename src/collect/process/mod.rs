@@ -1259,7 +1259,10 @@ mod tests {
         assert!(text.contains("memlock_process_dropped_processes 2\n"), "{text}");
         assert!(!text.contains("pid=\"80\"") && !text.contains("pid=\"81\""), "{text}");
         // And the aggregate of /b (4 series), as urgent as its process.
-        assert!(text.contains("memlock_cgroup_limit_usage_ratio_max{cgroup=\"/b\",counter=\"pinned\"} 0.9375"), "{text}");
+        assert!(
+            text.contains("memlock_cgroup_limit_usage_ratio_max{cgroup=\"/b\",counter=\"pinned\"} 0.9375"),
+            "{text}"
+        );
         assert_eq!(text.matches("memlock_cgroup_processes{").count(), 1, "{text}");
     }
 

@@ -313,7 +313,7 @@ impl Scanner {
     /// proc_maps_open) is counted, not a failure.
     fn read_nccl(&mut self, pid: u32, errors: &mut Vec<SourceError>) -> Option<Arc<NcclMapping>> {
         self.reader.resolve(pid, "maps");
-        match fsroot::find_line(&self.reader.path, MAX_MAPS_BYTES, |line| versions::nccl_mapping(line)) {
+        match fsroot::find_line(&self.reader.path, MAX_MAPS_BYTES, versions::nccl_mapping) {
             Ok(found) => {
                 let found = found?;
                 // Every rank of a job maps the same library: one copy.
