@@ -268,3 +268,84 @@ impl Snapshot {
         out.finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::{Claim, Tier};
+
+    /// A collector's data with 3 fixed series and `entities` entities of 4 series each.
+    #[derive(Debug)]
+    struct Many {
+        entities: usize,
+    }
+
+    impl crate::collect::Stats for Many {
+        fn render(&self, out: &mut Exposition, grants: &Grants) {
+            out.family("m_fixed", "Fixed.", Kind::Gauge);
+            for i in 0..3u64 {
+                out.sample(&[("i", &i.to_string())], i);
+            }
+            out.family("m_entity", "Per entity.", Kind::Gauge);
+            for e in 0..self.entities.min(grants.get("many")) {
+                for k in ["a", "b", "c", "d"] {
+                    out.sample(&[("e", &e.to_string()), ("k", k)], 1u64);
+                }
+            }
+        }
+
+        fn claims(&self) -> Vec<Claim> {
+            let entities = (0..self.entities).map(|e| (4, 1.0 - e as f64 / 1e4)).collect();
+            vec![Claim { class: "many", tier: Tier::Page, floor: 0, cap: usize::MAX, entities }]
+        }
+
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    fn report(entities: usize) -> Report {
+        Report {
+            collector: "many",
+            success: true,
+            duration: Duration::ZERO,
+            finished: Instant::now(),
+            data: Some(Arc::new(Many { entities })),
+            interval: Duration::from_secs(1),
+            trends: Arc::new(Vec::new()),
+        }
+    }
+
+    fn series(text: &str) -> usize {
+        text.lines().filter(|l| !l.starts_with('#')).count()
+    }
+
+    /// Everything the scrape serves counts: the snapshot, the sample ages and the registry.
+    #[test]
+    fn the_whole_scrape_stays_within_the_limit() {
+        let registry = prometheus::Registry::new();
+        let own = prometheus::IntGauge::new("own", "own").unwrap();
+        registry.register(Box::new(own)).unwrap();
+        let limit = 100;
+        let snapshot = Snapshot::with_budget(vec![report(1000)], Budget { limit, registry: Some(registry.clone()) });
+        let text = snapshot.text();
+        let ages = snapshot.render_ages(Instant::now());
+        let own_series = 1;
+        let total = series(text) + series(&ages) + own_series;
+        assert!(total + budget::HEADROOM <= limit, "{total} series:\n{text}");
+        // Fixed: 3, success/duration/interval 3, limit 1, dropped 1, rewritten 1; age 1; own 1;
+        // headroom 8: 81 left, 20 entities of 4.
+        assert_eq!(text.matches("m_entity{").count(), 20 * 4, "{text}");
+        assert!(text.contains("memlock_exporter_series_dropped_entities{class=\"many\"} 980\n"), "{text}");
+        assert!(text.contains("memlock_exporter_series_limit 100\n"), "{text}");
+        // Without a limit: every entity, nothing dropped.
+        let text = Snapshot::new(vec![report(1000)]).text().to_owned();
+        assert_eq!(text.matches("m_entity{").count(), 4000);
+        assert!(text.contains("memlock_exporter_series_dropped_entities{class=\"many\"} 0\n"));
+        assert!(!text.contains("memlock_exporter_series_limit"));
+        // A limit below the fixed series exports those and nothing else.
+        let snapshot = Snapshot::with_budget(vec![report(1000)], Budget { limit: 5, registry: None });
+        assert_eq!(snapshot.text().matches("m_entity{").count(), 0);
+        assert_eq!(snapshot.text().matches("m_fixed{").count(), 3);
+    }
+}
