@@ -139,12 +139,16 @@ fn a_restart_under_load_finishes_in_flight_scrapes_and_the_new_process_serves() 
     let _ = std::fs::remove_dir_all(&root);
     let (procfs, sysfs) = big_host(&root);
     let address = free_address();
+    // No series budget: the test wants a scrape larger than the socket buffers, which the
+    // default budget (series.limit 500) keeps to about 150 KB.
     let args = [
         "--path.procfs",
         procfs.to_str().unwrap(),
         "--path.sysfs",
         sysfs.to_str().unwrap(),
         "--no-collector.rdma_netlink",
+        "--series.limit",
+        "0",
     ];
     let first = spawn_on(&address, &args);
     let body = first.get("/metrics").1.len();
