@@ -22,11 +22,9 @@ pub fn nvidia_driver(text: &str) -> Option<NvidiaDriver> {
     Some(NvidiaDriver { version: version.to_owned(), open: line.contains("Open Kernel Module") })
 }
 
-/// A dotted version: digits and dots, starting with a digit, with at least one dot.
+/// A dotted version: at least two numbers, joined by single dots (`570.86.15`, not `2.21.`).
 fn is_version(word: &str) -> bool {
-    word.starts_with(|c: char| c.is_ascii_digit())
-        && word.contains('.')
-        && word.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+    word.contains('.') && word.split('.').all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The longest label value taken from a version file.
@@ -121,6 +119,9 @@ mod tests {
         let deleted =
             "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5377114 /opt/nccl/lib/libnccl.so.2.23.4 (deleted)";
         assert_eq!(nccl_mapping(deleted).and_then(|m| m.version), Some("2.23.4".into()));
+        // Found by the fuzz target maps_nccl: a trailing dot is no version.
+        let dotted = "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/libnccl.so.2.21.";
+        assert_eq!(nccl_mapping(dotted).map(|m| (m.library, m.version)), Some(("libnccl.so.2.21.".into(), None)));
         let spaces = "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/my nccl/libnccl.so.2.19.3";
         assert_eq!(nccl_mapping(spaces).and_then(|m| m.version), Some("2.19.3".into()));
         for other in [

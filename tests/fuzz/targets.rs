@@ -226,7 +226,72 @@ pub const TARGETS: &[Target] = &[
         },
         check: check_nccl_environment,
     },
+    // The NVIDIA driver's /proc/driver/nvidia/version (open and proprietary modules), and the
+    // same text as a module's version file.
+    Target {
+        name: "nvidia_version",
+        expect: Expect::BothPaths,
+        seeds: || {
+            let mut seeds = corpus(|n| n == "version")
+                .into_iter()
+                .filter(|s| String::from_utf8_lossy(s).contains("NVRM version:"))
+                .collect::<Vec<_>>();
+            seeds.extend(strings(&[
+                "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\nGCC \
+                    version:  gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04) \n",
+            ]));
+            seeds
+        },
+        check: check_nvidia_version,
+    },
+    // /proc/PID/maps, line by line, for the NCCL library a process maps.
+    Target {
+        name: "maps_nccl",
+        expect: Expect::BothPaths,
+        seeds: || {
+            strings(&[
+                "55a0c0000000-55a0c0021000 r--p 00000000 fd:01 1234                       /usr/bin/python3.11\n\
+                 7f3a1c000000-7f3a1e4f1000 r-xp 00006000 fd:01 5377114                    \
+                 /usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5\n7ffd4e1a0000-7ffd4e1c1000 rw-p 00000000 00:00 0 \
+                                         [stack]\n",
+                "7f3a1c000000-7f3a1e4f1000 r--p 00000000 fd:01 77 /venv/nvidia/nccl/lib/libnccl.so.2 (deleted)\n",
+            ])
+        },
+        check: check_maps_nccl,
+    },
 ];
+
+fn check_nvidia_version(bytes: &[u8]) -> Result<Verdict, String> {
+    use memlock_exporter::kernel::versions;
+    let text = text(bytes);
+    let module = versions::module_version(&text);
+    if module.len() > versions::MAX_VERSION_BYTES || module.contains('\n') || module != module.trim() {
+        return Err(format!("module version {module:?} is not one bounded, trimmed line"));
+    }
+    let Some(driver) = versions::nvidia_driver(&text) else { return Ok(Verdict::Rejected) };
+    let v = &driver.version;
+    let numbers = v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    if !(numbers && v.contains('.') && text.contains(v.as_str())) {
+        return Err(format!("driver version {v:?} is not a dotted number of the input"));
+    }
+    Ok(Verdict::Accepted)
+}
+
+fn check_maps_nccl(bytes: &[u8]) -> Result<Verdict, String> {
+    use memlock_exporter::kernel::versions;
+    let text = text(bytes);
+    let Some(found) = text.lines().find_map(versions::nccl_mapping) else { return Ok(Verdict::Rejected) };
+    if !found.library.starts_with("libnccl.so") || found.library.len() > versions::MAX_VERSION_BYTES {
+        return Err(format!("library {:?}", found.library));
+    }
+    if let Some(v) = &found.version {
+        let numbers = v.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        if !(numbers && v.split('.').count() >= 3 && found.library.ends_with(v.as_str())) {
+            return Err(format!("version {v:?} of {:?}", found.library));
+        }
+    }
+    Ok(Verdict::Accepted)
+}
 
 pub fn find(name: &str) -> Option<&'static Target> {
     TARGETS.iter().find(|t| t.name == name)
