@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::synthetic;
@@ -78,8 +78,8 @@ fn connect_small_window(address: &str) -> std::io::Result<TcpStream> {
 }
 
 /// One scrape, reading the body in `chunk`-byte pieces with `pause` between them (a slow
-/// reader, with a small receive window).
-fn scrape(address: &str, chunk: usize, pause: Duration) -> (Outcome, usize) {
+/// reader, with a small receive window); `first_bytes` hears when the response has begun.
+fn scrape(address: &str, chunk: usize, pause: Duration, mut first_bytes: Option<mpsc::Sender<()>>) -> (Outcome, usize) {
     let connected = if pause.is_zero() { TcpStream::connect(address) } else { connect_small_window(address) };
     let mut stream = match connected {
         Ok(stream) => stream,
@@ -100,6 +100,9 @@ fn scrape(address: &str, chunk: usize, pause: Duration) -> (Outcome, usize) {
             Ok(0) => break,
             Ok(n) => raw.extend_from_slice(&buf[..n]),
             Err(_) => break,
+        }
+        if let Some(tell) = first_bytes.take() {
+            let _ = tell.send(());
         }
         if !pause.is_zero() {
             std::thread::sleep(pause);
@@ -158,7 +161,7 @@ fn a_restart_under_load_finishes_in_flight_scrapes_and_the_new_process_serves() 
             let (stop, outcomes, address) = (stop.clone(), outcomes.clone(), address.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let (outcome, _) = scrape(&address, 64 * 1024, Duration::ZERO);
+                    let (outcome, _) = scrape(&address, 64 * 1024, Duration::ZERO, None);
                     outcomes.lock().unwrap().push((Instant::now(), outcome));
                     if outcome == Outcome::Refused {
                         std::thread::sleep(Duration::from_millis(5));
@@ -170,18 +173,26 @@ fn a_restart_under_load_finishes_in_flight_scrapes_and_the_new_process_serves() 
     std::thread::sleep(Duration::from_millis(1500));
 
     // Slow readers (about 4 MiB/s, so a scrape takes a few seconds, within the 5 s drain), in
-    // flight when SIGTERM arrives: each must get all of it.
+    // flight when SIGTERM arrives: each must get all of it. SIGTERM waits until every one has
+    // its first bytes: a fixed pause let one be still unaccepted on a loaded machine, and the
+    // test then failed with "Unanswered after 0 bytes" (issue 13).
+    let (began, beginnings) = mpsc::channel();
     let slow: Vec<_> = (0..4)
         .map(|_| {
-            let address = address.clone();
+            let (address, began) = (address.clone(), began.clone());
             std::thread::spawn(move || {
                 let started = Instant::now();
-                let result = scrape(&address, 16 * 1024, Duration::from_millis(4));
+                let result = scrape(&address, 16 * 1024, Duration::from_millis(4), Some(began));
                 (result, started.elapsed())
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    drop(began);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for _ in &slow {
+        let left = deadline.saturating_duration_since(Instant::now());
+        beginnings.recv_timeout(left).expect("every slow reader has its first bytes within 20 s");
+    }
     let term_at = Instant::now();
     let status = first.terminate();
     let stopped_after = term_at.elapsed();
