@@ -90,6 +90,9 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .map_err(|source| ServeError::Io { context: "installing the SIGHUP handler", source })?;
     let stop_signals = StopSignals::install()?;
+    // Held since before main (see `hold_stop_signals`): one that came meanwhile is delivered
+    // now, to the handlers.
+    release_stop_signals();
     tracing::debug!("signal handlers installed");
     // The files as they were when loaded: a change made before the watch below is in place
     // would otherwise go unnoticed until the next one.
@@ -178,6 +181,42 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     daemon.stop().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The signals the daemon handles, whose default action would end it.
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+fn stop_signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set we own; sigaddset only adds valid signal numbers.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in STOP_SIGNALS {
+            libc::sigaddset(&mut set, signal);
+        }
+        set
+    }
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread, so that one arriving before the
+/// daemon's handlers exist stays pending instead of ending the process (issue 15: 33 of 300
+/// starts signalled within their first ~3 ms died). The binary calls it from `.init_array`,
+/// before Rust's runtime and `main`; threads started meanwhile inherit the mask, and a pending
+/// signal goes to a thread that does not block it (signal(7)), here the main thread once
+/// [`release_stop_signals`] ran. Only the libc calls: no allocation, no Rust runtime needed.
+pub extern "C" fn hold_stop_signals() {
+    let set = stop_signal_set();
+    // SAFETY: pthread_sigmask reads the set we own; a null old set is allowed.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Undoes [`hold_stop_signals`] in the calling thread: `serve` once its handlers are in place,
+/// the other commands at once (they keep the default actions, and `check --exec` hands its
+/// signal mask on to the job).
+pub fn release_stop_signals() {
+    let set = stop_signal_set();
+    // SAFETY: as in hold_stop_signals.
+    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
 }
 
 /// SIGTERM and SIGINT, watched from the start (a signal that arrives before the main loop
