@@ -117,7 +117,8 @@ pub struct WebConfig {
     pub sources: Vec<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Ordered weakest first, so that a reload can tell a relaxation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ClientAuth {
     #[default]
     None,
@@ -193,6 +194,32 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
         }
     }
     Ok(config)
+}
+
+/// Refuses a reload that would lower security: TLS to plain HTTP, basic auth to none, or client
+/// certificates from required to optional or ignored. A file emptied, truncated or with its
+/// `cert_file` blanked by a bad deploy must not open the port (issue 15); lowering security on
+/// purpose takes a restart. The error names the file and the setting.
+pub fn refuse_lowering(running: &WebConfig, new: &WebConfig) -> Result<(), WebConfigError> {
+    let refuse = |key: &str, what: &str| {
+        let path = new.file.clone().or_else(|| running.file.clone()).unwrap_or_default();
+        Err(WebConfigError {
+            path,
+            key: key.to_owned(),
+            message: format!("a reload cannot {what}; restart the exporter to lower security"),
+        })
+    };
+    if running.tls.is_some() && new.tls.is_none() {
+        return refuse("tls_server_config", "turn TLS off (the port would serve plain HTTP)");
+    }
+    if new.client_auth < running.client_auth {
+        let what = format!("relax client certificates from {:?} to {:?}", running.client_auth, new.client_auth);
+        return refuse("tls_server_config.client_auth_type", &what);
+    }
+    if running.users.is_some() && new.users.is_none() {
+        return refuse("basic_auth_users", "turn basic auth off (anyone could scrape)");
+    }
+    Ok(())
 }
 
 /// The most flow collections (`[...]`, `{...}`) a web configuration may open. A real one opens
@@ -795,6 +822,47 @@ mod tests {
             let path = write(&dir, "web.yml", text);
             let err = load(Some(&path)).unwrap_err().to_string();
             assert!(err.contains(expected) && err.contains(&path.display().to_string()), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_reload_may_raise_security_but_never_lower_it() {
+        let dir = temp_dir("lowering");
+        self_signed(&dir);
+        let hash = bcrypt::hash("secret", 4).unwrap();
+        let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+        let mtls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: \
+            RequireAndVerifyClientCert\n  client_ca_file: server.crt\n";
+        let optional = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: \
+            VerifyClientCertIfGiven\n  client_ca_file: server.crt\n";
+        let users = format!("basic_auth_users:\n  prometheus: '{hash}'\n");
+        let config = |name: &str, text: &str| load(Some(&write(&dir, name, text))).unwrap();
+        let plain = WebConfig::default();
+        let cases: [(&str, WebConfig, WebConfig, Option<&str>); 9] = [
+            ("TLS off", config("a.yml", tls), config("b.yml", ""), Some("b.yml: tls_server_config: a reload cannot")),
+            (
+                "cert_file blanked",
+                config("a.yml", tls),
+                config("b.yml", "tls_server_config:\n  cert_file: ''\n  key_file: ''\n"),
+                Some("tls_server_config:"),
+            ),
+            ("file dropped", config("a.yml", tls), WebConfig::default(), Some("a.yml: tls_server_config")),
+            ("mTLS off", config("a.yml", mtls), config("b.yml", tls), Some("tls_server_config.client_auth_type")),
+            ("mTLS optional", config("a.yml", mtls), config("b.yml", optional), Some("client_auth_type")),
+            ("auth off", config("a.yml", &users), config("b.yml", "# emptied\n"), Some("basic_auth_users")),
+            ("TLS on", WebConfig::default(), config("b.yml", tls), None),
+            ("mTLS on, auth on", config("a.yml", tls), config("b.yml", &format!("{mtls}{users}")), None),
+            ("plain stays plain", plain, WebConfig::default(), None),
+        ];
+        for (what, running, new, refused) in cases {
+            match (refuse_lowering(&running, &new), refused) {
+                (Ok(()), None) => {}
+                (Err(err), Some(expected)) => {
+                    let err = err.to_string();
+                    assert!(err.contains(expected) && err.contains("restart"), "{what}: {err}");
+                }
+                (outcome, _) => panic!("{what}: {outcome:?}"),
+            }
         }
     }
 

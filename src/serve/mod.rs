@@ -13,7 +13,9 @@
 //! telemetry path, `web.max_requests`, TLS certificates, client CAs, basic auth users and the
 //! log level. A new sampler is started and the site swapped once it has its first complete
 //! sample, so scrapes never see a gap; the trend windows then start again. What needs a restart
-//! (logged as such): the listen address and the log format.
+//! (logged as such): the listen address and the log format. A reload that would lower security
+//! (TLS, basic auth or client certificates turned off or relaxed) is refused like a broken
+//! file; lowering it takes a restart.
 
 mod daemon;
 mod own_metrics;
