@@ -24,10 +24,10 @@
 //! `client_allowed_sans`, `rate_limit` and the curve `CurveP521` are not supported. HTTP/2 is
 //! not served; `http2` is accepted and ignored.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use hyper::header::{HeaderName, HeaderValue};
 use rustls::crypto::CryptoProvider;
@@ -506,20 +506,31 @@ fn check_bcrypt_shape(hash: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// bcrypt reads at most 72 bytes of a password: a longer one would match on its first 72
+/// alone, whatever follows (the `bcrypt` crate's `verify` truncates; `non_truncating_verify`
+/// refuses even 72).
+pub const MAX_PASSWORD_BYTES: usize = 72;
+
 /// Users and their bcrypt hashes. Verifying a bcrypt hash costs tens of milliseconds of CPU by
-/// design, so outcomes are cached, keyed by a SHA-256 of user, password and hash (the
-/// password itself is never stored); a changed hash is a different key.
+/// design, so credentials once verified are remembered, keyed by a SHA-256 of user, password and
+/// hash (the password itself is never stored; a changed hash is a different key). Failures are
+/// remembered apart, so a flood of wrong passwords can never push out a scraper's verified one.
 pub struct BasicAuth {
     users: BTreeMap<String, String>,
-    cache: Mutex<HashMap<[u8; 32], bool>>,
+    verified: Mutex<HashSet<[u8; 32]>>,
+    refused: Mutex<HashSet<[u8; 32]>>,
+    /// Checked for user names that do not exist, at the cost of the real hashes.
+    decoy: String,
 }
 
-/// Bounds the cache; a flood of distinct wrong passwords clears it rather than growing it.
+/// Bounds each cache. Only right passwords enter `verified`, so only a change of users or
+/// passwords can fill it; a flood of distinct wrong passwords clears `refused`, nothing else.
 const AUTH_CACHE_ENTRIES: usize = 1024;
 
 impl BasicAuth {
     pub fn new(users: BTreeMap<String, String>) -> Self {
-        Self { users, cache: Mutex::new(HashMap::new()) }
+        let decoy = decoy_hash(&users);
+        Self { users, verified: Mutex::default(), refused: Mutex::default(), decoy }
     }
 
     pub fn len(&self) -> usize {
@@ -541,43 +552,61 @@ impl BasicAuth {
         key
     }
 
-    /// The cached outcome for these credentials, if any: cheap, for the async path.
+    /// The remembered outcome for these credentials, if any: cheap, for the async path. A
+    /// password bcrypt cannot check whole is refused here, without bcrypt.
     pub fn cached(&self, user: &str, password: &str) -> Option<bool> {
+        if password.len() > MAX_PASSWORD_BYTES {
+            return Some(false);
+        }
         let hash = self.users.get(user)?;
         let key = Self::cache_key(user, password, hash);
-        self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key).copied()
+        if self.verified.lock().unwrap_or_else(PoisonError::into_inner).contains(&key) {
+            return Some(true);
+        }
+        self.refused.lock().unwrap_or_else(PoisonError::into_inner).contains(&key).then_some(false)
     }
 
-    /// Checks credentials; blocking (bcrypt). Unknown users cost as much as known ones, so
-    /// timing does not tell which user names exist.
+    /// Checks credentials; blocking (bcrypt). Unknown users cost as much as known ones (a decoy
+    /// hash at the users' cost), so timing does not tell which user names exist.
     pub fn verify(&self, user: &str, password: &str) -> bool {
+        if password.len() > MAX_PASSWORD_BYTES {
+            return false;
+        }
         let Some(hash) = self.users.get(user) else {
-            let _ = bcrypt::verify(password, decoy_hash());
+            let _ = bcrypt::verify(password, &self.decoy);
             return false;
         };
-        let key = Self::cache_key(user, password, hash);
-        if let Some(ok) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-            return *ok;
+        if let Some(known) = self.cached(user, password) {
+            return known;
         }
         let ok = bcrypt::verify(password, hash).unwrap_or(false);
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        self.remember(Self::cache_key(user, password, hash), ok);
+        ok
+    }
+
+    fn remember(&self, key: [u8; 32], ok: bool) {
+        let cache = if ok { &self.verified } else { &self.refused };
+        let mut cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
         if cache.len() >= AUTH_CACHE_ENTRIES {
             cache.clear();
         }
-        cache.insert(key, ok);
-        ok
+        cache.insert(key);
     }
 }
 
-/// A hash of a random password at the usual cost, made once, for unknown users.
-fn decoy_hash() -> &'static str {
-    static DECOY: OnceLock<String> = OnceLock::new();
-    DECOY.get_or_init(|| {
-        let mut seed = [0u8; 16];
-        let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed);
-        let password: String = seed.iter().map(|b| format!("{b:02x}")).collect();
-        bcrypt::hash(password, 10).unwrap_or_default()
-    })
+/// A well-formed hash that no password is known to match, at the cost most users' hashes have
+/// (the highest of those when tied): verifying against it costs what verifying a real user does.
+/// Its salt and digest are those of a hash made once with a random password; only the cost
+/// decides the time bcrypt takes (`2^cost` rounds of its key schedule).
+fn decoy_hash(users: &BTreeMap<String, String>) -> String {
+    let mut costs: BTreeMap<u32, usize> = BTreeMap::new();
+    for hash in users.values() {
+        if let Some(cost) = hash.get(4..6).and_then(|c| c.parse().ok()) {
+            *costs.entry(cost).or_default() += 1;
+        }
+    }
+    let cost = costs.iter().max_by_key(|(cost, count)| (**count, **cost)).map_or(10, |(cost, _)| *cost);
+    format!("$2b${cost:02}$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG")
 }
 
 /// Splits an `Authorization: Basic ...` header value into user and password.
@@ -903,6 +932,52 @@ mod tests {
         assert!(check_bcrypt_shape("$1$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_err());
         assert!(check_bcrypt_shape("$2y$10$short").is_err());
         assert!(check_bcrypt_shape("").is_err());
+    }
+
+    /// Issue 15: an unknown user was checked against a decoy of cost 10 whatever the users'
+    /// cost, so with cost 8 hashes a wrong user name answered four times faster than a wrong
+    /// password. The decoy now takes the users' cost.
+    #[test]
+    fn unknown_and_known_users_cost_the_same() {
+        let auth = BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), bcrypt::hash("right", 8).unwrap())]));
+        assert_eq!(bcrypt::verify("anything", &auth.decoy).ok(), Some(false), "the decoy is a hash bcrypt checks");
+        let fastest = |user: &str| {
+            (0..3)
+                .map(|attempt| {
+                    let started = std::time::Instant::now();
+                    assert!(!auth.verify(user, &format!("wrong-{attempt}")));
+                    started.elapsed()
+                })
+                .min()
+                .unwrap()
+        };
+        let (known, unknown) = (fastest("prometheus"), fastest("nobody"));
+        let ratio = unknown.as_secs_f64() / known.as_secs_f64();
+        assert!((0.7..1.4).contains(&ratio), "unknown user {unknown:?}, known user {known:?}");
+    }
+
+    /// bcrypt reads 72 bytes of a password: anything appended to a 72-byte password matched.
+    #[test]
+    fn passwords_longer_than_bcrypt_reads_are_refused_without_bcrypt() {
+        let password = "p".repeat(MAX_PASSWORD_BYTES);
+        let auth = BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), bcrypt::hash(&password, 4).unwrap())]));
+        assert!(bcrypt::verify(format!("{password}-and-more"), &auth.users["prometheus"]).unwrap(), "the weakness");
+        assert!(auth.verify("prometheus", &password));
+        let longer = format!("{password}-and-more");
+        assert_eq!(auth.cached("prometheus", &longer), Some(false), "refused before bcrypt");
+        assert!(!auth.verify("prometheus", &longer));
+    }
+
+    /// A flood of distinct wrong passwords used to clear the one cache, verified credentials
+    /// with it, so the scraper paid bcrypt again in the middle of the flood.
+    #[test]
+    fn a_flood_of_wrong_passwords_keeps_verified_credentials() {
+        let auth = BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), bcrypt::hash("right", 4).unwrap())]));
+        assert!(auth.verify("prometheus", "right"));
+        for wrong in 0..AUTH_CACHE_ENTRIES * 2 {
+            auth.remember(BasicAuth::cache_key("prometheus", &format!("wrong-{wrong}"), "h"), false);
+        }
+        assert_eq!(auth.cached("prometheus", "right"), Some(true));
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! - a response write that makes no progress for [`WRITE_STALL_TIMEOUT`] ends the connection;
 //! - at most `web.max_requests` requests are handled at once, authentication included; more
 //!   get 503 at once (like Prometheus' `--web.max-requests`), so scrapers retry instead of
-//!   queueing behind a flood.
+//!   queueing behind a flood;
+//! - basic auth checks (bcrypt) run on a small bounded pool, failures are limited per client
+//!   address, and verified credentials pass without a check ([`auth`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,7 +26,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -35,11 +37,13 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
+mod auth;
 mod guard;
 
 use crate::config::split_listen_address;
 use crate::snapshot::Snapshot;
-use crate::web::{self, WebConfig};
+use crate::web::WebConfig;
+use auth::{AuthGate, Verdict};
 use guard::WriteDeadline;
 
 /// How long a client may take to send its request headers (or finish a TLS handshake).
@@ -71,11 +75,13 @@ pub struct AppState {
     site: RwLock<Arc<Site>>,
     pub registry: Registry,
     in_flight: AtomicUsize,
+    /// Kept across reloads: failures are counted per client, whatever the configuration.
+    auth: AuthGate,
 }
 
 impl AppState {
     pub fn new(site: Site, registry: Registry) -> Self {
-        Self { site: RwLock::new(Arc::new(site)), registry, in_flight: AtomicUsize::new(0) }
+        Self { site: RwLock::new(Arc::new(site)), registry, in_flight: AtomicUsize::new(0), auth: AuthGate::default() }
     }
 
     /// The current site; a request keeps the one it started with.
@@ -196,7 +202,7 @@ async fn serve_http<I>(io: I, peer: SocketAddr, state: Arc<AppState>, watcher: W
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = service_fn(move |req| handle(req, state.clone()));
+    let service = service_fn(move |req| handle(req, peer, state.clone()));
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -209,23 +215,42 @@ where
     }
 }
 
-async fn handle(req: Request<Incoming>, state: Arc<AppState>) -> Result<Response<Chunks>, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    state: Arc<AppState>,
+) -> Result<Response<Chunks>, Infallible> {
     let site = state.site();
-    let mut response = respond(&req, &state, &site).await;
+    let mut response = respond(&req, peer, &state, &site).await;
     for (name, value) in &site.web.headers {
         response.headers_mut().insert(name.clone(), value.clone());
     }
     Ok(response)
 }
 
-async fn respond(req: &Request<Incoming>, state: &AppState, site: &Arc<Site>) -> Response<Chunks> {
+async fn respond(req: &Request<Incoming>, peer: SocketAddr, state: &AppState, site: &Arc<Site>) -> Response<Chunks> {
     let Some(_slot) = state.admit(site.max_requests) else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many concurrent requests (web.max_requests); try again.\n");
     };
-    if site.web.users.is_some() && !authorized(req.headers().get(AUTHORIZATION), site).await {
-        let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
-        response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"memlock-exporter\""));
-        return response;
+    if site.web.users.is_some() {
+        match state.auth.check(&site.web, req.headers().get(AUTHORIZATION), peer.ip()).await {
+            Verdict::Allowed => {}
+            Verdict::Denied => {
+                let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+                response
+                    .headers_mut()
+                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"memlock-exporter\""));
+                return response;
+            }
+            Verdict::Limited(wait) => {
+                let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too many failed logins; try again later.\n");
+                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
+                return response;
+            }
+            Verdict::Busy => {
+                return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many logins being checked; try again.\n");
+            }
+        }
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "Only GET and HEAD are supported.\n");
@@ -240,22 +265,6 @@ async fn respond(req: &Request<Incoming>, state: &AppState, site: &Arc<Site>) ->
         "/-/ready" => ready(site),
         _ => plain(StatusCode::NOT_FOUND, "Not found. See / for the available endpoints.\n"),
     }
-}
-
-/// Checks basic auth credentials. bcrypt takes tens of milliseconds of CPU, so an uncached check
-/// runs on the blocking pool; the request slot it holds bounds how many run at once.
-async fn authorized(header: Option<&HeaderValue>, site: &Arc<Site>) -> bool {
-    let Some((user, password)) = header.and_then(|h| web::parse_basic_authorization(h.as_bytes())) else {
-        return false;
-    };
-    let Some(users) = &site.web.users else { return true };
-    if let Some(known) = users.cached(&user, &password) {
-        return known;
-    }
-    let web = site.web.clone();
-    tokio::task::spawn_blocking(move || web.users.as_ref().is_some_and(|u| u.verify(&user, &password)))
-        .await
-        .unwrap_or(false)
 }
 
 fn metrics(state: &AppState, site: &Site) -> Response<Chunks> {
