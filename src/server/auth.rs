@@ -12,7 +12,8 @@
 //!   `mid_message_detect_eof`), so its place in the queue is given back and its check never
 //!   starts; a check already running finishes, but only [`BCRYPT_WORKERS`] can;
 //! - each client address may fail [`FAILURE_BURST`] times, then once every
-//!   [`FAILURE_REFILL`]; beyond that it gets 429 without a check.
+//!   [`FAILURE_REFILL`]; beyond that it gets 429 without a check. A check is paid for when it
+//!   enters the queue and refunded when it succeeds, so abandoned checks count as failures.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -101,11 +102,14 @@ impl AuthGate {
             Some(false) => return self.failed(client),
             None => {}
         }
-        if let Some(wait) = self.limited(client, Instant::now()) {
+        // An attempt is paid for before it is let into the queue and refunded if it succeeds
+        // (or is not let in), so failures and checks abandoned midway both count.
+        if let Err(wait) = self.spend(client, Instant::now()) {
             return Verdict::Limited(wait);
         }
         if self.queued.fetch_add(1, Ordering::SeqCst) >= BCRYPT_WORKERS + BCRYPT_WAITING {
             self.queued.fetch_sub(1, Ordering::SeqCst);
+            self.refund(client);
             return Verdict::Busy;
         }
         let _queued = Queued(&self.queued);
@@ -119,22 +123,15 @@ impl AuthGate {
         .await
         .unwrap_or(false);
         if ok {
+            self.refund(client);
             Verdict::Allowed
         } else {
-            self.failed(client)
+            Verdict::Denied
         }
     }
 
-    /// How long `client` must wait before its next attempt, if it has no failures left.
-    fn limited(&self, client: IpAddr, now: Instant) -> Option<Duration> {
-        let failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        let allowance = failures.get(&client)?.refilled(now);
-        (allowance.tokens < 1.0).then(|| FAILURE_REFILL.mul_f64(1.0 - allowance.tokens))
-    }
-
-    /// Counts a failed attempt of `client`.
-    fn failed(&self, client: IpAddr) -> Verdict {
-        let now = Instant::now();
+    /// Takes one attempt from `client`'s allowance, or says how long until it has one.
+    fn spend(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
         let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         if failures.len() >= TRACKED_ADDRESSES && !failures.contains_key(&client) {
             // Forget addresses that have their whole allowance back; failing that, the oldest.
@@ -148,8 +145,26 @@ impl AuthGate {
         let fresh = Allowance { tokens: f64::from(FAILURE_BURST), updated: now };
         let allowance = failures.entry(client).or_insert(fresh);
         *allowance = allowance.refilled(now);
-        allowance.tokens = (allowance.tokens - 1.0).max(0.0);
-        Verdict::Denied
+        if allowance.tokens < 1.0 {
+            return Err(FAILURE_REFILL.mul_f64(1.0 - allowance.tokens));
+        }
+        allowance.tokens -= 1.0;
+        Ok(())
+    }
+
+    fn refund(&self, client: IpAddr) {
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(allowance) = failures.get_mut(&client) {
+            allowance.tokens = (allowance.tokens + 1.0).min(f64::from(FAILURE_BURST));
+        }
+    }
+
+    /// Counts a failure that needed no check (a remembered wrong password, one too long).
+    fn failed(&self, client: IpAddr) -> Verdict {
+        match self.spend(client, Instant::now()) {
+            Ok(()) => Verdict::Denied,
+            Err(wait) => Verdict::Limited(wait),
+        }
     }
 }
 
@@ -209,7 +224,7 @@ mod tests {
         assert_eq!(gate.check(&web, Some(&header("prometheus", "right")), attacker).await, Verdict::Allowed);
         assert_eq!(gate.check(&web, Some(&header("prometheus", "wrong")), scraper).await, Verdict::Denied);
         // The allowance comes back with time.
-        assert!(gate.limited(client_key(attacker), Instant::now() + FAILURE_REFILL * 2).is_none());
+        assert!(gate.spend(client_key(attacker), Instant::now() + FAILURE_REFILL * 2).is_ok());
     }
 
     #[tokio::test]
