@@ -38,12 +38,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 mod auth;
+mod connections;
 mod guard;
 
 use crate::config::split_listen_address;
 use crate::snapshot::Snapshot;
 use crate::web::WebConfig;
 use auth::{AuthGate, Verdict};
+use connections::{Connection, Connections, InProgress};
 use guard::WriteDeadline;
 
 /// How long a client may take to send its request headers (or finish a TLS handshake).
@@ -57,6 +59,8 @@ const MAX_BUF_BYTES: usize = 64 * 1024;
 pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Open connections at once; each costs a file descriptor (the default soft limit is 1024).
 pub const MAX_CONNECTIONS: usize = 512;
+/// How many idle connections are closed at once when a new one arrives at the cap.
+const CLOSE_AT_CAP: usize = 32;
 
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -127,34 +131,49 @@ pub async fn bind(address: &str) -> std::io::Result<TcpListener> {
 /// Serves until `shutdown` resolves, then lets in-flight requests finish for up to `drain`.
 pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl Future<Output = ()>, drain: Duration) {
     let graceful = GracefulShutdown::new();
-    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let open = Arc::new(Connections::default());
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            permit = connections.clone().acquire_owned() => permit,
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        // The semaphore is never closed; an error would mean it was, so stop serving.
-        let Ok(permit) = permit else { break };
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(conn) => conn,
-                    Err(err) => {
-                        // EMFILE and friends: back off instead of spinning.
-                        tracing::warn!(error = %err, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let (state, watcher) = (state.clone(), graceful.watcher());
-                tokio::spawn(async move {
-                    connection(stream, peer, state, watcher).await;
-                    drop(permit);
-                });
+        let (stream, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(err) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %err, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
             }
-            () = &mut shutdown => break,
-        }
+        };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                // At the cap: close the connections idle longest to make room for this one and
+                // the next few (one at a time, each accept would wait for a task to end, and a
+                // backlog of a thousand reopened connections took a scrape seconds to get
+                // through); when every connection is serving a request, wait for one to finish.
+                let closed = open.close_idlest(CLOSE_AT_CAP);
+                tracing::debug!(%peer, closed, "at the connection cap: closing the connections idle longest");
+                let permit = tokio::select! {
+                    permit = permits.clone().acquire_owned() => permit,
+                    () = &mut shutdown => break,
+                };
+                // The semaphore is never closed; an error would mean it was, so stop serving.
+                let Ok(permit) = permit else { break };
+                permit
+            }
+        };
+        let (state, watcher, place) = (state.clone(), graceful.watcher(), open.open());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = connection(stream, peer, state, watcher, &place) => {}
+                () = place.closed() => tracing::debug!(%peer, "closed to make room for a new connection"),
+            }
+            drop(permit);
+        });
     }
     drop(listener);
     tokio::select! {
@@ -171,9 +190,15 @@ const PLAIN_HTTP_ON_TLS: &[u8] = b"HTTP/1.0 400 Bad Request\r\nContent-Type: tex
 /// The first byte of every TLS connection: a handshake record.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
-async fn connection(mut stream: TcpStream, peer: SocketAddr, state: Arc<AppState>, watcher: Watcher) {
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    state: Arc<AppState>,
+    watcher: Watcher,
+    place: &Connection,
+) {
     let Some(tls) = state.site().web.tls.clone() else {
-        serve_http(stream, peer, state, watcher).await;
+        serve_http(stream, peer, state, watcher, place).await;
         return;
     };
     let mut first = [0u8; 1];
@@ -192,17 +217,18 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, state: Arc<AppState
     }
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls_stream)) => serve_http(tls_stream, peer, state, watcher).await,
+        Ok(Ok(tls_stream)) => serve_http(tls_stream, peer, state, watcher, place).await,
         Ok(Err(err)) => tracing::debug!(%peer, error = %err, "TLS handshake failed"),
         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
     }
 }
 
-async fn serve_http<I>(io: I, peer: SocketAddr, state: Arc<AppState>, watcher: Watcher)
+async fn serve_http<I>(io: I, peer: SocketAddr, state: Arc<AppState>, watcher: Watcher, place: &Connection)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = service_fn(move |req| handle(req, peer, state.clone()));
+    let requests = place.requests();
+    let service = service_fn(move |req| handle(req, peer, state.clone(), requests.start()));
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -219,13 +245,15 @@ async fn handle(
     req: Request<Incoming>,
     peer: SocketAddr,
     state: Arc<AppState>,
+    in_progress: InProgress,
 ) -> Result<Response<Chunks>, Infallible> {
     let site = state.site();
     let mut response = respond(&req, peer, &state, &site).await;
     for (name, value) in &site.web.headers {
         response.headers_mut().insert(name.clone(), value.clone());
     }
-    Ok(response)
+    // The connection stays busy (never closed to make room) until the body is sent.
+    Ok(response.map(|body| body.holding(in_progress)))
 }
 
 async fn respond(req: &Request<Incoming>, peer: SocketAddr, state: &AppState, site: &Arc<Site>) -> Response<Chunks> {
@@ -339,14 +367,47 @@ fn html_escape(text: &str) -> String {
 
 /// A response body made of shared chunks, sent in order, with an exact length (so hyper sends
 /// `Content-Length`, not chunked encoding).
+///
+/// hyper hands the chunks to the socket as they are, without copying them: it queues them for
+/// vectored writes when the connection supports those (`proto/h1/io.rs`: `WriteStrategy::Queue`
+/// when `is_write_vectored`; tokio's `TcpStream`, `TokioIo` and tokio-rustls' server stream all
+/// say yes), and drops each once written. So a chunk lives until its last byte is in the socket,
+/// after the body itself has been dropped: what must last as long as a response is in flight
+/// (a busy connection, bytes reserved in the budget) is tied to the chunk, see [`held`].
 pub struct Chunks {
     chunks: std::collections::VecDeque<Bytes>,
+    /// For a body without chunks.
+    guards: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl Chunks {
     pub fn new(chunks: impl IntoIterator<Item = Bytes>) -> Self {
-        Self { chunks: chunks.into_iter().filter(|c| !c.is_empty()).collect() }
+        Self { chunks: chunks.into_iter().filter(|c| !c.is_empty()).collect(), guards: Vec::new() }
     }
+
+    /// Keeps `guard` alive until the whole body has been written (or the connection ends).
+    pub fn holding(mut self, guard: impl std::any::Any + Send) -> Self {
+        match self.chunks.pop_back() {
+            // Chunks are written in order: the last one is dropped last.
+            Some(last) => self.chunks.push_back(held(last, guard)),
+            None => self.guards.push(Box::new(guard)),
+        }
+        self
+    }
+}
+
+/// The same bytes, with `guard` dropped when the last reference to them (hyper's included) is.
+pub fn held(bytes: Bytes, guard: impl std::any::Any + Send) -> Bytes {
+    struct Held<G> {
+        bytes: Bytes,
+        _guard: G,
+    }
+    impl<G> AsRef<[u8]> for Held<G> {
+        fn as_ref(&self) -> &[u8] {
+            &self.bytes
+        }
+    }
+    Bytes::from_owner(Held { bytes, _guard: guard })
 }
 
 impl Body for Chunks {
@@ -437,6 +498,32 @@ mod tests {
                 && text.ends_with("memlock_exporter_test 0\n"),
             "{text}"
         );
+    }
+
+    /// hyper drops a response body at its last frame, while that frame may still be queued for
+    /// the socket: a guard on the body would be released early, one on the chunk is not.
+    #[test]
+    fn a_guard_lives_as_long_as_the_last_byte_of_the_body() {
+        struct Flag(Arc<AtomicUsize>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let mut body =
+            Chunks::new([Bytes::from_static(b"first"), Bytes::from_static(b"last")]).holding(Flag(dropped.clone()));
+        let mut frames = Vec::new();
+        while let Some(chunk) = body.chunks.pop_front() {
+            frames.push(chunk.slice(1..));
+        }
+        drop(body);
+        assert_eq!(dropped.load(Ordering::SeqCst), 0, "hyper still holds the last frame");
+        assert_eq!(&frames[1][..], b"ast");
+        drop(frames);
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        drop(Chunks::new([]).holding(Flag(dropped.clone())));
+        assert_eq!(dropped.load(Ordering::SeqCst), 2, "an empty body holds it itself");
     }
 
     #[test]
