@@ -137,6 +137,8 @@ pub struct RawWeb {
     pub config_file: String,
     /// Requests served at the same time; more get 503 at once. 0: no limit.
     pub max_requests: u64,
+    /// Bytes of snapshot text that responses in flight may keep alive. 0: no limit.
+    pub max_response_bytes: u64,
 }
 
 impl Default for RawWeb {
@@ -146,6 +148,7 @@ impl Default for RawWeb {
             telemetry_path: "/metrics".into(),
             config_file: String::new(),
             max_requests: 40,
+            max_response_bytes: 64 << 20,
         }
     }
 }
@@ -416,6 +419,8 @@ pub struct Config {
     pub web_config_file: Option<PathBuf>,
     /// 0: no limit.
     pub max_requests: usize,
+    /// 0: no limit.
+    pub max_response_bytes: usize,
     pub roots: Roots,
     pub collectors: Vec<CollectorConfig>,
     pub log_level: LogLevel,
@@ -692,6 +697,7 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         telemetry_path: raw.web.telemetry_path,
         web_config_file: (!raw.web.config_file.is_empty()).then(|| PathBuf::from(&raw.web.config_file)),
         max_requests: usize::try_from(raw.web.max_requests).unwrap_or(usize::MAX),
+        max_response_bytes: usize::try_from(raw.web.max_response_bytes).unwrap_or(usize::MAX),
         roots: Roots { procfs: PathBuf::from(raw.path.procfs), sysfs: PathBuf::from(raw.path.sysfs) },
         collectors,
         log_level,

@@ -89,6 +89,8 @@ pub fn site(
         collectors,
         web,
         max_requests: config.max_requests,
+        max_response_bytes: config.max_response_bytes,
+        rendered: Default::default(),
     }
 }
 

@@ -9,6 +9,8 @@
 //! connection serving a request, its response body included, is never closed this way.
 
 use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -39,7 +41,52 @@ struct Entry {
 pub struct Connection {
     connections: Arc<Connections>,
     id: u64,
+    progress: Progress,
+}
+
+/// How far a connection's writes have got, and how to close it.
+#[derive(Clone)]
+pub struct Progress {
+    /// Bytes written to the socket so far (counted by [`super::guard::WriteDeadline`]).
+    pub written: Arc<AtomicU64>,
     close: Arc<Notify>,
+    /// The TCP socket, to ask how much of what was written the client has not acknowledged.
+    socket: Option<RawFd>,
+}
+
+impl Progress {
+    /// Bytes written that the client has acknowledged: what it has really read. The kernel
+    /// takes up to `tcp_wmem`'s maximum (4 MiB here) into the send buffer at once, so the bytes
+    /// written alone make every reader look fast for its first megabytes. `SIOCOUTQ` is the
+    /// send queue's unacknowledged bytes (tcp(7)).
+    pub fn delivered(&self) -> u64 {
+        let written = self.written.load(std::sync::atomic::Ordering::Relaxed);
+        let Some(fd) = self.socket else { return written };
+        let mut queued: libc::c_int = 0;
+        // SAFETY: the descriptor is the connection's socket, open while a response holds this
+        // (the connection owns it); the ioctl writes one int we own.
+        if unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut queued) } != 0 {
+            return written;
+        }
+        written.saturating_sub(u64::try_from(queued).unwrap_or(0))
+    }
+
+    /// Ends the connection, whatever it is doing (its task drops it at its next poll), and
+    /// discards what the kernel still holds for it: a socket closed normally goes on sending
+    /// its send buffer (up to 4 MiB) to the client, however slowly it reads; with `SO_LINGER`
+    /// at 0 the close resets the connection and frees the buffer at once (socket(7)).
+    pub fn abort(&self) {
+        if let Some(fd) = self.socket {
+            let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+            let len = std::mem::size_of::<libc::linger>() as libc::socklen_t;
+            // SAFETY: the connection's socket, open while a response holds this; the option
+            // struct lives across the call.
+            unsafe {
+                libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_LINGER, (&linger as *const libc::linger).cast(), len)
+            };
+        }
+        self.close.notify_one();
+    }
 }
 
 /// Marks a request in progress on its connection until dropped (with the response body).
@@ -54,13 +101,13 @@ impl Connections {
     }
 
     /// Adds a connection, idle from now.
-    pub fn open(self: &Arc<Self>) -> Connection {
+    pub fn open(self: &Arc<Self>, socket: Option<RawFd>) -> Connection {
         let close = Arc::new(Notify::new());
         let mut table = self.table();
         let id = table.next_id;
         table.next_id += 1;
         table.open.insert(id, Entry { busy: 0, idle_since: Instant::now(), close: close.clone(), closing: false });
-        Connection { connections: self.clone(), id, close }
+        Connection { connections: self.clone(), id, progress: Progress { written: Arc::default(), close, socket } }
     }
 
     /// Tells up to `count` connections, those idle longest, to close; returns how many. None
@@ -92,12 +139,16 @@ impl Connections {
 impl Connection {
     /// Resolves when the server wants this connection closed to make room.
     pub async fn closed(&self) {
-        self.close.notified().await
+        self.progress.close.notified().await
+    }
+
+    pub fn progress(&self) -> &Progress {
+        &self.progress
     }
 
     /// What the connection's service marks its requests with.
     pub fn requests(&self) -> Requests {
-        Requests { connections: self.connections.clone(), id: self.id }
+        Requests { connections: self.connections.clone(), id: self.id, progress: self.progress.clone() }
     }
 }
 
@@ -106,6 +157,7 @@ impl Connection {
 pub struct Requests {
     connections: Arc<Connections>,
     id: u64,
+    pub progress: Progress,
 }
 
 impl Requests {
@@ -140,12 +192,12 @@ mod tests {
     #[tokio::test]
     async fn the_connection_idle_longest_is_closed_and_busy_ones_never() {
         let connections = Arc::new(Connections::default());
-        let oldest = connections.open();
+        let oldest = connections.open(None);
         tokio::time::sleep(Duration::from_millis(2)).await;
-        let serving = connections.open();
+        let serving = connections.open(None);
         let request = serving.requests().start();
         tokio::time::sleep(Duration::from_millis(2)).await;
-        let newest = connections.open();
+        let newest = connections.open(None);
         // `oldest` was accepted first and never sent a request: it goes first.
         let busy_one = serving.requests().start();
         assert_eq!(connections.close_idlest(1), 1);

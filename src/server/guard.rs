@@ -1,8 +1,11 @@
-//! Connection I/O guards: a deadline on writes that make no progress.
+//! Connection I/O guards: a deadline on writes that make no progress, and a count of the bytes
+//! written (how fast a client reads its response).
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -15,11 +18,25 @@ pub struct WriteDeadline<I> {
     io: I,
     limit: Duration,
     stalled: Option<Pin<Box<Sleep>>>,
+    written: Arc<AtomicU64>,
 }
 
 impl<I> WriteDeadline<I> {
+    #[cfg(test)]
     pub fn new(io: I, limit: Duration) -> Self {
-        Self { io, limit, stalled: None }
+        Self::counting(io, limit, Arc::default())
+    }
+
+    /// The same, adding every byte written to `written`.
+    pub fn counting(io: I, limit: Duration, written: Arc<AtomicU64>) -> Self {
+        Self { io, limit, stalled: None, written }
+    }
+
+    fn count(&self, poll: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if let Poll::Ready(Ok(n)) = poll {
+            self.written.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        poll
     }
 
     fn track<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
@@ -52,7 +69,8 @@ impl<I: AsyncRead + Unpin> AsyncRead for WriteDeadline<I> {
 impl<I: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<I> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let poll = Pin::new(&mut self.io).poll_write(cx, buf);
-        self.track(cx, poll)
+        let poll = self.track(cx, poll);
+        self.count(poll)
     }
 
     fn poll_write_vectored(
@@ -61,7 +79,8 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<I> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        self.track(cx, poll)
+        let poll = self.track(cx, poll);
+        self.count(poll)
     }
 
     fn is_write_vectored(&self) -> bool {

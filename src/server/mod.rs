@@ -19,9 +19,10 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 mod auth;
+mod budget;
 mod connections;
 mod guard;
 
@@ -45,7 +47,8 @@ use crate::config::split_listen_address;
 use crate::snapshot::Snapshot;
 use crate::web::WebConfig;
 use auth::{AuthGate, Verdict};
-use connections::{Connection, Connections, InProgress};
+use budget::ResponseBudget;
+use connections::{Connection, Connections, Progress, Requests};
 use guard::WriteDeadline;
 
 /// How long a client may take to send its request headers (or finish a TLS handshake).
@@ -73,6 +76,70 @@ pub struct Site {
     pub web: Arc<WebConfig>,
     /// 0: no limit.
     pub max_requests: usize,
+    /// Bytes of snapshot text responses in flight may hold (`web.max_response_bytes`); 0: no limit.
+    pub max_response_bytes: usize,
+    /// The latest snapshot a scrape rendered.
+    pub rendered: Renders,
+}
+
+/// Which snapshot's text scrapes are served, so that clients cannot make the daemon render every
+/// snapshot. One is published after every collector run, several a second, and its text is
+/// rendered at its first scrape: with 10,000 cgroups that is tens of MB, and a client that
+/// connected a few times a second kept both workers rendering (issue 15, found with the slow
+/// readers). A scrape gets the latest snapshot when it is rendered already, or when the last
+/// render is at least [`RENDER_INTERVAL`] old (it then renders it, off the async workers);
+/// otherwise the snapshot rendered last, at most that much older than the latest. Reset with
+/// the site on reload.
+#[derive(Default)]
+pub struct Renders {
+    state: Mutex<RenderState>,
+}
+
+#[derive(Default)]
+struct RenderState {
+    latest: Option<(Arc<Snapshot>, Instant)>,
+    rendering: bool,
+}
+
+/// At most one snapshot text is rendered per interval: the samples are 1 s apart anyway.
+pub const RENDER_INTERVAL: Duration = Duration::from_secs(1);
+
+impl Renders {
+    fn state(&self) -> std::sync::MutexGuard<'_, RenderState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The snapshot to serve now, with its text rendered.
+    async fn serve(&self, current: Arc<Snapshot>) -> Arc<Snapshot> {
+        if current.is_rendered() {
+            return current;
+        }
+        {
+            let mut state = self.state();
+            if let Some((latest, at)) = &state.latest {
+                if state.rendering || at.elapsed() < RENDER_INTERVAL {
+                    return latest.clone();
+                }
+            }
+            state.rendering = true;
+        }
+        struct Rendering<'a>(&'a Renders);
+        impl Drop for Rendering<'_> {
+            fn drop(&mut self) {
+                self.0.state().rendering = false;
+            }
+        }
+        let _rendering = Rendering(self);
+        tracing::debug!("rendering the latest snapshot for a scrape");
+        let snapshot = current.clone();
+        // A render of a large snapshot takes a good part of a second: not on an async worker.
+        let _ = tokio::task::spawn_blocking(move || {
+            snapshot.text();
+        })
+        .await;
+        self.state().latest = Some((current.clone(), Instant::now()));
+        current
+    }
 }
 
 pub struct AppState {
@@ -81,11 +148,18 @@ pub struct AppState {
     in_flight: AtomicUsize,
     /// Kept across reloads: failures are counted per client, whatever the configuration.
     auth: AuthGate,
+    budget: Arc<ResponseBudget>,
 }
 
 impl AppState {
     pub fn new(site: Site, registry: Registry) -> Self {
-        Self { site: RwLock::new(Arc::new(site)), registry, in_flight: AtomicUsize::new(0), auth: AuthGate::default() }
+        Self {
+            budget: Arc::new(ResponseBudget::new(site.max_response_bytes)),
+            site: RwLock::new(Arc::new(site)),
+            registry,
+            in_flight: AtomicUsize::new(0),
+            auth: AuthGate::default(),
+        }
     }
 
     /// The current site; a request keeps the one it started with.
@@ -95,6 +169,7 @@ impl AppState {
 
     /// Swaps in a new site: requests from now on use it, requests in progress finish on the old.
     pub fn replace_site(&self, site: Site) {
+        self.budget.set_limit(site.max_response_bytes);
         *self.site.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(site);
     }
 
@@ -166,7 +241,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl F
                 permit
             }
         };
-        let (state, watcher, place) = (state.clone(), graceful.watcher(), open.open());
+        let (state, watcher, place) = (state.clone(), graceful.watcher(), open.open(Some(stream.as_raw_fd())));
         tokio::spawn(async move {
             tokio::select! {
                 () = connection(stream, peer, state, watcher, &place) => {}
@@ -228,14 +303,17 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let requests = place.requests();
-    let service = service_fn(move |req| handle(req, peer, state.clone(), requests.start()));
+    let service = service_fn(move |req| handle(req, peer, state.clone(), requests.clone()));
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_header_size(MAX_HEADER_BYTES)
         .max_headers(MAX_HEADERS)
         .max_buf_size(MAX_BUF_BYTES)
-        .serve_connection(TokioIo::new(WriteDeadline::new(io, WRITE_STALL_TIMEOUT)), service);
+        .serve_connection(
+            TokioIo::new(WriteDeadline::counting(io, WRITE_STALL_TIMEOUT, place.progress().written.clone())),
+            service,
+        );
     if let Err(err) = watcher.watch(conn).await {
         tracing::debug!(%peer, error = %err, "connection ended with an error");
     }
@@ -245,10 +323,11 @@ async fn handle(
     req: Request<Incoming>,
     peer: SocketAddr,
     state: Arc<AppState>,
-    in_progress: InProgress,
+    requests: Requests,
 ) -> Result<Response<Chunks>, Infallible> {
+    let in_progress = requests.start();
     let site = state.site();
-    let mut response = respond(&req, peer, &state, &site).await;
+    let mut response = respond(&req, peer, &requests.progress, &state, &site).await;
     for (name, value) in &site.web.headers {
         response.headers_mut().insert(name.clone(), value.clone());
     }
@@ -256,7 +335,13 @@ async fn handle(
     Ok(response.map(|body| body.holding(in_progress)))
 }
 
-async fn respond(req: &Request<Incoming>, peer: SocketAddr, state: &AppState, site: &Arc<Site>) -> Response<Chunks> {
+async fn respond(
+    req: &Request<Incoming>,
+    peer: SocketAddr,
+    progress: &Progress,
+    state: &AppState,
+    site: &Arc<Site>,
+) -> Response<Chunks> {
     let Some(_slot) = state.admit(site.max_requests) else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many concurrent requests (web.max_requests); try again.\n");
     };
@@ -285,7 +370,7 @@ async fn respond(req: &Request<Incoming>, peer: SocketAddr, state: &AppState, si
     }
     let path = req.uri().path();
     if path == site.telemetry_path {
-        return metrics(state, site);
+        return metrics(state, site, progress).await;
     }
     match path {
         "/" => landing(site),
@@ -295,17 +380,36 @@ async fn respond(req: &Request<Incoming>, peer: SocketAddr, state: &AppState, si
     }
 }
 
-fn metrics(state: &AppState, site: &Site) -> Response<Chunks> {
-    let snapshot = site.snapshots.borrow().clone();
+async fn metrics(state: &AppState, site: &Site, progress: &Progress) -> Response<Chunks> {
+    let current = site.snapshots.borrow().clone();
+    let snapshot = site.rendered.serve(current).await;
+    // The sampled text is shared with the snapshot, not copied: a request in flight costs a
+    // reference, however large the snapshot and however many scrapers. Texts of older snapshots
+    // that responses still hold are bounded by the budget.
+    let mut text = snapshot.text_bytes();
+    let mut reservation = state.budget.reserve(&text, &snapshot, progress);
+    let mut snapshot = snapshot;
+    if reservation.is_none() {
+        // No room for the new text while young responses hold an older one: that one is held
+        // already and free to share (a render or two older).
+        if let Some(held) = state.budget.newest_held() {
+            text = held.text_bytes();
+            reservation = state.budget.reserve(&text, &held, progress);
+            snapshot = held;
+        }
+    }
+    let Some(reservation) = reservation else {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many large responses in flight; try again.\n");
+    };
     let mut own = Vec::new();
     if let Err(err) = TextEncoder::new().encode(&state.registry.gather(), &mut own) {
         tracing::warn!(error = %err, "encoding the exporter's own metrics failed");
         own.clear();
     }
-    // The sampled text is shared with the snapshot, not copied: a request in flight costs a
-    // reference, however large the snapshot and however many scrapers.
-    let body =
-        Chunks::new([snapshot.text_bytes(), Bytes::from(snapshot.render_ages(Instant::now())), Bytes::from(own)]);
+    // The response keeps its snapshot too (a vector of shared reports, cheap beside the text),
+    // so that a later scrape can fall back to it while it is in flight.
+    let ages = Bytes::from(snapshot.render_ages(Instant::now()));
+    let body = Chunks::new([held(text, (reservation, snapshot)), ages, Bytes::from(own)]);
     let mut response = Response::new(body);
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
     response
@@ -473,6 +577,8 @@ mod tests {
             collectors: vec![],
             web: Arc::default(),
             max_requests: 0,
+            max_response_bytes: 0,
+            rendered: Renders::default(),
         };
         let registry = Registry::new();
         let gauge = prometheus::IntGauge::new("memlock_exporter_test", "A test gauge.").unwrap();
@@ -484,10 +590,13 @@ mod tests {
                 collectors: vec![],
                 web: Arc::default(),
                 max_requests: 0,
+                max_response_bytes: 0,
+                rendered: Renders::default(),
             },
             registry,
         );
-        let response = metrics(&state, &site);
+        let place = Arc::new(Connections::default()).open(None);
+        let response = metrics(&state, &site, place.progress()).await;
         let exact = response.body().size_hint().exact().expect("an exact length, so Content-Length is sent");
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body.len() as u64, exact);
@@ -526,6 +635,22 @@ mod tests {
         assert_eq!(dropped.load(Ordering::SeqCst), 2, "an empty body holds it itself");
     }
 
+    #[tokio::test]
+    async fn a_new_snapshot_is_rendered_at_most_once_a_render_interval() {
+        let renders = Renders::default();
+        let first = Arc::new(Snapshot::empty());
+        assert!(Arc::ptr_eq(&renders.serve(first.clone()).await, &first), "nothing rendered yet: render it");
+        assert!(first.is_rendered());
+        let second = Arc::new(Snapshot::empty());
+        assert!(Arc::ptr_eq(&renders.serve(second.clone()).await, &first), "the last render is recent: serve it");
+        assert!(!second.is_rendered(), "and render nothing");
+        renders.state().latest.as_mut().unwrap().1 -= RENDER_INTERVAL;
+        assert!(Arc::ptr_eq(&renders.serve(second.clone()).await, &second), "a render interval later: the latest");
+        let third = Arc::new(Snapshot::empty());
+        let _ = third.text();
+        assert!(Arc::ptr_eq(&renders.serve(third.clone()).await, &third), "rendered already: free to serve");
+    }
+
     #[test]
     fn request_slots_are_bounded_and_released() {
         let state = AppState::new(
@@ -535,6 +660,8 @@ mod tests {
                 collectors: vec![],
                 web: Arc::default(),
                 max_requests: 2,
+                max_response_bytes: 0,
+                rendered: Renders::default(),
             },
             Registry::new(),
         );
