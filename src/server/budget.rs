@@ -8,12 +8,14 @@
 //! is counted once, however many responses share it, and their sum stays within
 //! `web.max_response_bytes` (64 MiB by default):
 //! - a response whose text is already held, or fits, is served;
-//! - otherwise the responses holding other texts are closed, slowest first, to make room: a
+//! - otherwise the responses holding other texts are reset, slowest first, to make room: a
 //!   text is freed only when all its readers are gone, so texts are ordered by their fastest
-//!   reader (bytes written per second so far), and a reader younger than [`GRACE`] counts as
-//!   fast (its rate means nothing yet). A scraper reading at network speed finishes long before
-//!   it could be chosen; a client reading a few KB a second is the first to go;
-//! - when even that cannot make room, the request gets 503 at once.
+//!   reader (bytes the client acknowledged per second so far, see [`Progress::delivered`]), and
+//!   a reader younger than [`GRACE`] counts as fast (its rate means nothing yet). A scraper
+//!   reading at network speed finishes long before it could be chosen; a client reading a few
+//!   KB a second is the first to go;
+//! - when even that cannot make room, the caller may serve the newest text still held
+//!   ([`ResponseBudget::newest_held`], free to share), or answer 503 at once.
 //!
 //! Texts are told apart by their address: a response holds its text's allocation, so the
 //! address cannot be reused while the text is counted.

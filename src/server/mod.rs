@@ -1,11 +1,12 @@
 //! HTTP endpoints: `/metrics` (configurable), `/`, `/-/healthy`, `/-/ready`, over plain HTTP
 //! or TLS, with optional basic auth (see [`crate::web`]).
 //!
-//! A scrape renders nothing new: it serves the latest snapshot's cached text plus a few series
-//! that depend on the moment of the scrape, so concurrent scrapers cost a copy each.
+//! A scrape serves the latest snapshot's text, rendered once and shared (never copied), plus a
+//! few series that depend on the moment of the scrape; a new snapshot is rendered at most once
+//! a second ([`Renders`]).
 //!
 //! Limits, so that a slow or hostile client cannot exhaust the daemon:
-//! - at most [`MAX_CONNECTIONS`] open connections (accepting pauses beyond that);
+//! - at most [`MAX_CONNECTIONS`] open connections;
 //! - request headers must arrive within [`HEADER_READ_TIMEOUT`] (this also closes idle
 //!   keep-alive connections, as Go's servers do) and fit in [`MAX_HEADER_BYTES`];
 //! - a TLS handshake must finish within [`HEADER_READ_TIMEOUT`];
@@ -14,7 +15,11 @@
 //!   get 503 at once (like Prometheus' `--web.max-requests`), so scrapers retry instead of
 //!   queueing behind a flood;
 //! - basic auth checks (bcrypt) run on a small bounded pool, failures are limited per client
-//!   address, and verified credentials pass without a check ([`auth`]).
+//!   address, and verified credentials pass without a check ([`auth`]);
+//! - at the connection cap, the connections idle longest are closed for new ones
+//!   ([`connections`]);
+//! - the snapshot texts that responses in flight keep alive are bounded by
+//!   `web.max_response_bytes` ([`budget`]).
 
 use std::convert::Infallible;
 use std::future::Future;
