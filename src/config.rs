@@ -587,6 +587,15 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
             format!("{:?} must start with '/' and name a path", raw.web.telemetry_path),
         ));
     }
+    if !matchable_path(&raw.web.telemetry_path) {
+        return Err(invalid(
+            "web.telemetry_path",
+            format!(
+                "{:?} can never match a request: no query ('?'), fragment ('#'), spaces or control characters",
+                raw.web.telemetry_path
+            ),
+        ));
+    }
     for (key, path) in [("path.procfs", &raw.path.procfs), ("path.sysfs", &raw.path.sysfs)] {
         if path.is_empty() {
             return Err(invalid(key, "must not be empty".into()));
@@ -762,6 +771,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is out of range"))
 }
 
+/// Whether a request can reach `path`: the server compares it with the path of the request
+/// target as hyper has it, parsed by the `http` crate (a `PathAndQuery`, without the query;
+/// a fragment is cut off, spaces and control characters are refused), so it must be exactly
+/// such a path (issue 15: "/metrics?x" or "/a b" were accepted and never served).
+fn matchable_path(path: &str) -> bool {
+    path.parse::<hyper::http::uri::PathAndQuery>().is_ok_and(|parsed| parsed.path() == path && parsed.query().is_none())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -860,6 +877,14 @@ mod tests {
         let err =
             load_with(None, &[], vec![("web.telemetry_path".into(), Value::from("metrics"))]).unwrap_err().to_string();
         assert!(err.contains("--web.telemetry-path"), "{err}");
+        for never in ["/metrics?format=text", "/met rics", "/metrics#top", "/metrics\n", "/m\u{7f}"] {
+            let err = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from(never))]).unwrap_err();
+            assert!(err.to_string().contains("can never match"), "{never:?}: {err}");
+        }
+        for fine in ["/metrics", "/probe/metrics", "/metrics%3F", "/-/m_e.t~r:i@c!s"] {
+            let cfg = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from(fine))]).unwrap();
+            assert_eq!(cfg.telemetry_path, fine);
+        }
     }
 
     #[test]

@@ -22,7 +22,8 @@
 //! silently weakened: TLS 1.0 and 1.1 do not exist in rustls (a `min_version` below TLS12 means
 //! TLS12); `RequestClientCert` and `RequireAnyClientCert` (certificates nobody verifies),
 //! `client_allowed_sans`, `rate_limit` and the curve `CurveP521` are not supported. HTTP/2 is
-//! not served; `http2` is accepted and ignored.
+//! not served (a client with prior knowledge gets GOAWAY `HTTP_1_1_REQUIRED`, TLS offers only
+//! `http/1.1`); `http2` is accepted and ignored.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;

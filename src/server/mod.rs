@@ -32,14 +32,14 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use prometheus::{Encoder, Registry, TextEncoder};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
@@ -54,7 +54,7 @@ use crate::web::WebConfig;
 use auth::{AuthGate, Verdict};
 use budget::ResponseBudget;
 use connections::{Connection, Connections, Progress, Requests};
-use guard::WriteDeadline;
+use guard::{http2_refusal, read_preface, Rewind, WriteDeadline};
 
 /// How long a client may take to send its request headers (or finish a TLS handshake).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -307,11 +307,40 @@ async fn serve_http<I>(io: I, peer: SocketAddr, state: Arc<AppState>, watcher: W
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let mut io = io;
+    // HTTP/2 with prior knowledge gets a GOAWAY saying HTTP/1.1 is required, not a silent close;
+    // the bytes read to tell are replayed to hyper. The header timeout covers both.
+    let started = Instant::now();
+    let first = match tokio::time::timeout(HEADER_READ_TIMEOUT, read_preface(&mut io)).await {
+        Ok(Ok((_, true))) => {
+            tracing::debug!(%peer, "HTTP/2 with prior knowledge; refused with GOAWAY HTTP_1_1_REQUIRED");
+            let _ = tokio::time::timeout(HEADER_READ_TIMEOUT, async {
+                let _ = io.write_all(&http2_refusal()).await;
+                let _ = io.shutdown().await;
+                // Closing with the client's frames unread would reset the connection, and the
+                // client could lose the GOAWAY with it: read what it sent until it closes.
+                let mut sink = [0u8; 4096];
+                let mut left: usize = 64 * 1024;
+                while left > 0 {
+                    match io.read(&mut sink).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => left = left.saturating_sub(n),
+                    }
+                }
+            })
+            .await;
+            return;
+        }
+        Ok(Ok((first, false))) => first,
+        Ok(Err(_)) | Err(_) => return,
+    };
+    let io = Rewind::new(first, io);
+    let header_timeout = HEADER_READ_TIMEOUT.saturating_sub(started.elapsed()).max(Duration::from_millis(100));
     let requests = place.requests();
     let service = service_fn(move |req| handle(req, peer, state.clone(), requests.clone()));
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(header_timeout)
         .max_header_size(MAX_HEADER_BYTES)
         .max_headers(MAX_HEADERS)
         .max_buf_size(MAX_BUF_BYTES)
@@ -371,7 +400,10 @@ async fn respond(
         }
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return plain(StatusCode::METHOD_NOT_ALLOWED, "Only GET and HEAD are supported.\n");
+        // RFC 9110, section 15.5.6: a 405 must say which methods the resource supports.
+        let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Only GET and HEAD are supported.\n");
+        response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return response;
     }
     let path = req.uri().path();
     if path == site.telemetry_path {

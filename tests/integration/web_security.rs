@@ -441,3 +441,47 @@ fn a_reload_never_lowers_security() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Issue 15 item 10: a 405 without `Allow`; HTTP/2 with prior knowledge closed without a word
+/// (hyper's HTTP/1 server has no response for its preface); and a telemetry path that is served
+/// exactly as configured, percent sign included (ones that can never match are refused at load).
+#[test]
+fn method_not_allowed_names_the_methods_and_http2_is_told_to_use_http1() {
+    let mut args = fixture_roots();
+    args.extend(["--web.telemetry-path".to_owned(), "/probe/metrics%3F".to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let exporter = Exporter::start(&args);
+    let address = exporter.address.clone();
+    assert_eq!(http_get(&address, "/probe/metrics%3F").unwrap().0, 200);
+
+    let mut stream = TcpStream::connect(&address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .write_all(b"POST /probe/metrics%3F HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 405"), "{response}");
+    assert!(response.to_ascii_lowercase().contains("\r\nallow: get, head\r\n"), "{response}");
+
+    let mut stream = TcpStream::connect(&address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").unwrap();
+    let mut frames = Vec::new();
+    stream.read_to_end(&mut frames).unwrap();
+    assert!(frames.len() >= 26, "an answer, not a silent close: {frames:?}");
+    assert_eq!(&frames[..9], &[0, 0, 0, 4, 0, 0, 0, 0, 0], "the server's SETTINGS: {frames:?}");
+    assert_eq!(frames[12], 7, "then GOAWAY: {frames:?}");
+    assert_eq!(&frames[22..26], &[0, 0, 0, 0xd], "HTTP_1_1_REQUIRED: {frames:?}");
+
+    // A real HTTP/2 client hears it (curl 7.88 logs the code, 13, and fails the transfer).
+    let out = Command::new("curl")
+        .args(["-sS", "-v", "--noproxy", "*", "--max-time", "10", "--http2-prior-knowledge", "-o", "/dev/null"])
+        .arg(format!("http://{address}/probe/metrics%3F"))
+        .output()
+        .expect("run curl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("GOAWAY, error=13"), "{:?}: {stderr}", out.status);
+    // And HTTP/1.1 on the same port is unaffected, PUT and POST included (they start like PRI).
+    assert_eq!(http_get(&address, "/-/healthy").unwrap().0, 200);
+}
