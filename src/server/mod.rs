@@ -106,6 +106,39 @@ struct RenderState {
     rendering: bool,
 }
 
+/// A thread that renders snapshot texts: a large one takes a good part of a second, not to be
+/// spent on an async worker. One for the life of the server, started with it (tokio's blocking
+/// pool would start and retire threads as scrapes come and go).
+pub struct Renderer {
+    jobs: Mutex<std::sync::mpsc::Sender<(Arc<Snapshot>, tokio::sync::oneshot::Sender<()>)>>,
+}
+
+impl Renderer {
+    fn start() -> Renderer {
+        let (jobs, queue) = std::sync::mpsc::channel::<(Arc<Snapshot>, tokio::sync::oneshot::Sender<()>)>();
+        let spawned = std::thread::Builder::new().name("memlock-render".into()).spawn(move || {
+            for (snapshot, done) in queue {
+                snapshot.text();
+                let _ = done.send(());
+            }
+        });
+        if let Err(err) = spawned {
+            // Renders then happen where the text is first asked for (Snapshot::text_bytes).
+            tracing::warn!(error = %err, "cannot start the render thread; scrapes render on the async workers");
+        }
+        Renderer { jobs: Mutex::new(jobs) }
+    }
+
+    /// Renders `snapshot`'s text, waiting without holding the async worker.
+    async fn render(&self, snapshot: Arc<Snapshot>) {
+        let (done, rendered) = tokio::sync::oneshot::channel();
+        let sent = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).send((snapshot, done));
+        if sent.is_ok() {
+            let _ = rendered.await;
+        }
+    }
+}
+
 /// At most one snapshot text is rendered per interval: the samples are 1 s apart anyway.
 pub const RENDER_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -114,8 +147,8 @@ impl Renders {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The snapshot to serve now, with its text rendered.
-    async fn serve(&self, current: Arc<Snapshot>) -> Arc<Snapshot> {
+    /// The snapshot to serve now, with its text rendered (by `renderer`).
+    async fn serve(&self, current: Arc<Snapshot>, renderer: &Renderer) -> Arc<Snapshot> {
         if current.is_rendered() {
             return current;
         }
@@ -136,12 +169,7 @@ impl Renders {
         }
         let _rendering = Rendering(self);
         tracing::debug!("rendering the latest snapshot for a scrape");
-        let snapshot = current.clone();
-        // A render of a large snapshot takes a good part of a second: not on an async worker.
-        let _ = tokio::task::spawn_blocking(move || {
-            snapshot.text();
-        })
-        .await;
+        renderer.render(current.clone()).await;
         self.state().latest = Some((current.clone(), Instant::now()));
         current
     }
@@ -154,6 +182,7 @@ pub struct AppState {
     /// Kept across reloads: failures are counted per client, whatever the configuration.
     auth: AuthGate,
     budget: Arc<ResponseBudget>,
+    renderer: Renderer,
 }
 
 impl AppState {
@@ -164,6 +193,7 @@ impl AppState {
             registry,
             in_flight: AtomicUsize::new(0),
             auth: AuthGate::default(),
+            renderer: Renderer::start(),
         }
     }
 
@@ -419,7 +449,7 @@ async fn respond(
 
 async fn metrics(state: &AppState, site: &Site, progress: &Progress) -> Response<Chunks> {
     let current = site.snapshots.borrow().clone();
-    let snapshot = site.rendered.serve(current).await;
+    let snapshot = site.rendered.serve(current, &state.renderer).await;
     // The sampled text is shared with the snapshot, not copied: a request in flight costs a
     // reference, however large the snapshot and however many scrapers. Texts of older snapshots
     // that responses still hold are bounded by the budget.
@@ -674,18 +704,24 @@ mod tests {
 
     #[tokio::test]
     async fn a_new_snapshot_is_rendered_at_most_once_a_render_interval() {
-        let renders = Renders::default();
+        let (renders, renderer) = (Renders::default(), Renderer::start());
         let first = Arc::new(Snapshot::empty());
-        assert!(Arc::ptr_eq(&renders.serve(first.clone()).await, &first), "nothing rendered yet: render it");
+        assert!(Arc::ptr_eq(&renders.serve(first.clone(), &renderer).await, &first), "nothing rendered yet: render it");
         assert!(first.is_rendered());
         let second = Arc::new(Snapshot::empty());
-        assert!(Arc::ptr_eq(&renders.serve(second.clone()).await, &first), "the last render is recent: serve it");
+        assert!(
+            Arc::ptr_eq(&renders.serve(second.clone(), &renderer).await, &first),
+            "the last render is recent: serve it"
+        );
         assert!(!second.is_rendered(), "and render nothing");
         renders.state().latest.as_mut().unwrap().1 -= RENDER_INTERVAL;
-        assert!(Arc::ptr_eq(&renders.serve(second.clone()).await, &second), "a render interval later: the latest");
+        assert!(
+            Arc::ptr_eq(&renders.serve(second.clone(), &renderer).await, &second),
+            "a render interval later: the latest"
+        );
         let third = Arc::new(Snapshot::empty());
         let _ = third.text();
-        assert!(Arc::ptr_eq(&renders.serve(third.clone()).await, &third), "rendered already: free to serve");
+        assert!(Arc::ptr_eq(&renders.serve(third.clone(), &renderer).await, &third), "rendered already: free to serve");
     }
 
     #[test]
