@@ -805,6 +805,7 @@ mod tests {
         let cfg = load_with(None, &[], vec![]).unwrap();
         assert_eq!(cfg.listen_address, ":9478");
         assert_eq!(cfg.telemetry_path, "/metrics");
+        assert_eq!(cfg.max_response_bytes, 64 << 20, "the budget docs/reliability.md measured");
         assert_eq!(cfg.roots.procfs, PathBuf::from("/proc"));
         assert_eq!(cfg.collector("node").unwrap().interval, Duration::from_secs(1));
         assert!(cfg.collector("numa").unwrap().enabled);
