@@ -1,8 +1,8 @@
 //! The daemon: configuration, sampler, HTTP server, signals, reloads and systemd notification.
 //!
-//! - [`own_metrics`]: the exporter's own series (build info, errors, reload status);
-//! - [`daemon`]: what the current configuration runs, and its reload;
-//! - [`watchdog`]: systemd readiness and watchdog pings.
+//! - `own_metrics.rs`: the exporter's own series (build info, errors, reload status);
+//! - `daemon.rs`: what the current configuration runs, and its reload;
+//! - `watchdog.rs`: systemd readiness and watchdog pings.
 //!
 //! A reload (SIGHUP, or a change to the configuration file, the web configuration or its
 //! certificates) validates everything first: the layered configuration, the web configuration

@@ -15,11 +15,11 @@
 //!   get 503 at once (like Prometheus' `--web.max-requests`), so scrapers retry instead of
 //!   queueing behind a flood;
 //! - basic auth checks (bcrypt) run on a small bounded pool, failures are limited per client
-//!   address, and verified credentials pass without a check ([`auth`]);
+//!   address, and verified credentials pass without a check (`auth.rs`);
 //! - at the connection cap, the connections idle longest are closed for new ones
-//!   ([`connections`]);
+//!   (`connections.rs`);
 //! - the snapshot texts that responses in flight keep alive are bounded by
-//!   `web.max_response_bytes` ([`budget`]).
+//!   `web.max_response_bytes` (`budget.rs`).
 
 use std::convert::Infallible;
 use std::future::Future;
