@@ -124,6 +124,10 @@ pub struct ServeArgs {
     /// Requests served at the same time; more get 503 at once (0: no limit). Default 40.
     #[arg(long = "web.max-requests", value_name = "N")]
     pub max_requests: Option<u64>,
+    /// Bytes of snapshot text that responses in flight may keep alive; the slowest are closed to
+    /// make room, or 503 (0: no limit). Default 67108864 (64 MiB).
+    #[arg(long = "web.max-response-bytes", value_name = "BYTES")]
+    pub max_response_bytes: Option<u64>,
     /// procfs mount point (the host's /proc; /host/proc in a container).
     #[arg(long = "path.procfs", value_name = "PATH")]
     pub procfs: Option<String>,
@@ -170,6 +174,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.series_limit {
             out.push(("series.limit".into(), Value::from(n)));
+        }
+        if let Some(n) = self.max_response_bytes {
+            out.push(("web.max_response_bytes".into(), Value::from(n)));
         }
         if !self.alertmanager_urls.is_empty() {
             let urls: Vec<Value> = self.alertmanager_urls.iter().map(|u| Value::from(u.as_str())).collect();

@@ -152,6 +152,8 @@ pub struct RawWeb {
     pub config_file: String,
     /// Requests served at the same time; more get 503 at once. 0: no limit.
     pub max_requests: u64,
+    /// Bytes of snapshot text that responses in flight may keep alive. 0: no limit.
+    pub max_response_bytes: u64,
 }
 
 impl Default for RawWeb {
@@ -161,6 +163,7 @@ impl Default for RawWeb {
             telemetry_path: "/metrics".into(),
             config_file: String::new(),
             max_requests: 40,
+            max_response_bytes: 64 << 20,
         }
     }
 }
@@ -435,6 +438,8 @@ pub struct Config {
     pub web_config_file: Option<PathBuf>,
     /// 0: no limit.
     pub max_requests: usize,
+    /// 0: no limit.
+    pub max_response_bytes: usize,
     pub roots: Roots,
     pub collectors: Vec<CollectorConfig>,
     pub log_level: LogLevel,
@@ -603,6 +608,15 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
             format!("{:?} must start with '/' and name a path", raw.web.telemetry_path),
         ));
     }
+    if !matchable_path(&raw.web.telemetry_path) {
+        return Err(invalid(
+            "web.telemetry_path",
+            format!(
+                "{:?} can never match a request: no query ('?'), fragment ('#'), spaces or control characters",
+                raw.web.telemetry_path
+            ),
+        ));
+    }
     for (key, path) in [("path.procfs", &raw.path.procfs), ("path.sysfs", &raw.path.sysfs)] {
         if path.is_empty() {
             return Err(invalid(key, "must not be empty".into()));
@@ -714,6 +728,7 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         telemetry_path: raw.web.telemetry_path,
         web_config_file: (!raw.web.config_file.is_empty()).then(|| PathBuf::from(&raw.web.config_file)),
         max_requests: usize::try_from(raw.web.max_requests).unwrap_or(usize::MAX),
+        max_response_bytes: usize::try_from(raw.web.max_response_bytes).unwrap_or(usize::MAX),
         roots: Roots { procfs: PathBuf::from(raw.path.procfs), sysfs: PathBuf::from(raw.path.sysfs) },
         collectors,
         log_level,
@@ -779,6 +794,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is out of range"))
 }
 
+/// Whether a request can reach `path`: the server compares it with the path of the request
+/// target as hyper has it, parsed by the `http` crate (a `PathAndQuery`, without the query;
+/// a fragment is cut off, spaces and control characters are refused), so it must be exactly
+/// such a path (issue 15: "/metrics?x" or "/a b" were accepted and never served).
+fn matchable_path(path: &str) -> bool {
+    path.parse::<hyper::http::uri::PathAndQuery>().is_ok_and(|parsed| parsed.path() == path && parsed.query().is_none())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -805,6 +828,7 @@ mod tests {
         let cfg = load_with(None, &[], vec![]).unwrap();
         assert_eq!(cfg.listen_address, ":9478");
         assert_eq!(cfg.telemetry_path, "/metrics");
+        assert_eq!(cfg.max_response_bytes, 64 << 20, "the budget docs/reliability.md measured");
         assert_eq!(cfg.roots.procfs, PathBuf::from("/proc"));
         assert_eq!(cfg.collector("node").unwrap().interval, Duration::from_secs(1));
         assert!(cfg.collector("numa").unwrap().enabled);
@@ -877,6 +901,14 @@ mod tests {
         let err =
             load_with(None, &[], vec![("web.telemetry_path".into(), Value::from("metrics"))]).unwrap_err().to_string();
         assert!(err.contains("--web.telemetry-path"), "{err}");
+        for never in ["/metrics?format=text", "/met rics", "/metrics#top", "/metrics\n", "/m\u{7f}"] {
+            let err = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from(never))]).unwrap_err();
+            assert!(err.to_string().contains("can never match"), "{never:?}: {err}");
+        }
+        for fine in ["/metrics", "/probe/metrics", "/metrics%3F", "/-/m_e.t~r:i@c!s"] {
+            let cfg = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from(fine))]).unwrap();
+            assert_eq!(cfg.telemetry_path, fine);
+        }
     }
 
     #[test]

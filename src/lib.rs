@@ -8,6 +8,7 @@
 //! - [`snapshot`]: the sampled state and its rendering to the Prometheus text format.
 //! - [`sampler`]: runs collectors on their intervals and publishes immutable snapshots.
 //! - [`server`]: the HTTP endpoints.
+//! - [`serve`]: the daemon (its own metrics, reload, systemd watchdog).
 //! - [`config`] and [`cli`]: flags, environment and the optional TOML file, validated once.
 
 pub mod alerting;

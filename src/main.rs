@@ -4,8 +4,17 @@ use clap::Parser;
 use memlock_exporter::cli::{Cli, Command, ServeArgs};
 use memlock_exporter::{check, drill, estimate, exit, logging, serve};
 
+/// Runs before Rust's runtime and `main`: the daemon's stop signals are held from the first
+/// instruction that is ours until its handlers are in place (see `serve::hold_stop_signals`).
+#[used]
+#[link_section = ".init_array"]
+static HOLD_STOP_SIGNALS: extern "C" fn() = serve::hold_stop_signals;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, None | Some(Command::Serve(_))) {
+        serve::release_stop_signals();
+    }
     match cli.command {
         None => run_serve(cli.serve),
         Some(Command::Serve(args)) => run_serve(args),

@@ -94,6 +94,11 @@ impl Snapshot {
         self.reports.iter().find(|r| r.collector == collector)
     }
 
+    /// Whether [`Snapshot::text`] is rendered already (so serving it costs nothing).
+    pub fn is_rendered(&self) -> bool {
+        self.rendered.get().is_some()
+    }
+
     /// The sampled series in exposition format, rendered on first use.
     pub fn text(&self) -> &str {
         self.shared_text()

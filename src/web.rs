@@ -22,12 +22,13 @@
 //! silently weakened: TLS 1.0 and 1.1 do not exist in rustls (a `min_version` below TLS12 means
 //! TLS12); `RequestClientCert` and `RequireAnyClientCert` (certificates nobody verifies),
 //! `client_allowed_sans`, `rate_limit` and the curve `CurveP521` are not supported. HTTP/2 is
-//! not served; `http2` is accepted and ignored.
+//! not served (a client with prior knowledge gets GOAWAY `HTTP_1_1_REQUIRED`, TLS offers only
+//! `http/1.1`); `http2` is accepted and ignored.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use hyper::header::{HeaderName, HeaderValue};
 use rustls::crypto::CryptoProvider;
@@ -117,7 +118,8 @@ pub struct WebConfig {
     pub sources: Vec<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Ordered weakest first, so that a reload can tell a relaxation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ClientAuth {
     #[default]
     None,
@@ -193,6 +195,32 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
         }
     }
     Ok(config)
+}
+
+/// Refuses a reload that would lower security: TLS to plain HTTP, basic auth to none, or client
+/// certificates from required to optional or ignored. A file emptied, truncated or with its
+/// `cert_file` blanked by a bad deploy must not open the port (issue 15); lowering security on
+/// purpose takes a restart. The error names the file and the setting.
+pub fn refuse_lowering(running: &WebConfig, new: &WebConfig) -> Result<(), WebConfigError> {
+    let refuse = |key: &str, what: &str| {
+        let path = new.file.clone().or_else(|| running.file.clone()).unwrap_or_default();
+        Err(WebConfigError {
+            path,
+            key: key.to_owned(),
+            message: format!("a reload cannot {what}; restart the exporter to lower security"),
+        })
+    };
+    if running.tls.is_some() && new.tls.is_none() {
+        return refuse("tls_server_config", "turn TLS off (the port would serve plain HTTP)");
+    }
+    if new.client_auth < running.client_auth {
+        let what = format!("relax client certificates from {:?} to {:?}", running.client_auth, new.client_auth);
+        return refuse("tls_server_config.client_auth_type", &what);
+    }
+    if running.users.is_some() && new.users.is_none() {
+        return refuse("basic_auth_users", "turn basic auth off (anyone could scrape)");
+    }
+    Ok(())
 }
 
 /// The most flow collections (`[...]`, `{...}`) a web configuration may open. A real one opens
@@ -479,20 +507,31 @@ fn check_bcrypt_shape(hash: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// bcrypt reads at most 72 bytes of a password: a longer one would match on its first 72
+/// alone, whatever follows (the `bcrypt` crate's `verify` truncates; `non_truncating_verify`
+/// refuses even 72).
+pub const MAX_PASSWORD_BYTES: usize = 72;
+
 /// Users and their bcrypt hashes. Verifying a bcrypt hash costs tens of milliseconds of CPU by
-/// design, so outcomes are cached, keyed by a SHA-256 of user, password and hash (the
-/// password itself is never stored); a changed hash is a different key.
+/// design, so credentials once verified are remembered, keyed by a SHA-256 of user, password and
+/// hash (the password itself is never stored; a changed hash is a different key). Failures are
+/// remembered apart, so a flood of wrong passwords can never push out a scraper's verified one.
 pub struct BasicAuth {
     users: BTreeMap<String, String>,
-    cache: Mutex<HashMap<[u8; 32], bool>>,
+    verified: Mutex<HashSet<[u8; 32]>>,
+    refused: Mutex<HashSet<[u8; 32]>>,
+    /// Checked for user names that do not exist, at the cost of the real hashes.
+    decoy: String,
 }
 
-/// Bounds the cache; a flood of distinct wrong passwords clears it rather than growing it.
+/// Bounds each cache. Only right passwords enter `verified`, so only a change of users or
+/// passwords can fill it; a flood of distinct wrong passwords clears `refused`, nothing else.
 const AUTH_CACHE_ENTRIES: usize = 1024;
 
 impl BasicAuth {
     pub fn new(users: BTreeMap<String, String>) -> Self {
-        Self { users, cache: Mutex::new(HashMap::new()) }
+        let decoy = decoy_hash(&users);
+        Self { users, verified: Mutex::default(), refused: Mutex::default(), decoy }
     }
 
     pub fn len(&self) -> usize {
@@ -514,43 +553,61 @@ impl BasicAuth {
         key
     }
 
-    /// The cached outcome for these credentials, if any: cheap, for the async path.
+    /// The remembered outcome for these credentials, if any: cheap, for the async path. A
+    /// password bcrypt cannot check whole is refused here, without bcrypt.
     pub fn cached(&self, user: &str, password: &str) -> Option<bool> {
+        if password.len() > MAX_PASSWORD_BYTES {
+            return Some(false);
+        }
         let hash = self.users.get(user)?;
         let key = Self::cache_key(user, password, hash);
-        self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key).copied()
+        if self.verified.lock().unwrap_or_else(PoisonError::into_inner).contains(&key) {
+            return Some(true);
+        }
+        self.refused.lock().unwrap_or_else(PoisonError::into_inner).contains(&key).then_some(false)
     }
 
-    /// Checks credentials; blocking (bcrypt). Unknown users cost as much as known ones, so
-    /// timing does not tell which user names exist.
+    /// Checks credentials; blocking (bcrypt). Unknown users cost as much as known ones (a decoy
+    /// hash at the users' cost), so timing does not tell which user names exist.
     pub fn verify(&self, user: &str, password: &str) -> bool {
+        if password.len() > MAX_PASSWORD_BYTES {
+            return false;
+        }
         let Some(hash) = self.users.get(user) else {
-            let _ = bcrypt::verify(password, decoy_hash());
+            let _ = bcrypt::verify(password, &self.decoy);
             return false;
         };
-        let key = Self::cache_key(user, password, hash);
-        if let Some(ok) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-            return *ok;
+        if let Some(known) = self.cached(user, password) {
+            return known;
         }
         let ok = bcrypt::verify(password, hash).unwrap_or(false);
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        self.remember(Self::cache_key(user, password, hash), ok);
+        ok
+    }
+
+    fn remember(&self, key: [u8; 32], ok: bool) {
+        let cache = if ok { &self.verified } else { &self.refused };
+        let mut cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
         if cache.len() >= AUTH_CACHE_ENTRIES {
             cache.clear();
         }
-        cache.insert(key, ok);
-        ok
+        cache.insert(key);
     }
 }
 
-/// A hash of a random password at the usual cost, made once, for unknown users.
-fn decoy_hash() -> &'static str {
-    static DECOY: OnceLock<String> = OnceLock::new();
-    DECOY.get_or_init(|| {
-        let mut seed = [0u8; 16];
-        let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed);
-        let password: String = seed.iter().map(|b| format!("{b:02x}")).collect();
-        bcrypt::hash(password, 10).unwrap_or_default()
-    })
+/// A well-formed hash that no password is known to match, at the cost most users' hashes have
+/// (the highest of those when tied): verifying against it costs what verifying a real user does.
+/// Its salt and digest are those of a hash made once with a random password; only the cost
+/// decides the time bcrypt takes (`2^cost` rounds of its key schedule).
+fn decoy_hash(users: &BTreeMap<String, String>) -> String {
+    let mut costs: BTreeMap<u32, usize> = BTreeMap::new();
+    for hash in users.values() {
+        if let Some(cost) = hash.get(4..6).and_then(|c| c.parse().ok()) {
+            *costs.entry(cost).or_default() += 1;
+        }
+    }
+    let cost = costs.iter().max_by_key(|(cost, count)| (**count, **cost)).map_or(10, |(cost, _)| *cost);
+    format!("$2b${cost:02}$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG")
 }
 
 /// Splits an `Authorization: Basic ...` header value into user and password.
@@ -799,6 +856,47 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_may_raise_security_but_never_lower_it() {
+        let dir = temp_dir("lowering");
+        self_signed(&dir);
+        let hash = bcrypt::hash("secret", 4).unwrap();
+        let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+        let mtls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: \
+            RequireAndVerifyClientCert\n  client_ca_file: server.crt\n";
+        let optional = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: \
+            VerifyClientCertIfGiven\n  client_ca_file: server.crt\n";
+        let users = format!("basic_auth_users:\n  prometheus: '{hash}'\n");
+        let config = |name: &str, text: &str| load(Some(&write(&dir, name, text))).unwrap();
+        let plain = WebConfig::default();
+        let cases: [(&str, WebConfig, WebConfig, Option<&str>); 9] = [
+            ("TLS off", config("a.yml", tls), config("b.yml", ""), Some("b.yml: tls_server_config: a reload cannot")),
+            (
+                "cert_file blanked",
+                config("a.yml", tls),
+                config("b.yml", "tls_server_config:\n  cert_file: ''\n  key_file: ''\n"),
+                Some("tls_server_config:"),
+            ),
+            ("file dropped", config("a.yml", tls), WebConfig::default(), Some("a.yml: tls_server_config")),
+            ("mTLS off", config("a.yml", mtls), config("b.yml", tls), Some("tls_server_config.client_auth_type")),
+            ("mTLS optional", config("a.yml", mtls), config("b.yml", optional), Some("client_auth_type")),
+            ("auth off", config("a.yml", &users), config("b.yml", "# emptied\n"), Some("basic_auth_users")),
+            ("TLS on", WebConfig::default(), config("b.yml", tls), None),
+            ("mTLS on, auth on", config("a.yml", tls), config("b.yml", &format!("{mtls}{users}")), None),
+            ("plain stays plain", plain, WebConfig::default(), None),
+        ];
+        for (what, running, new, refused) in cases {
+            match (refuse_lowering(&running, &new), refused) {
+                (Ok(()), None) => {}
+                (Err(err), Some(expected)) => {
+                    let err = err.to_string();
+                    assert!(err.contains(expected) && err.contains("restart"), "{what}: {err}");
+                }
+                (outcome, _) => panic!("{what}: {outcome:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn client_verification_and_cipher_choices() {
         let dir = temp_dir("mtls");
         self_signed(&dir);
@@ -835,6 +933,52 @@ mod tests {
         assert!(check_bcrypt_shape("$1$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_err());
         assert!(check_bcrypt_shape("$2y$10$short").is_err());
         assert!(check_bcrypt_shape("").is_err());
+    }
+
+    /// Issue 15: an unknown user was checked against a decoy of cost 10 whatever the users'
+    /// cost, so with cost 8 hashes a wrong user name answered four times faster than a wrong
+    /// password. The decoy now takes the users' cost.
+    #[test]
+    fn unknown_and_known_users_cost_the_same() {
+        let auth = BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), bcrypt::hash("right", 8).unwrap())]));
+        assert_eq!(bcrypt::verify("anything", &auth.decoy).ok(), Some(false), "the decoy is a hash bcrypt checks");
+        assert_eq!(&auth.decoy[..7], "$2b$08$", "the decoy has the users' cost");
+        // Timed too, interleaved and the fastest of five each, so that a loaded machine (tests
+        // run in parallel) slows both alike; the bug this catches made a factor of four.
+        let (mut known, mut unknown) = (std::time::Duration::MAX, std::time::Duration::MAX);
+        for attempt in 0..5 {
+            for (user, fastest) in [("prometheus", &mut known), ("nobody", &mut unknown)] {
+                let started = std::time::Instant::now();
+                assert!(!auth.verify(user, &format!("wrong-{attempt}")));
+                *fastest = (*fastest).min(started.elapsed());
+            }
+        }
+        let ratio = unknown.as_secs_f64() / known.as_secs_f64();
+        assert!((0.5..2.0).contains(&ratio), "unknown user {unknown:?}, known user {known:?}");
+    }
+
+    /// bcrypt reads 72 bytes of a password: anything appended to a 72-byte password matched.
+    #[test]
+    fn passwords_longer_than_bcrypt_reads_are_refused_without_bcrypt() {
+        let password = "p".repeat(MAX_PASSWORD_BYTES);
+        let auth = BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), bcrypt::hash(&password, 4).unwrap())]));
+        assert!(bcrypt::verify(format!("{password}-and-more"), &auth.users["prometheus"]).unwrap(), "the weakness");
+        assert!(auth.verify("prometheus", &password));
+        let longer = format!("{password}-and-more");
+        assert_eq!(auth.cached("prometheus", &longer), Some(false), "refused before bcrypt");
+        assert!(!auth.verify("prometheus", &longer));
+    }
+
+    /// A flood of distinct wrong passwords used to clear the one cache, verified credentials
+    /// with it, so the scraper paid bcrypt again in the middle of the flood.
+    #[test]
+    fn a_flood_of_wrong_passwords_keeps_verified_credentials() {
+        let auth = BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), bcrypt::hash("right", 4).unwrap())]));
+        assert!(auth.verify("prometheus", "right"));
+        for wrong in 0..AUTH_CACHE_ENTRIES * 2 {
+            auth.remember(BasicAuth::cache_key("prometheus", &format!("wrong-{wrong}"), "h"), false);
+        }
+        assert_eq!(auth.cached("prometheus", "right"), Some(true));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! Live tests touch the real /proc, cgroups and rlimits of this machine; they need root and are
 //! serialised with [`util::live_lock`] so that one test's memory does not move another's figures.
 
+mod attacks;
 mod cgroup_fixtures;
 mod check_exec;
 mod faults;

@@ -356,3 +356,132 @@ fn oversized_headers_are_refused_and_slow_clients_do_not_block_scrapes() {
         "closed after {closed_after:?}"
     );
 }
+
+/// Issue 15: reloading an emptied web configuration, or one whose `cert_file` and `key_file`
+/// were blanked, switched the running TLS port to plain HTTP and dropped basic auth, with the
+/// reload gauge at 1 and an INFO line. Every lowering is refused now: the port keeps TLS,
+/// client certificates and auth, the gauge drops to 0, the error names the setting.
+#[test]
+fn a_reload_never_lowers_security() {
+    let dir = temp_dir("no-lowering");
+    make_pki(&dir);
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+    let mtls = format!("{tls}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n");
+    let users = format!("basic_auth_users:\n  prometheus: '{hash}'\n");
+    let web = dir.join("web.yml");
+    std::fs::write(&web, format!("{mtls}{users}")).unwrap();
+    let exporter = spawn(&web, &[]);
+    let path = |name: &str| dir.join(name).display().to_string();
+    let (ca, cert, key) = (path("ca.crt"), path("client.crt"), path("client.key"));
+    let url = format!("https://{}/metrics", exporter.address);
+    let full = ["--cacert", &ca, "--cert", &cert, "--key", &key, "-u", "prometheus:s3cret", &url];
+    wait_for(200, &full);
+    let reload_gauge = |expected: &str| {
+        let line = format!("\nmemlock_exporter_config_last_reload_successful {expected}\n");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (rc, code, body) = curl(&full);
+            if rc == 0 && code == 200 && body.contains(&line) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "reload gauge never {expected}: {code} {body}\n{}", exporter.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    reload_gauge("1");
+
+    let lowerings = [
+        ("an empty file", String::new(), "tls_server_config"),
+        (
+            "blank cert_file and key_file",
+            format!("tls_server_config:\n  cert_file: ''\n  key_file: ''\n{users}"),
+            "tls_server_config",
+        ),
+        ("no client certificates", format!("{tls}{users}"), "tls_server_config.client_auth_type"),
+        ("no basic auth", mtls.clone(), "basic_auth_users"),
+    ];
+    for (what, text, setting) in lowerings {
+        std::fs::write(&web, text).unwrap();
+        // SAFETY: kill with the pid of our own running child.
+        assert_eq!(unsafe { libc::kill(exporter.child.id() as i32, libc::SIGHUP) }, 0);
+        reload_gauge("0");
+        let log = exporter.log_text();
+        let refusal = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("configuration reload failed"))
+            .unwrap_or_else(|| panic!("{what}: no refusal logged:\n{log}"));
+        assert!(
+            refusal.contains("\"level\":\"ERROR\"") && refusal.contains(setting) && refusal.contains("restart"),
+            "{what}: {refusal}"
+        );
+        // Still TLS, still client certificates, still auth.
+        let (status, body) = http_get(&exporter.address, "/metrics").unwrap();
+        assert_eq!(status, 400, "{what}: plain HTTP got {status}: {body}");
+        let (rc, code, _) = curl(&["--cacert", &ca, "-u", "prometheus:s3cret", &url]);
+        assert!(rc != 0 && code == 0, "{what}: no client certificate got rc {rc}, status {code}");
+        let (rc, code, _) = curl(&["--cacert", &ca, "--cert", &cert, "--key", &key, &url]);
+        assert_eq!((rc, code), (0, 401), "{what}: no password");
+        // Put the good file back: the gauge recovers, so the next case starts from 1.
+        std::fs::write(&web, format!("{mtls}{users}")).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::kill(exporter.child.id() as i32, libc::SIGHUP) }, 0);
+        reload_gauge("1");
+    }
+
+    // Raising or keeping security still reloads: a second user.
+    let other = bcrypt::hash("other", 4).unwrap();
+    std::fs::write(&web, format!("{mtls}{users}  second: '{other}'\n")).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(exporter.child.id() as i32, libc::SIGHUP) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while curl(&["--cacert", &ca, "--cert", &cert, "--key", &key, "-u", "second:other", &url]).1 != 200 {
+        assert!(Instant::now() < deadline, "the second user never got in:\n{}", exporter.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 15 item 10: a 405 without `Allow`; HTTP/2 with prior knowledge closed without a word
+/// (hyper's HTTP/1 server has no response for its preface); and a telemetry path that is served
+/// exactly as configured, percent sign included (ones that can never match are refused at load).
+#[test]
+fn method_not_allowed_names_the_methods_and_http2_is_told_to_use_http1() {
+    let mut args = fixture_roots();
+    args.extend(["--web.telemetry-path".to_owned(), "/probe/metrics%3F".to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let exporter = Exporter::start(&args);
+    let address = exporter.address.clone();
+    assert_eq!(http_get(&address, "/probe/metrics%3F").unwrap().0, 200);
+
+    let mut stream = TcpStream::connect(&address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .write_all(b"POST /probe/metrics%3F HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 405"), "{response}");
+    assert!(response.to_ascii_lowercase().contains("\r\nallow: get, head\r\n"), "{response}");
+
+    let mut stream = TcpStream::connect(&address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").unwrap();
+    let mut frames = Vec::new();
+    stream.read_to_end(&mut frames).unwrap();
+    assert!(frames.len() >= 26, "an answer, not a silent close: {frames:?}");
+    assert_eq!(&frames[..9], &[0, 0, 0, 4, 0, 0, 0, 0, 0], "the server's SETTINGS: {frames:?}");
+    assert_eq!(frames[12], 7, "then GOAWAY: {frames:?}");
+    assert_eq!(&frames[22..26], &[0, 0, 0, 0xd], "HTTP_1_1_REQUIRED: {frames:?}");
+
+    // A real HTTP/2 client hears it (curl 7.88 logs the code, 13, and fails the transfer).
+    let out = Command::new("curl")
+        .args(["-sS", "-v", "--noproxy", "*", "--max-time", "10", "--http2-prior-knowledge", "-o", "/dev/null"])
+        .arg(format!("http://{address}/probe/metrics%3F"))
+        .output()
+        .expect("run curl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("GOAWAY, error=13"), "{:?}: {stderr}", out.status);
+    // And HTTP/1.1 on the same port is unaffected, PUT and POST included (they start like PRI).
+    assert_eq!(http_get(&address, "/-/healthy").unwrap().0, 200);
+}

@@ -1,0 +1,750 @@
+//! HTTP endpoints: `/metrics` (configurable), `/`, `/-/healthy`, `/-/ready`, over plain HTTP
+//! or TLS, with optional basic auth (see [`crate::web`]).
+//!
+//! A scrape serves the latest snapshot's text, rendered once and shared (never copied), plus a
+//! few series that depend on the moment of the scrape; a new snapshot is rendered at most once
+//! a second ([`Renders`]).
+//!
+//! Limits, so that a slow or hostile client cannot exhaust the daemon:
+//! - at most [`MAX_CONNECTIONS`] open connections;
+//! - request headers must arrive within [`HEADER_READ_TIMEOUT`] (this also closes idle
+//!   keep-alive connections, as Go's servers do) and fit in [`MAX_HEADER_BYTES`];
+//! - a TLS handshake must finish within [`HEADER_READ_TIMEOUT`];
+//! - a response write that makes no progress for [`WRITE_STALL_TIMEOUT`] ends the connection;
+//! - at most `web.max_requests` requests are handled at once, authentication included; more
+//!   get 503 at once (like Prometheus' `--web.max-requests`), so scrapers retry instead of
+//!   queueing behind a flood;
+//! - basic auth checks (bcrypt) run on a small bounded pool, failures are limited per client
+//!   address, and verified credentials pass without a check (`auth.rs`);
+//! - at the connection cap, the connections idle longest are closed for new ones
+//!   (`connections.rs`);
+//! - the snapshot texts that responses in flight keep alive are bounded by
+//!   `web.max_response_bytes` (`budget.rs`).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use prometheus::{Encoder, Registry, TextEncoder};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+
+mod auth;
+mod budget;
+mod connections;
+mod guard;
+
+use crate::config::split_listen_address;
+use crate::snapshot::Snapshot;
+use crate::web::WebConfig;
+use auth::{AuthGate, Verdict};
+use budget::ResponseBudget;
+use connections::{Connection, Connections, Progress, Requests};
+use guard::{http2_refusal, read_preface, Rewind, WriteDeadline};
+
+/// How long a client may take to send its request headers (or finish a TLS handshake).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The request line and headers together; a scrape request needs a few hundred bytes.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+const MAX_HEADERS: usize = 64;
+/// hyper's read buffer per connection (its minimum is 8 KiB).
+const MAX_BUF_BYTES: usize = 64 * 1024;
+/// How long a response write may make no progress (a client that stopped reading).
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Open connections at once; each costs a file descriptor (the default soft limit is 1024).
+pub const MAX_CONNECTIONS: usize = 512;
+/// How many idle connections are closed at once when a new one arrives at the cap.
+const CLOSE_AT_CAP: usize = 32;
+
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What requests are served from. Replaced as a whole when the configuration is reloaded.
+pub struct Site {
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    pub telemetry_path: String,
+    /// Enabled collectors and their intervals, in order, for readiness and the landing page.
+    pub collectors: Vec<(&'static str, Duration)>,
+    pub web: Arc<WebConfig>,
+    /// 0: no limit.
+    pub max_requests: usize,
+    /// Bytes of snapshot text responses in flight may hold (`web.max_response_bytes`); 0: no limit.
+    pub max_response_bytes: usize,
+    /// The latest snapshot a scrape rendered.
+    pub rendered: Renders,
+}
+
+/// Which snapshot's text scrapes are served, so that clients cannot make the daemon render every
+/// snapshot. One is published after every collector run, several a second, and its text is
+/// rendered at its first scrape: with 10,000 cgroups that is tens of MB, and a client that
+/// connected a few times a second kept both workers rendering (issue 15, found with the slow
+/// readers). A scrape gets the latest snapshot when it is rendered already, or when the last
+/// render is at least [`RENDER_INTERVAL`] old (it then renders it, off the async workers);
+/// otherwise the snapshot rendered last, at most that much older than the latest. Reset with
+/// the site on reload.
+#[derive(Default)]
+pub struct Renders {
+    state: Mutex<RenderState>,
+}
+
+#[derive(Default)]
+struct RenderState {
+    latest: Option<(Arc<Snapshot>, Instant)>,
+    rendering: bool,
+}
+
+/// A thread that renders snapshot texts: a large one takes a good part of a second, not to be
+/// spent on an async worker. One for the life of the server, started with it (tokio's blocking
+/// pool would start and retire threads as scrapes come and go).
+pub struct Renderer {
+    jobs: Mutex<std::sync::mpsc::Sender<(Arc<Snapshot>, tokio::sync::oneshot::Sender<()>)>>,
+}
+
+impl Renderer {
+    fn start() -> Renderer {
+        let (jobs, queue) = std::sync::mpsc::channel::<(Arc<Snapshot>, tokio::sync::oneshot::Sender<()>)>();
+        let spawned = std::thread::Builder::new().name("memlock-render".into()).spawn(move || {
+            for (snapshot, done) in queue {
+                snapshot.text();
+                let _ = done.send(());
+            }
+        });
+        if let Err(err) = spawned {
+            // Renders then happen where the text is first asked for (Snapshot::text_bytes).
+            tracing::warn!(error = %err, "cannot start the render thread; scrapes render on the async workers");
+        }
+        Renderer { jobs: Mutex::new(jobs) }
+    }
+
+    /// Renders `snapshot`'s text, waiting without holding the async worker.
+    async fn render(&self, snapshot: Arc<Snapshot>) {
+        let (done, rendered) = tokio::sync::oneshot::channel();
+        let sent = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).send((snapshot, done));
+        if sent.is_ok() {
+            let _ = rendered.await;
+        }
+    }
+}
+
+/// At most one snapshot text is rendered per interval: the samples are 1 s apart anyway.
+pub const RENDER_INTERVAL: Duration = Duration::from_secs(1);
+
+impl Renders {
+    fn state(&self) -> std::sync::MutexGuard<'_, RenderState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The snapshot to serve now, with its text rendered (by `renderer`).
+    async fn serve(&self, current: Arc<Snapshot>, renderer: &Renderer) -> Arc<Snapshot> {
+        if current.is_rendered() {
+            return current;
+        }
+        {
+            let mut state = self.state();
+            if let Some((latest, at)) = &state.latest {
+                if state.rendering || at.elapsed() < RENDER_INTERVAL {
+                    return latest.clone();
+                }
+            }
+            state.rendering = true;
+        }
+        struct Rendering<'a>(&'a Renders);
+        impl Drop for Rendering<'_> {
+            fn drop(&mut self) {
+                self.0.state().rendering = false;
+            }
+        }
+        let _rendering = Rendering(self);
+        tracing::debug!("rendering the latest snapshot for a scrape");
+        renderer.render(current.clone()).await;
+        self.state().latest = Some((current.clone(), Instant::now()));
+        current
+    }
+}
+
+pub struct AppState {
+    site: RwLock<Arc<Site>>,
+    pub registry: Registry,
+    in_flight: AtomicUsize,
+    /// Kept across reloads: failures are counted per client, whatever the configuration.
+    auth: AuthGate,
+    budget: Arc<ResponseBudget>,
+    renderer: Renderer,
+}
+
+impl AppState {
+    pub fn new(site: Site, registry: Registry) -> Self {
+        Self {
+            budget: Arc::new(ResponseBudget::new(site.max_response_bytes)),
+            site: RwLock::new(Arc::new(site)),
+            registry,
+            in_flight: AtomicUsize::new(0),
+            auth: AuthGate::default(),
+            renderer: Renderer::start(),
+        }
+    }
+
+    /// The current site; a request keeps the one it started with.
+    pub fn site(&self) -> Arc<Site> {
+        self.site.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Swaps in a new site: requests from now on use it, requests in progress finish on the old.
+    pub fn replace_site(&self, site: Site) {
+        self.budget.set_limit(site.max_response_bytes);
+        *self.site.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(site);
+    }
+
+    /// A request slot, or `None` when `max` requests are already being handled.
+    fn admit(&self, max: usize) -> Option<Slot<'_>> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let slot = Slot(&self.in_flight);
+        (max == 0 || now <= max).then_some(slot)
+    }
+}
+
+struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Binds the listen address; `:port` means every interface, IPv6 and IPv4 when available.
+pub async fn bind(address: &str) -> std::io::Result<TcpListener> {
+    let (host, port) =
+        split_listen_address(address).map_err(|m| std::io::Error::new(std::io::ErrorKind::InvalidInput, m))?;
+    match host {
+        Some(host) => TcpListener::bind((host.as_str(), port)).await,
+        None => match TcpListener::bind(("::", port)).await {
+            Ok(listener) => Ok(listener),
+            // Hosts with IPv6 disabled: fall back to every IPv4 interface.
+            Err(_) => TcpListener::bind(("0.0.0.0", port)).await,
+        },
+    }
+}
+
+/// Serves until `shutdown` resolves, then lets in-flight requests finish for up to `drain`.
+pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl Future<Output = ()>, drain: Duration) {
+    let graceful = GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let open = Arc::new(Connections::default());
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(err) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %err, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                // At the cap: close the connections idle longest to make room for this one and
+                // the next few (one at a time, each accept would wait for a task to end, and a
+                // backlog of a thousand reopened connections took a scrape seconds to get
+                // through); when every connection is serving a request, wait for one to finish.
+                let closed = open.close_idlest(CLOSE_AT_CAP);
+                tracing::debug!(%peer, closed, "at the connection cap: closing the connections idle longest");
+                let permit = tokio::select! {
+                    permit = permits.clone().acquire_owned() => permit,
+                    () = &mut shutdown => break,
+                };
+                // The semaphore is never closed; an error would mean it was, so stop serving.
+                let Ok(permit) = permit else { break };
+                permit
+            }
+        };
+        let (state, watcher, place) = (state.clone(), graceful.watcher(), open.open(Some(stream.as_raw_fd())));
+        tokio::spawn(async move {
+            tokio::select! {
+                () = connection(stream, peer, state, watcher, &place) => {}
+                () = place.closed() => tracing::debug!(%peer, "closed to make room for a new connection"),
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => tracing::debug!("all connections drained"),
+        () = tokio::time::sleep(drain) => tracing::warn!(?drain, "connections still open after the drain period; \
+            closing"),
+    }
+}
+
+/// What a plain HTTP client gets from a TLS port (the words Go's servers use).
+const PLAIN_HTTP_ON_TLS: &[u8] = b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: \
+    close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
+
+/// The first byte of every TLS connection: a handshake record.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    state: Arc<AppState>,
+    watcher: Watcher,
+    place: &Connection,
+) {
+    let Some(tls) = state.site().web.tls.clone() else {
+        serve_http(stream, peer, state, watcher, place).await;
+        return;
+    };
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
+        Ok(Ok(1)) => {
+            tracing::debug!(%peer, "plain HTTP on the TLS port; refused");
+            let _ = tokio::time::timeout(HEADER_READ_TIMEOUT, async {
+                let _ = stream.write_all(PLAIN_HTTP_ON_TLS).await;
+                let _ = stream.shutdown().await;
+            })
+            .await;
+            return;
+        }
+        _ => return,
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls_stream)) => serve_http(tls_stream, peer, state, watcher, place).await,
+        Ok(Err(err)) => tracing::debug!(%peer, error = %err, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+    }
+}
+
+async fn serve_http<I>(io: I, peer: SocketAddr, state: Arc<AppState>, watcher: Watcher, place: &Connection)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut io = io;
+    // HTTP/2 with prior knowledge gets a GOAWAY saying HTTP/1.1 is required, not a silent close;
+    // the bytes read to tell are replayed to hyper. The header timeout covers both.
+    let started = Instant::now();
+    let first = match tokio::time::timeout(HEADER_READ_TIMEOUT, read_preface(&mut io)).await {
+        Ok(Ok((_, true))) => {
+            tracing::debug!(%peer, "HTTP/2 with prior knowledge; refused with GOAWAY HTTP_1_1_REQUIRED");
+            let _ = tokio::time::timeout(HEADER_READ_TIMEOUT, async {
+                let _ = io.write_all(&http2_refusal()).await;
+                let _ = io.shutdown().await;
+                // Closing with the client's frames unread would reset the connection, and the
+                // client could lose the GOAWAY with it: read what it sent until it closes.
+                let mut sink = [0u8; 4096];
+                let mut left: usize = 64 * 1024;
+                while left > 0 {
+                    match io.read(&mut sink).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => left = left.saturating_sub(n),
+                    }
+                }
+            })
+            .await;
+            return;
+        }
+        Ok(Ok((first, false))) => first,
+        Ok(Err(_)) | Err(_) => return,
+    };
+    let io = Rewind::new(first, io);
+    let header_timeout = HEADER_READ_TIMEOUT.saturating_sub(started.elapsed()).max(Duration::from_millis(100));
+    let requests = place.requests();
+    let service = service_fn(move |req| handle(req, peer, state.clone(), requests.clone()));
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .max_header_size(MAX_HEADER_BYTES)
+        .max_headers(MAX_HEADERS)
+        .max_buf_size(MAX_BUF_BYTES)
+        .serve_connection(
+            TokioIo::new(WriteDeadline::counting(io, WRITE_STALL_TIMEOUT, place.progress().written.clone())),
+            service,
+        );
+    if let Err(err) = watcher.watch(conn).await {
+        tracing::debug!(%peer, error = %err, "connection ended with an error");
+    }
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    state: Arc<AppState>,
+    requests: Requests,
+) -> Result<Response<Chunks>, Infallible> {
+    let in_progress = requests.start();
+    let site = state.site();
+    let mut response = respond(&req, peer, &requests.progress, &state, &site).await;
+    for (name, value) in &site.web.headers {
+        response.headers_mut().insert(name.clone(), value.clone());
+    }
+    // The connection stays busy (never closed to make room) until the body is sent.
+    Ok(response.map(|body| body.holding(in_progress)))
+}
+
+async fn respond(
+    req: &Request<Incoming>,
+    peer: SocketAddr,
+    progress: &Progress,
+    state: &AppState,
+    site: &Arc<Site>,
+) -> Response<Chunks> {
+    let Some(_slot) = state.admit(site.max_requests) else {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many concurrent requests (web.max_requests); try again.\n");
+    };
+    if site.web.users.is_some() {
+        match state.auth.check(&site.web, req.headers().get(AUTHORIZATION), peer.ip()).await {
+            Verdict::Allowed => {}
+            Verdict::Denied => {
+                let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+                response
+                    .headers_mut()
+                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"memlock-exporter\""));
+                return response;
+            }
+            Verdict::Limited(wait) => {
+                let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too many failed logins; try again later.\n");
+                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
+                return response;
+            }
+            Verdict::Busy => {
+                return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many logins being checked; try again.\n");
+            }
+        }
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        // RFC 9110, section 15.5.6: a 405 must say which methods the resource supports.
+        let mut response = plain(StatusCode::METHOD_NOT_ALLOWED, "Only GET and HEAD are supported.\n");
+        response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return response;
+    }
+    let path = req.uri().path();
+    if path == site.telemetry_path {
+        return metrics(state, site, progress).await;
+    }
+    match path {
+        "/" => landing(site),
+        "/-/healthy" => plain(StatusCode::OK, "Healthy\n"),
+        "/-/ready" => ready(site),
+        _ => plain(StatusCode::NOT_FOUND, "Not found. See / for the available endpoints.\n"),
+    }
+}
+
+async fn metrics(state: &AppState, site: &Site, progress: &Progress) -> Response<Chunks> {
+    let current = site.snapshots.borrow().clone();
+    let snapshot = site.rendered.serve(current, &state.renderer).await;
+    // The sampled text is shared with the snapshot, not copied: a request in flight costs a
+    // reference, however large the snapshot and however many scrapers. Texts of older snapshots
+    // that responses still hold are bounded by the budget.
+    let mut text = snapshot.text_bytes();
+    let mut reservation = state.budget.reserve(&text, &snapshot, progress);
+    let mut snapshot = snapshot;
+    if reservation.is_none() {
+        // No room for the new text while young responses hold an older one: that one is held
+        // already and free to share (a render or two older).
+        if let Some(held) = state.budget.newest_held() {
+            text = held.text_bytes();
+            reservation = state.budget.reserve(&text, &held, progress);
+            snapshot = held;
+        }
+    }
+    let Some(reservation) = reservation else {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many large responses in flight; try again.\n");
+    };
+    let mut own = Vec::new();
+    if let Err(err) = TextEncoder::new().encode(&state.registry.gather(), &mut own) {
+        tracing::warn!(error = %err, "encoding the exporter's own metrics failed");
+        own.clear();
+    }
+    // The response keeps its snapshot too (a vector of shared reports, cheap beside the text),
+    // so that a later scrape can fall back to it while it is in flight.
+    let ages = Bytes::from(snapshot.render_ages(Instant::now()));
+    let body = Chunks::new([held(text, (reservation, snapshot)), ages, Bytes::from(own)]);
+    let mut response = Response::new(body);
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
+    response
+}
+
+fn ready(site: &Site) -> Response<Chunks> {
+    let snapshot = site.snapshots.borrow().clone();
+    let missing: Vec<&str> = site.collectors.iter().map(|(c, _)| *c).filter(|c| snapshot.report(c).is_none()).collect();
+    if missing.is_empty() {
+        plain(StatusCode::OK, "Ready\n")
+    } else {
+        plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("Not ready: waiting for the first run of {}\n", missing.join(", ")),
+        )
+    }
+}
+
+fn landing(site: &Site) -> Response<Chunks> {
+    let snapshot = site.snapshots.borrow().clone();
+    let now = Instant::now();
+    let mut rows = String::new();
+    for (name, _) in &site.collectors {
+        let (status, age) = match snapshot.report(name) {
+            Some(r) => (
+                if r.success { "ok" } else { "failing" },
+                format!("{:.1}s ago", now.saturating_duration_since(r.finished).as_secs_f64()),
+            ),
+            None => ("not run yet", "-".to_owned()),
+        };
+        rows.push_str(&format!("<tr><td>{}</td><td>{status}</td><td>{age}</td></tr>\n", html_escape(name)));
+    }
+    let path = html_escape(&site.telemetry_path);
+    let page = format!(
+        "<!DOCTYPE html>\n<html><head><title>memlock-exporter</title></head><body>\n\
+         <h1>memlock-exporter {version}</h1>\n\
+         <p>Locked and pinned memory against the limits that stop RDMA registration.</p>\n\
+         <ul><li><a href=\"{path}\">Metrics</a></li><li><a href=\"/-/healthy\">Health</a></li><li><a \
+         href=\"/-/ready\">Readiness</a></li></ul>\n\
+         <h2>Collectors</h2>\n<table><tr><th>collector</th><th>last \
+         run</th><th>finished</th></tr>\n{rows}</table>\n</body></html>\n",
+        version = env!("CARGO_PKG_VERSION"),
+    );
+    let mut response = Response::new(Chunks::new([Bytes::from(page)]));
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    response
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Chunks> {
+    let mut response = Response::new(Chunks::new([Bytes::from(text.to_owned())]));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+fn html_escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// A response body made of shared chunks, sent in order, with an exact length (so hyper sends
+/// `Content-Length`, not chunked encoding).
+///
+/// hyper hands the chunks to the socket as they are, without copying them: it queues them for
+/// vectored writes when the connection supports those (`proto/h1/io.rs`: `WriteStrategy::Queue`
+/// when `is_write_vectored`; tokio's `TcpStream`, `TokioIo` and tokio-rustls' server stream all
+/// say yes), and drops each once written. So a chunk lives until its last byte is in the socket,
+/// after the body itself has been dropped: what must last as long as a response is in flight
+/// (a busy connection, bytes reserved in the budget) is tied to the chunk, see [`held`].
+pub struct Chunks {
+    chunks: std::collections::VecDeque<Bytes>,
+    /// For a body without chunks.
+    guards: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+impl Chunks {
+    pub fn new(chunks: impl IntoIterator<Item = Bytes>) -> Self {
+        Self { chunks: chunks.into_iter().filter(|c| !c.is_empty()).collect(), guards: Vec::new() }
+    }
+
+    /// Keeps `guard` alive until the whole body has been written (or the connection ends).
+    pub fn holding(mut self, guard: impl std::any::Any + Send) -> Self {
+        match self.chunks.pop_back() {
+            // Chunks are written in order: the last one is dropped last.
+            Some(last) => self.chunks.push_back(held(last, guard)),
+            None => self.guards.push(Box::new(guard)),
+        }
+        self
+    }
+}
+
+/// The same bytes, with `guard` dropped when the last reference to them (hyper's included) is.
+pub fn held(bytes: Bytes, guard: impl std::any::Any + Send) -> Bytes {
+    struct Held<G> {
+        bytes: Bytes,
+        _guard: G,
+    }
+    impl<G> AsRef<[u8]> for Held<G> {
+        fn as_ref(&self) -> &[u8] {
+            &self.bytes
+        }
+    }
+    Bytes::from_owner(Held { bytes, _guard: guard })
+}
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.chunks.iter().map(|c| c.len() as u64).sum())
+    }
+}
+
+/// The address actually bound, for logs (port 0 picks a free port).
+pub fn local_address(listener: &TcpListener) -> Option<SocketAddr> {
+    listener.local_addr().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(split_listen_address(":9478"), Ok((None, 9478)));
+        assert_eq!(split_listen_address("127.0.0.1:1"), Ok((Some("127.0.0.1".into()), 1)));
+        assert_eq!(split_listen_address("[::1]:9478"), Ok((Some("::1".into()), 9478)));
+        assert!(split_listen_address("9478").is_err());
+        assert!(split_listen_address(":99999").is_err());
+        assert!(split_listen_address("host:http").is_err());
+    }
+
+    /// Found by the scale tests: every scrape copied the whole snapshot text (37 MB with 10,000
+    /// cgroups), so 40 concurrent scrapes (the default web.max_requests) needed 1.5 GB, far
+    /// over the unit's MemoryMax. A response now holds a reference to the snapshot's text.
+    #[tokio::test]
+    async fn scrapes_share_the_snapshot_text_instead_of_copying_it() {
+        use http_body_util::BodyExt;
+        let report = crate::snapshot::Report {
+            collector: "node",
+            success: true,
+            duration: Duration::from_millis(3),
+            interval: Duration::from_secs(1),
+            finished: Instant::now(),
+            data: None,
+            trends: Arc::default(),
+        };
+        let snapshot = Arc::new(Snapshot::new(vec![report]));
+        let (a, b) = (snapshot.text_bytes(), snapshot.text_bytes());
+        assert!(!a.is_empty());
+        assert_eq!(a.as_ptr(), b.as_ptr(), "two scrapes, one copy");
+        assert_eq!(a.as_ptr(), snapshot.text().as_ptr());
+        let (_, receiver) = watch::channel(snapshot.clone());
+        let site = Site {
+            snapshots: receiver,
+            telemetry_path: "/metrics".into(),
+            collectors: vec![],
+            web: Arc::default(),
+            max_requests: 0,
+            max_response_bytes: 0,
+            rendered: Renders::default(),
+        };
+        let registry = Registry::new();
+        let gauge = prometheus::IntGauge::new("memlock_exporter_test", "A test gauge.").unwrap();
+        registry.register(Box::new(gauge)).unwrap();
+        let state = AppState::new(
+            Site {
+                snapshots: site.snapshots.clone(),
+                telemetry_path: "/metrics".into(),
+                collectors: vec![],
+                web: Arc::default(),
+                max_requests: 0,
+                max_response_bytes: 0,
+                rendered: Renders::default(),
+            },
+            registry,
+        );
+        let place = Arc::new(Connections::default()).open(None);
+        let response = metrics(&state, &site, place.progress()).await;
+        let exact = response.body().size_hint().exact().expect("an exact length, so Content-Length is sent");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body.len() as u64, exact);
+        let text = std::str::from_utf8(&body).unwrap();
+        assert!(text.starts_with(snapshot.text()));
+        assert!(
+            text.contains("memlock_exporter_collector_sample_age_seconds{collector=\"node\"}")
+                && text.ends_with("memlock_exporter_test 0\n"),
+            "{text}"
+        );
+    }
+
+    /// hyper drops a response body at its last frame, while that frame may still be queued for
+    /// the socket: a guard on the body would be released early, one on the chunk is not.
+    #[test]
+    fn a_guard_lives_as_long_as_the_last_byte_of_the_body() {
+        struct Flag(Arc<AtomicUsize>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let mut body =
+            Chunks::new([Bytes::from_static(b"first"), Bytes::from_static(b"last")]).holding(Flag(dropped.clone()));
+        let mut frames = Vec::new();
+        while let Some(chunk) = body.chunks.pop_front() {
+            frames.push(chunk.slice(1..));
+        }
+        drop(body);
+        assert_eq!(dropped.load(Ordering::SeqCst), 0, "hyper still holds the last frame");
+        assert_eq!(&frames[1][..], b"ast");
+        drop(frames);
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        drop(Chunks::new([]).holding(Flag(dropped.clone())));
+        assert_eq!(dropped.load(Ordering::SeqCst), 2, "an empty body holds it itself");
+    }
+
+    #[tokio::test]
+    async fn a_new_snapshot_is_rendered_at_most_once_a_render_interval() {
+        let (renders, renderer) = (Renders::default(), Renderer::start());
+        let first = Arc::new(Snapshot::empty());
+        assert!(Arc::ptr_eq(&renders.serve(first.clone(), &renderer).await, &first), "nothing rendered yet: render it");
+        assert!(first.is_rendered());
+        let second = Arc::new(Snapshot::empty());
+        assert!(
+            Arc::ptr_eq(&renders.serve(second.clone(), &renderer).await, &first),
+            "the last render is recent: serve it"
+        );
+        assert!(!second.is_rendered(), "and render nothing");
+        renders.state().latest.as_mut().unwrap().1 -= RENDER_INTERVAL;
+        assert!(
+            Arc::ptr_eq(&renders.serve(second.clone(), &renderer).await, &second),
+            "a render interval later: the latest"
+        );
+        let third = Arc::new(Snapshot::empty());
+        let _ = third.text();
+        assert!(Arc::ptr_eq(&renders.serve(third.clone(), &renderer).await, &third), "rendered already: free to serve");
+    }
+
+    #[test]
+    fn request_slots_are_bounded_and_released() {
+        let state = AppState::new(
+            Site {
+                snapshots: watch::channel(Arc::new(Snapshot::empty())).1,
+                telemetry_path: "/metrics".into(),
+                collectors: vec![],
+                web: Arc::default(),
+                max_requests: 2,
+                max_response_bytes: 0,
+                rendered: Renders::default(),
+            },
+            Registry::new(),
+        );
+        let first = state.admit(2).unwrap();
+        let second = state.admit(2).unwrap();
+        assert!(state.admit(2).is_none());
+        drop(first);
+        assert!(state.admit(2).is_some());
+        drop(second);
+        assert_eq!(state.in_flight.load(Ordering::SeqCst), 0, "refused requests give their count back too");
+        let _many: Vec<_> = (0..100).map(|_| state.admit(0).unwrap()).collect();
+    }
+}

@@ -1,0 +1,575 @@
+//! Hostile clients on loopback (issue 15, items 3 to 5): a flood of wrong passwords, idle
+//! connections that never send a request, and slow readers of a large snapshot. During each a
+//! real scraper scrapes every 200 ms; at least 90 % of its scrapes must succeed within 3 s, and
+//! the exporter's resident memory must stay under the systemd unit's `MemoryMax`. Each attack
+//! lasts seconds. They hold the live lock: they measure CPU and time on a shared machine.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::util::{fixtures, live_lock, Exporter};
+
+/// What a scraper is promised during an attack.
+const SCRAPE_DEADLINE: Duration = Duration::from_secs(3);
+const SCRAPE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// `MemoryMax=` of systemd/memlock-exporter.service, in bytes.
+fn unit_memory_max() -> u64 {
+    let unit = std::fs::read_to_string(fixtures().join("../../systemd/memlock-exporter.service")).unwrap();
+    let value = unit.lines().find_map(|l| l.strip_prefix("MemoryMax=")).expect("the unit sets MemoryMax");
+    let (digits, unit) = value.trim().split_at(value.trim().find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len()));
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        other => panic!("MemoryMax unit {other:?}"),
+    };
+    digits.parse::<u64>().unwrap() * scale
+}
+
+fn status_field(pid: u32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU time (user plus system) of a process so far.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let (utime, stime): (f64, f64) = (fields[11].parse().unwrap(), fields[12].parse().unwrap());
+    Duration::from_secs_f64((utime + stime) / ticks)
+}
+
+/// Peak VmRSS and thread count of a process, sampled every 20 ms until stopped.
+struct Watch {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(u64, u64)>,
+}
+
+impl Watch {
+    fn start(pid: u32) -> Watch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut rss, mut threads) = (0, 0);
+            while !flag.load(Ordering::Relaxed) {
+                rss = rss.max(status_field(pid, "VmRSS:") * 1024);
+                threads = threads.max(status_field(pid, "Threads:"));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (rss, threads)
+        });
+        Watch { stop, thread }
+    }
+
+    /// Peak VmRSS in bytes and peak thread count.
+    fn finish(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// A TCP connection to `address` from the loopback address `source` (any of 127.0.0.0/8 routes
+/// to lo), so that one test can be many clients.
+fn connect_from(source: [u8; 4], address: &str) -> std::io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let addr: std::net::SocketAddrV4 = address.parse().expect("an IPv4 address");
+    let sockaddr = |ip: [u8; 4], port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from_be_bytes(ip).to_be() },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a fresh socket we own, and address structs that live across the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let local = sockaddr(source, 0);
+        if libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let remote = sockaddr(addr.ip().octets(), addr.port());
+        if libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stream)
+    }
+}
+
+/// One request with `Connection: close`; the status once the whole response is read, within
+/// `deadline` (0 for no answer in time, a reset or a truncated body).
+fn request(address: &str, path: &str, headers: &str, deadline: Duration) -> u16 {
+    let started = Instant::now();
+    let Ok(mut stream) = TcpStream::connect_timeout(&address.parse().unwrap(), deadline) else { return 0 };
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut raw = Vec::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let left = deadline.saturating_sub(started.elapsed());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return 0;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(_) => return 0,
+        }
+    }
+    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else { return 0 };
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let length = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok());
+    if length != Some(raw.len() - split - 4) {
+        return 0;
+    }
+    if std::env::var_os("ATTACK_DEBUG").is_some() && !raw.starts_with(b"HTTP/1.1 200") {
+        eprintln!("response: {}", String::from_utf8_lossy(&raw[..raw.len().min(300)]));
+    }
+    head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// Scrapes `path` every [`SCRAPE_INTERVAL`] until stopped; the time each took, `None` for one
+/// that did not get a whole 200 within [`SCRAPE_DEADLINE`].
+fn scraper(address: String, headers: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Option<Duration>>> {
+    std::thread::spawn(move || {
+        let mut results = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let started = Instant::now();
+            let status = request(&address, "/metrics", &headers, SCRAPE_DEADLINE);
+            if status != 200 && std::env::var_os("ATTACK_DEBUG").is_some() {
+                eprintln!("scrape: status {status} after {:?}", started.elapsed());
+            }
+            let took = started.elapsed();
+            results.push((status == 200 && took <= SCRAPE_DEADLINE).then_some(took));
+            std::thread::sleep(SCRAPE_INTERVAL.saturating_sub(took));
+        }
+        results
+    })
+}
+
+/// The share of scrapes within the deadline, and the slowest of those.
+fn summary(results: &[Option<Duration>]) -> (f64, Duration) {
+    let ok: Vec<Duration> = results.iter().flatten().copied().collect();
+    (ok.len() as f64 / results.len().max(1) as f64, ok.iter().max().copied().unwrap_or_default())
+}
+
+fn basic(user: &str, password: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let input = format!("{user}:{password}").into_bytes();
+    let mut out = String::new();
+    for chunk in input.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+        }
+    }
+    format!("Authorization: Basic {out}\r\n")
+}
+
+fn fixture_args() -> Vec<String> {
+    let root = fixtures();
+    vec![
+        "--path.procfs".into(),
+        root.join("proc").display().to_string(),
+        "--path.sysfs".into(),
+        root.join("sys").display().to_string(),
+        "--no-collector.rdma_netlink".into(),
+    ]
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("memlock-attacks-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Issue 15 item 3: 50 clients sending wrong passwords locked the scraper out (0 of 20 scrapes)
+/// at 172 % CPU, and 8 clients that hung up right after sending left their bcrypt checks
+/// running: 9 to 520 threads, both cores busy for 35 s after they stopped. Here 25 clients
+/// share the scraper's address and 25 have one each, 8 more hang up after sending, for 8 s.
+#[test]
+fn a_flood_of_wrong_passwords_does_not_lock_out_the_scraper_or_outlive_itself() {
+    let _live = live_lock();
+    let dir = temp_dir("auth-flood");
+    // Cost 8 in this debug build takes about as long as cost 11 in a release build (160 ms);
+    // ATTACK_BCRYPT_COST=10 for release figures at htpasswd's usual cost.
+    let hash = bcrypt::hash("right", env_or("ATTACK_BCRYPT_COST", 8) as u32).unwrap();
+    let web = dir.join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
+    let mut args = fixture_args();
+    args.extend(["--web.config.file".into(), web.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let exporter = Exporter::spawn(&args, &[]);
+    let (address, pid) = (exporter.address.clone(), exporter.child.id());
+    let credentials = basic("prometheus", "right");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while request(&address, "/-/ready", &credentials, SCRAPE_DEADLINE) != 200 {
+        assert!(Instant::now() < deadline, "never ready:\n{}", exporter.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let threads_before = status_field(pid, "Threads:");
+    let cpu_before = cpu_time(pid);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let watch = Watch::start(pid);
+    let scrapes = scraper(address.clone(), credentials.clone(), stop.clone());
+    let answers: Arc<Mutex<std::collections::BTreeMap<u16, usize>>> = Arc::default();
+    let hangups = Arc::new(AtomicUsize::new(0));
+    let mut attackers = Vec::new();
+    for client in 0..58u8 {
+        let (address, stop, answers, hangups) = (address.clone(), stop.clone(), answers.clone(), hangups.clone());
+        attackers.push(std::thread::spawn(move || {
+            let source = if client < 25 { [127, 0, 0, 1] } else { [127, 0, 1, client] };
+            let mut attempt = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                attempt += 1;
+                let Ok(mut stream) = connect_from(source, &address) else { continue };
+                let wrong = basic(if attempt % 2 == 0 { "prometheus" } else { "nobody" }, &format!("guess-{attempt}"));
+                let sent = stream.write_all(format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{wrong}\r\n").as_bytes());
+                if client >= 50 {
+                    // Hang up at once: whatever the server started for this request is wasted.
+                    hangups.fetch_add(1, Ordering::Relaxed);
+                    drop(stream);
+                    continue;
+                }
+                let mut head = [0u8; 12];
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let status = match (sent, stream.read_exact(&mut head)) {
+                    (Ok(()), Ok(())) => {
+                        std::str::from_utf8(&head[9..12]).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
+                    }
+                    _ => 0,
+                };
+                *answers.lock().unwrap().entry(status).or_default() += 1;
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_secs(8));
+    stop.store(true, Ordering::Relaxed);
+    for attacker in attackers {
+        attacker.join().unwrap();
+    }
+    let cpu_attack = cpu_time(pid) - cpu_before;
+    let results = scrapes.join().unwrap();
+    // After the flood: whatever it left running finishes within a second, then the daemon idles.
+    std::thread::sleep(Duration::from_secs(1));
+    let cpu_settled = cpu_time(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu_after = (cpu_time(pid) - cpu_settled).as_secs_f64() / 2.0;
+    let (peak_rss, peak_threads) = watch.finish();
+    let (share, slowest) = summary(&results);
+    eprintln!(
+        "auth flood, 8 s: scraper {}/{} within {SCRAPE_DEADLINE:?} ({:.0} %), slowest {slowest:?}; attackers' \
+            answers {:?}, {} hung up; exporter CPU {:.0} % of a core during, {:.1} % after; threads {threads_before} \
+            -> peak {peak_threads}; peak VmRSS {:.1} MiB",
+        results.iter().flatten().count(),
+        results.len(),
+        share * 100.0,
+        answers.lock().unwrap(),
+        hangups.load(Ordering::Relaxed),
+        cpu_attack.as_secs_f64() / 8.0 * 100.0,
+        cpu_after * 100.0,
+        peak_rss as f64 / (1 << 20) as f64,
+    );
+    assert!(share >= 0.9, "only {:.0} % of scrapes within {SCRAPE_DEADLINE:?}: {results:?}", share * 100.0);
+    assert!(peak_threads <= threads_before + 3, "threads {threads_before} -> {peak_threads}");
+    assert!(cpu_after < 0.2, "the daemon still used {:.0} % of a core 1 s after the flood", cpu_after * 100.0);
+    assert!(peak_rss < unit_memory_max(), "peak VmRSS {peak_rss} over MemoryMax");
+    let answers = answers.lock().unwrap();
+    assert!(answers.get(&429).copied().unwrap_or(0) > 0, "the clients sharing an address were limited: {answers:?}");
+    assert!(answers.get(&200).is_none(), "a wrong password got in: {answers:?}");
+}
+
+/// Lets this test process open `wanted` descriptors (its soft limit may be 1024).
+fn raise_open_files(wanted: u64) {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read and write the struct we own.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        assert!(limit.rlim_max >= wanted, "RLIMIT_NOFILE hard limit {} is below {wanted}", limit.rlim_max);
+        limit.rlim_cur = limit.rlim_cur.max(wanted);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+}
+
+fn open_descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Issue 15 item 4: idle TCP connections, reopened whenever the server closed them, filled the
+/// 512-connection cap and the listen backlog: with 600 of them real scrapes waited 4 to 10 s,
+/// with 2,000 none was answered in 12 s. Here 2,000 for 8 s, half silent and half stuck in the
+/// middle of their headers.
+#[test]
+fn idle_connections_reopened_as_they_close_do_not_starve_scrapes() {
+    let _live = live_lock();
+    raise_open_files(8192);
+    let args = fixture_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let exporter = Exporter::start(&args);
+    let (address, pid) = (exporter.address.clone(), exporter.child.id());
+    let stop = Arc::new(AtomicBool::new(false));
+    let watch = Watch::start(pid);
+    let reopened = Arc::new(AtomicUsize::new(0));
+    let attackers: Vec<_> = (0..20)
+        .map(|group| {
+            let (address, stop, reopened) = (address.clone(), stop.clone(), reopened.clone());
+            std::thread::spawn(move || {
+                let target = address.parse().unwrap();
+                let mut held: Vec<Option<TcpStream>> = (0..100).map(|_| None).collect();
+                let mut first_round = true;
+                while !stop.load(Ordering::Relaxed) {
+                    for (index, slot) in held.iter_mut().enumerate() {
+                        let closed = match slot {
+                            None => true,
+                            Some(stream) => {
+                                let mut byte = [0u8; 1];
+                                !matches!(stream.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+                            }
+                        };
+                        if !closed {
+                            continue;
+                        }
+                        if slot.is_some() || !first_round {
+                            reopened.fetch_add(1, Ordering::Relaxed);
+                        }
+                        *slot =
+                            TcpStream::connect_timeout(&target, Duration::from_millis(200)).ok().and_then(|mut s| {
+                                if (group + index) % 2 == 1 {
+                                    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").ok()?;
+                                }
+                                s.set_nonblocking(true).ok()?;
+                                Some(s)
+                            });
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                    }
+                    first_round = false;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        })
+        .collect();
+    // Let them fill the server before the scraper starts.
+    std::thread::sleep(Duration::from_secs(1));
+    let descriptors_during = open_descriptors(pid);
+    let scrapes = scraper(address.clone(), String::new(), stop.clone());
+    std::thread::sleep(Duration::from_secs(8));
+    stop.store(true, Ordering::Relaxed);
+    let results = scrapes.join().unwrap();
+    for attacker in attackers {
+        attacker.join().unwrap();
+    }
+    let (peak_rss, _) = watch.finish();
+    let (share, slowest) = summary(&results);
+    eprintln!(
+        "idle connections, 2,000 for 8 s: scraper {}/{} within {SCRAPE_DEADLINE:?} ({:.0} %), slowest {slowest:?}; \
+            {} reopened after the server closed them; exporter descriptors {descriptors_during}; peak VmRSS {:.1} MiB",
+        results.iter().flatten().count(),
+        results.len(),
+        share * 100.0,
+        reopened.load(Ordering::Relaxed),
+        peak_rss as f64 / (1 << 20) as f64,
+    );
+    assert!(share >= 0.9, "only {:.0} % of scrapes within {SCRAPE_DEADLINE:?}: {results:?}", share * 100.0);
+    assert!(peak_rss < unit_memory_max(), "peak VmRSS {peak_rss} over MemoryMax");
+    assert_eq!(exporter.get("/-/healthy").0, 200);
+}
+
+/// Removes a generated tree when the test ends, passed or failed.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A connection whose receive buffer is `bytes`: the server can send only as fast as we read.
+fn connect_small_window(address: &str, bytes: libc::c_int) -> std::io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let addr: std::net::SocketAddrV4 = address.parse().expect("an IPv4 address");
+    // SAFETY: a fresh socket we own; the option and address structs live across the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        if libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, (&bytes as *const libc::c_int).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: addr.port().to_be(),
+            sin_addr: libc::in_addr { s_addr: u32::from(*addr.ip()).to_be() },
+            sin_zero: [0; 8],
+        };
+        let size = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        if libc::connect(fd, (&sin as *const libc::sockaddr_in).cast(), size) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stream)
+    }
+}
+
+/// A number from the environment, for the longer runs docs/reliability.md records.
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Issue 15 item 5: slow readers held response memory outside `web.max_requests` (the slot is
+/// given back before the body is sent), one snapshot text each: 32 of them, of a 42 MB
+/// snapshot, took the daemon to 966 MB against the unit's `MemoryMax=256M`. Here 64 slow
+/// readers (16 KiB window, 16 KiB every 50 ms: a scrape would take 20 s), one more every 100 ms
+/// so that they start on different snapshots, each reconnecting when the server closes it, for
+/// 10 s, of a generated host whose scrape is about 6 MB (this debug build renders a snapshot's
+/// text at about 5 MB/s, and the scraper must finish within 3 s). The kernel takes up to 4 MiB
+/// of each response into the socket's send buffer, and a new text is rendered at most once a
+/// second, so 10 s make about ten texts held for a few seconds each: the budget is 4 MiB here,
+/// one text at a time, so that every new text must make room. For
+/// the release figures: `ATTACK_SLOW_PODS=2500 ATTACK_SLOW_READERS=32 ATTACK_SLOW_SECONDS=30
+/// ATTACK_SLOW_BUDGET=0` (0: the default budget).
+#[test]
+fn slow_readers_of_a_large_snapshot_stay_within_the_memory_bound() {
+    let _live = live_lock();
+    let (pods, readers_wanted, seconds) =
+        (env_or("ATTACK_SLOW_PODS", 600), env_or("ATTACK_SLOW_READERS", 64), env_or("ATTACK_SLOW_SECONDS", 10));
+    let budget = env_or("ATTACK_SLOW_BUDGET", 4 << 20);
+    let root = crate::scale::scratch_base().join(format!("memlock-attacks-{}-slow", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let _cleanup = RemoveOnDrop(root.clone());
+    let (procfs, sysfs) = (root.join("proc"), root.join("sys"));
+    crate::synthetic::copy_tree(&fixtures().join("proc"), &procfs).unwrap();
+    crate::synthetic::copy_tree(&fixtures().join("sys"), &sysfs).unwrap();
+    std::fs::remove_dir_all(sysfs.join("fs/cgroup")).unwrap();
+    crate::synthetic::write_kubepods(&sysfs.join("fs/cgroup/memory"), pods, 3).unwrap();
+    let budget_flag = budget.to_string();
+    let mut args = vec![
+        "--path.procfs",
+        procfs.to_str().unwrap(),
+        "--path.sysfs",
+        sysfs.to_str().unwrap(),
+        "--no-collector.rdma_netlink",
+        // Every cgroup's series: the default series budget (500) would make a small scrape.
+        "--series.limit",
+        "0",
+    ];
+    if budget != 0 {
+        args.extend(["--web.max-response-bytes", &budget_flag]);
+    }
+    let exporter = Exporter::start(&args);
+    let (address, pid) = (exporter.address.clone(), exporter.child.id());
+    let body = exporter.get("/metrics").1.len();
+    assert!(body > 5 << 20, "the scrape is {body} bytes; the test wants one of 6 MB or more");
+    let rss_before = status_field(pid, "VmRSS:") * 1024;
+    // The same scraper without the attack, for comparison.
+    let calm = Arc::new(AtomicBool::new(false));
+    let baseline = scraper(address.clone(), String::new(), calm.clone());
+    std::thread::sleep(Duration::from_secs(2));
+    calm.store(true, Ordering::Relaxed);
+    let (calm_share, calm_slowest) = summary(&baseline.join().unwrap());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let watch = Watch::start(pid);
+    let scrapes = scraper(address.clone(), String::new(), stop.clone());
+    let (closed, read) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut readers = Vec::new();
+    let pause = Duration::from_millis(100);
+    for _ in 0..readers_wanted {
+        let (address, stop, closed, read) = (address.clone(), stop.clone(), closed.clone(), read.clone());
+        readers.push(std::thread::spawn(move || {
+            let mut buf = vec![0u8; 16 * 1024];
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut stream) = connect_small_window(&address, 16 * 1024) else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+                if stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").is_err() {
+                    continue;
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    match stream.read(&mut buf) {
+                        Ok(0) => {
+                            closed.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        Ok(n) => {
+                            read.fetch_add(n, Ordering::Relaxed);
+                        }
+                        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                        }
+                        Err(_) => {
+                            closed.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }));
+        std::thread::sleep(pause);
+    }
+    std::thread::sleep(Duration::from_secs(seconds as u64).saturating_sub(pause * readers_wanted as u32));
+    stop.store(true, Ordering::Relaxed);
+    let stopped = Instant::now();
+    let results = scrapes.join().unwrap();
+    for reader in readers {
+        reader.join().unwrap();
+    }
+    eprintln!("readers stopped in {:?}", stopped.elapsed());
+    let (peak_rss, _) = watch.finish();
+    let (share, slowest) = summary(&results);
+    eprintln!(
+        "slow readers, {readers_wanted} for {seconds} s, budget {budget} bytes, {:.1} MB per scrape; without them {:.0} % within {SCRAPE_DEADLINE:?}, slowest \
+            {calm_slowest:?}; with them scraper {}/{} within {SCRAPE_DEADLINE:?} ({:.0} %), slowest \
+            {slowest:?}; slow readers closed by the server {} times, {:.1} MB read by them; VmRSS {:.1} MiB before, \
+            peak {:.1} MiB (MemoryMax {} MiB)",
+        body as f64 / 1e6,
+        calm_share * 100.0,
+        results.iter().flatten().count(),
+        results.len(),
+        share * 100.0,
+        closed.load(Ordering::Relaxed),
+        read.load(Ordering::Relaxed) as f64 / 1e6,
+        rss_before as f64 / (1 << 20) as f64,
+        peak_rss as f64 / (1 << 20) as f64,
+        unit_memory_max() >> 20,
+    );
+    if let Some(path) = std::env::var_os("ATTACK_DEBUG_LOG") {
+        std::fs::write(path, exporter.log_text()).unwrap();
+    }
+    if share < 0.9 {
+        let log = exporter.log_text();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        eprintln!("exporter log, last lines:\n{}", tail.join("\n"));
+    }
+    assert!(share >= 0.9, "only {:.0} % of scrapes within {SCRAPE_DEADLINE:?}: {results:?}", share * 100.0);
+    assert!(peak_rss < unit_memory_max(), "peak VmRSS {} MiB over MemoryMax", peak_rss >> 20);
+    // What the responses keep alive is the budget at most, plus the latest rendered text, the one
+    // being rendered (its working memory too) and buffers.
+    let grown = peak_rss.saturating_sub(rss_before);
+    let effective = if budget == 0 { 64 << 20 } else { budget };
+    let bound = (effective + 3 * body + (16 << 20)) as u64;
+    assert!(grown < bound, "VmRSS grew by {} MiB during the attack (bound {} MiB)", grown >> 20, bound >> 20);
+    assert!(closed.load(Ordering::Relaxed) > 0, "the slowest readers were closed to make room");
+}
