@@ -1,15 +1,26 @@
 //! memlock-exporter: samples locked and pinned memory against every limit that can make an RDMA
 //! registration (`ibv_reg_mr`) or `mlock` fail, and exports it to Prometheus.
 //!
-//! Layout:
+//! Layout, from the kernel's files up:
 //! - [`kernel`]: pure parsers over the text of kernel files; no I/O, no metrics.
-//! - [`fsroot`]: the thin I/O layer; every path is built from an injected procfs or sysfs root.
-//! - [`collect`]: one collector per source, each producing typed data.
-//! - [`snapshot`]: the sampled state and its rendering to the Prometheus text format.
-//! - [`sampler`]: runs collectors on their intervals and publishes immutable snapshots.
-//! - [`server`]: the HTTP endpoints.
+//! - [`fsroot`]: the thin I/O layer; every path is built from an injected procfs or sysfs root,
+//!   and every file is read through one bounded, non-blocking, regular-file-only reader.
+//! - [`collect`]: one collector per source (its registry, `collect::REGISTRY`, derives the
+//!   flags and configuration keys), each producing typed data behind the `Stats` trait.
+//! - [`charge`]: one charge against one limit (used, limit, enforced): headroom and ratios for
+//!   metrics, trends, the fast path and `check` alike.
+//! - [`budget`]: the per-node series budget that keeps the most urgent series.
+//! - [`snapshot`] and [`exposition`]: the sampled state and its rendering to the Prometheus
+//!   text format; [`gzip`] compresses a snapshot's text once for every scrape.
+//! - [`sampler`] and [`trend`]: runs collectors on their intervals, keeps the trends and
+//!   publishes immutable snapshots.
+//! - [`alerting`]: the fast path to Alertmanager.
+//! - [`server`] and [`web`]: the HTTP endpoints and their TLS, authentication and limits.
 //! - [`serve`]: the daemon (its own metrics, reload, systemd watchdog).
-//! - [`config`] and [`cli`]: flags, environment and the optional TOML file, validated once.
+//! - [`check`], [`estimate`], [`nccl`], [`job_context`] and [`drill`]: the preflight commands;
+//!   [`nccl`] models NCCL's registrations from its source.
+//! - [`config`] and [`cli`]: flags, environment and the optional TOML file, validated once;
+//!   [`units`] formats sizes for every command.
 
 pub mod alerting;
 pub mod budget;
@@ -22,6 +33,7 @@ pub mod drill;
 pub mod estimate;
 pub mod exposition;
 pub mod fsroot;
+pub mod gzip;
 pub mod job_context;
 pub mod kernel;
 pub mod logging;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::budget::{self, Allocation, Grants};
 use crate::collect::Data;
 use crate::exposition::{Exposition, Kind};
+use crate::gzip;
 use crate::trend::{Scope, TrendPoint};
 
 /// The outcome of a collector's latest run.
@@ -65,6 +66,8 @@ pub struct Snapshot {
     budget: Budget,
     /// Shared with every response that serves it (see [`Snapshot::text_bytes`]).
     rendered: OnceLock<Arc<String>>,
+    /// The text compressed once for every scrape that accepts gzip; `None` if compression failed.
+    compressed: OnceLock<Option<Arc<gzip::Prefix>>>,
 }
 
 /// The rendered text as the owner of a `Bytes`: responses reference it instead of copying it.
@@ -83,7 +86,7 @@ impl Snapshot {
     }
 
     pub fn with_budget(reports: Vec<Report>, budget: Budget) -> Self {
-        Self { reports, budget, rendered: OnceLock::new() }
+        Self { reports, budget, rendered: OnceLock::new(), compressed: OnceLock::new() }
     }
 
     pub fn empty() -> Self {
@@ -108,6 +111,22 @@ impl Snapshot {
     /// reference, not a copy (with 10,000 cgroups the text is tens of MiB).
     pub fn text_bytes(&self) -> hyper::body::Bytes {
         hyper::body::Bytes::from_owner(SharedText(self.shared_text().clone()))
+    }
+
+    /// The text compressed for gzip responses, on first use (rendering the text if needed).
+    pub fn compressed(&self) -> Option<&Arc<gzip::Prefix>> {
+        self.compressed.get_or_init(|| gzip::Prefix::compress(self.text().as_bytes()).map(Arc::new)).as_ref()
+    }
+
+    /// The compressed text if it exists already (serving it then costs nothing).
+    pub fn compressed_if_ready(&self) -> Option<&Arc<gzip::Prefix>> {
+        self.compressed.get().and_then(Option::as_ref)
+    }
+
+    /// Bytes of rendered text and compressed text this snapshot holds: what a response that
+    /// keeps it alive keeps in memory.
+    pub fn held_bytes(&self) -> usize {
+        self.rendered.get().map_or(0, |t| t.len()) + self.compressed_if_ready().map_or(0, |c| c.len())
     }
 
     fn shared_text(&self) -> &Arc<String> {

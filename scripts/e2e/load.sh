@@ -121,6 +121,45 @@ for scrapers in $LEVELS; do
     done
 done
 
+# gzip (issue 17): bytes and CPU per scrape with and without it, for both servers, 50 paced
+# scrapers (what a fleet of Prometheus servers does; Prometheus always sends Accept-Encoding:
+# gzip). The exporter compresses a snapshot's text once and shares it; node_exporter (Go's
+# promhttp) compresses every response.
+GZIP_RESULTS=$E2E_TMP/gzip.md
+echo "| target | encoding | series | bytes per scrape | requests/s | CPU % of a core | CPU µs per scrape |" > "$GZIP_RESULTS"
+echo "|---|---|---|---|---|---|---|" >> "$GZIP_RESULTS"
+# run_encoding NAME URL PID SERIES ENCODING: one paced wrk run; appends a row.
+run_encoding() {
+    local name=$1 url=$2 pid=$3 series=$4 encoding=$5
+    local out=$E2E_TMP/wrk-$name-$encoding.txt header=()
+    [ "$encoding" = gzip ] && header=(-H "Accept-Encoding: gzip")
+    local bytes
+    bytes=$(curl -fsS "${header[@]}" -o /dev/null -w '%{size_download}' "$url/metrics") || fail "$name: scrape with $encoding"
+    if [ "$encoding" = gzip ]; then
+        curl -fsS "${header[@]}" -D - -o /dev/null "$url/metrics" | grep -qi '^content-encoding: gzip' || fail "$name: no gzip body"
+    fi
+    local before after
+    before=$(cpu_ticks "$pid")
+    wrk -t2 -c50 -d"${DURATION}s" --timeout 10s -s "$E2E_TMP/paced.lua" "${header[@]}" "$url/metrics" > "$out" 2>&1
+    after=$(cpu_ticks "$pid")
+    local requests rps socket non2xx
+    requests=$(awk '/requests in/ {print $1}' "$out")
+    rps=$(awk '$1 == "Requests/sec:" {printf "%.0f", $2}' "$out")
+    socket=$(awk '/Socket errors:/ {gsub(",", ""); print $4 + $6 + $8 + $10}' "$out")
+    non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' "$out")
+    [ -n "$requests" ] && [ "$requests" -gt 0 ] || { cat "$out"; fail "cannot read wrk's output"; }
+    [ $(( ${socket:-0} + ${non2xx:-0} )) = 0 ] || { cat "$out"; log "FAIL: errors from $name with $encoding"; FAILED=1; }
+    local cpu per
+    cpu=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v d="$DURATION" 'BEGIN {printf "%.0f", t / hz / d * 100}')
+    per=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN {printf "%.0f", t / hz / n * 1e6}')
+    echo "| $name | $encoding | $series | $bytes | $rps | $cpu | $per |" >> "$GZIP_RESULTS"
+    log "$name, $encoding: $bytes bytes per scrape, ${rps}/s, CPU ${cpu}%, ${per} µs per scrape"
+}
+for encoding in identity gzip; do
+    run_encoding memlock-exporter "$EXPORTER_URL" "$EXPORTER_PID" "$SERIES" "$encoding"
+    run_encoding "node_exporter (meminfo)" "$NODE_URL" "$NODE_PID" "$NODE_SERIES" "$encoding"
+done
+
 # Slow clients: each sends one byte of a request per second and never finishes its headers.
 # They must not hold up anyone else; the header timeout (10 s) closes them.
 python3 - "$EXPORTER_PORT" "$SLOW_CLIENTS" "$((DURATION + 15))" > "$E2E_TMP/slow.txt" 2>&1 <<'PY' &
@@ -167,6 +206,8 @@ grep -q "closed by the server" "$E2E_TMP/slow.txt" || { log "FAIL: slow clients 
 
 echo
 cat "$RESULTS"
+echo
+cat "$GZIP_RESULTS"
 echo
 echo "$(nproc) CPUs, $(uname -r), wrk -t2 --timeout 10s (paced: 100 ms between a scraper's requests), ${DURATION} s per level, exporter $("$BIN" --version 2>&1 | head -1)"
 [ "$FAILED" = 0 ] || fail "load test failed"

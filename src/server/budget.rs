@@ -17,8 +17,11 @@
 //! - when even that cannot make room, the caller may serve the newest text still held
 //!   ([`ResponseBudget::newest_held`], free to share), or answer 503 at once.
 //!
-//! Texts are told apart by their address: a response holds its text's allocation, so the
-//! address cannot be reused while the text is counted.
+//! A snapshot's texts are counted together: the text and, once a gzip scrape asked for it, its
+//! compressed form ([`Snapshot::held_bytes`]); a response of either encoding keeps the snapshot,
+//! so both. The compressed form, a fraction of the text, is added when it appears, without
+//! making room for it. Snapshots are told apart by their address: a response holds its
+//! snapshot, so the address cannot be reused while it is counted.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,8 +29,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use std::sync::Weak;
-
-use hyper::body::Bytes;
 
 use super::connections::Progress;
 use crate::snapshot::Snapshot;
@@ -46,7 +47,7 @@ pub struct ResponseBudget {
 #[derive(Default)]
 struct State {
     next_id: u64,
-    /// By the address of the text's bytes.
+    /// By the address of the snapshot.
     texts: HashMap<usize, Text>,
     total: usize,
 }
@@ -98,20 +99,23 @@ impl ResponseBudget {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Counts `text` as held by a response on the connection of `progress`, closing slower
-    /// responses to make room if needed; `None` when there is no room.
-    pub fn reserve(
-        self: &Arc<Self>,
-        text: &Bytes,
-        snapshot: &Arc<Snapshot>,
-        progress: &Progress,
-    ) -> Option<Reservation> {
-        let (key, len, now) = (text.as_ptr() as usize, text.len(), Instant::now());
+    /// Counts `snapshot`'s texts, `len` bytes ([`Snapshot::held_bytes`]), as held by a response
+    /// on the connection of `progress`, closing slower responses to make room if needed; `None`
+    /// when there is no room.
+    pub fn reserve(self: &Arc<Self>, snapshot: &Arc<Snapshot>, len: usize, progress: &Progress) -> Option<Reservation> {
+        let (key, now) = (Arc::as_ptr(snapshot) as usize, Instant::now());
         let limit = match self.limit.load(Ordering::Relaxed) {
             0 => usize::MAX,
             limit => limit,
         };
         let mut state = self.state();
+        let mut grown = 0;
+        if let Some(text) = state.texts.get_mut(&key) {
+            // Its compressed form appeared since it was counted.
+            grown = len.saturating_sub(text.len);
+            text.len += grown;
+        }
+        state.total += grown;
         if !state.texts.contains_key(&key) {
             if state.total > 0 && state.total.saturating_add(len) > limit {
                 let mut candidates: Vec<(f64, usize, usize)> = state
@@ -203,22 +207,22 @@ mod tests {
     #[tokio::test]
     async fn shared_texts_count_once_and_the_slowest_make_room() {
         let budget = Arc::new(ResponseBudget::new(250));
-        let snapshot = Arc::new(Snapshot::empty());
         let connections = Arc::new(Connections::default());
         let (slow, fast, shared, scraper) =
             (connections.open(None), connections.open(None), connections.open(None), connections.open(None));
-        let (old, older, new) = (Bytes::from(vec![1u8; 100]), Bytes::from(vec![2u8; 100]), Bytes::from(vec![3u8; 100]));
-        let on_old = budget.reserve(&old, &snapshot, slow.progress()).unwrap();
-        let sharing = budget.reserve(&old, &snapshot, shared.progress()).unwrap();
+        let snapshot = || Arc::new(Snapshot::empty());
+        let (old, older, new) = (snapshot(), snapshot(), snapshot());
+        let on_old = budget.reserve(&old, 100, slow.progress()).unwrap();
+        let sharing = budget.reserve(&old, 100, shared.progress()).unwrap();
         assert_eq!(budget.held(), 100, "two readers of one text hold it once");
-        let on_older = budget.reserve(&older, &snapshot, fast.progress()).unwrap();
+        let on_older = budget.reserve(&older, 100, fast.progress()).unwrap();
         assert_eq!(budget.held(), 200);
         // Both too young to judge: no room for a third text.
-        assert!(budget.reserve(&new, &snapshot, scraper.progress()).is_none());
+        assert!(budget.reserve(&new, 100, scraper.progress()).is_none());
         tokio::time::sleep(GRACE * 2).await;
         fast.progress().written.fetch_add(1 << 20, Ordering::Relaxed);
         slow.progress().written.fetch_add(10, Ordering::Relaxed);
-        let on_new = budget.reserve(&new, &snapshot, scraper.progress()).expect("room made");
+        let on_new = budget.reserve(&new, 100, scraper.progress()).expect("room made");
         // `old`'s fastest reader wrote nothing: its readers are told to close, `older` stays.
         tokio::time::timeout(Duration::from_secs(1), slow.closed()).await.expect("the slow reader is closed");
         tokio::time::timeout(Duration::from_secs(1), shared.closed()).await.expect("and the one sharing its text");
@@ -228,11 +232,26 @@ mod tests {
         assert_eq!(budget.held(), 200, "already given back");
         drop((on_older, on_new));
         assert_eq!(budget.held(), 0);
-        let whole = budget.reserve(&Bytes::from(vec![0u8; 1000]), &snapshot, scraper.progress());
+        let whole = budget.reserve(&snapshot(), 1000, scraper.progress());
         assert!(whole.is_some(), "a text larger than the budget is served when nothing else is held");
         tokio::time::sleep(GRACE * 2).await;
-        let other = budget.reserve(&Bytes::from(vec![0u8; 1000]), &snapshot, fast.progress());
+        let other = budget.reserve(&snapshot(), 1000, fast.progress());
         assert!(other.is_some(), "and in place of another one that large, once it is slow enough");
         tokio::time::timeout(Duration::from_secs(1), scraper.closed()).await.expect("the one it replaces is closed");
+    }
+
+    #[test]
+    fn a_compressed_form_that_appears_later_is_added_to_its_snapshot() {
+        let budget = Arc::new(ResponseBudget::new(1000));
+        let connections = Arc::new(Connections::default());
+        let (plain, gzip) = (connections.open(None), connections.open(None));
+        let snapshot = Arc::new(Snapshot::empty());
+        let first = budget.reserve(&snapshot, 100, plain.progress()).unwrap();
+        let second = budget.reserve(&snapshot, 120, gzip.progress()).unwrap();
+        assert_eq!(budget.held(), 120, "one snapshot, counted once with both its forms");
+        drop(first);
+        assert_eq!(budget.held(), 120);
+        drop(second);
+        assert_eq!(budget.held(), 0);
     }
 }

@@ -32,7 +32,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
-use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use hyper::header::{
+    HeaderValue, ALLOW, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, VARY, WWW_AUTHENTICATE,
+};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -49,6 +51,7 @@ mod connections;
 mod guard;
 
 use crate::config::split_listen_address;
+use crate::gzip;
 use crate::snapshot::Snapshot;
 use crate::web::WebConfig;
 use auth::{AuthGate, Verdict};
@@ -110,15 +113,21 @@ struct RenderState {
 /// spent on an async worker. One for the life of the server, started with it (tokio's blocking
 /// pool would start and retire threads as scrapes come and go).
 pub struct Renderer {
-    jobs: Mutex<std::sync::mpsc::Sender<(Arc<Snapshot>, tokio::sync::oneshot::Sender<()>)>>,
+    jobs: Mutex<std::sync::mpsc::Sender<RenderJob>>,
 }
+
+/// A snapshot to render, whether to compress its text too, and who waits for it.
+type RenderJob = (Arc<Snapshot>, Encoding, tokio::sync::oneshot::Sender<()>);
 
 impl Renderer {
     fn start() -> Renderer {
-        let (jobs, queue) = std::sync::mpsc::channel::<(Arc<Snapshot>, tokio::sync::oneshot::Sender<()>)>();
+        let (jobs, queue) = std::sync::mpsc::channel::<RenderJob>();
         let spawned = std::thread::Builder::new().name("memlock-render".into()).spawn(move || {
-            for (snapshot, done) in queue {
-                snapshot.text();
+            for (snapshot, encoding, done) in queue {
+                match encoding {
+                    Encoding::Identity => drop(snapshot.text()),
+                    Encoding::Gzip => drop(snapshot.compressed()),
+                }
                 let _ = done.send(());
             }
         });
@@ -129,10 +138,11 @@ impl Renderer {
         Renderer { jobs: Mutex::new(jobs) }
     }
 
-    /// Renders `snapshot`'s text, waiting without holding the async worker.
-    async fn render(&self, snapshot: Arc<Snapshot>) {
+    /// Renders `snapshot`'s text (and compresses it for `Encoding::Gzip`), waiting without
+    /// holding the async worker.
+    async fn render(&self, snapshot: Arc<Snapshot>, encoding: Encoding) {
         let (done, rendered) = tokio::sync::oneshot::channel();
-        let sent = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).send((snapshot, done));
+        let sent = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).send((snapshot, encoding, done));
         if sent.is_ok() {
             let _ = rendered.await;
         }
@@ -169,7 +179,7 @@ impl Renders {
         }
         let _rendering = Rendering(self);
         tracing::debug!("rendering the latest snapshot for a scrape");
-        renderer.render(current.clone()).await;
+        renderer.render(current.clone(), Encoding::Identity).await;
         self.state().latest = Some((current.clone(), Instant::now()));
         current
     }
@@ -437,7 +447,10 @@ async fn respond(
     }
     let path = req.uri().path();
     if path == site.telemetry_path {
-        return metrics(state, site, progress).await;
+        let encoding = if gzip::accepted(req.headers()) { Encoding::Gzip } else { Encoding::Identity };
+        let mut response = metrics(state, site, progress, encoding).await;
+        response.headers_mut().insert(VARY, HeaderValue::from_static("Accept-Encoding"));
+        return response;
     }
     match path {
         "/" => landing(site),
@@ -447,38 +460,58 @@ async fn respond(
     }
 }
 
-async fn metrics(state: &AppState, site: &Site, progress: &Progress) -> Response<Chunks> {
+/// How a `/metrics` body is sent: gzip when the client accepts it (Prometheus always does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Identity,
+    Gzip,
+}
+
+async fn metrics(state: &AppState, site: &Site, progress: &Progress, encoding: Encoding) -> Response<Chunks> {
     let current = site.snapshots.borrow().clone();
-    let snapshot = site.rendered.serve(current, &state.renderer).await;
-    // The sampled text is shared with the snapshot, not copied: a request in flight costs a
-    // reference, however large the snapshot and however many scrapers. Texts of older snapshots
-    // that responses still hold are bounded by the budget.
-    let mut text = snapshot.text_bytes();
-    let mut reservation = state.budget.reserve(&text, &snapshot, progress);
-    let mut snapshot = snapshot;
+    let mut snapshot = site.rendered.serve(current, &state.renderer).await;
+    if encoding == Encoding::Gzip && snapshot.compressed_if_ready().is_none() {
+        // Once per snapshot served: a snapshot is served at most once a render interval.
+        state.renderer.render(snapshot.clone(), Encoding::Gzip).await;
+    }
+    // The sampled text (or its compressed form) is shared with the snapshot, not copied: a
+    // request in flight costs a reference, however large the snapshot and however many
+    // scrapers. Texts of older snapshots that responses still hold are bounded by the budget.
+    let mut reservation = state.budget.reserve(&snapshot, snapshot.held_bytes(), progress);
     if reservation.is_none() {
         // No room for the new text while young responses hold an older one: that one is held
-        // already and free to share (a render or two older).
+        // already and free to share (a render or two older), in the form it has.
         if let Some(held) = state.budget.newest_held() {
-            text = held.text_bytes();
-            reservation = state.budget.reserve(&text, &held, progress);
+            reservation = state.budget.reserve(&held, held.held_bytes(), progress);
             snapshot = held;
         }
     }
     let Some(reservation) = reservation else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many large responses in flight; try again.\n");
     };
-    let mut own = Vec::new();
-    if let Err(err) = TextEncoder::new().encode(&state.registry.gather(), &mut own) {
+    // The series of the moment: sample ages, then the exporter's own metrics.
+    let mut tail = snapshot.render_ages(Instant::now()).into_bytes();
+    if let Err(err) = TextEncoder::new().encode(&state.registry.gather(), &mut tail) {
         tracing::warn!(error = %err, "encoding the exporter's own metrics failed");
-        own.clear();
     }
+    let compressed = match encoding {
+        Encoding::Gzip => snapshot.compressed_if_ready().cloned(),
+        Encoding::Identity => None,
+    };
     // The response keeps its snapshot too (a vector of shared reports, cheap beside the text),
     // so that a later scrape can fall back to it while it is in flight.
-    let ages = Bytes::from(snapshot.render_ages(Instant::now()));
-    let body = Chunks::new([held(text, (reservation, snapshot)), ages, Bytes::from(own)]);
+    let (body, gzipped) = match compressed.as_deref().and_then(|prefix| prefix.member(&tail)) {
+        Some([header, shared, end]) => (Chunks::new([header, held(shared, (reservation, snapshot)), end]), true),
+        None => {
+            let text = snapshot.text_bytes();
+            (Chunks::new([held(text, (reservation, snapshot)), Bytes::from(tail)]), false)
+        }
+    };
     let mut response = Response::new(body);
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
+    if gzipped {
+        response.headers_mut().insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
     response
 }
 
@@ -663,7 +696,7 @@ mod tests {
             registry,
         );
         let place = Arc::new(Connections::default()).open(None);
-        let response = metrics(&state, &site, place.progress()).await;
+        let response = metrics(&state, &site, place.progress(), Encoding::Identity).await;
         let exact = response.body().size_hint().exact().expect("an exact length, so Content-Length is sent");
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body.len() as u64, exact);
@@ -674,6 +707,46 @@ mod tests {
                 && text.ends_with("memlock_exporter_test 0\n"),
             "{text}"
         );
+    }
+
+    /// Issue 17: a gzip scrape is the snapshot's text compressed once, shared by every gzip
+    /// scrape of that snapshot, followed by the series of the moment.
+    #[tokio::test]
+    async fn gzip_scrapes_share_one_compressed_text() {
+        use http_body_util::BodyExt;
+        use std::io::Read;
+        let snapshot = Arc::new(Snapshot::empty());
+        let site = || Site {
+            snapshots: watch::channel(snapshot.clone()).1,
+            telemetry_path: "/metrics".into(),
+            collectors: vec![],
+            web: Arc::default(),
+            max_requests: 0,
+            max_response_bytes: 0,
+            rendered: Renders::default(),
+        };
+        let (state, site) = (AppState::new(site(), Registry::new()), site());
+        let place = Arc::new(Connections::default()).open(None);
+        let mut bodies = Vec::new();
+        for _ in 0..2 {
+            let response = metrics(&state, &site, place.progress(), Encoding::Gzip).await;
+            assert_eq!(response.headers().get(CONTENT_ENCODING).unwrap(), "gzip");
+            let exact = response.body().size_hint().exact().unwrap();
+            let chunks: Vec<Bytes> = response.into_body().chunks.into_iter().collect();
+            assert_eq!(chunks.iter().map(|c| c.len() as u64).sum::<u64>(), exact);
+            bodies.push(chunks);
+        }
+        assert_eq!(bodies[0][1].as_ptr(), bodies[1][1].as_ptr(), "two gzip scrapes, one compressed text");
+        assert_eq!(bodies[0][1].as_ptr(), snapshot.compressed().unwrap().shared().as_ptr());
+        let joined: Vec<u8> = bodies[0].iter().flat_map(|c| c.iter().copied()).collect();
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&joined[..]).read_to_string(&mut text).unwrap();
+        assert!(text.starts_with(snapshot.text()), "{text}");
+        assert!(text.contains("memlock_exporter_collector_sample_age_seconds") || snapshot.reports.is_empty());
+        let identity = metrics(&state, &site, place.progress(), Encoding::Identity).await;
+        assert!(identity.headers().get(CONTENT_ENCODING).is_none());
+        let plain = identity.into_body().collect().await.unwrap().to_bytes();
+        assert!(plain.starts_with(snapshot.text().as_bytes()));
     }
 
     /// hyper drops a response body at its last frame, while that frame may still be queued for

@@ -485,3 +485,59 @@ fn method_not_allowed_names_the_methods_and_http2_is_told_to_use_http1() {
     // And HTTP/1.1 on the same port is unaffected, PUT and POST included (they start like PRI).
     assert_eq!(http_get(&address, "/-/healthy").unwrap().0, 200);
 }
+
+/// Issue 17 item 3: `/metrics` gzipped for clients that accept it, as real clients read it:
+/// curl decompresses it, and Python's zlib reads it as exactly one gzip member (some clients
+/// stop after the first member of a multi-member body) with a valid CRC and length; the
+/// series match an uncompressed scrape's. Clients that do not ask get the text as it is.
+#[test]
+fn gzip_for_clients_that_accept_it_as_curl_and_zlib_read_it() {
+    let args = fixture_roots();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let exporter = Exporter::start(&args);
+    exporter.wait_ready();
+    let url = format!("http://{}/metrics", exporter.address);
+    let names = |text: &str| -> std::collections::BTreeSet<String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| l.split(['{', ' ']).next().unwrap_or("").to_owned())
+            .collect()
+    };
+    let (rc, status, identity) = curl(&[&url]);
+    assert_eq!((rc, status), (0, 200), "{identity}");
+    let lower = identity.to_ascii_lowercase();
+    assert!(!lower.contains("content-encoding"), "{identity}");
+    assert!(lower.contains("vary: accept-encoding"), "{identity}");
+    let identity_body = identity.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap();
+
+    let (rc, status, decoded) = curl(&["--compressed", &url]);
+    assert_eq!((rc, status), (0, 200), "{decoded}");
+    assert!(decoded.to_ascii_lowercase().contains("content-encoding: gzip"), "{decoded}");
+    let decoded_body = decoded.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap();
+    assert_eq!(names(&decoded_body), names(&identity_body));
+    assert!(names(&identity_body).len() > 20);
+
+    let dir = temp_dir("gzip");
+    let raw = dir.join("body.gz");
+    let (rc, status, _) = curl(&["-H", "Accept-Encoding: gzip", "-o", raw.to_str().unwrap(), &url]);
+    assert_eq!((rc, status), (0, 200));
+    let compressed = std::fs::metadata(&raw).unwrap().len() as usize;
+    assert!(compressed * 3 < identity_body.len(), "{compressed} bytes compressed of {}", identity_body.len());
+    let check = "import sys, zlib\n\
+        data = open(sys.argv[1], 'rb').read()\n\
+        d = zlib.decompressobj(31)\n\
+        text = d.decompress(data) + d.flush()\n\
+        assert d.eof and d.unused_data == b'', 'one member, nothing after it'\n\
+        sys.stdout.write(text.decode())\n";
+    let out = Command::new("/usr/bin/python3").args(["-c", check]).arg(&raw).output().expect("run python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(names(&String::from_utf8_lossy(&out.stdout)), names(&identity_body));
+
+    // Refused gzip and identity only: the text as it is.
+    for accept in ["Accept-Encoding: gzip;q=0", "Accept-Encoding: identity"] {
+        let (rc, status, text) = curl(&["-H", accept, &url]);
+        assert_eq!((rc, status), (0, 200));
+        assert!(!text.to_ascii_lowercase().contains("content-encoding"), "{accept}: {text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
