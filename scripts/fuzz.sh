@@ -50,8 +50,9 @@ build=(cargo $TOOLCHAIN fuzz build --sanitizer "$SANITIZER" --target-dir "$TARGE
 BIN_DIR=$TARGET_DIR/$(rustc -vV | sed -n 's/^host: //p')/release
 echo "built ${#all[@]} targets in $((SECONDS - started))s; ${SECONDS_EACH}s each"
 
-failed=()
-for target in "${targets[@]}"; do
+# fuzz_one TARGET: runs it for SECONDS_EACH; prints its line (and what to replay), fails on a finding.
+fuzz_one() {
+    local target=$1 log
     log=$(mktemp)
     mkdir -p "corpus/$target" "artifacts/$target"
     if "$BIN_DIR/$target" "corpus/$target" -artifact_prefix="artifacts/$target/" "${SEED[@]}" \
@@ -59,14 +60,34 @@ for target in "${targets[@]}"; do
         runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
         cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1)
         printf '%-22s ok: %s runs, %s, corpus %s files\n' "$target" "${runs:-?}" "${cov:-cov: ?}" "$(ls "corpus/$target" | wc -l)"
-    else
-        echo "$target FAILED:"
-        grep -E 'panicked|fuzz target|ERROR|SUMMARY|Test unit written|Reproduce with' "$log" | head -20
-        artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
-        [ -z "$artifact" ] || echo "  replay: (cd fuzz && cargo fuzz run --sanitizer $SANITIZER $target $artifact), or $BIN_DIR/$target fuzz/$artifact"
-        failed+=("$target")
+        rm -f "$log"
+        return 0
     fi
+    echo "$target FAILED:"
+    grep -E 'panicked|fuzz target|ERROR|SUMMARY|Test unit written|Reproduce with' "$log" | head -20
+    artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
+    [ -z "$artifact" ] || echo "  replay: (cd fuzz && cargo fuzz run --sanitizer $SANITIZER $target $artifact), or $BIN_DIR/$target fuzz/$artifact"
     rm -f "$log"
+    return 1
+}
+
+# One target per CPU at a time (each is single-threaded, and each gets its full SECONDS_EACH);
+# their lines are printed in the targets' order.
+JOBS=${FUZZ_JOBS:-$(nproc)}
+RESULTS=$TMPDIR/results
+mkdir -p "$RESULTS"
+running=()
+for target in "${targets[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    # In a condition, so that set -e neither stops the job at a finding nor inside fuzz_one.
+    ( if fuzz_one "$target" > "$RESULTS/$target.txt" 2>&1; then echo 0; else echo 1; fi > "$RESULTS/$target.rc" ) &
+    running+=($!)
+done
+wait "${running[@]}" || true
+failed=()
+for target in "${targets[@]}"; do
+    cat "$RESULTS/$target.txt"
+    [ "$(cat "$RESULTS/$target.rc" 2>/dev/null)" = 0 ] || failed+=("$target")
 done
 echo "libFuzzer: ${#targets[@]} targets, ${#failed[@]} failed, $((SECONDS - started))s"
 [ ${#failed[@]} -eq 0 ]
