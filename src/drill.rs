@@ -189,8 +189,8 @@ pub enum DrillError {
     Meminfo(#[source] SourceError),
     #[error("cannot check MemAvailable: {} has no MemAvailable line", .0.display())]
     NoMemAvailable(PathBuf),
-    #[error("cannot check MemAvailable: {} is not procfs (statfs f_type {f_type:#x})", .path.display())]
-    NotProcfs { path: PathBuf, f_type: i64 },
+    #[error("cannot check MemAvailable: {} is not procfs (statfs(2) does not say PROC_SUPER_MAGIC)", .path.display())]
+    NotProcfs { path: PathBuf },
     #[error(
         "{steps} steps need {needed} file descriptors (one io_uring ring each) but RLIMIT_NOFILE allows {hard}: raise \
             --step-mib or the hard limit"
@@ -300,19 +300,8 @@ pub fn mem_available(procfs: &Path) -> Result<u64, DrillError> {
 /// not a directory standing in for it; the CLI passes /proc.
 pub fn kernel_mem_available(procfs: &Path) -> Result<u64, DrillError> {
     let io_error = |source| DrillError::Meminfo(SourceError::Io { path: procfs.to_owned(), source });
-    let name = std::ffi::CString::new(procfs.as_os_str().as_encoded_bytes())
-        .map_err(|_| io_error(io::Error::from(io::ErrorKind::InvalidInput)))?;
-    // SAFETY: statfs reads the NUL-terminated path and writes into the zeroed struct we own.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; both pointers are valid for the call.
-    if unsafe { libc::statfs(name.as_ptr(), &mut fs) } != 0 {
-        return Err(io_error(io::Error::last_os_error()));
-    }
-    // f_type and the magic are i64 on x86_64, narrower on other targets.
-    #[allow(clippy::unnecessary_cast)]
-    let (f_type, proc_magic) = (fs.f_type as i64, libc::PROC_SUPER_MAGIC as i64);
-    if f_type != proc_magic {
-        return Err(DrillError::NotProcfs { path: procfs.to_owned(), f_type });
+    if !fsroot::is_procfs(procfs).map_err(io_error)? {
+        return Err(DrillError::NotProcfs { path: procfs.to_owned() });
     }
     mem_available(procfs)
 }

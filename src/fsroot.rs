@@ -116,6 +116,23 @@ fn read_bounded(file: File, path: &Path, limit: u64, bytes: &mut Vec<u8>) -> Res
     Ok(())
 }
 
+/// Whether `path` is a procfs mount (statfs(2) says PROC_SUPER_MAGIC), and not a directory
+/// standing in for one (a fixture tree, a copy): what the kernel alone knows, such as the memory
+/// it can hand out or its task counters, is read only from a real procfs.
+pub fn is_procfs(path: &Path) -> io::Result<bool> {
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: statfs reads the NUL-terminated path and writes into the zeroed struct we own.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; both pointers are valid for the call.
+    if unsafe { libc::statfs(name.as_ptr(), &mut fs) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // f_type and the magic are i64 on x86_64, narrower on other targets.
+    #[allow(clippy::unnecessary_cast)]
+    Ok(fs.f_type as i64 == libc::PROC_SUPER_MAGIC as i64)
+}
+
 /// Reads a kernel file into `buf` (cleared first), failing past [`MAX_FILE_BYTES`]. Any file type
 /// is read (a character device is cut at the bound). Invalid UTF-8 is replaced rather than
 /// rejected: kernel text is ASCII, and a stray byte in a comm or path must not lose the rest of

@@ -12,6 +12,7 @@ pub mod proc_cgroups;
 pub mod rdma_cgroup;
 pub mod rdma_sysfs;
 pub mod sysvm;
+pub mod tasks;
 pub mod uid_map;
 pub mod versions;
 pub mod vmstat;

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::config::ProcessConfig;
 use crate::exposition::Exposition;
 use crate::fsroot::{self, Roots, SourceError};
-use crate::kernel::vmstat;
+use crate::kernel::{tasks, vmstat};
 use crate::trend::{Observation, Scope};
 
 pub use sample::{initial_user_namespace, ipc_lock_exempts, CgroupAggregate, CgroupInfo, Counter, ProcessSample};
@@ -81,6 +81,8 @@ pub struct ProcessStats {
     pub early_full_scans_total: u64,
     /// Processes found by the listing of a tracked pass, between full scans.
     pub discovered_total: u64,
+    /// Tracked passes that did not list procfs: the node's task counters had not changed.
+    pub listings_skipped_total: u64,
     /// Processes that exited between being listed (or tracked) and being read.
     pub vanished_total: u64,
     pub read_errors_total: ReadErrors,
@@ -127,6 +129,22 @@ pub struct ProcessCollector {
     others: Vec<u32>,
     baseline: Option<Baseline>,
     page_size: u64,
+    /// The node's task counters read before the last listing (see [`TaskCounters`]).
+    listed_at: Option<TaskCounters>,
+    /// Whether procfs is the kernel's (statfs), so that its task counters mean something; a
+    /// fixture tree is listed on every pass.
+    counters_apply: bool,
+    listings_skipped: u64,
+    /// Reused for `<procfs>/stat`, which is long on hosts with many interrupts.
+    counters_text: String,
+}
+
+/// Tasks created since boot and tasks that exist (`kernel::tasks`): unchanged between two
+/// reads, no process appeared or went in between, so the listing would be the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TaskCounters {
+    forks: u64,
+    threads: u64,
 }
 
 impl ProcessCollector {
@@ -153,7 +171,24 @@ impl ProcessCollector {
             others: Vec::new(),
             baseline: None,
             page_size: procfs::page_size(),
+            listed_at: None,
+            counters_apply: fsroot::is_procfs(&roots.procfs).unwrap_or(false),
+            listings_skipped: 0,
+            counters_text: String::new(),
         }
+    }
+
+    /// The node's task counters now; `None` when procfs is not the kernel's or they cannot be
+    /// read (then every pass lists: the counters only save work, they never decide alone).
+    fn task_counters(&mut self) -> Option<TaskCounters> {
+        if !self.counters_apply {
+            return None;
+        }
+        fsroot::read_into(&self.procfs.join("stat"), &mut self.counters_text).ok()?;
+        let forks = tasks::forks(&self.counters_text)?;
+        fsroot::read_into(&self.procfs.join("loadavg"), &mut self.counters_text).ok()?;
+        let threads = tasks::threads(&self.counters_text)?;
+        Some(TaskCounters { forks, threads })
     }
 
     fn full_scan_due(&self, now: Instant) -> bool {
@@ -183,8 +218,11 @@ impl ProcessCollector {
 
     /// The user-process pids of procfs, sorted. `None` (with the error) when it cannot be listed
     /// or holds no process at all.
-    fn list_pids(&self, errors: &mut Vec<SourceError>) -> Option<Vec<u32>> {
-        // Every pass lists procfs: names are read as bytes, without a String per entry.
+    /// `counters` are the task counters read just before (a task created or reaped after that
+    /// read changes them, so the next pass lists again).
+    fn list_pids(&mut self, counters: Option<TaskCounters>, errors: &mut Vec<SourceError>) -> Option<Vec<u32>> {
+        self.listed_at = None;
+        // Names are read as bytes, without a String per entry.
         let io_err = |source| SourceError::Io { path: self.procfs.clone(), source };
         let mut pids = Vec::with_capacity(self.table.len() + self.others.len() + 64);
         let entries = match std::fs::read_dir(&self.procfs) {
@@ -217,6 +255,7 @@ impl ProcessCollector {
         // procfs lists pids in increasing order (proc_pid_readdir walks next_tgid), so this is
         // cheap; other roots (fixture trees) are sorted here.
         pids.sort_unstable();
+        self.listed_at = counters;
         Some(pids)
     }
 
@@ -225,7 +264,8 @@ impl ProcessCollector {
         let started = Instant::now();
         // On failure the next tick scans again (no tracked pass in between), so the collector
         // keeps reporting the failure instead of alternating with tracked passes that succeed.
-        let pids = self.list_pids(errors)?;
+        let counters = self.task_counters();
+        let pids = self.list_pids(counters, errors)?;
         self.scanner.maps_reads_left = scan::MAPS_READS_PER_PASS;
         self.last_full_scan = Some(started);
         self.full_scans += 1;
@@ -300,7 +340,13 @@ impl ProcessCollector {
     /// no longer listed are dropped. New processes are re-read on every pass for
     /// [`PROBATION`].
     fn discover(&mut self, table: Vec<Record>, errors: &mut Vec<SourceError>) -> Vec<Record> {
-        let Some(pids) = self.list_pids(errors) else { return table };
+        let counters = self.task_counters();
+        if counters.is_some() && counters == self.listed_at {
+            // No task created or reaped since the last listing: it would list the same pids.
+            self.listings_skipped += 1;
+            return table;
+        }
+        let Some(pids) = self.list_pids(counters, errors) else { return table };
         let now = Instant::now();
         let mut on_probation = table.iter().filter(|r| r.probation_until.is_some_and(|t| t > now)).count();
         let mut old = table.into_iter().peekable();
@@ -405,6 +451,7 @@ impl ProcessCollector {
             full_scans_total: self.full_scans,
             early_full_scans_total: self.early_full_scans,
             discovered_total: self.discovered,
+            listings_skipped_total: self.listings_skipped,
             vanished_total: self.scanner.tally.vanished,
             read_errors_total: self.scanner.tally.errors,
         }
@@ -706,6 +753,22 @@ mod tests {
         let stats = collector.tracked_pass(&mut errors);
         assert_eq!(stats.processes.iter().find(|p| p.pid == 93).unwrap().ipc_lock, Some(true));
         assert!(errors.iter().any(|e| e.to_string().contains("93/uid_map")), "{errors:?}");
+
+        // Holding nothing, the namespace is not read (a broken map would be an error) and the
+        // capability stands; the first pin gets it read at the next full scan.
+        let tree = Tree::new("userns-idle");
+        tree.process(96, "python3", 0, 0, "8388608", "/job").ipc_lock(96);
+        std::fs::write(tree.root.join("96/uid_map"), "0 65534\n").unwrap();
+        let mut collector = tree.collector(0, "", 10);
+        let mut errors = Vec::new();
+        collector.full_scan(&mut errors).unwrap();
+        assert!(errors.is_empty(), "not read: {errors:?}");
+        assert_eq!(collector.table[0].sample.ipc_lock, Some(true));
+        std::fs::copy(format!("{captures}/proc_userns_uid_map"), tree.root.join("96/uid_map")).unwrap();
+        tree.status(96, "python3", 0, 4096);
+        tree.ipc_lock(96);
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert_eq!(stats.processes[0].ipc_lock, Some(false), "held inside a user namespace, now read");
     }
 
     /// Issue 14: `ns/user` against pid 1's decides where it can be read. A child namespace may
@@ -850,6 +913,51 @@ mod tests {
             }
         }
         assert_eq!(collector.tracked_pass(&mut errors).tracked, 0);
+    }
+
+    /// The idle cost: listing procfs each second is most of it (2.3 ms for 2,000 processes).
+    /// With the node's task counters unchanged nothing appeared or went, and the pass does not
+    /// list; any change to either lists again. Counters are honoured only on a real procfs (a
+    /// fixture tree's are not the kernel's): here the test stands in for that check.
+    #[test]
+    fn unchanged_task_counters_skip_the_listing_and_any_change_lists_again() {
+        let tree = Tree::new("counters");
+        let counters = |forks: u64, threads: u64| {
+            std::fs::write(tree.root.join("stat"), format!("cpu  1 2 3 4\nprocesses {forks}\nprocs_running 1\n"))
+                .unwrap();
+            std::fs::write(tree.root.join("loadavg"), format!("0.00 0.01 0.05 1/{threads} 4242\n")).unwrap();
+        };
+        tree.process(100, "sshd", 0, 0, "8388608", "/system");
+        counters(1000, 50);
+        let mut collector = tree.collector(0, "", 10);
+        assert!(!collector.counters_apply, "a directory standing in for procfs");
+        collector.counters_apply = true;
+        let mut errors = Vec::new();
+        collector.full_scan(&mut errors).unwrap();
+        // A process directory without the kernel's counters moving: cannot happen on procfs,
+        // and shows that the pass did not list.
+        tree.process(101, "worker", 0, 0, "8388608", "/job");
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!((pids(&stats), stats.listings_skipped_total), (vec![100], 1));
+        // A task created: listed, found.
+        counters(1001, 51);
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!((pids(&stats), stats.listings_skipped_total, stats.discovered_total), (vec![100, 101], 1, 1));
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(stats.listings_skipped_total, 2);
+        // A task reaped, none created: listed, gone.
+        tree.remove(101);
+        counters(1001, 50);
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!((pids(&stats), stats.listings_skipped_total), (vec![100], 2));
+        // Unreadable counters: every pass lists.
+        std::fs::remove_file(tree.root.join("loadavg")).unwrap();
+        tree.process(102, "worker", 0, 0, "8388608", "/job");
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!((pids(&stats), stats.listings_skipped_total), (vec![100, 102], 2));
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(stats.listings_skipped_total, 2);
+        assert!(errors.is_empty(), "{errors:?}");
     }
 
     /// Issue 14: a process that was seen holding nothing and is not re-read (not tracked, off

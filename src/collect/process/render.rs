@@ -285,6 +285,14 @@ impl ProcessStats {
         )
         .sample(&[], self.discovered_total);
         out.family(
+            "memlock_process_listings_skipped_total",
+            "Tracked passes that did not list procfs because the node's task counters (processes in /proc/stat, \
+                the task count in /proc/loadavg) were unchanged since the last listing: no process appeared or \
+                exited in between.",
+            Kind::Counter,
+        )
+        .sample(&[], self.listings_skipped_total);
+        out.family(
             "memlock_process_vanished_total",
             "Processes that exited between being listed and being read (skipped silently).",
             Kind::Counter,
