@@ -292,7 +292,13 @@ impl Scanner {
             let err = self.reader.parse_error(err);
             self.tally.note(err, errors);
         }
-        if record.sample.ipc_lock == Some(true) {
+        // The namespace matters only where the limit does: for memory held, or a process that is
+        // exported whatever it holds (comm_pattern). One holding nothing is not checked (two more
+        // reads per root process on every full scan, a fifth of the scan's idle cost) and counts
+        // as its capability says; its first lock or pin gets it re-read, and checked, within a
+        // pass (a tracked pass, or the full scan that node-wide growth brings forward).
+        let holds = record.sample.locked_bytes.unwrap_or(0) > 0 || record.sample.pinned_bytes.unwrap_or(0) > 0;
+        if record.sample.ipc_lock == Some(true) && (holds || record.comm_matches) {
             let initial = self.user_namespace_is_initial(record.sample.pid, errors);
             record.sample.ipc_lock = ipc_lock_exempts(record.sample.ipc_lock, initial);
         }
