@@ -268,8 +268,10 @@ impl Default for RawProcessCollector {
             interval: default_interval("process"),
             // New processes are found every interval by listing procfs, and node-wide growth in
             // pinned or mlocked memory brings a full scan forward: the full scan only refreshes
-            // processes that were idle when last read.
-            full_scan_interval: "30s".into(),
+            // processes that were idle when last read (their limits and cgroup). 60 s keeps the
+            // idle cost within 0.5 % of a core with 2,000 processes (30 s: 0.59 %; see
+            // docs/benchmarks.md, "Idle cost").
+            full_scan_interval: "60s".into(),
             min_bytes: 1 << 20,
             comm_pattern: "^(python[0-9.]*|pt_main_thread|torchrun|deepspeed)$".into(),
             top_n: 200,

@@ -57,7 +57,7 @@ measure() {
 }
 
 results=$(
-    measure defaults -- 
+    measure defaults ${DEFAULTS_ENV:-} -- 
     measure naive MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL=1s --
     measure floor -- --no-collector.process --no-collector.cgroup
 )
