@@ -115,7 +115,13 @@ e2e_scripts() {
     for script in scripts/e2e/*.sh; do
         [ -e "$script" ] || continue
         echo "--- $script"
-        bash "$script" || { echo "--- $script FAILED"; rc=1; }
+        local started=$SECONDS
+        if bash "$script"; then
+            echo "--- $script: ok ($((SECONDS - started))s)"
+        else
+            echo "--- $script FAILED ($((SECONDS - started))s)"
+            rc=1
+        fi
     done
     return $rc
 }
