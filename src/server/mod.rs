@@ -640,6 +640,19 @@ pub fn local_address(listener: &TcpListener) -> Option<SocketAddr> {
 mod tests {
     use super::*;
 
+    /// A site serving `snapshot` at /metrics, without TLS or auth.
+    fn test_site(snapshot: &Arc<Snapshot>, max_requests: usize) -> Site {
+        Site {
+            snapshots: watch::channel(snapshot.clone()).1,
+            telemetry_path: "/metrics".into(),
+            collectors: vec![],
+            web: Arc::default(),
+            max_requests,
+            max_response_bytes: 0,
+            rendered: Renders::default(),
+        }
+    }
+
     #[test]
     fn listen_addresses() {
         assert_eq!(split_listen_address(":9478"), Ok((None, 9478)));
@@ -670,31 +683,11 @@ mod tests {
         assert!(!a.is_empty());
         assert_eq!(a.as_ptr(), b.as_ptr(), "two scrapes, one copy");
         assert_eq!(a.as_ptr(), snapshot.text().as_ptr());
-        let (_, receiver) = watch::channel(snapshot.clone());
-        let site = Site {
-            snapshots: receiver,
-            telemetry_path: "/metrics".into(),
-            collectors: vec![],
-            web: Arc::default(),
-            max_requests: 0,
-            max_response_bytes: 0,
-            rendered: Renders::default(),
-        };
+        let site = test_site(&snapshot, 0);
         let registry = Registry::new();
         let gauge = prometheus::IntGauge::new("memlock_exporter_test", "A test gauge.").unwrap();
         registry.register(Box::new(gauge)).unwrap();
-        let state = AppState::new(
-            Site {
-                snapshots: site.snapshots.clone(),
-                telemetry_path: "/metrics".into(),
-                collectors: vec![],
-                web: Arc::default(),
-                max_requests: 0,
-                max_response_bytes: 0,
-                rendered: Renders::default(),
-            },
-            registry,
-        );
+        let state = AppState::new(test_site(&snapshot, 0), registry);
         let place = Arc::new(Connections::default()).open(None);
         let response = metrics(&state, &site, place.progress(), Encoding::Identity).await;
         let exact = response.body().size_hint().exact().expect("an exact length, so Content-Length is sent");
@@ -716,16 +709,7 @@ mod tests {
         use http_body_util::BodyExt;
         use std::io::Read;
         let snapshot = Arc::new(Snapshot::empty());
-        let site = || Site {
-            snapshots: watch::channel(snapshot.clone()).1,
-            telemetry_path: "/metrics".into(),
-            collectors: vec![],
-            web: Arc::default(),
-            max_requests: 0,
-            max_response_bytes: 0,
-            rendered: Renders::default(),
-        };
-        let (state, site) = (AppState::new(site(), Registry::new()), site());
+        let (state, site) = (AppState::new(test_site(&snapshot, 0), Registry::new()), test_site(&snapshot, 0));
         let place = Arc::new(Connections::default()).open(None);
         let mut bodies = Vec::new();
         for _ in 0..2 {
@@ -799,18 +783,7 @@ mod tests {
 
     #[test]
     fn request_slots_are_bounded_and_released() {
-        let state = AppState::new(
-            Site {
-                snapshots: watch::channel(Arc::new(Snapshot::empty())).1,
-                telemetry_path: "/metrics".into(),
-                collectors: vec![],
-                web: Arc::default(),
-                max_requests: 2,
-                max_response_bytes: 0,
-                rendered: Renders::default(),
-            },
-            Registry::new(),
-        );
+        let state = AppState::new(test_site(&Arc::new(Snapshot::empty()), 2), Registry::new());
         let first = state.admit(2).unwrap();
         let second = state.admit(2).unwrap();
         assert!(state.admit(2).is_none());
