@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::util::{fixtures, live_lock, Exporter};
+use crate::util::{basic, fixtures, live_lock, Exporter};
 
 /// What a scraper is promised during an attack.
 const SCRAPE_DEADLINE: Duration = Duration::from_secs(3);
@@ -168,20 +168,6 @@ fn scraper(address: String, headers: String, stop: Arc<AtomicBool>) -> std::thre
 fn summary(results: &[Option<Duration>]) -> (f64, Duration) {
     let ok: Vec<Duration> = results.iter().flatten().copied().collect();
     (ok.len() as f64 / results.len().max(1) as f64, ok.iter().max().copied().unwrap_or_default())
-}
-
-fn basic(user: &str, password: &str) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let input = format!("{user}:{password}").into_bytes();
-    let mut out = String::new();
-    for chunk in input.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            out.push(if i <= chunk.len() { ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
-        }
-    }
-    format!("Authorization: Basic {out}\r\n")
 }
 
 fn fixture_args() -> Vec<String> {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{fixtures, http_get, Exporter};
+use crate::util::{basic, fixtures, http_get, Exporter};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("memlock-web-it-{}-{name}", std::process::id()));
@@ -267,24 +267,6 @@ fn raw_request(address: &str, path: &str, headers: &str) -> (u16, Duration) {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     (status, started.elapsed())
-}
-
-fn basic(user: &str, password: &str) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let input = format!("{user}:{password}").into_bytes();
-    let mut out = String::new();
-    for chunk in input.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    format!("Authorization: Basic {out}\r\n")
 }
 
 #[test]
