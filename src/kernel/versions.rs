@@ -70,7 +70,10 @@ pub fn nccl_mapping(line: &str) -> Option<NcclMapping> {
         return None;
     }
     let suffix = rest.trim_start_matches('.');
-    let version = (suffix.split('.').count() >= 3 && is_version(suffix)).then(|| suffix.to_owned());
+    // The library label is bounded; a version is taken only from a name that fits whole, so
+    // that it is as bounded and is the end of the label beside it.
+    let version = (name.len() <= MAX_VERSION_BYTES && suffix.split('.').count() >= 3 && is_version(suffix))
+        .then(|| suffix.to_owned());
     Some(NcclMapping { library: module_version(name), version })
 }
 
@@ -122,6 +125,11 @@ mod tests {
         // Found by the fuzz target maps_nccl: a trailing dot is no version.
         let dotted = "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/libnccl.so.2.21.";
         assert_eq!(nccl_mapping(dotted).map(|m| (m.library, m.version)), Some(("libnccl.so.2.21.".into(), None)));
+        // Found by the fuzz target maps_nccl: a name longer than the bound has no version label
+        // (it would be unbounded, and not the end of the truncated library label).
+        let long = format!("7c00000   0  bin0u/libnccl.so.2.21.00{}", "2".repeat(130));
+        let found = nccl_mapping(&long).map(|m| (m.library.len(), m.version));
+        assert_eq!(found, Some((MAX_VERSION_BYTES, None)));
         let spaces = "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/my nccl/libnccl.so.2.19.3";
         assert_eq!(nccl_mapping(spaces).and_then(|m| m.version), Some("2.19.3".into()));
         for other in [
