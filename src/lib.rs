@@ -34,6 +34,7 @@ pub mod estimate;
 pub mod exposition;
 pub mod fsroot;
 pub mod gzip;
+pub mod heap;
 pub mod job_context;
 pub mod kernel;
 pub mod logging;

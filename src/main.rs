@@ -10,6 +10,10 @@ use memlock_exporter::{check, drill, estimate, exit, logging, serve};
 #[link_section = ".init_array"]
 static HOLD_STOP_SIGNALS: extern "C" fn() = serve::hold_stop_signals;
 
+/// Counts the heap in use for `memlock_exporter_heap_allocated_bytes` (see `heap`).
+#[global_allocator]
+static ALLOCATOR: memlock_exporter::heap::CountingAllocator = memlock_exporter::heap::CountingAllocator;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(cli.command, None | Some(Command::Serve(_))) {

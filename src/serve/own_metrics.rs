@@ -1,5 +1,5 @@
 //! The exporter's own metrics: build info, collector errors, fast-path deliveries, reload
-//! status and the `process_*` series of this process.
+//! status, the `process_*` series of this process and its heap in use.
 
 use std::time::SystemTime;
 
@@ -41,6 +41,9 @@ impl SelfMetrics {
         )?;
         registry.register(Box::new(collector_errors.clone()))?;
         registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+        if let Some(heap) = crate::heap::HeapCollector::new() {
+            registry.register(Box::new(heap))?;
+        }
         let alerts = AlertMetrics {
             sent: IntCounterVec::new(
                 Opts::new(

@@ -10,26 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::util::{basic, fixtures, live_lock, Exporter};
+use crate::util::{basic, fixtures, live_lock, unit_memory_max, Exporter};
 
 /// What a scraper is promised during an attack.
 const SCRAPE_DEADLINE: Duration = Duration::from_secs(3);
 const SCRAPE_INTERVAL: Duration = Duration::from_millis(200);
-
-/// `MemoryMax=` of systemd/memlock-exporter.service, in bytes.
-fn unit_memory_max() -> u64 {
-    let unit = std::fs::read_to_string(fixtures().join("../../systemd/memlock-exporter.service")).unwrap();
-    let value = unit.lines().find_map(|l| l.strip_prefix("MemoryMax=")).expect("the unit sets MemoryMax");
-    let (digits, unit) = value.trim().split_at(value.trim().find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len()));
-    let scale = match unit {
-        "" => 1,
-        "K" => 1 << 10,
-        "M" => 1 << 20,
-        "G" => 1 << 30,
-        other => panic!("MemoryMax unit {other:?}"),
-    };
-    digits.parse::<u64>().unwrap() * scale
-}
 
 fn status_field(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

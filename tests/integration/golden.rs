@@ -8,6 +8,7 @@ const VOLATILE: &[&str] = &[
     "memlock_scrape_collector_duration_seconds",
     "memlock_exporter_collector_sample_age_seconds",
     "memlock_exporter_build_info",
+    "memlock_exporter_heap_allocated_bytes",
     "memlock_exporter_config_last_reload_success_timestamp_seconds",
     "process_",
 ];

@@ -364,3 +364,18 @@ pub fn basic(user: &str, password: &str) -> String {
     }
     format!("Authorization: Basic {out}\r\n")
 }
+
+/// `MemoryMax=` of systemd/memlock-exporter.service, in bytes.
+pub fn unit_memory_max() -> u64 {
+    let unit = std::fs::read_to_string(fixtures().join("../../systemd/memlock-exporter.service")).unwrap();
+    let value = unit.lines().find_map(|l| l.strip_prefix("MemoryMax=")).expect("the unit sets MemoryMax");
+    let (digits, unit) = value.trim().split_at(value.trim().find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len()));
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        other => panic!("MemoryMax unit {other:?}"),
+    };
+    digits.parse::<u64>().unwrap() * scale
+}
