@@ -4,10 +4,10 @@
 //! Resident memory is the wrong measure of what the daemon keeps: glibc's malloc keeps freed
 //! memory for reuse and raises its mmap threshold to the size of the large blocks freed (a
 //! snapshot's text is megabytes), so VmRSS swings by 10 MiB between samples with the texts
-//! alive at that moment and creeps up by a few MiB in the first minutes, further under CPU
-//! contention, then stays (a churn test's 41 to 45 MiB in CI; flat over 400 s here). The bytes
-//! allocated and not freed move only with what the program holds: what is kept per vanished
-//! process or cgroup shows in them at once.
+//! alive at that moment and creeps up by a few MiB in the first minutes, more under CPU
+//! contention, then stays (41 to 45 MiB over a churn test's first 100 s in CI; flat from the
+//! third minute of a 400 s run here). The bytes allocated and not freed move only with what the
+//! program holds: what is kept per vanished process or cgroup shows in them at once.
 //!
 //! The binary installs [`CountingAllocator`] as its global allocator (`main.rs`); library tests
 //! do not, and [`allocated_bytes`] is `None` there.
