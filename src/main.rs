@@ -15,6 +15,7 @@ static HOLD_STOP_SIGNALS: extern "C" fn() = serve::hold_stop_signals;
 static ALLOCATOR: memlock_exporter::heap::CountingAllocator = memlock_exporter::heap::CountingAllocator;
 
 fn main() -> ExitCode {
+    memlock_exporter::heap::mark_installed();
     let cli = Cli::parse();
     if !matches!(cli.command, None | Some(Command::Serve(_))) {
         serve::release_stop_signals();

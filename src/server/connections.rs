@@ -122,7 +122,7 @@ impl Connections {
     }
 
     /// Tells up to `count` connections, those idle longest, to close; returns how many. None
-    /// when every connection is busy or has a request waiting to be read.
+    /// when every connection is busy or has bytes waiting to be read (a request, a TLS record).
     pub fn close_idlest(&self, count: usize) -> usize {
         let mut table = self.table();
         let mut idle: Vec<(Instant, u64)> =
@@ -153,9 +153,10 @@ impl Connections {
 /// Whether the client has sent bytes the server has not read (`SIOCINQ`, tcp(7)).
 fn has_unread_bytes(socket: RawFd) -> bool {
     let mut unread: libc::c_int = 0;
-    // SAFETY: the connection's socket: its entry is removed when the connection ends, and the
-    // table's lock is held; the ioctl writes one int we own. A descriptor number reused in the
-    // instant between the socket's close and the entry's removal only misinforms this choice.
+    // SAFETY: the ioctl only reads the descriptor's state and writes one int we own. The
+    // descriptor is the connection's socket while its entry is in the table, but for the instant
+    // between the socket's close and the entry's removal (the task drops its connection, then
+    // its place, then its permit): a number reused meanwhile only misinforms this choice.
     (unsafe { libc::ioctl(socket, libc::FIONREAD, &mut unread) }) == 0 && unread > 0
 }
 

@@ -72,6 +72,9 @@ pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_CONNECTIONS: usize = 512;
 /// How many idle connections are closed at once when a new one arrives at the cap.
 const CLOSE_AT_CAP: usize = 32;
+/// How often the accept loop at the cap looks again for a connection to close when it found
+/// none (each was serving a request or had one not yet read).
+const RETRY_CLOSE_IDLEST: Duration = Duration::from_millis(20);
 
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -274,15 +277,20 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl F
                 // At the cap: close the connections idle longest to make room for this one and
                 // the next few (one at a time, each accept would wait for a task to end, and a
                 // backlog of a thousand reopened connections took a scrape seconds to get
-                // through); when every connection is serving a request, wait for one to finish.
-                let closed = open.close_idlest(CLOSE_AT_CAP);
-                tracing::debug!(%peer, closed, "at the connection cap: closing the connections idle longest");
-                let permit = tokio::select! {
-                    permit = permits.clone().acquire_owned() => permit,
-                    () = &mut shutdown => break,
+                // through). When none can be closed (every one is serving a request or has one
+                // to read), wait for one to finish, looking again every RETRY_CLOSE_IDLEST: a
+                // connection whose request was unread may be idle again by then.
+                let permit = loop {
+                    let closed = open.close_idlest(CLOSE_AT_CAP);
+                    tracing::debug!(%peer, closed, "at the connection cap: closing the connections idle longest");
+                    tokio::select! {
+                        permit = permits.clone().acquire_owned() => break Some(permit),
+                        () = tokio::time::sleep(RETRY_CLOSE_IDLEST), if closed == 0 => {}
+                        () = &mut shutdown => break None,
+                    }
                 };
                 // The semaphore is never closed; an error would mean it was, so stop serving.
-                let Ok(permit) = permit else { break };
+                let Some(Ok(permit)) = permit else { break };
                 permit
             }
         };
@@ -292,6 +300,8 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl F
                 () = connection(stream, peer, state, watcher, &place) => {}
                 () = place.closed() => tracing::debug!(%peer, "closed to make room for a new connection"),
             }
+            // Out of the table before the permit lets another in.
+            drop(place);
             drop(permit);
         });
     }
