@@ -525,6 +525,18 @@ fn heap_medians(samples: &[f64]) -> (f64, f64) {
     (median(&samples[..8]), median(&samples[samples.len() - 8..]))
 }
 
+/// The heap in use (medians after the warm-up and at the end) grew by at most
+/// [`HEAP_GROWTH_ALLOWED`], and VmRSS (its peak, KiB) stayed under the unit's `MemoryMax`.
+fn assert_memory_flat((warm_heap, end_heap): (f64, f64), rss_max_kib: u64) {
+    assert!(
+        end_heap <= warm_heap + HEAP_GROWTH_ALLOWED,
+        "the heap in use grew from {:.2} MiB to {:.2} MiB over the churn",
+        mib(warm_heap),
+        mib(end_heap)
+    );
+    assert!(rss_max_kib * 1024 < unit_memory_max(), "VmRSS reached {rss_max_kib} KiB, over the unit's MemoryMax");
+}
+
 #[test]
 fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
     const PROCESSES: u32 = 600;
@@ -633,13 +645,7 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
         HEAP_GROWTH_ALLOWED / replaced_since_warm_up.max(1) as f64
     );
     assert!(replaced_since_warm_up >= 5_000, "only {replaced_since_warm_up} processes replaced after the warm-up");
-    assert!(
-        end_heap <= warm_heap + HEAP_GROWTH_ALLOWED,
-        "the heap in use grew from {:.2} MiB to {:.2} MiB over the churn",
-        mib(warm_heap),
-        mib(end_heap)
-    );
-    assert!(rss_max * 1024 < unit_memory_max(), "VmRSS reached {rss_max} KiB, over the unit's MemoryMax");
+    assert_memory_flat((warm_heap, end_heap), rss_max);
     assert_eq!(thread_count(pid), warm_threads, "threads");
 
     // Once the churn stops, a full scan later only live pids and cgroups have series (each
@@ -802,13 +808,7 @@ fn live_churn_of_real_processes_and_cgroups() {
     );
     assert!(spawned > 10 * seconds && created > seconds, "too little churn: {spawned} processes, {created} cgroups");
     assert!(seen_ours.len() > 3, "the churned processes were exported with their cgroups: {seen_ours:?}");
-    assert!(
-        end_heap <= warm_heap + HEAP_GROWTH_ALLOWED,
-        "the heap in use grew from {:.2} MiB to {:.2} MiB",
-        mib(warm_heap),
-        mib(end_heap)
-    );
-    assert!(rss_max * 1024 < unit_memory_max(), "VmRSS reached {rss_max} KiB, over the unit's MemoryMax");
+    assert_memory_flat((warm_heap, end_heap), rss_max);
 
     // Clean up, then every series of ours disappears: pids, cgroups, trend scopes.
     drop(live);
