@@ -73,32 +73,32 @@ pub fn allocated_bytes() -> Option<usize> {
 
 /// `memlock_exporter_heap_allocated_bytes`, read at every scrape.
 pub struct HeapCollector {
-    desc: prometheus::core::Desc,
+    gauge: prometheus::Gauge,
 }
-
-const METRIC: &str = "memlock_exporter_heap_allocated_bytes";
-const HELP: &str = "Bytes the exporter has allocated and not freed (its heap in use); resident memory also counts \
-    what the allocator keeps for reuse.";
 
 impl HeapCollector {
     /// `None` when the counting allocator is not installed (library tests).
     pub fn new() -> Option<Self> {
         allocated_bytes()?;
-        let desc = prometheus::core::Desc::new(METRIC.into(), HELP.into(), Vec::new(), Default::default()).ok()?;
-        Some(Self { desc })
+        let gauge = prometheus::Gauge::new(
+            "memlock_exporter_heap_allocated_bytes",
+            "Bytes the exporter has allocated and not freed (its heap in use); resident memory also counts what \
+            the allocator keeps for reuse.",
+        )
+        .ok()?;
+        Some(Self { gauge })
     }
 }
 
 impl prometheus::core::Collector for HeapCollector {
     fn desc(&self) -> Vec<&prometheus::core::Desc> {
-        vec![&self.desc]
+        self.gauge.desc()
     }
 
     fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
         let Some(bytes) = allocated_bytes() else { return Vec::new() };
-        let Ok(gauge) = prometheus::Gauge::with_opts(prometheus::Opts::new(METRIC, HELP)) else { return Vec::new() };
-        gauge.set(bytes as f64);
-        prometheus::core::Collector::collect(&gauge)
+        self.gauge.set(bytes as f64);
+        self.gauge.collect()
     }
 }
 

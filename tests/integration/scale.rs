@@ -617,9 +617,9 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
         std::thread::sleep(Duration::from_millis(250));
     }
     let rounds = churn.finish();
-    heap_samples.push(exporter.metrics().value("memlock_exporter_heap_allocated_bytes"));
-    let (warm_heap, end_heap) = heap_medians(&heap_samples);
     let m = exporter.metrics();
+    heap_samples.push(m.value("memlock_exporter_heap_allocated_bytes"));
+    let (warm_heap, end_heap) = heap_medians(&heap_samples);
     eprintln!(
         "churn: {samples} process samples in {:.0?}, {rounds} churn rounds ({} processes and {} cgroups replaced), \
             {scrapes} scrapes; heap in use after warm-up {:.2} MiB, at the end {:.2} MiB (medians of 8 scrapes); VmRSS max {rss_max} \
