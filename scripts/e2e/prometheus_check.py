@@ -327,8 +327,14 @@ def main():
 
     instances = check_targets(args.prometheus, list(exporters))
     check_rules(args.prometheus)
-    # rate() and deriv() need two samples in their window.
-    time.sleep(3)
+    # rate() and deriv() need two samples in their window: wait until every job has them (a
+    # fixed 3 s pause stood in for this, issue 27).
+    def two_samples_each():
+        result = get_json(args.prometheus, "/api/v1/query", {"query": "min by (job) (count_over_time(up[5m]))"})
+        counts = {r["metric"].get("job"): float(r["value"][1]) for r in result["data"]["result"]}
+        return all(counts.get(job, 0) >= 2 for job in list(exporters) + [args.node_job])
+
+    wait_for("two samples of every target", two_samples_each, 60)
     check_dashboards(args.prometheus, instances, exporters, args.node_job)
     if args.holder_pid:
         check_holder_alerts(args.prometheus, args.holder_pid, args.node_job)

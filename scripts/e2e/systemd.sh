@@ -66,7 +66,9 @@ with open("notify.log", "w") as log:
         pass
 EOF
 listener=$!
-sleep 0.5
+# The daemon's notifications need the listener bound first (a fixed 0.5 s pause stood in for this).
+for _ in $(seq 300); do [ -S notify.sock ] && break; sleep 0.1; done
+[ -S notify.sock ] || { echo "the notify listener did not bind notify.sock in 30 s"; exit 1; }
 NOTIFY_SOCKET=$OUT/notify.sock WATCHDOG_USEC=2000000 strace -f -qq -o strace.txt -- \
     "$BIN" --web.listen-address 127.0.0.1:0 --config.file config.toml --web.config.file web.yml --log.format json \
     2> daemon.log &
@@ -83,12 +85,20 @@ daemon=$(pgrep -P "$tracer" | head -1)
 auth=()
 [ -n "$hash" ] && auth=(-u prometheus:pw)
 scrape() { curl -sS --noproxy '*' --cacert server.crt "${auth[@]}" -o /dev/null -w '%{http_code}\n' "https://$address/metrics"; }
+# Waits until the log has at least $1 reloads (a hang reaches the 60 s deadline, not a busy CPU).
+wait_reloads() {
+    for _ in $(seq 600); do
+        [ "$(grep -c '"configuration reloaded"' daemon.log)" -ge "$1" ] && return 0
+        sleep 0.1
+    done
+    echo "fewer than $1 reloads after 60 s:"; cat daemon.log; kill "$tracer" "$listener" 2>/dev/null; exit 1
+}
 sleep 3
 scrape
 kill -HUP "$daemon"
-sleep 1
+wait_reloads 1
 printf '[collector.numa]\nenabled = false\n' > config.toml.new && mv config.toml.new config.toml
-sleep 2
+wait_reloads 2
 scrape
 kill -TERM "$daemon"
 wait "$tracer" || { echo "the daemon exited with $?"; cat daemon.log; exit 1; }
