@@ -30,8 +30,9 @@ pub const NOT_MODELLED: &[&str] = &[
     "NVLS, NVLS tree and CollNet (NVLink SHARP, in-network reduction), PXN for p2p",
     "user buffer registration (NCCL_LOCAL_REGISTER, ncclCommRegister: usually GPU memory)",
     "providers other than mlx5 (EFA, bnxt_re size their queues differently), MLX5_CQE_SIZE=128, IB resiliency",
-    "topologies where a channel's ring does not enter and leave the node next to one NIC (crossNic rings), or \
-        the search finds another channel count than --channels",
+    "topologies where a channel's ring does not enter and leave the node through one rail (crossNic rings), \
+        channel copies past 2S (sm90 with bwIntra > 45 under 16 channels, unpack network devices); pass \
+        --channels and --search-channels from NCCL_DEBUG=INFO where the defaults were assumed",
 ];
 
 /// The model inputs and how each was decided.
@@ -110,6 +111,12 @@ pub fn validate(args: &ModelArgs) -> Result<(), String> {
         ("--ranks-per-node", Some(args.ranks_per_node), model::MAX_LOCAL_RANKS, " (NCCL_MAX_LOCAL_RANKS)"),
         ("--nics", args.nics, model::MAX_NICS, " (MAX_IB_DEVS)"),
         ("--channels", args.channels, model::MAX_CHANNELS, " (MAXCHANNELS)"),
+        (
+            "--search-channels",
+            args.search_channels,
+            model::MAX_CHANNELS / 2,
+            " (the ring graph's maxChannels, MAXCHANNELS/2)",
+        ),
         ("--communicators", Some(args.communicators), 1 << 16, ""),
         ("--p2p-channels", args.p2p_channels, model::MAX_CHANNELS, " (MAXCHANNELS)"),
         (
@@ -194,9 +201,24 @@ pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[Sysf
         max_ctas: r.int("NCCL_MAX_CTAS", CONFIG_UNDEF_INT),
         min_ctas: r.int("NCCL_MIN_CTAS", CONFIG_UNDEF_INT),
     };
+    let topology = match args.search_channels {
+        Some(s) => model::searched_channels(s),
+        None => model::topology_channels(nics),
+    };
     i.channels = match args.channels {
-        Some(c) => Channels::given(c),
-        None => limits.apply(&model::topology_channels(nics)),
+        Some(c) => {
+            let mut given = Channels::given(c, topology.search);
+            if args.search_channels.is_none() {
+                given.why = format!(
+                    "--channels {c}; S = {} assumed from the topology (one search channel per NIC, doubled by \
+                        ncclTopoDupChannels when at most 4): pass --search-channels S from NCCL_DEBUG=INFO's \
+                        \"Pattern 4, crossNic ., nChannels S\" line",
+                    topology.search
+                );
+            }
+            given
+        }
+        None => limits.apply(&topology),
     };
     i.pxn = r.int("NCCL_PXN_DISABLE", i64::MIN) != Some(1);
     i.gdr_read = r.int("NCCL_NET_GDR_READ", -2) != Some(0);
@@ -639,7 +661,13 @@ mod tests {
         assert_eq!((i.devices_per_nic, i.qps_per_connection), (2, 4));
         assert_eq!(i.p2p.as_ref().map(|p| p.channels), Some(16));
         assert_eq!(d.nics_why, "--nics");
-        assert_eq!(i.channels.why, "--channels");
+        assert!(i.channels.why.starts_with("--channels 12; S = 4 assumed"), "{}", i.channels.why);
+        assert_eq!(i.channels.search, 4, "2 NICs: 2 search channels, doubled by ncclTopoDupChannels");
+        let d = derive_with(&["--channels", "12", "--search-channels", "6"], &[]);
+        assert_eq!((d.inputs.channels.count, d.inputs.channels.search), (12, 6));
+        assert!(!d.inputs.channels.assumed);
+        let d = derive_with(&["--search-channels", "6"], &[]);
+        assert_eq!((d.inputs.channels.count, d.inputs.channels.search), (12, 6), "C = 2S");
     }
 
     #[test]
@@ -647,7 +675,7 @@ mod tests {
         let d = derive_with(&[], &[]);
         assert_eq!(d.inputs.nics, 8, "no RDMA here: one NIC per rank");
         assert!(d.nics_why.contains("one NIC per rank assumed"), "{}", d.nics_why);
-        assert_eq!(d.inputs.channels.count, 32);
+        assert_eq!((d.inputs.channels.count, d.inputs.channels.search), (16, 8), "8 NICs: S = 8, C = 16");
         assert!(d.inputs.channels.why.starts_with("assumed from the topology"));
         assert_eq!((d.inputs.gdr, d.gdr.detected), (GdrMode::Off, true));
         let devices = [hca("mlx5_0", &[1]), hca("mlx5_1", &[1]), hca("mlx5_2", &[]), hca("mlx5_3", &[1, 2])];
@@ -677,7 +705,7 @@ mod tests {
         assert_eq!(c(&[("NCCL_MAX_NRINGS", "8"), ("NCCL_MAX_NCHANNELS", "16")]), 16, "the new name wins");
         assert_eq!(c(&[("NCCL_MIN_NRINGS", "48")]), 48);
         assert_eq!(c(&[("NCCL_MIN_CTAS", "40"), ("NCCL_MAX_CTAS", "36")]), 36);
-        assert_eq!(c(&[("NCCL_MAX_CTAS", "0")]), 32, "NCCL leaves its default for 0");
+        assert_eq!(c(&[("NCCL_MAX_CTAS", "0")]), 16, "NCCL leaves its default for 0");
         assert_eq!(c(&[("NCCL_MAX_NCHANNELS", "0")]), 1, "and raises 0 channels to 1");
         assert!(derive_with(&[], &[("NCCL_MAX_NCHANNELS", "8")]).inputs.channels.why.contains("max channels 8"));
         // Switches.
@@ -687,11 +715,14 @@ mod tests {
         assert!(derive_with(&[], &[("NCCL_RUNTIME_CONNECT", "0")]).connect.starts_with("at communicator init"));
         assert!(derive_with(&[], &[]).connect.starts_with("runtime connect"));
         // p2p: the chunk is at most Simple / 8, channels per peer halve for large jobs.
-        let p = derive_with(&["--p2p-net", "--nodes", "16"], &[("NCCL_BUFFSIZE", "524288")]).inputs.p2p.unwrap();
+        let p = derive_with(&["--p2p-net", "--nodes", "16", "--channels", "32"], &[("NCCL_BUFFSIZE", "524288")])
+            .inputs
+            .p2p
+            .unwrap();
         assert_eq!(p.chunk, 65_536);
         assert_eq!(p.channels, 32);
         assert_eq!(p.channels_per_peer, 2, "128 ranks: 2 x 16 batches of 8 fit 32 channels");
-        let p = derive_with(&["--p2p-net", "--nodes", "32"], &[]).inputs.p2p.unwrap();
+        let p = derive_with(&["--p2p-net", "--nodes", "32", "--channels", "32"], &[]).inputs.p2p.unwrap();
         assert_eq!(p.channels_per_peer, 1, "256 ranks: 2 x 32 batches would exceed 32 channels");
         let p = derive_with(&["--p2p-net"], &[("NCCL_NCHANNELS_PER_NET_PEER", "4")]).inputs.p2p.unwrap();
         assert_eq!(p.channels_per_peer, 4);

@@ -71,26 +71,30 @@ fn estimate_prints_worked_case_a() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let e = &report["estimate"];
-    // Per rank 4 sends x 9949184 B + 4 receives x 10084352 B + one doorbell page; the tree
-    // reuses the ring's connections.
-    assert_eq!(e["per_rank_max_bytes"], 80_138_240u64);
-    assert_eq!(e["per_node_bytes"], 8 * 80_138_240u64);
-    assert_eq!(e["per_node_host_bytes"], 8 * 80_138_240u64);
+    // 16 channels (S = 8). Per rank 4 sends x 9949184 B + 4 receives x 10084352 B + two doorbell
+    // pages: 2 ring sends and 2 ring receives, 2 tree sends and 2 tree receives of its own (the
+    // tree's peers are not the ring's).
+    assert_eq!(e["inputs"]["channels"]["count"], 16u64);
+    assert_eq!(e["inputs"]["channels"]["search"], 8u64);
+    assert_eq!(e["per_rank_max_bytes"], 80_142_336u64);
+    assert_eq!(e["per_node_bytes"], 8 * 80_142_336u64);
+    assert_eq!(e["per_node_host_bytes"], 8 * 80_142_336u64);
     assert_eq!(e["scenarios"][0]["algorithms"], "ring");
     assert_eq!(e["scenarios"][1]["algorithms"], "ring + tree");
     let ranks = e["ranks"].as_array().unwrap();
     assert_eq!(ranks.len(), 8);
     let terms = ranks[0]["terms"].as_array().unwrap();
-    let data = terms.iter().find(|t| t["algorithm"] == "ring" && t["name"] == "data buffers").unwrap();
-    assert_eq!(data["memlock_bytes"], 8 * 9_633_792u64, "{data}");
-    assert!(!terms.iter().any(|t| t["algorithm"] == "tree"), "no tree connection of its own: {terms:?}");
+    for alg in ["ring", "tree"] {
+        let data = terms.iter().find(|t| t["algorithm"] == alg && t["name"] == "data buffers").unwrap();
+        assert_eq!(data["memlock_bytes"], 4 * 9_633_792u64, "{data}");
+    }
     assert_eq!(e["gdr"]["mode"], "off");
     assert_eq!(e["nccl_version"], "2.30.7");
     // The text shows the same figures and what each assumes.
     let out = nccl_clean(Command::new(binary()).args(["estimate", "--nics", "8", "--gdr", "off"])).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("ring + tree                    76.4 MiB"), "{text}");
-    assert!(text.contains("busiest rank: local rank 0 of node 0 (80138240 B)"), "{text}");
+    assert!(text.contains("busiest rank: local rank 0 of node 0 (80142336 B)"), "{text}");
     assert!(text.contains("not modelled:"), "{text}");
 }
 
