@@ -355,3 +355,41 @@ fn a_reader_that_went_away_ends_every_command_quietly_with_its_usual_status() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// Issue 24: `check` compared every variable with every earlier one to find the one getenv sees
+/// (100,000 variables: 42 s). Ten times the variables must cost at most about twenty times the
+/// time (linear with headroom for a loaded machine), measured against a baseline of the same run;
+/// half the variables are NCCL_* names NCCL does not read, so every one is also judged and
+/// reported.
+#[test]
+fn check_time_grows_linearly_with_the_environment() {
+    let run = |n: usize| {
+        let mut cmd = Command::new(binary());
+        nccl_clean(cmd.args(["check", "--json"]));
+        for k in 0..n {
+            let name = if k % 2 == 0 { format!("NCCL_MEMLOCK_TEST_{k}") } else { format!("MEMLOCK_TEST_{k}") };
+            cmd.env(name, "1");
+        }
+        // The fastest of three: a run slowed by another job on the machine is not the code's cost.
+        let mut best = Duration::MAX;
+        for _ in 0..3 {
+            let start = Instant::now();
+            let out = cmd.output().unwrap();
+            best = best.min(start.elapsed());
+            assert!(matches!(out.status.code(), Some(0 | 1)), "{}", String::from_utf8_lossy(&out.stderr));
+            let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let reported = report["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["id"].as_str().is_some_and(|id| id.starts_with("nccl.env.NCCL_MEMLOCK_TEST_")))
+                .count();
+            assert_eq!(reported, n / 2, "every unknown NCCL_* variable is a finding");
+        }
+        best
+    };
+    let small = run(4_000);
+    let large = run(40_000);
+    eprintln!("check: 4,000 variables {small:?}, 40,000 variables {large:?}");
+    assert!(large <= small * 20, "10x the variables took {:.1}x the time", large.as_secs_f64() / small.as_secs_f64());
+}
