@@ -639,7 +639,7 @@ pub fn run(args: &CheckArgs) -> u8 {
     let adjusted = crate::job_context::adjust_machine(&args.job, &mut machine);
     // NCCL's reading of the environment is what the model takes (values it reads otherwise than
     // written are findings, not a reason to stop).
-    let derived = match estimate::derive(&args.model, &env, &roots.sysfs, &machine.rdma) {
+    let derived = match estimate::derive(&args.model, &env, &roots, &machine.rdma) {
         Ok(d) => d,
         Err(message) => return fail(message),
     };

@@ -2,7 +2,7 @@
 //! model in [`crate::nccl::model`] (derived from NCCL's source; docs/check.md), with the inputs
 //! taken from the flags, the NCCL_* environment as NCCL reads it, and the node.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -76,6 +76,17 @@ fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
             ports.join(", ")
         ),
     )
+}
+
+/// The RDMA devices NCCL_IB_HCA selects that have an ACTIVE port: the ones NCCL registers on.
+fn selected_devices(devices: &[SysfsDevice], env: &Environment) -> Vec<String> {
+    let ib_hca = env.get_lossy("NCCL_IB_HCA");
+    devices
+        .iter()
+        .filter(|d| check::selected_by_ib_hca(ib_hca.as_deref(), &d.name) != Some(false))
+        .filter(|d| d.ports.iter().any(|p| p.state.as_ref().is_some_and(|s| s.value == 4)))
+        .map(|d| d.name.clone())
+        .collect()
 }
 
 /// Reads an `NCCL_PARAM` variable as NCCL does, noting what it read.
@@ -164,7 +175,7 @@ pub fn validate(args: &ModelArgs) -> Result<(), String> {
 }
 
 /// Builds the model inputs from the flags, the environment (as NCCL reads it) and the node.
-pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[SysfsDevice]) -> Result<Derived, String> {
+pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[SysfsDevice]) -> Result<Derived, String> {
     validate(args)?;
     let mut r = Reader { env, read: Vec::new() };
     let (nics, nics_why) = match args.nics {
@@ -227,7 +238,10 @@ pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[Sysf
     i.pat = r.int("NCCL_PAT_ENABLE", 2) != Some(0);
     let gdr = match args.gdr.as_deref().and_then(GdrMode::parse) {
         Some(mode) => Detected { mode, detected: false, why: "--gdr".into() },
-        None => gdr::detect(sysfs),
+        None => {
+            let names = selected_devices(devices, env);
+            gdr::decide(&gdr::read_facts(roots, &names, r.int("NCCL_DMABUF_ENABLE", i64::MIN)))
+        }
     };
     i.gdr = gdr.mode;
     if args.p2p_net {
@@ -561,7 +575,7 @@ pub fn run(args: &EstimateArgs) -> u8 {
         Ok(m) => m,
         Err(err) => return fail(err.to_string(), crate::exit::USAGE),
     };
-    let mut derived = match derive(&args.model, &env, &roots.sysfs, &machine.rdma) {
+    let mut derived = match derive(&args.model, &env, &roots, &machine.rdma) {
         Ok(d) => d,
         Err(message) => return fail(message, crate::exit::USAGE),
     };
@@ -602,8 +616,8 @@ mod tests {
         Environment::from_pairs(pairs.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())))
     }
 
-    fn no_sysfs() -> PathBuf {
-        PathBuf::from("/nonexistent-sysfs")
+    fn no_sysfs() -> Roots {
+        Roots { procfs: PathBuf::from("/nonexistent-procfs"), sysfs: PathBuf::from("/nonexistent-sysfs") }
     }
 
     fn derive_with(flags: &[&str], vars: &[(&str, &str)]) -> Derived {
