@@ -110,7 +110,7 @@ fn nccl_clean(cmd: &mut Command) -> &mut Command {
 
 /// Issue 15: `env FOO=$'\xff' memlock-exporter check` aborted (a panic in std::env::vars, SIGABRT
 /// in the release build). The environment is bytes: a foreign variable is not NCCL's business,
-/// an NCCL variable NCCL would not parse is a FAIL naming it, and the exit codes stay 0/1/2.
+/// an NCCL buffer size NCCL reads as 0 is a FAIL naming it, and the exit codes stay 0/1/2.
 #[test]
 fn a_variable_that_is_not_utf8_is_read_not_fatal() {
     use std::ffi::OsStr;
@@ -188,7 +188,7 @@ fn nccl_variables_are_judged_as_nccl_reads_them() {
     assert!(removed["fix"].as_str().unwrap().contains("last read by NCCL v2.21.5-1"), "{removed}");
     assert_eq!(by_id("nccl.env.NCCL_IB_QPS_PER_CONNECTION")["status"], "FAIL");
     let from_file = by_id("nccl.env.NCCL_LL_BUFFSIZE");
-    assert_eq!(from_file["status"], "FAIL");
+    assert_eq!(from_file["status"], "WARN", "NCCL reads 512: said, not failed");
     let measured = from_file["measured"].as_str().unwrap();
     assert!(
         measured.starts_with(&format!("NCCL_LL_BUFFSIZE=512K (from {}): NCCL reads 512", conf.display())),
