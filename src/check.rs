@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::cli::CheckArgs;
 use crate::collect::cgroup::{working_set_charge, CgroupCollector};
 use crate::collect::process::{initial_user_namespace, ipc_lock_exempts};
-use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice};
+use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice, SysfsPort};
 use crate::config::{CgroupConfig, RdmaConfig};
 use crate::estimate;
 use crate::fsroot::{self, Roots, SourceError};
@@ -274,46 +274,48 @@ fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
     });
 }
 
-/// Devices NCCL_IB_HCA selects: `mlx5_0,mlx5_1:1`, `=mlx5_0` (exact), `^mlx5_2` (all but).
-pub fn selected_by_ib_hca(spec: Option<&str>, device: &str) -> Option<bool> {
-    let spec = spec?.trim();
-    if spec.is_empty() {
-        return None;
+/// Whether NCCL opens port `port` of `device` as NCCL_IB_HCA reads (net_ib/init.cc
+/// ncclIbInitDevices): per port, `matchIfList(name, port, list) ^ searchNot`, the list parsed
+/// by parseStringList without trimming (src/nccl/grammar.rs). Unset selects every port. NCCL
+/// tests only ACTIVE ports with an InfiniBand or Ethernet link layer: [`nccl_opens`].
+pub fn ib_hca_selects(spec: Option<&[u8]>, device: &str, port: u32) -> bool {
+    match spec {
+        None => true,
+        Some(value) => crate::nccl::grammar::parse_if_list(value, 32).selects(device, i64::from(port)),
     }
-    let (exclude, list) = match spec.strip_prefix('^') {
-        Some(rest) => (true, rest),
-        None => (false, spec),
-    };
-    let (exact, list) = match list.strip_prefix('=') {
-        Some(rest) => (true, rest),
-        None => (false, list),
-    };
-    let listed = list
-        .split(',')
-        .map(|entry| entry.split(':').next().unwrap_or(""))
-        .any(|name| !name.is_empty() && if exact { name == device } else { device.starts_with(name) });
-    Some(listed != exclude)
 }
 
-/// Ports ACTIVE (FAIL for the ones NCCL_IB_HCA selects, WARN otherwise: NCCL skips inactive
-/// ports it was not told to use); one firmware version per HCA type.
+/// The ports NCCL opens: ACTIVE (IBV_PORT_ACTIVE, 4), link layer InfiniBand or Ethernet (or not
+/// known), and selected by NCCL_IB_HCA; each is one NIC to NCCL.
+pub fn nccl_opens(spec: Option<&[u8]>, device: &SysfsDevice, port: &SysfsPort) -> bool {
+    let active = port.state.as_ref().is_some_and(|s| s.value == 4);
+    let link = port.link_layer.as_deref().is_none_or(|l| l == "InfiniBand" || l == "Ethernet");
+    active && link && ib_hca_selects(spec, &device.name, port.number)
+}
+
+/// Ports ACTIVE, per port as NCCL_IB_HCA selects them. A port that is not ACTIVE is one NCCL
+/// never opens (net_ib/init.cc skips it before matching NCCL_IB_HCA): a WARN, also when
+/// NCCL_IB_HCA names it, never a FAIL. No port left for NCCL: it finds no IB device and falls
+/// back to sockets, a FAIL only when NCCL_NET=IB insists on IB. One firmware version per HCA type.
 pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
     let mut out = Vec::new();
     if devices.is_empty() {
         out.push(Finding::new("rdma.devices", Status::Pass, "no RDMA devices on this node", ""));
         return out;
     }
-    let ib_hca = env.get_lossy("NCCL_IB_HCA");
-    let ib_hca = ib_hca.as_deref();
+    let spec = env.get("NCCL_IB_HCA");
+    let mut opened: Vec<String> = Vec::new();
     for device in devices {
-        let selected = selected_by_ib_hca(ib_hca, &device.name);
-        if selected == Some(false) {
-            continue;
-        }
         for port in &device.ports {
+            if !ib_hca_selects(spec, &device.name, port.number) {
+                continue;
+            }
             let id = format!("rdma.port.{}.{}", device.name, port.number);
             match &port.state {
                 Some(state) if state.value == 4 => {
+                    if nccl_opens(spec, device, port) {
+                        opened.push(format!("{}:{}", device.name, port.number));
+                    }
                     out.push(Finding::new(id, Status::Pass, format!("{}: {}", state.value, state.name), ""))
                 }
                 state => {
@@ -321,15 +323,64 @@ pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
                         .as_ref()
                         .map(|s| format!("{}: {}", s.value, s.name))
                         .unwrap_or_else(|| "state unreadable".into());
-                    let status = if selected == Some(true) { Status::Fail } else { Status::Warn };
+                    let named = spec.is_some_and(|s| !s.is_empty() && s.first() != Some(&b'^'));
+                    let measured = if named {
+                        format!("{measured}: NCCL_IB_HCA selects it, but NCCL skips ports that are not ACTIVE")
+                    } else {
+                        format!("{measured}: NCCL skips it")
+                    };
                     out.push(Finding::new(
                         id,
-                        status,
+                        Status::Warn,
                         measured,
                         "bring the link up (cable, switch port, subnet manager \
                         for InfiniBand) or leave the port out of NCCL_IB_HCA",
                     ));
                 }
+            }
+        }
+    }
+    if opened.is_empty() {
+        let ib_only = env.get("NCCL_NET").is_some_and(|n| n.eq_ignore_ascii_case(b"IB"));
+        let spec_shown = spec.map_or(String::new(), |s| format!(" (NCCL_IB_HCA={})", nccl_env::show_bytes(s)));
+        out.push(Finding::new(
+            "rdma.selected",
+            if ib_only { Status::Fail } else { Status::Warn },
+            format!(
+                "no ACTIVE port for NCCL to open{spec_shown}: NCCL finds no IB device (net_ib/init.cc \
+                    \"NET/IB : No device found\") and {}",
+                if ib_only {
+                    "NCCL_NET=IB makes communicator init fail (src/plugin/net.cc ncclNetInit)"
+                } else {
+                    "falls back to sockets (no RDMA, so nothing is registered)"
+                }
+            ),
+            "bring a port up or select an ACTIVE one in NCCL_IB_HCA",
+        ));
+    } else if let Some(value) = spec {
+        // A prefix selects more than the device it names: `mlx5_1` is also mlx5_10 to mlx5_17.
+        let list = crate::nccl::grammar::parse_if_list(value, 32);
+        if !list.exact && !list.exclude {
+            let extra: Vec<&str> = opened
+                .iter()
+                .map(|p| p.as_str())
+                .filter(|p| {
+                    let name = p.split(':').next().unwrap_or("");
+                    !list.entries.iter().any(|e| e.prefix == name.as_bytes())
+                        && list.entries.iter().any(|e| devices.iter().any(|d| d.name.as_bytes() == e.prefix))
+                })
+                .collect();
+            if !extra.is_empty() {
+                out.push(Finding::new(
+                    "rdma.ib_hca",
+                    Status::Warn,
+                    format!(
+                        "NCCL_IB_HCA={} also selects {} (names are prefixes: src/misc/utils.cc matchIfList)",
+                        nccl_env::show_bytes(value),
+                        extra.join(", ")
+                    ),
+                    "start the list with = to match whole names (=mlx5_1,mlx5_2)",
+                ));
             }
         }
     }
@@ -894,14 +945,45 @@ mod tests {
             "NCCL skips inactive ports it was not told to use"
         );
         assert_eq!(find(&f, "rdma.firmware.MT4129").status, Status::Warn);
+        // NCCL_IB_HCA names a port that is down: NCCL never opens it (net_ib/init.cc skips ports
+        // that are not ACTIVE): a WARN, and no port is left for NCCL.
         let selected = rdma(&devices, &env(&[("NCCL_IB_HCA", "mlx5_1:1")]));
-        assert_eq!(find(&selected, "rdma.port.mlx5_1.1").status, Status::Fail);
+        let down = find(&selected, "rdma.port.mlx5_1.1");
+        assert_eq!(down.status, Status::Warn);
+        assert!(down.measured.contains("NCCL_IB_HCA selects it, but NCCL skips"), "{down:?}");
         assert!(!selected.iter().any(|f| f.id == "rdma.port.mlx5_0.1"));
+        assert_eq!(find(&selected, "rdma.selected").status, Status::Warn, "NCCL falls back to sockets");
+        let ib_only = rdma(&devices, &env(&[("NCCL_IB_HCA", "mlx5_1:1"), ("NCCL_NET", "ib")]));
+        assert_eq!(find(&ib_only, "rdma.selected").status, Status::Fail, "NCCL_NET=IB: init fails");
+        assert!(!f.iter().any(|f| f.id == "rdma.selected"), "mlx5_0:1 is ACTIVE");
         let excluded = rdma(&devices, &env(&[("NCCL_IB_HCA", "^mlx5_1")]));
         assert!(!excluded.iter().any(|f| f.id == "rdma.port.mlx5_1.1"));
         assert_eq!(find(&rdma(&[], &Environment::default()), "rdma.devices").status, Status::Pass);
-        assert_eq!(selected_by_ib_hca(Some("=mlx5_1"), "mlx5_10"), Some(false));
-        assert_eq!(selected_by_ib_hca(Some("mlx5_1"), "mlx5_10"), Some(true), "prefix match, as NCCL does");
+        // Per port: a second port that is down and not selected is none of NCCL's business.
+        let two_ports = vec![device("mlx5_0", "28.39.1002", vec![port(1, 4, "ACTIVE"), port(2, 1, "DOWN")])];
+        let f = rdma(&two_ports, &env(&[("NCCL_IB_HCA", "mlx5_0:1")]));
+        assert_eq!(find(&f, "rdma.port.mlx5_0.1").status, Status::Pass);
+        assert!(!f.iter().any(|f| f.id == "rdma.port.mlx5_0.2"), "{f:?}");
+        assert!(f.iter().all(|f| f.status != Status::Fail));
+        let f = rdma(&two_ports, &env(&[("NCCL_IB_HCA", "^mlx5_0:2")]));
+        assert!(!f.iter().any(|f| f.id == "rdma.port.mlx5_0.2"), "excluded per port");
+        // Spaces are kept: " mlx5_0" selects nothing.
+        let f = rdma(&two_ports, &env(&[("NCCL_IB_HCA", " mlx5_0")]));
+        assert_eq!(find(&f, "rdma.selected").status, Status::Warn);
+        // A prefix that is also a device's whole name selects more.
+        let many: Vec<SysfsDevice> = ["mlx5_1", "mlx5_10", "mlx5_11"]
+            .iter()
+            .map(|n| device(n, "28.39.1002", vec![port(1, 4, "ACTIVE")]))
+            .collect();
+        let f = rdma(&many, &env(&[("NCCL_IB_HCA", "mlx5_1")]));
+        let extra = find(&f, "rdma.ib_hca");
+        assert_eq!(extra.status, Status::Warn);
+        assert!(extra.measured.contains("also selects mlx5_10:1, mlx5_11:1"), "{extra:?}");
+        assert!(!rdma(&many, &env(&[("NCCL_IB_HCA", "=mlx5_1")])).iter().any(|f| f.id == "rdma.ib_hca"));
+        assert!(!rdma(&many, &env(&[("NCCL_IB_HCA", "mlx5")])).iter().any(|f| f.id == "rdma.ib_hca"), "a bare prefix");
+        assert!(!ib_hca_selects(Some(b"=mlx5_1"), "mlx5_10", 1));
+        assert!(ib_hca_selects(Some(b"mlx5_1"), "mlx5_10", 1), "prefix match, as NCCL does");
+        assert!(ib_hca_selects(Some(b"mlx5_1:2"), "mlx5_1", 2) && !ib_hca_selects(Some(b"mlx5_1:2"), "mlx5_1", 1));
     }
 
     fn with(change: impl FnOnce(&mut Machine)) -> Machine {
@@ -1095,7 +1177,7 @@ mod tests {
                     m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_IB_HCA", "=mlx5_0")]);
                 }),
                 "rdma.port.mlx5_0.1",
-                Status::Fail,
+                Status::Warn,
                 link_fix,
             ),
             (

@@ -53,17 +53,16 @@ pub struct Derived {
     pub environment_error: Option<String>,
 }
 
-/// ACTIVE ports of the devices NCCL_IB_HCA selects: each is a NIC to NCCL (net_ib/init.cc opens
-/// one device per active port).
+/// The ports NCCL opens (ACTIVE, selected per port by NCCL_IB_HCA: check::nccl_opens): each is a
+/// NIC to NCCL (net_ib/init.cc opens one device per such port).
 fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
-    let ib_hca = env.get_lossy("NCCL_IB_HCA");
+    let spec = env.get("NCCL_IB_HCA");
     let ports: Vec<String> = devices
         .iter()
-        .filter(|d| check::selected_by_ib_hca(ib_hca.as_deref(), &d.name) != Some(false))
         .flat_map(|d| {
             d.ports
                 .iter()
-                .filter(|p| p.state.as_ref().is_some_and(|s| s.value == 4))
+                .filter(move |p| check::nccl_opens(spec, d, p))
                 .map(move |p| format!("{}:{}", d.name, p.number))
         })
         .collect();
@@ -72,21 +71,16 @@ fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
         n,
         format!(
             "{n} ACTIVE RDMA port(s) on this node{}: {}",
-            if ib_hca.is_some() { " in NCCL_IB_HCA" } else { "" },
+            if spec.is_some() { " that NCCL_IB_HCA selects" } else { "" },
             ports.join(", ")
         ),
     )
 }
 
-/// The RDMA devices NCCL_IB_HCA selects that have an ACTIVE port: the ones NCCL registers on.
+/// The RDMA devices with a port NCCL opens: the ones NCCL registers on.
 fn selected_devices(devices: &[SysfsDevice], env: &Environment) -> Vec<String> {
-    let ib_hca = env.get_lossy("NCCL_IB_HCA");
-    devices
-        .iter()
-        .filter(|d| check::selected_by_ib_hca(ib_hca.as_deref(), &d.name) != Some(false))
-        .filter(|d| d.ports.iter().any(|p| p.state.as_ref().is_some_and(|s| s.value == 4)))
-        .map(|d| d.name.clone())
-        .collect()
+    let spec = env.get("NCCL_IB_HCA");
+    devices.iter().filter(|d| d.ports.iter().any(|p| check::nccl_opens(spec, d, p))).map(|d| d.name.clone()).collect()
 }
 
 /// Reads an `NCCL_PARAM` variable as NCCL does, noting what it read.
@@ -698,6 +692,14 @@ mod tests {
         assert!(d.nics_why.ends_with("mlx5_0:1, mlx5_1:1, mlx5_3:1, mlx5_3:2"), "{}", d.nics_why);
         let d = derive(&model_args(&[]), &env(&[("NCCL_IB_HCA", "^mlx5_3")]), &no_sysfs(), &devices).unwrap();
         assert_eq!(d.inputs.nics, 2, "{}", d.nics_why);
+        // Per port, as NCCL selects them: mlx5_3's port 2 only; mlx5_2 has no ACTIVE port.
+        let nics =
+            |spec: &str| derive(&model_args(&[]), &env(&[("NCCL_IB_HCA", spec)]), &no_sysfs(), &devices).unwrap();
+        let d = nics("mlx5_3:2");
+        assert_eq!(d.inputs.nics, 1);
+        assert!(d.nics_why.ends_with("that NCCL_IB_HCA selects: mlx5_3:2"), "{}", d.nics_why);
+        assert_eq!(nics("^mlx5_3:1").inputs.nics, 3, "mlx5_0:1, mlx5_1:1, mlx5_3:2");
+        assert_eq!(nics("mlx5_0,mlx5_2").inputs.nics, 1, "mlx5_2's ports are not ACTIVE");
     }
 
     #[test]
