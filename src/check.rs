@@ -285,12 +285,11 @@ pub fn ib_hca_selects(spec: Option<&[u8]>, device: &str, port: u32) -> bool {
     }
 }
 
-/// The ports NCCL opens: ACTIVE (IBV_PORT_ACTIVE, 4), link layer InfiniBand or Ethernet (or not
-/// known), and selected by NCCL_IB_HCA; each is one NIC to NCCL.
+/// The ports NCCL opens: ACTIVE (IBV_PORT_ACTIVE, 4) and selected by NCCL_IB_HCA; each is one
+/// NIC to NCCL. NCCL's IB transport also skips link layers other than InfiniBand and Ethernet;
+/// those (EFA's "Unknown") are served by a net plugin (aws-ofi-nccl), so they are counted too.
 pub fn nccl_opens(spec: Option<&[u8]>, device: &SysfsDevice, port: &SysfsPort) -> bool {
-    let active = port.state.as_ref().is_some_and(|s| s.value == 4);
-    let link = port.link_layer.as_deref().is_none_or(|l| l == "InfiniBand" || l == "Ethernet");
-    active && link && ib_hca_selects(spec, &device.name, port.number)
+    port.state.as_ref().is_some_and(|s| s.value == 4) && ib_hca_selects(spec, &device.name, port.number)
 }
 
 /// Ports ACTIVE, per port as NCCL_IB_HCA selects them. A port that is not ACTIVE is one NCCL
