@@ -106,7 +106,11 @@ pub struct ModelSummary {
     pub nics_why: String,
     pub channels: u64,
     pub channels_why: String,
+    /// S, the ring graph's channels, which decide each channel's tree.
+    pub search_channels: u64,
     pub algorithms: String,
+    /// The inputs that were not given, with the flag that takes each.
+    pub assumed: Vec<String>,
 }
 
 impl Report {
@@ -622,6 +626,13 @@ pub fn render_text(report: &Report) -> String {
         report.model.nics,
         report.model.channels,
     );
+    if !report.model.assumed.is_empty() {
+        out.push_str("assumed (pass the real figures):\n");
+        for a in &report.model.assumed {
+            out.push_str(&format!("  - {a}\n"));
+        }
+        out.push('\n');
+    }
     let width = report.findings.iter().map(|f| f.id.len()).max().unwrap_or(0);
     for f in &report.findings {
         out.push_str(&format!("{}  {:<width$}  {}\n", f.status.as_str(), f.id, f.measured));
@@ -711,7 +722,9 @@ pub fn run(args: &CheckArgs) -> u8 {
             nics_why: derived.nics_why.clone(),
             channels: derived.inputs.channels.count,
             channels_why: derived.inputs.channels.why.clone(),
+            search_channels: derived.inputs.channels.search,
             algorithms: e.scenarios.last().map(|s| s.algorithms.clone()).unwrap_or_default(),
+            assumed: derived.assumed.clone(),
         },
         findings,
     };

@@ -51,6 +51,8 @@ pub struct Derived {
     pub conf_files: Vec<ConfFile>,
     /// Why the target's environment could not be read (its NCCL variables then count as unset).
     pub environment_error: Option<String>,
+    /// The inputs that were not given, each with where NCCL prints the real one and its flag.
+    pub assumed: Vec<String>,
 }
 
 /// The ports NCCL opens (ACTIVE, selected per port by NCCL_IB_HCA: check::nccl_opens): each is a
@@ -284,6 +286,33 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
             together, and PAT with one rank per node (src/init.cc)"
             .to_owned()
     };
+    let mut assumed = Vec::new();
+    let ch = &i.channels;
+    if args.channels.is_none() && args.search_channels.is_none() {
+        assumed.push(format!(
+            "channels C = {} and S = {} from the topology rule (one search channel per NIC, sm90-class GPU): pass \
+                --channels C from NCCL_DEBUG=INFO's \"C coll channels\" line and --search-channels S from its \
+                \"Pattern 4, crossNic 0, nChannels S\" line",
+            ch.count, ch.search
+        ));
+    } else if args.search_channels.is_none() {
+        assumed.push(format!(
+            "S = {} from the topology rule (it decides each channel's tree): pass --search-channels S from \
+                NCCL_DEBUG=INFO's \"Pattern 4, crossNic 0, nChannels S\" line",
+            ch.search
+        ));
+    }
+    if gdr.detected {
+        assumed.push(format!(
+            "GPUDirect {} as detected on this node: pass --gdr off, dmabuf or peermem if the job's node differs \
+                (NCCL_DEBUG=INFO prints \"DMA-BUF is available on GPU device N\" when dma-buf can be used and ends \
+                each network connection line with /GDRDMA when GPUDirect is used)",
+            gdr.mode.as_str()
+        ));
+    }
+    if args.nics.is_none() && nics_why.contains("assumed") {
+        assumed.push(format!("{} NIC(s), one per rank: pass --nics (the job's node's ACTIVE RDMA ports)", nics));
+    }
     Ok(Derived {
         inputs: i,
         gdr,
@@ -293,6 +322,7 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
         problems: env::problems(env),
         conf_files: Vec::new(),
         environment_error: None,
+        assumed,
     })
 }
 
@@ -387,6 +417,12 @@ pub fn render_text(d: &Derived, e: &Estimate, v: &Verdict) -> String {
     }
     for p in &d.problems {
         out.push_str(&format!("  warning: {}: {}\n", p.measured, p.fix));
+    }
+    if !d.assumed.is_empty() {
+        out.push_str("assumed (pass the real figures):\n");
+        for a in &d.assumed {
+            out.push_str(&format!("  - {a}\n"));
+        }
     }
     out.push_str(&format!(
         "\n{:<24} {:>14} {:>18} {:>20}\n",
@@ -490,6 +526,7 @@ struct EstimateReport<'a> {
     connect: &'a str,
     environment: &'a [String],
     environment_error: Option<&'a str>,
+    assumed: &'a [String],
     problems: Vec<ProblemJson<'a>>,
     conf_files: Vec<ConfJson<'a>>,
     covers: &'static [&'static str],
@@ -522,6 +559,7 @@ pub fn render_json(d: &Derived, e: &Estimate, v: &Verdict) -> Result<String, ser
             connect: &d.connect,
             environment: &d.environment,
             environment_error: d.environment_error.as_deref(),
+            assumed: &d.assumed,
             problems: d
                 .problems
                 .iter()
@@ -700,6 +738,20 @@ mod tests {
         assert!(d.nics_why.ends_with("that NCCL_IB_HCA selects: mlx5_3:2"), "{}", d.nics_why);
         assert_eq!(nics("^mlx5_3:1").inputs.nics, 3, "mlx5_0:1, mlx5_1:1, mlx5_3:2");
         assert_eq!(nics("mlx5_0,mlx5_2").inputs.nics, 1, "mlx5_2's ports are not ACTIVE");
+    }
+
+    #[test]
+    fn what_was_assumed_is_said_with_its_flag() {
+        let d = derive_with(&[], &[]);
+        assert_eq!(d.assumed.len(), 3, "{:?}", d.assumed);
+        assert!(d.assumed[0].starts_with("channels C = 16 and S = 8 from the topology rule"), "{:?}", d.assumed);
+        assert!(d.assumed[0].contains("--channels C") && d.assumed[0].contains("--search-channels S"));
+        assert!(d.assumed[1].starts_with("GPUDirect off as detected") && d.assumed[1].contains("--gdr"));
+        assert!(d.assumed[2].contains("--nics"));
+        let d = derive_with(&["--channels", "16"], &[]);
+        assert!(d.assumed[0].starts_with("S = 8 from the topology rule"), "{:?}", d.assumed);
+        let d = derive_with(&["--channels", "16", "--search-channels", "8", "--gdr", "dmabuf", "--nics", "8"], &[]);
+        assert!(d.assumed.is_empty(), "{:?}", d.assumed);
     }
 
     #[test]

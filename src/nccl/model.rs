@@ -144,9 +144,7 @@ pub fn topology_channels(nics: u64) -> Channels {
         assumed: true,
         why: format!(
             "assumed from the topology: {n} search channel(s), one per NIC, {} by ncclTopoDupChannels (sm90-class GPU, \
-                25 <= bwIntra < 50 assumed), S = {search}, doubled by ncclTopoPostset: C = {count} (pass --channels C \
-                from NCCL_DEBUG=INFO's \"C coll channels\" and --search-channels S from its \"Pattern 4, crossNic ., \
-                nChannels S\" line)",
+                25 <= bwIntra < 50 assumed), S = {search}, doubled by ncclTopoPostset: C = {count}",
             if dup { "doubled" } else { "not doubled" }
         ),
     }

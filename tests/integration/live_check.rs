@@ -96,6 +96,19 @@ fn estimate_prints_worked_case_a() {
     assert!(text.contains("ring + tree                    76.4 MiB"), "{text}");
     assert!(text.contains("busiest rank: local rank 0 of node 0 (80142336 B)"), "{text}");
     assert!(text.contains("not modelled:"), "{text}");
+    // What was assumed, and the flag for the real figure.
+    assert!(text.contains("assumed (pass the real figures):\n  - channels C = 16 and S = 8"), "{text}");
+    assert!(text.contains("--search-channels S from its \"Pattern 4, crossNic 0, nChannels S\" line"), "{text}");
+    assert_eq!(e["assumed"].as_array().unwrap().len(), 1, "--gdr and --nics were given: {}", e["assumed"]);
+    let out = nccl_clean(Command::new(binary()).args(["check", "--json", "--nics", "8"])).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let assumed = report["model"]["assumed"].as_array().unwrap();
+    assert_eq!(assumed.len(), 2, "{assumed:?}");
+    assert!(assumed[1].as_str().unwrap().starts_with("GPUDirect off as detected on this node: pass --gdr"));
+    assert_eq!(report["model"]["search_channels"], 8u64);
+    let out = nccl_clean(Command::new(binary()).args(["check", "--nics", "8"])).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("assumed (pass the real figures):\n  - channels C = 16 and S = 8"), "{text}");
 }
 
 /// A command without the NCCL_* variables of whoever runs the tests.
