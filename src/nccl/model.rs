@@ -434,6 +434,11 @@ type ConnKey = (u64, u64, Direction, u64, u64);
 /// Places every network connection of node `node` on the rank whose process registers it, each
 /// once: the first algorithm that needs it (ring, then tree, then PAT) owns it.
 fn place(i: &Inputs, node: u64, algorithms: &[Algorithm]) -> Vec<Held> {
+    place_logged(i, node, algorithms, &mut Vec::new())
+}
+
+/// [`place`], recording each connection with the algorithm that made it.
+fn place_logged(i: &Inputs, node: u64, algorithms: &[Algorithm], log: &mut Vec<(Algorithm, ConnKey)>) -> Vec<Held> {
     // The flags are validated (estimate::validate); the model itself still takes any input
     // without dividing by zero or indexing out of range.
     let (g, n) = (i.ranks_per_node.clamp(1, MAX_LOCAL_RANKS), i.nics.clamp(1, MAX_NICS));
@@ -465,6 +470,7 @@ fn place(i: &Inputs, node: u64, algorithms: &[Algorithm]) -> Vec<Held> {
         if !seen.insert((c, local, dir, peer.0, peer.1)) {
             return;
         }
+        log.push((alg, (c, local, dir, peer.0, peer.1)));
         let (first, _) = group(k, g, n);
         let near = nic_local(local, k, g, n);
         let dir_gdr = gdr && (dir == Direction::Recv || i.gdr_read);
@@ -1195,6 +1201,38 @@ mod tests {
         assert_eq!(dtree(4, 1)[1], (3, 2, 0, 1));
         let held = place(&Inputs::new(4, 8, 8), 1, BOTH);
         assert_eq!(held[1].tree, Counts { sends: 3, receives: 4, ..Default::default() });
+    }
+
+    /// Public NCCL_DEBUG=INFO logs of 2 nodes x 8 H100 x 8 NICs, 16 coll channels. NVIDIA/nccl
+    /// issue 1453 prints rings `0 7 6 5 4 3 2 1 8 ...` (node 0 entered at GPU 0, left from GPU 1
+    /// to rank 8, node 1's GPU 0) and `Channel 00/16`; NVIDIA/nccl-tests issue 319 prints, for rank
+    /// 5 (node 0, GPU 5), `Trees ... [5] 6/13/-1->5->-1 ... [13] 6/-1/-1->5->13` (channel 5: rank
+    /// 13, node 1's GPU 5, is its network child; channel 13: its network parent) and for rank 8
+    /// (node 1, GPU 0) `[0] 9/-1/-1->8->0` (channel 0: its network parent is rank 0).
+    #[test]
+    fn public_h100_logs() {
+        let i = Inputs::new(2, 8, 8);
+        assert_eq!(i.channels.count, 16, "Channel 00/16");
+        let mut log = Vec::new();
+        place_logged(&i, 0, BOTH, &mut log);
+        let has = |log: &[(Algorithm, ConnKey)], alg, c, local, dir, peer: (u64, u64)| {
+            log.iter().any(|(a, k)| *a == alg && *k == (c, local, dir, peer.0, peer.1))
+        };
+        // Ring, channel 0: node 0's GPU 1 sends to node 1's GPU 0; GPU 0 receives from node 1's
+        // exit, GPU 1 (the ring `8 15 14 13 12 11 10 9` back to 0).
+        assert!(has(&log, Algorithm::Ring, 0, 1, Direction::Send, (1, 0)));
+        assert!(has(&log, Algorithm::Ring, 0, 0, Direction::Recv, (1, 1)));
+        assert!(!log.iter().any(|(a, k)| *a == Algorithm::Ring && k.0 == 0 && k.1 == 0 && k.2 == Direction::Send));
+        // Trees: rank 5's network child on channel 5 and network parent on channel 13 are both
+        // rank 13 (node 1's GPU 5), a send and a receive each, and not ring connections.
+        for c in [5, 13] {
+            assert!(has(&log, Algorithm::Tree, c, 5, Direction::Send, (1, 5)), "channel {c}");
+            assert!(has(&log, Algorithm::Tree, c, 5, Direction::Recv, (1, 5)), "channel {c}");
+        }
+        let mut log = Vec::new();
+        place_logged(&i, 1, BOTH, &mut log);
+        assert!(has(&log, Algorithm::Tree, 0, 0, Direction::Send, (0, 0)), "rank 8's parent on channel 0 is rank 0");
+        assert!(has(&log, Algorithm::Ring, 0, 1, Direction::Send, (0, 0)), "node 1 left from rank 9 to rank 0");
     }
 
     #[test]
