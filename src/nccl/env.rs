@@ -378,11 +378,11 @@ pub struct Problem {
 /// Judges every NCCL_* variable of the environment as NCCL would read it. A variable NCCL reads,
 /// in a form its parser accepts, is never a problem.
 pub fn problems(env: &Environment) -> Vec<Problem> {
-    let root = env.root.as_deref();
-    env.effective().filter(|e| e.name.starts_with(b"NCCL_")).filter_map(|e| judge(e, root)).collect()
+    let ctx = super::grammar::Context { root: env.root.as_deref(), ib_addr_family: env.get("NCCL_IB_ADDR_FAMILY") };
+    env.effective().filter(|e| e.name.starts_with(b"NCCL_")).filter_map(|e| judge(e, &ctx)).collect()
 }
 
-fn judge(entry: &Entry, root: Option<&Path>) -> Option<Problem> {
+fn judge(entry: &Entry, ctx: &super::grammar::Context) -> Option<Problem> {
     let name = entry.name_lossy();
     let shown = format!("{name}={}{}", entry.value_shown(), from(entry));
     let problem =
@@ -422,7 +422,7 @@ fn judge(entry: &Entry, root: Option<&Path>) -> Option<Problem> {
         return problem(Severity::Warn, shown, format!("not a variable NCCL {NCCL_VERSION} reads: check the spelling"));
     };
     let value = entry.value.as_slice();
-    if let Some(verdict) = super::grammar::judge(var.name, value, root) {
+    if let Some(verdict) = super::grammar::judge_in(var.name, value, ctx) {
         let v = verdict?;
         return problem(v.severity, format!("{shown}: {} ({})", v.measured, at(var)), v.fix);
     }

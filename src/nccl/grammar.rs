@@ -293,6 +293,21 @@ fn if_list(name: &str, value: &[u8], max: usize, ports: bool) -> Option<Verdict>
 /// variable without one here (the caller applies the generic parsers), `Some(None)` for a value
 /// NCCL reads as written. `root` is where the job's files are opened (its mount namespace).
 pub fn judge(name: &str, value: &[u8], root: Option<&Path>) -> Option<Option<Verdict>> {
+    judge_in(name, value, &Context { root, ib_addr_family: None })
+}
+
+/// What a verdict may depend on besides the value.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Context<'a> {
+    /// Where the job's files are opened.
+    pub root: Option<&'a Path>,
+    /// NCCL_IB_ADDR_FAMILY, which decides how NCCL_IB_ADDR_RANGE is read.
+    pub ib_addr_family: Option<&'a [u8]>,
+}
+
+/// [`judge`] with the rest of the environment.
+pub fn judge_in(name: &str, value: &[u8], ctx: &Context) -> Option<Option<Verdict>> {
+    let root = ctx.root;
     Some(match name {
         "NCCL_ALGO" => algo_proto(name, value, ALGORITHMS, "algorithm"),
         "NCCL_PROTO" => algo_proto(name, value, PROTOCOLS, "protocol"),
@@ -355,6 +370,8 @@ pub fn judge(name: &str, value: &[u8], root: Option<&Path>) -> Option<Option<Ver
                 fix: "give IB or Socket, or the name the plugin (NCCL_NET_PLUGIN) reports".into(),
             })
         }
+        "NCCL_NETDEVS_POLICY" => netdevs_policy(value),
+        "NCCL_IB_ADDR_RANGE" => ib_addr_range(value, ctx.ib_addr_family),
         "NCCL_TOPO_FILE" => missing_file(value, root, |shown| {
             format!(
                 "{shown} cannot be opened: NCCL ignores it and detects the topology itself (src/graph/xml.cc \
@@ -368,6 +385,64 @@ pub fn judge(name: &str, value: &[u8], root: Option<&Path>) -> Option<Option<Ver
             )
         }),
         _ => return None,
+    })
+}
+
+/// getNetDevsPolicyOnce (src/graph/topo.cc): AUTO, ALL or MAX:n without case, n read with atoi
+/// and above 0; anything else is AUTO.
+fn netdevs_policy(value: &[u8]) -> Option<Verdict> {
+    let ok = value.eq_ignore_ascii_case(b"AUTO")
+        || value.eq_ignore_ascii_case(b"ALL")
+        || (value.len() >= 4 && value[..4].eq_ignore_ascii_case(b"MAX:") && atoi(&value[4..]) > 0);
+    (!ok).then(|| Verdict {
+        severity: Severity::Warn,
+        measured: "not AUTO, ALL or MAX:<n> with n above 0: NCCL uses AUTO (src/graph/topo.cc getNetDevsPolicyOnce)"
+            .into(),
+        fix: "give AUTO, ALL or MAX:<n>".into(),
+    })
+}
+
+/// envIbAddrRange (src/transport/net_ib/connect.cc): `address/mask`, the address in the family
+/// NCCL_IB_ADDR_FAMILY names (AF_INET unless exactly AF_INET6) as inet_pton reads it, the mask
+/// with strtol base 10 and at most 32 (128); otherwise NCCL ignores the range.
+fn ib_addr_range(value: &[u8], family: Option<&[u8]>) -> Option<Verdict> {
+    if value.is_empty() {
+        return None;
+    }
+    let v6 = family == Some(&b"AF_INET6"[..]);
+    let text = String::from_utf8_lossy(&value[..value.len().min(127)]).into_owned();
+    let why = match text.split_once('/') {
+        None => Some("no /mask".to_owned()),
+        Some((addr, mask)) => {
+            let parsed = if v6 {
+                addr.parse::<std::net::Ipv6Addr>().is_ok()
+            } else {
+                addr.parse::<std::net::Ipv4Addr>().is_ok()
+            };
+            let mask = match strtoll(mask.as_bytes(), 10) {
+                Strtoll::Whole(m) | Strtoll::Prefix { value: m, .. } => m,
+                _ => 0,
+            };
+            if !parsed {
+                Some(format!("\"{addr}\" is not an {} address", if v6 { "AF_INET6" } else { "AF_INET" }))
+            } else if mask > if v6 { 128 } else { 32 } {
+                Some(format!("mask {mask} is too wide"))
+            } else {
+                None
+            }
+        }
+    };
+    why.map(|why| Verdict {
+        severity: Severity::Warn,
+        measured: format!(
+            "{why}: NCCL ignores it and selects RoCE GIDs without an address range (src/transport/net_ib/\
+                connect.cc envIbAddrRange)"
+        ),
+        fix: format!(
+            "give address/mask in {} (NCCL_IB_ADDR_FAMILY), e.g. {}",
+            if v6 { "AF_INET6" } else { "AF_INET" },
+            if v6 { "fd00::/64" } else { "10.0.0.0/16" }
+        ),
     })
 }
 
@@ -579,6 +654,31 @@ mod tests {
         assert_eq!(v.severity, Severity::Warn);
         assert!(v.measured.contains("unless a net plugin named \"AWS Libfabric\""), "{}", v.measured);
         assert_eq!(judge("NCCL_IB_TIMEOUT", b"x", None), None, "no grammar of its own here");
+    }
+
+    #[test]
+    fn netdevs_policy_and_ib_addr_range() {
+        for ok in ["AUTO", "all", "MAX:2", "max:1x"] {
+            assert_eq!(judge("NCCL_NETDEVS_POLICY", ok.as_bytes(), None), Some(None), "{ok}");
+        }
+        for bad in ["MAX:0", "MAX:", "MAX2", "BEST"] {
+            assert!(judge("NCCL_NETDEVS_POLICY", bad.as_bytes(), None).flatten().unwrap().measured.contains("AUTO"));
+        }
+        for ok in ["10.0.0.0/16", "192.168.1.0/24", ""] {
+            assert_eq!(judge("NCCL_IB_ADDR_RANGE", ok.as_bytes(), None), Some(None), "{ok}");
+        }
+        for (bad, says) in [
+            ("10.0.0.0", "no /mask"),
+            ("10.0.0/16", "not an AF_INET address"),
+            ("10.0.0.0/33", "mask 33 is too wide"),
+            ("fd00::/64", "not an AF_INET address"),
+        ] {
+            let v = judge("NCCL_IB_ADDR_RANGE", bad.as_bytes(), None).flatten().unwrap();
+            assert!(v.measured.contains(says), "{bad}: {}", v.measured);
+        }
+        let v6 = Context { root: None, ib_addr_family: Some(b"AF_INET6") };
+        assert_eq!(judge_in("NCCL_IB_ADDR_RANGE", b"fd00::/64", &v6), Some(None));
+        assert!(judge_in("NCCL_IB_ADDR_RANGE", b"fd00::/129", &v6).flatten().is_some());
     }
 
     #[test]
