@@ -70,6 +70,9 @@ pub struct Machine {
     pub cgroup: Option<CgroupHeadroom>,
     /// RDMA devices from sysfs (empty: none on this node).
     pub rdma: Vec<SysfsDevice>,
+    /// The network interfaces of the process's network namespace (`/proc/PID/net/dev`), when
+    /// readable.
+    pub interfaces: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -150,7 +153,46 @@ pub fn read_machine(roots: &Roots, pid: &str, environment: Environment) -> Resul
         overcommit_mode: sysctl("overcommit_memory"),
         max_map_count: sysctl("max_map_count"),
         environment,
+        interfaces: fsroot::read_string(&proc_dir.join("net/dev")).ok().map(|t| net_dev_interfaces(&t)),
     })
+}
+
+/// The interface names of `/proc/PID/net/dev` (net/core/net-procfs.c dev_seq_show: two header
+/// lines, then `name: counters` per interface).
+pub fn net_dev_interfaces(text: &str) -> Vec<String> {
+    text.lines().skip(2).filter_map(|l| l.split_once(':').map(|(name, _)| name.trim().to_owned())).collect()
+}
+
+/// NCCL_SOCKET_IFNAME that matches none of the job's interfaces: the bootstrap finds no socket
+/// interface and communicator init fails (src/bootstrap.cc bootstrapNetInit: "Bootstrap : no
+/// socket interface found", ncclInvalidUsage). Only the names are compared (ncclOsFindInterfaces
+/// also needs the interface running and with an address), so a FAIL here is certain; NCCL_COMM_ID
+/// makes the bootstrap pick its interface by subnet instead, and a value of one character is
+/// ignored (src/misc/socket.cc ncclFindInterfaces).
+fn socket_ifname(env: &Environment, interfaces: Option<&[String]>, out: &mut Vec<Finding>) {
+    let (Some(value), Some(interfaces)) = (env.get("NCCL_SOCKET_IFNAME"), interfaces) else { return };
+    if value.len() <= 1 || env.get("NCCL_COMM_ID").is_some() || interfaces.is_empty() {
+        return;
+    }
+    let list = crate::nccl::grammar::parse_if_list(value, 16);
+    if interfaces.iter().any(|name| list.selects(name, -1)) {
+        return;
+    }
+    let id = "nccl.env.NCCL_SOCKET_IFNAME";
+    let measured = format!(
+        "NCCL_SOCKET_IFNAME={} matches none of the job's interfaces ({}): the bootstrap finds no socket interface \
+            and communicator init fails (src/bootstrap.cc bootstrapNetInit, src/os/linux.cc ncclOsFindInterfaces)",
+        nccl_env::show_bytes(value),
+        interfaces.join(", ")
+    );
+    let fix = "name an interface that is up, by prefix (eth, ens1f) or =name, `^` to exclude; no spaces";
+    match out.iter_mut().find(|f| f.id == id) {
+        Some(f) => {
+            f.status = Status::Fail;
+            f.measured = format!("{measured}; {}", f.measured);
+        }
+        None => out.push(Finding::new(id, Status::Fail, measured, fix)),
+    }
 }
 
 /// Reads one cgroup's usage and effective limit with the cgroup collector itself, limited to
@@ -234,6 +276,7 @@ pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
         });
     }
     out.extend(nccl_environment(&m.environment));
+    socket_ifname(&m.environment, m.interfaces.as_deref(), &mut out);
     out.extend(rdma(&m.rdma, &m.environment));
     out
 }
@@ -785,6 +828,7 @@ mod tests {
                 limit_bytes: Some(200 * GIB),
             }),
             rdma: Vec::new(),
+            interfaces: None,
         }
     }
 
@@ -1309,6 +1353,34 @@ mod tests {
             }
         }
         assert!(with_cgroup_limit > 0, "some fixture process sits in a limited cgroup");
+    }
+
+    #[test]
+    fn socket_ifname_that_matches_no_interface_fails() {
+        let dev = "Inter-|   Receive                                                |  Transmit\n \
+            face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls \
+            carrier compressed\n    lo: 1 2 0 0 0 0 0 0 1 2 0 0 0 0 0 0\n  eth0: 3 4 0 0 0 0 0 0 3 4 0 0 0 0 0 0\n\
+            ib0: 5 6 0 0 0 0 0 0 5 6 0 0 0 0 0 0\n";
+        assert_eq!(net_dev_interfaces(dev), ["lo", "eth0", "ib0"]);
+        let run = |vars: &[(&str, &str)]| {
+            let m = with(|m| {
+                m.environment = env(vars);
+                m.interfaces = Some(net_dev_interfaces(dev));
+            });
+            evaluate(&m, &model::estimate(&Inputs::new(2, 8, 8)), 2.0)
+        };
+        for ok in ["eth", "=eth0", "^lo", "ib0,eth1", "x"] {
+            let f = run(&[("NCCL_SOCKET_IFNAME", ok)]);
+            assert!(f.iter().all(|f| f.id != "nccl.env.NCCL_SOCKET_IFNAME" || f.status != Status::Fail), "{ok}");
+        }
+        for bad in ["ens", "=eth", "^lo,eth0,ib0", "eth0 "] {
+            let f = run(&[("NCCL_SOCKET_IFNAME", bad)]);
+            let found = find(&f, "nccl.env.NCCL_SOCKET_IFNAME");
+            assert_eq!(found.status, Status::Fail, "{bad}: {found:?}");
+            assert!(found.measured.contains("matches none of the job's interfaces (lo, eth0, ib0)"), "{found:?}");
+        }
+        let f = run(&[("NCCL_SOCKET_IFNAME", "ens"), ("NCCL_COMM_ID", "10.0.0.1:5000")]);
+        assert!(!f.iter().any(|f| f.id == "nccl.env.NCCL_SOCKET_IFNAME"), "NCCL_COMM_ID picks by subnet");
     }
 
     #[test]
