@@ -371,6 +371,7 @@ pub fn judge_in(name: &str, value: &[u8], ctx: &Context) -> Option<Option<Verdic
             })
         }
         "NCCL_NETDEVS_POLICY" => netdevs_policy(value),
+        "NCCL_COMM_ID" => comm_id(value),
         "NCCL_IB_ADDR_RANGE" => ib_addr_range(value, ctx.ib_addr_family),
         "NCCL_TOPO_FILE" => missing_file(value, root, |shown| {
             format!(
@@ -386,6 +387,44 @@ pub fn judge_in(name: &str, value: &[u8], ctx: &Context) -> Option<Option<Verdic
         }),
         _ => return None,
     })
+}
+
+/// ncclSocketGetAddrFromString (src/misc/socket.cc), as bootstrapNetInit reads NCCL_COMM_ID:
+/// `[ipv6]:port`, or the first entry of a parseStringList list as `host:port` (the host resolved
+/// with getaddrinfo, not judged here). A value of one character or less, `[` without `]` or no
+/// entry: ncclInvalidArgument, init fails. The port is read with atoi; without one NCCL takes -1,
+/// which htons makes 65535.
+fn comm_id(value: &[u8]) -> Option<Verdict> {
+    let fix = "give <ipv4>:<port>, [<ipv6>]:<port> or <hostname>:<port> of the root rank";
+    let aborts = |why: &str| {
+        fail(
+            format!("{why}: communicator init fails (\"Invalid NCCL_COMM_ID\", src/bootstrap.cc bootstrapNetInit)"),
+            fix,
+        )
+    };
+    if value.len() <= 1 {
+        return aborts("one character or less");
+    }
+    let port = if value[0] == b'[' {
+        let Some(close) = value.iter().position(|b| *b == b']') else {
+            return aborts("`[` without `]`");
+        };
+        atoi(value.get(close + 2..).unwrap_or_default())
+    } else {
+        let list = parse_if_list(value, 1);
+        let Some(first) = list.entries.first() else {
+            return aborts("no host:port entry");
+        };
+        if list.entries.len() + list.skipped.len() > 1 || value.contains(&b',') {
+            return warn(format!("NCCL reads only the first entry, {}:{}", show_bytes(&first.prefix), first.port), fix);
+        }
+        first.port
+    };
+    match port {
+        -1 => warn("no port: NCCL takes -1, which becomes port 65535", fix),
+        p if !(1..=65535).contains(&p) => warn(format!("port {p}: not a port NCCL can listen on"), fix),
+        _ => None,
+    }
 }
 
 /// getNetDevsPolicyOnce (src/graph/topo.cc): AUTO, ALL or MAX:n without case, n read with atoi
@@ -654,6 +693,29 @@ mod tests {
         assert_eq!(v.severity, Severity::Warn);
         assert!(v.measured.contains("unless a net plugin named \"AWS Libfabric\""), "{}", v.measured);
         assert_eq!(judge("NCCL_IB_TIMEOUT", b"x", None), None, "no grammar of its own here");
+    }
+
+    #[test]
+    fn comm_id_forms() {
+        for ok in ["10.0.0.1:5000", "node001:29500", "[fd00::1]:5000"] {
+            assert_eq!(judge("NCCL_COMM_ID", ok.as_bytes(), None), Some(None), "{ok}");
+        }
+        for bad in ["x", "", "[fd00::1:5000", ":5000"] {
+            assert_eq!(
+                judge("NCCL_COMM_ID", bad.as_bytes(), None).flatten().unwrap().severity,
+                Severity::Fail,
+                "{bad}"
+            );
+        }
+        for (odd, says) in [
+            ("10.0.0.1", "becomes port 65535"),
+            ("10.0.0.1:0", "port 0"),
+            ("10.0.0.1:5000,10.0.0.2:5000", "only the first entry, 10.0.0.1:5000"),
+        ] {
+            let v = judge("NCCL_COMM_ID", odd.as_bytes(), None).flatten().unwrap();
+            assert_eq!(v.severity, Severity::Warn, "{odd}");
+            assert!(v.measured.contains(says), "{odd}: {}", v.measured);
+        }
     }
 
     #[test]
