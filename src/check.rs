@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::cli::CheckArgs;
 use crate::collect::cgroup::{working_set_charge, CgroupCollector};
 use crate::collect::process::{initial_user_namespace, ipc_lock_exempts};
-use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice};
+use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice, SysfsPort};
 use crate::config::{CgroupConfig, RdmaConfig};
 use crate::estimate;
 use crate::fsroot::{self, Roots, SourceError};
@@ -70,6 +70,9 @@ pub struct Machine {
     pub cgroup: Option<CgroupHeadroom>,
     /// RDMA devices from sysfs (empty: none on this node).
     pub rdma: Vec<SysfsDevice>,
+    /// The network interfaces of the process's network namespace (`/proc/PID/net/dev`), when
+    /// readable.
+    pub interfaces: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +109,11 @@ pub struct ModelSummary {
     pub nics_why: String,
     pub channels: u64,
     pub channels_why: String,
+    /// S, the ring graph's channels, which decide each channel's tree.
+    pub search_channels: u64,
     pub algorithms: String,
+    /// The inputs that were not given, with the flag that takes each.
+    pub assumed: Vec<String>,
 }
 
 impl Report {
@@ -146,7 +153,46 @@ pub fn read_machine(roots: &Roots, pid: &str, environment: Environment) -> Resul
         overcommit_mode: sysctl("overcommit_memory"),
         max_map_count: sysctl("max_map_count"),
         environment,
+        interfaces: fsroot::read_string(&proc_dir.join("net/dev")).ok().map(|t| net_dev_interfaces(&t)),
     })
+}
+
+/// The interface names of `/proc/PID/net/dev` (net/core/net-procfs.c dev_seq_show: two header
+/// lines, then `name: counters` per interface).
+pub fn net_dev_interfaces(text: &str) -> Vec<String> {
+    text.lines().skip(2).filter_map(|l| l.split_once(':').map(|(name, _)| name.trim().to_owned())).collect()
+}
+
+/// NCCL_SOCKET_IFNAME that matches none of the job's interfaces: the bootstrap finds no socket
+/// interface and communicator init fails (src/bootstrap.cc bootstrapNetInit: "Bootstrap : no
+/// socket interface found", ncclInvalidUsage). Only the names are compared (ncclOsFindInterfaces
+/// also needs the interface running and with an address), so a FAIL here is certain; NCCL_COMM_ID
+/// makes the bootstrap pick its interface by subnet instead, and a value of one character is
+/// ignored (src/misc/socket.cc ncclFindInterfaces).
+fn socket_ifname(env: &Environment, interfaces: Option<&[String]>, out: &mut Vec<Finding>) {
+    let (Some(value), Some(interfaces)) = (env.get("NCCL_SOCKET_IFNAME"), interfaces) else { return };
+    if value.len() <= 1 || env.get("NCCL_COMM_ID").is_some() || interfaces.is_empty() {
+        return;
+    }
+    let list = crate::nccl::grammar::parse_if_list(value, 16);
+    if interfaces.iter().any(|name| list.selects(name, -1)) {
+        return;
+    }
+    let id = "nccl.env.NCCL_SOCKET_IFNAME";
+    let measured = format!(
+        "NCCL_SOCKET_IFNAME={} matches none of the job's interfaces ({}): the bootstrap finds no socket interface \
+            and communicator init fails (src/bootstrap.cc bootstrapNetInit, src/os/linux.cc ncclOsFindInterfaces)",
+        nccl_env::show_bytes(value),
+        interfaces.join(", ")
+    );
+    let fix = "name an interface that is up, by prefix (eth, ens1f) or =name, `^` to exclude; no spaces";
+    match out.iter_mut().find(|f| f.id == id) {
+        Some(f) => {
+            f.status = Status::Fail;
+            f.measured = format!("{measured}; {}", f.measured);
+        }
+        None => out.push(Finding::new(id, Status::Fail, measured, fix)),
+    }
 }
 
 /// Reads one cgroup's usage and effective limit with the cgroup collector itself, limited to
@@ -230,6 +276,7 @@ pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
         });
     }
     out.extend(nccl_environment(&m.environment));
+    socket_ifname(&m.environment, m.interfaces.as_deref(), &mut out);
     out.extend(rdma(&m.rdma, &m.environment));
     out
 }
@@ -274,46 +321,47 @@ fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
     });
 }
 
-/// Devices NCCL_IB_HCA selects: `mlx5_0,mlx5_1:1`, `=mlx5_0` (exact), `^mlx5_2` (all but).
-pub fn selected_by_ib_hca(spec: Option<&str>, device: &str) -> Option<bool> {
-    let spec = spec?.trim();
-    if spec.is_empty() {
-        return None;
+/// Whether NCCL opens port `port` of `device` as NCCL_IB_HCA reads (net_ib/init.cc
+/// ncclIbInitDevices): per port, `matchIfList(name, port, list) ^ searchNot`, the list parsed
+/// by parseStringList without trimming (src/nccl/grammar.rs). Unset selects every port. NCCL
+/// tests only ACTIVE ports with an InfiniBand or Ethernet link layer: [`nccl_opens`].
+pub fn ib_hca_selects(spec: Option<&[u8]>, device: &str, port: u32) -> bool {
+    match spec {
+        None => true,
+        Some(value) => crate::nccl::grammar::parse_if_list(value, 32).selects(device, i64::from(port)),
     }
-    let (exclude, list) = match spec.strip_prefix('^') {
-        Some(rest) => (true, rest),
-        None => (false, spec),
-    };
-    let (exact, list) = match list.strip_prefix('=') {
-        Some(rest) => (true, rest),
-        None => (false, list),
-    };
-    let listed = list
-        .split(',')
-        .map(|entry| entry.split(':').next().unwrap_or(""))
-        .any(|name| !name.is_empty() && if exact { name == device } else { device.starts_with(name) });
-    Some(listed != exclude)
 }
 
-/// Ports ACTIVE (FAIL for the ones NCCL_IB_HCA selects, WARN otherwise: NCCL skips inactive
-/// ports it was not told to use); one firmware version per HCA type.
+/// The ports NCCL opens: ACTIVE (IBV_PORT_ACTIVE, 4) and selected by NCCL_IB_HCA; each is one
+/// NIC to NCCL. NCCL's IB transport also skips link layers other than InfiniBand and Ethernet;
+/// those (EFA's "Unknown") are served by a net plugin (aws-ofi-nccl), so they are counted too.
+pub fn nccl_opens(spec: Option<&[u8]>, device: &SysfsDevice, port: &SysfsPort) -> bool {
+    port.state.as_ref().is_some_and(|s| s.value == 4) && ib_hca_selects(spec, &device.name, port.number)
+}
+
+/// Ports ACTIVE, per port as NCCL_IB_HCA selects them. A port that is not ACTIVE is one NCCL
+/// never opens (net_ib/init.cc skips it before matching NCCL_IB_HCA): a WARN, also when
+/// NCCL_IB_HCA names it, never a FAIL. No port left for NCCL: it finds no IB device and falls
+/// back to sockets, a FAIL only when NCCL_NET=IB insists on IB. One firmware version per HCA type.
 pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
     let mut out = Vec::new();
     if devices.is_empty() {
         out.push(Finding::new("rdma.devices", Status::Pass, "no RDMA devices on this node", ""));
         return out;
     }
-    let ib_hca = env.get_lossy("NCCL_IB_HCA");
-    let ib_hca = ib_hca.as_deref();
+    let spec = env.get("NCCL_IB_HCA");
+    let mut opened: Vec<String> = Vec::new();
     for device in devices {
-        let selected = selected_by_ib_hca(ib_hca, &device.name);
-        if selected == Some(false) {
-            continue;
-        }
         for port in &device.ports {
+            if !ib_hca_selects(spec, &device.name, port.number) {
+                continue;
+            }
             let id = format!("rdma.port.{}.{}", device.name, port.number);
             match &port.state {
                 Some(state) if state.value == 4 => {
+                    if nccl_opens(spec, device, port) {
+                        opened.push(format!("{}:{}", device.name, port.number));
+                    }
                     out.push(Finding::new(id, Status::Pass, format!("{}: {}", state.value, state.name), ""))
                 }
                 state => {
@@ -321,15 +369,64 @@ pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
                         .as_ref()
                         .map(|s| format!("{}: {}", s.value, s.name))
                         .unwrap_or_else(|| "state unreadable".into());
-                    let status = if selected == Some(true) { Status::Fail } else { Status::Warn };
+                    let named = spec.is_some_and(|s| !s.is_empty() && s.first() != Some(&b'^'));
+                    let measured = if named {
+                        format!("{measured}: NCCL_IB_HCA selects it, but NCCL skips ports that are not ACTIVE")
+                    } else {
+                        format!("{measured}: NCCL skips it")
+                    };
                     out.push(Finding::new(
                         id,
-                        status,
+                        Status::Warn,
                         measured,
                         "bring the link up (cable, switch port, subnet manager \
                         for InfiniBand) or leave the port out of NCCL_IB_HCA",
                     ));
                 }
+            }
+        }
+    }
+    if opened.is_empty() {
+        let ib_only = env.get("NCCL_NET").is_some_and(|n| n.eq_ignore_ascii_case(b"IB"));
+        let spec_shown = spec.map_or(String::new(), |s| format!(" (NCCL_IB_HCA={})", nccl_env::show_bytes(s)));
+        out.push(Finding::new(
+            "rdma.selected",
+            if ib_only { Status::Fail } else { Status::Warn },
+            format!(
+                "no ACTIVE port for NCCL to open{spec_shown}: NCCL finds no IB device (net_ib/init.cc \
+                    \"NET/IB : No device found\") and {}",
+                if ib_only {
+                    "NCCL_NET=IB makes communicator init fail (src/plugin/net.cc ncclNetInit)"
+                } else {
+                    "falls back to sockets (no RDMA, so nothing is registered)"
+                }
+            ),
+            "bring a port up or select an ACTIVE one in NCCL_IB_HCA",
+        ));
+    } else if let Some(value) = spec {
+        // A prefix selects more than the device it names: `mlx5_1` is also mlx5_10 to mlx5_17.
+        let list = crate::nccl::grammar::parse_if_list(value, 32);
+        if !list.exact && !list.exclude {
+            let extra: Vec<&str> = opened
+                .iter()
+                .map(|p| p.as_str())
+                .filter(|p| {
+                    let name = p.split(':').next().unwrap_or("");
+                    !list.entries.iter().any(|e| e.prefix == name.as_bytes())
+                        && list.entries.iter().any(|e| devices.iter().any(|d| d.name.as_bytes() == e.prefix))
+                })
+                .collect();
+            if !extra.is_empty() {
+                out.push(Finding::new(
+                    "rdma.ib_hca",
+                    Status::Warn,
+                    format!(
+                        "NCCL_IB_HCA={} also selects {} (names are prefixes: src/misc/utils.cc matchIfList)",
+                        nccl_env::show_bytes(value),
+                        extra.join(", ")
+                    ),
+                    "start the list with = to match whole names (=mlx5_1,mlx5_2)",
+                ));
             }
         }
     }
@@ -572,6 +669,13 @@ pub fn render_text(report: &Report) -> String {
         report.model.nics,
         report.model.channels,
     );
+    if !report.model.assumed.is_empty() {
+        out.push_str("assumed (pass the real figures):\n");
+        for a in &report.model.assumed {
+            out.push_str(&format!("  - {a}\n"));
+        }
+        out.push('\n');
+    }
     let width = report.findings.iter().map(|f| f.id.len()).max().unwrap_or(0);
     for f in &report.findings {
         out.push_str(&format!("{}  {:<width$}  {}\n", f.status.as_str(), f.id, f.measured));
@@ -639,7 +743,7 @@ pub fn run(args: &CheckArgs) -> u8 {
     let adjusted = crate::job_context::adjust_machine(&args.job, &mut machine);
     // NCCL's reading of the environment is what the model takes (values it reads otherwise than
     // written are findings, not a reason to stop).
-    let derived = match estimate::derive(&args.model, &env, &roots.sysfs, &machine.rdma) {
+    let derived = match estimate::derive(&args.model, &env, &roots, &machine.rdma) {
         Ok(d) => d,
         Err(message) => return fail(message),
     };
@@ -661,7 +765,9 @@ pub fn run(args: &CheckArgs) -> u8 {
             nics_why: derived.nics_why.clone(),
             channels: derived.inputs.channels.count,
             channels_why: derived.inputs.channels.why.clone(),
+            search_channels: derived.inputs.channels.search,
             algorithms: e.scenarios.last().map(|s| s.algorithms.clone()).unwrap_or_default(),
+            assumed: derived.assumed.clone(),
         },
         findings,
     };
@@ -722,6 +828,7 @@ mod tests {
                 limit_bytes: Some(200 * GIB),
             }),
             rdma: Vec::new(),
+            interfaces: None,
         }
     }
 
@@ -894,14 +1001,45 @@ mod tests {
             "NCCL skips inactive ports it was not told to use"
         );
         assert_eq!(find(&f, "rdma.firmware.MT4129").status, Status::Warn);
+        // NCCL_IB_HCA names a port that is down: NCCL never opens it (net_ib/init.cc skips ports
+        // that are not ACTIVE): a WARN, and no port is left for NCCL.
         let selected = rdma(&devices, &env(&[("NCCL_IB_HCA", "mlx5_1:1")]));
-        assert_eq!(find(&selected, "rdma.port.mlx5_1.1").status, Status::Fail);
+        let down = find(&selected, "rdma.port.mlx5_1.1");
+        assert_eq!(down.status, Status::Warn);
+        assert!(down.measured.contains("NCCL_IB_HCA selects it, but NCCL skips"), "{down:?}");
         assert!(!selected.iter().any(|f| f.id == "rdma.port.mlx5_0.1"));
+        assert_eq!(find(&selected, "rdma.selected").status, Status::Warn, "NCCL falls back to sockets");
+        let ib_only = rdma(&devices, &env(&[("NCCL_IB_HCA", "mlx5_1:1"), ("NCCL_NET", "ib")]));
+        assert_eq!(find(&ib_only, "rdma.selected").status, Status::Fail, "NCCL_NET=IB: init fails");
+        assert!(!f.iter().any(|f| f.id == "rdma.selected"), "mlx5_0:1 is ACTIVE");
         let excluded = rdma(&devices, &env(&[("NCCL_IB_HCA", "^mlx5_1")]));
         assert!(!excluded.iter().any(|f| f.id == "rdma.port.mlx5_1.1"));
         assert_eq!(find(&rdma(&[], &Environment::default()), "rdma.devices").status, Status::Pass);
-        assert_eq!(selected_by_ib_hca(Some("=mlx5_1"), "mlx5_10"), Some(false));
-        assert_eq!(selected_by_ib_hca(Some("mlx5_1"), "mlx5_10"), Some(true), "prefix match, as NCCL does");
+        // Per port: a second port that is down and not selected is none of NCCL's business.
+        let two_ports = vec![device("mlx5_0", "28.39.1002", vec![port(1, 4, "ACTIVE"), port(2, 1, "DOWN")])];
+        let f = rdma(&two_ports, &env(&[("NCCL_IB_HCA", "mlx5_0:1")]));
+        assert_eq!(find(&f, "rdma.port.mlx5_0.1").status, Status::Pass);
+        assert!(!f.iter().any(|f| f.id == "rdma.port.mlx5_0.2"), "{f:?}");
+        assert!(f.iter().all(|f| f.status != Status::Fail));
+        let f = rdma(&two_ports, &env(&[("NCCL_IB_HCA", "^mlx5_0:2")]));
+        assert!(!f.iter().any(|f| f.id == "rdma.port.mlx5_0.2"), "excluded per port");
+        // Spaces are kept: " mlx5_0" selects nothing.
+        let f = rdma(&two_ports, &env(&[("NCCL_IB_HCA", " mlx5_0")]));
+        assert_eq!(find(&f, "rdma.selected").status, Status::Warn);
+        // A prefix that is also a device's whole name selects more.
+        let many: Vec<SysfsDevice> = ["mlx5_1", "mlx5_10", "mlx5_11"]
+            .iter()
+            .map(|n| device(n, "28.39.1002", vec![port(1, 4, "ACTIVE")]))
+            .collect();
+        let f = rdma(&many, &env(&[("NCCL_IB_HCA", "mlx5_1")]));
+        let extra = find(&f, "rdma.ib_hca");
+        assert_eq!(extra.status, Status::Warn);
+        assert!(extra.measured.contains("also selects mlx5_10:1, mlx5_11:1"), "{extra:?}");
+        assert!(!rdma(&many, &env(&[("NCCL_IB_HCA", "=mlx5_1")])).iter().any(|f| f.id == "rdma.ib_hca"));
+        assert!(!rdma(&many, &env(&[("NCCL_IB_HCA", "mlx5")])).iter().any(|f| f.id == "rdma.ib_hca"), "a bare prefix");
+        assert!(!ib_hca_selects(Some(b"=mlx5_1"), "mlx5_10", 1));
+        assert!(ib_hca_selects(Some(b"mlx5_1"), "mlx5_10", 1), "prefix match, as NCCL does");
+        assert!(ib_hca_selects(Some(b"mlx5_1:2"), "mlx5_1", 2) && !ib_hca_selects(Some(b"mlx5_1:2"), "mlx5_1", 1));
     }
 
     fn with(change: impl FnOnce(&mut Machine)) -> Machine {
@@ -1059,7 +1197,7 @@ mod tests {
             (
                 with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_BUFFSIZE", "4M")])),
                 "nccl.env.NCCL_BUFFSIZE",
-                Status::Fail,
+                Status::Warn,
                 "write the whole number in bytes (4194304, or 0x400000, not 4M)",
             ),
             (
@@ -1095,7 +1233,7 @@ mod tests {
                     m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_IB_HCA", "=mlx5_0")]);
                 }),
                 "rdma.port.mlx5_0.1",
-                Status::Fail,
+                Status::Warn,
                 link_fix,
             ),
             (
@@ -1218,6 +1356,34 @@ mod tests {
     }
 
     #[test]
+    fn socket_ifname_that_matches_no_interface_fails() {
+        let dev = "Inter-|   Receive                                                |  Transmit\n \
+            face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls \
+            carrier compressed\n    lo: 1 2 0 0 0 0 0 0 1 2 0 0 0 0 0 0\n  eth0: 3 4 0 0 0 0 0 0 3 4 0 0 0 0 0 0\n\
+            ib0: 5 6 0 0 0 0 0 0 5 6 0 0 0 0 0 0\n";
+        assert_eq!(net_dev_interfaces(dev), ["lo", "eth0", "ib0"]);
+        let run = |vars: &[(&str, &str)]| {
+            let m = with(|m| {
+                m.environment = env(vars);
+                m.interfaces = Some(net_dev_interfaces(dev));
+            });
+            evaluate(&m, &model::estimate(&Inputs::new(2, 8, 8)), 2.0)
+        };
+        for ok in ["eth", "=eth0", "^lo", "ib0,eth1", "x"] {
+            let f = run(&[("NCCL_SOCKET_IFNAME", ok)]);
+            assert!(f.iter().all(|f| f.id != "nccl.env.NCCL_SOCKET_IFNAME" || f.status != Status::Fail), "{ok}");
+        }
+        for bad in ["ens", "=eth", "^lo,eth0,ib0", "eth0 "] {
+            let f = run(&[("NCCL_SOCKET_IFNAME", bad)]);
+            let found = find(&f, "nccl.env.NCCL_SOCKET_IFNAME");
+            assert_eq!(found.status, Status::Fail, "{bad}: {found:?}");
+            assert!(found.measured.contains("matches none of the job's interfaces (lo, eth0, ib0)"), "{found:?}");
+        }
+        let f = run(&[("NCCL_SOCKET_IFNAME", "ens"), ("NCCL_COMM_ID", "10.0.0.1:5000")]);
+        assert!(!f.iter().any(|f| f.id == "nccl.env.NCCL_SOCKET_IFNAME"), "NCCL_COMM_ID picks by subnet");
+    }
+
+    #[test]
     fn nccl_variables() {
         let findings = nccl_environment(&env(&[
             ("NCCL_IB_MR_RANGE", "1"),
@@ -1229,7 +1395,7 @@ mod tests {
         ]));
         assert_eq!(find(&findings, "nccl.env.NCCL_IB_MR_RANGE").status, Status::Warn);
         assert!(find(&findings, "nccl.env.NCCL_IB_MR_RANGE").fix.contains("not an NCCL variable"));
-        assert_eq!(find(&findings, "nccl.env.NCCL_BUFFSIZE").status, Status::Fail);
+        assert_eq!(find(&findings, "nccl.env.NCCL_BUFFSIZE").status, Status::Warn, "NCCL reads 4: a WARN");
         assert!(find(&findings, "nccl.env.NCCL_IB_HCAA").fix.contains("spelling"));
         assert_eq!(find(&findings, "nccl.env.NCCL_REGISTER_FOO").status, Status::Warn);
         assert!(!findings.iter().any(|f| f.id == "nccl.env.NCCL_IB_HCA"));

@@ -54,10 +54,14 @@ pub struct ModelArgs {
     /// selects, else one per rank).
     #[arg(long)]
     pub nics: Option<u64>,
-    /// Channels NCCL runs (NCCL_DEBUG=INFO prints "N coll channels"; default: four per NIC,
-    /// within NCCL_MIN/MAX_NCHANNELS and NCCL_MIN/MAX_CTAS).
+    /// Channels NCCL runs, C (NCCL_DEBUG=INFO prints "C coll channels"; default: 2 x S, within
+    /// NCCL_MIN/MAX_NCHANNELS and NCCL_MIN/MAX_CTAS).
     #[arg(long)]
     pub channels: Option<u64>,
+    /// The ring graph's channels, S, which decide each channel's tree (NCCL_DEBUG=INFO prints
+    /// "Pattern 4, crossNic ., nChannels S"; default: one per NIC, doubled when at most 4).
+    #[arg(long = "search-channels")]
+    pub search_channels: Option<u64>,
     /// Communicators per process (each registers its own buffers).
     #[arg(long, default_value_t = 1)]
     pub communicators: u64,

@@ -2,7 +2,7 @@
 //! model in [`crate::nccl::model`] (derived from NCCL's source; docs/check.md), with the inputs
 //! taken from the flags, the NCCL_* environment as NCCL reads it, and the node.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -30,8 +30,9 @@ pub const NOT_MODELLED: &[&str] = &[
     "NVLS, NVLS tree and CollNet (NVLink SHARP, in-network reduction), PXN for p2p",
     "user buffer registration (NCCL_LOCAL_REGISTER, ncclCommRegister: usually GPU memory)",
     "providers other than mlx5 (EFA, bnxt_re size their queues differently), MLX5_CQE_SIZE=128, IB resiliency",
-    "topologies where a channel's ring does not enter and leave the node next to one NIC (crossNic rings), or \
-        the search finds another channel count than --channels",
+    "topologies where a channel's ring does not enter and leave the node through one rail (crossNic rings), \
+        channel copies past 2S (sm90 with bwIntra > 45 under 16 channels, unpack network devices); pass \
+        --channels and --search-channels from NCCL_DEBUG=INFO where the defaults were assumed",
 ];
 
 /// The model inputs and how each was decided.
@@ -50,19 +51,20 @@ pub struct Derived {
     pub conf_files: Vec<ConfFile>,
     /// Why the target's environment could not be read (its NCCL variables then count as unset).
     pub environment_error: Option<String>,
+    /// The inputs that were not given, each with where NCCL prints the real one and its flag.
+    pub assumed: Vec<String>,
 }
 
-/// ACTIVE ports of the devices NCCL_IB_HCA selects: each is a NIC to NCCL (net_ib/init.cc opens
-/// one device per active port).
+/// The ports NCCL opens (ACTIVE, selected per port by NCCL_IB_HCA: check::nccl_opens): each is a
+/// NIC to NCCL (net_ib/init.cc opens one device per such port).
 fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
-    let ib_hca = env.get_lossy("NCCL_IB_HCA");
+    let spec = env.get("NCCL_IB_HCA");
     let ports: Vec<String> = devices
         .iter()
-        .filter(|d| check::selected_by_ib_hca(ib_hca.as_deref(), &d.name) != Some(false))
         .flat_map(|d| {
             d.ports
                 .iter()
-                .filter(|p| p.state.as_ref().is_some_and(|s| s.value == 4))
+                .filter(move |p| check::nccl_opens(spec, d, p))
                 .map(move |p| format!("{}:{}", d.name, p.number))
         })
         .collect();
@@ -71,10 +73,16 @@ fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
         n,
         format!(
             "{n} ACTIVE RDMA port(s) on this node{}: {}",
-            if ib_hca.is_some() { " in NCCL_IB_HCA" } else { "" },
+            if spec.is_some() { " that NCCL_IB_HCA selects" } else { "" },
             ports.join(", ")
         ),
     )
+}
+
+/// The RDMA devices with a port NCCL opens: the ones NCCL registers on.
+fn selected_devices(devices: &[SysfsDevice], env: &Environment) -> Vec<String> {
+    let spec = env.get("NCCL_IB_HCA");
+    devices.iter().filter(|d| d.ports.iter().any(|p| check::nccl_opens(spec, d, p))).map(|d| d.name.clone()).collect()
 }
 
 /// Reads an `NCCL_PARAM` variable as NCCL does, noting what it read.
@@ -110,6 +118,12 @@ pub fn validate(args: &ModelArgs) -> Result<(), String> {
         ("--ranks-per-node", Some(args.ranks_per_node), model::MAX_LOCAL_RANKS, " (NCCL_MAX_LOCAL_RANKS)"),
         ("--nics", args.nics, model::MAX_NICS, " (MAX_IB_DEVS)"),
         ("--channels", args.channels, model::MAX_CHANNELS, " (MAXCHANNELS)"),
+        (
+            "--search-channels",
+            args.search_channels,
+            model::MAX_CHANNELS / 2,
+            " (the ring graph's maxChannels, MAXCHANNELS/2)",
+        ),
         ("--communicators", Some(args.communicators), 1 << 16, ""),
         ("--p2p-channels", args.p2p_channels, model::MAX_CHANNELS, " (MAXCHANNELS)"),
         (
@@ -157,7 +171,7 @@ pub fn validate(args: &ModelArgs) -> Result<(), String> {
 }
 
 /// Builds the model inputs from the flags, the environment (as NCCL reads it) and the node.
-pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[SysfsDevice]) -> Result<Derived, String> {
+pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[SysfsDevice]) -> Result<Derived, String> {
     validate(args)?;
     let mut r = Reader { env, read: Vec::new() };
     let (nics, nics_why) = match args.nics {
@@ -194,9 +208,24 @@ pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[Sysf
         max_ctas: r.int("NCCL_MAX_CTAS", CONFIG_UNDEF_INT),
         min_ctas: r.int("NCCL_MIN_CTAS", CONFIG_UNDEF_INT),
     };
+    let topology = match args.search_channels {
+        Some(s) => model::searched_channels(s),
+        None => model::topology_channels(nics),
+    };
     i.channels = match args.channels {
-        Some(c) => Channels::given(c),
-        None => limits.apply(&model::topology_channels(nics)),
+        Some(c) => {
+            let mut given = Channels::given(c, topology.search);
+            if args.search_channels.is_none() {
+                given.why = format!(
+                    "--channels {c}; S = {} assumed from the topology (one search channel per NIC, doubled by \
+                        ncclTopoDupChannels when at most 4): pass --search-channels S from NCCL_DEBUG=INFO's \
+                        \"Pattern 4, crossNic ., nChannels S\" line",
+                    topology.search
+                );
+            }
+            given
+        }
+        None => limits.apply(&topology),
     };
     i.pxn = r.int("NCCL_PXN_DISABLE", i64::MIN) != Some(1);
     i.gdr_read = r.int("NCCL_NET_GDR_READ", -2) != Some(0);
@@ -205,7 +234,10 @@ pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[Sysf
     i.pat = r.int("NCCL_PAT_ENABLE", 2) != Some(0);
     let gdr = match args.gdr.as_deref().and_then(GdrMode::parse) {
         Some(mode) => Detected { mode, detected: false, why: "--gdr".into() },
-        None => gdr::detect(sysfs),
+        None => {
+            let names = selected_devices(devices, env);
+            gdr::decide(&gdr::read_facts(roots, &names, r.int("NCCL_DMABUF_ENABLE", i64::MIN)))
+        }
     };
     i.gdr = gdr.mode;
     if args.p2p_net {
@@ -254,6 +286,33 @@ pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[Sysf
             together, and PAT with one rank per node (src/init.cc)"
             .to_owned()
     };
+    let mut assumed = Vec::new();
+    let ch = &i.channels;
+    if args.channels.is_none() && args.search_channels.is_none() {
+        assumed.push(format!(
+            "channels C = {} and S = {} from the topology rule (one search channel per NIC, sm90-class GPU): pass \
+                --channels C from NCCL_DEBUG=INFO's \"C coll channels\" line and --search-channels S from its \
+                \"Pattern 4, crossNic 0, nChannels S\" line",
+            ch.count, ch.search
+        ));
+    } else if args.search_channels.is_none() {
+        assumed.push(format!(
+            "S = {} from the topology rule (it decides each channel's tree): pass --search-channels S from \
+                NCCL_DEBUG=INFO's \"Pattern 4, crossNic 0, nChannels S\" line",
+            ch.search
+        ));
+    }
+    if gdr.detected {
+        assumed.push(format!(
+            "GPUDirect {} as detected on this node: pass --gdr off, dmabuf or peermem if the job's node differs \
+                (NCCL_DEBUG=INFO prints \"DMA-BUF is available on GPU device N\" when dma-buf can be used and ends \
+                each network connection line with /GDRDMA when GPUDirect is used)",
+            gdr.mode.as_str()
+        ));
+    }
+    if args.nics.is_none() && nics_why.contains("assumed") {
+        assumed.push(format!("{} NIC(s), one per rank: pass --nics (the job's node's ACTIVE RDMA ports)", nics));
+    }
     Ok(Derived {
         inputs: i,
         gdr,
@@ -263,6 +322,7 @@ pub fn derive(args: &ModelArgs, env: &Environment, sysfs: &Path, devices: &[Sysf
         problems: env::problems(env),
         conf_files: Vec::new(),
         environment_error: None,
+        assumed,
     })
 }
 
@@ -357,6 +417,12 @@ pub fn render_text(d: &Derived, e: &Estimate, v: &Verdict) -> String {
     }
     for p in &d.problems {
         out.push_str(&format!("  warning: {}: {}\n", p.measured, p.fix));
+    }
+    if !d.assumed.is_empty() {
+        out.push_str("assumed (pass the real figures):\n");
+        for a in &d.assumed {
+            out.push_str(&format!("  - {a}\n"));
+        }
     }
     out.push_str(&format!(
         "\n{:<24} {:>14} {:>18} {:>20}\n",
@@ -460,6 +526,7 @@ struct EstimateReport<'a> {
     connect: &'a str,
     environment: &'a [String],
     environment_error: Option<&'a str>,
+    assumed: &'a [String],
     problems: Vec<ProblemJson<'a>>,
     conf_files: Vec<ConfJson<'a>>,
     covers: &'static [&'static str],
@@ -492,6 +559,7 @@ pub fn render_json(d: &Derived, e: &Estimate, v: &Verdict) -> Result<String, ser
             connect: &d.connect,
             environment: &d.environment,
             environment_error: d.environment_error.as_deref(),
+            assumed: &d.assumed,
             problems: d
                 .problems
                 .iter()
@@ -539,7 +607,7 @@ pub fn run(args: &EstimateArgs) -> u8 {
         Ok(m) => m,
         Err(err) => return fail(err.to_string(), crate::exit::USAGE),
     };
-    let mut derived = match derive(&args.model, &env, &roots.sysfs, &machine.rdma) {
+    let mut derived = match derive(&args.model, &env, &roots, &machine.rdma) {
         Ok(d) => d,
         Err(message) => return fail(message, crate::exit::USAGE),
     };
@@ -580,8 +648,8 @@ mod tests {
         Environment::from_pairs(pairs.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec())))
     }
 
-    fn no_sysfs() -> PathBuf {
-        PathBuf::from("/nonexistent-sysfs")
+    fn no_sysfs() -> Roots {
+        Roots { procfs: PathBuf::from("/nonexistent-procfs"), sysfs: PathBuf::from("/nonexistent-sysfs") }
     }
 
     fn derive_with(flags: &[&str], vars: &[(&str, &str)]) -> Derived {
@@ -639,7 +707,13 @@ mod tests {
         assert_eq!((i.devices_per_nic, i.qps_per_connection), (2, 4));
         assert_eq!(i.p2p.as_ref().map(|p| p.channels), Some(16));
         assert_eq!(d.nics_why, "--nics");
-        assert_eq!(i.channels.why, "--channels");
+        assert!(i.channels.why.starts_with("--channels 12; S = 4 assumed"), "{}", i.channels.why);
+        assert_eq!(i.channels.search, 4, "2 NICs: 2 search channels, doubled by ncclTopoDupChannels");
+        let d = derive_with(&["--channels", "12", "--search-channels", "6"], &[]);
+        assert_eq!((d.inputs.channels.count, d.inputs.channels.search), (12, 6));
+        assert!(!d.inputs.channels.assumed);
+        let d = derive_with(&["--search-channels", "6"], &[]);
+        assert_eq!((d.inputs.channels.count, d.inputs.channels.search), (12, 6), "C = 2S");
     }
 
     #[test]
@@ -647,7 +721,7 @@ mod tests {
         let d = derive_with(&[], &[]);
         assert_eq!(d.inputs.nics, 8, "no RDMA here: one NIC per rank");
         assert!(d.nics_why.contains("one NIC per rank assumed"), "{}", d.nics_why);
-        assert_eq!(d.inputs.channels.count, 32);
+        assert_eq!((d.inputs.channels.count, d.inputs.channels.search), (16, 8), "8 NICs: S = 8, C = 16");
         assert!(d.inputs.channels.why.starts_with("assumed from the topology"));
         assert_eq!((d.inputs.gdr, d.gdr.detected), (GdrMode::Off, true));
         let devices = [hca("mlx5_0", &[1]), hca("mlx5_1", &[1]), hca("mlx5_2", &[]), hca("mlx5_3", &[1, 2])];
@@ -656,6 +730,28 @@ mod tests {
         assert!(d.nics_why.ends_with("mlx5_0:1, mlx5_1:1, mlx5_3:1, mlx5_3:2"), "{}", d.nics_why);
         let d = derive(&model_args(&[]), &env(&[("NCCL_IB_HCA", "^mlx5_3")]), &no_sysfs(), &devices).unwrap();
         assert_eq!(d.inputs.nics, 2, "{}", d.nics_why);
+        // Per port, as NCCL selects them: mlx5_3's port 2 only; mlx5_2 has no ACTIVE port.
+        let nics =
+            |spec: &str| derive(&model_args(&[]), &env(&[("NCCL_IB_HCA", spec)]), &no_sysfs(), &devices).unwrap();
+        let d = nics("mlx5_3:2");
+        assert_eq!(d.inputs.nics, 1);
+        assert!(d.nics_why.ends_with("that NCCL_IB_HCA selects: mlx5_3:2"), "{}", d.nics_why);
+        assert_eq!(nics("^mlx5_3:1").inputs.nics, 3, "mlx5_0:1, mlx5_1:1, mlx5_3:2");
+        assert_eq!(nics("mlx5_0,mlx5_2").inputs.nics, 1, "mlx5_2's ports are not ACTIVE");
+    }
+
+    #[test]
+    fn what_was_assumed_is_said_with_its_flag() {
+        let d = derive_with(&[], &[]);
+        assert_eq!(d.assumed.len(), 3, "{:?}", d.assumed);
+        assert!(d.assumed[0].starts_with("channels C = 16 and S = 8 from the topology rule"), "{:?}", d.assumed);
+        assert!(d.assumed[0].contains("--channels C") && d.assumed[0].contains("--search-channels S"));
+        assert!(d.assumed[1].starts_with("GPUDirect off as detected") && d.assumed[1].contains("--gdr"));
+        assert!(d.assumed[2].contains("--nics"));
+        let d = derive_with(&["--channels", "16"], &[]);
+        assert!(d.assumed[0].starts_with("S = 8 from the topology rule"), "{:?}", d.assumed);
+        let d = derive_with(&["--channels", "16", "--search-channels", "8", "--gdr", "dmabuf", "--nics", "8"], &[]);
+        assert!(d.assumed.is_empty(), "{:?}", d.assumed);
     }
 
     #[test]
@@ -677,7 +773,7 @@ mod tests {
         assert_eq!(c(&[("NCCL_MAX_NRINGS", "8"), ("NCCL_MAX_NCHANNELS", "16")]), 16, "the new name wins");
         assert_eq!(c(&[("NCCL_MIN_NRINGS", "48")]), 48);
         assert_eq!(c(&[("NCCL_MIN_CTAS", "40"), ("NCCL_MAX_CTAS", "36")]), 36);
-        assert_eq!(c(&[("NCCL_MAX_CTAS", "0")]), 32, "NCCL leaves its default for 0");
+        assert_eq!(c(&[("NCCL_MAX_CTAS", "0")]), 16, "NCCL leaves its default for 0");
         assert_eq!(c(&[("NCCL_MAX_NCHANNELS", "0")]), 1, "and raises 0 channels to 1");
         assert!(derive_with(&[], &[("NCCL_MAX_NCHANNELS", "8")]).inputs.channels.why.contains("max channels 8"));
         // Switches.
@@ -687,11 +783,14 @@ mod tests {
         assert!(derive_with(&[], &[("NCCL_RUNTIME_CONNECT", "0")]).connect.starts_with("at communicator init"));
         assert!(derive_with(&[], &[]).connect.starts_with("runtime connect"));
         // p2p: the chunk is at most Simple / 8, channels per peer halve for large jobs.
-        let p = derive_with(&["--p2p-net", "--nodes", "16"], &[("NCCL_BUFFSIZE", "524288")]).inputs.p2p.unwrap();
+        let p = derive_with(&["--p2p-net", "--nodes", "16", "--channels", "32"], &[("NCCL_BUFFSIZE", "524288")])
+            .inputs
+            .p2p
+            .unwrap();
         assert_eq!(p.chunk, 65_536);
         assert_eq!(p.channels, 32);
         assert_eq!(p.channels_per_peer, 2, "128 ranks: 2 x 16 batches of 8 fit 32 channels");
-        let p = derive_with(&["--p2p-net", "--nodes", "32"], &[]).inputs.p2p.unwrap();
+        let p = derive_with(&["--p2p-net", "--nodes", "32", "--channels", "32"], &[]).inputs.p2p.unwrap();
         assert_eq!(p.channels_per_peer, 1, "256 ranks: 2 x 32 batches would exceed 32 channels");
         let p = derive_with(&["--p2p-net"], &[("NCCL_NCHANNELS_PER_NET_PEER", "4")]).inputs.p2p.unwrap();
         assert_eq!(p.channels_per_peer, 4);

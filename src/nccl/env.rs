@@ -194,6 +194,8 @@ pub fn show_bytes(bytes: &[u8]) -> String {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Environment {
     entries: Vec<Entry>,
+    /// Where the job's files are opened (`/`, or `/proc/PID/root`), once known.
+    root: Option<PathBuf>,
 }
 
 /// A configuration file NCCL would read, and what happened when we read it.
@@ -223,7 +225,7 @@ impl Environment {
 
     pub fn from_pairs(pairs: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>) -> Self {
         let entries = pairs.into_iter().map(|(name, value)| Entry { name, value, source: Source::Process }).collect();
-        Self { entries }
+        Self { entries, root: None }
     }
 
     /// The first value of `name`, as getenv finds it.
@@ -242,12 +244,11 @@ impl Environment {
 
     /// Every variable NCCL would look at once, the first of each name (later duplicates are
     /// invisible to getenv).
+    /// One pass with a set of the names seen: comparing each entry with every earlier one made a
+    /// 100,000-variable environment take 42 s (docs/reliability.md).
     pub fn effective(&self) -> impl Iterator<Item = &Entry> {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter(|(i, e)| !self.entries[..*i].iter().any(|f| f.name == e.name))
-            .map(|(_, e)| e)
+        let mut seen: std::collections::HashSet<&[u8]> = std::collections::HashSet::with_capacity(self.entries.len());
+        self.entries.iter().filter(move |e| seen.insert(e.name.as_slice()))
     }
 
     /// Adds what NCCL's configuration files set, as initEnvFunc (src/misc/param.cc) does: the
@@ -256,6 +257,7 @@ impl Environment {
     /// variables win, then the first file. `root` is where those paths are opened: `/` for
     /// this process, `/proc/PID/root` for another one (its own mount namespace).
     pub fn with_conf_files(mut self, root: &Path) -> (Self, Vec<ConfFile>) {
+        self.root = Some(root.to_path_buf());
         let mut paths = Vec::new();
         match self.get("NCCL_CONF_FILE").filter(|v| !v.is_empty()) {
             Some(file) => paths.push(PathBuf::from(OsString::from_vec(truncate(file, 1023).to_vec()))),
@@ -275,9 +277,11 @@ impl Environment {
             match crate::fsroot::read_bytes(&opened) {
                 Ok(bytes) => {
                     let mut set = Vec::new();
+                    let mut names: std::collections::HashSet<Vec<u8>> =
+                        self.entries.iter().map(|e| e.name.clone()).collect();
                     for (name, value) in conf_lines(&bytes) {
                         // setenv refuses an empty name; it never overwrites (its third argument is 0).
-                        if name.is_empty() || self.entries.iter().any(|e| e.name == name) {
+                        if name.is_empty() || !names.insert(name.clone()) {
                             continue;
                         }
                         set.push(String::from_utf8_lossy(&name).into_owned());
@@ -374,10 +378,11 @@ pub struct Problem {
 /// Judges every NCCL_* variable of the environment as NCCL would read it. A variable NCCL reads,
 /// in a form its parser accepts, is never a problem.
 pub fn problems(env: &Environment) -> Vec<Problem> {
-    env.effective().filter(|e| e.name.starts_with(b"NCCL_")).filter_map(judge).collect()
+    let ctx = super::grammar::Context { root: env.root.as_deref(), ib_addr_family: env.get("NCCL_IB_ADDR_FAMILY") };
+    env.effective().filter(|e| e.name.starts_with(b"NCCL_")).filter_map(|e| judge(e, &ctx)).collect()
 }
 
-fn judge(entry: &Entry) -> Option<Problem> {
+fn judge(entry: &Entry, ctx: &super::grammar::Context) -> Option<Problem> {
     let name = entry.name_lossy();
     let shown = format!("{name}={}{}", entry.value_shown(), from(entry));
     let problem =
@@ -417,6 +422,10 @@ fn judge(entry: &Entry) -> Option<Problem> {
         return problem(Severity::Warn, shown, format!("not a variable NCCL {NCCL_VERSION} reads: check the spelling"));
     };
     let value = entry.value.as_slice();
+    if let Some(verdict) = super::grammar::judge_in(var.name, value, ctx) {
+        let v = verdict?;
+        return problem(v.severity, format!("{shown}: {} ({})", v.measured, at(var)), v.fix);
+    }
     match var.parse {
         Parse::Strtoll => judge_number(var, value, &shown),
         Parse::Decimal | Parse::DecimalUnsigned => {
@@ -426,7 +435,7 @@ fn judge(entry: &Entry) -> Option<Problem> {
                 Some(Strtoll::Whole(_)) => None,
                 _ if unsigned_ok => None,
                 _ => problem(
-                    Severity::Fail,
+                    Severity::Warn,
                     format!("{shown}: not a decimal integer, so NCCL ignores it ({})", at(var)),
                     format!("NCCL uses its default ({}): give a plain decimal number", var.default),
                 ),
@@ -436,7 +445,7 @@ fn judge(entry: &Entry) -> Option<Problem> {
             let ok = ["1", "T", "TRUE", "0", "F", "FALSE"].iter().any(|w| value.eq_ignore_ascii_case(w.as_bytes()));
             (!ok).then(|| Problem {
                 name: name.clone(),
-                severity: Severity::Fail,
+                severity: Severity::Warn,
                 measured: format!("{shown}: not 1/T/TRUE or 0/F/FALSE, so NCCL ignores it ({})", at(var)),
                 fix: format!("NCCL uses its default ({}): give 1 or 0", var.default),
             })
@@ -446,7 +455,7 @@ fn judge(entry: &Entry) -> Option<Problem> {
             let ok = options.iter().any(|o| trimmed.eq_ignore_ascii_case(o.as_bytes()));
             (!ok).then(|| Problem {
                 name: name.clone(),
-                severity: Severity::Fail,
+                severity: Severity::Warn,
                 measured: format!("{shown}: not one of {}, so NCCL ignores it ({})", options.join(", "), at(var)),
                 fix: format!("give one of {}", options.join(", ")),
             })
@@ -456,7 +465,7 @@ fn judge(entry: &Entry) -> Option<Problem> {
             let ok = levels.iter().any(|l| value == l.as_bytes()) || value.first().is_some_and(u8::is_ascii_digit);
             (!ok).then(|| Problem {
                 name: name.clone(),
-                severity: Severity::Fail,
+                severity: Severity::Warn,
                 measured: format!("{shown}: not a path level, so NCCL ignores it ({})", at(var)),
                 fix: format!("give one of {} (upper case) or a number", levels.join(", ")),
             })
@@ -501,50 +510,66 @@ pub const QPS_PER_CONNECTION: std::ops::RangeInclusive<i64> = 1..=128;
 const BUFFER_SIZES: &[&str] = &["NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE"];
 
 fn judge_number(var: &Variable, value: &[u8], shown: &str) -> Option<Problem> {
-    let fail = |measured: String, fix: String| {
-        Some(Problem { name: var.name.to_owned(), severity: Severity::Fail, measured, fix })
-    };
     if value.is_empty() {
         return None;
     }
-    let number = match strtoll(value, 0) {
-        Strtoll::Whole(v) => v,
-        Strtoll::Prefix { value: v, rest } => {
-            return fail(
+    // NCCL runs with what strtoll reads: a value it reads otherwise than written is a WARN that
+    // says what it reads; a FAIL only when NCCL cannot run with the number it reads.
+    let (number, note) = match strtoll(value, 0) {
+        Strtoll::Whole(v) => (v, None),
+        Strtoll::Prefix { value: v, rest } => (
+            v,
+            Some((
                 format!(
                     "{shown}: NCCL reads {v} (strtoll(value, NULL, 0) stops at \"{}\", {})",
                     show_bytes(&rest),
                     at(var)
                 ),
                 format!("write the whole number{}", unit_hint(var.name)),
-            )
-        }
-        Strtoll::NoDigits => {
-            return fail(
+            )),
+        ),
+        Strtoll::NoDigits => (
+            0,
+            Some((
                 format!("{shown}: no number, so NCCL reads 0 (strtoll(value, NULL, 0), {})", at(var)),
                 format!("give a number (decimal, 0x hex or 0 octal){}", unit_hint(var.name)),
-            )
-        }
+            )),
+        ),
         Strtoll::OutOfRange => {
-            return fail(
-                format!("{shown}: beyond a 64-bit integer, so NCCL uses its default {} ({})", var.default, at(var)),
-                "give a number NCCL can read".into(),
-            )
+            return Some(Problem {
+                name: var.name.to_owned(),
+                severity: Severity::Warn,
+                measured: format!(
+                    "{shown}: beyond a 64-bit integer, so NCCL uses its default {} ({})",
+                    var.default,
+                    at(var)
+                ),
+                fix: "give a number NCCL can read".into(),
+            });
         }
+    };
+    let (read, read_fix) = match &note {
+        Some((measured, fix)) => (measured.clone(), format!("; {fix}")),
+        None => (shown.to_owned(), String::new()),
+    };
+    let fail = |measured: String, fix: String| {
+        Some(Problem { name: var.name.to_owned(), severity: Severity::Fail, measured, fix })
     };
     if var.name == "NCCL_IB_QPS_PER_CONNECTION" && !QPS_PER_CONNECTION.contains(&number) {
         return fail(
-            format!("{shown}: NCCL does not check it, and needs 1 to 128 QPs per connection"),
-            "NCCL needs 1 to 128 QPs per connection: unset it (default 1) or give a count in that range".into(),
+            format!("{read}: NCCL does not check it, and needs 1 to 128 QPs per connection"),
+            format!(
+                "NCCL needs 1 to 128 QPs per connection: unset it (default 1) or give a count in that range{read_fix}"
+            ),
         );
     }
     if BUFFER_SIZES.contains(&var.name) && number != -2 && !(1..=i64::from(i32::MAX)).contains(&number) {
         return fail(
-            format!("{shown}: NCCL keeps buffer sizes in an int and registers a buffer of that many bytes"),
-            format!("give a size from 1 to {} bytes, or unset it for the default", i32::MAX),
+            format!("{read}: NCCL keeps buffer sizes in an int and registers a buffer of that many bytes"),
+            format!("give a size from 1 to {} bytes, or unset it for the default{read_fix}", i32::MAX),
         );
     }
-    None
+    note.map(|(measured, fix)| Problem { name: var.name.to_owned(), severity: Severity::Warn, measured, fix })
 }
 
 fn unit_hint(name: &str) -> &'static str {
@@ -623,16 +648,19 @@ mod tests {
     }
 
     #[test]
-    fn values_nccl_reads_otherwise_fail_and_say_what_nccl_reads() {
+    fn values_nccl_reads_otherwise_warn_and_say_what_nccl_reads() {
+        // NCCL runs with what it reads: a WARN naming it, never a FAIL (issue 22).
         let p = one("NCCL_BUFFSIZE", b"4M");
-        assert_eq!(p[0].severity, Severity::Fail);
+        assert_eq!(p[0].severity, Severity::Warn);
         assert!(p[0].measured.starts_with("NCCL_BUFFSIZE=4M: NCCL reads 4 (strtoll"), "{p:?}");
         assert!(p[0].measured.contains("src/init.cc:814"), "{p:?}");
         let p = one("NCCL_BUFFSIZE", b"\xff");
         assert_eq!(
             p[0].measured,
-            "NCCL_BUFFSIZE=\\xff: no number, so NCCL reads 0 (strtoll(value, NULL, 0), NVIDIA/nccl src/init.cc:814)"
+            "NCCL_BUFFSIZE=\\xff: no number, so NCCL reads 0 (strtoll(value, NULL, 0), NVIDIA/nccl src/init.cc:814): \
+                NCCL keeps buffer sizes in an int and registers a buffer of that many bytes"
         );
+        assert_eq!(p[0].severity, Severity::Fail, "it reads 0, and a 0-byte buffer is a failure");
         assert_eq!(one("NCCL_BUFFSIZE", b"0")[0].severity, Severity::Fail, "a 0-byte buffer");
         assert!(one("NCCL_IB_TIMEOUT", b"99999999999999999999")[0].measured.contains("uses its default 20"));
         for qps in [&b"0"[..], b"129", b"-1"] {
@@ -640,8 +668,24 @@ mod tests {
         }
         assert!(one("NCCL_IB_QPS_PER_CONNECTION", b"0x80").is_empty(), "128 in hex");
         assert!(one("NCCL_DEBUG", b"LOUD")[0].fix.contains("VERSION, WARN, INFO, ABORT, TRACE"));
-        assert_eq!(one("NCCL_SET_THREAD_NAME", b"yes")[0].severity, Severity::Fail);
-        assert_eq!(one("NCCL_P2P_LEVEL", b"nvl")[0].severity, Severity::Fail, "ncclGetLevel compares with strcmp");
+        assert_eq!(one("NCCL_SET_THREAD_NAME", b"yes")[0].severity, Severity::Warn);
+        assert_eq!(one("NCCL_P2P_LEVEL", b"nvl")[0].severity, Severity::Warn, "ncclGetLevel compares with strcmp");
+        // The leading number, as strtoll(s, NULL, 0) reads it: "4 " is 4, a conf file's
+        // "4194304 # 4 MiB" is 4194304.
+        for (value, reads) in [(&b"4 "[..], "4"), (b"4194304 # 4 MiB", "4194304"), (b"0x10kB", "16")] {
+            let p = one("NCCL_BUFFSIZE", value);
+            assert_eq!(p[0].severity, Severity::Warn, "{value:?}");
+            assert!(p[0].measured.contains(&format!("NCCL reads {reads} (strtoll")), "{p:?}");
+        }
+        assert_eq!(one("NCCL_IB_TIMEOUT", b"abc")[0].severity, Severity::Warn, "no digits: 0");
+        assert_eq!(one("NCCL_BUFFSIZE", b"08")[0].severity, Severity::Fail, "reads 0 (octal stops at 8)");
+        assert_eq!(one("NCCL_IB_QPS_PER_CONNECTION", b"2 qps")[0].severity, Severity::Warn, "reads 2");
+        assert_eq!(one("NCCL_IB_TIMEOUT", b"99999999999999999999")[0].severity, Severity::Warn, "ERANGE: the default");
+        // Grammars of their own (src/nccl/grammar.rs), through the environment.
+        assert_eq!(one("NCCL_ALGO", b"Ring, Tree")[0].severity, Severity::Fail, "aborts init");
+        assert!(one("NCCL_ALGO", b"Ring, Tree")[0].measured.contains("src/graph/tuning.cc parseList"));
+        assert_eq!(one("NCCL_DEBUG_SUBSYS", b"INIT,NETWORK")[0].severity, Severity::Warn);
+        assert!(one("NCCL_ALGO", b"ring,tree").is_empty());
     }
 
     #[test]

@@ -99,12 +99,151 @@ pub struct Inputs {
 /// How many channels, and which tree and NIC each one uses.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Channels {
+    /// C: the channels NCCL runs, as NCCL_DEBUG=INFO prints them ("C coll channels", src/init.cc
+    /// initTransportsRank).
     pub count: u64,
-    /// The channels before caps and floors (the topology's), whose first half follows tree 0.
-    pub topology: u64,
+    /// S: the ring graph's channels after ncclTopoDupChannels, comm->nChannels when
+    /// ncclTopoPreset runs (src/init.cc: min of the ring and tree graphs), printed as
+    /// "Pattern 4, crossNic ., nChannels S" (search.cc ncclTopoPrintGraph). ncclTopoPostset
+    /// (connect.cc) makes 2S of them: channel c < S follows tree 0, c + S tree 1.
+    pub search: u64,
     /// The channels after the caps, before copies up to a floor: the ones the copies repeat.
     pub capped: u64,
+    /// S and C were not given: both come from the topology rule below.
+    pub assumed: bool,
     pub why: String,
+}
+
+/// What ncclTopoCompute gives on a node whose NICs each carry one search channel (the rail-
+/// optimised layout): one channel per NIC, which ncclTopoDupChannels (src/graph/search.cc)
+/// doubles only when bwIntra >= 25 and, on sm90 and later (ccMin > 80), bwIntra >= 50 or at
+/// most 4 channels. Assumed here: an sm90-class GPU (H100, H200, B200) whose NVLink bandwidth per
+/// channel is what the NIC gives (one 400 Gb/s NIC: bwIntra = bwInter < 50, >= 25), so the
+/// search's channels are doubled when there are at most 4 of them (up to the ring graph's
+/// maxChannels, MAXCHANNELS/2, src/init.cc). ncclTopoPostset (src/graph/connect.cc) then doubles
+/// S into C = 2S (at most MAXCHANNELS): 16 for 8 NICs, as an H100 log prints ("Channel 00/16").
+pub fn search_channels(nics: u64) -> (u64, bool) {
+    let s = nics.clamp(1, MAX_CHANNELS / 2);
+    if s <= 4 {
+        ((2 * s).min(MAX_CHANNELS / 2), true)
+    } else {
+        (s, false)
+    }
+}
+
+/// The channels NCCL runs from the topology (no caps, no floors): S from [`search_channels`] or
+/// given (`--search-channels`), doubled by ncclTopoPostset.
+pub fn topology_channels(nics: u64) -> Channels {
+    let (search, dup) = search_channels(nics);
+    let count = (2 * search).min(MAX_CHANNELS);
+    let n = nics.clamp(1, MAX_CHANNELS / 2);
+    Channels {
+        count,
+        search,
+        capped: count,
+        assumed: true,
+        why: format!(
+            "assumed from the topology: {n} search channel(s), one per NIC, {} by ncclTopoDupChannels (sm90-class GPU, \
+                25 <= bwIntra < 50 assumed), S = {search}, doubled by ncclTopoPostset: C = {count}",
+            if dup { "doubled" } else { "not doubled" }
+        ),
+    }
+}
+
+/// The channels from S as given (`--search-channels`, the ring graph line NCCL_DEBUG=INFO
+/// prints), doubled by ncclTopoPostset.
+pub fn searched_channels(search: u64) -> Channels {
+    let search = search.clamp(1, MAX_CHANNELS / 2);
+    let count = 2 * search;
+    Channels {
+        count,
+        search,
+        capped: count,
+        assumed: false,
+        why: format!("--search-channels {search}, doubled by ncclTopoPostset: C = {count}"),
+    }
+}
+
+/// NCCL's channel caps and floors over the topology's count (src/graph/connect.cc
+/// ncclTopoPostset, ncclMinNchannels, ncclMaxNchannels; src/init.cc for the CTA variables):
+/// min(topology, max channels, max CTAs), then copies of the first channels up to
+/// max(min channels, min CTAs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChannelLimits {
+    /// ncclMaxNchannels(): NCCL_MAX_NCHANNELS, else NCCL_MAX_NRINGS; below 1 is 1; above 64 is 64.
+    pub max_nchannels: Option<i64>,
+    /// ncclMinNchannels(): NCCL_MIN_NCHANNELS, else NCCL_MIN_NRINGS; negative is 0.
+    pub min_nchannels: Option<i64>,
+    /// NCCL_MAX_CTAS; ignored when 0 or less.
+    pub max_ctas: Option<i64>,
+    /// NCCL_MIN_CTAS; ignored when 0 or less.
+    pub min_ctas: Option<i64>,
+}
+
+impl ChannelLimits {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The channels NCCL runs, from the topology's count.
+    pub fn apply(&self, topology: &Channels) -> Channels {
+        let max = MAX_CHANNELS as i64;
+        let max_n = self.max_nchannels.map_or(max, |m| m.clamp(1, max));
+        let min_n = self.min_nchannels.map_or(0, |m| m.clamp(0, max));
+        // init.cc: a CTA variable at 0 or below is left unset; both are capped at MAXCHANNELS,
+        // and a min above the max is lowered to it.
+        let max_ctas = self.max_ctas.filter(|v| *v > 0).map_or(max, |v| v.min(max));
+        let min_ctas = self.min_ctas.filter(|v| *v > 0).map_or(1, |v| v.min(max)).min(max_ctas);
+        let capped = (topology.count as i64).min(max_n).min(max_ctas);
+        let count = capped.max(min_n).max(min_ctas).clamp(1, max) as u64;
+        if self.is_empty() {
+            return topology.clone();
+        }
+        Channels {
+            count,
+            search: topology.search,
+            capped: capped.clamp(1, max) as u64,
+            assumed: topology.assumed,
+            why: format!(
+                "{}; caps and floors from the environment: min({}, max channels {max_n}, max CTAs {max_ctas}) = \
+                    {capped}, raised to max(min channels {min_n}, min CTAs {min_ctas}): {count}",
+                topology.why, topology.count
+            ),
+        }
+    }
+}
+
+impl Channels {
+    /// C given (`--channels`, what NCCL_DEBUG=INFO prints), with S given or from the topology. A C
+    /// below 2S is a cap (the first C channels), one above it copies (connect.cc copyChannels).
+    pub fn given(count: u64, search: u64) -> Self {
+        let search = search.max(1);
+        Channels {
+            count,
+            search,
+            capped: count.min(2 * search),
+            assumed: false,
+            why: format!("--channels {count}, S = {search}"),
+        }
+    }
+
+    /// Which double-binary tree channel `c` follows: ncclTopoPostset (connect.cc) puts channel
+    /// j < S on tree 0 and its copy j + S on tree 1 (connectTrees: channel0, channel1 =
+    /// channel0 + nChannels); copies made past 2S or to reach a floor repeat the first channels
+    /// (copyChannels), and a cap at or below S leaves every channel on tree 0.
+    fn tree_of(&self, c: u64) -> usize {
+        let s = self.search.max(1);
+        let j = c % self.capped.max(1) % (2 * s);
+        usize::from(j >= s)
+    }
+
+    /// The NIC of channel `c`: the search starts channel k at NET k mod nics (ncclTopoSearchRecNet),
+    /// and every duplication (ncclTopoDupChannels, ncclTopoPostset, copyChannels) keeps each
+    /// channel's NIC.
+    fn nic_of(&self, c: u64, nics: u64) -> u64 {
+        let s = self.search.max(1);
+        (c % self.capped.max(1) % s) % nics.max(1)
+    }
 }
 
 /// The all-to-all part (src/transport/net.cc shared buffers, src/graph/paths.cc p2p channels).
@@ -149,95 +288,6 @@ impl Inputs {
     /// The page size, never 0.
     fn page(&self) -> u64 {
         self.page_size.max(1)
-    }
-}
-
-/// The channel count NCCL's search gives when each NIC carries one channel at full speed:
-/// one search channel per NIC, doubled by ncclTopoDupChannels (src/graph/search.cc, up to the
-/// ring graph's maxChannels MAXCHANNELS/2) and again by ncclTopoPostset (src/graph/connect.cc,
-/// up to MAXCHANNELS). An assumption about the topology: NCCL_DEBUG=INFO prints the real count
-/// ("N coll channels"), which --channels takes.
-pub fn topology_channels(nics: u64) -> Channels {
-    let search = nics.clamp(1, MAX_CHANNELS / 2);
-    let count = ((2 * search).min(MAX_CHANNELS / 2) * 2).min(MAX_CHANNELS);
-    Channels {
-        count,
-        topology: count,
-        capped: count,
-        why: format!(
-            "assumed from the topology: {search} search channel(s), one per NIC, doubled by ncclTopoDupChannels and \
-                by ncclTopoPostset (pass --channels with the count NCCL_DEBUG=INFO prints)"
-        ),
-    }
-}
-
-/// NCCL's channel caps and floors over the topology's count (src/graph/connect.cc
-/// ncclTopoPostset, ncclMinNchannels, ncclMaxNchannels; src/init.cc for the CTA variables):
-/// min(topology, max channels, max CTAs), then copies of the first channels up to
-/// max(min channels, min CTAs).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChannelLimits {
-    /// ncclMaxNchannels(): NCCL_MAX_NCHANNELS, else NCCL_MAX_NRINGS; below 1 is 1; above 64 is 64.
-    pub max_nchannels: Option<i64>,
-    /// ncclMinNchannels(): NCCL_MIN_NCHANNELS, else NCCL_MIN_NRINGS; negative is 0.
-    pub min_nchannels: Option<i64>,
-    /// NCCL_MAX_CTAS; ignored when 0 or less.
-    pub max_ctas: Option<i64>,
-    /// NCCL_MIN_CTAS; ignored when 0 or less.
-    pub min_ctas: Option<i64>,
-}
-
-impl ChannelLimits {
-    pub fn is_empty(&self) -> bool {
-        *self == Self::default()
-    }
-
-    /// The channels NCCL runs, from the topology's count.
-    pub fn apply(&self, topology: &Channels) -> Channels {
-        let max = MAX_CHANNELS as i64;
-        let max_n = self.max_nchannels.map_or(max, |m| m.clamp(1, max));
-        let min_n = self.min_nchannels.map_or(0, |m| m.clamp(0, max));
-        // init.cc: a CTA variable at 0 or below is left unset; both are capped at MAXCHANNELS,
-        // and a min above the max is lowered to it.
-        let max_ctas = self.max_ctas.filter(|v| *v > 0).map_or(max, |v| v.min(max));
-        let min_ctas = self.min_ctas.filter(|v| *v > 0).map_or(1, |v| v.min(max)).min(max_ctas);
-        let capped = (topology.count as i64).min(max_n).min(max_ctas);
-        let count = capped.max(min_n).max(min_ctas).clamp(1, max) as u64;
-        if self.is_empty() {
-            return topology.clone();
-        }
-        Channels {
-            count,
-            topology: topology.topology,
-            capped: capped.clamp(1, max) as u64,
-            why: format!(
-                "{}; caps and floors from the environment: min({}, max channels {max_n}, max CTAs {max_ctas}) = \
-                    {capped}, raised to max(min channels {min_n}, min CTAs {min_ctas}): {count}",
-                topology.why, topology.count
-            ),
-        }
-    }
-}
-
-impl Channels {
-    /// The channels given on the command line: taken as NCCL's final count, half on each tree.
-    pub fn given(count: u64) -> Self {
-        Channels { count, topology: count, capped: count, why: "--channels".into() }
-    }
-
-    /// Which double-binary tree channel `c` follows: connect.cc duplicates the topology's
-    /// channels, the first copy on tree 0 and the second on tree 1; copies made to reach a floor
-    /// repeat the first channels (copyChannels).
-    fn tree_of(&self, c: u64) -> usize {
-        let original = c % self.capped.max(1);
-        usize::from(original >= self.topology.div_ceil(2))
-    }
-
-    /// The NIC of channel `c`: the search starts channel k at NET k mod nics (ncclTopoSearchRecNet),
-    /// and both duplications keep each channel's NIC.
-    fn nic_of(&self, c: u64, nics: u64) -> u64 {
-        let half = self.topology.div_ceil(2).max(1);
-        (c % self.capped.max(1) % half) % nics.max(1)
     }
 }
 
@@ -384,6 +434,11 @@ type ConnKey = (u64, u64, Direction, u64, u64);
 /// Places every network connection of node `node` on the rank whose process registers it, each
 /// once: the first algorithm that needs it (ring, then tree, then PAT) owns it.
 fn place(i: &Inputs, node: u64, algorithms: &[Algorithm]) -> Vec<Held> {
+    place_logged(i, node, algorithms, &mut Vec::new())
+}
+
+/// [`place`], recording each connection with the algorithm that made it.
+fn place_logged(i: &Inputs, node: u64, algorithms: &[Algorithm], log: &mut Vec<(Algorithm, ConnKey)>) -> Vec<Held> {
     // The flags are validated (estimate::validate); the model itself still takes any input
     // without dividing by zero or indexing out of range.
     let (g, n) = (i.ranks_per_node.clamp(1, MAX_LOCAL_RANKS), i.nics.clamp(1, MAX_NICS));
@@ -415,6 +470,7 @@ fn place(i: &Inputs, node: u64, algorithms: &[Algorithm]) -> Vec<Held> {
         if !seen.insert((c, local, dir, peer.0, peer.1)) {
             return;
         }
+        log.push((alg, (c, local, dir, peer.0, peer.1)));
         let (first, _) = group(k, g, n);
         let near = nic_local(local, k, g, n);
         let dir_gdr = gdr && (dir == Direction::Recv || i.gdr_read);
@@ -430,12 +486,18 @@ fn place(i: &Inputs, node: u64, algorithms: &[Algorithm]) -> Vec<Held> {
     for c in 0..i.channels.count {
         let k = i.channels.nic_of(c, n);
         let (first, end) = group(k, g, n);
-        let last = end - 1;
         // Ring (connect.cc ncclTopoPreset): the channel enters the node at ringIntra[0], the NIC's
         // GPU where the search starts (search.cc: net->net.localGpu), and leaves it from
-        // ringIntra[localRanks-1], which the search brings back next to the same NIC: the last
-        // GPU of the NIC's group, the NIC's GPU itself when it has no other. Every node alike
-        // (connectRings: node n's send goes to node n+1's receive).
+        // ringIntra[localRanks-1]: the ring visits every GPU of the node once, so with more than one
+        // GPU the exit is another GPU, also when the NIC has a single GPU. It leaves through the
+        // same rail (search.cc ncclTopoSearchCheckNet, crossNic 0; ncclTopoGetNetDev takes
+        // inter[2c+1] for the exit GPU), so its send is on NIC k: the last GPU of the NIC's group,
+        // and with one GPU per NIC the next GPU, as NVSwitch nodes print it (NVIDIA/nccl issue
+        // 1453, H100: ring `0 7 6 5 4 3 2 1 8 ...`, node entered at GPU 0 and left from GPU 1).
+        // That send is the exit GPU's own connector (transport.cc: channel, peer, connIndex), a
+        // different one from any tree edge's. Every node alike (connectRings: node n's send goes
+        // to node n+1's receive).
+        let last = if end - first >= 2 { end - 1 } else { (first + 1) % g };
         if algorithms.contains(&Algorithm::Ring) {
             connect(Algorithm::Ring, c, k, first, Direction::Recv, (prev, last));
             connect(Algorithm::Ring, c, k, last, Direction::Send, (next, first));
@@ -1091,11 +1153,18 @@ mod tests {
 
     #[test]
     fn ring_connections_sit_next_to_the_nics() {
-        // 8 GPUs, 8 NICs, 32 channels: each GPU receives and sends the 4 channels of its NIC.
+        // 8 GPUs, 8 NICs, 16 channels (S = 8): each GPU receives its NIC's 2 channels (c, c + 8)
+        // and, as the ring's exit for NIC k - 1, sends that NIC's 2 (GDR off: from its own process,
+        // on NIC k - 1).
         let i = Inputs::new(2, 8, 8);
+        assert_eq!(i.channels.count, 16);
         let held = place(&i, 0, RING);
-        for h in &held {
-            assert_eq!(h.ring, Counts { sends: 4, receives: 4, ..Default::default() });
+        for (k, h) in held.iter().enumerate() {
+            assert_eq!(h.ring, Counts { sends: 2, receives: 2, ..Default::default() });
+            let mut per_nic = vec![[0; 4]; 8];
+            per_nic[k][0] = 2;
+            per_nic[(k + 7) % 8][0] = 2;
+            assert_eq!(h.per_nic, per_nic, "GPU {k}");
         }
         // One NIC for 8 GPUs: 4 channels, received on GPU 0 and sent from GPU 7.
         let one = Inputs::new(2, 8, 1);
@@ -1103,25 +1172,67 @@ mod tests {
         assert_eq!(held[0].ring, Counts { receives: 4, ..Default::default() });
         assert_eq!(held[7].ring, Counts { sends: 4, ..Default::default() });
         assert!(held[1..7].iter().all(|h| h.ring.total() == 0));
+        // One GPU: it is entry and exit.
+        let held = place(&Inputs::new(2, 1, 1), 0, RING);
+        assert_eq!(held[0].ring, Counts { sends: 4, receives: 4, ..Default::default() });
         // One node: nothing on the network.
         assert!(place(&Inputs::new(1, 8, 8), 0, BOTH).iter().all(|h| h.ring.total() + h.tree.total() == 0));
     }
 
     #[test]
-    fn tree_connections_reuse_the_rings_where_the_peers_match() {
+    fn ring_and_tree_are_separate_connectors_on_eight_by_eight_nodes() {
         // Two nodes, 8 GPUs, 8 NICs: node 0 is tree 0's root with child 1 (its d1) and tree 1's
-        // child of node 1 (child type 1). Every tree edge links GPU k of node 0 with GPU k of node
-        // 1 on channel c, as the ring does: NCCL reuses the ring's connectors, the tree adds none.
+        // child of node 1 (child type 1). The tree edges join treeIntra[0] of both nodes, GPU k
+        // with GPU k; the ring joins node 0's exit, GPU k + 1, with node 1's GPU k: other peers,
+        // other connectors. Each GPU: 2 ring sends and receives, 2 tree sends and receives.
         let i = Inputs::new(2, 8, 8);
         assert_eq!(dtree(2, 0), [(-1, -1, 1, -1), (1, -1, -1, 1)]);
         let held = place(&i, 0, BOTH);
         for h in &held {
-            assert_eq!(h.ring, Counts { sends: 4, receives: 4, ..Default::default() });
-            assert_eq!(h.tree, Counts::default(), "{held:?}");
+            assert_eq!(h.ring, Counts { sends: 2, receives: 2, ..Default::default() });
+            assert_eq!(h.tree, Counts { sends: 2, receives: 2, ..Default::default() }, "{held:?}");
         }
         // One NIC for 8 GPUs: the ring leaves from GPU 7, the tree from GPU 0: new connections.
         let held = place(&Inputs::new(2, 8, 1), 0, BOTH);
         assert_eq!(held[0].tree, Counts { sends: 4, receives: 4, ..Default::default() });
+        // Where the peers do match, NCCL reuses the connector (transport.cc): four nodes, node 1
+        // is tree 1's parent of node 2 (child 0): GPU k + 1's child-0 send on channel k + 8 goes to
+        // node 2's GPU k, as its ring send does.
+        assert_eq!(dtree(4, 1)[1], (3, 2, 0, 1));
+        let held = place(&Inputs::new(4, 8, 8), 1, BOTH);
+        assert_eq!(held[1].tree, Counts { sends: 3, receives: 4, ..Default::default() });
+    }
+
+    /// Public NCCL_DEBUG=INFO logs of 2 nodes x 8 H100 x 8 NICs, 16 coll channels. NVIDIA/nccl
+    /// issue 1453 prints rings `0 7 6 5 4 3 2 1 8 ...` (node 0 entered at GPU 0, left from GPU 1
+    /// to rank 8, node 1's GPU 0) and `Channel 00/16`; NVIDIA/nccl-tests issue 319 prints, for rank
+    /// 5 (node 0, GPU 5), `Trees ... [5] 6/13/-1->5->-1 ... [13] 6/-1/-1->5->13` (channel 5: rank
+    /// 13, node 1's GPU 5, is its network child; channel 13: its network parent) and for rank 8
+    /// (node 1, GPU 0) `[0] 9/-1/-1->8->0` (channel 0: its network parent is rank 0).
+    #[test]
+    fn public_h100_logs() {
+        let i = Inputs::new(2, 8, 8);
+        assert_eq!(i.channels.count, 16, "Channel 00/16");
+        let mut log = Vec::new();
+        place_logged(&i, 0, BOTH, &mut log);
+        let has = |log: &[(Algorithm, ConnKey)], alg, c, local, dir, peer: (u64, u64)| {
+            log.iter().any(|(a, k)| *a == alg && *k == (c, local, dir, peer.0, peer.1))
+        };
+        // Ring, channel 0: node 0's GPU 1 sends to node 1's GPU 0; GPU 0 receives from node 1's
+        // exit, GPU 1 (the ring `8 15 14 13 12 11 10 9` back to 0).
+        assert!(has(&log, Algorithm::Ring, 0, 1, Direction::Send, (1, 0)));
+        assert!(has(&log, Algorithm::Ring, 0, 0, Direction::Recv, (1, 1)));
+        assert!(!log.iter().any(|(a, k)| *a == Algorithm::Ring && k.0 == 0 && k.1 == 0 && k.2 == Direction::Send));
+        // Trees: rank 5's network child on channel 5 and network parent on channel 13 are both
+        // rank 13 (node 1's GPU 5), a send and a receive each, and not ring connections.
+        for c in [5, 13] {
+            assert!(has(&log, Algorithm::Tree, c, 5, Direction::Send, (1, 5)), "channel {c}");
+            assert!(has(&log, Algorithm::Tree, c, 5, Direction::Recv, (1, 5)), "channel {c}");
+        }
+        let mut log = Vec::new();
+        place_logged(&i, 1, BOTH, &mut log);
+        assert!(has(&log, Algorithm::Tree, 0, 0, Direction::Send, (0, 0)), "rank 8's parent on channel 0 is rank 0");
+        assert!(has(&log, Algorithm::Ring, 0, 1, Direction::Send, (0, 0)), "node 1 left from rank 9 to rank 0");
     }
 
     #[test]
@@ -1130,43 +1241,85 @@ mod tests {
         // 1 it is node 1's child 0.
         assert_eq!(dtree(4, 2), [(0, 1, 3, 1), (1, -1, -1, 0)]);
         let mut i = Inputs::new(4, 8, 8);
-        i.channels = Channels::given(2);
-        // Channel 0 (tree 0, NIC 0): GPU 0 holds the parent edge and the child-1 edge (whose send
-        // is the ring's, to node 3's GPU 0), GPU 1 the child-0 edge, without GPUDirect (NIC 0 is
-        // not on its switch). Channel 1 (tree 1, also NIC 0: two channels are one search channel
-        // duplicated): the parent edge, to node 1's GPU 1 (treeToChild0).
+        // C = 2 from S = 1: channel 0 on tree 0, channel 1 (its ncclTopoPostset copy) on tree 1,
+        // both on NIC 0; the ring enters at GPU 0 and leaves from GPU 1.
+        i.channels = Channels::given(2, 1);
+        // GPU 0: channel 0's parent edge (to node 0's GPU 0) and child-1 edge (node 3's GPU 0),
+        // channel 1's parent edge to node 1's treeToChild0, GPU 1, whose receive is the ring's
+        // (channel 1 receives from node 1's exit, GPU 1): 3 sends, 2 receives. GPU 1: the child-0
+        // edge (node 1's GPU 0) on NIC 0, not on its switch: no GPUDirect.
         let held = place(&i, 2, BOTH);
-        assert_eq!(held[0].tree, Counts { sends: 2, receives: 3, ..Default::default() });
+        assert_eq!(held[0].tree, Counts { sends: 3, receives: 2, ..Default::default() });
         assert_eq!(held[1].tree, Counts { sends: 1, receives: 1, ..Default::default() });
+        assert_eq!(held[1].ring, Counts { sends: 2, ..Default::default() });
         i.gdr = GdrMode::Dmabuf;
         let held = place(&i, 2, BOTH);
         assert_eq!(held[1].tree, Counts { receives: 1, ..Default::default() }, "PXN: the send is GPU 0's");
-        assert_eq!(held[0].tree, Counts { sends_gdr: 3, receives_gdr: 3, ..Default::default() });
+        assert_eq!(held[1].ring, Counts::default(), "PXN: the ring's exit sends are GPU 0's too");
+        assert_eq!(held[0].tree, Counts { sends_gdr: 4, receives_gdr: 2, ..Default::default() });
+        assert_eq!(held[0].ring, Counts { sends_gdr: 2, receives_gdr: 2, ..Default::default() });
         i.pxn = false;
         let held = place(&i, 2, BOTH);
         assert_eq!(held[1].tree, Counts { sends: 1, receives: 1, ..Default::default() });
+        assert_eq!(held[1].ring, Counts { sends: 2, ..Default::default() });
+    }
+
+    #[test]
+    fn search_duplication_is_conditional() {
+        // ncclTopoDupChannels: no copy with more than 4 channels on sm90 (bwIntra < 50 assumed).
+        assert_eq!(search_channels(1), (2, true));
+        assert_eq!(search_channels(4), (8, true));
+        assert_eq!(search_channels(5), (5, false));
+        assert_eq!(search_channels(8), (8, false), "8-NIC H100: S = 8");
+        assert_eq!(search_channels(32), (32, false));
+        // ncclTopoPostset doubles S: 16 coll channels on 8 NICs, as the H100 log prints.
+        assert_eq!(topology_channels(8).count, 16);
+        assert_eq!(topology_channels(4).count, 16);
+        assert_eq!(topology_channels(2).count, 8);
+        assert_eq!(topology_channels(1).count, 4);
+        assert_eq!(topology_channels(16).count, 32);
+        assert_eq!(topology_channels(32).count, 64);
+        assert!(topology_channels(8).assumed);
+        assert_eq!(searched_channels(12).count, 24);
+    }
+
+    #[test]
+    fn the_tree_of_a_channel_comes_from_s() {
+        let trees = |ch: &Channels| (0..ch.count).map(|c| ch.tree_of(c)).collect::<Vec<_>>();
+        // C = 2S: the first S on tree 0, their copies on tree 1.
+        assert_eq!(trees(&Channels::given(16, 8)), [[0; 8], [1; 8]].concat());
+        // The same 16 channels from S = 4 duplicated by the search (C = 16, S = 8 too) and from
+        // S = 16 capped at 16 (NCCL_MAX_NCHANNELS=16): all on tree 0, not half and half.
+        assert_eq!(trees(&Channels::given(16, 16)), [0; 16]);
+        // A floor above 2S repeats the first 2S (copyChannels).
+        assert_eq!(trees(&Channels::given(32, 8)), [[0; 8], [1; 8], [0; 8], [1; 8]].concat());
+        // NICs: channel c and its copies on NIC c mod S mod nics.
+        let ch = Channels::given(16, 8);
+        assert_eq!((0..16).map(|c| ch.nic_of(c, 8)).collect::<Vec<_>>(), (0..8).chain(0..8).collect::<Vec<_>>());
+        assert_eq!((0..16).map(|c| ch.nic_of(c, 4)).collect::<Vec<_>>(), [0, 1, 2, 3].repeat(4));
     }
 
     #[test]
     fn channel_caps_and_floors() {
         let topo = topology_channels(8);
-        assert_eq!(topo.count, 32);
-        assert_eq!(topology_channels(1).count, 4);
-        assert_eq!(topology_channels(32).count, 64);
+        assert_eq!(topo.count, 16);
         let apply = |l: ChannelLimits| l.apply(&topo).count;
-        assert_eq!(apply(ChannelLimits::default()), 32);
+        assert_eq!(apply(ChannelLimits::default()), 16);
         assert_eq!(apply(ChannelLimits { max_nchannels: Some(8), ..Default::default() }), 8);
-        assert_eq!(apply(ChannelLimits { max_ctas: Some(16), max_nchannels: Some(24), ..Default::default() }), 16);
+        assert_eq!(apply(ChannelLimits { max_ctas: Some(12), max_nchannels: Some(24), ..Default::default() }), 12);
         assert_eq!(apply(ChannelLimits { max_nchannels: Some(0), ..Default::default() }), 1, "below 1 is 1");
-        assert_eq!(apply(ChannelLimits { max_ctas: Some(0), ..Default::default() }), 32, "0 CTAs is ignored");
+        assert_eq!(apply(ChannelLimits { max_ctas: Some(0), ..Default::default() }), 16, "0 CTAs is ignored");
         assert_eq!(apply(ChannelLimits { min_nchannels: Some(40), ..Default::default() }), 40, "a floor, not a count");
         assert_eq!(apply(ChannelLimits { min_ctas: Some(100), ..Default::default() }), 64, "capped at MAXCHANNELS");
         assert_eq!(apply(ChannelLimits { min_ctas: Some(48), max_ctas: Some(40), ..Default::default() }), 40);
         // Channels copied to reach a floor repeat the first ones: trees and NICs included.
         let floor = ChannelLimits { max_nchannels: Some(4), min_nchannels: Some(8), ..Default::default() }.apply(&topo);
         assert_eq!(floor.count, 8);
-        assert_eq!((0..8).map(|c| floor.tree_of(c)).collect::<Vec<_>>(), [0; 8], "the first 4 of 32 are all tree 0");
+        assert_eq!((0..8).map(|c| floor.tree_of(c)).collect::<Vec<_>>(), [0; 8], "the first 4 of S = 8 are tree 0's");
         assert_eq!((0..8).map(|c| floor.nic_of(c, 8)).collect::<Vec<_>>(), [0, 1, 2, 3, 0, 1, 2, 3]);
+        // A cap at S: every channel on tree 0.
+        let cap = ChannelLimits { max_nchannels: Some(8), ..Default::default() }.apply(&topo);
+        assert_eq!((0..8).map(|c| cap.tree_of(c)).collect::<Vec<_>>(), [0; 8]);
     }
 
     #[test]
@@ -1174,7 +1327,7 @@ mod tests {
         let mut i = Inputs::new(0, 0, 0);
         i.page_size = 0;
         i.qps_per_connection = 0;
-        i.channels = Channels { count: 5, topology: 0, capped: 0, why: String::new() };
+        i.channels = Channels { count: 5, search: 0, capped: 0, assumed: true, why: String::new() };
         let _ = estimate(&i);
         let mut i = Inputs::new(3, 72, 32);
         (i.buffsize_ll, i.buffsize_ll128, i.buffsize_simple) = (u64::MAX, u64::MAX, u64::MAX);
@@ -1193,7 +1346,7 @@ mod tests {
     #[test]
     fn huge_inputs_saturate_instead_of_wrapping() {
         let mut i = Inputs::new(2, 72, 32);
-        i.channels = Channels::given(64);
+        i.channels = Channels::given(64, 32);
         i.communicators = u64::MAX;
         let e = estimate(&i);
         assert_eq!(e.per_rank_max_bytes, u64::MAX);
@@ -1216,15 +1369,23 @@ mod tests {
     #[test]
     fn case_a_two_nodes_eight_gpus_eight_nics_gdr_off() {
         let e = estimate(&Inputs::new(2, 8, 8));
-        // Every GPU: its NIC's 4 channels, a ring send and receive each; the tree reuses them.
-        // 8 connections x 3 doorbell records: one page.
-        let per_rank = 4 * SEND_HOST + 4 * RECV_HOST + PAGE;
-        assert_eq!(per_rank, 80_138_240);
+        assert_eq!((e.inputs.channels.count, e.inputs.channels.search), (16, 8), "the default for 8 NICs");
+        // Every GPU k: ring receives on its NIC's 2 channels (from node 1's GPU k + 1), ring sends
+        // as the exit of NIC k - 1's 2 channels, tree edges with node 1's GPU k on channel k (tree
+        // 0) and k + 8 (tree 1): 4 sends, 4 receives. Doorbells: 6 connections on NIC k, 2 on NIC
+        // k - 1: a page each.
+        let per_rank = 4 * SEND_HOST + 4 * RECV_HOST + 2 * PAGE;
+        assert_eq!(per_rank, 80_142_336);
         assert_eq!(e.per_rank_max_bytes, per_rank);
         assert_eq!(e.per_node_bytes, 8 * per_rank);
+        assert_eq!(e.per_node_bytes, 641_138_688);
         assert_eq!(e.per_node_host_bytes, 8 * per_rank, "GDR off: all of it is host memory");
-        assert_eq!(e.scenarios[0].per_rank_max_bytes, per_rank, "ring only: the same");
+        assert_eq!(e.scenarios[0].per_rank_max_bytes, 2 * SEND_HOST + 2 * RECV_HOST + 2 * PAGE, "ring only");
         assert!(e.ranks.iter().all(|r| r.memlock_bytes == per_rank));
+        // `--channels 16` (what NCCL prints) is the same job, not half of it.
+        let mut given = Inputs::new(2, 8, 8);
+        given.channels = Channels::given(16, 8);
+        assert_eq!(estimate(&given).per_rank_max_bytes, per_rank);
     }
 
     #[test]
@@ -1263,27 +1424,66 @@ mod tests {
     }
 
     #[test]
-    fn case_e_an_inner_tree_node_with_dmabuf() {
+    fn case_e_four_nodes_gdr_off_and_dmabuf() {
+        // GDR off, node 1: tree 0 leaf (parent 2, as its child 0), tree 1 inner (parent 3 as its
+        // child 1, children 2 and 0). GPU j: ring 2 + 2; channel j (tree 0): the parent edge to
+        // node 2's treeToChild0, GPU j + 1 (1 + 1); channel j + 8 (tree 1): the parent edge to node
+        // 3's GPU j and the child-1 edge to node 0's GPU j (2 + 2); as GPU j - 1's treeIntra[1] on
+        // channel j + 7 (NIC j - 1): the child-0 edge to node 2's GPU j - 1, whose send is its ring
+        // send (same channel, same peer): 1 receive. 5 sends, 6 receives; doorbells a page on NIC
+        // j, one on NIC j - 1.
+        assert_eq!(dtree(4, 1), [(2, -1, -1, 0), (3, 2, 0, 1)]);
+        let e = estimate(&Inputs::new(4, 8, 8));
+        assert_eq!(e.busiest_node, 1);
+        let r = rank(&e, 0);
+        assert_eq!(r.ring, Counts { sends: 2, receives: 2, ..Default::default() });
+        assert_eq!(r.tree, Counts { sends: 3, receives: 4, ..Default::default() });
+        let per_rank = 5 * SEND_HOST + 6 * RECV_HOST + 2 * PAGE;
+        assert_eq!(per_rank, 110_260_224);
+        assert_eq!(e.per_rank_max_bytes, per_rank);
+        assert_eq!(e.per_node_bytes, 8 * per_rank);
+        assert_eq!(e.per_node_bytes, 882_081_792);
+        // dma-buf, node 2 (tree 0: parent 0 as its child 1, children 1 and 3; tree 1: node 1's
+        // child 0). GPU j: ring receives 2 and, by PXN, the exit GPU j + 1's 2 sends; channel j:
+        // parent edge 1 + 1, child-1 edge 1 + 1, the PXN send of GPU j + 1's child-0 edge; channel
+        // j + 8: the parent edge's send (its receive, from node 1's GPU j + 1, is the ring's); as
+        // GPU j - 1's treeIntra[1]: the child-0 receive on NIC j - 1, without GPUDirect.
+        assert_eq!(dtree(4, 2), [(0, 1, 3, 1), (1, -1, -1, 0)]);
         let mut i = Inputs::new(4, 8, 8);
         i.gdr = GdrMode::Dmabuf;
         let e = estimate(&i);
-        // Node 1: tree 0 leaf (parent 2, as its child 0), tree 1 inner (parent 3 as its child 1,
-        // children 2 and 0). GPU j: ring 4 + 4; tree 0 channels j, j+8: the parent edge, to node
-        // 2's GPU j+1 (1 send, 1 receive each); tree 1 channels j+16, j+24: the parent edge, the
-        // child-1 edge's send (its receive is the ring's, from node 0's GPU j) and the PXN send of
-        // GPU j+1's child-0 edge (3 sends, 1 receive each); and the child-0 receives of NIC j-1's
-        // tree 1 channels, without GPUDirect: 2.
-        assert_eq!(dtree(4, 1), [(2, -1, -1, 0), (3, 2, 0, 1)]);
-        assert_eq!(e.busiest_node, 1);
+        assert_eq!(e.busiest_node, 2);
         let r = rank(&e, 0);
-        assert_eq!(r.ring, Counts { sends_gdr: 4, receives_gdr: 4, ..Default::default() });
-        assert_eq!(r.tree, Counts { sends: 0, sends_gdr: 8, receives: 2, receives_gdr: 4 });
-        // Doorbells: 20 connections on its own NIC (60 records, 1 page), 2 on NIC j-1 (1 page).
-        let per_rank = 12 * SEND_DMABUF + 8 * RECV_DMABUF + 2 * RECV_HOST + 2 * PAGE;
-        assert_eq!(per_rank, 33_857_536);
-        assert_eq!(r.memlock_bytes, per_rank);
+        assert_eq!(r.ring, Counts { sends_gdr: 2, receives_gdr: 2, ..Default::default() });
+        assert_eq!(r.tree, Counts { sends: 0, sends_gdr: 4, receives: 1, receives_gdr: 2 });
+        let per_rank = 6 * SEND_DMABUF + 4 * RECV_DMABUF + RECV_HOST + 2 * PAGE;
+        assert_eq!(per_rank, 16_932_864);
         assert_eq!(e.per_rank_max_bytes, per_rank);
         assert_eq!(e.per_node_bytes, 8 * per_rank);
+    }
+
+    #[test]
+    fn case_i_sixteen_nodes() {
+        // Node 3: tree 0 leaf (parent 2, as its child 1), tree 1 inner (parent 7 as its child 1,
+        // children 5 and 1): no tree peer is a ring peer. GDR off, GPU j: ring 2 + 2, channel j
+        // parent 1 + 1, channel j + 8 parent and child-1 edges 2 + 2, as GPU j - 1's treeIntra[1]
+        // the child-0 edge on NIC j - 1, 1 + 1: 6 sends, 6 receives.
+        assert_eq!(dtree(16, 3), [(2, -1, -1, 1), (7, 5, 1, 1)]);
+        let e = estimate(&Inputs::new(16, 8, 8));
+        assert_eq!(e.busiest_node, 3);
+        let per_rank = 6 * SEND_HOST + 6 * RECV_HOST + 2 * PAGE;
+        assert_eq!(per_rank, 120_209_408);
+        assert_eq!((e.per_rank_max_bytes, e.per_node_bytes), (per_rank, 8 * per_rank));
+        // dma-buf: the exit's ring sends and the child-0 send by PXN on GPU j; the child-0
+        // receive on NIC j - 1 without GPUDirect.
+        let mut i = Inputs::new(16, 8, 8);
+        i.gdr = GdrMode::Dmabuf;
+        let e = estimate(&i);
+        let r = rank(&e, 0);
+        assert_eq!(r.tree, Counts { sends: 0, sends_gdr: 4, receives: 1, receives_gdr: 3 });
+        let per_rank = 6 * SEND_DMABUF + 5 * RECV_DMABUF + RECV_HOST + 2 * PAGE;
+        assert_eq!(per_rank, 17_383_424);
+        assert_eq!((e.per_rank_max_bytes, e.per_node_bytes), (per_rank, 8 * per_rank));
     }
 
     #[test]
@@ -1298,10 +1498,11 @@ mod tests {
         i.p2p = Some(P2p { channels: 32, channels_per_peer: 2, chunk: 131_072, ll_buffers: false, shared: true });
         let e = estimate(&i);
         // 8 remote peers x 2 channels: 16 sends (37 + 40 pages) and 16 receives (45 + 65), two
-        // 64 MiB pools, doorbells for 40 connections (120 records, 2 pages).
+        // 64 MiB pools; doorbells for 38 connections on NIC k (114 records, 2 pages) and 2 on NIC
+        // k - 1 (1 page).
         let p2p = 16 * 77 * PAGE + 16 * 110 * PAGE + 2 * 32 * 16 * 131_072;
-        assert_eq!(e.per_rank_max_bytes, 4 * SEND_HOST + 4 * RECV_HOST + p2p + 2 * PAGE);
-        assert_eq!(e.per_rank_max_bytes, 226_615_296);
+        assert_eq!(e.per_rank_max_bytes, 4 * SEND_HOST + 4 * RECV_HOST + p2p + 3 * PAGE);
+        assert_eq!(e.per_rank_max_bytes, 226_619_392);
     }
 
     #[test]
@@ -1345,7 +1546,7 @@ mod tests {
     #[test]
     fn doorbell_pages_per_device_context() {
         let mut i = Inputs::new(2, 1, 1);
-        i.channels = Channels::given(64);
+        i.channels = Channels::given(64, 32);
         let held = place(&i, 0, BOTH);
         // 64 channels x a ring send and receive (the tree reuses them): 128 connections x 3
         // records / 64 per page = 6 pages; per member of a merged NIC.
@@ -1353,7 +1554,7 @@ mod tests {
         assert_eq!(doorbell_pages(&i, &held[0], BOTH), 6);
         i.devices_per_nic = 2;
         assert_eq!(doorbell_pages(&i, &held[0], BOTH), 12);
-        let held = place(&Inputs { channels: Channels::given(64), ..Inputs::new(4, 1, 1) }, 1, BOTH);
+        let held = place(&Inputs { channels: Channels::given(64, 32), ..Inputs::new(4, 1, 1) }, 1, BOTH);
         // Four nodes: the tree's new connections need pages of their own.
         assert!(doorbell_pages(&i, &held[0], BOTH) > doorbell_pages(&i, &held[0], RING));
     }
@@ -1364,7 +1565,7 @@ mod tests {
         for nodes in 2..34 {
             for (g, n) in [(1, 1), (2, 1), (8, 8), (8, 2)] {
                 let mut i = Inputs::new(nodes, g, n);
-                i.channels = Channels::given(8);
+                i.channels = Channels::given(8, 4);
                 let e = estimate(&i);
                 let (_, all) = algorithms(&i);
                 let mut rank_max = 0;
