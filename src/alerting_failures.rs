@@ -143,12 +143,8 @@ mod tests {
     }
 
     fn snapshot(book: Book) -> Snapshot {
-        let stats = FailuresStats {
-            unsupported: None,
-            probed: CALLS.iter().map(|c| (c.function, true)).collect(),
-            book,
-            pending: 0,
-        };
+        let stats =
+            FailuresStats { unsupported: None, probed: CALLS.iter().map(|c| (c.function, true)).collect(), book };
         Snapshot::new(vec![Report {
             collector: "failures",
             success: true,

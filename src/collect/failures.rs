@@ -18,9 +18,10 @@
 //! Each function gets an entry probe (the size) and a return probe filtered in the kernel to
 //! failures, so a successful registration costs one event and no return line. Entries are paired
 //! with returns per task; an entry whose task never returns (it exited) is forgotten when the
-//! table is full, oldest first. A failure is attributed while the process still exists (the
-//! reader looks every [`READ_EVERY`]): its pid, comm and cgroup, its VmPin/VmLck and soft limit,
-//! its cgroup's usage and limit, read from /proc and the cgroup filesystem at that moment.
+//! table is full, oldest first. A failure wakes the reader at once (the returns have a tracefs
+//! instance of their own, see [`Probes`]) and is attributed while the process usually still
+//! exists: its pid, comm and cgroup, its VmPin/VmLck and soft limit, its cgroup's usage and
+//! limit, read from /proc and the cgroup filesystem at that moment.
 //!
 //! The probes and the instance are removed when the collector is dropped (exit, a reload that
 //! disables it or replaces it), and those of an earlier run that died without removing them are
@@ -48,12 +49,12 @@ use crate::sampler::Stop;
 
 use super::{Collector, Data};
 
-/// How often the reader drains trace_pipe: one read syscall per period when idle, the events of
-/// a burst in a few large reads, and a failure attributed within this of happening.
+/// How often the reader drains the entries' trace_pipe (a failed return wakes it at once): one
+/// poll and one read per period when idle, the entries of a burst in a few large reads.
 pub const READ_EVERY: Duration = Duration::from_millis(50);
 
-/// Entries waiting for their return, at most (one per task in a call, plus the tasks whose
-/// last call succeeded: their return was filtered out in the kernel).
+/// Tasks whose entries wait for a return, at most (tasks in a call, and those whose last call
+/// succeeded: their return was filtered out in the kernel).
 pub const MAX_PENDING: usize = 4096;
 
 /// Failure series (one per process, call, errno and cause) kept at most; later ones are only
@@ -238,13 +239,19 @@ pub struct Refusal {
     pub requested: Option<u64>,
 }
 
-/// Pairs entries with returns, from trace_pipe lines. Pure: no I/O, no clock but `now`.
+/// Entries kept per task: a task's last calls, so that a return pairs with the entry of its
+/// own call even when the task called again before the entries were read.
+const ENTRIES_PER_TASK: usize = 4;
+
+/// Pairs entries with returns, from trace_pipe lines. Pure: no I/O, no clock. Entries must be
+/// fed before the returns they pair with (the reader drains the entry instance first); the
+/// trace timestamps (`mono` clock, the same on every CPU) pick the entry of the returning call.
 #[derive(Debug)]
 pub struct Pairing {
     page_size: u64,
-    /// tid -> (call index, size in bytes).
-    pending: HashMap<u32, (usize, u64)>,
-    /// Insertion order, for forgetting the oldest when full (may hold stale tids).
+    /// tid -> its latest entries: (timestamp, call index, size in bytes), oldest first.
+    pending: HashMap<u32, Vec<(u64, usize, u64)>>,
+    /// Insertion order of the tids, for forgetting the oldest when full (may hold stale tids).
     order: VecDeque<u32>,
     pub lost_events: u64,
     pub unparsed_lines: u64,
@@ -263,6 +270,7 @@ impl Pairing {
         }
     }
 
+    /// Tasks with entries waiting.
     pub fn pending(&self) -> usize {
         self.pending.len()
     }
@@ -297,14 +305,11 @@ impl Pairing {
                 return None;
             };
             let unit = if call.size_unit == 0 { self.page_size } else { call.size_unit };
-            self.remember(event.pid, index, size.saturating_mul(unit));
+            self.remember(event.pid, event.timestamp, index, size.saturating_mul(unit));
             return None;
         }
         let errno = event.number("ret").and_then(|r| call.errno(r))?;
-        let requested = match self.pending.remove(&event.pid) {
-            Some((i, size)) if i == index => Some(size),
-            _ => None,
-        };
+        let requested = self.take(event.pid, event.timestamp, index);
         let comm = event.string("comm").unwrap_or(event.comm);
         Some(Refusal {
             call: *call,
@@ -315,10 +320,26 @@ impl Pairing {
         })
     }
 
-    fn remember(&mut self, tid: u32, index: usize, size: u64) {
-        if self.pending.insert(tid, (index, size)).is_none() {
+    /// The size of the latest entry of `index` at or before `at`; entries up to `at` are done.
+    fn take(&mut self, tid: u32, at: u64, index: usize) -> Option<u64> {
+        let entries = self.pending.get_mut(&tid)?;
+        let size = entries.iter().rev().find(|(t, i, _)| *t <= at && *i == index).map(|(_, _, s)| *s);
+        entries.retain(|(t, _, _)| *t > at);
+        if entries.is_empty() {
+            self.pending.remove(&tid);
+        }
+        size
+    }
+
+    fn remember(&mut self, tid: u32, at: u64, index: usize, size: u64) {
+        let entries = self.pending.entry(tid).or_default();
+        if entries.is_empty() {
             self.order.push_back(tid);
         }
+        if entries.len() == ENTRIES_PER_TASK {
+            entries.remove(0);
+        }
+        entries.push((at, index, size));
         while self.pending.len() > MAX_PENDING {
             let Some(oldest) = self.order.pop_front() else { break };
             if self.pending.remove(&oldest).is_some() {
@@ -328,7 +349,8 @@ impl Pairing {
         // Returns remove from `pending` but not from `order`: compact when it has grown stale.
         if self.order.len() > 2 * MAX_PENDING {
             let pending = &self.pending;
-            self.order.retain(|tid| pending.contains_key(tid));
+            let mut seen = std::collections::HashSet::new();
+            self.order.retain(|tid| pending.contains_key(tid) && seen.insert(*tid));
         }
     }
 }
@@ -365,6 +387,8 @@ pub struct Book {
     pub lost_events: u64,
     pub unparsed_lines: u64,
     pub forgotten_entries: u64,
+    /// Tasks with entries waiting for their return.
+    pub pending: u64,
 }
 
 impl Book {
@@ -391,6 +415,8 @@ pub enum Unsupported {
     NoPermission,
     NoSuchFunction,
     SetupFailed,
+    /// Setting up (the first second or so).
+    Starting,
 }
 
 impl Unsupported {
@@ -401,6 +427,7 @@ impl Unsupported {
             Unsupported::NoPermission => "no_permission",
             Unsupported::NoSuchFunction => "no_such_function",
             Unsupported::SetupFailed => "setup_failed",
+            Unsupported::Starting => "starting",
         }
     }
 }
@@ -413,7 +440,6 @@ pub struct FailuresStats {
     /// Each function of [`CALLS`]: whether it is probed.
     pub probed: Vec<(&'static str, bool)>,
     pub book: Book,
-    pub pending: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -431,8 +457,11 @@ fn write_file(path: &Path, text: &str) -> Result<(), SourceError> {
     file.write_all(text.as_bytes()).map_err(io)
 }
 
-/// The probes of one collector: its group and instance share one name, unique per process and
-/// collector, so a reload's new collector never touches the old one's.
+/// The probes of one collector: its event group and its two instances share one name, unique
+/// per process and collector, so a reload's new collector never touches the old one's. Entries
+/// go to the instance `NAME`, read in batches; failed returns to `NAME_ret`, which wakes the
+/// reader at once (its `buffer_percent` 0), so a refusal is attributed while the process that
+/// got it still exists, at no cost per successful call.
 #[derive(Debug)]
 struct Probes {
     tracefs: PathBuf,
@@ -441,25 +470,34 @@ struct Probes {
     events: Vec<String>,
 }
 
+/// The instance of the return events.
+const RETURNS_SUFFIX: &str = "_ret";
+
 impl Probes {
-    fn instance(&self) -> PathBuf {
+    fn entries(&self) -> PathBuf {
         self.tracefs.join("instances").join(&self.name)
     }
 
-    /// Disables, removes the instance, then the event definitions (a definition enabled in an
-    /// instance cannot be removed: EBUSY). Errors are logged: nothing else can be done.
+    fn returns(&self) -> PathBuf {
+        self.tracefs.join("instances").join(format!("{}{RETURNS_SUFFIX}", self.name))
+    }
+
+    /// Removes the instances (which disables their events), then the event definitions (one
+    /// still enabled somewhere cannot be removed: EBUSY). Errors are logged: nothing else can
+    /// be done.
     fn remove(&self) {
         remove_probes(&self.tracefs, &self.name, &self.events);
     }
 }
 
 fn remove_probes(tracefs: &Path, name: &str, events: &[String]) {
-    let instance = tracefs.join("instances").join(name);
-    if instance.is_dir() {
-        let _ = write_file(&instance.join("events").join(name).join("enable"), "0");
-        if let Err(e) = std::fs::remove_dir(&instance) {
-            tracing::warn!(path = %instance.display(), error = %e, "cannot remove the failures collector's tracefs \
-                instance");
+    for instance in [name.to_owned(), format!("{name}{RETURNS_SUFFIX}")] {
+        let dir = tracefs.join("instances").join(instance);
+        if dir.is_dir() {
+            if let Err(e) = std::fs::remove_dir(&dir) {
+                tracing::warn!(path = %dir.display(), error = %e, "cannot remove a tracefs instance of the failures \
+                    collector");
+            }
         }
     }
     let definitions = tracefs.join("kprobe_events");
@@ -470,26 +508,27 @@ fn remove_probes(tracefs: &Path, name: &str, events: &[String]) {
     }
 }
 
-/// Whether the process that made `name` (`memlock_exporter_<pid>_<n>`) is another exporter
-/// still running; anything else with the prefix is left over.
+/// Whether the process that made `name` (`memlock_exporter_<pid>_<n>`) is an exporter still
+/// running (this one included: its collectors remove their own); anything else with the prefix
+/// is left over. A pid reused by another exporter keeps a leftover until that one exits.
 fn owner_alive(roots: &Roots, name: &str) -> bool {
     let Some(pid) = name.strip_prefix(PREFIX).and_then(|r| r.split('_').next()).and_then(crate::kernel::decimal::<u32>)
     else {
         return false;
     };
     if pid == std::process::id() {
-        // Ours: a collector of this process removes its own when dropped.
         return true;
     }
+    // comm is at most 15 bytes.
     fsroot::read_string(&roots.proc(format!("{pid}/comm"))).is_ok_and(|c| c.trim_end() == "memlock-exporte")
 }
 
-/// Removes instances and event definitions an earlier run left behind.
+/// Removes the instances and event definitions of earlier runs that died without removing them.
 fn remove_leftovers(roots: &Roots, tracefs: &Path) -> usize {
     let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
     if let Ok(text) = fsroot::read_string(&tracefs.join("kprobe_events")) {
         for line in text.lines() {
-            // "p:GROUP/EVENT SYMBOL ARGS" or "r16:GROUP/EVENT ..."
+            // "p:GROUP/EVENT SYMBOL ARGS" or "r10:GROUP/EVENT ..."
             let Some((_, rest)) = line.split_once(':') else { continue };
             let Some((group, event)) = rest.split(' ').next().and_then(|id| id.split_once('/')) else { continue };
             if group.starts_with(PREFIX) {
@@ -499,7 +538,8 @@ fn remove_leftovers(roots: &Roots, tracefs: &Path) -> usize {
     }
     if let Ok(names) = fsroot::list_dir(&tracefs.join("instances")) {
         for name in names.into_iter().filter(|n| n.starts_with(PREFIX)) {
-            groups.entry(name).or_default();
+            let base = name.strip_suffix(RETURNS_SUFFIX).unwrap_or(&name).to_owned();
+            groups.entry(base).or_default();
         }
     }
     let mut removed = 0;
@@ -514,7 +554,7 @@ fn remove_leftovers(roots: &Roots, tracefs: &Path) -> usize {
 }
 
 /// Which of [`CALLS`] the kernel can probe: `available_filter_functions` lists
-/// `name` or `name [module]` per line (modules only while loaded).
+/// `name` or `name [module]` per line (a module's only while it is loaded).
 fn available(tracefs: &Path) -> Result<Vec<bool>, SourceError> {
     let path = tracefs.join("available_filter_functions");
     let mut found = vec![false; CALLS.len()];
@@ -532,18 +572,15 @@ fn available(tracefs: &Path) -> Result<Vec<bool>, SourceError> {
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
+/// The pipes of a running set of probes: entries, returns.
+type Pipes = (std::fs::File, std::fs::File);
+
 /// Defines and enables the probes. `Err` with the reason and a message for the log.
-fn set_up(
-    roots: &Roots,
-    found: &mut Vec<(&'static str, bool)>,
-) -> Result<(Probes, std::fs::File), (Unsupported, String)> {
-    let tracefs = find_tracefs(roots).ok_or((
-        Unsupported::NoTracefs,
-        format!(
-            "no tracefs at {} (mount it: mount -t tracefs nodev /sys/kernel/tracing)",
-            roots.sys("kernel/tracing").display()
-        ),
-    ))?;
+fn set_up(roots: &Roots, found: &mut Vec<(&'static str, bool)>) -> Result<(Probes, Pipes), (Unsupported, String)> {
+    let tracefs = find_tracefs(roots).ok_or_else(|| {
+        let path = roots.sys("kernel/tracing");
+        (Unsupported::NoTracefs, format!("no tracefs at {} (mount -t tracefs nodev {0})", path.display()))
+    })?;
     let definitions = tracefs.join("kprobe_events");
     if !definitions.exists() {
         return Err((
@@ -552,25 +589,22 @@ fn set_up(
         ));
     }
     if let Err(e) = OpenOptions::new().append(true).open(&definitions) {
-        return Err((
-            match e.raw_os_error() {
-                Some(libc::EACCES | libc::EPERM | libc::EROFS) => Unsupported::NoPermission,
-                _ => Unsupported::SetupFailed,
-            },
-            format!(
-                "cannot open {} for writing: {e} (needs CAP_SYS_ADMIN or write access to tracefs)",
-                definitions.display()
-            ),
-        ));
+        let reason = match e.raw_os_error() {
+            Some(libc::EACCES | libc::EPERM | libc::EROFS) => Unsupported::NoPermission,
+            _ => Unsupported::SetupFailed,
+        };
+        let message = format!(
+            "cannot open {} for writing: {e} (tracefs is root's: run as root, or grant write access)",
+            definitions.display()
+        );
+        return Err((reason, message));
     }
     remove_leftovers(roots, &tracefs);
     let present = available(&tracefs).map_err(|e| (Unsupported::SetupFailed, e.to_string()))?;
     *found = CALLS.iter().zip(&present).map(|(c, p)| (c.function, *p)).collect();
     if !present.iter().any(|p| *p) {
-        return Err((
-            Unsupported::NoSuchFunction,
-            format!("none of {} is in available_filter_functions", CALLS.map(|c| c.function).join(", ")),
-        ));
+        let names = CALLS.map(|c| c.function).join(", ");
+        return Err((Unsupported::NoSuchFunction, format!("none of {names} is in available_filter_functions")));
     }
     let name = format!("{PREFIX}{}_{}", std::process::id(), SEQUENCE.fetch_add(1, Ordering::Relaxed));
     let mut probes = Probes { tracefs: tracefs.clone(), name: name.clone(), events: Vec::new() };
@@ -598,27 +632,48 @@ fn set_up(
     if !found.iter().any(|(_, p)| *p) {
         return Err(fail(&probes, "no kprobe event could be defined".into()));
     }
-    let instance = probes.instance();
-    if let Err(e) = std::fs::create_dir(&instance) {
-        return Err(fail(&probes, format!("cannot create {}: {e}", instance.display())));
-    }
-    let group = instance.join("events").join(&name);
-    // Smaller than the default per-CPU buffer: the collector's events are few and read often.
-    let _ = write_file(&instance.join("buffer_size_kb"), &BUFFER_KB.to_string());
-    for call in CALLS.iter().filter(|c| found.iter().any(|(f, p)| *p && *f == c.function)) {
-        let filter = group.join(format!("{}_return", call.stem())).join("filter");
-        if let Err(e) = write_file(&filter, call.failure_filter) {
-            return Err(fail(&probes, format!("cannot set {}: {}", filter.display(), e.detail())));
+    let probed: Vec<Call> = CALLS.into_iter().filter(|c| found.iter().any(|(f, p)| *p && *f == c.function)).collect();
+    for (instance, phase) in [(probes.entries(), "entry"), (probes.returns(), "return")] {
+        if let Err(e) = std::fs::create_dir(&instance) {
+            return Err(fail(&probes, format!("cannot create {}: {e}", instance.display())));
+        }
+        // One clock for both instances and every CPU (the default "local" is per CPU), so an
+        // entry and its return compare.
+        let mut settings = vec![("trace_clock", "mono".to_owned()), ("buffer_size_kb", BUFFER_KB.to_string())];
+        if phase == "return" {
+            settings.push(("buffer_percent", "0".into()));
+        }
+        for (file, value) in settings {
+            if let Err(e) = write_file(&instance.join(file), &value) {
+                return Err(fail(&probes, format!("cannot set {}: {}", instance.join(file).display(), e.detail())));
+            }
+        }
+        for call in &probed {
+            let event = instance.join("events").join(&name).join(format!("{}_{phase}", call.stem()));
+            if phase == "return" {
+                if let Err(e) = write_file(&event.join("filter"), call.failure_filter) {
+                    return Err(fail(
+                        &probes,
+                        format!("cannot set {}: {}", event.join("filter").display(), e.detail()),
+                    ));
+                }
+            }
+            if let Err(e) = write_file(&event.join("enable"), "1") {
+                return Err(fail(&probes, format!("cannot enable {}: {}", event.display(), e.detail())));
+            }
         }
     }
-    if let Err(e) = write_file(&group.join("enable"), "1") {
-        return Err(fail(&probes, format!("cannot enable {}: {}", group.display(), e.detail())));
-    }
-    let pipe = instance.join("trace_pipe");
-    match OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&pipe) {
-        Ok(file) => Ok((probes, file)),
-        Err(e) => Err(fail(&probes, format!("cannot open {}: {e}", pipe.display()))),
-    }
+    let open = |instance: PathBuf| {
+        let pipe = instance.join("trace_pipe");
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&pipe)
+            .map_err(|e| format!("cannot open {}: {e}", pipe.display()))
+    };
+    let entries = open(probes.entries()).map_err(|m| fail(&probes, m))?;
+    let returns = open(probes.returns()).map_err(|m| fail(&probes, m))?;
+    Ok((probes, (entries, returns)))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -629,9 +684,8 @@ fn attribute(roots: &Roots, refusal: &Refusal) -> (SeriesKey, u64, Figures) {
     let mut figures = Figures::default();
     let mut pid = tid;
     if let Ok(text) = fsroot::read_string(&roots.proc(format!("{tid}/status"))) {
-        if let Some(tgid) =
-            text.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| crate::kernel::decimal(v.trim()))
-        {
+        let tgid = text.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| crate::kernel::decimal(v.trim()));
+        if let Some(tgid) = tgid {
             pid = tgid;
         }
         if let Ok(status) = pid_status::parse_fields(&text) {
@@ -653,15 +707,17 @@ fn attribute(roots: &Roots, refusal: &Refusal) -> (SeriesKey, u64, Figures) {
             if let Some(mount) = detected.memory {
                 let dir = mount.root.join(path.trim_start_matches('/'));
                 let (usage, limit) = match mount.version {
-                    crate::collect::cgroup::Version::V1 => ("memory.usage_in_bytes", "memory.limit_in_bytes"),
-                    crate::collect::cgroup::Version::V2 => ("memory.current", "memory.max"),
+                    crate::collect::cgroup::Version::V1 => (
+                        dir.join("memory.usage_in_bytes"),
+                        fsroot::read_parsed(&dir.join("memory.limit_in_bytes"), memcg::parse_v1_limit),
+                    ),
+                    crate::collect::cgroup::Version::V2 => (
+                        dir.join("memory.current"),
+                        fsroot::read_parsed(&dir.join("memory.max"), memcg::parse_v2_limit),
+                    ),
                 };
-                figures.cgroup_usage = fsroot::read_parsed(&dir.join(usage), crate::kernel::parse_u64).ok();
-                figures.cgroup_limit = match mount.version {
-                    crate::collect::cgroup::Version::V1 => fsroot::read_parsed(&dir.join(limit), memcg::parse_v1_limit),
-                    crate::collect::cgroup::Version::V2 => fsroot::read_parsed(&dir.join(limit), memcg::parse_v2_limit),
-                }
-                .ok();
+                figures.cgroup_usage = fsroot::read_parsed(&usage, crate::kernel::parse_u64).ok();
+                figures.cgroup_limit = limit.ok();
             }
         }
     }
@@ -679,124 +735,156 @@ fn attribute(roots: &Roots, refusal: &Refusal) -> (SeriesKey, u64, Figures) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The reader thread and the collector.
+// The tracing thread and the collector.
 
-struct Reader {
-    thread: Option<JoinHandle<()>>,
-    stop: Arc<Stop>,
-    probes: Probes,
+/// What the tracing thread shares with the collector.
+#[derive(Debug, Default)]
+struct Shared {
+    /// `None` while setting up.
+    state: Option<Result<(), Unsupported>>,
+    probed: Vec<(&'static str, bool)>,
+    book: Book,
 }
 
-impl Drop for Reader {
-    fn drop(&mut self) {
-        self.stop.stop();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Sets up, traces until stopped, removes the probes.
+fn trace(roots: Roots, shared: Arc<Mutex<Shared>>, stop: Arc<Stop>) {
+    let mut probed = CALLS.iter().map(|c| (c.function, false)).collect();
+    let outcome = set_up(&roots, &mut probed);
+    {
+        let mut shared = lock(&shared);
+        shared.probed = probed.clone();
+        shared.state = Some(outcome.as_ref().map(|_| ()).map_err(|(reason, _)| *reason));
+    }
+    let (probes, pipes) = match outcome {
+        Ok(running) => running,
+        Err((reason, message)) => {
+            tracing::warn!(reason = reason.as_str(), "failures collector cannot run: {message}");
+            return;
         }
-        // The pipe is closed with the thread: the instance can go now.
-        self.probes.remove();
-        tracing::info!(instance = %self.probes.name, "failures collector: probes removed");
+    };
+    let found: Vec<&str> = probed.iter().filter(|(_, p)| *p).map(|(f, _)| *f).collect();
+    let missing: Vec<&str> = probed.iter().filter(|(_, p)| !*p).map(|(f, _)| *f).collect();
+    tracing::info!(instance = %probes.name, probed = %found.join(","), not_found = %missing.join(","),
+        "failures collector: tracing refused registrations and locks");
+    if let Err(e) = read_loop(pipes, &roots, &shared, &stop) {
+        tracing::warn!(error = %e, "failures collector: reading trace_pipe failed; it stops tracing");
+        lock(&shared).state = Some(Err(Unsupported::SetupFailed));
+    }
+    // The pipes are closed: the instances can go.
+    probes.remove();
+    tracing::info!(instance = %probes.name, "failures collector: probes removed");
+}
+
+/// Appends what `pipe` has to `line`, feeding each whole line to `pairing`.
+fn drain(
+    pipe: &mut std::fs::File,
+    buf: &mut [u8],
+    line: &mut Vec<u8>,
+    pairing: &mut Pairing,
+    refusals: &mut Vec<Refusal>,
+) -> std::io::Result<()> {
+    loop {
+        match pipe.read(buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => {
+                for &b in &buf[..n] {
+                    // A line longer than any event is cut, and rejected as a whole.
+                    if line.len() <= trace_pipe::MAX_LINE_BYTES {
+                        line.push(b);
+                    }
+                    if b == b'\n' {
+                        refusals.extend(pairing.line(line));
+                        line.clear();
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 
-fn read_loop(mut pipe: std::fs::File, roots: Roots, book: Arc<Mutex<Book>>, stop: Arc<Stop>) {
+fn read_loop(pipes: Pipes, roots: &Roots, shared: &Mutex<Shared>, stop: &Stop) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (mut entries, mut returns) = pipes;
     let mut pairing = Pairing::new(procfs::page_size());
     let mut buf = vec![0u8; 64 * 1024];
-    let mut line = Vec::with_capacity(256);
+    let (mut entry_line, mut return_line) = (Vec::with_capacity(256), Vec::with_capacity(256));
+    let timeout = i32::try_from(READ_EVERY.as_millis()).unwrap_or(50);
     loop {
+        // Wakes at a failed return, else every READ_EVERY for the entries and the stop signal.
+        let mut poll = libc::pollfd { fd: returns.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let ready = unsafe { libc::poll(&mut poll, 1, timeout) };
+        if ready < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        if stop.sleep_until(Instant::now()) {
+            return Ok(());
+        }
         let mut refusals = Vec::new();
-        loop {
-            match pipe.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    for &b in &buf[..n] {
-                        if line.len() <= trace_pipe::MAX_LINE_BYTES {
-                            line.push(b);
-                        }
-                        if b == b'\n' {
-                            refusals.extend(pairing.line(&line));
-                            line.clear();
-                        }
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    tracing::warn!(error = %e, "failures collector: reading trace_pipe failed; the collector stops");
-                    return;
-                }
-            }
-        }
+        // Entries first: a return pairs with an entry already read.
+        drain(&mut entries, &mut buf, &mut entry_line, &mut pairing, &mut refusals)?;
+        drain(&mut returns, &mut buf, &mut return_line, &mut pairing, &mut refusals)?;
         let now = Instant::now();
-        let attributed: Vec<_> = refusals.iter().map(|r| attribute(&roots, r)).collect();
-        {
-            let mut book = book.lock().unwrap_or_else(PoisonError::into_inner);
-            for (key, requested, figures) in attributed {
-                tracing::warn!(pid = key.pid, comm = %key.comm, cgroup = %key.cgroup, call = key.call,
-                    errno = %key.errno, cause = key.cause.as_str(), requested_bytes = requested,
-                    "a registration or lock was refused");
-                book.record(key, requested, figures, now);
-            }
-            book.lost_events = pairing.lost_events;
-            book.unparsed_lines = pairing.unparsed_lines;
-            book.forgotten_entries = pairing.forgotten_entries;
+        let attributed: Vec<_> = refusals.iter().map(|r| attribute(roots, r)).collect();
+        let mut shared = lock(shared);
+        for (key, requested, figures) in attributed {
+            tracing::warn!(pid = key.pid, comm = %key.comm, cgroup = %key.cgroup, call = key.call,
+                errno = %key.errno, cause = key.cause.as_str(), requested_bytes = requested,
+                "a registration or lock was refused");
+            shared.book.record(key, requested, figures, now);
         }
-        if stop.sleep_until(Instant::now() + READ_EVERY) {
-            return;
-        }
+        shared.book.lost_events = pairing.lost_events;
+        shared.book.unparsed_lines = pairing.unparsed_lines;
+        shared.book.forgotten_entries = pairing.forgotten_entries;
+        shared.book.pending = pairing.pending() as u64;
     }
 }
 
 pub struct FailuresCollector {
     roots: Roots,
+    shared: Arc<Mutex<Shared>>,
+    thread: Option<(JoinHandle<()>, Arc<Stop>)>,
     started: bool,
-    unsupported: Option<Unsupported>,
-    probed: Vec<(&'static str, bool)>,
-    book: Arc<Mutex<Book>>,
-    reader: Option<Reader>,
 }
 
 impl FailuresCollector {
     pub fn new(roots: Roots) -> Self {
-        Self {
-            roots,
-            started: false,
-            unsupported: None,
-            probed: CALLS.iter().map(|c| (c.function, false)).collect(),
-            book: Arc::default(),
-            reader: None,
-        }
+        Self { roots, shared: Arc::default(), thread: None, started: false }
     }
 
+    /// Set-up reads available_filter_functions (tens of thousands of lines) and writes tracefs:
+    /// on the tracing thread, so no collection waits for it.
     fn start(&mut self) {
         self.started = true;
-        match set_up(&self.roots, &mut self.probed) {
-            Ok((probes, pipe)) => {
-                let stop = Arc::new(Stop::default());
-                let (roots, book, thread_stop) = (self.roots.clone(), self.book.clone(), stop.clone());
-                let name = probes.name.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("failures-trace".into())
-                    .spawn(move || read_loop(pipe, roots, book, thread_stop));
-                match spawned {
-                    Ok(thread) => {
-                        let found: Vec<&str> = self.probed.iter().filter(|(_, p)| *p).map(|(f, _)| *f).collect();
-                        let missing: Vec<&str> = self.probed.iter().filter(|(_, p)| !*p).map(|(f, _)| *f).collect();
-                        tracing::info!(instance = %name, probed = %found.join(","), not_found = %missing.join(","),
-                            "failures collector: tracing refused registrations and locks");
-                        self.reader = Some(Reader { thread: Some(thread), stop, probes });
-                    }
-                    Err(e) => {
-                        probes.remove();
-                        self.unsupported = Some(Unsupported::SetupFailed);
-                        tracing::warn!(error = %e, "failures collector: cannot start its reader thread");
-                    }
-                }
+        let stop = Arc::new(Stop::default());
+        let (roots, shared, thread_stop) = (self.roots.clone(), self.shared.clone(), stop.clone());
+        match std::thread::Builder::new().name("failures-trace".into()).spawn(move || trace(roots, shared, thread_stop))
+        {
+            Ok(thread) => self.thread = Some((thread, stop)),
+            Err(e) => {
+                tracing::warn!(error = %e, "failures collector: cannot start its tracing thread");
+                lock(&self.shared).state = Some(Err(Unsupported::SetupFailed));
             }
-            Err((reason, message)) => {
-                self.unsupported = Some(reason);
-                tracing::warn!(reason = reason.as_str(), "failures collector cannot run: {message}");
-            }
+        }
+    }
+}
+
+impl Drop for FailuresCollector {
+    /// Exit, or a reload that disables or replaces the collector: the thread removes its probes.
+    fn drop(&mut self) {
+        if let Some((thread, stop)) = self.thread.take() {
+            stop.stop();
+            let _ = thread.join();
         }
     }
 }
@@ -810,15 +898,18 @@ impl Collector for FailuresCollector {
         if !self.started {
             self.start();
         }
-        if let Some(reader) = &self.reader {
-            if reader.thread.as_ref().is_some_and(|t| t.is_finished()) {
-                self.reader = None;
-                self.unsupported = Some(Unsupported::SetupFailed);
-            }
-        }
-        let book = self.book.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        Some(Arc::new(FailuresStats { unsupported: self.unsupported, probed: self.probed.clone(), pending: 0, book })
-            as Data)
+        let shared = lock(&self.shared);
+        let unsupported = match shared.state {
+            None => Some(Unsupported::Starting),
+            Some(Ok(())) => None,
+            Some(Err(reason)) => Some(reason),
+        };
+        let probed = if shared.probed.is_empty() {
+            CALLS.iter().map(|c| (c.function, false)).collect()
+        } else {
+            shared.probed.clone()
+        };
+        Some(Arc::new(FailuresStats { unsupported, probed, book: shared.book.clone() }) as Data)
     }
 }
 
@@ -842,7 +933,7 @@ impl FailuresStats {
             "1 when the failures collector traces refused registrations and locks; 0 with the reason it cannot: \
                 no_tracefs (not mounted), no_kprobe_events (kernel without CONFIG_KPROBE_EVENTS), no_permission \
                 (needs CAP_SYS_ADMIN or write access to tracefs), no_such_function (none of the probed functions in \
-                available_filter_functions), setup_failed (see the log).",
+                available_filter_functions), setup_failed (see the log), starting (setting up, the first second).",
             Kind::Gauge,
         );
         match self.unsupported {
@@ -852,7 +943,7 @@ impl FailuresStats {
         out.family(
             "memlock_failures_probed",
             "1 for each kernel function the failures collector probes, 0 for one the running kernel does not have \
-                (ib_umem_get: ibv_reg_mr, needs ib_core loaded; do_mlock: mlock/mlock2; __io_account_mem: io_uring \
+                (ib_umem_get: ibv_reg_mr, in ib_uverbs or ib_core, loaded; do_mlock: mlock/mlock2; __io_account_mem: io_uring \
                 buffers; user_shm_lock: SHM_LOCK).",
             Kind::Gauge,
         );
@@ -922,6 +1013,13 @@ impl FailuresStats {
             Kind::Counter,
         );
         out.sample(&[], self.book.forgotten_entries);
+        out.family(
+            "memlock_failures_pending_tasks",
+            "Tasks whose latest entry events wait for a return (at most 4,096; a successful return is filtered out \
+                in the kernel, so the tasks that called recently stay here until forgotten).",
+            Kind::Gauge,
+        );
+        out.sample(&[], self.book.pending);
     }
 }
 
@@ -984,6 +1082,21 @@ mod tests {
         // A second return of the same task without an entry: refused, size unknown.
         let r = p.line(ret(7, "ib_umem_get", -12, "x").as_bytes()).unwrap();
         assert_eq!(r.requested, None);
+    }
+
+    #[test]
+    fn a_return_pairs_with_its_own_entry_when_the_task_called_again_before_the_read() {
+        let mut p = Pairing::new(PAGE);
+        let at = |t: &str, line: String| line.replace("1.000000", t).replace("1.000100", t);
+        // The entries instance is drained first: both entries, then the return between them.
+        p.line(at("1.000000", entry(7, "ib_umem_get", 1 << 20)).as_bytes());
+        p.line(at("1.000300", entry(7, "ib_umem_get", 2 << 20)).as_bytes());
+        let r = p.line(at("1.000200", ret(7, "ib_umem_get", -12, "x")).as_bytes()).unwrap();
+        assert_eq!(r.requested, Some(1 << 20));
+        // The later entry still waits for its own return.
+        let r = p.line(at("1.000400", ret(7, "ib_umem_get", -12, "x")).as_bytes()).unwrap();
+        assert_eq!(r.requested, Some(2 << 20));
+        assert_eq!(p.pending(), 0);
     }
 
     #[test]
@@ -1100,7 +1213,6 @@ mod tests {
             unsupported: Some(Unsupported::NoKprobeEvents),
             probed: CALLS.iter().map(|c| (c.function, false)).collect(),
             book: Book::default(),
-            pending: 0,
         };
         let mut out = Exposition::new();
         stats.render(&mut out, &Grants::all());
@@ -1114,7 +1226,7 @@ mod tests {
     fn a_recorded_failure_renders_with_its_labels() {
         let mut book = Book::default();
         book.record(key(42), 1 << 20, Figures::default(), Instant::now());
-        let stats = FailuresStats { unsupported: None, probed: vec![("ib_umem_get", true)], book, pending: 0 };
+        let stats = FailuresStats { unsupported: None, probed: vec![("ib_umem_get", true)], book };
         let mut out = Exposition::new();
         stats.render(&mut out, &Grants::all());
         let text = out.finish();
@@ -1133,9 +1245,17 @@ mod tests {
         std::fs::create_dir_all(dir.join("sys/kernel/tracing")).unwrap();
         let roots = Roots { procfs: "/proc".into(), sysfs: dir.join("sys") };
         let mut collector = FailuresCollector::new(roots);
-        let data = collector.collect(&mut Vec::new()).unwrap();
-        let stats = data.as_any().downcast_ref::<FailuresStats>().unwrap();
-        assert_eq!(stats.unsupported, Some(Unsupported::NoTracefs));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let reason = loop {
+            let data = collector.collect(&mut Vec::new()).unwrap();
+            let stats = data.as_any().downcast_ref::<FailuresStats>().unwrap();
+            if stats.unsupported != Some(Unsupported::Starting) || Instant::now() > deadline {
+                break stats.unsupported;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(reason, Some(Unsupported::NoTracefs));
+        drop(collector);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -39,6 +39,7 @@ fn failures_collector_off_by_default_and_unsupported_here_says_why() {
     let exporter = Exporter::start(&["--collector.failures"]);
     let m = exporter.wait_metrics(std::time::Duration::from_secs(10), "the failures collector's first run", |m| {
         !m.family("memlock_failures_supported").is_empty()
+            && m.get("memlock_failures_supported{reason=\"starting\"}").is_none()
     });
     assert_reports(&m, expected_reason(std::path::Path::new("/sys/kernel/tracing")));
     let log = exporter.log_text();
@@ -73,6 +74,7 @@ fn with_tracefs_but_without_kprobe_events_the_reason_is_no_kprobe_events() {
     exporter.wait_ready();
     let m = exporter.wait_metrics(std::time::Duration::from_secs(10), "the failures collector's first run", |m| {
         !m.family("memlock_failures_supported").is_empty()
+            && m.get("memlock_failures_supported{reason=\"starting\"}").is_none()
     });
     assert_reports(&m, "no_kprobe_events");
     assert_eq!(exporter.terminate().code(), Some(0));
