@@ -446,9 +446,18 @@ pub struct FailuresStats {
 // tracefs.
 
 /// The tracefs mount: `<sysfs>/kernel/tracing`, else the debugfs path of older setups. A
-/// directory without `instances` is an unmounted mount point.
-fn find_tracefs(roots: &Roots) -> Option<PathBuf> {
-    [roots.sys("kernel/tracing"), roots.sys("kernel/debug/tracing")].into_iter().find(|d| d.join("instances").is_dir())
+/// directory without `instances` is an unmounted mount point; one that cannot be looked into
+/// (tracefs's root is root's, mode 0700) is a permission problem, not a missing tracefs.
+fn find_tracefs(roots: &Roots) -> Result<PathBuf, Unsupported> {
+    let mut denied = false;
+    for dir in [roots.sys("kernel/tracing"), roots.sys("kernel/debug/tracing")] {
+        match std::fs::metadata(dir.join("instances")) {
+            Ok(meta) if meta.is_dir() => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => denied = true,
+            _ => {}
+        }
+    }
+    Err(if denied { Unsupported::NoPermission } else { Unsupported::NoTracefs })
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), SourceError> {
@@ -577,9 +586,13 @@ type Pipes = (std::fs::File, std::fs::File);
 
 /// Defines and enables the probes. `Err` with the reason and a message for the log.
 fn set_up(roots: &Roots, found: &mut Vec<(&'static str, bool)>) -> Result<(Probes, Pipes), (Unsupported, String)> {
-    let tracefs = find_tracefs(roots).ok_or_else(|| {
+    let tracefs = find_tracefs(roots).map_err(|reason| {
         let path = roots.sys("kernel/tracing");
-        (Unsupported::NoTracefs, format!("no tracefs at {} (mount -t tracefs nodev {0})", path.display()))
+        let message = match reason {
+            Unsupported::NoPermission => format!("cannot look into {} (tracefs is root's)", path.display()),
+            _ => format!("no tracefs at {} (mount -t tracefs nodev {0})", path.display()),
+        };
+        (reason, message)
     })?;
     let definitions = tracefs.join("kprobe_events");
     if !definitions.exists() {
