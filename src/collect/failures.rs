@@ -945,8 +945,9 @@ impl FailuresStats {
             "memlock_failures_supported",
             "1 when the failures collector traces refused registrations and locks; 0 with the reason it cannot: \
                 no_tracefs (not mounted), no_kprobe_events (kernel without CONFIG_KPROBE_EVENTS), no_permission \
-                (needs CAP_SYS_ADMIN or write access to tracefs), no_such_function (none of the probed functions in \
-                available_filter_functions), setup_failed (see the log), starting (setting up, the first second).",
+                (tracefs is root's: run as root, no capability needed), no_such_function (none of the probed \
+                functions in available_filter_functions), setup_failed (see the log), starting (setting up, the \
+                first second).",
             Kind::Gauge,
         );
         match self.unsupported {
@@ -956,8 +957,8 @@ impl FailuresStats {
         out.family(
             "memlock_failures_probed",
             "1 for each kernel function the failures collector probes, 0 for one the running kernel does not have \
-                (ib_umem_get: ibv_reg_mr, in ib_uverbs or ib_core, loaded; do_mlock: mlock/mlock2; __io_account_mem: io_uring \
-                buffers; user_shm_lock: SHM_LOCK).",
+                (ib_umem_get: ibv_reg_mr, in ib_uverbs or ib_core, loaded; do_mlock: mlock/mlock2; \
+                __io_account_mem: io_uring buffers; user_shm_lock: SHM_LOCK).",
             Kind::Gauge,
         );
         for (call, probed) in &self.probed {

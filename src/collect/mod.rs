@@ -132,10 +132,10 @@ pub const REGISTRY: &[Registration] = &[
     },
     Registration {
         name: "failures",
-        reads: "refused registrations and locks, traced with kprobes in a tracefs instance (needs CAP_SYS_ADMIN)",
+        reads: "refused registrations and locks, traced with kprobes in tracefs instances of its own (needs root)",
         default_interval: "1s",
-        // Opt-in: it defines kprobes in the running kernel, which needs CAP_SYS_ADMIN (or write
-        // access to tracefs) that the default unit does not grant (docs/failures.md).
+        // Opt-in: it defines kprobes in the running kernel, which needs write access to tracefs
+        // (root's) that the default unit does not grant (README.md, the failures collector).
         default_enabled: false,
         build: |config, _| Box::new(failures::FailuresCollector::new(config.roots.clone())),
     },

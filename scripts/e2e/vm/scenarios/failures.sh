@@ -94,13 +94,22 @@ summary "paged: $(grep -o '"description": *"[^"]*"' "$VM_OUT/page.json" | head -
 touch /tmp/release
 wait "$ramp"
 
-# 3. An mlock ramp past its limit, by a process that exits at once.
-prlimit --memlock=8388608:8388608 setpriv --reuid=1000 --regid=1000 --clear-groups \
-    failures-mlock-ramp 64 > "$VM_OUT/mlock.out" 2>&1 || vm_fail "the mlock ramp: $(cat "$VM_OUT/mlock.out")"
-mpid=$(awk '/^pid / {print $2}' "$VM_OUT/mlock.out")
+# 3. An mlock ramp past its limit, by a process that reports and exits 2 s later (as a program
+#    that logs the error), then by one that exits at once: counted as do_mlock either way; the
+#    cause needs the process's VmLck, which a process that is gone no longer has ("other").
+mlock_ramp() {
+    prlimit --memlock=8388608:8388608 setpriv --reuid=1000 --regid=1000 --clear-groups \
+        failures-mlock-ramp 64 "$1" > "$VM_OUT/mlock-$1.out" 2>&1 || vm_fail "the mlock ramp: $(cat "$VM_OUT/mlock-$1.out")"
+    awk '/^pid / {print $2}' "$VM_OUT/mlock-$1.out"
+}
+mpid=$(mlock_ramp 2000)
 mlabels="pid=\"$mpid\",comm=\"failures-mlock-\",cgroup=\"$cgroup\",call=\"do_mlock\",errno=\"ENOMEM\",cause=\"memlock\""
 wait_for 60 "the mlock refusal of pid $mpid counted" metrics_match "^memlock_registration_failures_total\{$mlabels\} 1$"
-summary "mlock refused at $(awk '/refused/ {print $3, $4}' "$VM_OUT/mlock.out"): counted ($mlabels)"
+summary "mlock refused at $(awk '/refused/ {print $3, $4}' "$VM_OUT/mlock-2000.out") counted ($mlabels)"
+qpid=$(mlock_ramp 0)
+qlabels="pid=\"$qpid\",comm=\"failures-mlock-\",cgroup=\"[^\"]*\",call=\"do_mlock\",errno=\"ENOMEM\",cause=\"[a-z_]+\""
+wait_for 60 "the mlock refusal of pid $qpid counted" metrics_match "^memlock_registration_failures_total\{$qlabels\} 1$"
+summary "mlock refused, process gone at once: $(metrics | grep "^memlock_registration_failures_total{pid=\"$qpid\"")"
 metrics > "$VM_OUT/metrics-mlock.txt"
 
 # 5a. Exit removes everything.
