@@ -4,6 +4,9 @@
  * before anyone can read its /proc entry).
  *
  *   failures-mlock-ramp [MAX_MIB [HOLD_MS]]
+ *   failures-mlock-ramp --loop N   mlock and munlock one page N times and print the system CPU
+ *                                  time per mlock (each one an entry and a return of do_mlock:
+ *                                  the cost of its probes, with the collector on)
  *
  * Exit status: 0 after a refusal with ENOMEM, 1 on any other error, 3 if MAX was reached first.
  */
@@ -12,9 +15,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+static int loop(long n) {
+    static char page[4096] __attribute__((aligned(4096)));
+    struct rusage before, after;
+    page[0] = 1;
+    getrusage(RUSAGE_SELF, &before);
+    for (long i = 0; i < n; i++) {
+        if (mlock(page, sizeof page) != 0 || munlock(page, sizeof page) != 0) {
+            perror("mlock");
+            return 1;
+        }
+    }
+    getrusage(RUSAGE_SELF, &after);
+    double sys = (after.ru_stime.tv_sec - before.ru_stime.tv_sec) + (after.ru_stime.tv_usec - before.ru_stime.tv_usec) / 1e6;
+    double user = (after.ru_utime.tv_sec - before.ru_utime.tv_sec) + (after.ru_utime.tv_usec - before.ru_utime.tv_usec) / 1e6;
+    printf("mlocks %ld sys_us_per_call %.3f user_us_per_call %.3f\n", n, 1e6 * sys / n, 1e6 * user / n);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[1], "--loop") == 0) return loop(atol(argv[2]));
     long max = argc > 1 ? atol(argv[1]) : 64;
     long hold_ms = argc > 2 ? atol(argv[2]) : 0;
     size_t mib = 1 << 20;

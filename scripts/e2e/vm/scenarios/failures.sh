@@ -20,7 +20,7 @@
 #     reason no_permission.
 # Writes probed.txt, metrics-*.txt, cost.txt and summary.txt to /vm/out for the host to check.
 set -uo pipefail
-# shellcheck source=scripts/e2e/vm/guest/lib.sh
+# shellcheck source-path=SCRIPTDIR source=../guest/lib.sh
 source /usr/lib/memlock-vm/lib.sh
 # run.sh puts the copied helpers' extra libraries in /vm/lib, which uid 1000 cannot read; the
 # base has libibverbs.
@@ -36,7 +36,7 @@ summary() { echo "$*" | tee -a "$VM_OUT/summary.txt"; }
 ours_left() { grep -q memlock_exporter_ "$T/kprobe_events" || compgen -G "$T/instances/memlock_exporter_*" > /dev/null; }
 # CPU seconds (utime + stime) of a pid, from /proc/PID/stat fields 14 and 15.
 # USER_HZ is 100 on x86 (the guest has no getconf).
-cpu_of() { awk -v hz=100 '{sub(/.*\) /, ""); print ($12 + $13) / hz}' "/proc/$1/stat"; }
+cpu_of() { awk -v hz=100 '{sub(/.*\) /, ""); print ($12 + $13) / hz, $12 / hz, $13 / hz}' "/proc/$1/stat"; }
 stop_exporter() {
     kill "$EXPORTER_PID"
     wait "$EXPORTER_PID"
@@ -127,13 +127,17 @@ cost() {
     before=$(cpu_of "$EXPORTER_PID")
     out=$(failures-reg-loop rxe0 "$RATE" "$COST_SECONDS" 4096) || vm_fail "failures-reg-loop: $out"
     after=$(cpu_of "$EXPORTER_PID")
-    echo "$label $out exporter_cpu_s $(echo "$after $before" | awk '{printf "%.2f", $1 - $2}')" | tee -a "$VM_OUT/cost.txt"
+    echo "$label $out exporter_cpu_s $(echo "$after $before" | awk '{printf "%.2f user_s %.2f sys_s %.2f", $1 - $4, $2 - $5, $3 - $6}')" |
+        tee -a "$VM_OUT/cost.txt"
+    # The probes' own cost per call, from a loop of cheap probed calls (an mlock of one page).
+    echo "$label $(failures-mlock-ramp --loop 20000)" | tee -a "$VM_OUT/cost-mlock.txt"
     # Hits of each probe (kprobe_profile: event, hits, misses): one entry and one return per call.
-    [ "$label" = with ] && grep memlock_exporter_ "$T/kprobe_profile" >> "$VM_OUT/kprobe_profile.txt"
+    [ "$label" = with ] && grep -E "(ib_umem_get|do_mlock|io_account_mem|user_shm_lock)_(entry|return)" "$T/kprobe_profile" >> "$VM_OUT/kprobe_profile.txt"
     metrics > "$VM_OUT/metrics-cost-$label.txt"
     stop_exporter
 }
 : > "$VM_OUT/cost.txt"
+: > "$VM_OUT/cost-mlock.txt"
 for _ in $(seq "$COST_ROUNDS"); do
     cost without
     cost with --collector.failures
