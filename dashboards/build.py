@@ -581,6 +581,18 @@ def rdma(t):
                 (f'increase({m("memlock_rdma_hw_stat_total", counter=("=~", errors))}[$__rate_interval])', "{{device}} {{counter}}"),
             ), "none", f"Driver counters of failed registrations ({errors}; EFA has reg_mr_err, mlx5 has none). Any is MemlockRdmaRegistrationErrors.",
                 steps("green", (1, "red")), bars=True), 12, 8),
+            (timeseries("Refused registrations and locks (failures collector)", targets(
+                (f'sum by (call, errno, cause) (increase({m("memlock_node_registration_failures_total")}[$__rate_interval]))', "{{call}} {{errno}} {{cause}}"),
+            ), "none", "Refusals the kernel made, traced with kprobes by the opt-in failures collector (--collector.failures): ib_umem_get is ibv_reg_mr, do_mlock mlock, __io_account_mem io_uring buffers, user_shm_lock SHM_LOCK. cause memlock: past the soft memlock limit; cgroup_memory: the cgroup at its limit. Any pages MemlockRegistrationFailed (fast path) and MemlockKernelRefusedRegistration. Empty where the collector is off; memlock_failures_supported says why it cannot run.",
+                steps("green", (1, "red")), bars=True), 12, 8),
+            (table("Refused registrations per process (failures collector)", targets(
+                (f'{m("memlock_registration_failures_total")}', ""),
+                (f'{m("memlock_registration_failure_requested_bytes")}', ""),
+                table=True,
+            ), [("instance", "instance"), ("pid", "pid"), ("comm", "comm"), ("cgroup", "cgroup"), ("call", "call"), ("errno", "errno"), ("cause", "cause"),
+                ("Value #A", "refusals"), ("Value #B", "last size asked")],
+                "Each process the kernel refused, with the size its last refused request asked for (at most 64 series per node; memlock_registration_failures_overflow_total counts the rest).",
+                sort_by="refusals", overrides=[column("last size asked", "bytes")]), 12, 8),
             (timeseries("Port traffic", targets(
                 (f'rate({m("memlock_rdma_port_stat_total", counter=("=~", port_traffic))}[$__rate_interval])', "{{device}}/{{port}} {{counter}}"),
                 (f'rate({m("memlock_rdma_hw_stat_total", counter=("=~", driver_traffic))}[$__rate_interval])', "{{device}}/{{port}} {{counter}}"),

@@ -201,5 +201,40 @@ class Containerfile(unittest.TestCase):
         self.assertEqual(images[0]["newTag"], tag)
 
 
+class FailuresOverlay(unittest.TestCase):
+    """packaging/kubernetes-failures/: the opt-in grants of the failures collector, and nothing else."""
+
+    def test_the_overlay_grants_root_and_tracefs_and_nothing_else(self):
+        kubectl = shutil.which("kubectl") or shutil.which("kustomize")
+        if kubectl is None:
+            self.skipTest("neither kubectl nor kustomize is installed")
+        args = [kubectl, "kustomize"] if kubectl.endswith("kubectl") else [kubectl, "build"]
+        built = subprocess.run([*args, str(ROOT / "packaging" / "kubernetes-failures")], capture_output=True, text=True)
+        self.assertEqual(built.returncode, 0, built.stderr)
+        docs = [d for d in yaml.safe_load_all(built.stdout) if d]
+        (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+        base = yaml.safe_load((K8S / "daemonset.yaml").read_text())
+        pod, base_pod = ds["spec"]["template"]["spec"], base["spec"]["template"]["spec"]
+        self.assertEqual(pod["securityContext"], {**base_pod["securityContext"], "runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0})
+        (container,), (base_container,) = pod["containers"], base_pod["containers"]
+        # Not one capability, no escalation, the root file system read-only: as in the base.
+        self.assertEqual(container["securityContext"], base_container["securityContext"])
+        self.assertEqual(container["args"], base_container["args"])
+        env = {e["name"]: e for e in container["env"]}
+        self.assertEqual(env.pop("MEMLOCK_EXPORTER_COLLECTOR__FAILURES__ENABLED")["value"], "true")
+        self.assertEqual(sorted(env), sorted(e["name"] for e in base_container["env"]))
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        tracefs = mounts.pop("/host/sys/kernel/tracing")
+        self.assertFalse(tracefs.get("readOnly", False))
+        self.assertEqual(sorted(mounts.values(), key=lambda m: m["mountPath"]), sorted(base_container["volumeMounts"], key=lambda m: m["mountPath"]))
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        self.assertEqual(volumes.pop(tracefs["name"])["hostPath"]["path"], "/sys/kernel/tracing")
+        self.assertEqual(sorted(volumes.values(), key=lambda v: v["name"]), sorted(base_pod["volumes"], key=lambda v: v["name"]))
+        # Everything else of the base, unchanged.
+        kinds = sorted(d["kind"] for d in docs)
+        base_kinds = sorted(k for k, found in load_all().items() for _ in found if k != "Kustomization")
+        self.assertEqual(kinds, base_kinds)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -53,6 +53,7 @@ pub fn evaluate(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> 
             }
         }
     }
+    out.extend(crate::alerting_failures::candidates(snapshot, config, Instant::now()));
     out
 }
 

@@ -241,8 +241,10 @@ impl Args for CollectorToggles {
                         .action(clap::ArgAction::SetTrue)
                         .overrides_with(off.clone())
                         .help(format!(
-                            "Enable the {} collector ({}). Default on.",
-                            registration.name, registration.reads
+                            "Enable the {} collector ({}). Default {}.",
+                            registration.name,
+                            registration.reads,
+                            if registration.default_enabled { "on" } else { "off" }
                         )),
                 )
                 .arg(

@@ -201,7 +201,8 @@ impl Default for RawCollectors {
     fn default() -> Self {
         let mut plain = BTreeMap::new();
         for name in raw_plain_collectors() {
-            plain.insert(name.to_owned(), RawCollector::every(&default_interval(name)));
+            let enabled = crate::collect::REGISTRY.iter().find(|r| r.name == name).is_none_or(|r| r.default_enabled);
+            plain.insert(name.to_owned(), RawCollector { enabled, interval: default_interval(name) });
         }
         Self {
             process: RawProcessCollector::default(),
@@ -976,8 +977,11 @@ mod tests {
             let name = registration.name;
             let defaults = load_with(None, &[], vec![]).unwrap();
             let c = defaults.collector(name).unwrap();
-            assert!(c.enabled, "{name}");
+            assert_eq!(c.enabled, registration.default_enabled, "{name}");
             assert_eq!(c.interval, parse_duration(registration.default_interval).unwrap(), "{name}");
+            let cli = crate::cli::Cli::try_parse_from(["memlock-exporter", &format!("--collector.{name}")]).unwrap();
+            let config = load_with(None, &[], cli.serve.overrides()).unwrap();
+            assert!(config.collector(name).unwrap().enabled, "{name}");
             let cli = crate::cli::Cli::try_parse_from(["memlock-exporter", &format!("--no-collector.{name}")]).unwrap();
             let config = load_with(None, &[], cli.serve.overrides()).unwrap();
             assert!(!config.collector(name).unwrap().enabled, "{name}");

@@ -156,4 +156,21 @@ bad_families = sorted(families - allowed_families)
 if outside or bad_families:
     sys.exit(f"not allowed by {sys.argv[1]}: calls {outside}, families {bad_families}")
 EOF
+echo "--- the failures collector's opt-in drop-in (systemd/memlock-exporter-failures.conf)"
+# Loaded as systemd loads a drop-in: <unit>.d/ beside the unit. It may only make the service
+# root (tracefs is root's) and /sys/kernel/tracing writable: the exposure it adds is printed,
+# and the default unit's rating above is the one that must stay OK.
+mkdir -p "$OUT/dropin/memlock-exporter.service.d"
+cp "$OUT/memlock-exporter.service" "$OUT/dropin/"
+cp "$ROOT/systemd/memlock-exporter-failures.conf" "$OUT/dropin/memlock-exporter.service.d/failures.conf"
+systemd-analyze verify "$OUT/dropin/memlock-exporter.service"
+systemd-analyze security --offline=true "$OUT/dropin/memlock-exporter.service" > "$OUT/security-failures.txt" 2>&1 || true
+grep -q "User=/DynamicUser=.*runs as root" "$OUT/security-failures.txt" || { echo "the drop-in was not applied"; exit 1; }
+diff <(grep -E "^✗" "$OUT/security.txt" | awk '{print $2}') <(grep -E "^✗" "$OUT/security-failures.txt" | awk '{print $2}') |
+    grep -E '^[<>]' > "$OUT/security-diff.txt" || true
+[ "$(cat "$OUT/security-diff.txt")" = "> User=/DynamicUser=" ] || { echo "the drop-in weakens more than User=:"; cat "$OUT/security-diff.txt"; exit 1; }
+grep "Overall exposure level" "$OUT/security-failures.txt"
+grep -E '^(CapabilityBoundingSet|AmbientCapabilities)=' "$ROOT/systemd/memlock-exporter-failures.conf" &&
+    { echo "the drop-in must not grant capabilities"; exit 1; }
+
 echo "systemd unit checks passed"

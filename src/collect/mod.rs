@@ -2,6 +2,7 @@
 //! [`crate::kernel`] and returns typed [`Data`]; rendering lives with the data type.
 
 pub mod cgroup;
+pub mod failures;
 pub mod hugepages;
 pub mod node;
 pub mod numa;
@@ -64,6 +65,8 @@ pub struct Registration {
     /// What it reads, for the flag's help.
     pub reads: &'static str,
     pub default_interval: &'static str,
+    /// Off for the opt-in collectors (`--collector.<name>` enables them).
+    pub default_enabled: bool,
     pub build: fn(&Config, Duration) -> Box<dyn Collector>,
 }
 
@@ -73,6 +76,7 @@ pub const REGISTRY: &[Registration] = &[
         name: "node",
         reads: "/proc/meminfo, vmstat, vm sysctls, hugepages",
         default_interval: "1s",
+        default_enabled: true,
         build: |config, _| {
             let floor = config.trend.node_memory_available_floor_ratio;
             Box::new(node::NodeCollector::new(config.roots.clone(), procfs::page_size(), floor))
@@ -82,12 +86,14 @@ pub const REGISTRY: &[Registration] = &[
         name: "numa",
         reads: "per NUMA node memory and hugepages",
         default_interval: "1s",
+        default_enabled: true,
         build: |config, _| Box::new(numa::NumaCollector::new(config.roots.clone(), procfs::page_size())),
     },
     Registration {
         name: "process",
         reads: "VmLck, VmPin, memlock limits per process",
         default_interval: "1s",
+        default_enabled: true,
         build: |config, interval| {
             Box::new(process::ProcessCollector::new(&config.roots, config.process.clone(), interval))
         },
@@ -96,12 +102,14 @@ pub const REGISTRY: &[Registration] = &[
         name: "cgroup",
         reads: "memory usage and limits per cgroup",
         default_interval: "1s",
+        default_enabled: true,
         build: |config, _| Box::new(cgroup::CgroupCollector::new(config.roots.clone(), config.cgroup.clone())),
     },
     Registration {
         name: "rdma_sysfs",
         reads: "/sys/class/infiniband devices, ports, counters",
         default_interval: "5s",
+        default_enabled: true,
         build: |config, _| {
             Box::new(rdma_sysfs::RdmaSysfsCollector::new(config.roots.clone(), config.rdma_sysfs.clone()))
         },
@@ -110,6 +118,7 @@ pub const REGISTRY: &[Registration] = &[
         name: "rdma_netlink",
         reads: "RDMA resources and registered memory",
         default_interval: "5s",
+        default_enabled: true,
         build: |config, _| {
             Box::new(rdma_netlink::RdmaNetlinkCollector::new(config.roots.clone(), config.rdma_netlink.clone()))
         },
@@ -118,7 +127,17 @@ pub const REGISTRY: &[Registration] = &[
         name: "software",
         reads: "kernel, NVIDIA driver and RDMA module versions, GPUDirect mode",
         default_interval: "30s",
+        default_enabled: true,
         build: |config, _| Box::new(software::SoftwareCollector::new(config.roots.clone())),
+    },
+    Registration {
+        name: "failures",
+        reads: "refused registrations and locks, traced with kprobes in tracefs instances of its own (needs root)",
+        default_interval: "1s",
+        // Opt-in: it defines kprobes in the running kernel, which needs write access to tracefs
+        // (root's) that the default unit does not grant (README.md, the failures collector).
+        default_enabled: false,
+        build: |config, _| Box::new(failures::FailuresCollector::new(config.roots.clone())),
     },
 ];
 

@@ -13,6 +13,7 @@ pub mod rdma_cgroup;
 pub mod rdma_sysfs;
 pub mod sysvm;
 pub mod tasks;
+pub mod trace_pipe;
 pub mod uid_map;
 pub mod versions;
 pub mod vmstat;

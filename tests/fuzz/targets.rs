@@ -259,6 +259,24 @@ pub const TARGETS: &[Target] = &[
         },
         check: check_maps_nccl,
     },
+    // A tracefs trace_pipe line of the failures collector's kprobe events (hostile comms).
+    Target {
+        name: "trace_pipe",
+        expect: Expect::BothPaths,
+        seeds: || {
+            strings(&[
+                "       ib_reg_mr-612     [001] ..... 12345.678901: ib_umem_get_entry: \
+                 (ib_umem_get+0x0/0x520 [ib_core]) size=1048576\n",
+                "       ib_reg_mr-612     [001] ..... 12345.679012: ib_umem_get_return: \
+                 (ib_uverbs_reg_mr+0x12a/0x2d0 [ib_uverbs] <- ib_umem_get) ret=-12 comm=\"ib_reg_mr\"\n",
+                " q\"u-1 [0] x: y:-4242    (   4240) [007] d..1. 99.000001: do_mlock_return: \
+                 (__x64_sys_mlock+0x1c/0x30 <- do_mlock) ret=-12 comm=\" q\"u-1 [0] x: y:\"\n",
+                "CPU:3 [LOST 1024 EVENTS]\n",
+                "CPU:0 [LOST EVENTS]\n",
+            ])
+        },
+        check: check_trace_pipe,
+    },
 ];
 
 fn check_nvidia_version(bytes: &[u8]) -> Result<Verdict, String> {
@@ -275,6 +293,38 @@ fn check_nvidia_version(bytes: &[u8]) -> Result<Verdict, String> {
         return Err(format!("driver version {v:?} is not a dotted number of the input"));
     }
     Ok(Verdict::Accepted)
+}
+
+fn check_trace_pipe(bytes: &[u8]) -> Result<Verdict, String> {
+    use kernel::trace_pipe::{parse_line, Line, Value};
+    let parsed = parse_line(bytes);
+    let identifier = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    match &parsed {
+        Ok(_) if bytes.last() != Some(&b'\n') => return Err("a line without its newline accepted".into()),
+        Ok(Line::Event(e)) => {
+            if e.comm.len() > 16 || e.comm.first() == Some(&b' ') || !identifier(e.name) {
+                return Err(format!("header {e:?}"));
+            }
+            for (index, (name, value)) in e.args.iter().enumerate() {
+                let last = index + 1 == e.args.len();
+                if !identifier(name) || (matches!(value, Value::Str(_)) && !last) {
+                    return Err(format!("argument {name:?} of {e:?}"));
+                }
+                if let Value::Str(s) = value {
+                    if s.contains(&b'\n') {
+                        return Err(format!("a newline inside a string of {e:?}"));
+                    }
+                }
+            }
+        }
+        Ok(Line::Lost { .. }) => {
+            if !bytes.starts_with(b"CPU:") {
+                return Err("a lost-events marker from another line".into());
+            }
+        }
+        Err(_) => {}
+    }
+    Ok(verdict(&parsed))
 }
 
 fn check_maps_nccl(bytes: &[u8]) -> Result<Verdict, String> {

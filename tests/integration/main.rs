@@ -13,6 +13,7 @@ mod lifecycle;
 mod live_cgroup;
 mod live_check;
 mod live_drill;
+mod live_failures;
 mod live_node;
 mod live_process;
 mod live_rdma;

@@ -1,0 +1,184 @@
+#!/bin/bash
+# Scenario (issue 26): the failures collector on a kernel with kprobe events (Debian's 6.1) and
+# soft-RoCE. Run by scripts/e2e/vm_failures.sh through scripts/e2e/vm/run.sh, with the helpers
+# failures-reg-loop and failures-mlock-ramp copied in. In order:
+#  1. probes an earlier run left (a group and an instance with the collector's prefix and a dead
+#     pid) are removed at start; the collector reports which functions it probes; the global
+#     trace buffer gets none of its events;
+#  2. uid 1000 under an 8 MiB RLIMIT_MEMLOCK registers 1 MiB MRs until ibv_reg_mr fails with
+#     ENOMEM: counted once, call ib_umem_get, errno ENOMEM, cause memlock, the process's pid,
+#     comm and cgroup, 1 MiB asked for; its successful registrations are not counted; the fast
+#     path pages MemlockRegistrationFailed (Alertmanager, webhook);
+#  3. an mlock ramp past the same limit, by a process that exits right after the refusal:
+#     counted as do_mlock, ENOMEM, cause memlock, with its pid;
+#  4. cost: 1,000 registrations a second for COST_SECONDS, exporter without the collector, then
+#     with it, in this run: the CPU of the registering process (its system time holds the
+#     kprobes) and of the exporter, each from getrusage and /proc/PID/stat; none counted;
+#  5. exit removes every probe and instance; a reload that disables the collector removes them
+#     while the exporter keeps running;
+#  6. root without any capability traces (what the systemd drop-in grants); uid 1000 gets
+#     reason no_permission.
+# Writes probed.txt, metrics-*.txt, cost.txt and summary.txt to /vm/out for the host to check.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR source=../guest/lib.sh
+source /usr/lib/memlock-vm/lib.sh
+# run.sh puts the copied helpers' extra libraries in /vm/lib, which uid 1000 cannot read; the
+# base has libibverbs.
+unset LD_LIBRARY_PATH
+T=/sys/kernel/tracing
+COST_SECONDS=${COST_SECONDS:-10}
+COST_ROUNDS=${COST_ROUNDS:-4}
+RATE=${RATE:-1000}
+
+metrics() { curl -fsS "$EXPORTER_URL/metrics"; }
+metrics_match() { metrics | grep -qE "$1"; }
+summary() { echo "$*" | tee -a "$VM_OUT/summary.txt"; }
+ours_left() { grep -q memlock_exporter_ "$T/kprobe_events" || compgen -G "$T/instances/memlock_exporter_*" > /dev/null; }
+# CPU seconds (utime + stime) of a pid, from /proc/PID/stat fields 14 and 15.
+# USER_HZ is 100 on x86 (the guest has no getconf).
+cpu_of() { awk -v hz=100 '{sub(/.*\) /, ""); print ($12 + $13) / hz, $12 / hz, $13 / hz}' "/proc/$1/stat"; }
+stop_exporter() {
+    kill "$EXPORTER_PID"
+    wait "$EXPORTER_PID"
+    [ -f "$VM_OUT/exporter.log" ] && cat "$VM_OUT/exporter.log" >> "$VM_OUT/exporter-all.log"
+}
+: > "$VM_OUT/summary.txt"
+
+setup_rxe rxe0 dummy0
+start_webhook
+start_alertmanager
+
+# 1. Leftovers of a run that died (pid 4194303 cannot be running: above the default pid_max).
+# shellcheck disable=SC2016 # $arg2 is the kprobe syntax
+echo 'p:memlock_exporter_4194303_0/do_mlock_entry do_mlock size=$arg2:u64' >> "$T/kprobe_events" ||
+    vm_fail "cannot define the stale probe"
+mkdir "$T/instances/memlock_exporter_4194303_0" "$T/instances/memlock_exporter_4194303_0_ret"
+echo 1 > "$T/instances/memlock_exporter_4194303_0/events/memlock_exporter_4194303_0/enable"
+start_exporter --collector.failures --alertmanager.url "$AM_URL"
+wait_for 120 "the failures collector running" metrics_match '^memlock_failures_supported\{reason=""\} 1$'
+grep -q memlock_exporter_4194303 "$T/kprobe_events" && vm_fail "the stale probe was not removed"
+compgen -G "$T/instances/memlock_exporter_4194303*" > /dev/null && vm_fail "the stale instances were not removed"
+summary "leftovers removed"
+metrics | grep '^memlock_failures_probed' | tee "$VM_OUT/probed.txt"
+grep -q '^memlock_failures_probed{call="ib_umem_get"} 1$' "$VM_OUT/probed.txt" || vm_fail "ib_umem_get not probed"
+grep -q '^memlock_failures_probed{call="do_mlock"} 1$' "$VM_OUT/probed.txt" || vm_fail "do_mlock not probed"
+cp "$T/kprobe_events" "$VM_OUT/kprobe_events.txt"
+ls "$T/instances" > "$VM_OUT/instances.txt"
+grep -q memlock_exporter "$T/set_event" && vm_fail "an event of ours is enabled in the global buffer"
+
+# 2. A refused ibv_reg_mr.
+prlimit --memlock=8388608:8388608 setpriv --reuid=1000 --regid=1000 --clear-groups \
+    mr-ramp --device rxe0 --step-mib 1 --interval-ms 200 --max-mib 64 --hold-seconds 120 \
+    --release-file /tmp/release > "$VM_OUT/ramp.out" 2>&1 &
+ramp=$!
+wait_for 120 "the registrant's ENOMEM" grep -q 'ENOMEM\|ERROR' "$VM_OUT/ramp.out"
+grep -q ENOMEM "$VM_OUT/ramp.out" || { cat "$VM_OUT/ramp.out"; vm_fail "the registrant failed otherwise"; }
+pid=$(awk '/ opened / {print $5; exit}' "$VM_OUT/ramp.out")
+mrs=$(awk '/ registered / {n = $6} END {print n}' "$VM_OUT/ramp.out")
+cgroup=$(sed -n 's/^0:://p' "/proc/$pid/cgroup")
+labels="pid=\"$pid\",comm=\"mr-ramp\",cgroup=\"$cgroup\",call=\"ib_umem_get\",errno=\"ENOMEM\",cause=\"memlock\""
+wait_for 60 "the refusal of pid $pid counted" metrics_match "^memlock_registration_failures_total\{$labels\} 1$"
+metrics > "$VM_OUT/metrics-ramp.txt"
+grep -qE "^memlock_registration_failure_requested_bytes\{$labels\} 1048576$" "$VM_OUT/metrics-ramp.txt" ||
+    vm_fail "the size asked for is not 1 MiB"
+# Its $mrs successful registrations are not counted: one refusal on the node, nothing else.
+grep -E '^memlock_node_registration_failures_total' "$VM_OUT/metrics-ramp.txt" > "$VM_OUT/node-ramp.txt"
+[ "$(cat "$VM_OUT/node-ramp.txt")" = 'memlock_node_registration_failures_total{call="ib_umem_get",errno="ENOMEM",cause="memlock"} 1' ] ||
+    { cat "$VM_OUT/node-ramp.txt"; vm_fail "other refusals counted besides the one"; }
+summary "ibv_reg_mr refused after $mrs successful 1 MiB registrations: counted once ($labels)"
+wait_for 60 "MemlockRegistrationFailed at Alertmanager" sh -c \
+    "grep '\"alertname\": *\"MemlockRegistrationFailed\"' '$WEBHOOK_OUT' | grep -q '\"pid\": *\"$pid\"'"
+grep '"MemlockRegistrationFailed"' "$WEBHOOK_OUT" | head -1 > "$VM_OUT/page.json"
+grep -q 'VmPin' "$VM_OUT/page.json" || vm_fail "the page has no figures"
+summary "paged: $(grep -o '"description": *"[^"]*"' "$VM_OUT/page.json" | head -1)"
+touch /tmp/release
+wait "$ramp"
+
+# 3. An mlock ramp past its limit, by a process that reports and exits 2 s later (as a program
+#    that logs the error), then by one that exits at once: counted as do_mlock either way; the
+#    cause needs the process's VmLck, which a process that is gone no longer has ("other").
+mlock_ramp() {
+    prlimit --memlock=8388608:8388608 setpriv --reuid=1000 --regid=1000 --clear-groups \
+        failures-mlock-ramp 64 "$1" > "$VM_OUT/mlock-$1.out" 2>&1 || vm_fail "the mlock ramp: $(cat "$VM_OUT/mlock-$1.out")"
+    awk '/^pid / {print $2}' "$VM_OUT/mlock-$1.out"
+}
+mpid=$(mlock_ramp 2000)
+mlabels="pid=\"$mpid\",comm=\"failures-mlock-\",cgroup=\"$cgroup\",call=\"do_mlock\",errno=\"ENOMEM\",cause=\"memlock\""
+wait_for 60 "the mlock refusal of pid $mpid counted" metrics_match "^memlock_registration_failures_total\{$mlabels\} 1$"
+summary "mlock refused at $(awk '/refused/ {print $3, $4}' "$VM_OUT/mlock-2000.out") counted ($mlabels)"
+qpid=$(mlock_ramp 0)
+qlabels="pid=\"$qpid\",comm=\"failures-mlock-\",cgroup=\"[^\"]*\",call=\"do_mlock\",errno=\"ENOMEM\",cause=\"[a-z_]+\""
+wait_for 60 "the mlock refusal of pid $qpid counted" metrics_match "^memlock_registration_failures_total\{$qlabels\} 1$"
+summary "mlock refused, process gone at once: $(metrics | grep "^memlock_registration_failures_total{pid=\"$qpid\"")"
+metrics > "$VM_OUT/metrics-mlock.txt"
+
+# 5a. Exit removes everything.
+stop_exporter
+ours_left && vm_fail "probes or instances left after exit: $(cat "$T/kprobe_events"; ls "$T/instances")"
+summary "exit: no probe or instance left"
+
+# 4. Cost at $RATE registrations a second: without the collector, then with it.
+cost() {
+    local label=$1 before after out
+    shift
+    start_exporter "$@"
+    [ "$label" = with ] && wait_for 120 "the failures collector running" metrics_match '^memlock_failures_supported\{reason=""\} 1$'
+    sleep 2
+    before=$(cpu_of "$EXPORTER_PID")
+    out=$(failures-reg-loop rxe0 "$RATE" "$COST_SECONDS" 4096) || vm_fail "failures-reg-loop: $out"
+    after=$(cpu_of "$EXPORTER_PID")
+    echo "$label $out exporter_cpu_s $(echo "$after $before" | awk '{printf "%.2f user_s %.2f sys_s %.2f", $1 - $4, $2 - $5, $3 - $6}')" |
+        tee -a "$VM_OUT/cost.txt"
+    # The probes' own cost per call, from a loop of cheap probed calls (an mlock of one page).
+    echo "$label $(failures-mlock-ramp --loop 20000)" | tee -a "$VM_OUT/cost-mlock.txt"
+    # Hits of each probe (kprobe_profile: event, hits, misses): one entry and one return per call.
+    [ "$label" = with ] && grep -E "(ib_umem_get|do_mlock|io_account_mem|user_shm_lock)_(entry|return)" "$T/kprobe_profile" >> "$VM_OUT/kprobe_profile.txt"
+    metrics > "$VM_OUT/metrics-cost-$label.txt"
+    stop_exporter
+}
+: > "$VM_OUT/cost.txt"
+: > "$VM_OUT/cost-mlock.txt"
+for _ in $(seq "$COST_ROUNDS"); do
+    cost without
+    cost with --collector.failures
+done
+grep -q '^memlock_node_registration_failures_total{' "$VM_OUT/metrics-cost-with.txt" &&
+    vm_fail "successful registrations were counted"
+summary "cost: $(tr '\n' ';' < "$VM_OUT/cost.txt")"
+
+# 5b. A reload that disables the collector removes its probes; the exporter keeps running.
+printf '[collector.failures]\nenabled = true\n' > /tmp/failures.toml
+start_exporter --config.file /tmp/failures.toml
+wait_for 120 "the failures collector running" metrics_match '^memlock_failures_supported\{reason=""\} 1$'
+ours_left || vm_fail "no probes while running"
+printf '[collector.failures]\nenabled = false\n' > /tmp/failures.toml
+kill -HUP "$EXPORTER_PID"
+gone() { ! ours_left; }
+wait_for 60 "the probes gone after the reload" gone
+metrics_match '^memlock_scrape_collector_success\{collector="node"\} 1$' || vm_fail "the exporter stopped serving"
+metrics_match '^memlock_failures_supported' && vm_fail "the disabled collector still reports"
+stop_exporter
+summary "reload disabling it: probes and instances removed, exporter still serving"
+
+# 6. Who may run it.
+EXPORTER_LOG=$VM_OUT/exporter-nocaps.log
+setpriv --inh-caps=-all --bounding-set=-all "$EXPORTER" --web.listen-address=127.0.0.1:9567 --log.format=json \
+    --collector.failures > "$EXPORTER_LOG" 2>&1 &
+EXPORTER_PID=$!
+VM_PIDS+=("$EXPORTER_PID")
+wait_for 120 "root without capabilities" metrics_match '^memlock_failures_supported\{reason="[a-z_]+"\} [01]$'
+wait_for 60 "root without capabilities set up" sh -c "! curl -fsS $EXPORTER_URL/metrics | grep -q 'reason=\"starting\"'"
+grep CapEff "/proc/$EXPORTER_PID/status" | tee -a "$VM_OUT/summary.txt"
+metrics_match '^memlock_failures_supported\{reason=""\} 1$' || vm_fail "root without capabilities cannot trace: $(metrics | grep supported)"
+stop_exporter
+summary "root with an empty capability bounding set: traces"
+setpriv --reuid=1000 --regid=1000 --clear-groups "$EXPORTER" --web.listen-address=127.0.0.1:9567 --log.format=json \
+    --collector.failures > "$VM_OUT/exporter-uid1000.log" 2>&1 &
+EXPORTER_PID=$!
+VM_PIDS+=("$EXPORTER_PID")
+wait_for 120 "uid 1000's exporter" metrics_match '^memlock_failures_supported\{reason="no_permission"\} 0$'
+metrics_match '^memlock_scrape_collector_success\{collector="failures"\} 1$' || vm_fail "the scrape is not healthy"
+stop_exporter
+summary "uid 1000: reason no_permission, collector success 1"
+ours_left && vm_fail "probes left at the end"
+summary "all checks passed"
