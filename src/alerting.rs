@@ -36,12 +36,36 @@ pub struct Candidate {
     pub annotations: Labels,
 }
 
+/// A critical page needs its scope at this share of its limit at least (the rules'
+/// `process_exhaustion_min_ratio`)...
+pub const EXHAUSTION_MIN_RATIO: f64 = 0.5;
+/// ...or less headroom left than this many of its newest steps.
+pub const EXHAUSTION_HEADROOM_STEPS: f64 = 3.0;
+
+/// Whether a predicted exhaustion is a page: the prediction alone reads one step as a ramp for
+/// a whole trend window (issue 23: 1 MiB held, one step of 2 MiB, flat at 37.5 % of the limit,
+/// paged critical for 30 s). The rise must continue in the newest samples
+/// ([`crate::trend::Recent::continues`]), and the scope must be high enough that the rise
+/// matters: at [`EXHAUSTION_MIN_RATIO`] of its limit, or with fewer than
+/// [`EXHAUSTION_HEADROOM_STEPS`] of its newest steps left (a large limit approached in large steps).
+pub fn exhaustion_pages(point: &TrendPoint, seconds: f64, config: &AlertingConfig) -> bool {
+    if seconds > config.exhaustion_critical.as_secs_f64() || !point.recent.continues() {
+        return false;
+    }
+    let high = point.charge.enforced_ratio().is_some_and(|r| r >= EXHAUSTION_MIN_RATIO);
+    let close = point
+        .charge
+        .headroom_bytes()
+        .is_some_and(|h| (h as f64) < EXHAUSTION_HEADROOM_STEPS * point.recent.largest_step);
+    high || close
+}
+
 /// Which alerts a snapshot calls for.
 pub fn evaluate(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> {
     let mut out = Vec::new();
     for point in snapshot.trends() {
         if let Some(seconds) = point.exhaustion {
-            if seconds <= config.exhaustion_critical.as_secs_f64() {
+            if exhaustion_pages(point, seconds, config) {
                 out.push(exhaustion_alert(point, seconds, config));
             }
         }
@@ -442,6 +466,7 @@ mod tests {
     use super::*;
     use crate::charge::Charge;
     use crate::snapshot::Report;
+    use crate::trend::Recent;
 
     const MIB: f64 = 1048576.0;
 
@@ -487,12 +512,21 @@ mod tests {
             charge: Charge::enforced(value as u64, Some(limit as u64)),
             rise,
             exhaustion,
+            recent: ramping(rise.unwrap_or(0.0)),
         }
+    }
+
+    /// The newest samples of a ramp rising `per_second` every second.
+    fn ramping(per_second: f64) -> Recent {
+        if per_second <= 0.0 {
+            return Recent::default();
+        }
+        Recent { rising_steps: 6, since_last_rise: Some(0), largest_step: per_second, fallen: 0.0 }
     }
 
     #[test]
     fn predicted_exhaustion_within_the_threshold_is_critical() {
-        let alerts = evaluate(&snapshot(vec![process(2.0 * MIB, 8.0 * MIB, Some(0.5 * MIB), Some(12.0))]), &config());
+        let alerts = evaluate(&snapshot(vec![process(5.0 * MIB, 8.0 * MIB, Some(0.5 * MIB), Some(6.0))]), &config());
         assert_eq!(alerts.len(), 1);
         let a = &alerts[0];
         assert_eq!(a.labels["alertname"], "MemlockProcessLimitExhaustionImminent");
@@ -501,7 +535,7 @@ mod tests {
         assert_eq!(a.labels["pid"], "4242");
         assert_eq!(a.labels["cgroup"], "/slurm/job_1870");
         assert!(
-            a.annotations["description"].contains("2.0 MiB") && a.annotations["description"].contains("512.0 KiB/s"),
+            a.annotations["description"].contains("5.0 MiB") && a.annotations["description"].contains("512.0 KiB/s"),
             "{a:?}"
         );
         assert_eq!(
@@ -514,7 +548,7 @@ mod tests {
     /// Alertmanager groups and inhibits them with the rules' alerts on the same series.
     #[test]
     fn alert_labels_and_texts_are_bounded_as_the_scrape_bounds_them() {
-        let mut point = process(2.0 * MIB, 8.0 * MIB, Some(0.5 * MIB), Some(12.0));
+        let mut point = process(5.0 * MIB, 8.0 * MIB, Some(0.5 * MIB), Some(6.0));
         let long = format!("/attack/{}\u{1b}[2J", "d".repeat(4000));
         point.labels[1].1 = long.clone(); // comm, in the summary and description
         point.labels[2].1 = long.clone(); // cgroup
@@ -528,6 +562,74 @@ mod tests {
         for text in alerts[0].annotations.values() {
             assert!(text.len() < 2048 && !text.contains('\u{1b}'), "{text}");
         }
+    }
+
+    /// Runs a counter's VmPin series (bytes per 1 s sample) under an 8 MiB limit through the real
+    /// trend tracker and returns the sample indices at which a critical page is called for.
+    fn pages_of(series: &[f64]) -> Vec<usize> {
+        let mut tracker = crate::trend::Tracker::new(crate::trend::TrendConfig::default());
+        let mut pages = Vec::new();
+        for (i, &value) in series.iter().enumerate() {
+            let point = tracker.observe(crate::trend::Observation {
+                scope: Scope::Process,
+                id: "4242/python/pinned".into(),
+                labels: vec![("pid", "4242".into()), ("comm", "python".into()), ("counter", "pinned".into())],
+                at: i as f64,
+                charge: Charge::enforced(value as u64, Some(8 << 20)),
+            });
+            let alerts = evaluate(&snapshot(vec![point]), &config());
+            if alerts.iter().any(|a| a.labels["severity"] == "critical") {
+                pages.push(i);
+            }
+        }
+        pages
+    }
+
+    /// Issue 23 item 1: the healthy patterns page nothing, the ramps still page in time. Each
+    /// healthy pattern paged critical before the guards (checked); the live version is
+    /// scripts/e2e/fast_alert.sh.
+    #[test]
+    fn healthy_steps_do_not_page_and_ramps_still_do() {
+        let flat = |v: f64, n: usize| std::iter::repeat_n(v, n);
+        let mut healthy: Vec<(&str, Vec<f64>)> = Vec::new();
+        // The issue's case: 1 MiB, 10 s later one step of 2 MiB, flat at 37.5 %.
+        healthy.push(("one step then flat", flat(MIB, 10).chain(flat(3.0 * MIB, 40)).collect()));
+        // Four steps of 0.5 MiB within one second, straddling a sample: two rising intervals.
+        healthy.push(("a burst of four steps", flat(MIB, 10).chain([2.0 * MIB]).chain(flat(3.0 * MIB, 40)).collect()));
+        // A step to 5 MiB (62.5 %, above the level) on top of 4 MiB held.
+        healthy.push(("a step on memory held", flat(4.0 * MIB, 10).chain(flat(5.0 * MIB, 40)).collect()));
+        // Register 3 MiB for 2 s, deregister for 1 s, over and over, on top of 2 MiB.
+        let cycle = [5.0 * MIB, 5.0 * MIB, 2.0 * MIB];
+        healthy.push(("register/deregister cycles", cycle.iter().copied().cycle().take(60).collect()));
+        // Steps every 2 s that give the memory back in between (a sawtooth up to 6 MiB).
+        let saw: Vec<f64> = (0..60).map(|i| [2.0, 4.0, 6.0, 3.0][i % 4] * MIB).collect();
+        healthy.push(("a sawtooth", saw));
+        for (name, series) in &healthy {
+            assert_eq!(pages_of(series), Vec::<usize>::new(), "{name} paged");
+        }
+        // The ramps of issue 14: 1 MiB/s to 8 MiB (refused at the 8th step, t = 8 s) and 1 MiB
+        // every 2 s (refused at t = 16 s); both page at half the limit, 4 s and 8 s ahead.
+        let ramp: Vec<f64> = (0..8).map(|i| i as f64 * MIB).collect();
+        assert_eq!(pages_of(&ramp).first(), Some(&4), "{:?}", pages_of(&ramp));
+        let slow: Vec<f64> = (0..16).map(|i| (i / 2) as f64 * MIB).collect();
+        assert_eq!(pages_of(&slow).first(), Some(&8), "{:?}", pages_of(&slow));
+        // A ramp that stopped (refused, or done) stops paging within three samples.
+        let stopped: Vec<f64> = (0..8).map(|i| i as f64 * MIB).chain(flat(7.0 * MIB, 10)).collect();
+        assert!(pages_of(&stopped).iter().all(|&i| i <= 9), "{:?}", pages_of(&stopped));
+    }
+
+    /// A large limit approached in large steps pages on the headroom: fewer than three steps left,
+    /// although far below half of the limit.
+    #[test]
+    fn few_steps_of_headroom_left_page_below_the_level() {
+        let mut point = process(90.0 * MIB, 200.0 * MIB, Some(40.0 * MIB), Some(2.7));
+        point.recent = Recent { rising_steps: 3, since_last_rise: Some(0), largest_step: 40.0 * MIB, fallen: 0.0 };
+        assert_eq!(evaluate(&snapshot(vec![point.clone()]), &config()).len(), 1, "110 MiB left < 3 x 40 MiB");
+        point.recent.largest_step = 30.0 * MIB;
+        assert!(evaluate(&snapshot(vec![point.clone()]), &config()).is_empty(), "110 MiB left > 3 x 30 MiB");
+        point.charge.used_bytes = 100 << 20;
+        point.recent.since_last_rise = Some(3);
+        assert!(evaluate(&snapshot(vec![point]), &config()).is_empty(), "half the limit, but the rise stopped");
     }
 
     #[test]
@@ -594,6 +696,7 @@ mod tests {
             charge: Charge::enforced(60 << 20, Some(64 << 20)),
             rise: Some(2.0 * MIB),
             exhaustion: Some(2.0),
+            recent: ramping(2.0 * MIB),
         };
         let alerts = evaluate(&snapshot(vec![point]), &config());
         let names: Vec<&str> = alerts.iter().map(|a| a.labels["alertname"].as_str()).collect();
@@ -615,7 +718,7 @@ mod tests {
         let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
         let t0 = Instant::now();
         let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let firing = evaluate(&snapshot(vec![process(2.0 * MIB, 8.0 * MIB, Some(MIB), Some(6.0))]), &cfg);
+        let firing = evaluate(&snapshot(vec![process(5.0 * MIB, 8.0 * MIB, Some(MIB), Some(3.0))]), &cfg);
         let started = book.update(firing.clone(), t0, wall);
         assert_eq!(started.started.len(), 1);
         assert!(book.is_dirty());
@@ -645,7 +748,7 @@ mod tests {
         let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
         let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         book.update(
-            evaluate(&snapshot(vec![process(2.0 * MIB, 8.0 * MIB, Some(MIB), Some(6.0))]), &cfg),
+            evaluate(&snapshot(vec![process(5.0 * MIB, 8.0 * MIB, Some(MIB), Some(3.0))]), &cfg),
             Instant::now(),
             wall,
         );
@@ -662,7 +765,7 @@ mod tests {
         let cfg = config();
         let t0 = Instant::now();
         for i in 0..(MAX_RESOLVED + 50) {
-            let mut p = process(2.0 * MIB, 8.0 * MIB, Some(MIB), Some(6.0));
+            let mut p = process(5.0 * MIB, 8.0 * MIB, Some(MIB), Some(3.0));
             p.labels[0].1 = i.to_string();
             book.update(evaluate(&snapshot(vec![p]), &cfg), t0, SystemTime::now());
             book.update(vec![], t0 + Duration::from_secs(1), SystemTime::now());

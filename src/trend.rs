@@ -86,6 +86,38 @@ pub struct TrendPoint {
     /// Seconds until the limit at the current rise; `None` when not rising significantly or
     /// without a limit. 0 when the limit is already reached and the value still rises.
     pub exhaustion: Option<f64>,
+    /// What the newest samples say about the rise (the fast path's guard against a step).
+    pub recent: Recent,
+}
+
+/// Samples whose steps [`Recent`] counts: six intervals, so that a ramp stepping every 2 s
+/// sampled every 1 s shows three of its steps.
+pub const RECENT_SAMPLES: usize = 7;
+
+/// The steps of the newest [`RECENT_SAMPLES`] samples. A least-squares slope cannot tell a ramp
+/// from one step (a registration of a second communicator, then flat): both fit a rising line
+/// for a whole window. Steps can: a ramp keeps stepping, a step does not.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Recent {
+    /// Intervals that rose by more than the noise floor (`min_rise_bytes_per_second` times the
+    /// interval).
+    pub rising_steps: usize,
+    /// Intervals since the newest rising one ended (0: the newest interval rose); `None`
+    /// without one.
+    pub since_last_rise: Option<usize>,
+    /// The largest rise of one interval, in bytes.
+    pub largest_step: f64,
+    /// Bytes the newest sample is below the highest of them, beyond the noise floor of one
+    /// second (memory given back: a deregistration, a register/deregister cycle).
+    pub fallen: f64,
+}
+
+impl Recent {
+    /// Whether the rise continues in the newest samples: at least three rising intervals, the
+    /// newest of them among the last three, and nothing given back beyond the noise floor since.
+    pub fn continues(&self) -> bool {
+        self.rising_steps >= 3 && self.since_last_rise.is_some_and(|age| age <= 2) && self.fallen <= 0.0
+    }
 }
 
 #[derive(Debug, Default)]
@@ -153,12 +185,12 @@ impl Tracker {
     pub fn observe(&mut self, obs: Observation) -> TrendPoint {
         let key = (obs.scope, obs.id.clone());
         let tracked = self.series.contains_key(&key) || self.series.len() < self.config.max_scopes;
-        let rise = if tracked {
+        let (rise, recent) = if tracked {
             let series = self.series.entry(key).or_default();
             record(series, &self.config, obs.at, obs.charge.used_bytes as f64);
-            rise(series, &self.config)
+            (rise(series, &self.config), recent(series, &self.config))
         } else {
-            None
+            (None, Recent::default())
         };
         let exhaustion = match (rise, obs.charge.headroom_bytes()) {
             (Some(r), Some(headroom)) if self.significant(r) => Some((headroom as f64 / r.slope).max(0.0)),
@@ -171,6 +203,7 @@ impl Tracker {
             charge: obs.charge,
             rise: rise.map(|r| r.slope),
             exhaustion,
+            recent,
         }
     }
 
@@ -225,6 +258,29 @@ fn thin(samples: &mut VecDeque<(f64, f64)>, config: &TrendConfig) {
             samples.remove(left_tail);
         }
     }
+}
+
+fn recent(series: &Series, config: &TrendConfig) -> Recent {
+    let n = series.samples.len();
+    let newest: Vec<(f64, f64)> = series.samples.iter().skip(n.saturating_sub(RECENT_SAMPLES)).copied().collect();
+    let mut out = Recent::default();
+    let mut highest = f64::NEG_INFINITY;
+    for (i, pair) in newest.windows(2).enumerate() {
+        let ((t0, v0), (t1, v1)) = (pair[0], pair[1]);
+        let step = v1 - v0;
+        if step > config.min_rise_bytes_per_second * (t1 - t0) {
+            out.rising_steps += 1;
+            out.since_last_rise = Some(newest.len() - 2 - i);
+            out.largest_step = out.largest_step.max(step);
+        }
+    }
+    for &(_, v) in &newest {
+        highest = highest.max(v);
+    }
+    if let Some(&(_, last)) = newest.last() {
+        out.fallen = (highest - last - config.min_rise_bytes_per_second).max(0.0);
+    }
+    out
 }
 
 fn rise(series: &Series, config: &TrendConfig) -> Option<Fit> {
