@@ -33,7 +33,9 @@ use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::{tasks, vmstat};
 use crate::trend::{Observation, Scope};
 
-pub use sample::{initial_user_namespace, ipc_lock_exempts, CgroupAggregate, CgroupInfo, Counter, ProcessSample};
+pub use sample::{
+    initial_user_namespace, ipc_lock_exempts, urgency, CgroupAggregate, CgroupInfo, Counter, ProcessSample,
+};
 use scan::{parse_pid_bytes, Interner, PidReader, Record, Scanner, Tally};
 
 use super::{Collector, Data};
