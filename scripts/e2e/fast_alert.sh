@@ -15,8 +15,8 @@
 #   deregister cycles; short-lived registrants) must page nothing: no alert of theirs reaches the
 #   webhook or the exporter's log. `HEALTHY_RUNS=n` repeats it; prints the false pages per run.
 # - crowd: 250 processes each mlocking 64 KiB under a 4 KiB soft limit they set themselves
-#   (ratio 16) while the 1 MiB/s pin ramp runs: the ramp still pages 2 s ahead, and its page is not
-#   resolved while it climbs.
+#   (ratio 16) while the 1 MiB/s pin ramp runs: the ramp still pages 2 s ahead, its page is not
+#   resolved while it climbs, and /metrics carries its per-process series.
 # - churn: 100 such processes a second, each living 0.5 s, for 20 s: the exporter logs at most
 #   LOG_BURST (10) firing lines per alert name per 10 s and its POSTs stay under 100 kB.
 # `PARTS="healthy ramps crowd churn"` (the default) picks the parts.
@@ -250,9 +250,20 @@ if part crowd; then
         sleep 0.2
     done
     since=$(date +%s.%N)
+    # While the ramp runs: does /metrics carry its per-process series (the crowd outranked it)?
+    ( while :; do
+        curl -fsS "$EXPORTER_URL/metrics" | grep -c '^memlock_process_limit_usage_ratio{.*comm="memlock-expo[a-z]*".*counter="pinned"' >> "$E2E_TMP/crowd-series.txt"
+        sleep 0.5
+    done ) &
+    scraper=$!
     run_drill crowd-pin prlimit --memlock=8388608:8388608 \
         setpriv --reuid=64436 --regid=64436 --clear-groups "$DRILL" drill --mode pin --step-mib 1 --interval-ms 1000 --max-mib 64 --hold-seconds 3 ||
         { cat "$E2E_TMP/crowd-pin.out"; fail "crowd-pin drill failed"; }
+    kill "$scraper" 2>/dev/null
+    wait "$scraper" 2>/dev/null
+    with=$(grep -c '^[1-9]' "$E2E_TMP/crowd-series.txt")
+    echo "scrapes during the ramp with its per-process series: $with of $(wc -l < "$E2E_TMP/crowd-series.txt")"
+    [ "$with" -gt 0 ] || rc=1
     out=$(check_lead crowd-pin MemlockProcessLimitExhaustionImminent "$since" 2 counter=pinned) || { echo "$out"; rc=1; }
     echo "pin ramp beside a crowd of 250 over their own limits: $out"
     crowd_lead=$(echo "$out" | grep -oE '[0-9.]+s before' | grep -oE '[0-9.]+')
