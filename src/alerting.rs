@@ -801,6 +801,38 @@ mod tests {
         assert!(pages_of(&stopped).iter().all(|&i| i <= 9), "{:?}", pages_of(&stopped));
     }
 
+    /// The same guard for the cgroup and node scopes: one step then flat (a job loading a
+    /// second model into its cgroup; a large allocation on the node) pages neither, their ramps do.
+    #[test]
+    fn cgroup_and_node_steps_do_not_page_and_their_ramps_do() {
+        let pages = |scope: Scope, series: &[f64], limit: u64| -> Vec<usize> {
+            let mut tracker = crate::trend::Tracker::new(crate::trend::TrendConfig::default());
+            let labels = if scope == Scope::Cgroup { vec![("cgroup", "/slurm/job_1".into())] } else { vec![] };
+            let mut out = Vec::new();
+            for (i, &value) in series.iter().enumerate() {
+                let point = tracker.observe(crate::trend::Observation {
+                    scope,
+                    id: String::new(),
+                    labels: labels.clone(),
+                    at: i as f64,
+                    charge: Charge::enforced(value as u64, Some(limit)),
+                });
+                if evaluate(&snapshot(vec![point]), &config()).iter().any(|a| a.labels["severity"] == "critical") {
+                    out.push(i);
+                }
+            }
+            out
+        };
+        let gib = 1024.0 * MIB;
+        for scope in [Scope::Cgroup, Scope::Node] {
+            let step: Vec<f64> = std::iter::repeat_n(5.0 * gib, 10).chain(std::iter::repeat_n(7.5 * gib, 40)).collect();
+            assert_eq!(pages(scope, &step, 10 << 30), Vec::<usize>::new(), "{scope:?}: one step paged");
+            // 256 MiB a second from 4 GiB: at 5 GiB, half of the limit, by the 4th sample.
+            let ramp: Vec<f64> = (0..30).map(|i| 4.0 * gib + f64::from(i) * 256.0 * MIB).collect();
+            assert_eq!(pages(scope, &ramp, 10 << 30).first(), Some(&4), "{scope:?}");
+        }
+    }
+
     /// A large limit approached in large steps pages on the headroom: fewer than three steps left,
     /// although far below half of the limit.
     #[test]
