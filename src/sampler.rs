@@ -10,7 +10,7 @@ use prometheus::IntCounterVec;
 use tokio::sync::watch;
 
 use crate::collect::Collector;
-use crate::snapshot::{Budget, Report, Snapshot};
+use crate::snapshot::{Budget, Report, Snapshot, TrackerStats};
 use crate::trend::{Tracker, TrendConfig};
 
 /// A stop signal that sleeping threads wake up for.
@@ -90,7 +90,8 @@ impl Board {
         let slots = &mut *slots;
         slots.reports[index] = Some(report);
         let reports = slots.reports.iter().flatten().cloned().collect();
-        self.publish.send_replace(Arc::new(Snapshot::with_budget(reports, self.budget.clone())));
+        let tracker = TrackerStats { scopes: slots.tracker.len(), evicted_total: slots.tracker.evicted_total() };
+        self.publish.send_replace(Arc::new(Snapshot::with_budget(reports, self.budget.clone()).with_tracker(tracker)));
     }
 }
 

@@ -64,10 +64,19 @@ pub struct Snapshot {
     /// Reports in collector order; a collector appears once it has run.
     pub reports: Vec<Report>,
     budget: Budget,
+    /// The trend tracker's scopes and evictions, when a sampler made the snapshot.
+    tracker: Option<TrackerStats>,
     /// Shared with every response that serves it (see [`Snapshot::text_bytes`]).
     rendered: OnceLock<Arc<String>>,
     /// The text compressed once for every scrape that accepts gzip; `None` if compression failed.
     compressed: OnceLock<Option<Arc<gzip::Prefix>>>,
+}
+
+/// The trend tracker's size when the snapshot was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrackerStats {
+    pub scopes: usize,
+    pub evicted_total: u64,
 }
 
 /// The rendered text as the owner of a `Bytes`: responses reference it instead of copying it.
@@ -86,7 +95,12 @@ impl Snapshot {
     }
 
     pub fn with_budget(reports: Vec<Report>, budget: Budget) -> Self {
-        Self { reports, budget, rendered: OnceLock::new(), compressed: OnceLock::new() }
+        Self { reports, budget, tracker: None, rendered: OnceLock::new(), compressed: OnceLock::new() }
+    }
+
+    pub fn with_tracker(mut self, tracker: TrackerStats) -> Self {
+        self.tracker = Some(tracker);
+        self
     }
 
     pub fn empty() -> Self {
@@ -271,6 +285,22 @@ impl Snapshot {
             if let Some(seconds) = point.exhaustion {
                 out.sample(&trend_labels(point), seconds);
             }
+        }
+        if let Some(tracker) = self.tracker {
+            out.family(
+                "memlock_trend_scopes",
+                "Scopes (the node, cgroups, process counters) whose trend is tracked, at most 20,000.",
+                Kind::Gauge,
+            )
+            .sample(&[], tracker.scopes as u64);
+            out.family(
+                "memlock_trend_scopes_evicted_total",
+                "Trend scopes evicted to make room for new ones once 20,000 were tracked: the least urgent go (not \
+                    rising, lowest usage ratio; a counter over a limit while holding under 1 MiB counts as 0), never \
+                    the new scope. Rising: far more scopes hold memory than a node runs jobs (see the log).",
+                Kind::Counter,
+            )
+            .sample(&[], tracker.evicted_total);
         }
     }
 

@@ -40,7 +40,8 @@ pub struct TrendConfig {
     pub short_samples: usize,
     pub min_rise_bytes_per_second: f64,
     pub min_t_statistic: f64,
-    /// Scopes tracked at most; new scopes beyond it are not tracked (bounded memory).
+    /// Scopes tracked at most (bounded memory); past it a new scope evicts the least urgent
+    /// ([`Tracker::observe`]).
     pub max_scopes: usize,
     /// The node scope's limit: MemAvailable at this fraction of MemTotal. Below a few percent
     /// the kernel reclaims hard, allocations stall and the OOM killer is near.
@@ -86,12 +87,53 @@ pub struct TrendPoint {
     /// Seconds until the limit at the current rise; `None` when not rising significantly or
     /// without a limit. 0 when the limit is already reached and the value still rises.
     pub exhaustion: Option<f64>,
+    /// What the newest samples say about the rise (the fast path's guard against a step).
+    pub recent: Recent,
+}
+
+/// Samples whose steps [`Recent`] counts: six intervals, so that a ramp stepping every 2 s
+/// sampled every 1 s shows three of its steps.
+pub const RECENT_SAMPLES: usize = 7;
+
+/// The steps of the newest [`RECENT_SAMPLES`] samples. A least-squares slope cannot tell a ramp
+/// from one step (a registration of a second communicator, then flat): both fit a rising line
+/// for a whole window. Steps can: a ramp keeps stepping, a step does not.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Recent {
+    /// Intervals that rose by more than the noise floor (`min_rise_bytes_per_second` times the
+    /// interval).
+    pub rising_steps: usize,
+    /// Intervals since the newest rising one ended (0: the newest interval rose); `None`
+    /// without one.
+    pub since_last_rise: Option<usize>,
+    /// The largest rise of one interval, in bytes.
+    pub largest_step: f64,
+    /// Bytes the newest sample is below the highest of them, beyond the noise floor of one
+    /// second (memory given back: a deregistration, a register/deregister cycle).
+    pub fallen: f64,
+}
+
+impl Recent {
+    /// Whether the rise continues in the newest samples: at least three rising intervals, the
+    /// newest of them among the last three, and nothing given back beyond the noise floor since.
+    pub fn continues(&self) -> bool {
+        self.rising_steps >= 3 && self.since_last_rise.is_some_and(|age| age <= 2) && self.fallen <= 0.0
+    }
 }
 
 #[derive(Debug, Default)]
 struct Series {
     samples: VecDeque<(f64, f64)>,
     last_seen: f64,
+    /// [`eviction_key`] as of the latest observation.
+    urgency: f64,
+}
+
+/// How much a scope's trend is worth keeping when the tracker is full: rising significantly
+/// first, then by [`crate::collect::process::urgency`] (the enforced usage ratio up to 1; at or
+/// over a limit while holding little, 0), scopes without an enforced limit last.
+fn eviction_key(charge: &Charge, rising: bool) -> f64 {
+    crate::collect::process::urgency(charge).unwrap_or(-1.0) + if rising { 2.0 } else { 0.0 }
 }
 
 /// A least-squares fit: slope and its t-statistic (infinite for an exact line).
@@ -134,11 +176,57 @@ pub fn fit(samples: impl Iterator<Item = (f64, f64)> + Clone) -> Option<Fit> {
 pub struct Tracker {
     config: TrendConfig,
     series: HashMap<(Scope, String), Series>,
+    evicted: u64,
+    /// When the last eviction was logged (the `at` clock), so a crowd logs once a minute.
+    logged_at: Option<f64>,
 }
+
+/// Evictions are logged at most this often (seconds on the observations' clock).
+const EVICTION_LOG_INTERVAL: f64 = 60.0;
 
 impl Tracker {
     pub fn new(config: TrendConfig) -> Self {
-        Self { config, series: HashMap::new() }
+        Self { config, series: HashMap::new(), evicted: 0, logged_at: None }
+    }
+
+    /// Scopes evicted since the start to make room for new ones.
+    pub fn evicted_total(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Makes room for a new scope: evicts the least urgent tracked scopes, a 64th of the cap at
+    /// once so that a crowd arriving costs one pass over the table per 64th, not one per scope.
+    /// Never the newcomer: before issue 24 item 4 a full tracker left every new scope without a
+    /// trend, and a job starting on a node with 20,000 scopes tracked got no critical page.
+    fn evict(&mut self, at: f64) {
+        let batch = (self.config.max_scopes / 64).max(1).min(self.series.len());
+        if batch == 0 {
+            return;
+        }
+        let mut keys: Vec<(f64, f64, (Scope, String))> =
+            self.series.iter().map(|(k, s)| (s.urgency, s.last_seen, k.clone())).collect();
+        let least = |a: &(f64, f64, (Scope, String)), b: &(f64, f64, (Scope, String))| {
+            a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1))
+        };
+        if batch < keys.len() {
+            keys.select_nth_unstable_by(batch - 1, least);
+        }
+        let most_urgent_evicted = keys[..batch].iter().map(|k| k.0).fold(f64::NEG_INFINITY, f64::max);
+        for (_, _, key) in keys.drain(..batch) {
+            self.series.remove(&key);
+        }
+        self.evicted += batch as u64;
+        if self.logged_at.is_none_or(|t| at - t >= EVICTION_LOG_INTERVAL) {
+            self.logged_at = Some(at);
+            tracing::warn!(
+                evicted = batch,
+                evicted_total = self.evicted,
+                max_scopes = self.config.max_scopes,
+                most_urgent_evicted,
+                "trend tracker full: evicted the least urgent scopes to track new ones \
+                    (memlock_trend_scopes_evicted_total)"
+            );
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -152,13 +240,21 @@ impl Tracker {
     /// Records an observation and returns the scope's analysis.
     pub fn observe(&mut self, obs: Observation) -> TrendPoint {
         let key = (obs.scope, obs.id.clone());
-        let tracked = self.series.contains_key(&key) || self.series.len() < self.config.max_scopes;
-        let rise = if tracked {
+        if !self.series.contains_key(&key) && self.series.len() >= self.config.max_scopes {
+            self.evict(obs.at);
+        }
+        let (rise, recent) = if self.config.max_scopes > 0 {
+            let config = &self.config;
             let series = self.series.entry(key).or_default();
-            record(series, &self.config, obs.at, obs.charge.used_bytes as f64);
-            rise(series, &self.config)
+            record(series, config, obs.at, obs.charge.used_bytes as f64);
+            let rise = rise(series, config);
+            let rising = rise.is_some_and(|r| {
+                r.slope >= config.min_rise_bytes_per_second && r.t_statistic >= config.min_t_statistic
+            });
+            series.urgency = eviction_key(&obs.charge, rising);
+            (rise, recent(series, config))
         } else {
-            None
+            (None, Recent::default())
         };
         let exhaustion = match (rise, obs.charge.headroom_bytes()) {
             (Some(r), Some(headroom)) if self.significant(r) => Some((headroom as f64 / r.slope).max(0.0)),
@@ -171,6 +267,7 @@ impl Tracker {
             charge: obs.charge,
             rise: rise.map(|r| r.slope),
             exhaustion,
+            recent,
         }
     }
 
@@ -225,6 +322,29 @@ fn thin(samples: &mut VecDeque<(f64, f64)>, config: &TrendConfig) {
             samples.remove(left_tail);
         }
     }
+}
+
+fn recent(series: &Series, config: &TrendConfig) -> Recent {
+    let n = series.samples.len();
+    let newest: Vec<(f64, f64)> = series.samples.iter().skip(n.saturating_sub(RECENT_SAMPLES)).copied().collect();
+    let mut out = Recent::default();
+    let mut highest = f64::NEG_INFINITY;
+    for (i, pair) in newest.windows(2).enumerate() {
+        let ((t0, v0), (t1, v1)) = (pair[0], pair[1]);
+        let step = v1 - v0;
+        if step > config.min_rise_bytes_per_second * (t1 - t0) {
+            out.rising_steps += 1;
+            out.since_last_rise = Some(newest.len() - 2 - i);
+            out.largest_step = out.largest_step.max(step);
+        }
+    }
+    for &(_, v) in &newest {
+        highest = highest.max(v);
+    }
+    if let Some(&(_, last)) = newest.last() {
+        out.fallen = (highest - last - config.min_rise_bytes_per_second).max(0.0);
+    }
+    out
 }
 
 fn rise(series: &Series, config: &TrendConfig) -> Option<Fit> {
@@ -382,12 +502,53 @@ mod tests {
             assert!(t.len() <= 100);
         }
         assert_eq!(t.len(), 50, "only the scopes seen in the last round remain");
-        // Beyond the bound new scopes are answered but not tracked.
+        // Beyond the bound a new scope evicts the least urgent: the tracker stays at the bound.
         let mut full = Tracker::new(TrendConfig { max_scopes: 1, ..TrendConfig::default() });
         full.observe(Observation { id: "a".into(), ..obs(0.0, 0.0, None) });
         let p = full.observe(Observation { id: "b".into(), ..obs(0.0, 0.0, None) });
         assert_eq!(p.rise, None);
         assert_eq!(full.len(), 1);
+        assert_eq!(full.evicted_total(), 1);
+    }
+
+    /// Issue 24 item 4: past the cap a new scope got no trend, so a job starting on a node
+    /// whose tracker was full of idle scopes got no critical page. Now the least urgent scopes
+    /// go, never the newcomer nor a scope near its limit, and evictions are counted.
+    #[test]
+    fn a_full_tracker_evicts_the_least_urgent_scope_not_the_newcomer() {
+        let max = 640;
+        let mut t = Tracker::new(TrendConfig { max_scopes: max, ..TrendConfig::default() });
+        let id = |obs: Observation, id: String| Observation { id, ..obs };
+        // A scope at 90 % of its limit, and a crowd of idle ones (4 KiB over a 4 KiB limit, or
+        // at 1 % of 8 MiB) filling the tracker.
+        for at in 0..3 {
+            let at = f64::from(at);
+            t.observe(id(obs(at, 7.2 * MIB, Some(8.0 * MIB)), "near".into()));
+            for i in 0..max {
+                let crowd =
+                    if i % 2 == 0 { obs(at, 8192.0, Some(4096.0)) } else { obs(at, 0.08 * MIB, Some(8.0 * MIB)) };
+                t.observe(id(crowd, format!("crowd{i}")));
+            }
+        }
+        assert!(t.len() <= max && t.len() >= max - max / 64, "{}", t.len());
+        let evicted_before = t.evicted_total();
+        assert!(evicted_before > 0, "the crowd filled the tracker");
+        assert!(t.series.contains_key(&(Scope::Process, "near".into())), "the scope near its limit stays");
+        // A job arrives and ramps 1 MiB/s under 8 MiB: it is tracked from its first sample.
+        let mut last = None;
+        for at in 3..8 {
+            let at = f64::from(at);
+            last = Some(t.observe(id(obs(at, (at - 3.0) * MIB, Some(8.0 * MIB)), "job".into())));
+            for i in 0..max {
+                t.observe(id(obs(at, 8192.0, Some(4096.0)), format!("late{at}-{i}")));
+            }
+        }
+        let job = last.unwrap();
+        assert!((job.rise.unwrap() - MIB).abs() < 1.0, "{job:?}");
+        assert!(job.exhaustion.is_some(), "{job:?}");
+        assert!(t.series.contains_key(&(Scope::Process, "near".into())));
+        assert!(t.len() <= max);
+        assert!(t.evicted_total() > evicted_before + 5 * max as u64 - 64, "{}", t.evicted_total());
     }
 
     #[test]

@@ -8,10 +8,25 @@
 # stay flat until pinned passed 6 MiB). A cgroup's locked ramp pages before the OOM kill. Each
 # alert resolves after its drill. Prints the lead times; `RUNS=n` repeats each drill and reports
 # the median; `FULL_SCAN_INTERVAL=...` overrides the process and cgroup full scan intervals.
+#
+# Beside the ramps (issue 23 item 1, issue 24 items 1 and 10; scripts/e2e/fast_patterns.py):
+# - healthy: five patterns at once, each under its own uid and an 8 MiB soft limit (one step then
+#   flat; a burst of four steps within a second; a step on memory held to 62.5 %; register/
+#   deregister cycles; short-lived registrants) must page nothing: no alert of theirs reaches the
+#   webhook or the exporter's log. `HEALTHY_RUNS=n` repeats it; prints the false pages per run.
+# - crowd: 250 processes each mlocking 64 KiB under a 4 KiB soft limit they set themselves
+#   (ratio 16) while the 1 MiB/s pin ramp runs: the ramp still pages 2 s ahead, its page is not
+#   resolved while it climbs, and /metrics carries its per-process series.
+# - churn: 100 such processes a second, each living 0.5 s, for 20 s: the exporter logs at most
+#   LOG_BURST (10) firing lines per alert name per 10 s and its POSTs stay under 100 kB.
+# `PARTS="healthy ramps crowd churn"` (the default) picks the parts.
 set -uo pipefail
 source "$(dirname "$0")/lib.bash"
 
 RUNS=${RUNS:-1}
+HEALTHY_RUNS=${HEALTHY_RUNS:-1}
+PARTS=${PARTS:-healthy ramps crowd churn}
+part() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 [ "$(id -u)" = 0 ] || fail "needs root (cgroups, setpriv, prlimit)"
 [ -x "$BIN" ] || fail "$BIN not built"
 
@@ -24,11 +39,19 @@ if [ -n "${FULL_SCAN_INTERVAL:-}" ]; then
     export MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL=$FULL_SCAN_INTERVAL
     export MEMLOCK_EXPORTER_COLLECTOR__CGROUP__FULL_SCAN_INTERVAL=$FULL_SCAN_INTERVAL
 fi
-start_exporter --alertmanager.url "http://127.0.0.1:${AM_PORT}"
+# A second receiver stands for another Alertmanager and records the exporter's own POSTs, to
+# measure their size.
+POSTS_OUT=$E2E_TMP/posts.jsonl
+: > "$POSTS_OUT"
+python3 "$ROOT/scripts/e2e/webhook_receiver.py" "$POSTS_OUT" "$E2E_TMP/posts.port" &
+E2E_PIDS+=($!)
+for _ in $(seq 50); do [ -s "$E2E_TMP/posts.port" ] && break; sleep 0.1; done
+start_exporter --alertmanager.url "http://127.0.0.1:${AM_PORT}" --alertmanager.url "http://127.0.0.1:$(cat "$E2E_TMP/posts.port")"
 exporter_started=$(date +%s.%N)
 log "exporter at $EXPORTER_URL"
 
 DRILL=$(public_binary)
+rc=0
 
 # run_drill NAME CMD...: runs the drill with every output line stamped on arrival (Unix seconds).
 run_drill() {
@@ -142,7 +165,6 @@ on_exit cgroup_cleanup
 leads=()
 locked_leads=()
 cg_leads=()
-rc=0
 # A uid of its own for the pin drills: io_uring checks the per-user locked_vm, not VmPin
 # (io_uring/rsrc.c __io_account_mem), so nothing else of that user may hold buffers.
 pin_drill() {
@@ -152,6 +174,155 @@ pin_drill() {
         setpriv --reuid=64436 --regid=64436 --clear-groups "$DRILL" drill --mode pin "$@" ||
         { cat "$E2E_TMP/$name.out"; fail "$name drill failed"; }
 }
+PATTERNS=$E2E_TMP/fast_patterns.py
+cp "$ROOT/scripts/e2e/fast_patterns.py" "$PATTERNS"
+chmod 0755 "$PATTERNS"
+# as_uid UID CMD...: CMD unprivileged under an 8 MiB memlock limit.
+as_uid() {
+    local uid=$1
+    shift
+    prlimit --memlock=8388608:8388608 setpriv --reuid="$uid" --regid="$uid" --clear-groups "$@"
+}
+
+# healthy_alerts SINCE: the alerts of the healthy patterns' processes (comm healthy-*) that reached
+# the webhook, and the exporter's firing lines for them, since SINCE; exits 1 if there is any.
+healthy_alerts() {
+    python3 - "$WEBHOOK_OUT" "$E2E_TMP/exporter.log" "$1" <<'PY'
+import json, sys
+from datetime import datetime
+webhook, exporter_log, since = sys.argv[1], sys.argv[2], float(sys.argv[3])
+notified = {}
+for line in open(webhook):
+    note = json.loads(line)
+    if note["received"] < since:
+        continue
+    for alert in note["payload"].get("alerts", []):
+        labels = alert["labels"]
+        if alert["status"] == "firing" and labels.get("comm", "").startswith("healthy-"):
+            notified[tuple(sorted(labels.items()))] = labels
+logged = 0
+for line in open(exporter_log):
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        continue
+    if entry.get("message") == "fast-path alert firing" and '"comm": "healthy-' in entry.get("labels", ""):
+        if datetime.fromisoformat(entry["timestamp"]).timestamp() >= since:
+            logged += 1
+pages = [l for l in notified.values() if l.get("severity") == "critical"]
+print(f"{len(pages)} false page(s), {len(notified) - len(pages)} warning(s) at the webhook, {logged} firing line(s) logged")
+for labels in notified.values():
+    print(f"  {labels.get('alertname')} {labels.get('severity')} pid={labels.get('pid')} comm={labels.get('comm')} counter={labels.get('counter')}")
+sys.exit(1 if notified or logged else 0)
+PY
+}
+
+false_pages=()
+if part healthy; then
+    for run in $(seq "$HEALTHY_RUNS"); do
+        since=$(date +%s.%N)
+        hpids=()
+        uid=64450
+        for pattern in step burst held cycles registrants; do
+            as_uid $uid /usr/bin/python3 "$PATTERNS" "$pattern" > "$E2E_TMP/healthy-$pattern.out" 2>&1 &
+            hpids+=($!)
+            uid=$((uid + 1))
+        done
+        for pid in "${hpids[@]}"; do wait "$pid" || { rc=1; log "a healthy pattern failed"; }; done
+        # resolve_after (5 s) and a delivery: anything that fired has reached the webhook by then.
+        python3 -c 'import time; time.sleep(7)'
+        out=$(healthy_alerts "$since") || rc=1
+        echo "healthy run $run: $out"
+        false_pages+=("$(echo "$out" | head -1 | grep -oE '^[0-9]+')")
+    done
+fi
+
+crowd_lead=""
+if part crowd; then
+    # 250 processes over the 4 KiB limits they set themselves, before the job starts.
+    exec {crowd_in}> >(as_uid 64460 /usr/bin/python3 "$PATTERNS" crowd 250 > "$E2E_TMP/crowd.out" 2>&1)
+    for _ in $(seq 300); do grep -q "crowd ready" "$E2E_TMP/crowd.out" 2>/dev/null && break; sleep 0.1; done
+    grep -q "crowd ready" "$E2E_TMP/crowd.out" || fail "the crowd did not start: $(cat "$E2E_TMP/crowd.out")"
+    # The exporter has seen them all once its process count says so.
+    for _ in $(seq 100); do
+        n=$(curl -fsS "$EXPORTER_URL/metrics" | awk '/^memlock_process_scanned_processes /{print $2}')
+        [ "${n:-0}" -ge 250 ] && break
+        sleep 0.2
+    done
+    since=$(date +%s.%N)
+    # While the ramp runs: does /metrics carry its per-process series (the crowd outranked it)?
+    ( while :; do
+        curl -fsS "$EXPORTER_URL/metrics" | grep -c '^memlock_process_limit_usage_ratio{.*comm="memlock-expo[a-z]*".*counter="pinned"' >> "$E2E_TMP/crowd-series.txt"
+        sleep 0.5
+    done ) &
+    scraper=$!
+    run_drill crowd-pin prlimit --memlock=8388608:8388608 \
+        setpriv --reuid=64436 --regid=64436 --clear-groups "$DRILL" drill --mode pin --step-mib 1 --interval-ms 1000 --max-mib 64 --hold-seconds 3 ||
+        { cat "$E2E_TMP/crowd-pin.out"; fail "crowd-pin drill failed"; }
+    kill "$scraper" 2>/dev/null
+    wait "$scraper" 2>/dev/null
+    with=$(grep -c '^[1-9]' "$E2E_TMP/crowd-series.txt")
+    echo "scrapes during the ramp with its per-process series: $with of $(wc -l < "$E2E_TMP/crowd-series.txt")"
+    [ "$with" -gt 0 ] || rc=1
+    out=$(check_lead crowd-pin MemlockProcessLimitExhaustionImminent "$since" 2 counter=pinned) || { echo "$out"; rc=1; }
+    echo "pin ramp beside a crowd of 250 over their own limits: $out"
+    crowd_lead=$(echo "$out" | grep -oE '[0-9.]+s before' | grep -oE '[0-9.]+')
+    # No resolution of the ramp's page before the ramp was refused.
+    python3 - "$E2E_TMP/crowd-pin.out" "$WEBHOOK_OUT" "$since" <<'PY' || rc=1
+import json, re, sys
+drill_out, webhook, since = sys.argv[1], sys.argv[2], float(sys.argv[3])
+refused = next(float(l.split()[0]) for l in open(drill_out) if re.search(r"ENOMEM|refused", l))
+for line in open(webhook):
+    note = json.loads(line)
+    if since <= note["received"] < refused:
+        for alert in note["payload"].get("alerts", []):
+            l = alert["labels"]
+            if l.get("alertname") == "MemlockProcessLimitExhaustionImminent" and alert["status"] == "resolved" and l.get("comm") != "python3":
+                sys.exit(f"the ramp's page was resolved at {note['received']:.1f} while it climbed")
+print("the ramp's page held until the refusal")
+PY
+    exec {crowd_in}>&-
+    for _ in $(seq 100); do grep -q "^done" "$E2E_TMP/crowd.out" && break; sleep 0.1; done
+fi
+
+churn_lines=""
+churn_post=""
+if part churn; then
+    since=$(date +%s.%N)
+    as_uid 64461 /usr/bin/python3 "$PATTERNS" churn 100 20 > "$E2E_TMP/churn.out" 2>&1 || { cat "$E2E_TMP/churn.out"; rc=1; }
+    python3 -c 'import time; time.sleep(7)'
+    out=$(python3 - "$E2E_TMP/exporter.log" "$POSTS_OUT" "$since" <<'PY'
+import json, sys
+from datetime import datetime
+exporter_log, posts, since = sys.argv[1], sys.argv[2], float(sys.argv[3])
+lines = summaries = 0
+for line in open(exporter_log):
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        continue
+    at = datetime.fromisoformat(entry["timestamp"]).timestamp() if "timestamp" in entry else 0
+    if at < since:
+        continue
+    if entry.get("message") == "fast-path alert firing":
+        lines += 1
+    elif str(entry.get("message", "")).startswith("fast-path alerts not logged one by one"):
+        summaries += 1
+largest = count = 0
+for line in open(posts):
+    note = json.loads(line)
+    if note["received"] >= since:
+        count += 1
+        largest = max(largest, len(json.dumps(note["payload"])))
+print(f"{lines} firing line(s), {summaries} summary line(s), {count} POSTs, the largest {largest} bytes")
+sys.exit(0 if lines <= 60 and largest < 100_000 else 1)
+PY
+    ) || rc=1
+    echo "churn ($(tail -1 "$E2E_TMP/churn.out")): $out"
+    churn_lines=$out
+fi
+
+part ramps || RUNS=0
 for run in $(seq "$RUNS"); do
     # 1. A 1 MiB/s pin ramp to the 8 MiB soft limit, unprivileged, started 2 s after the
     #    exporter (the first run; later runs 2 s after the previous drill resolved).
@@ -198,5 +369,9 @@ fi
 if [ ${#cg_leads[@]} -gt 0 ]; then
     printf '%s\n' "${cg_leads[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "cgroup lock drill lead time: median %.1fs over %d run(s)\n", a[int((NR+1)/2)], NR}'
 fi
+if [ ${#false_pages[@]} -gt 0 ]; then
+    echo "healthy patterns: $(printf '%s\n' "${false_pages[@]}" | awk '{s+=$1} END {print s}') false page(s) over ${#false_pages[@]} run(s)"
+fi
+[ -n "$crowd_lead" ] && echo "pin ramp beside the crowd: ${crowd_lead}s lead"
 [ $rc = 0 ] && echo "fast_alert: ok" || echo "fast_alert: FAILED"
 exit $rc

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End to end through Prometheus: a real Prometheus scrapes the exporter every second and
-# evaluates the shipped alert rules (the same expressions; only `for` is shortened), sends to a
+# evaluates the shipped alert rules (the same expressions; only `for` and the rise window are
+# shortened), sends to a
 # real Alertmanager, which notifies a webhook. A slower unprivileged io_uring pin drill must page
 # through this path before its first ENOMEM. The exporter's fast path is off here, so only
 # Prometheus can have sent the alert. `RUNS=n` repeats the drill and reports the median lead.
@@ -9,6 +10,9 @@ source "$(dirname "$0")/lib.bash"
 
 RUNS=${RUNS:-1}
 FOR=${RULE_FOR:-2s}
+# The predicted-exhaustion rules need a rise over every `rise_window` (5m) ending within the last
+# one: two steps of the drill (one every 4 s) at a 1 s scrape.
+RISE=${RULE_RISE_WINDOW:-8s}
 [ "$(id -u)" = 0 ] || fail "needs root (setpriv, prlimit)"
 [ -x "$BIN" ] || fail "$BIN not built"
 command -v prometheus >/dev/null || fail "prometheus is not installed"
@@ -19,8 +23,12 @@ export MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL=1s
 start_exporter --no-collector.numa --no-collector.rdma_netlink
 unset MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL
 
-# The shipped rules with every `for` shortened, so a 30 s drill can page.
-sed -E "s/^( *)for: .*/\1for: ${FOR}/" "$ROOT/alerts/memlock-exporter.rules.yml" > "$E2E_TMP/rules.yml"
+# The shipped rules with every `for` and the rise window shortened, so a 30 s drill can page.
+sed -E -e "s/^( *)for: .*/\1for: ${FOR}/" \
+    -e "s/(deriv\([a-z_]+)\[5m\]\)\[5m:\]/\1[${RISE}])[${RISE}:]/" \
+    -e "s/(count_over_time\([a-z_]+)\[5m\] offset 5m\)/\1[${RISE}] offset ${RISE})/" \
+    "$ROOT/alerts/memlock-exporter.rules.yml" > "$E2E_TMP/rules.yml"
+[ "$(grep -c "\[${RISE}\]" "$E2E_TMP/rules.yml")" = 5 ] || fail "the rise window was not shortened in every rule"
 diff <(grep -c 'expr:' "$ROOT/alerts/memlock-exporter.rules.yml") <(grep -c 'expr:' "$E2E_TMP/rules.yml") >/dev/null ||
     fail "rule copy lost expressions"
 PROM_PORT=$(free_port)
@@ -40,7 +48,7 @@ prometheus --config.file="$E2E_TMP/prometheus.yml" --storage.tsdb.path="$E2E_TMP
     --web.listen-address="127.0.0.1:${PROM_PORT}" --log.level=warn > "$E2E_TMP/prometheus.log" 2>&1 &
 E2E_PIDS+=($!)
 wait_http "http://127.0.0.1:${PROM_PORT}/-/ready" 30 || { cat "$E2E_TMP/prometheus.log"; fail "prometheus did not start"; }
-log "prometheus 127.0.0.1:$PROM_PORT -> alertmanager 127.0.0.1:$AM_PORT -> webhook 127.0.0.1:$WEBHOOK_PORT; rules with for: $FOR"
+log "prometheus 127.0.0.1:$PROM_PORT -> alertmanager 127.0.0.1:$AM_PORT -> webhook 127.0.0.1:$WEBHOOK_PORT; rules with for: $FOR, rise window $RISE"
 # Wait for the first successful scrape so the drill's whole ramp is recorded.
 for _ in $(seq 100); do
     curl -fsS "http://127.0.0.1:${PROM_PORT}/api/v1/query?query=up%7Bjob%3D%22memlock%22%7D" | grep -q '"1"\]' && break

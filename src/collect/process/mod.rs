@@ -33,7 +33,9 @@ use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::{tasks, vmstat};
 use crate::trend::{Observation, Scope};
 
-pub use sample::{initial_user_namespace, ipc_lock_exempts, CgroupAggregate, CgroupInfo, Counter, ProcessSample};
+pub use sample::{
+    initial_user_namespace, ipc_lock_exempts, urgency, CgroupAggregate, CgroupInfo, Counter, ProcessSample,
+};
 use scan::{parse_pid_bytes, Interner, PidReader, Record, Scanner, Tally};
 
 use super::{Collector, Data};
@@ -65,6 +67,12 @@ pub struct ProcessStats {
     /// The exported processes: those passing the filter, the highest usage ratio first (ties:
     /// more bytes first, then lower pid), at most `top_n`.
     pub processes: Vec<ProcessSample>,
+    /// Every process holding locked or pinned memory or passing the filter, most urgent first,
+    /// at most [`MAX_WATCHED`]: the trend scopes, which the fast path evaluates (whatever top_n
+    /// and the series budget export).
+    pub watched: Vec<ProcessSample>,
+    /// Processes left out of `watched` by [`MAX_WATCHED`] (the least urgent).
+    pub unwatched: u64,
     /// One entry per cgroup with at least one scanned process, sorted by path.
     pub cgroups: Vec<CgroupAggregate>,
     /// Whether this pass listed all of procfs (otherwise it re-read the tracked processes).
@@ -92,6 +100,10 @@ pub struct ProcessStats {
 /// registers its memory right after starting is followed from its first registration; one that
 /// registers later is found by the node-wide counters ([`ProcessCollector::untracked_growth`]).
 const PROBATION: Duration = Duration::from_secs(10);
+/// Processes the fast path watches at most per pass, the most urgent first: bounds the trend
+/// work a crowd of processes can make (two trend scopes each, within the trend's 20,000).
+pub const MAX_WATCHED: usize = 8192;
+
 /// Processes on probation at most: a fork storm must not turn every pass into a full scan.
 const MAX_ON_PROBATION: usize = 256;
 /// Early full scans are at least this far apart, whatever the node counters say (short-term
@@ -436,13 +448,19 @@ impl ProcessCollector {
     }
 
     fn stats(&self, full_scan: bool) -> ProcessStats {
-        let mut candidates: Vec<&Record> =
-            self.table.iter().filter(|r| passes_filter(r, &self.scanner.config)).collect();
-        candidates.sort_by(|a, b| rank(&a.sample, &b.sample));
-        let dropped = candidates.len().saturating_sub(self.scanner.config.top_n);
-        candidates.truncate(self.scanner.config.top_n);
+        let config = &self.scanner.config;
+        let mut watched: Vec<&Record> =
+            self.table.iter().filter(|r| passes_filter(r, config) || r.sample.held_bytes() > 0).collect();
+        watched.sort_by(|a, b| rank(&a.sample, &b.sample));
+        let mut candidates: Vec<&Record> = watched.iter().copied().filter(|r| passes_filter(r, config)).collect();
+        let dropped = candidates.len().saturating_sub(config.top_n);
+        candidates.truncate(config.top_n);
+        let unwatched = watched.len().saturating_sub(MAX_WATCHED);
+        watched.truncate(MAX_WATCHED);
         ProcessStats {
             processes: candidates.into_iter().map(|r| r.sample.clone()).collect(),
+            watched: watched.into_iter().map(|r| r.sample.clone()).collect(),
+            unwatched: unwatched as u64,
             cgroups: aggregate(&self.table),
             full_scan,
             scanned: self.table.len() as u64,
@@ -476,12 +494,13 @@ fn is_tracked(sample: &ProcessSample, comm_matches: bool) -> bool {
     comm_matches || sample.locked_bytes.unwrap_or(0) > 0 || sample.pinned_bytes.unwrap_or(0) > 0
 }
 
-/// Highest usage ratio (of either counter) first, processes without a ratio last, then more
-/// bytes in the larger counter, then lower pid.
+/// Most urgent first ([`ProcessSample::rank_urgency`]: the usage ratio up to 1, processes at
+/// or over a limit that hold little last among those with a limit), processes without a limit
+/// after them, then more bytes in the larger counter, then lower pid.
 fn rank(a: &ProcessSample, b: &ProcessSample) -> std::cmp::Ordering {
-    let ratio = |s: &ProcessSample| s.worst_ratio().map_or(f64::NEG_INFINITY, |(_, r)| r);
-    ratio(b)
-        .total_cmp(&ratio(a))
+    let urgency = |s: &ProcessSample| s.rank_urgency().unwrap_or(f64::NEG_INFINITY);
+    urgency(b)
+        .total_cmp(&urgency(a))
         .then_with(|| b.larger_counter_bytes().cmp(&a.larger_counter_bytes()))
         .then_with(|| a.pid.cmp(&b.pid))
 }
@@ -497,6 +516,8 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
                 locked_bytes: 0,
                 pinned_bytes: 0,
                 usage_ratio_max: None,
+                counter_ratio_max: [None; 2],
+                urgency_max: None,
                 processes: 0,
             });
             out.len() - 1
@@ -508,10 +529,18 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
         // The worst ratio is there to alert on processes the per-process series do not cover;
         // an exempt process (opensm with CAP_IPC_LOCK, far over its 8 MiB limit) is never
         // refused, and would keep its cgroup alerting forever.
-        for counter in Counter::ALL {
-            let Some(ratio) = record.sample.charge(counter).and_then(|c| c.enforced_ratio()) else { continue };
+        for (slot, counter) in Counter::ALL.into_iter().enumerate() {
+            let Some(charge) = record.sample.charge(counter) else { continue };
+            let Some(ratio) = charge.enforced_ratio() else { continue };
             if agg.usage_ratio_max.is_none_or(|(_, max)| ratio > max) {
                 agg.usage_ratio_max = Some((counter, ratio));
+            }
+            // A counter none of the processes holds says nothing, and costs a series per cgroup.
+            if ratio > 0.0 && agg.counter_ratio_max[slot].is_none_or(|max| ratio > max) {
+                agg.counter_ratio_max[slot] = Some(ratio);
+            }
+            if let Some(u) = sample::urgency(&charge) {
+                agg.urgency_max = Some(agg.urgency_max.map_or(u, |max: f64| max.max(u)));
             }
         }
     }
@@ -1372,6 +1401,44 @@ mod tests {
             "{text}"
         );
         assert_eq!(text.matches("memlock_cgroup_processes{").count(), 1, "{text}");
+    }
+
+    /// Issue 24 item 1: processes that lowered their own soft limit under the 64 KiB they hold
+    /// (ratio 16) do not outrank a job growing toward a real limit, for top_n, the budget or the
+    /// cgroup aggregates; and the fast path watches every process, beyond top_n.
+    #[test]
+    fn a_crowd_over_limits_it_lowered_does_not_outrank_the_job() {
+        let tree = Tree::new("crowd");
+        for pid in 100..130 {
+            tree.process(pid, "python3", 64, 0, "4096", &format!("/crowd/{pid}"));
+        }
+        tree.process(200, "python3", 0, 6144, "8388608", "/slurm/job_9"); // 0.75, growing
+        tree.process(201, "python3", 2048, 0, "1048576", "/slurm/job_9"); // 2.0 and 2 MiB: not small
+        let mut collector = tree.collector(1 << 20, "^python3$", 4);
+        let stats = collector.full_scan(&mut Vec::new()).unwrap();
+        assert_eq!(pids(&stats)[..2], [201, 200], "the crowd comes after both");
+        assert_eq!(stats.dropped_by_top_n, 28);
+        assert_eq!(stats.watched.len(), 32, "the fast path watches every process");
+        assert_eq!(stats.watched[1].pid, 200);
+        let observed: std::collections::HashSet<String> = stats.observations(0.0).into_iter().map(|o| o.id).collect();
+        assert!(observed.contains("200/python3/pinned") && observed.contains("129/python3/locked"));
+        let scores: Vec<f64> = stats.claims()[0].entities.iter().map(|(_, s)| *s).collect();
+        assert_eq!(scores, vec![1.0, 0.75, 0.0, 0.0]);
+        let cgroups = stats.claims()[1].entities.iter().map(|(_, s)| *s).collect::<Vec<f64>>();
+        assert_eq!(cgroups[0], 2.0_f64.min(1.0), "the job's cgroup first: {cgroups:?}");
+        assert!(cgroups[1..].iter().all(|&s| s < 0.5), "{cgroups:?}");
+        // Per counter: 0.75 pinned beside 2.0 locked, both exported (issue 23 item 2).
+        let job = stats.cgroups.iter().find(|c| c.cgroup.path == "/slurm/job_9").unwrap();
+        assert_eq!(job.counter_ratio_max, [Some(0.75), Some(2.0)]);
+        let mut out = Exposition::new();
+        stats.render_granted(&mut out, &crate::budget::Grants::all());
+        let text = out.finish();
+        for counter in ["pinned\"} 0.75", "locked\"} 2"] {
+            let line = format!(
+                "memlock_cgroup_limit_usage_ratio_max{{cgroup=\"/slurm/job_9\",slurm_job=\"9\",counter=\"{counter}\n"
+            );
+            assert!(text.contains(&line), "{line} in {text}");
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ impl ProcessSample {
     /// How urgent the process is for the budget: the higher of its counters' usage ratios where
     /// the limit is enforced (CAP_IPC_LOCK exempts), -1 when none is.
     fn budget_score(&self) -> f64 {
-        Counter::ALL.iter().filter_map(|&c| self.charge(c)?.enforced_ratio()).fold(-1.0, f64::max)
+        self.urgency().unwrap_or(-1.0)
     }
 
     /// The series this process is exported with, its trend series included (a rise per counter
@@ -44,11 +44,12 @@ impl ProcessSample {
 }
 
 impl CgroupAggregate {
-    /// Its processes' worst enforced usage ratio; 0 for memory held without one; -2 for none held
-    /// (most cgroups of a large host: their series say nothing but the process count).
+    /// Its processes' highest urgency ([`ProcessSample::urgency`]: the enforced usage ratio up to
+    /// 1, small processes over limits they lowered at 0); 0 for memory held without one; -2 for
+    /// none held (most cgroups of a large host: their series say nothing but the process count).
     fn budget_score(&self) -> f64 {
-        match self.usage_ratio_max {
-            Some((_, ratio)) if ratio > 0.0 => ratio,
+        match self.urgency_max {
+            Some(urgency) if urgency > 0.0 => urgency,
             _ if self.locked_bytes > 0 || self.pinned_bytes > 0 => 0.0,
             _ => -2.0,
         }
@@ -68,7 +69,7 @@ impl ProcessStats {
 
     fn cgroup_order(&self) -> (Vec<usize>, Vec<(usize, f64)>) {
         let c = &self.cgroups;
-        let series = |i: usize| 3 + usize::from(c[i].usage_ratio_max.is_some());
+        let series = |i: usize| 3 + c[i].counter_ratio_max.iter().flatten().count();
         // Ties (most cgroups) by the memory held.
         let held = |i: usize| c[i].locked_bytes.saturating_add(c[i].pinned_bytes) as f64;
         budget::ranked(c.len(), series, |i| c[i].budget_score() + held(i) / 1e30)
@@ -217,16 +218,17 @@ impl ProcessStats {
         each_cgroup(out, &|c| Some(c.pinned_bytes.into()));
         out.family(
             "memlock_cgroup_limit_usage_ratio_max",
-            "The highest VmPin / soft RLIMIT_MEMLOCK or VmLck / soft RLIMIT_MEMLOCK (counter says which) among \
-                the cgroup's processes that the limit applies to (those with CAP_IPC_LOCK in the initial user \
-                namespace are left out; they still count in the byte \
-                sums), exported or not; absent when none has a finite, non-zero limit. Sampled on the process \
-                interval.",
+            "Per counter, the highest VmPin / soft RLIMIT_MEMLOCK (counter=\"pinned\") or VmLck / soft \
+                RLIMIT_MEMLOCK (counter=\"locked\") among the cgroup's processes that the limit applies to (those \
+                with CAP_IPC_LOCK in the initial user namespace are left out; they still count in the byte sums), \
+                exported or not: the kernel checks each counter on its own, so each has its own worst process. \
+                Absent for a counter that none of them holds, or when none has a finite, non-zero limit. Sampled on \
+                the process interval.",
             Kind::Gauge,
         );
         for (cgroup, labels) in cgroups.iter().zip(&cgroup_labels) {
-            if let Some((counter, ratio)) = cgroup.usage_ratio_max {
-                out.sample(&with(labels, ("counter", counter.as_str())), ratio);
+            for (counter, ratio) in Counter::ALL.iter().zip(cgroup.counter_ratio_max) {
+                out.maybe(&with(labels, ("counter", counter.as_str())), ratio);
             }
         }
         out.family(

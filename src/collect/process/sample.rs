@@ -83,6 +83,20 @@ impl ProcessSample {
         })
     }
 
+    /// How urgent the process is, for every ranking (top_n, the series budget, the fast path's
+    /// bound, the cgroup aggregates): the higher of [`urgency`] over its counters; `None` when
+    /// no limit is enforced on it (CAP_IPC_LOCK, unlimited, unreadable).
+    pub fn urgency(&self) -> Option<f64> {
+        Counter::ALL.iter().filter_map(|&c| urgency(&self.charge(c)?)).reduce(f64::max)
+    }
+
+    /// [`ProcessSample::urgency`] with exempt processes ranked by their ratio too, for top_n:
+    /// the per-process series show an exempt process far over its limit (opensm), the budget
+    /// and the alerts do not count it.
+    pub fn rank_urgency(&self) -> Option<f64> {
+        Counter::ALL.iter().filter_map(|&c| urgency(&Charge { enforced: true, ..self.charge(c)? })).reduce(f64::max)
+    }
+
     /// The larger of the two counters, for ranking by bytes (never for the limit check).
     pub fn larger_counter_bytes(&self) -> u64 {
         self.locked_bytes.unwrap_or(0).max(self.pinned_bytes.unwrap_or(0))
@@ -100,6 +114,26 @@ impl ProcessSample {
         let cgroup = self.cgroup.iter().flat_map(|c| c.labels.iter().map(|(k, v)| (*k, v.as_str())));
         [("pid", pid), ("comm", self.comm.as_str())].into_iter().chain(cgroup)
     }
+}
+
+/// At or over its limit, a counter holding less than this is not a job's: one NCCL communicator
+/// registers tens of MiB (docs/check.md).
+pub const SMALL_BYTES: u64 = 1 << 20;
+
+/// How urgent one counter is: its enforced usage ratio up to 1. A counter at or over its limit
+/// cannot grow (the kernel refuses the next byte, and growing never takes a counter past its
+/// limit: only lowering the limit does, which any user may do to their own processes), so no
+/// ratio above 1 is more urgent than 1, and one at or over its limit holding less than
+/// [`SMALL_BYTES`] is least urgent (0): otherwise 250 processes each mlocking 64 KiB under a
+/// 4 KiB soft limit (ratio 16) outranked a job ramping to its limit, for free (issue 24 item 1).
+/// `None` where the limit is not enforced.
+pub fn urgency(charge: &Charge) -> Option<f64> {
+    let ratio = charge.enforced_ratio()?;
+    Some(match ratio {
+        r if r < 1.0 => r,
+        _ if charge.used_bytes < SMALL_BYTES => 0.0,
+        _ => 1.0,
+    })
 }
 
 /// The two counters the kernel checks, each on its own, against the soft RLIMIT_MEMLOCK: a
@@ -184,6 +218,11 @@ pub struct CgroupAggregate {
     /// enforces (not known to hold CAP_IPC_LOCK), and the counter it is on; `None` when none
     /// has a finite, non-zero limit.
     pub usage_ratio_max: Option<(Counter, f64)>,
+    /// The same per counter, indexed as [`Counter::ALL`]: the kernel checks VmPin and VmLck
+    /// apart, so a process at 0.93 on `locked` is not hidden behind another at 0.95 on `pinned`.
+    pub counter_ratio_max: [Option<f64>; 2],
+    /// The highest [`ProcessSample::urgency`] of its processes, for ranking the aggregates.
+    pub urgency_max: Option<f64>,
     pub processes: u64,
 }
 
@@ -192,10 +231,12 @@ impl ProcessStats {
     /// as its own trend (`counter` label), so a ramp in VmPin under a flat VmLck is seen from
     /// its first sample. Processes exempt through CAP_IPC_LOCK, or with an unlimited limit,
     /// have no headroom to run out of: their rise is still reported.
+    /// Every process the collector watches is observed, exported or not ([`ProcessStats::watched`]):
+    /// the fast path evaluates them whatever top_n and the series budget keep.
     pub fn observations(&self, at: f64) -> Vec<Observation> {
-        let mut out = Vec::with_capacity(self.processes.len() * Counter::ALL.len());
+        let mut out = Vec::with_capacity(self.watched.len() * Counter::ALL.len());
         let mut pid = String::new();
-        for p in &self.processes {
+        for p in &self.watched {
             pid.clear();
             pid.push_str(&p.pid.to_string());
             for counter in Counter::ALL {
