@@ -70,7 +70,8 @@ fn candidate(key: &SeriesKey, series: &Series, config: &AlertingConfig) -> Candi
         ),
     );
     annotations.insert("runbook_url".into(), format!("{}#{}", config.runbook_url, ALERTNAME.to_ascii_lowercase()));
-    Candidate { labels, annotations }
+    // A refusal has happened: nothing is more urgent when alerts of this name are folded.
+    Candidate { labels, annotations, urgency: 1.0 }
 }
 
 fn limit(l: Option<Limit>) -> String {
