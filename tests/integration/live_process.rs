@@ -186,6 +186,67 @@ fn mlock_by_root_reports_exact_vmlck_limits_and_ratio() {
     }
 }
 
+/// A python3 child that mlock()s `argv[1]` bytes and then ends its main thread while another
+/// thread holds on until stdin closes: the leader's `exit` syscall (what pthread_exit() ends
+/// with; glibc's unwinding through Python frames is not needed for it) leaves a zombie leader
+/// without an mm, so its /proc/PID/status has no Vm lines.
+const LEADER_EXIT_HOLDER: &str = r#"
+import ctypes, mmap, os, sys, threading
+size = int(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(15, b"memlock-exited", 0, 0, 0)  # PR_SET_NAME, inherited by the thread
+buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+if libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) != 0:
+    print("mlock failed errno", ctypes.get_errno(), flush=True); sys.exit(1)
+def hold():
+    print("locked", threading.get_native_id(), flush=True)
+    sys.stdin.read()
+    os._exit(0)
+threading.Thread(target=hold).start()
+libc.syscall({"x86_64": 60, "aarch64": 93}[os.uname().machine], 0)  # SYS_exit: this thread only
+"#;
+
+/// Issue 23: a process whose main thread exited while another thread runs on, holding 4 MiB
+/// locked, was taken for a kernel thread (no Vm lines in the leader's status) and not exported.
+#[test]
+fn a_process_whose_main_thread_exited_is_exported_with_its_memory() {
+    assert!(is_root(), "live tests run as root (the exporter must read every process)");
+    let _guard = live_lock();
+    let exporter = start_exporter(FAST_SCANS);
+    const LOCK: u64 = 4 << 20;
+    let mut command = Command::new(unprivileged_python());
+    command.args(["-c", LEADER_EXIT_HOLDER, &LOCK.to_string()]);
+    let mut holder = Held::spawn(command);
+    let line = holder.line();
+    let tid: u32 = line.strip_prefix("locked ").and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("{line}"));
+    let pid = holder.child.id();
+    // The situation itself: the leader is a zombie without Vm lines, the thread holds the lock.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let leader = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("leader listed");
+        if leader.contains("State:\tZ") {
+            assert!(!leader.contains("VmLck:"), "{leader}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the main thread did not exit: {leader}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let thread = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).expect("thread alive");
+    assert!(thread.contains(&format!("VmLck:\t{:>8} kB", LOCK >> 10)), "{thread}");
+
+    let m = exporter.wait_metrics(Duration::from_secs(15), "the process with the exited leader", |m| {
+        of(m, "memlock_process_locked_bytes", pid, "comm=\"memlock-exited\"").is_some()
+    });
+    assert_eq!(of(&m, "memlock_process_locked_bytes", pid, ""), Some(LOCK as f64), "{}", m.text);
+    assert_eq!(of(&m, "memlock_process_pinned_bytes", pid, ""), Some(0.0));
+    let (soft, _) = memlock_limits(pid);
+    let soft: u64 = soft.parse().expect("a finite soft memlock limit");
+    assert_eq!(of(&m, "memlock_process_limit_bytes", pid, "kind=\"soft\""), Some(soft as f64));
+    assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some(LOCK as f64 / soft as f64));
+    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
+}
+
 #[test]
 fn io_uring_pinning_by_an_unprivileged_process_until_enomem() {
     assert!(is_root(), "live tests need root (to drop to an unprivileged uid with a lowered memlock limit)");

@@ -584,13 +584,15 @@ mod tests {
             self
         }
 
-        fn status(&self, pid: u32, comm: &str, locked_kib: u64, pinned_kib: u64) {
+        fn status(&self, pid: impl std::fmt::Display, comm: &str, locked_kib: u64, pinned_kib: u64) {
             let status = CAPTURED_STATUS
                 .replace("Name:\tcat", &format!("Name:\t{comm}"))
                 .replace("VmLck:\t       0 kB", &format!("VmLck:\t{locked_kib:>8} kB"))
                 .replace("VmPin:\t       0 kB", &format!("VmPin:\t{pinned_kib:>8} kB"))
                 .replace("CapEff:\t000001fffeffffff", "CapEff:\t0000000000000000");
-            std::fs::write(self.root.join(pid.to_string()).join("status"), status).unwrap();
+            let dir = self.root.join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("status"), status).unwrap();
         }
 
         /// Gives the process CAP_IPC_LOCK (bit 14) in its effective set.
@@ -611,6 +613,27 @@ mod tests {
                 .map(|l| if l.starts_with("Kthread") { "Kthread:\t1\n".to_owned() } else { format!("{l}\n") })
                 .collect();
             std::fs::write(dir.join("status"), status).unwrap();
+        }
+
+        /// A process whose main thread called pthread_exit(): the leader's status has no `Vm*`
+        /// lines (no mm), thread `tid` holds `locked_kib`. `kthread_line` false: a kernel without
+        /// the `Kthread:` line, where `stat` tells (`flags` without PF_KTHREAD).
+        fn exited_leader(&self, pid: u32, tid: u32, comm: &str, locked_kib: u64, kthread_line: bool) {
+            self.process(pid, comm, 0, 0, "8388608", "/job");
+            self.status(tid_dir(pid, tid), comm, locked_kib, 0);
+            let dir = self.root.join(pid.to_string());
+            let leader: String = std::fs::read_to_string(dir.join("status"))
+                .unwrap()
+                .lines()
+                .filter(|l| !(l.starts_with("Vm") || l.starts_with("Rss") || l.starts_with("Hugetlb")))
+                .filter(|l| kthread_line || !l.starts_with("Kthread"))
+                .map(|l| if l.starts_with("State") { "State:\tZ (zombie)\n".to_owned() } else { format!("{l}\n") })
+                .collect();
+            std::fs::write(dir.join("status"), &leader).unwrap();
+            std::fs::create_dir_all(dir.join(format!("task/{pid}"))).unwrap();
+            std::fs::write(dir.join(format!("task/{pid}/status")), leader).unwrap();
+            let stat = format!("{pid} ({comm}) Z 1 {pid} {pid} 0 -1 4227084 93 0 0 0 0 0 0 0 20 0 2 0 5312 0 0\n");
+            std::fs::write(dir.join("stat"), stat).unwrap();
         }
 
         fn remove(&self, pid: u32) {
@@ -634,6 +657,11 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.root);
         }
+    }
+
+    /// `PID/task/TID`, relative to the tree's root.
+    fn tid_dir(pid: u32, tid: u32) -> String {
+        format!("{pid}/task/{tid}")
     }
 
     fn pids(stats: &ProcessStats) -> Vec<u32> {
@@ -680,6 +708,44 @@ mod tests {
         assert_eq!(b.processes, 3);
         assert_eq!(b.usage_ratio_max, Some((Counter::Pinned, 1.0)));
         assert_eq!(b.cgroup.labels[0], ("cgroup", "/b".to_owned()));
+    }
+
+    /// Issue 23: the main thread called pthread_exit() while a thread holding 4 MiB locked runs
+    /// on. The leader's status has no Vm lines (fs/proc/array.c prints them only with an mm) and
+    /// the process was taken for a kernel thread: invisible. It is read through its live
+    /// thread, with `Kthread:` (6.x) or, without that line, `stat`'s flags telling it from a
+    /// kernel thread, which is still skipped either way.
+    #[test]
+    fn a_process_whose_main_thread_exited_is_read_through_a_live_thread() {
+        for kthread_line in [true, false] {
+            let tree = Tree::new(&format!("leader-exit-{kthread_line}"));
+            tree.exited_leader(30, 31, "leader_exit", 4096, kthread_line);
+            tree.kernel_thread(2);
+            if !kthread_line {
+                let status = std::fs::read_to_string(tree.root.join("2/status")).unwrap().replace("Kthread:\t1\n", "");
+                std::fs::write(tree.root.join("2/status"), status).unwrap();
+                let stat = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 3 0 0 18446744073709551615 0\n";
+                std::fs::write(tree.root.join("2/stat"), stat).unwrap();
+            }
+            let mut collector = tree.collector(1 << 20, "", 10);
+            let mut errors = Vec::new();
+            let stats = collector.full_scan(&mut errors).unwrap();
+            assert!(errors.is_empty(), "{errors:?}");
+            assert_eq!(pids(&stats), vec![30], "Kthread line: {kthread_line}");
+            assert_eq!(stats.scanned, 1, "the kernel thread is still skipped");
+            let p = &stats.processes[0];
+            assert_eq!((p.comm.as_str(), p.locked_bytes, p.pinned_bytes), ("leader_exit", Some(4 << 20), Some(0)));
+            assert_eq!(p.worst_ratio(), Some((Counter::Locked, 0.5)), "against the process's own limit");
+            // Tracked passes follow the thread.
+            tree.status(tid_dir(30, 31), "leader_exit", 6144, 0);
+            let stats = collector.tracked_pass(&mut errors);
+            assert_eq!(stats.processes[0].locked_bytes, Some(6 << 20));
+            // The last thread exits too: a zombie holding nothing, dropped.
+            std::fs::remove_dir_all(tree.root.join(tid_dir(30, 31))).unwrap();
+            let stats = collector.tracked_pass(&mut errors);
+            assert!(stats.processes.is_empty(), "{:?}", stats.processes);
+            assert!(errors.is_empty(), "{errors:?}");
+        }
     }
 
     /// Issue 3 review: opensm (CAP_IPC_LOCK, 64 MiB locked under 8 MiB) made its cgroup's

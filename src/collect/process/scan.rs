@@ -10,7 +10,7 @@ use crate::config::ProcessConfig;
 use crate::fsroot::{self, SourceError};
 use crate::kernel::pid_limits;
 use crate::kernel::versions::{self, NcclMapping};
-use crate::kernel::{cgroup_path, pid_cgroup, pid_status, uid_map, ParseError};
+use crate::kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, uid_map, ParseError};
 
 use super::sample::{initial_user_namespace, ipc_lock_exempts, CgroupInfo, ProcessSample};
 use super::{is_tracked, ReadErrors};
@@ -42,8 +42,8 @@ pub(super) struct PidReader {
     /// to the reader's own namespace, so from inside a user namespace (rootless Podman,
     /// systemd `PrivateUsers=`) every host process would look namespaced.
     pub(super) reads_user_namespaces: bool,
-    /// Set by [`read_status`] when the pid it read is a kernel thread (not a user process), so
-    /// that discovery remembers not to read it again.
+    /// Set by [`read_status`] when the pid it read is a kernel thread or a zombie (no thread
+    /// with an address space), so that discovery remembers not to read it again.
     pub(super) saw_kernel_thread: bool,
     /// The `ns/user` link of this procfs's pid 1, read once; `None` without ptrace access.
     init_user_namespace: Option<PathBuf>,
@@ -271,10 +271,11 @@ impl Scanner {
             }
         };
 
-        if status.is_kernel_thread() {
+        if status.kernel_thread() == Some(true) {
             self.reader.saw_kernel_thread = true;
             return None;
         }
+        let (has_vm, kthread) = (status.has_vm, status.kthread);
         let name = pid_status::unescape_name(status.name);
         let changed = force || record.sample.comm != *name;
         if changed {
@@ -291,6 +292,10 @@ impl Scanner {
         for err in field_errors {
             let err = self.reader.parse_error(err);
             self.tally.note(err, errors);
+        }
+        if !has_vm && !self.read_live_thread(record, kthread.is_none(), errors) {
+            self.reader.saw_kernel_thread = true;
+            return None;
         }
         // The namespace matters only where the limit does: for memory held, or a process that is
         // exported whatever it holds (comm_pattern). One holding nothing is not checked (two more
@@ -312,6 +317,65 @@ impl Scanner {
             record.sample.nccl = self.read_nccl(pid, errors);
         }
         Some(changed)
+    }
+
+    /// For a process whose `status` has no `Vm*` block: a kernel thread (`check_stat`: the kernel
+    /// prints no `Kthread:` line, so `PF_KTHREAD` in `stat` tells), a zombie, or a process whose
+    /// main thread called pthread_exit() while others run on. The exited leader has no mm
+    /// (`exit_mm`, kernel/exit.c), so `proc_pid_status` (fs/proc/array.c) prints no `Vm*` for it,
+    /// but every live thread shares the process's mm: the first one's `task/TID/status` gives
+    /// VmLck, VmPin and its own CapEff (capabilities are per thread; the leader's are no longer
+    /// used by anything). True when such a thread was read into the record; false for kernel
+    /// threads, zombies and processes gone meanwhile. Limits (`signal->rlim`) and the cgroup
+    /// stay readable through the leader's pid.
+    fn read_live_thread(&mut self, record: &mut Record, check_stat: bool, errors: &mut Vec<SourceError>) -> bool {
+        let pid = record.sample.pid;
+        if check_stat {
+            let kernel_thread = match self.reader.read(pid, "stat") {
+                Ok(text) => pid_stat::is_kernel_thread(text).map_err(|err| self.reader.parse_error(err)),
+                Err(err) => Err(err),
+            };
+            match kernel_thread {
+                Ok(true) => return false,
+                Ok(false) => {}
+                Err(err) => {
+                    if self.tally.note(err, errors) {
+                        return false;
+                    }
+                }
+            }
+        }
+        self.reader.resolve(pid, "task");
+        let Ok(entries) = std::fs::read_dir(&self.reader.path) else { return false };
+        let tids: Vec<u32> = entries
+            .filter_map(|entry| parse_pid_bytes(entry.ok()?.file_name().as_encoded_bytes()))
+            .filter(|&tid| tid != pid)
+            .collect();
+        for tid in tids {
+            let text = match self.reader.read(pid, &format!("task/{tid}/status")) {
+                Ok(text) => text,
+                // That thread exited meanwhile: the next one may still run.
+                Err(err) if err.is_not_found() => continue,
+                Err(err) => {
+                    self.tally.note(err, errors);
+                    return false;
+                }
+            };
+            let Ok(parsed) = pid_status::parse_fields(text) else { continue };
+            let status = parsed.value;
+            if !status.has_vm {
+                continue;
+            }
+            record.sample.locked_bytes = status.locked_bytes;
+            record.sample.pinned_bytes = status.pinned_bytes;
+            record.sample.ipc_lock = status.ipc_lock();
+            for err in parsed.field_errors {
+                let err = self.reader.parse_error(err);
+                self.tally.note(err, errors);
+            }
+            return true;
+        }
+        false
     }
 
     /// The first `libnccl.so*` mapping of the process, read line by line from `maps` and stopping
