@@ -384,6 +384,66 @@ fn cap_ipc_lock_inside_a_user_namespace_is_not_an_exemption() {
     assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some(LOCK as f64 / soft as f64));
 }
 
+/// Issue 23: the exporter itself inside the user namespace (a container without the host's):
+/// it took every process's capability at its word there, so the namespaced root read
+/// `ipc_lock 1` although the kernel refuses it past the limit. `check`, run from the same
+/// namespace, makes the same decision.
+#[test]
+fn an_exporter_inside_a_user_namespace_does_not_exempt_its_namespaced_root() {
+    assert!(is_root(), "live tests need root (to drop to an unprivileged uid)");
+    let _guard = live_lock();
+    const LOCK: u64 = 2 << 20;
+    let python = unprivileged_python();
+    let mut command = Command::new("setpriv");
+    command.args(["--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user", "--map-root-user"]);
+    command.args([python, "-c", MLOCK_HOLDER, &LOCK.to_string(), "--name", "memlock-nsroot"]);
+    let mut holder = Held::spawn(command);
+    assert_eq!(holder.line(), "locked", "this test needs unprivileged user namespaces (unshare --user as nobody)");
+    let pid = holder.child.id();
+    let userns = format!("--user=/proc/{pid}/ns/user");
+    let in_namespace = |program: &std::path::Path| {
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "nsenter", "--preserve-credentials", &userns])
+            .arg(program);
+        command.current_dir("/");
+        command
+    };
+
+    // The kernel refuses the namespaced root past its limit, CAP_IPC_LOCK in CapEff or not:
+    // capable() checks the initial namespace (do_mlock, mm/mlock.c: `locked > lock_limit && !capable(CAP_IPC_LOCK)`).
+    let (soft, _) = memlock_limits(pid);
+    let soft: u64 = soft.parse().expect("a finite soft memlock limit");
+    let over = format!(
+        "import ctypes, mmap; libc = ctypes.CDLL(None, use_errno=True); n = {}; \
+         b = mmap.mmap(-1, n); a = ctypes.addressof(ctypes.c_char.from_buffer(b)); \
+         caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1]; \
+         print(int(caps, 16) >> 14 & 1, libc.mlock(ctypes.c_void_p(a), ctypes.c_size_t(n)), ctypes.get_errno())",
+        soft + (1 << 20)
+    );
+    let refused = in_namespace(std::path::Path::new(python)).args(["-c", &over]).output().expect("run python");
+    assert_eq!(String::from_utf8_lossy(&refused.stdout).trim(), "1 -1 12", "{refused:?}");
+
+    let binary = crate::util::binary_runnable_by(65534);
+    let mut exporter = in_namespace(&binary);
+    exporter.args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--log.level", "debug"]);
+    exporter.args(["--no-collector.numa", "--no-collector.cgroup", "--no-collector.rdma_sysfs"]);
+    exporter.arg("--no-collector.rdma_netlink").envs(FAST_SCANS.iter().copied());
+    let exporter = Exporter::from_command(exporter);
+    exporter.wait_ready();
+    let m = wait_equal(&exporter, "memlock_process_locked_bytes", pid, || status_bytes(pid, "VmLck"));
+    assert_eq!(of(&m, "memlock_process_ipc_lock", pid, "comm=\"memlock-nsroot\""), Some(0.0), "{}", m.text);
+    assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some(LOCK as f64 / soft as f64));
+
+    let out = in_namespace(&binary).args(["check", "--json", "--pid", &pid.to_string()]).output().expect("check");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    let cap = report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "memlock.cap_ipc_lock").unwrap();
+    assert_eq!(cap["status"], "WARN", "{cap}");
+    assert!(cap["measured"].as_str().unwrap().contains("only inside a user namespace"), "{cap}");
+}
+
 #[test]
 fn a_burst_of_short_lived_processes_is_not_an_error() {
     assert!(is_root(), "live tests run as root (the exporter must read every process)");

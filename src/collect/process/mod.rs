@@ -33,7 +33,10 @@ use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::{tasks, vmstat};
 use crate::trend::{Observation, Scope};
 
-pub use sample::{initial_user_namespace, ipc_lock_exempts, CgroupAggregate, CgroupInfo, Counter, ProcessSample};
+pub use sample::{
+    initial_user_namespace, ipc_lock_exempts, user_namespace_of, CgroupAggregate, CgroupInfo, Counter, ProcessSample,
+    UserNamespaceView,
+};
 use scan::{parse_pid_bytes, Interner, PidReader, Record, Scanner, Tally};
 
 use super::{Collector, Data};
@@ -885,26 +888,48 @@ mod tests {
         assert_eq!(initial_user_namespace(None, None), None);
     }
 
-    /// From inside a user namespace every host process's uid_map looks namespaced (the kernel
-    /// shows it relative to the reader): the capability is then taken at its word.
+    /// Issue 23: an exporter inside a user namespace (a container without the host's) took the
+    /// capability of every process at its word, so a namespaced root, whose limit the kernel
+    /// enforces, read `ipc_lock 1`. From there the kernel shows uid_map's middle column relative
+    /// to the reader, but the extents still tell a namespace: only a map of every uid (the
+    /// host's, as seen from a namespace) cannot be told, and is taken at its word.
     #[test]
-    fn an_exporter_in_a_user_namespace_does_not_judge_namespaces() {
+    fn an_exporter_in_a_user_namespace_still_tells_a_namespaced_root() {
         let tree = Tree::new("reader-userns");
-        tree.process(96, "opensm", 65536, 0, "8388608", "/infra");
-        tree.ipc_lock(96);
+        tree.process(96, "python3", 0, 4096, "8388608", "/job") // namespaced root
+            .process(97, "opensm", 65536, 0, "8388608", "/infra") // a host daemon, seen from inside
+            .process(98, "worker", 0, 4096, "8388608", "/job"); // the exporter's own namespace
         let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures");
         std::fs::copy(format!("{captures}/proc_userns_uid_map"), tree.root.join("96/uid_map")).unwrap();
+        // 6.18's /proc/1/uid_map read after `setpriv --reuid=65534 unshare --user --map-root-user`.
+        std::fs::write(tree.root.join("97/uid_map"), "         0 4294967295 4294967295\n").unwrap();
+        // A privileged identity map, which only the ns/user link tells from the host's.
+        std::fs::write(tree.root.join("98/uid_map"), "         0          0 4294967295\n").unwrap();
+        for pid in [96, 97, 98] {
+            tree.ipc_lock(pid);
+        }
         let own = tree.root.join("self");
         let _ = std::fs::remove_file(&own);
-        std::fs::create_dir_all(&own).unwrap();
+        std::fs::create_dir_all(own.join("ns")).unwrap();
         std::fs::copy(format!("{captures}/proc_userns_uid_map"), own.join("uid_map")).unwrap();
+        std::os::unix::fs::symlink("user:[4026532177]", own.join("ns/user")).unwrap();
+        std::fs::create_dir_all(tree.root.join("98/ns")).unwrap();
+        std::os::unix::fs::symlink("user:[4026532177]", tree.root.join("98/ns/user")).unwrap();
         let mut errors = Vec::new();
         let stats = tree.collector(1 << 20, "", 10).full_scan(&mut errors).unwrap();
-        assert_eq!(stats.processes.iter().find(|p| p.pid == 96).unwrap().ipc_lock, Some(true));
-        // The same tree read from the initial namespace judges it.
+        assert!(errors.is_empty(), "{errors:?}");
+        let exempt = |stats: &ProcessStats, pid: u32| stats.processes.iter().find(|p| p.pid == pid).unwrap().ipc_lock;
+        assert_eq!(exempt(&stats, 96), Some(false), "a namespaced root: the kernel enforces its limit");
+        assert_eq!(exempt(&stats, 97), Some(true), "the host's map, seen from here: taken at its word");
+        assert_eq!(exempt(&stats, 98), Some(false), "the exporter's own namespace, by its link");
+        let job = stats.cgroups.iter().find(|c| c.cgroup.path == "/job").unwrap();
+        assert_eq!(job.usage_ratio_max, Some((Counter::Pinned, 0.5)), "counted against their limit");
+        // The same tree read from the initial namespace: its middle column is then the host's.
         std::fs::copy(format!("{captures}/proc_self_uid_map"), own.join("uid_map")).unwrap();
         let stats = tree.collector(1 << 20, "", 10).full_scan(&mut errors).unwrap();
-        assert_eq!(stats.processes.iter().find(|p| p.pid == 96).unwrap().ipc_lock, Some(false));
+        assert_eq!(exempt(&stats, 96), Some(false));
+        assert_eq!(exempt(&stats, 97), Some(false), "unmapped in the initial namespace: another namespace");
+        assert_eq!(exempt(&stats, 98), Some(true), "no pid 1 link to tell it by: the identity map decides");
     }
 
     #[test]

@@ -158,8 +158,8 @@ impl ProcessStats {
         out.family(
             "memlock_process_ipc_lock",
             "1 when the process holds CAP_IPC_LOCK (CapEff bit 14) in the initial user namespace: the memlock limit is \
-                not enforced. 0 when it holds it only inside a user namespace (uid_map), where it does not exempt. \
-                Sampled on the process interval.",
+                not enforced. 0 when it holds it only inside a user namespace (ns/user, uid_map), where it does not \
+                exempt, also when the exporter itself runs in one. Sampled on the process interval.",
             Kind::Gauge,
         );
         each(out, &|p| p.ipc_lock.map(Into::into));

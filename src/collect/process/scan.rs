@@ -10,9 +10,9 @@ use crate::config::ProcessConfig;
 use crate::fsroot::{self, SourceError};
 use crate::kernel::pid_limits;
 use crate::kernel::versions::{self, NcclMapping};
-use crate::kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, uid_map, ParseError};
+use crate::kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, ParseError};
 
-use super::sample::{initial_user_namespace, ipc_lock_exempts, CgroupInfo, ProcessSample};
+use super::sample::{ipc_lock_exempts, CgroupInfo, ProcessSample, UserNamespaceView};
 use super::{is_tracked, ReadErrors};
 
 /// What the collector remembers about a process between passes.
@@ -38,36 +38,30 @@ pub(super) struct PidReader {
     procfs: OsString,
     pub(super) path: PathBuf,
     text: String,
-    /// Whether `uid_map` can tell the initial user namespace: the kernel shows the map relative
-    /// to the reader's own namespace, so from inside a user namespace (rootless Podman,
-    /// systemd `PrivateUsers=`) every host process would look namespaced.
-    pub(super) reads_user_namespaces: bool,
+    /// Where this exporter stands for judging user namespaces.
+    pub(super) namespaces: UserNamespaceView,
     /// Set by [`read_status`] when the pid it read is a kernel thread or a zombie (no thread
     /// with an address space), so that discovery remembers not to read it again.
     pub(super) saw_kernel_thread: bool,
-    /// The `ns/user` link of this procfs's pid 1, read once; `None` without ptrace access.
-    init_user_namespace: Option<PathBuf>,
 }
 
 impl PidReader {
     pub(super) fn new(procfs: &std::path::Path) -> Self {
-        let own_map = fsroot::read_parsed(&procfs.join("self/uid_map"), uid_map::is_initial).ok();
-        let init_user_namespace = std::fs::read_link(procfs.join("1/ns/user")).ok();
-        if own_map == Some(false) && init_user_namespace.is_none() {
+        let namespaces = UserNamespaceView::read(procfs);
+        if namespaces.reader_is_namespaced() && namespaces.init_link.is_none() {
             tracing::warn!(
                 procfs = %procfs.display(),
-                "the exporter runs in a user namespace and cannot read pid 1's ns/user: CAP_IPC_LOCK is taken as \
-                    exempting wherever it is held, since uid_map cannot tell the initial namespace from here"
+                "the exporter runs in a user namespace and cannot read pid 1's ns/user: CAP_IPC_LOCK of a process \
+                    whose uid_map covers every uid (the host's, as seen from here) is taken as exempting; a \
+                    namespaced one's is not"
             );
         }
         Self {
             procfs: procfs.as_os_str().to_owned(),
             path: PathBuf::with_capacity(64),
             text: String::with_capacity(4096),
-            // A root without `self` (a fixture tree) is read as the initial namespace's view.
-            reads_user_namespaces: own_map != Some(false),
+            namespaces,
             saw_kernel_thread: false,
-            init_user_namespace,
         }
     }
 
@@ -406,39 +400,34 @@ impl Scanner {
     }
 
     /// Whether a process holding CAP_IPC_LOCK is in the initial user namespace, where the
-    /// capability lifts its memlock limit ([`initial_user_namespace`] combines the two readings).
-    /// Read only for the processes that have the capability (the privileged daemons): `ns/user`
-    /// against pid 1's (needs ptrace access, which a root exporter has), and `uid_map`, which
-    /// anyone may read but which from inside a user namespace shows every host process as
-    /// namespaced. `None` when neither tells.
+    /// capability lifts its memlock limit ([`UserNamespaceView::judge`], the decision `check`
+    /// makes too). Read only for the processes that have the capability (the privileged
+    /// daemons): `ns/user` (needs ptrace access, which a root exporter has) and `uid_map`,
+    /// which anyone may read. `None` when neither tells.
     pub(super) fn user_namespace_is_initial(&mut self, pid: u32, errors: &mut Vec<SourceError>) -> Option<bool> {
-        let links = self.reader.init_user_namespace.clone().and_then(|init| {
-            self.reader.resolve(pid, "ns/user");
-            // Refused without ptrace access, or gone: the map decides.
-            std::fs::read_link(&self.reader.path).ok().map(|own| own == init)
-        });
-        let map = if self.reader.reads_user_namespaces {
-            match self.reader.read(pid, "uid_map") {
-                Ok(text) => match uid_map::is_initial(text) {
-                    Ok(initial) => Some(initial),
-                    Err(err) => {
-                        let err = self.reader.parse_error(err);
-                        self.tally.note(err, errors);
-                        None
-                    }
-                },
-                // Vanished since its status was read (a reaped task's uid_map fails to open with
-                // EINVAL): the next pass drops it.
-                Err(err) if err.is_not_found() || err.raw_os_error() == Some(libc::EINVAL) => None,
+        self.reader.resolve(pid, "ns/user");
+        // Refused without ptrace access, or gone: the map decides.
+        let link = std::fs::read_link(&self.reader.path).ok();
+        self.reader.resolve(pid, "uid_map");
+        let reader = &mut self.reader;
+        let map = match fsroot::read_into(&reader.path, &mut reader.text) {
+            Ok(()) => match reader.namespaces.judge_map(&reader.text) {
+                Ok(initial) => initial,
                 Err(err) => {
+                    let err = self.reader.parse_error(err);
                     self.tally.note(err, errors);
                     None
                 }
+            },
+            // Vanished since its status was read (a reaped task's uid_map fails to open with
+            // EINVAL): the next pass drops it.
+            Err(err) if err.is_not_found() || err.raw_os_error() == Some(libc::EINVAL) => None,
+            Err(err) => {
+                self.tally.note(err, errors);
+                None
             }
-        } else {
-            None
         };
-        initial_user_namespace(map, links)
+        self.reader.namespaces.judge(map, link.as_deref())
     }
 
     /// Reads `limits` and `cgroup` into the record. False when the process vanished meanwhile.
