@@ -247,6 +247,41 @@ fn a_process_whose_main_thread_exited_is_exported_with_its_memory() {
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
 }
 
+/// Issue 23: `prlimit` on a running job (a fix operators apply) showed in the exported limit
+/// only at the next full scan, up to 60 s later. The limits of a process holding memory are
+/// re-read every 2 s: at the default full scan interval the change shows within a few seconds.
+#[test]
+fn prlimit_on_a_running_holder_shows_within_seconds() {
+    assert!(is_root(), "live tests run as root (the exporter must read every process)");
+    let _guard = live_lock();
+    let exporter = start_exporter(&[("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__COMM_PATTERN", "^memlock-")]);
+    let mut command = Command::new("python3");
+    command.args(["-c", MLOCK_HOLDER, &(1u64 << 20).to_string(), "--name", "memlock-prlimit"]);
+    let mut holder = Held::spawn(command);
+    assert_eq!(holder.line(), "locked");
+    let pid = holder.child.id();
+    let (soft, _) = memlock_limits(pid);
+    let soft: u64 = soft.parse().expect("a finite soft memlock limit");
+    exporter.wait_metrics(Duration::from_secs(15), "the holder's limit", |m| {
+        of(m, "memlock_process_limit_bytes", pid, "kind=\"soft\"") == Some(soft as f64)
+    });
+    let lowered = soft / 2;
+    let status = Command::new("prlimit")
+        .args([format!("--pid={pid}"), format!("--memlock={lowered}:{lowered}")])
+        .status()
+        .expect("run prlimit");
+    assert!(status.success());
+    assert_eq!(memlock_limits(pid), (lowered.to_string(), lowered.to_string()));
+    let changed = Instant::now();
+    // The full scan is 60 s away (the default): only the holders' refresh can show it this soon.
+    let m = exporter.wait_metrics(Duration::from_secs(5), "the lowered limit", |m| {
+        of(m, "memlock_process_limit_bytes", pid, "kind=\"soft\"") == Some(lowered as f64)
+    });
+    eprintln!("prlimit shown after {:?}", changed.elapsed());
+    assert_eq!(of(&m, "memlock_process_limit_bytes", pid, "kind=\"hard\""), Some(lowered as f64));
+    assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some((1u64 << 20) as f64 / lowered as f64));
+}
+
 #[test]
 fn io_uring_pinning_by_an_unprivileged_process_until_enomem() {
     assert!(is_root(), "live tests need root (to drop to an unprivileged uid with a lowered memlock limit)");

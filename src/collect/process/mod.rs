@@ -5,8 +5,8 @@
 //! - a **full scan** (every `full_scan_interval`, and on the first run) lists `<procfs>/` and
 //!   reads `status`, `limits` and `cgroup` of every process;
 //! - in between, a **tracked pass** re-reads only the `status` of the processes that matter
-//!   (holding locked or pinned memory, or matching `comm_pattern`), keeping their limits and
-//!   cgroup from the last full scan; then it lists procfs and reads the processes that appeared,
+//!   (holding locked or pinned memory, or matching `comm_pattern`), keeping their cgroup from
+//!   the last full scan, and their limits too unless they hold memory (re-read every 2 s then); then it lists procfs and reads the processes that appeared,
 //!   which are re-read on every pass for their first seconds. A process seen idle that starts
 //!   pinning or locking later raises the node-wide counters in `/proc/vmstat` beyond what the
 //!   table explains, which brings the next full scan forward.
@@ -398,6 +398,8 @@ impl ProcessCollector {
         let mut table = std::mem::take(&mut self.table);
         let mut failed = Vec::new();
         let now = Instant::now();
+        // Half an interval of slack, so timer jitter does not push a refresh a whole pass late.
+        let limits_due = now.checked_sub(scan::LIMITS_REFRESH.saturating_sub(self.interval / 2)).unwrap_or(now);
         let scanner = &mut self.scanner;
         table.retain_mut(|record| {
             if record.probation_until.is_some_and(|until| until <= now) {
@@ -410,7 +412,7 @@ impl ProcessCollector {
             let kept = if record.incomplete {
                 scanner.read_status(record, false, errors).is_some() && scanner.read_limits_and_cgroup(record, errors)
             } else {
-                scanner.refresh(record, errors)
+                scanner.refresh(record, errors) && scanner.refresh_limits(record, limits_due, errors)
             };
             if kept {
                 record.incomplete = errors.len() > before;
@@ -962,6 +964,39 @@ mod tests {
         let stats = collector.full_scan(&mut errors).unwrap();
         assert_eq!(stats.processes.iter().find(|p| p.pid == 21).unwrap().locked_bytes, Some(2048 * 1024));
         assert_eq!(stats.tracked, 2);
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    /// Issue 23: `prlimit` on a running job showed up to one full scan (60 s) late. The limits
+    /// of processes holding memory are re-read once they are LIMITS_REFRESH old; an idle
+    /// process's wait for the full scan (the idle-cost target).
+    #[test]
+    fn limits_of_holders_are_reread_between_full_scans() {
+        let tree = Tree::new("limits-refresh");
+        tree.process(60, "worker", 0, 2048, "8388608", "/job").process(61, "python3", 0, 0, "8388608", "/job");
+        let mut collector = tree.collector(0, "^python3$", 10);
+        let mut errors = Vec::new();
+        collector.full_scan(&mut errors).unwrap();
+        tree.process(60, "worker", 0, 2048, "4194304", "/job").process(61, "python3", 0, 0, "4194304", "/job");
+        let soft = |stats: &ProcessStats, pid: u32| {
+            stats.processes.iter().find(|p| p.pid == pid).and_then(|p| p.limits).map(|l| l.soft)
+        };
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(soft(&stats, 60), Some(Limit::Bytes(8 << 20)), "read just now: not yet");
+        for record in &mut collector.table {
+            record.limits_read_at = record.limits_read_at.map(|at| at - scan::LIMITS_REFRESH);
+        }
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(soft(&stats, 60), Some(Limit::Bytes(4 << 20)), "the holder's new limit");
+        assert_eq!(soft(&stats, 61), Some(Limit::Bytes(8 << 20)), "idle: at the next full scan");
+        assert!(errors.is_empty(), "{errors:?}");
+        // A holder gone between its status and its limits is dropped, not an error.
+        std::fs::remove_file(tree.root.join("60/limits")).unwrap();
+        for record in &mut collector.table {
+            record.limits_read_at = record.limits_read_at.map(|at| at - scan::LIMITS_REFRESH);
+        }
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(pids(&stats), vec![61]);
         assert!(errors.is_empty(), "{errors:?}");
     }
 

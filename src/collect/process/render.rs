@@ -134,7 +134,8 @@ impl ProcessStats {
         out.family(
             "memlock_process_limit_bytes",
             "RLIMIT_MEMLOCK of the process (/proc/PID/limits), soft (enforced) and hard (the ceiling for raising it); \
-                absent when unlimited. Sampled on the full scan interval (default 5s).",
+                absent when unlimited. Re-read every 2s for processes holding locked or pinned memory (a prlimit shows \
+                within seconds), on the full scan interval (default 60s) for the others.",
             Kind::Gauge,
         );
         for (process, labels) in processes.iter().zip(&labels) {
@@ -145,8 +146,8 @@ impl ProcessStats {
         }
         out.family(
             "memlock_process_limit_unlimited",
-            "1 when the process's RLIMIT_MEMLOCK (soft or hard, by kind) is unlimited, else 0. Sampled on the full \
-                scan interval.",
+            "1 when the process's RLIMIT_MEMLOCK (soft or hard, by kind) is unlimited, else 0. Sampled as \
+                memlock_process_limit_bytes.",
             Kind::Gauge,
         );
         for (process, labels) in processes.iter().zip(&labels) {

@@ -37,7 +37,8 @@ pub struct ProcessSample {
     /// `VmPin` in bytes (RDMA registrations, io_uring fixed buffers), checked against the soft
     /// memlock limit separately from `VmLck`.
     pub pinned_bytes: Option<u64>,
-    /// RLIMIT_MEMLOCK, as of the last full scan. `None` when `limits` could not be read.
+    /// RLIMIT_MEMLOCK, as of the last full scan, or of the last 2 s for a process holding memory
+    /// (`scan::LIMITS_REFRESH`). `None` when `limits` could not be read.
     pub limits: Option<MemlockLimits>,
     /// CAP_IPC_LOCK lifts the limit ([`ipc_lock_exempts`]): held in CapEff and in the initial
     /// user namespace. `None` when CapEff could not be read.
