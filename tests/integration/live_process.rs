@@ -479,6 +479,81 @@ fn an_exporter_inside_a_user_namespace_does_not_exempt_its_namespaced_root() {
     assert!(cap["measured"].as_str().unwrap().contains("only inside a user namespace"), "{cap}");
 }
 
+/// Issue 23, the docs against this kernel (docs/metrics.md, "How the kernel checks the limit"):
+/// under an 8 MiB soft limit, with nothing locked, `mlockall(MCL_CURRENT)` fails with ENOMEM
+/// because VmSize is over the limit (the mlockall system call, mm/mlock.c, checks
+/// `mm->total_vm`) while a 1 MiB `mlock` passes (VmLck); a perf ring past the per-user
+/// allowance and the limit is refused with EPERM (`perf_mmap`, kernel/events/core.c), a small
+/// one is not.
+#[test]
+fn mlockall_checks_vmsize_and_perf_rings_are_refused_with_eperm() {
+    assert!(is_root(), "live tests need root (to drop to an unprivileged uid)");
+    let _guard = live_lock();
+    const LIMIT: u64 = 8 << 20;
+    let run = |script: &str, args: &[&str]| {
+        let out = Command::new("prlimit")
+            .arg(format!("--memlock={LIMIT}:{LIMIT}"))
+            .args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", unprivileged_python(), "-c"])
+            .arg(script)
+            .args(args)
+            .current_dir("/")
+            .output()
+            .expect("run python3");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let mlock = r#"
+import ctypes, mmap
+libc = ctypes.CDLL(None, use_errno=True)
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+kib = lambda key: int(status[key].split()[0])
+all_rc = libc.mlockall(1)  # MCL_CURRENT
+all_errno = ctypes.get_errno()
+buf = mmap.mmap(-1, 1 << 20)
+one_rc = libc.mlock(ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(buf))), ctypes.c_size_t(1 << 20))
+print(kib("VmSize"), kib("VmLck"), all_rc, all_errno, one_rc)
+"#;
+    let fields: Vec<i64> = run(mlock, &[]).split_whitespace().map(|f| f.parse().unwrap()).collect();
+    let [vm_size_kib, vm_lck_kib, all_rc, all_errno, one_rc] = fields[..] else { panic!("{fields:?}") };
+    assert!(vm_size_kib as u64 * 1024 > LIMIT, "python's VmSize {vm_size_kib} kB is over the limit");
+    assert_eq!(vm_lck_kib, 0);
+    assert_eq!((all_rc, all_errno), (-1, libc::ENOMEM as i64), "mlockall(MCL_CURRENT) checks VmSize");
+    assert_eq!(one_rc, 0, "mlock of 1 MiB fits VmLck under the limit");
+
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").expect("perf events");
+    assert!(paranoid.trim().parse::<i64>().is_ok_and(|p| (0..=2).contains(&p)), "perf_event_paranoid {paranoid}");
+    let perf = r#"
+import ctypes, mmap, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+# perf_event_attr, PERF_ATTR_SIZE_VER0 (64 bytes): PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK,
+# disabled | exclude_kernel | exclude_hv.
+attr = ctypes.create_string_buffer(struct.pack("IIQQQQQ", 1, 64, 0, 0, 0, 0, 0b1100001) + bytes(16), 64)
+fd = libc.syscall({"x86_64": 298, "aarch64": 241}[os.uname().machine], attr, 0, -1, -1, 0)
+if fd < 0:
+    print("open", ctypes.get_errno()); sys.exit(0)
+pages = int(sys.argv[1])
+addr = libc.mmap(None, (1 + pages) * mmap.PAGESIZE, 3, 1, fd, 0)  # PROT_READ|PROT_WRITE, MAP_SHARED
+print("mmap", ctypes.get_errno() if addr in (None, ctypes.c_void_p(-1).value) else 0)
+"#;
+    // Past the per-user allowance (perf_event_mlock_kb x online CPUs) by more than the limit.
+    let mlock_kb: u64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_mlock_kb")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .expect("perf_event_mlock_kb");
+    // SAFETY: sysconf has no preconditions.
+    let cpus = u64::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).expect("online CPUs");
+    // SAFETY: as above.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).expect("page size");
+    // perf rings are a power of two in pages.
+    let pages = ((mlock_kb * 1024 * cpus + 2 * LIMIT) / page).next_power_of_two();
+    let refused = run(perf, &[&pages.to_string()]);
+    assert_eq!(refused, format!("mmap {}", libc::EPERM), "{pages} pages: refused with EPERM, not ENOMEM");
+    assert_eq!(run(perf, &["64"]), "mmap 0", "a 256 KiB ring fits the per-user allowance");
+}
+
 #[test]
 fn a_burst_of_short_lived_processes_is_not_an_error() {
     assert!(is_root(), "live tests run as root (the exporter must read every process)");

@@ -6,8 +6,9 @@
 //!   reads `status`, `limits` and `cgroup` of every process;
 //! - in between, a **tracked pass** re-reads only the `status` of the processes that matter
 //!   (holding locked or pinned memory, or matching `comm_pattern`), keeping their cgroup from
-//!   the last full scan, and their limits too unless they hold memory (re-read every 2 s then); then it lists procfs and reads the processes that appeared,
-//!   which are re-read on every pass for their first seconds. A process seen idle that starts
+//!   the last full scan, and their limits too unless they hold memory (re-read every 2 s
+//!   then); then it lists procfs and reads the processes that appeared, which are re-read on
+//!   every pass for their first seconds. A process seen idle that starts
 //!   pinning or locking later raises the node-wide counters in `/proc/vmstat` beyond what the
 //!   table explains, which brings the next full scan forward.
 //!

@@ -115,18 +115,20 @@ impl ProcessStats {
 
         out.family(
             "memlock_process_locked_bytes",
-            "VmLck of the process (/proc/PID/status): memory locked with mlock() or mlockall(), and vfio's pins, \
-                checked by mlock against the soft memlock limit separately from VmPin. Sampled on the process \
-                interval (default 1s), only for processes passing the filter.",
+            "VmLck of the process (/proc/PID/status): memory locked with mlock() or mlockall(), and vfio type1's \
+                pins, checked by mlock and vfio against the soft memlock limit separately from VmPin \
+                (mlockall(MCL_CURRENT) checks VmSize instead). Sampled on the process interval (default 1s), only \
+                for processes passing the filter.",
             Kind::Gauge,
         );
         each(out, &|p| p.locked_bytes.map(Into::into));
         out.family(
             "memlock_process_pinned_bytes",
             "VmPin of the process (/proc/PID/status): long-term pinned memory (RDMA registrations of host memory, \
-                and of GPU memory through nvidia-peermem; verbs queue rings; io_uring fixed buffers), checked by \
-                ibv_reg_mr against the soft memlock limit separately from VmLck. dma-buf registrations are not in it. \
-                Sampled on the process interval.",
+                and of GPU memory through nvidia-peermem; verbs queue rings; io_uring fixed buffers; iommufd pins), \
+                checked by ibv_reg_mr against the soft memlock limit separately from VmLck. io_uring and iommufd \
+                check the user's locked_vm instead (every process of the uid), so for them the ratio is a lower \
+                bound. dma-buf registrations are not in it. Sampled on the process interval.",
             Kind::Gauge,
         );
         each(out, &|p| p.pinned_bytes.map(Into::into));

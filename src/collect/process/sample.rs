@@ -32,10 +32,13 @@ pub struct ProcessSample {
     /// `None` when `/proc/PID/cgroup` names neither a memory nor a unified hierarchy, or could
     /// not be read.
     pub cgroup: Option<Arc<CgroupInfo>>,
-    /// `VmLck` in bytes (mlock), checked by the kernel against the soft memlock limit.
+    /// `VmLck` in bytes (mlock, vfio type1), checked by the kernel against the soft memlock limit
+    /// (`do_mlock`; `mlockall(MCL_CURRENT)` checks VmSize instead, mm/mlock.c).
     pub locked_bytes: Option<u64>,
-    /// `VmPin` in bytes (RDMA registrations, io_uring fixed buffers), checked against the soft
-    /// memlock limit separately from `VmLck`.
+    /// `VmPin` in bytes (RDMA registrations, io_uring fixed buffers, iommufd pins), checked by
+    /// RDMA registration (`ib_umem_get`) against the soft memlock limit separately from `VmLck`.
+    /// io_uring and iommufd add to it but check the user's `locked_vm` (every process of the
+    /// uid), so for them the ratio is a lower bound.
     pub pinned_bytes: Option<u64>,
     /// RLIMIT_MEMLOCK, as of the last full scan, or of the last 2 s for a process holding memory
     /// (`scan::LIMITS_REFRESH`). `None` when `limits` could not be read.
@@ -111,10 +114,15 @@ impl ProcessSample {
 /// added, and a ramp in one is not hidden behind the other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Counter {
-    /// `VmPin`, `mm->pinned_vm`: RDMA registrations (ibv_reg_mr, through `ib_umem_get`), GPU
-    /// memory registered through nvidia-peermem, io_uring fixed buffers, verbs queue rings.
+    /// `VmPin`, `mm->pinned_vm`: RDMA registrations (ibv_reg_mr, through `ib_umem_get`, which
+    /// checks it), GPU memory registered through nvidia-peermem, verbs queue rings; also io_uring
+    /// fixed buffers and iommufd pins, which the kernel checks against the user's `locked_vm`
+    /// instead (io_uring/rsrc.c `__io_account_mem`, drivers/iommu/iommufd/pages.c
+    /// `incr_user_locked_vm`), and perf rings beyond the per-user allowance (`perf_mmap`,
+    /// kernel/events/core.c, refuses with EPERM).
     Pinned,
-    /// `VmLck`, `mm->locked_vm`: mlock, mlockall, and vfio's pins.
+    /// `VmLck`, `mm->locked_vm`: mlock, mlockall, and vfio type1's pins (`vfio_lock_acct`,
+    /// drivers/vfio/vfio_iommu_type1.c).
     Locked,
 }
 
