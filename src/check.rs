@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::cli::CheckArgs;
 use crate::collect::cgroup::{working_set_charge, CgroupCollector};
-use crate::collect::process::{initial_user_namespace, ipc_lock_exempts};
+use crate::collect::process::{ipc_lock_exempts, user_namespace_of, UserNamespaceView};
 use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice, SysfsPort};
 use crate::config::{CgroupConfig, RdmaConfig};
 use crate::estimate;
@@ -148,7 +148,7 @@ pub fn read_machine(roots: &Roots, pid: &str, environment: Environment) -> Resul
         pid: pid.to_owned(),
         limits: Some(limits),
         ipc_lock,
-        initial_user_ns: same_user_namespace(&proc_dir, &roots.proc("1")),
+        initial_user_ns: same_user_namespace(&roots.procfs, &proc_dir),
         meminfo,
         overcommit_mode: sysctl("overcommit_memory"),
         max_map_count: sysctl("max_map_count"),
@@ -217,15 +217,12 @@ fn cgroup_headroom(roots: &Roots, path: &str) -> Option<CgroupHeadroom> {
 }
 
 /// CAP_IPC_LOCK exempts only when held in the initial user namespace (capable() checks it there):
-/// the daemon's rule ([`initial_user_namespace`]) over the process's `ns/user` link against this
-/// procfs's pid 1 and its `uid_map`. In a container with its own PID namespace pid 1 is the
-/// container's init, in the same user namespace, so equal links prove nothing there.
-fn same_user_namespace(proc_dir: &Path, init_dir: &Path) -> Option<bool> {
-    let links = std::fs::read_link(proc_dir.join("ns/user"))
-        .and_then(|ours| Ok(ours == std::fs::read_link(init_dir.join("ns/user"))?))
-        .ok();
-    let map = fsroot::read_parsed(&proc_dir.join("uid_map"), crate::kernel::uid_map::is_initial).ok();
-    initial_user_namespace(map, links)
+/// the daemon's decision ([`UserNamespaceView::judge`]) over the process's `ns/user` link and
+/// `uid_map`, from where this `check` stands (inside a user namespace, a namespaced root's map
+/// still shows it). In a container with its own PID namespace pid 1 is the container's init, in
+/// the same user namespace, so equal links to pid 1's prove nothing there.
+fn same_user_namespace(procfs: &Path, proc_dir: &Path) -> Option<bool> {
+    user_namespace_of(&UserNamespaceView::read(procfs), proc_dir)
 }
 
 /// Runs every check against the machine state and the estimated need: the memlock limit against
@@ -924,25 +921,25 @@ mod tests {
         let (proc_dir, init_dir) = (dir.join("4100"), dir.join("1"));
         std::fs::create_dir_all(&proc_dir).unwrap();
         let captures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/captures");
-        assert_eq!(same_user_namespace(&proc_dir, &init_dir), None, "nothing to tell it by");
+        assert_eq!(same_user_namespace(&dir, &proc_dir), None, "nothing to tell it by");
         std::fs::copy(captures.join("proc_userns_uid_map"), proc_dir.join("uid_map")).unwrap();
-        assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(false));
+        assert_eq!(same_user_namespace(&dir, &proc_dir), Some(false));
         std::fs::copy(captures.join("proc_self_uid_map"), proc_dir.join("uid_map")).unwrap();
-        assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(true));
+        assert_eq!(same_user_namespace(&dir, &proc_dir), Some(true));
         // Links that differ prove a namespace of its own.
         std::fs::create_dir_all(proc_dir.join("ns")).unwrap();
         std::fs::create_dir_all(init_dir.join("ns")).unwrap();
         std::os::unix::fs::symlink("user:[4026532001]", proc_dir.join("ns/user")).unwrap();
         std::os::unix::fs::symlink("user:[4026531837]", init_dir.join("ns/user")).unwrap();
-        assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(false));
+        assert_eq!(same_user_namespace(&dir, &proc_dir), Some(false));
         // Links that match prove nothing when pid 1 is a rootless container's init: uid_map
         // decides.
         std::fs::remove_file(proc_dir.join("ns/user")).unwrap();
         std::os::unix::fs::symlink("user:[4026531837]", proc_dir.join("ns/user")).unwrap();
         std::fs::copy(captures.join("proc_userns_uid_map"), proc_dir.join("uid_map")).unwrap();
-        assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(false));
+        assert_eq!(same_user_namespace(&dir, &proc_dir), Some(false));
         std::fs::remove_file(proc_dir.join("uid_map")).unwrap();
-        assert_eq!(same_user_namespace(&proc_dir, &init_dir), Some(true), "the links alone");
+        assert_eq!(same_user_namespace(&dir, &proc_dir), Some(true), "the links alone");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -57,8 +57,11 @@ pub struct NetlinkDevice {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MrUsage {
-    /// Sum of the lengths of every MR of the device, whoever owns it.
+    /// Sum of the lengths of every MR of the device, whoever owns it, implicit ODP MRs left out.
     pub registered_bytes: u64,
+    /// Implicit ODP MRs ([`nldev::MrEntry::is_implicit_odp`]): their MRLEN is 2^64 - 1, the whole
+    /// address space, of which nothing is pinned; added, it saturated every byte sum.
+    pub implicit_odp_mrs: u64,
     pub owners: Vec<OwnerMrs>,
 }
 
@@ -71,7 +74,9 @@ pub struct OwnerMrs {
     pub pid: String,
     /// `/proc/PID/comm`, `[name]` for kernel MRs (`[nvme_rdma]`, as `rdma` prints it), else "".
     pub comm: String,
+    /// Every MR of the owner, implicit ODP ones included.
     pub mrs: u64,
+    /// Their lengths, implicit ODP MRs left out.
     pub bytes: u64,
 }
 
@@ -86,12 +91,18 @@ enum Owner {
 #[derive(Debug, Default)]
 pub struct MrTally {
     registered_bytes: u64,
+    implicit_odp_mrs: u64,
     owners: HashMap<Owner, (u64, u64)>,
 }
 
 impl MrTally {
     pub fn add(&mut self, entry: &nldev::MrEntry) {
-        let bytes = entry.length.unwrap_or(0);
+        let bytes = if entry.is_implicit_odp() {
+            self.implicit_odp_mrs += 1;
+            0
+        } else {
+            entry.length.unwrap_or(0)
+        };
         self.registered_bytes = self.registered_bytes.saturating_add(bytes);
         let owner = match (entry.pid, &entry.kern_name) {
             (Some(pid), _) => Owner::Process(pid),
@@ -131,7 +142,7 @@ impl MrTally {
         if let Some((mrs, bytes)) = other {
             out.push(OwnerMrs { pid: "other".into(), comm: String::new(), mrs, bytes });
         }
-        MrUsage { registered_bytes: self.registered_bytes, owners: out }
+        MrUsage { registered_bytes: self.registered_bytes, implicit_odp_mrs: self.implicit_odp_mrs, owners: out }
     }
 }
 
@@ -531,7 +542,8 @@ impl RdmaNetlinkStats {
     }
 
     pub fn claims(&self) -> Vec<Claim> {
-        let devices = self.devices.iter().map(|d| (d.resources.len() + usize::from(d.mrs.is_some()), 0.7)).collect();
+        let devices =
+            self.devices.iter().map(|d| (d.resources.len() + 2 * usize::from(d.mrs.is_some()), 0.7)).collect();
         let owners = self.owner_order().iter().map(|_| (2, 0.6)).collect();
         vec![
             Claim { class: DEVICES, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities: devices },
@@ -570,11 +582,23 @@ impl RdmaNetlinkStats {
         out.family(
             "memlock_rdma_mr_registered_bytes",
             "Sum of the lengths of all memory regions registered on the device (RES_MR_GET), user and kernel. dma-buf \
-                and ODP MRs are included although neither is charged to VmPin. Sampled on the rdma_netlink interval.",
+                and explicit ODP MRs are included although neither is charged to VmPin; implicit ODP MRs (MRLEN \
+                2^64-1, the whole address space) are not: see memlock_rdma_mr_implicit_odp. Sampled on the \
+                rdma_netlink interval.",
             Kind::Gauge,
         );
         for d in &devices {
             out.maybe(&[("device", &d.name)], d.mrs.as_ref().map(|m| m.registered_bytes));
+        }
+        out.family(
+            "memlock_rdma_mr_implicit_odp",
+            "Implicit ODP memory regions on the device (registered with address 0 and length 2^64-1, as UCX does; \
+                RES_MR_GET reports that length): counted here and left out of every byte sum, since they cover the \
+                whole address space and pin nothing up front. Sampled on the rdma_netlink interval.",
+            Kind::Gauge,
+        );
+        for d in &devices {
+            out.maybe(&[("device", &d.name)], d.mrs.as_ref().map(|m| m.implicit_odp_mrs));
         }
         type Field = fn(&OwnerMrs) -> u64;
         let per_owner: [(&'static str, &'static str, Field); 2] = [
@@ -587,9 +611,9 @@ impl RdmaNetlinkStats {
             ),
             (
                 "memlock_rdma_process_mr_bytes",
-                "Sum of the lengths of the memory regions per owning process and device: the kernel's record of what a \
-                    process registered (compare with memlock_process_pinned_bytes). Labels as \
-                    memlock_rdma_process_mrs. Sampled on the rdma_netlink interval.",
+                "Sum of the lengths of the memory regions per owning process and device, implicit ODP MRs left out: \
+                    the kernel's record of what a process registered (compare with memlock_process_pinned_bytes). \
+                    Labels as memlock_rdma_process_mrs. Sampled on the rdma_netlink interval.",
                 |o| o.bytes,
             ),
         ];
@@ -671,12 +695,49 @@ mod tests {
 
     #[test]
     fn byte_sums_saturate() {
+        // 2^64 - 1 itself is an implicit ODP MR (below): the largest lengths that are not.
         let mut tally = MrTally::default();
-        tally.add(&mr(u64::MAX, Some(1), None));
-        tally.add(&mr(u64::MAX, Some(1), None));
+        tally.add(&mr(u64::MAX - 1, Some(1), None));
+        tally.add(&mr(u64::MAX - 1, Some(1), None));
         let usage = tally.finish(10, |_| String::new());
         assert_eq!(usage.registered_bytes, u64::MAX);
         assert_eq!(usage.owners[0].bytes, u64::MAX);
+    }
+
+    /// Issue 23: UCX's implicit ODP MR reports MRLEN 2^64 - 1, so the device's and the owner's
+    /// byte sums saturated at 2^64 - 1 as soon as one existed. Decoded from a reply part in the
+    /// captures' byte format, it is counted apart and left out of the sums.
+    #[test]
+    fn implicit_odp_mrs_are_counted_apart_and_left_out_of_the_byte_sums() {
+        use crate::kernel::nldev::testing::{hex_dump, IMPLICIT_ODP_PART};
+        let bytes = hex_dump(IMPLICIT_ODP_PART);
+        let Some(Ok(nldev::Message::Reply { attrs: body, .. })) = nldev::messages(&bytes).next() else {
+            panic!("a reply part")
+        };
+        let part = nldev::decode_mr_part(body).unwrap();
+        let mut tally = MrTally::default();
+        for entry in &part.entries {
+            tally.add(entry);
+        }
+        tally.add(&mr(4096, None, Some("nvme_rdma")));
+        let usage = tally.finish(10, |pid| if pid == 4243 { "ucx_perftest".into() } else { String::new() });
+        assert_eq!((usage.registered_bytes, usage.implicit_odp_mrs), ((2 << 20) + 4096, 1));
+        let ucx = &usage.owners[0];
+        assert_eq!((ucx.pid.as_str(), ucx.mrs, ucx.bytes), ("4243", 2, 2 << 20), "both MRs, one's bytes");
+        let stats = RdmaNetlinkStats {
+            supported: true,
+            devices: vec![NetlinkDevice { name: part.dev_name, index: 0, resources: Vec::new(), mrs: Some(usage) }],
+        };
+        let mut out = Exposition::new();
+        stats.render(&mut out);
+        let text = out.finish();
+        for line in [
+            "memlock_rdma_mr_registered_bytes{device=\"mlx5_0\"} 2101248",
+            "memlock_rdma_mr_implicit_odp{device=\"mlx5_0\"} 1",
+            "memlock_rdma_process_mr_bytes{pid=\"4243\",comm=\"ucx_perftest\",device=\"mlx5_0\"} 2097152",
+        ] {
+            assert!(text.contains(&format!("{line}\n")), "{line} missing from:\n{text}");
+        }
     }
 
     #[test]
@@ -961,6 +1022,7 @@ mod tests {
                 resources: vec![("pd".into(), 4), ("mr".into(), 37)],
                 mrs: Some(MrUsage {
                     registered_bytes: 9_637_888,
+                    implicit_odp_mrs: 0,
                     owners: vec![OwnerMrs { pid: "4242".into(), comm: "python".into(), mrs: 2, bytes: 9_637_888 }],
                 }),
             }],

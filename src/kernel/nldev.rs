@@ -392,6 +392,20 @@ pub struct MrEntry {
     pub kern_name: Option<String>,
 }
 
+impl MrEntry {
+    /// An implicit ODP MR: registered with start 0 and length `U64_MAX`, the whole address space
+    /// on demand (`ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND)`; UCX registers one).
+    /// `ib_uverbs_reg_mr` (drivers/infiniband/core/uverbs_cmd.c) stores the requested length in
+    /// `mr->length`, mlx5's `create_user_odp_mr` (drivers/infiniband/hw/mlx5/mr.c) takes `!start
+    /// && length == U64_MAX` for implicit (`ib_umem_odp_alloc_implicit`,
+    /// drivers/infiniband/core/umem_odp.c), and `fill_res_mr_entry`
+    /// (drivers/infiniband/core/nldev.c) reports `mr->length` as MRLEN: 2^64 - 1, while nothing is
+    /// pinned up front (ODP pages are faulted in and out, never charged to VmPin).
+    pub fn is_implicit_odp(&self) -> bool {
+        self.length == Some(u64::MAX)
+    }
+}
+
 /// One part of a `RES_MR_GET` dump: some of one device's MRs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MrDumpPart {
@@ -650,6 +664,27 @@ pub(crate) mod testing {
         message(msg::DONE, flags::MULTI, seq, &error.to_ne_bytes())
     }
 
+    /// Issue 23: a reply part in the captures' format (sample 5's layout, x86_64) with the
+    /// implicit ODP MR UCX registers (MRLEN 2^64 - 1, mrn 6) beside a 2 MiB MR (mrn 7), both of
+    /// pid 4243, as an unprivileged reader gets them from fill_res_mr_entry.
+    pub const IMPLICIT_ODP_PART: &str = "
+        0000  78 00 00 00 0d 14 02 00 00 f1 53 65 39 30 00 00
+        0010  08 00 01 00 00 00 00 00 0b 00 02 00 6d 6c 78 35
+        0020  5f 30 00 00 54 00 28 00 28 00 29 00 0c 00 2d 00
+        0030  ff ff ff ff ff ff ff ff 08 00 3e 00 06 00 00 00
+        0040  08 00 3c 00 03 00 00 00 08 00 1c 00 93 10 00 00
+        0050  28 00 29 00 0c 00 2d 00 00 00 20 00 00 00 00 00
+        0060  08 00 3e 00 07 00 00 00 08 00 3c 00 03 00 00 00
+        0070  08 00 1c 00 93 10 00 00";
+
+    /// The bytes of a hex dump in the captures' `OFFSET  BYTES` format.
+    pub fn hex_dump(text: &str) -> Vec<u8> {
+        text.lines()
+            .filter_map(|line| line.trim().split_once("  "))
+            .flat_map(|(_, hex)| hex.split_whitespace().map(|b| u8::from_str_radix(b, 16).unwrap()).collect::<Vec<_>>())
+            .collect()
+    }
+
     /// A `RES_GET` dump part: one device's summary.
     pub fn summary_part(seq: u32, dev: (u32, &str), entries: &[(&str, u64)]) -> Vec<u8> {
         let table: Vec<u8> = entries
@@ -802,6 +837,35 @@ mod tests {
             privileged.entries,
             [MrEntry { length: Some(9_633_792), mrn: Some(4), pdn: Some(2), pid: Some(4242), kern_name: None }]
         );
+    }
+
+    #[test]
+    fn an_implicit_odp_mr_reports_the_whole_address_space() {
+        let bytes = hex_dump(IMPLICIT_ODP_PART);
+        let mut built = mr_part(
+            SEQ,
+            (0, "mlx5_0"),
+            &[
+                mr_entry(&[
+                    attribute(attr::RES_MRLEN, &u64::MAX.to_ne_bytes()),
+                    attribute(attr::RES_MRN, &6u32.to_ne_bytes()),
+                    attribute(attr::RES_PDN, &3u32.to_ne_bytes()),
+                    attribute(attr::RES_PID, &4243u32.to_ne_bytes()),
+                ]),
+                mr_entry(&[
+                    attribute(attr::RES_MRLEN, &(2u64 << 20).to_ne_bytes()),
+                    attribute(attr::RES_MRN, &7u32.to_ne_bytes()),
+                    attribute(attr::RES_PDN, &3u32.to_ne_bytes()),
+                    attribute(attr::RES_PID, &4243u32.to_ne_bytes()),
+                ]),
+            ],
+        );
+        built[12..16].copy_from_slice(&12345u32.to_ne_bytes());
+        assert_eq!(bytes, built, "the dump is what the uapi layout gives");
+        let part = decode_mr_body(&bytes);
+        let implicit: Vec<(Option<u32>, bool)> = part.entries.iter().map(|e| (e.mrn, e.is_implicit_odp())).collect();
+        assert_eq!(implicit, [(Some(6), true), (Some(7), false)]);
+        assert_eq!(part.entries[0].length, Some(u64::MAX));
     }
 
     fn decode_mr_body(bytes: &[u8]) -> MrDumpPart {

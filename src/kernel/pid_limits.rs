@@ -11,8 +11,11 @@ const MEMLOCK_LINE: &str = "Max locked memory";
 /// One RLIMIT value.
 pub use super::Limit;
 
-/// RLIMIT_MEMLOCK. The kernel checks both `VmLck` (mlock) and `VmPin` (RDMA registration,
-/// io_uring buffers) against `soft`; `hard` is how far an unprivileged process may raise it.
+/// RLIMIT_MEMLOCK. The kernel checks `VmLck` (mlock, vfio type1) and `VmPin` (RDMA
+/// registration, `ib_umem_get`) against `soft`, each on its own; io_uring and iommufd check the
+/// user's `locked_vm` against it instead (`__io_account_mem`, io_uring/rsrc.c), and
+/// `mlockall(MCL_CURRENT)` VmSize (mm/mlock.c). `hard` is how far an unprivileged process may
+/// raise it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemlockLimits {
     pub soft: Limit,

@@ -1,8 +1,13 @@
 //! `/proc/PID/status`: the fields the process collector needs (Name, VmLck, VmPin, CapEff).
 //!
 //! Each line is `Key:`, a TAB, then the value; memory values are `<kB, right-aligned in 8> kB`.
-//! Kernel threads (and zombies, whose address space is gone) print no `Vm*` lines at all. The
-//! key set grows with kernel versions, so lines are matched by key, never by position.
+//! `proc_pid_status()` (fs/proc/array.c) prints the `Vm*` block (`task_mem`) only for a task
+//! with an mm (`get_task_mm`): kernel threads, zombies, and the main thread of a process that
+//! called pthread_exit() while other threads run on (`exit_mm` dropped its mm) print none. So
+//! a missing block alone does not make a kernel thread: `Kthread:` says it where the kernel
+//! prints it (6.18 here; 6.1 does not), `/proc/PID/stat`'s flags elsewhere
+//! ([`super::pid_stat`]). The key set grows with kernel versions, so lines are matched by key,
+//! never by position.
 //!
 //! This parser runs once per process per full scan, so it borrows from the text and allocates
 //! nothing: a scan of the file stops as soon as every wanted key has been seen.
@@ -20,7 +25,8 @@ pub struct Status<'a> {
     pub name: &'a str,
     /// `Kthread:` (6.x kernels); `None` on kernels that do not print it.
     pub kthread: Option<bool>,
-    /// Whether any `Vm*` line was present: false for kernel threads and zombies.
+    /// Whether any `Vm*` line was present: false for kernel threads, zombies and a process
+    /// whose main thread has exited.
     pub has_vm: bool,
     /// `VmLck`: memory locked with mlock()/mlockall(), charged to `mm->locked_vm`.
     pub locked_bytes: Option<u64>,
@@ -31,9 +37,16 @@ pub struct Status<'a> {
 }
 
 impl Status<'_> {
-    /// True for tasks without a user address space: nothing of theirs can be locked or pinned.
-    pub fn is_kernel_thread(&self) -> bool {
-        self.kthread == Some(true) || !self.has_vm
+    /// Whether the task is a kernel thread, as far as `status` tells: `Kthread:` where printed,
+    /// else a `Vm*` block proves a user process. `None` on kernels without `Kthread:` when the
+    /// block is missing: a kernel thread, or a process whose main thread exited
+    /// (`/proc/PID/stat` tells them apart).
+    pub fn kernel_thread(&self) -> Option<bool> {
+        match self.kthread {
+            Some(kthread) => Some(kthread),
+            None if self.has_vm => Some(false),
+            None => None,
+        }
     }
 
     /// Whether `CAP_IPC_LOCK` is in the effective set (the memlock limit is then not enforced,
@@ -197,7 +210,8 @@ mod tests {
         let status = parse(CAPTURE).unwrap();
         assert_eq!(status.name, "cat");
         assert_eq!(status.kthread, Some(false));
-        assert!(status.has_vm && !status.is_kernel_thread());
+        assert!(status.has_vm);
+        assert_eq!(status.kernel_thread(), Some(false));
         assert_eq!(status.locked_bytes, Some(0));
         assert_eq!(status.pinned_bytes, Some(0));
         assert_eq!(status.cap_eff, Some(0x000001fffeffffff));
@@ -209,14 +223,30 @@ mod tests {
         let status = parse(KTHREADD).unwrap();
         assert_eq!(status.name, "kthreadd");
         assert!(!status.has_vm);
-        assert!(status.is_kernel_thread());
+        assert_eq!(status.kernel_thread(), Some(true));
         assert_eq!(status.locked_bytes, None, "absent, not zero");
         assert_eq!(status.pinned_bytes, None);
-        // Kernels before 6.x print no Kthread line: the missing Vm block alone says so.
+        // Kernels without the Kthread line (6.1): the missing Vm block does not tell a kernel
+        // thread from a process whose main thread exited.
         let old = KTHREADD.replace("Kthread:\t1\n", "");
         let status = parse(&old).unwrap();
         assert_eq!(status.kthread, None);
-        assert!(status.is_kernel_thread());
+        assert_eq!(status.kernel_thread(), None);
+    }
+
+    /// Issue 23: the leader of a process that called pthread_exit() in main while a thread runs
+    /// on, read on 6.18 while that thread held 4 MiB mlocked: a zombie leader without Vm lines,
+    /// and `Kthread: 0`. It was taken for a kernel thread and the 4 MiB went unseen.
+    #[test]
+    fn an_exited_main_thread_is_not_a_kernel_thread() {
+        let leader = "Name:\tleader_exit\nState:\tZ (zombie)\nTgid:\t23195\nNgid:\t0\nPid:\t23195\nPPid:\t1\n\
+            TracerPid:\t0\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t0\nGroups:\t \nNStgid:\t23195\nNSpid:\t23195\n\
+            NSpgid:\t23182\nNSsid:\t9644\nKthread:\t0\nThreads:\t2\nSigQ:\t0/96365\nSigPnd:\t0000000000000000\n\
+            CapEff:\t000001ffffffffff\n";
+        let status = parse(leader).unwrap();
+        assert!(!status.has_vm);
+        assert_eq!(status.kernel_thread(), Some(false));
+        assert_eq!(status.locked_bytes, None);
     }
 
     #[test]
@@ -229,7 +259,7 @@ mod tests {
         assert_eq!(status.pinned_bytes, Some(9437184 * 1024));
         assert_eq!(status.locked_bytes, Some(0));
         assert_eq!(status.ipc_lock(), Some(false));
-        assert!(!status.is_kernel_thread());
+        assert_eq!(status.kernel_thread(), Some(false));
     }
 
     #[test]
@@ -292,7 +322,7 @@ mod tests {
         let status = parsed.value;
         assert_eq!((status.name, status.locked_bytes, status.pinned_bytes), ("python3", None, Some(4 << 20)));
         assert_eq!(status.ipc_lock(), None, "CapEff unknown");
-        assert!(!status.is_kernel_thread(), "a Vm line was there, if broken");
+        assert_eq!(status.kernel_thread(), Some(false), "a Vm line was there, if broken");
         assert_eq!(parsed.field_errors.len(), 2, "{:?}", parsed.field_errors);
     }
 

@@ -15,8 +15,32 @@ use super::ParseError;
 
 const ALL_UIDS: u64 = u32::MAX as u64;
 
-/// True when the map is the initial namespace's identity map of every uid.
+/// True when the map is the initial namespace's identity map of every uid, as a reader in the
+/// initial namespace sees it.
 pub fn is_initial(text: &str) -> Result<bool, ParseError> {
+    Ok(full_extent(text)? == Some(0))
+}
+
+/// What a process's map says about its namespace, read by a reader in the initial namespace
+/// (`reader_initial`) or in another one. `uid_m_show()` (kernel/user_namespace.c) prints the
+/// first and count columns as the namespace holds them, and only the middle one relative to the
+/// reader (`from_kuid(seq_user_ns(seq), ...)`; relative to the parent when the reader is in that
+/// very namespace). So a map that is not one extent of every uid starting at 0 is another
+/// namespace from any view: `Some(false)`. One that is: the initial namespace if read from
+/// there and mapped onto 0 (`Some`), but from inside a user namespace the host's map reads
+/// `0 4294967295 4294967295` or, when the reader maps its root onto host root, `0 0
+/// 4294967295`: it cannot tell (`None`).
+pub fn judge(text: &str, reader_initial: bool) -> Result<Option<bool>, ParseError> {
+    Ok(match full_extent(text)? {
+        None => Some(false),
+        Some(lower) if reader_initial => Some(lower == 0),
+        Some(_) => None,
+    })
+}
+
+/// The middle column of a map that could be the initial namespace's (one extent of every uid
+/// from 0), `None` for any other map.
+fn full_extent(text: &str) -> Result<Option<u64>, ParseError> {
     let mut extents = Vec::with_capacity(1);
     for (index, line) in text.split('\n').enumerate() {
         if line.is_empty() {
@@ -42,11 +66,11 @@ pub fn is_initial(text: &str) -> Result<bool, ParseError> {
         }
         extents.push(extent);
     }
-    if extents.is_empty() {
-        // An empty map: a new namespace whose map is not written yet. Not the initial one.
-        return Ok(false);
-    }
-    Ok(extents == [(0, 0, ALL_UIDS)])
+    // An empty map is a new namespace whose map is not written yet: not the initial one.
+    Ok(match extents[..] {
+        [(0, lower, ALL_UIDS)] => Some(lower),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -70,6 +94,21 @@ mod tests {
         // Identity, but not of every uid.
         assert_eq!(is_initial("         0          0      65536\n"), Ok(false));
         assert_eq!(is_initial(""), Ok(false));
+    }
+
+    /// Issue 23: read from inside a user namespace, the counts still tell a namespace; only the
+    /// host's own map (every uid) cannot be told, whatever its middle column reads.
+    #[test]
+    fn a_namespaced_reader_still_tells_a_namespace_by_its_extents() {
+        // A namespaced root's own map, read from inside that namespace (relative to the parent).
+        assert_eq!(judge("         0      65534          1\n", false), Ok(Some(false)));
+        assert_eq!(judge("         0      65534          1\n", true), Ok(Some(false)));
+        // The host's map from `unshare --user --map-root-user` as nobody, then as root (6.18).
+        assert_eq!(judge("         0 4294967295 4294967295\n", false), Ok(None));
+        assert_eq!(judge("         0          0 4294967295\n", false), Ok(None));
+        assert_eq!(judge("         0          0 4294967295\n", true), Ok(Some(true)));
+        assert_eq!(judge("", false), Ok(Some(false)));
+        assert!(judge("0 x 1\n", false).is_err());
     }
 
     #[test]

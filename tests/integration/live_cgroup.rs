@@ -385,3 +385,57 @@ fn start_as_nobody(tree: &Path) -> Exporter {
     cmd.args(["--no-collector.node", "--no-collector.numa", "--no-collector.process"]);
     Exporter::from_command(cmd)
 }
+
+/// Issue 23: on v1 the kernel counts an OOM kill only in the victim's own cgroup
+/// (memcg_memory_event, include/linux/memcontrol.h, stops at the first cgroup off the default
+/// hierarchy), so a job's cgroup showed `oom_kill` 0 for a process killed in its step. A process
+/// is OOM-killed in a child cgroup with a small limit: the parent's exported figure counts it,
+/// while the parent's own memory.oom_control still says 0.
+#[test]
+fn an_oom_kill_in_a_child_cgroup_counts_in_the_parent() {
+    require_root();
+    let _guard = live_lock();
+    let mut cgroups = Cgroups::default();
+    let name = format!("memlock-kernel-oom-{}", std::process::id());
+    let parent = cgroups.create(Path::new(MEMORY).join(&name), None);
+    let step = cgroups.create(parent.join("step_0"), Some(32 << 20));
+    let config = ConfigFile::new(
+        "oom",
+        &format!("[collector.cgroup]\ninclude = [\"^/{name}(/|$)\"]\nfull_scan_interval = \"1s\"\n"),
+    );
+    let exporter = Exporter::start(&["--config.file", config.arg(), "--no-collector.process"]);
+    let kills = |m: &Metrics, path: &str| {
+        m.get(&format!("memlock_cgroup_memory_events_total{{cgroup=\"{path}\",event=\"oom_kill\"}}"))
+    };
+    let parent_label = format!("/{name}");
+    let step_label = format!("/{name}/step_0");
+    exporter.wait_metrics(Duration::from_secs(15), "both test cgroups", |m| {
+        kills(m, &parent_label) == Some(0.0) && kills(m, &step_label) == Some(0.0)
+    });
+
+    // 128 MiB written under a 32 MiB limit, without swap to go to: the OOM killer ends it.
+    let status = Command::new("sh")
+        .args(["-c", "echo $$ > \"$1/cgroup.procs\" && exec python3 -c 'b = b\"x\" * (128 << 20)'", "sh"])
+        .arg(&step)
+        .stderr(Stdio::null())
+        .status()
+        .expect("sh runs python3");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "the OOM killer's SIGKILL: {status}");
+    let own = |dir: &Path| {
+        let text = std::fs::read_to_string(dir.join("memory.oom_control")).unwrap();
+        text.lines().find_map(|l| l.strip_prefix("oom_kill ")?.parse::<u64>().ok()).expect("oom_kill line")
+    };
+    assert_eq!((own(&step), own(&parent)), (1, 0), "the kernel counts it in the victim's cgroup only");
+
+    let m = exporter.wait_metrics(Duration::from_secs(15), "the kill in the parent's figure", |m| {
+        kills(m, &parent_label) == Some(1.0)
+    });
+    assert_eq!(kills(&m, &step_label), Some(1.0));
+    // The step ends and its cgroup goes: the parent's counter does not go back down.
+    let removed = cgroups.dirs.pop().expect("the step cgroup was created last");
+    std::fs::remove_dir(&removed).expect("remove the step cgroup");
+    let m = exporter.wait_metrics(Duration::from_secs(15), "the step cgroup gone", |m| kills(m, &step_label).is_none());
+    assert_eq!(kills(&m, &parent_label), Some(1.0), "{}", m.text);
+    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"cgroup\"}"), 1.0);
+}

@@ -186,6 +186,102 @@ fn mlock_by_root_reports_exact_vmlck_limits_and_ratio() {
     }
 }
 
+/// A python3 child that mlock()s `argv[1]` bytes and then ends its main thread while another
+/// thread holds on until stdin closes: the leader's `exit` syscall (what pthread_exit() ends
+/// with; glibc's unwinding through Python frames is not needed for it) leaves a zombie leader
+/// without an mm, so its /proc/PID/status has no Vm lines.
+const LEADER_EXIT_HOLDER: &str = r#"
+import ctypes, mmap, os, sys, threading
+size = int(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(15, b"memlock-exited", 0, 0, 0)  # PR_SET_NAME, inherited by the thread
+buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+if libc.mlock(ctypes.c_void_p(addr), ctypes.c_size_t(size)) != 0:
+    print("mlock failed errno", ctypes.get_errno(), flush=True); sys.exit(1)
+def hold():
+    print("locked", threading.get_native_id(), flush=True)
+    sys.stdin.read()
+    os._exit(0)
+threading.Thread(target=hold).start()
+libc.syscall({"x86_64": 60, "aarch64": 93}[os.uname().machine], 0)  # SYS_exit: this thread only
+"#;
+
+/// Issue 23: a process whose main thread exited while another thread runs on, holding 4 MiB
+/// locked, was taken for a kernel thread (no Vm lines in the leader's status) and not exported.
+#[test]
+fn a_process_whose_main_thread_exited_is_exported_with_its_memory() {
+    assert!(is_root(), "live tests run as root (the exporter must read every process)");
+    let _guard = live_lock();
+    let exporter = start_exporter(FAST_SCANS);
+    const LOCK: u64 = 4 << 20;
+    let mut command = Command::new(unprivileged_python());
+    command.args(["-c", LEADER_EXIT_HOLDER, &LOCK.to_string()]);
+    let mut holder = Held::spawn(command);
+    let line = holder.line();
+    let tid: u32 = line.strip_prefix("locked ").and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("{line}"));
+    let pid = holder.child.id();
+    // The situation itself: the leader is a zombie without Vm lines, the thread holds the lock.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let leader = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("leader listed");
+        if leader.contains("State:\tZ") {
+            assert!(!leader.contains("VmLck:"), "{leader}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the main thread did not exit: {leader}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let thread = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).expect("thread alive");
+    assert!(thread.contains(&format!("VmLck:\t{:>8} kB", LOCK >> 10)), "{thread}");
+
+    let m = exporter.wait_metrics(Duration::from_secs(15), "the process with the exited leader", |m| {
+        of(m, "memlock_process_locked_bytes", pid, "comm=\"memlock-exited\"").is_some()
+    });
+    assert_eq!(of(&m, "memlock_process_locked_bytes", pid, ""), Some(LOCK as f64), "{}", m.text);
+    assert_eq!(of(&m, "memlock_process_pinned_bytes", pid, ""), Some(0.0));
+    let (soft, _) = memlock_limits(pid);
+    let soft: u64 = soft.parse().expect("a finite soft memlock limit");
+    assert_eq!(of(&m, "memlock_process_limit_bytes", pid, "kind=\"soft\""), Some(soft as f64));
+    assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some(LOCK as f64 / soft as f64));
+    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
+}
+
+/// Issue 23: `prlimit` on a running job (a fix operators apply) showed in the exported limit
+/// only at the next full scan, up to 60 s later. The limits of a process holding memory are
+/// re-read every 2 s: at the default full scan interval the change shows within a few seconds.
+#[test]
+fn prlimit_on_a_running_holder_shows_within_seconds() {
+    assert!(is_root(), "live tests run as root (the exporter must read every process)");
+    let _guard = live_lock();
+    let exporter = start_exporter(&[("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__COMM_PATTERN", "^memlock-")]);
+    let mut command = Command::new("python3");
+    command.args(["-c", MLOCK_HOLDER, &(1u64 << 20).to_string(), "--name", "memlock-prlimit"]);
+    let mut holder = Held::spawn(command);
+    assert_eq!(holder.line(), "locked");
+    let pid = holder.child.id();
+    let (soft, _) = memlock_limits(pid);
+    let soft: u64 = soft.parse().expect("a finite soft memlock limit");
+    exporter.wait_metrics(Duration::from_secs(15), "the holder's limit", |m| {
+        of(m, "memlock_process_limit_bytes", pid, "kind=\"soft\"") == Some(soft as f64)
+    });
+    let lowered = soft / 2;
+    let status = Command::new("prlimit")
+        .args([format!("--pid={pid}"), format!("--memlock={lowered}:{lowered}")])
+        .status()
+        .expect("run prlimit");
+    assert!(status.success());
+    assert_eq!(memlock_limits(pid), (lowered.to_string(), lowered.to_string()));
+    let changed = Instant::now();
+    // The full scan is 60 s away (the default): only the holders' refresh can show it this soon.
+    let m = exporter.wait_metrics(Duration::from_secs(5), "the lowered limit", |m| {
+        of(m, "memlock_process_limit_bytes", pid, "kind=\"soft\"") == Some(lowered as f64)
+    });
+    eprintln!("prlimit shown after {:?}", changed.elapsed());
+    assert_eq!(of(&m, "memlock_process_limit_bytes", pid, "kind=\"hard\""), Some(lowered as f64));
+    assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some((1u64 << 20) as f64 / lowered as f64));
+}
+
 #[test]
 fn io_uring_pinning_by_an_unprivileged_process_until_enomem() {
     assert!(is_root(), "live tests need root (to drop to an unprivileged uid with a lowered memlock limit)");
@@ -321,6 +417,141 @@ fn cap_ipc_lock_inside_a_user_namespace_is_not_an_exemption() {
     let (soft, _) = memlock_limits(pid);
     let soft: u64 = soft.parse().expect("a finite soft memlock limit");
     assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some(LOCK as f64 / soft as f64));
+}
+
+/// Issue 23: the exporter itself inside the user namespace (a container without the host's):
+/// it took every process's capability at its word there, so the namespaced root read
+/// `ipc_lock 1` although the kernel refuses it past the limit. `check`, run from the same
+/// namespace, makes the same decision.
+#[test]
+fn an_exporter_inside_a_user_namespace_does_not_exempt_its_namespaced_root() {
+    assert!(is_root(), "live tests need root (to drop to an unprivileged uid)");
+    let _guard = live_lock();
+    const LOCK: u64 = 2 << 20;
+    let python = unprivileged_python();
+    let mut command = Command::new("setpriv");
+    command.args(["--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "--user", "--map-root-user"]);
+    command.args([python, "-c", MLOCK_HOLDER, &LOCK.to_string(), "--name", "memlock-nsroot"]);
+    let mut holder = Held::spawn(command);
+    assert_eq!(holder.line(), "locked", "this test needs unprivileged user namespaces (unshare --user as nobody)");
+    let pid = holder.child.id();
+    let userns = format!("--user=/proc/{pid}/ns/user");
+    let in_namespace = |program: &std::path::Path| {
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "nsenter", "--preserve-credentials", &userns])
+            .arg(program);
+        command.current_dir("/");
+        command
+    };
+
+    // The kernel refuses the namespaced root past its limit, CAP_IPC_LOCK in CapEff or not:
+    // capable() checks the initial namespace (do_mlock, mm/mlock.c: `locked > lock_limit && !capable(CAP_IPC_LOCK)`).
+    let (soft, _) = memlock_limits(pid);
+    let soft: u64 = soft.parse().expect("a finite soft memlock limit");
+    let over = format!(
+        "import ctypes, mmap; libc = ctypes.CDLL(None, use_errno=True); n = {}; \
+         b = mmap.mmap(-1, n); a = ctypes.addressof(ctypes.c_char.from_buffer(b)); \
+         caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1]; \
+         print(int(caps, 16) >> 14 & 1, libc.mlock(ctypes.c_void_p(a), ctypes.c_size_t(n)), ctypes.get_errno())",
+        soft + (1 << 20)
+    );
+    let refused = in_namespace(std::path::Path::new(python)).args(["-c", &over]).output().expect("run python");
+    assert_eq!(String::from_utf8_lossy(&refused.stdout).trim(), "1 -1 12", "{refused:?}");
+
+    let binary = crate::util::binary_runnable_by(65534);
+    let mut exporter = in_namespace(&binary);
+    exporter.args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--log.level", "debug"]);
+    exporter.args(["--no-collector.numa", "--no-collector.cgroup", "--no-collector.rdma_sysfs"]);
+    exporter.arg("--no-collector.rdma_netlink").envs(FAST_SCANS.iter().copied());
+    let exporter = Exporter::from_command(exporter);
+    exporter.wait_ready();
+    let m = wait_equal(&exporter, "memlock_process_locked_bytes", pid, || status_bytes(pid, "VmLck"));
+    assert_eq!(of(&m, "memlock_process_ipc_lock", pid, "comm=\"memlock-nsroot\""), Some(0.0), "{}", m.text);
+    assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some(LOCK as f64 / soft as f64));
+
+    let out = in_namespace(&binary).args(["check", "--json", "--pid", &pid.to_string()]).output().expect("check");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    let cap = report["findings"].as_array().unwrap().iter().find(|f| f["id"] == "memlock.cap_ipc_lock").unwrap();
+    assert_eq!(cap["status"], "WARN", "{cap}");
+    assert!(cap["measured"].as_str().unwrap().contains("only inside a user namespace"), "{cap}");
+}
+
+/// Issue 23, the docs against this kernel (docs/metrics.md, "How the kernel checks the limit"):
+/// under an 8 MiB soft limit, with nothing locked, `mlockall(MCL_CURRENT)` fails with ENOMEM
+/// because VmSize is over the limit (the mlockall system call, mm/mlock.c, checks
+/// `mm->total_vm`) while a 1 MiB `mlock` passes (VmLck); a perf ring past the per-user
+/// allowance and the limit is refused with EPERM (`perf_mmap`, kernel/events/core.c), a small
+/// one is not.
+#[test]
+fn mlockall_checks_vmsize_and_perf_rings_are_refused_with_eperm() {
+    assert!(is_root(), "live tests need root (to drop to an unprivileged uid)");
+    let _guard = live_lock();
+    const LIMIT: u64 = 8 << 20;
+    let run = |script: &str, args: &[&str]| {
+        let out = Command::new("prlimit")
+            .arg(format!("--memlock={LIMIT}:{LIMIT}"))
+            .args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", unprivileged_python(), "-c"])
+            .arg(script)
+            .args(args)
+            .current_dir("/")
+            .output()
+            .expect("run python3");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let mlock = r#"
+import ctypes, mmap
+libc = ctypes.CDLL(None, use_errno=True)
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+kib = lambda key: int(status[key].split()[0])
+all_rc = libc.mlockall(1)  # MCL_CURRENT
+all_errno = ctypes.get_errno()
+buf = mmap.mmap(-1, 1 << 20)
+one_rc = libc.mlock(ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(buf))), ctypes.c_size_t(1 << 20))
+print(kib("VmSize"), kib("VmLck"), all_rc, all_errno, one_rc)
+"#;
+    let fields: Vec<i64> = run(mlock, &[]).split_whitespace().map(|f| f.parse().unwrap()).collect();
+    let [vm_size_kib, vm_lck_kib, all_rc, all_errno, one_rc] = fields[..] else { panic!("{fields:?}") };
+    assert!(vm_size_kib as u64 * 1024 > LIMIT, "python's VmSize {vm_size_kib} kB is over the limit");
+    assert_eq!(vm_lck_kib, 0);
+    assert_eq!((all_rc, all_errno), (-1, libc::ENOMEM as i64), "mlockall(MCL_CURRENT) checks VmSize");
+    assert_eq!(one_rc, 0, "mlock of 1 MiB fits VmLck under the limit");
+
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").expect("perf events");
+    assert!(paranoid.trim().parse::<i64>().is_ok_and(|p| (0..=2).contains(&p)), "perf_event_paranoid {paranoid}");
+    let perf = r#"
+import ctypes, mmap, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+# perf_event_attr, PERF_ATTR_SIZE_VER0 (64 bytes): PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK,
+# disabled | exclude_kernel | exclude_hv.
+attr = ctypes.create_string_buffer(struct.pack("IIQQQQQ", 1, 64, 0, 0, 0, 0, 0b1100001) + bytes(16), 64)
+fd = libc.syscall({"x86_64": 298, "aarch64": 241}[os.uname().machine], attr, 0, -1, -1, 0)
+if fd < 0:
+    print("open", ctypes.get_errno()); sys.exit(0)
+pages = int(sys.argv[1])
+addr = libc.mmap(None, (1 + pages) * mmap.PAGESIZE, 3, 1, fd, 0)  # PROT_READ|PROT_WRITE, MAP_SHARED
+print("mmap", ctypes.get_errno() if addr in (None, ctypes.c_void_p(-1).value) else 0)
+"#;
+    // Past the per-user allowance (perf_event_mlock_kb x online CPUs) by more than the limit.
+    let mlock_kb: u64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_mlock_kb")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .expect("perf_event_mlock_kb");
+    // SAFETY: sysconf has no preconditions.
+    let cpus = u64::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).expect("online CPUs");
+    // SAFETY: as above.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).expect("page size");
+    // perf rings are a power of two in pages.
+    let pages = ((mlock_kb * 1024 * cpus + 2 * LIMIT) / page).next_power_of_two();
+    let refused = run(perf, &[&pages.to_string()]);
+    assert_eq!(refused, format!("mmap {}", libc::EPERM), "{pages} pages: refused with EPERM, not ENOMEM");
+    assert_eq!(run(perf, &["64"]), "mmap 0", "a 256 KiB ring fits the per-user allowance");
 }
 
 #[test]

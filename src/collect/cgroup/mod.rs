@@ -38,7 +38,8 @@ pub struct MemoryEvents {
     pub max: Option<u64>,
     /// The OOM path was entered (v2 only).
     pub oom: Option<u64>,
-    /// Processes killed by the OOM killer (v2 `oom_kill`, v1 `oom_control`'s `oom_kill`).
+    /// Processes killed by the OOM killer (v2 `oom_kill`; v1 `oom_control`'s `oom_kill` summed
+    /// over the subtree, which the kernel does not do on v1).
     pub oom_kill: Option<u64>,
 }
 
@@ -304,6 +305,68 @@ mod tests {
         let fourth = walking.read(&mut errors);
         assert_eq!(paths(&fourth), ["/", "/a", "/c"]);
         assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    /// Issue 23: v1 counts an OOM kill only in the victim's own cgroup (memcg_memory_event,
+    /// include/linux/memcontrol.h, walks up only on v2), so a job's cgroup showed 0 kills for a
+    /// rank killed in its step. The figure is summed over the subtree, excluded descendants
+    /// included, and never goes down: not when a step cgroup is removed, nor when a read fails.
+    #[test]
+    fn v1_oom_kills_are_summed_over_descendants_and_never_go_down() {
+        let scratch = Scratch::new("v1-oom-subtree");
+        let oom = |rel: &str, kills: u64| {
+            scratch.write(
+                &format!("sys/fs/cgroup/memory{rel}/memory.oom_control"),
+                &format!("oom_kill_disable 0\nunder_oom 0\noom_kill {kills}\n"),
+            )
+        };
+        for rel in ["", "/job", "/job/step_0", "/job/step_1", "/job/hidden", "/other"] {
+            scratch.v1_cgroup(rel, 4096, UNLIMITED);
+        }
+        oom("", 1);
+        oom("/job/step_0", 2);
+        oom("/job/hidden", 5);
+        oom("/other", 1);
+        let roots = Roots { procfs: scratch.root.join("proc"), sysfs: scratch.root.join("sys") };
+        let config = CgroupConfig {
+            full_scan_interval: Duration::from_secs(3600),
+            include: vec![],
+            exclude: vec![regex::Regex::new("^/job/hidden$").unwrap()],
+            max_depth: 12,
+        };
+        let mut collector = CgroupCollector::new(roots, config);
+        let mut errors = Vec::new();
+        let kills = |stats: &CgroupStats| -> Vec<(String, Option<u64>)> {
+            stats.memory.iter().map(|m| (m.path().to_owned(), m.events.oom_kill)).collect()
+        };
+        let expect = |pairs: &[(&str, u64)]| -> Vec<(String, Option<u64>)> {
+            pairs.iter().map(|(p, k)| (p.to_string(), Some(*k))).collect()
+        };
+        let stats = collector.read(&mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            kills(&stats),
+            expect(&[("/", 9), ("/job", 7), ("/job/step_0", 2), ("/job/step_1", 0), ("/other", 1)]),
+            "the excluded /job/hidden counts in /job"
+        );
+        // A new kill in step_1; step_0 ends and its cgroup is removed: its 2 kills stay above.
+        oom("/job/step_1", 1);
+        std::fs::remove_dir_all(scratch.cgroup_fs().join("memory/job/step_0")).unwrap();
+        let stats = collector.read(&mut errors);
+        assert_eq!(kills(&stats), expect(&[("/", 10), ("/job", 8), ("/job/step_1", 1), ("/other", 1)]));
+        // An unreadable file is an error, and the last value stands.
+        scratch.write("sys/fs/cgroup/memory/job/step_1/memory.oom_control", "oom_kill_disable 0\noom_kill x\n");
+        let stats = collector.read(&mut errors);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(stats.memory[1].events.oom_kill, Some(8));
+        // Removed and created again between two reads (own count back to 0): nothing lost.
+        oom("/job/step_1", 0);
+        let stats = collector.read(&mut errors);
+        assert_eq!(kills(&stats), expect(&[("/", 10), ("/job", 8), ("/job/step_1", 0), ("/other", 1)]));
+        // The next walk changes nothing in the sums.
+        collector.last_walk_for_tests();
+        let stats = collector.read(&mut errors);
+        assert_eq!(kills(&stats), expect(&[("/", 10), ("/job", 8), ("/job/step_1", 0), ("/other", 1)]));
     }
 
     /// Issue 15: a cgroup directory whose name is not UTF-8 was skipped with its whole subtree,

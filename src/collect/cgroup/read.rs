@@ -2,6 +2,7 @@
 //! collector itself.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -136,6 +137,90 @@ fn count_failures(run: &mut ScanCounts, denied: bool, failed: bool) {
     run.read_errors += u64::from(failed);
 }
 
+/// v1 `oom_kill` of each cgroup summed over its subtree. `__oom_kill_process()` (mm/oom_kill.c)
+/// raises `MEMCG_OOM_KILL` on the victim's own memcg through `memcg_memory_event()`
+/// (include/linux/memcontrol.h), which walks up to the ancestors only on the default (v2)
+/// hierarchy, and there not with `memory_localevents`; v1's `memory.oom_control`
+/// (`mem_cgroup_oom_control_read`, mm/memcontrol.c) prints that counter, so on v1 a kill is
+/// counted in the victim's cgroup only, never in the job or pod cgroup above it. The sum of a
+/// cgroup and its walked descendants is what v2's `memory.events` gives.
+#[derive(Debug, Default)]
+struct V1OomKills {
+    /// Each counted cgroup's own `oom_kill` as last read: kept when a read fails, so a sum
+    /// never goes down.
+    own: HashMap<PathBuf, u64>,
+    /// Kills of descendants since removed (a job's step cgroup when the step ends), per cgroup
+    /// still there: the kernel forgets them with the cgroup, the counter above must not.
+    departed: HashMap<PathBuf, u64>,
+}
+
+impl V1OomKills {
+    /// Credits the kills `last` of a removed (or re-created) cgroup `dir` to its parent, whose
+    /// subtree sum carries them up (a parent removed later passes them on in turn).
+    fn depart(&mut self, dir: &Path, root: &Path, last: u64) {
+        let Some(parent) = dir.parent().filter(|p| p.starts_with(root)) else { return };
+        if last > 0 {
+            let sum = self.departed.entry(parent.to_owned()).or_insert(0);
+            *sum = sum.saturating_add(last);
+        }
+    }
+
+    /// Records this read's own values (`None`: unreadable now, the last value stands) of the
+    /// tree's counted nodes and returns each node's subtree sum (`None` for nodes not counted,
+    /// or never read).
+    fn update(&mut self, tree: &Tree, counted: &[bool], own: &[Option<u64>]) -> Vec<Option<u64>> {
+        let root = tree.mount.root.as_path();
+        let mut present = HashMap::with_capacity(tree.nodes.len());
+        for (index, node) in tree.nodes.iter().enumerate() {
+            if !counted[index] {
+                continue;
+            }
+            let value = match (own[index], self.own.get(&node.dir).copied()) {
+                // Lower than last time: removed and created again between two reads.
+                (Some(now), Some(last)) if now < last => {
+                    self.depart(&node.dir, root, last);
+                    Some(now)
+                }
+                (Some(now), _) => Some(now),
+                (None, last) => last,
+            };
+            if let Some(value) = value {
+                present.insert(node.dir.clone(), value);
+            }
+        }
+        let mut gone: Vec<PathBuf> = self.own.keys().filter(|dir| !present.contains_key(*dir)).cloned().collect();
+        // Deepest first, so a removed parent passes on what its removed children left it.
+        gone.sort_by_key(|dir| std::cmp::Reverse(dir.components().count()));
+        for dir in gone {
+            let last = self.own.get(&dir).copied().unwrap_or(0);
+            let left = self.departed.remove(&dir).unwrap_or(0);
+            self.depart(&dir, root, last.saturating_add(left));
+        }
+        self.own = present;
+        // What a parent that is not counted was left is never shown: not kept either.
+        let own = &self.own;
+        self.departed.retain(|dir, _| own.contains_key(dir));
+        let mut sums: Vec<Option<u64>> = tree
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| {
+                let own = self.own.get(&node.dir).copied().filter(|_| counted[index])?;
+                Some(own.saturating_add(self.departed.get(&node.dir).copied().unwrap_or(0)))
+            })
+            .collect();
+        // Preorder: children after their parent, so a reverse pass adds each subtree up once.
+        for index in (0..tree.nodes.len()).rev() {
+            if let (Some(sum), Some(parent)) = (sums[index], tree.nodes[index].parent) {
+                if let Some(above) = sums[parent].as_mut() {
+                    *above = above.saturating_add(sum);
+                }
+            }
+        }
+        sums
+    }
+}
+
 pub struct CgroupCollector {
     roots: Roots,
     config: CgroupConfig,
@@ -145,6 +230,7 @@ pub struct CgroupCollector {
     walk_counts: ScanCounts,
     reader: Reader,
     denial_logged: bool,
+    v1_oom_kills: V1OomKills,
 }
 
 impl CgroupCollector {
@@ -158,7 +244,14 @@ impl CgroupCollector {
             walk_counts: ScanCounts::default(),
             reader: Reader::default(),
             denial_logged: false,
+            v1_oom_kills: V1OomKills::default(),
         }
+    }
+
+    /// Makes the next read walk the hierarchies again.
+    #[cfg(test)]
+    pub(super) fn last_walk_for_tests(&mut self) {
+        self.last_walk = None;
     }
 
     /// One collection: a walk when one is due, then a read of every known cgroup.
@@ -191,7 +284,21 @@ impl CgroupCollector {
         for tree in &mut self.trees {
             if tree.memory {
                 match tree.mount.version {
-                    Version::V1 => read_v1_memory(tree, &mut self.reader, &mut stats.memory, &mut run, errors),
+                    Version::V1 => {
+                        let first = stats.memory.len();
+                        let own = read_v1_memory(tree, &mut self.reader, &mut stats.memory, &mut run, errors);
+                        let counted = v1_oom_counted(tree);
+                        let own = read_v1_oom_kills(tree, &counted, own, &mut self.reader, &mut run, errors);
+                        let sums = self.v1_oom_kills.update(tree, &counted, &own);
+                        let exported = tree.nodes.iter().enumerate().filter(|(_, n)| n.wanted && !n.gone);
+                        // read_v1_memory pushed one entry per wanted node it could read, in order.
+                        let mut entries = stats.memory[first..].iter_mut().peekable();
+                        for (index, node) in exported {
+                            if let Some(entry) = entries.next_if(|e| Arc::ptr_eq(&e.labels, &node.labels)) {
+                                entry.events.oom_kill = sums[index];
+                            }
+                        }
+                    }
                     Version::V2 => read_v2_memory(tree, &mut self.reader, &mut stats.memory, &mut run, errors),
                 }
             }
@@ -332,16 +439,57 @@ macro_rules! value_or_gone {
     };
 }
 
+/// The nodes whose own v1 `oom_kill` is summed: exported ones and every descendant of one
+/// (include/exclude select what is exported, not where the kills happen).
+fn v1_oom_counted(tree: &Tree) -> Vec<bool> {
+    let mut counted = vec![false; tree.nodes.len()];
+    for (index, node) in tree.nodes.iter().enumerate() {
+        counted[index] = !node.gone && (node.wanted || node.parent.is_some_and(|p| counted[p]));
+    }
+    counted
+}
+
+/// The own `oom_kill` of every counted node: `own` as [`read_v1_memory`] read it for the exported
+/// ones, `memory.oom_control` read here for their descendants that are not exported.
+fn read_v1_oom_kills(
+    tree: &mut Tree,
+    counted: &[bool],
+    mut own: Vec<Option<u64>>,
+    reader: &mut Reader,
+    run: &mut ScanCounts,
+    errors: &mut Vec<SourceError>,
+) -> Vec<Option<u64>> {
+    'nodes: for (index, node) in tree.nodes.iter_mut().enumerate() {
+        if !counted[index] || node.wanted {
+            continue;
+        }
+        let mut failed = false;
+        let oom = value_or_gone!(
+            reader.read(&node.dir, "memory.oom_control", memcg::parse_oom_control, errors, &mut failed),
+            reader,
+            node,
+            run,
+            'nodes
+        );
+        count_failures(run, reader.take_denied(), failed);
+        own[index] = oom.and_then(|o| o.oom_kill);
+    }
+    own
+}
+
+/// Reads the exported v1 cgroups into `out`; returns each node's own `oom_kill` (`None` where
+/// not read), for [`V1OomKills`] to sum.
 fn read_v1_memory(
     tree: &mut Tree,
     reader: &mut Reader,
     out: &mut Vec<CgroupMemory>,
     run: &mut ScanCounts,
     errors: &mut Vec<SourceError>,
-) {
+) -> Vec<Option<u64>> {
+    let mut own_oom_kills = vec![None; tree.nodes.len()];
     // Every v1 memory cgroup, the root included, has all four files: a missing one means the
     // cgroup was removed.
-    'nodes: for node in tree.nodes.iter_mut().filter(|n| n.wanted && !n.gone) {
+    'nodes: for (index, node) in tree.nodes.iter_mut().enumerate().filter(|(_, n)| n.wanted && !n.gone) {
         let mut failed = false;
         let dir = node.dir.as_path();
         let usage = value_or_gone!(
@@ -373,6 +521,7 @@ fn read_v1_memory(
             'nodes
         );
         count_failures(run, reader.take_denied(), failed);
+        own_oom_kills[index] = oom.as_ref().and_then(|o| o.oom_kill);
         let stat = stat.unwrap_or_default();
         out.push(CgroupMemory {
             labels: node.labels.clone(),
@@ -384,9 +533,11 @@ fn read_v1_memory(
             high: None,
             swap_limit: stat.hierarchical_memsw_limit,
             unevictable_bytes: stat.subtree_unevictable(),
-            events: MemoryEvents { max: failcnt, oom: None, oom_kill: oom.and_then(|o| o.oom_kill) },
+            // Summed over the subtree by the caller (V1OomKills).
+            events: MemoryEvents { max: failcnt, oom: None, oom_kill: None },
         });
     }
+    own_oom_kills
 }
 
 /// A limit file of one v2 cgroup: the limit, `Unlimited` when the file is absent (the root, or

@@ -177,7 +177,8 @@ impl CgroupStats {
             "memlock_cgroup_memory_events_total",
             "Memory events of the cgroup and its descendants: max (usage hit the limit; on v1 memory.failcnt, hits of \
                 this cgroup's own limit only), oom (the OOM path was entered; v2 only), oom_kill (processes killed by \
-                the OOM killer). Sampled on the cgroup interval.",
+                the OOM killer; on v1, where the kernel counts a kill in the victim's cgroup only, summed here over \
+                the descendants). Sampled on the cgroup interval.",
             Kind::Counter,
         );
         for (cgroup, labels) in memory.iter().zip(&base) {

@@ -5,9 +5,10 @@
 //! - a **full scan** (every `full_scan_interval`, and on the first run) lists `<procfs>/` and
 //!   reads `status`, `limits` and `cgroup` of every process;
 //! - in between, a **tracked pass** re-reads only the `status` of the processes that matter
-//!   (holding locked or pinned memory, or matching `comm_pattern`), keeping their limits and
-//!   cgroup from the last full scan; then it lists procfs and reads the processes that appeared,
-//!   which are re-read on every pass for their first seconds. A process seen idle that starts
+//!   (holding locked or pinned memory, or matching `comm_pattern`), keeping their cgroup from
+//!   the last full scan, and their limits too unless they hold memory (re-read every 2 s
+//!   then); then it lists procfs and reads the processes that appeared, which are re-read on
+//!   every pass for their first seconds. A process seen idle that starts
 //!   pinning or locking later raises the node-wide counters in `/proc/vmstat` beyond what the
 //!   table explains, which brings the next full scan forward.
 //!
@@ -34,7 +35,8 @@ use crate::kernel::{tasks, vmstat};
 use crate::trend::{Observation, Scope};
 
 pub use sample::{
-    initial_user_namespace, ipc_lock_exempts, urgency, CgroupAggregate, CgroupInfo, Counter, ProcessSample,
+    initial_user_namespace, ipc_lock_exempts, urgency, user_namespace_of, CgroupAggregate, CgroupInfo, Counter,
+    ProcessSample, UserNamespaceView,
 };
 use scan::{parse_pid_bytes, Interner, PidReader, Record, Scanner, Tally};
 
@@ -407,6 +409,8 @@ impl ProcessCollector {
         let mut table = std::mem::take(&mut self.table);
         let mut failed = Vec::new();
         let now = Instant::now();
+        // Half an interval of slack, so timer jitter does not push a refresh a whole pass late.
+        let limits_due = now.checked_sub(scan::LIMITS_REFRESH.saturating_sub(self.interval / 2)).unwrap_or(now);
         let scanner = &mut self.scanner;
         table.retain_mut(|record| {
             if record.probation_until.is_some_and(|until| until <= now) {
@@ -419,7 +423,7 @@ impl ProcessCollector {
             let kept = if record.incomplete {
                 scanner.read_status(record, false, errors).is_some() && scanner.read_limits_and_cgroup(record, errors)
             } else {
-                scanner.refresh(record, errors)
+                scanner.refresh(record, errors) && scanner.refresh_limits(record, limits_due, errors)
             };
             if kept {
                 record.incomplete = errors.len() > before;
@@ -613,13 +617,15 @@ mod tests {
             self
         }
 
-        fn status(&self, pid: u32, comm: &str, locked_kib: u64, pinned_kib: u64) {
+        fn status(&self, pid: impl std::fmt::Display, comm: &str, locked_kib: u64, pinned_kib: u64) {
             let status = CAPTURED_STATUS
                 .replace("Name:\tcat", &format!("Name:\t{comm}"))
                 .replace("VmLck:\t       0 kB", &format!("VmLck:\t{locked_kib:>8} kB"))
                 .replace("VmPin:\t       0 kB", &format!("VmPin:\t{pinned_kib:>8} kB"))
                 .replace("CapEff:\t000001fffeffffff", "CapEff:\t0000000000000000");
-            std::fs::write(self.root.join(pid.to_string()).join("status"), status).unwrap();
+            let dir = self.root.join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("status"), status).unwrap();
         }
 
         /// Gives the process CAP_IPC_LOCK (bit 14) in its effective set.
@@ -640,6 +646,27 @@ mod tests {
                 .map(|l| if l.starts_with("Kthread") { "Kthread:\t1\n".to_owned() } else { format!("{l}\n") })
                 .collect();
             std::fs::write(dir.join("status"), status).unwrap();
+        }
+
+        /// A process whose main thread called pthread_exit(): the leader's status has no `Vm*`
+        /// lines (no mm), thread `tid` holds `locked_kib`. `kthread_line` false: a kernel without
+        /// the `Kthread:` line, where `stat` tells (`flags` without PF_KTHREAD).
+        fn exited_leader(&self, pid: u32, tid: u32, comm: &str, locked_kib: u64, kthread_line: bool) {
+            self.process(pid, comm, 0, 0, "8388608", "/job");
+            self.status(tid_dir(pid, tid), comm, locked_kib, 0);
+            let dir = self.root.join(pid.to_string());
+            let leader: String = std::fs::read_to_string(dir.join("status"))
+                .unwrap()
+                .lines()
+                .filter(|l| !(l.starts_with("Vm") || l.starts_with("Rss") || l.starts_with("Hugetlb")))
+                .filter(|l| kthread_line || !l.starts_with("Kthread"))
+                .map(|l| if l.starts_with("State") { "State:\tZ (zombie)\n".to_owned() } else { format!("{l}\n") })
+                .collect();
+            std::fs::write(dir.join("status"), &leader).unwrap();
+            std::fs::create_dir_all(dir.join(format!("task/{pid}"))).unwrap();
+            std::fs::write(dir.join(format!("task/{pid}/status")), leader).unwrap();
+            let stat = format!("{pid} ({comm}) Z 1 {pid} {pid} 0 -1 4227084 93 0 0 0 0 0 0 0 20 0 2 0 5312 0 0\n");
+            std::fs::write(dir.join("stat"), stat).unwrap();
         }
 
         fn remove(&self, pid: u32) {
@@ -663,6 +690,11 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.root);
         }
+    }
+
+    /// `PID/task/TID`, relative to the tree's root.
+    fn tid_dir(pid: u32, tid: u32) -> String {
+        format!("{pid}/task/{tid}")
     }
 
     fn pids(stats: &ProcessStats) -> Vec<u32> {
@@ -709,6 +741,44 @@ mod tests {
         assert_eq!(b.processes, 3);
         assert_eq!(b.usage_ratio_max, Some((Counter::Pinned, 1.0)));
         assert_eq!(b.cgroup.labels[0], ("cgroup", "/b".to_owned()));
+    }
+
+    /// Issue 23: the main thread called pthread_exit() while a thread holding 4 MiB locked runs
+    /// on. The leader's status has no Vm lines (fs/proc/array.c prints them only with an mm) and
+    /// the process was taken for a kernel thread: invisible. It is read through its live
+    /// thread, with `Kthread:` (6.x) or, without that line, `stat`'s flags telling it from a
+    /// kernel thread, which is still skipped either way.
+    #[test]
+    fn a_process_whose_main_thread_exited_is_read_through_a_live_thread() {
+        for kthread_line in [true, false] {
+            let tree = Tree::new(&format!("leader-exit-{kthread_line}"));
+            tree.exited_leader(30, 31, "leader_exit", 4096, kthread_line);
+            tree.kernel_thread(2);
+            if !kthread_line {
+                let status = std::fs::read_to_string(tree.root.join("2/status")).unwrap().replace("Kthread:\t1\n", "");
+                std::fs::write(tree.root.join("2/status"), status).unwrap();
+                let stat = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 3 0 0 18446744073709551615 0\n";
+                std::fs::write(tree.root.join("2/stat"), stat).unwrap();
+            }
+            let mut collector = tree.collector(1 << 20, "", 10);
+            let mut errors = Vec::new();
+            let stats = collector.full_scan(&mut errors).unwrap();
+            assert!(errors.is_empty(), "{errors:?}");
+            assert_eq!(pids(&stats), vec![30], "Kthread line: {kthread_line}");
+            assert_eq!(stats.scanned, 1, "the kernel thread is still skipped");
+            let p = &stats.processes[0];
+            assert_eq!((p.comm.as_str(), p.locked_bytes, p.pinned_bytes), ("leader_exit", Some(4 << 20), Some(0)));
+            assert_eq!(p.worst_ratio(), Some((Counter::Locked, 0.5)), "against the process's own limit");
+            // Tracked passes follow the thread.
+            tree.status(tid_dir(30, 31), "leader_exit", 6144, 0);
+            let stats = collector.tracked_pass(&mut errors);
+            assert_eq!(stats.processes[0].locked_bytes, Some(6 << 20));
+            // The last thread exits too: a zombie holding nothing, dropped.
+            std::fs::remove_dir_all(tree.root.join(tid_dir(30, 31))).unwrap();
+            let stats = collector.tracked_pass(&mut errors);
+            assert!(stats.processes.is_empty(), "{:?}", stats.processes);
+            assert!(errors.is_empty(), "{errors:?}");
+        }
     }
 
     /// Issue 3 review: opensm (CAP_IPC_LOCK, 64 MiB locked under 8 MiB) made its cgroup's
@@ -848,26 +918,48 @@ mod tests {
         assert_eq!(initial_user_namespace(None, None), None);
     }
 
-    /// From inside a user namespace every host process's uid_map looks namespaced (the kernel
-    /// shows it relative to the reader): the capability is then taken at its word.
+    /// Issue 23: an exporter inside a user namespace (a container without the host's) took the
+    /// capability of every process at its word, so a namespaced root, whose limit the kernel
+    /// enforces, read `ipc_lock 1`. From there the kernel shows uid_map's middle column relative
+    /// to the reader, but the extents still tell a namespace: only a map of every uid (the
+    /// host's, as seen from a namespace) cannot be told, and is taken at its word.
     #[test]
-    fn an_exporter_in_a_user_namespace_does_not_judge_namespaces() {
+    fn an_exporter_in_a_user_namespace_still_tells_a_namespaced_root() {
         let tree = Tree::new("reader-userns");
-        tree.process(96, "opensm", 65536, 0, "8388608", "/infra");
-        tree.ipc_lock(96);
+        tree.process(96, "python3", 0, 4096, "8388608", "/job") // namespaced root
+            .process(97, "opensm", 65536, 0, "8388608", "/infra") // a host daemon, seen from inside
+            .process(98, "worker", 0, 4096, "8388608", "/job"); // the exporter's own namespace
         let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures");
         std::fs::copy(format!("{captures}/proc_userns_uid_map"), tree.root.join("96/uid_map")).unwrap();
+        // 6.18's /proc/1/uid_map read after `setpriv --reuid=65534 unshare --user --map-root-user`.
+        std::fs::write(tree.root.join("97/uid_map"), "         0 4294967295 4294967295\n").unwrap();
+        // A privileged identity map, which only the ns/user link tells from the host's.
+        std::fs::write(tree.root.join("98/uid_map"), "         0          0 4294967295\n").unwrap();
+        for pid in [96, 97, 98] {
+            tree.ipc_lock(pid);
+        }
         let own = tree.root.join("self");
         let _ = std::fs::remove_file(&own);
-        std::fs::create_dir_all(&own).unwrap();
+        std::fs::create_dir_all(own.join("ns")).unwrap();
         std::fs::copy(format!("{captures}/proc_userns_uid_map"), own.join("uid_map")).unwrap();
+        std::os::unix::fs::symlink("user:[4026532177]", own.join("ns/user")).unwrap();
+        std::fs::create_dir_all(tree.root.join("98/ns")).unwrap();
+        std::os::unix::fs::symlink("user:[4026532177]", tree.root.join("98/ns/user")).unwrap();
         let mut errors = Vec::new();
         let stats = tree.collector(1 << 20, "", 10).full_scan(&mut errors).unwrap();
-        assert_eq!(stats.processes.iter().find(|p| p.pid == 96).unwrap().ipc_lock, Some(true));
-        // The same tree read from the initial namespace judges it.
+        assert!(errors.is_empty(), "{errors:?}");
+        let exempt = |stats: &ProcessStats, pid: u32| stats.processes.iter().find(|p| p.pid == pid).unwrap().ipc_lock;
+        assert_eq!(exempt(&stats, 96), Some(false), "a namespaced root: the kernel enforces its limit");
+        assert_eq!(exempt(&stats, 97), Some(true), "the host's map, seen from here: taken at its word");
+        assert_eq!(exempt(&stats, 98), Some(false), "the exporter's own namespace, by its link");
+        let job = stats.cgroups.iter().find(|c| c.cgroup.path == "/job").unwrap();
+        assert_eq!(job.usage_ratio_max, Some((Counter::Pinned, 0.5)), "counted against their limit");
+        // The same tree read from the initial namespace: its middle column is then the host's.
         std::fs::copy(format!("{captures}/proc_self_uid_map"), own.join("uid_map")).unwrap();
         let stats = tree.collector(1 << 20, "", 10).full_scan(&mut errors).unwrap();
-        assert_eq!(stats.processes.iter().find(|p| p.pid == 96).unwrap().ipc_lock, Some(false));
+        assert_eq!(exempt(&stats, 96), Some(false));
+        assert_eq!(exempt(&stats, 97), Some(false), "unmapped in the initial namespace: another namespace");
+        assert_eq!(exempt(&stats, 98), Some(true), "no pid 1 link to tell it by: the identity map decides");
     }
 
     #[test]
@@ -900,6 +992,39 @@ mod tests {
         let stats = collector.full_scan(&mut errors).unwrap();
         assert_eq!(stats.processes.iter().find(|p| p.pid == 21).unwrap().locked_bytes, Some(2048 * 1024));
         assert_eq!(stats.tracked, 2);
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    /// Issue 23: `prlimit` on a running job showed up to one full scan (60 s) late. The limits
+    /// of processes holding memory are re-read once they are LIMITS_REFRESH old; an idle
+    /// process's wait for the full scan (the idle-cost target).
+    #[test]
+    fn limits_of_holders_are_reread_between_full_scans() {
+        let tree = Tree::new("limits-refresh");
+        tree.process(60, "worker", 0, 2048, "8388608", "/job").process(61, "python3", 0, 0, "8388608", "/job");
+        let mut collector = tree.collector(0, "^python3$", 10);
+        let mut errors = Vec::new();
+        collector.full_scan(&mut errors).unwrap();
+        tree.process(60, "worker", 0, 2048, "4194304", "/job").process(61, "python3", 0, 0, "4194304", "/job");
+        let soft = |stats: &ProcessStats, pid: u32| {
+            stats.processes.iter().find(|p| p.pid == pid).and_then(|p| p.limits).map(|l| l.soft)
+        };
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(soft(&stats, 60), Some(Limit::Bytes(8 << 20)), "read just now: not yet");
+        for record in &mut collector.table {
+            record.limits_read_at = record.limits_read_at.map(|at| at - scan::LIMITS_REFRESH);
+        }
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(soft(&stats, 60), Some(Limit::Bytes(4 << 20)), "the holder's new limit");
+        assert_eq!(soft(&stats, 61), Some(Limit::Bytes(8 << 20)), "idle: at the next full scan");
+        assert!(errors.is_empty(), "{errors:?}");
+        // A holder gone between its status and its limits is dropped, not an error.
+        std::fs::remove_file(tree.root.join("60/limits")).unwrap();
+        for record in &mut collector.table {
+            record.limits_read_at = record.limits_read_at.map(|at| at - scan::LIMITS_REFRESH);
+        }
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(pids(&stats), vec![61]);
         assert!(errors.is_empty(), "{errors:?}");
     }
 

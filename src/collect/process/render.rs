@@ -116,18 +116,20 @@ impl ProcessStats {
 
         out.family(
             "memlock_process_locked_bytes",
-            "VmLck of the process (/proc/PID/status): memory locked with mlock() or mlockall(), and vfio's pins, \
-                checked by mlock against the soft memlock limit separately from VmPin. Sampled on the process \
-                interval (default 1s), only for processes passing the filter.",
+            "VmLck of the process (/proc/PID/status): memory locked with mlock() or mlockall(), and vfio type1's \
+                pins, checked by mlock and vfio against the soft memlock limit separately from VmPin \
+                (mlockall(MCL_CURRENT) checks VmSize instead). Sampled on the process interval (default 1s), only \
+                for processes passing the filter.",
             Kind::Gauge,
         );
         each(out, &|p| p.locked_bytes.map(Into::into));
         out.family(
             "memlock_process_pinned_bytes",
             "VmPin of the process (/proc/PID/status): long-term pinned memory (RDMA registrations of host memory, \
-                and of GPU memory through nvidia-peermem; verbs queue rings; io_uring fixed buffers), checked by \
-                ibv_reg_mr against the soft memlock limit separately from VmLck. dma-buf registrations are not in it. \
-                Sampled on the process interval.",
+                and of GPU memory through nvidia-peermem; verbs queue rings; io_uring fixed buffers; iommufd pins), \
+                checked by ibv_reg_mr against the soft memlock limit separately from VmLck. io_uring and iommufd \
+                check the user's locked_vm instead (every process of the uid), so for them the ratio is a lower \
+                bound. dma-buf registrations are not in it. Sampled on the process interval.",
             Kind::Gauge,
         );
         each(out, &|p| p.pinned_bytes.map(Into::into));
@@ -135,7 +137,8 @@ impl ProcessStats {
         out.family(
             "memlock_process_limit_bytes",
             "RLIMIT_MEMLOCK of the process (/proc/PID/limits), soft (enforced) and hard (the ceiling for raising it); \
-                absent when unlimited. Sampled on the full scan interval (default 5s).",
+                absent when unlimited. Re-read every 2s for processes holding locked or pinned memory (a prlimit shows \
+                within seconds), on the full scan interval (default 60s) for the others.",
             Kind::Gauge,
         );
         for (process, labels) in processes.iter().zip(&labels) {
@@ -146,8 +149,8 @@ impl ProcessStats {
         }
         out.family(
             "memlock_process_limit_unlimited",
-            "1 when the process's RLIMIT_MEMLOCK (soft or hard, by kind) is unlimited, else 0. Sampled on the full \
-                scan interval.",
+            "1 when the process's RLIMIT_MEMLOCK (soft or hard, by kind) is unlimited, else 0. Sampled as \
+                memlock_process_limit_bytes.",
             Kind::Gauge,
         );
         for (process, labels) in processes.iter().zip(&labels) {
@@ -159,8 +162,8 @@ impl ProcessStats {
         out.family(
             "memlock_process_ipc_lock",
             "1 when the process holds CAP_IPC_LOCK (CapEff bit 14) in the initial user namespace: the memlock limit is \
-                not enforced. 0 when it holds it only inside a user namespace (uid_map), where it does not exempt. \
-                Sampled on the process interval.",
+                not enforced. 0 when it holds it only inside a user namespace (ns/user, uid_map), where it does not \
+                exempt, also when the exporter itself runs in one. Sampled on the process interval.",
             Kind::Gauge,
         );
         each(out, &|p| p.ipc_lock.map(Into::into));

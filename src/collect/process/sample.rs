@@ -2,11 +2,14 @@
 //! headroom, ratio and the CAP_IPC_LOCK exemption, used by the exported metrics, the trends, the
 //! fast path and `check`.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::charge::Charge;
+use crate::fsroot;
 use crate::kernel::pid_limits::MemlockLimits;
 use crate::kernel::versions::NcclMapping;
+use crate::kernel::{uid_map, ParseError};
 use crate::trend::{Observation, Scope};
 
 use super::ProcessStats;
@@ -29,12 +32,16 @@ pub struct ProcessSample {
     /// `None` when `/proc/PID/cgroup` names neither a memory nor a unified hierarchy, or could
     /// not be read.
     pub cgroup: Option<Arc<CgroupInfo>>,
-    /// `VmLck` in bytes (mlock), checked by the kernel against the soft memlock limit.
+    /// `VmLck` in bytes (mlock, vfio type1), checked by the kernel against the soft memlock limit
+    /// (`do_mlock`; `mlockall(MCL_CURRENT)` checks VmSize instead, mm/mlock.c).
     pub locked_bytes: Option<u64>,
-    /// `VmPin` in bytes (RDMA registrations, io_uring fixed buffers), checked against the soft
-    /// memlock limit separately from `VmLck`.
+    /// `VmPin` in bytes (RDMA registrations, io_uring fixed buffers, iommufd pins), checked by
+    /// RDMA registration (`ib_umem_get`) against the soft memlock limit separately from `VmLck`.
+    /// io_uring and iommufd add to it but check the user's `locked_vm` (every process of the
+    /// uid), so for them the ratio is a lower bound.
     pub pinned_bytes: Option<u64>,
-    /// RLIMIT_MEMLOCK, as of the last full scan. `None` when `limits` could not be read.
+    /// RLIMIT_MEMLOCK, as of the last full scan, or of the last 2 s for a process holding memory
+    /// (`scan::LIMITS_REFRESH`). `None` when `limits` could not be read.
     pub limits: Option<MemlockLimits>,
     /// CAP_IPC_LOCK lifts the limit ([`ipc_lock_exempts`]): held in CapEff and in the initial
     /// user namespace. `None` when CapEff could not be read.
@@ -141,10 +148,15 @@ pub fn urgency(charge: &Charge) -> Option<f64> {
 /// added, and a ramp in one is not hidden behind the other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Counter {
-    /// `VmPin`, `mm->pinned_vm`: RDMA registrations (ibv_reg_mr, through `ib_umem_get`), GPU
-    /// memory registered through nvidia-peermem, io_uring fixed buffers, verbs queue rings.
+    /// `VmPin`, `mm->pinned_vm`: RDMA registrations (ibv_reg_mr, through `ib_umem_get`, which
+    /// checks it), GPU memory registered through nvidia-peermem, verbs queue rings; also io_uring
+    /// fixed buffers and iommufd pins, which the kernel checks against the user's `locked_vm`
+    /// instead (io_uring/rsrc.c `__io_account_mem`, drivers/iommu/iommufd/pages.c
+    /// `incr_user_locked_vm`), and perf rings beyond the per-user allowance (`perf_mmap`,
+    /// kernel/events/core.c, refuses with EPERM).
     Pinned,
-    /// `VmLck`, `mm->locked_vm`: mlock, mlockall, and vfio's pins.
+    /// `VmLck`, `mm->locked_vm`: mlock, mlockall, and vfio type1's pins (`vfio_lock_acct`,
+    /// drivers/vfio/vfio_iommu_type1.c).
     Locked,
 }
 
@@ -205,6 +217,64 @@ pub fn initial_user_namespace(uid_map_is_initial: Option<bool>, same_namespace_a
         (Some(initial), _) => Some(initial),
         (None, links) => links,
     }
+}
+
+/// Where the reader of a procfs stands, for judging other processes' user namespaces: the
+/// daemon's scan and `check` decide through this one view ([`UserNamespaceView::judge`]), so
+/// that an exporter inside a user namespace (a container without the host's) does not take a
+/// namespaced root's CAP_IPC_LOCK for an exemption the kernel refuses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserNamespaceView {
+    /// Whether the reader is in the initial user namespace (its own `self/uid_map`, which the
+    /// kernel shows relative to the parent namespace). `None` when unreadable (a fixture tree):
+    /// read as the initial namespace's view.
+    pub reader_initial: Option<bool>,
+    /// The reader's own `self/ns/user` link.
+    pub reader_link: Option<PathBuf>,
+    /// The `ns/user` link of this procfs's pid 1; `None` without ptrace access.
+    pub init_link: Option<PathBuf>,
+}
+
+impl UserNamespaceView {
+    pub fn read(procfs: &Path) -> Self {
+        Self {
+            reader_initial: fsroot::read_parsed(&procfs.join("self/uid_map"), uid_map::is_initial).ok(),
+            reader_link: std::fs::read_link(procfs.join("self/ns/user")).ok(),
+            init_link: std::fs::read_link(procfs.join("1/ns/user")).ok(),
+        }
+    }
+
+    pub fn reader_is_namespaced(&self) -> bool {
+        self.reader_initial == Some(false)
+    }
+
+    /// What a process's `uid_map` says, from where the reader stands ([`uid_map::judge`]).
+    pub fn judge_map(&self, text: &str) -> Result<Option<bool>, ParseError> {
+        uid_map::judge(text, !self.reader_is_namespaced())
+    }
+
+    /// Whether a process is in the initial user namespace, from its map (as
+    /// [`Self::judge_map`] read it) and its `ns/user` link: a link equal to the reader's own,
+    /// when the reader is namespaced, is the reader's namespace; one unlike pid 1's is another
+    /// namespace; then [`initial_user_namespace`] combines them.
+    pub fn judge(&self, map: Option<bool>, link: Option<&Path>) -> Option<bool> {
+        let links = link.and_then(|own| {
+            if self.reader_is_namespaced() && self.reader_link.as_deref() == Some(own) {
+                return Some(false);
+            }
+            self.init_link.as_deref().map(|init| own == init)
+        });
+        initial_user_namespace(map, links)
+    }
+}
+
+/// Whether the process at `proc_dir` is in the initial user namespace, reading its `ns/user`
+/// and `uid_map` (for `check`; the scan reads them through its reused buffers). A malformed
+/// map tells nothing.
+pub fn user_namespace_of(view: &UserNamespaceView, proc_dir: &Path) -> Option<bool> {
+    let link = std::fs::read_link(proc_dir.join("ns/user")).ok();
+    let map = fsroot::read_parsed(&proc_dir.join("uid_map"), |text| view.judge_map(text)).ok().flatten();
+    view.judge(map, link.as_deref())
 }
 
 /// The sums over every process of one cgroup seen by the scan (exported or not).

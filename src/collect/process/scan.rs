@@ -10,9 +10,9 @@ use crate::config::ProcessConfig;
 use crate::fsroot::{self, SourceError};
 use crate::kernel::pid_limits;
 use crate::kernel::versions::{self, NcclMapping};
-use crate::kernel::{cgroup_path, pid_cgroup, pid_status, uid_map, ParseError};
+use crate::kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, ParseError};
 
-use super::sample::{initial_user_namespace, ipc_lock_exempts, CgroupInfo, ProcessSample};
+use super::sample::{ipc_lock_exempts, CgroupInfo, ProcessSample, UserNamespaceView};
 use super::{is_tracked, ReadErrors};
 
 /// What the collector remembers about a process between passes.
@@ -30,7 +30,16 @@ pub(super) struct Record {
     pub(super) probation_until: Option<std::time::Instant>,
     /// `/proc/PID/maps` was read for the NCCL library (once per process).
     pub(super) nccl_read: bool,
+    /// When `limits` was last read: re-read every [`LIMITS_REFRESH`] while the process holds
+    /// memory, on full scans otherwise.
+    pub(super) limits_read_at: Option<std::time::Instant>,
 }
+
+/// How often the limits of a process holding locked or pinned memory are re-read between full
+/// scans: `prlimit --memlock` on a running job is a fix operators apply, and its effect must show
+/// within seconds, not at the next full scan (60 s). Only holders: one more 13 µs read every
+/// 2 s per holder, nothing for the idle processes the idle-cost target is about.
+pub(super) const LIMITS_REFRESH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Builds `<procfs>/<pid>/<file>` paths in one reused buffer and reads them into one reused
 /// text buffer: a full scan reads three files per process.
@@ -38,36 +47,30 @@ pub(super) struct PidReader {
     procfs: OsString,
     pub(super) path: PathBuf,
     text: String,
-    /// Whether `uid_map` can tell the initial user namespace: the kernel shows the map relative
-    /// to the reader's own namespace, so from inside a user namespace (rootless Podman,
-    /// systemd `PrivateUsers=`) every host process would look namespaced.
-    pub(super) reads_user_namespaces: bool,
-    /// Set by [`read_status`] when the pid it read is a kernel thread (not a user process), so
-    /// that discovery remembers not to read it again.
+    /// Where this exporter stands for judging user namespaces.
+    pub(super) namespaces: UserNamespaceView,
+    /// Set by [`read_status`] when the pid it read is a kernel thread or a zombie (no thread
+    /// with an address space), so that discovery remembers not to read it again.
     pub(super) saw_kernel_thread: bool,
-    /// The `ns/user` link of this procfs's pid 1, read once; `None` without ptrace access.
-    init_user_namespace: Option<PathBuf>,
 }
 
 impl PidReader {
     pub(super) fn new(procfs: &std::path::Path) -> Self {
-        let own_map = fsroot::read_parsed(&procfs.join("self/uid_map"), uid_map::is_initial).ok();
-        let init_user_namespace = std::fs::read_link(procfs.join("1/ns/user")).ok();
-        if own_map == Some(false) && init_user_namespace.is_none() {
+        let namespaces = UserNamespaceView::read(procfs);
+        if namespaces.reader_is_namespaced() && namespaces.init_link.is_none() {
             tracing::warn!(
                 procfs = %procfs.display(),
-                "the exporter runs in a user namespace and cannot read pid 1's ns/user: CAP_IPC_LOCK is taken as \
-                    exempting wherever it is held, since uid_map cannot tell the initial namespace from here"
+                "the exporter runs in a user namespace and cannot read pid 1's ns/user: CAP_IPC_LOCK of a process \
+                    whose uid_map covers every uid (the host's, as seen from here) is taken as exempting; a \
+                    namespaced one's is not"
             );
         }
         Self {
             procfs: procfs.as_os_str().to_owned(),
             path: PathBuf::with_capacity(64),
             text: String::with_capacity(4096),
-            // A root without `self` (a fixture tree) is read as the initial namespace's view.
-            reads_user_namespaces: own_map != Some(false),
+            namespaces,
             saw_kernel_thread: false,
-            init_user_namespace,
         }
     }
 
@@ -216,6 +219,7 @@ impl Scanner {
             tracked: false,
             incomplete: false,
             probation_until: None,
+            limits_read_at: None,
         });
         let fresh = record.sample.comm.is_empty();
         let before = errors.len();
@@ -271,10 +275,11 @@ impl Scanner {
             }
         };
 
-        if status.is_kernel_thread() {
+        if status.kernel_thread() == Some(true) {
             self.reader.saw_kernel_thread = true;
             return None;
         }
+        let (has_vm, kthread) = (status.has_vm, status.kthread);
         let name = pid_status::unescape_name(status.name);
         let changed = force || record.sample.comm != *name;
         if changed {
@@ -291,6 +296,10 @@ impl Scanner {
         for err in field_errors {
             let err = self.reader.parse_error(err);
             self.tally.note(err, errors);
+        }
+        if !has_vm && !self.read_live_thread(record, kthread.is_none(), errors) {
+            self.reader.saw_kernel_thread = true;
+            return None;
         }
         // The namespace matters only where the limit does: for memory held, or a process that is
         // exported whatever it holds (comm_pattern). One holding nothing is not checked (two more
@@ -312,6 +321,65 @@ impl Scanner {
             record.sample.nccl = self.read_nccl(pid, errors);
         }
         Some(changed)
+    }
+
+    /// For a process whose `status` has no `Vm*` block: a kernel thread (`check_stat`: the kernel
+    /// prints no `Kthread:` line, so `PF_KTHREAD` in `stat` tells), a zombie, or a process whose
+    /// main thread called pthread_exit() while others run on. The exited leader has no mm
+    /// (`exit_mm`, kernel/exit.c), so `proc_pid_status` (fs/proc/array.c) prints no `Vm*` for it,
+    /// but every live thread shares the process's mm: the first one's `task/TID/status` gives
+    /// VmLck, VmPin and its own CapEff (capabilities are per thread; the leader's are no longer
+    /// used by anything). True when such a thread was read into the record; false for kernel
+    /// threads, zombies and processes gone meanwhile. Limits (`signal->rlim`) and the cgroup
+    /// stay readable through the leader's pid.
+    fn read_live_thread(&mut self, record: &mut Record, check_stat: bool, errors: &mut Vec<SourceError>) -> bool {
+        let pid = record.sample.pid;
+        if check_stat {
+            let kernel_thread = match self.reader.read(pid, "stat") {
+                Ok(text) => pid_stat::is_kernel_thread(text).map_err(|err| self.reader.parse_error(err)),
+                Err(err) => Err(err),
+            };
+            match kernel_thread {
+                Ok(true) => return false,
+                Ok(false) => {}
+                Err(err) => {
+                    if self.tally.note(err, errors) {
+                        return false;
+                    }
+                }
+            }
+        }
+        self.reader.resolve(pid, "task");
+        let Ok(entries) = std::fs::read_dir(&self.reader.path) else { return false };
+        let tids: Vec<u32> = entries
+            .filter_map(|entry| parse_pid_bytes(entry.ok()?.file_name().as_encoded_bytes()))
+            .filter(|&tid| tid != pid)
+            .collect();
+        for tid in tids {
+            let text = match self.reader.read(pid, &format!("task/{tid}/status")) {
+                Ok(text) => text,
+                // That thread exited meanwhile: the next one may still run.
+                Err(err) if err.is_not_found() => continue,
+                Err(err) => {
+                    self.tally.note(err, errors);
+                    return false;
+                }
+            };
+            let Ok(parsed) = pid_status::parse_fields(text) else { continue };
+            let status = parsed.value;
+            if !status.has_vm {
+                continue;
+            }
+            record.sample.locked_bytes = status.locked_bytes;
+            record.sample.pinned_bytes = status.pinned_bytes;
+            record.sample.ipc_lock = status.ipc_lock();
+            for err in parsed.field_errors {
+                let err = self.reader.parse_error(err);
+                self.tally.note(err, errors);
+            }
+            return true;
+        }
+        false
     }
 
     /// The first `libnccl.so*` mapping of the process, read line by line from `maps` and stopping
@@ -342,45 +410,61 @@ impl Scanner {
     }
 
     /// Whether a process holding CAP_IPC_LOCK is in the initial user namespace, where the
-    /// capability lifts its memlock limit ([`initial_user_namespace`] combines the two readings).
-    /// Read only for the processes that have the capability (the privileged daemons): `ns/user`
-    /// against pid 1's (needs ptrace access, which a root exporter has), and `uid_map`, which
-    /// anyone may read but which from inside a user namespace shows every host process as
-    /// namespaced. `None` when neither tells.
+    /// capability lifts its memlock limit ([`UserNamespaceView::judge`], the decision `check`
+    /// makes too). Read only for the processes that have the capability (the privileged
+    /// daemons): `ns/user` (needs ptrace access, which a root exporter has) and `uid_map`,
+    /// which anyone may read. `None` when neither tells.
     pub(super) fn user_namespace_is_initial(&mut self, pid: u32, errors: &mut Vec<SourceError>) -> Option<bool> {
-        let links = self.reader.init_user_namespace.clone().and_then(|init| {
-            self.reader.resolve(pid, "ns/user");
-            // Refused without ptrace access, or gone: the map decides.
-            std::fs::read_link(&self.reader.path).ok().map(|own| own == init)
-        });
-        let map = if self.reader.reads_user_namespaces {
-            match self.reader.read(pid, "uid_map") {
-                Ok(text) => match uid_map::is_initial(text) {
-                    Ok(initial) => Some(initial),
-                    Err(err) => {
-                        let err = self.reader.parse_error(err);
-                        self.tally.note(err, errors);
-                        None
-                    }
-                },
-                // Vanished since its status was read (a reaped task's uid_map fails to open with
-                // EINVAL): the next pass drops it.
-                Err(err) if err.is_not_found() || err.raw_os_error() == Some(libc::EINVAL) => None,
+        self.reader.resolve(pid, "ns/user");
+        // Refused without ptrace access, or gone: the map decides.
+        let link = std::fs::read_link(&self.reader.path).ok();
+        self.reader.resolve(pid, "uid_map");
+        let reader = &mut self.reader;
+        let map = match fsroot::read_into(&reader.path, &mut reader.text) {
+            Ok(()) => match reader.namespaces.judge_map(&reader.text) {
+                Ok(initial) => initial,
                 Err(err) => {
+                    let err = self.reader.parse_error(err);
                     self.tally.note(err, errors);
                     None
                 }
+            },
+            // Vanished since its status was read (a reaped task's uid_map fails to open with
+            // EINVAL): the next pass drops it.
+            Err(err) if err.is_not_found() || err.raw_os_error() == Some(libc::EINVAL) => None,
+            Err(err) => {
+                self.tally.note(err, errors);
+                None
             }
-        } else {
-            None
         };
-        initial_user_namespace(map, links)
+        self.reader.namespaces.judge(map, link.as_deref())
+    }
+
+    /// Re-reads the limits of a process that holds memory when they are older than `due` (a
+    /// tracked pass's instant, [`LIMITS_REFRESH`] back). False when the process vanished.
+    pub(super) fn refresh_limits(
+        &mut self,
+        record: &mut Record,
+        due: std::time::Instant,
+        errors: &mut Vec<SourceError>,
+    ) -> bool {
+        let holds = record.sample.locked_bytes.unwrap_or(0) > 0 || record.sample.pinned_bytes.unwrap_or(0) > 0;
+        if !holds || record.limits_read_at.is_some_and(|at| at > due) {
+            return true;
+        }
+        self.read_limits(record, errors)
     }
 
     /// Reads `limits` and `cgroup` into the record. False when the process vanished meanwhile.
     /// Other failures leave the field unknown and keep the process.
     pub(super) fn read_limits_and_cgroup(&mut self, record: &mut Record, errors: &mut Vec<SourceError>) -> bool {
+        self.read_limits(record, errors) && self.read_cgroup(record, errors)
+    }
+
+    /// Reads `limits` into the record. False when the process vanished meanwhile.
+    fn read_limits(&mut self, record: &mut Record, errors: &mut Vec<SourceError>) -> bool {
         let pid = record.sample.pid;
+        record.limits_read_at = Some(std::time::Instant::now());
         record.sample.limits = match self.reader.read(pid, "limits") {
             // The kernel prints nothing once the task has been reaped (no sighand to lock).
             Ok("") => {
@@ -403,6 +487,13 @@ impl Scanner {
                 None
             }
         };
+        true
+    }
+
+    /// Reads `cgroup` into the record (a process that exited meanwhile is dropped by the next
+    /// pass). Always true.
+    fn read_cgroup(&mut self, record: &mut Record, errors: &mut Vec<SourceError>) -> bool {
+        let pid = record.sample.pid;
         record.sample.cgroup = match self.reader.read(pid, "cgroup") {
             // Exiting mid-read, as for limits; the next pass drops it.
             Ok("") => None,
