@@ -6,7 +6,7 @@
 //! than silently ignored. Validation turns the raw strings into typed values once; the rest of
 //! the program only sees [`Config`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -456,6 +456,9 @@ pub struct Config {
     pub series_limit: usize,
     /// The file the configuration came from, if any (for reload and messages).
     pub file: Option<PathBuf>,
+    /// The keys that file sets (`alerting.alertmanager_urls`), so a reload can tell a file that
+    /// lost its settings from one that changed them ([`refuse_failing_open`]).
+    pub file_keys: BTreeSet<String>,
 }
 
 impl Config {
@@ -525,7 +528,64 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
         merged.get::<String>(&format!("collector.{name}.interval")).map_err(|e| type_error(e, &origin_of))?;
     }
     let raw: RawConfig = merged.try_deserialize().map_err(|e| type_error(e, &origin_of))?;
-    validate(raw, sources.file.clone(), &origin_of)
+    let mut config = validate(raw, sources.file.clone(), &origin_of)?;
+    leaf_keys("", &file_keys, &mut config.file_keys);
+    Ok(config)
+}
+
+/// The dotted names of every value in a nested table (an empty list counts: it is a value).
+fn leaf_keys(prefix: &str, table: &Map<String, Value>, out: &mut BTreeSet<String>) {
+    for (name, value) in table {
+        let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+        match &value.kind {
+            ValueKind::Table(inner) if !inner.is_empty() => leaf_keys(&key, inner, out),
+            _ => {
+                out.insert(key);
+            }
+        }
+    }
+}
+
+/// Refuses a reload that would fail open (issue 24): a configuration file emptied or truncated
+/// by a bad deploy loads as "all defaults", and the defaults have no Alertmanager, so the fast
+/// path would stop paging while every gauge looked healthy. Refused:
+/// - a file with no settings left (empty, blanks or comments only) when the running
+///   configuration had some from it: running on the defaults on purpose takes a restart;
+/// - a reload that turns the fast path off without saying so: the file must set
+///   `alerting.alertmanager_urls = []` (a truncation cannot write that line), or restart.
+///
+/// The error names the file and the key; the running configuration is kept.
+pub fn refuse_failing_open(running: &Config, new: &Config) -> Result<(), ConfigError> {
+    if let Some(path) = &new.file {
+        if new.file_keys.is_empty() && !running.file_keys.is_empty() {
+            return Err(ConfigError::File {
+                path: path.clone(),
+                message: format!(
+                    "has no settings left (emptied or truncated?) where the running configuration had {} from it; a \
+                        reload keeps the running configuration: to run on the built-in defaults on purpose, restart \
+                        the exporter",
+                    running.file_keys.len()
+                ),
+            });
+        }
+    }
+    const URLS: &str = "alerting.alertmanager_urls";
+    if !running.alerting.alertmanager_urls.is_empty()
+        && new.alerting.alertmanager_urls.is_empty()
+        && !new.file_keys.contains(URLS)
+    {
+        let origin = new.file.as_ref().map_or_else(|| "the built-in defaults".into(), |p| p.display().to_string());
+        return Err(ConfigError::Invalid {
+            key: URLS.into(),
+            origin,
+            message: format!(
+                "a reload cannot switch the fast path off by leaving the key out (was {}; a truncated file?): set \
+                    `{URLS} = []` in the file to switch it off on purpose, or restart the exporter",
+                running.alerting.alertmanager_urls.join(",")
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Whether a dotted key is present in a nested table.
@@ -743,6 +803,7 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         alerting,
         series_limit: usize::try_from(raw.series.limit).unwrap_or(usize::MAX),
         file,
+        file_keys: BTreeSet::new(),
     })
 }
 
@@ -965,7 +1026,39 @@ mod tests {
         let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/config.example.toml");
         let from_file = load_with(Some(example), &[], vec![]).unwrap();
         let defaults = load_with(None, &[], vec![]).unwrap();
-        assert_eq!(format!("{:?}", Config { file: None, ..from_file }), format!("{defaults:?}"));
+        assert!(from_file.file_keys.contains("web.listen_address"), "{:?}", from_file.file_keys);
+        assert_eq!(
+            format!("{:?}", Config { file: None, file_keys: BTreeSet::new(), ..from_file }),
+            format!("{defaults:?}")
+        );
+    }
+
+    /// Issue 24: an emptied or truncated file reloaded as "all defaults", without the
+    /// Alertmanager, and nothing paged.
+    #[test]
+    fn a_reload_that_would_fail_open_is_refused() {
+        let load_text = |name: &str, text: &str| load_with(Some(write_temp(name, text)), &[], vec![]).unwrap();
+        let running =
+            load_text("running", "[web]\nmax_requests = 20\n[alerting]\nalertmanager_urls = [\"http://am:9093\"]\n");
+        let refused = |new: &Config| refuse_failing_open(&running, new).map_err(|e| e.to_string());
+        for empty in ["", "\n  \n", "# nothing but a comment\n"] {
+            let err = refused(&load_text("emptied", empty)).unwrap_err();
+            assert!(
+                err.contains("config.toml") && err.contains("no settings left") && err.contains("restart"),
+                "{err}"
+            );
+        }
+        let truncated = load_text("truncated", "[web]\nmax_requests = 20\n");
+        let err = refused(&truncated).unwrap_err();
+        assert!(err.contains("`alerting.alertmanager_urls`") && err.contains("config.toml"), "{err}");
+        assert!(err.contains("alertmanager_urls = []") && err.contains("http://am:9093"), "{err}");
+        let on_purpose = load_text("off", "[web]\nmax_requests = 20\n[alerting]\nalertmanager_urls = []\n");
+        assert!(on_purpose.file_keys.contains("alerting.alertmanager_urls"), "{:?}", on_purpose.file_keys);
+        assert_eq!(refused(&on_purpose), Ok(()), "switched off on purpose");
+        let moved = load_text("moved", "[alerting]\nalertmanager_urls = [\"http://am2:9093\"]\n");
+        assert_eq!(refused(&moved), Ok(()), "another Alertmanager, fewer settings");
+        let defaults = load_with(None, &[], vec![]).unwrap();
+        assert_eq!(refuse_failing_open(&defaults, &load_text("from-empty", "")).map_err(|e| e.to_string()), Ok(()));
     }
 
     /// The registry is the one list of collectors: each has its keys, defaults and flags.
