@@ -487,8 +487,17 @@ fn security_headers(given: &BTreeMap<String, String>) -> Result<Vec<(HeaderName,
     Ok(out)
 }
 
-/// `$2a$`, `$2b$`, `$2x$` or `$2y$`, a two-digit cost from 4 to 31, and 53 characters of
-/// bcrypt's base64 (22 of salt, 31 of hash).
+/// The highest bcrypt cost accepted. Every check of a wrong password costs `2^cost` rounds of
+/// bcrypt's key schedule, and anyone who reaches the port can send one: at cost 31 a single
+/// request keeps a core busy for hours (issue 24). What exporter-toolkit users use is far
+/// below: its documentation makes hashes with `htpasswd -nBC 10` (about 70 ms a check, it says;
+/// "a cost of 18 can take up to a few seconds"), htpasswd's own default is 5 and Python's
+/// `bcrypt.gensalt()`, which the Prometheus basic-auth guide uses, makes 12. 14 leaves room
+/// above those at 16 times cost 10's time.
+pub const MAX_BCRYPT_COST: u32 = 14;
+
+/// `$2a$`, `$2b$`, `$2x$` or `$2y$`, a two-digit cost from 4 to [`MAX_BCRYPT_COST`], and 53
+/// characters of bcrypt's base64 (22 of salt, 31 of hash).
 fn check_bcrypt_shape(hash: &str) -> Result<(), String> {
     let bad =
         || "is not a bcrypt hash (expected $2y$10$ followed by 53 characters, as made by htpasswd -nBC 10)".to_owned();
@@ -501,10 +510,29 @@ fn check_bcrypt_shape(hash: &str) -> Result<(), String> {
     if !(4..=31).contains(&cost) {
         return Err(format!("bcrypt cost {cost} is outside 4..=31"));
     }
+    if cost > MAX_BCRYPT_COST {
+        return Err(format!(
+            "bcrypt cost {cost} is above {MAX_BCRYPT_COST}, the most this exporter accepts: every wrong password \
+                sent to the port costs 2^{cost} rounds of bcrypt (cost {cost}: {}), which anyone who can connect could \
+                keep a core busy with; exporter-toolkit's documentation uses cost 10 (htpasswd -nBC 10)",
+            bcrypt_time(cost)
+        ));
+    }
     if rest.len() != 53 || !rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'/') {
         return Err(bad());
     }
     Ok(())
+}
+
+/// A rough time of one bcrypt check at `cost`, from exporter-toolkit's figure of about 70 ms at
+/// cost 10 (each step doubles it), for the error message.
+fn bcrypt_time(cost: u32) -> String {
+    let seconds = 0.07 * f64::from(1u32 << cost.saturating_sub(10).min(30));
+    match seconds {
+        s if s < 120.0 => format!("about {s:.0} s of a core per request"),
+        s if s < 7200.0 => format!("about {:.0} minutes of a core per request", s / 60.0),
+        s => format!("about {:.0} hours of a core per request", s / 3600.0),
+    }
 }
 
 /// bcrypt reads at most 72 bytes of a password: a longer one would match on its first 72
@@ -930,6 +958,13 @@ mod tests {
         assert!(check_bcrypt_shape("$2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_ok());
         assert!(check_bcrypt_shape("$2b$04$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_ok());
         assert!(check_bcrypt_shape("$2y$3$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_err());
+        assert!(check_bcrypt_shape("$2y$14$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_ok());
+        for (cost, time) in [("15", "about 2 s"), ("20", "about 72 s"), ("24", "19 minutes"), ("31", "41 hours")] {
+            let err = check_bcrypt_shape(&format!("$2y${cost}$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG"))
+                .unwrap_err();
+            assert!(err.contains(&format!("cost {cost} is above 14")) && err.contains(time), "{err}");
+            assert!(err.contains("htpasswd -nBC 10"), "{err}");
+        }
         assert!(check_bcrypt_shape("$1$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_err());
         assert!(check_bcrypt_shape("$2y$10$short").is_err());
         assert!(check_bcrypt_shape("").is_err());
