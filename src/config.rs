@@ -22,16 +22,41 @@ use crate::trend::TrendConfig;
 /// sets `web.listen_address` (a double underscore separates levels).
 pub const ENV_PREFIX: &str = "MEMLOCK_EXPORTER";
 
+// Every part of a message is bounded ([`bounded`]): a value, a key or a parser's message may
+// be as long as the file (issue 24: a 900 KB value came back whole, twice for a regex).
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("config file {}: {message}", path.display())]
+    #[error("config file {}: {}", path.display(), bounded(.message))]
     File { path: PathBuf, message: String },
-    #[error("unknown configuration key `{key}` (set in {origin}){hint}")]
+    #[error("unknown configuration key `{}` (set in {}){}", bounded(.key), bounded(.origin), bounded(.hint))]
     UnknownKey { key: String, origin: String, hint: String },
-    #[error("invalid value for `{key}` (set in {origin}): {message}")]
+    #[error("invalid value for `{}` (set in {}): {}", bounded(.key), bounded(.origin), bounded(.message))]
     Invalid { key: String, origin: String, message: String },
-    #[error("configuration: {0}")]
+    #[error("configuration: {}", bounded(.0))]
     Other(String),
+}
+
+/// The most characters of a value an error quotes back.
+const SHOWN_CHARS: usize = 64;
+/// The most bytes of any one part of an error message (a parser's own message included).
+const MESSAGE_BYTES: usize = 1024;
+
+/// `value` quoted as `{:?}` does, cut to its first [`SHOWN_CHARS`] characters, with its length
+/// when it was longer: errors say which value without repeating all of it.
+pub fn shown(value: &str) -> String {
+    match value.char_indices().nth(SHOWN_CHARS) {
+        None => format!("{value:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &value[..cut], value.len()),
+    }
+}
+
+/// `text` cut to [`MESSAGE_BYTES`] (at a character boundary), saying how long it was.
+pub fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MESSAGE_BYTES {
+        return text.into();
+    }
+    let cut = (0..=MESSAGE_BYTES).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}... ({} bytes in all)", &text[..cut], text.len()).into()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -667,16 +692,24 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     if !raw.web.telemetry_path.starts_with('/') || raw.web.telemetry_path.len() < 2 {
         return Err(invalid(
             "web.telemetry_path",
-            format!("{:?} must start with '/' and name a path", raw.web.telemetry_path),
+            format!("{} must start with '/' and name a path", shown(&raw.web.telemetry_path)),
         ));
     }
     if !matchable_path(&raw.web.telemetry_path) {
         return Err(invalid(
             "web.telemetry_path",
             format!(
-                "{:?} can never match a request: no query ('?'), fragment ('#'), spaces or control characters",
-                raw.web.telemetry_path
+                "{} can never match a request: no query ('?'), fragment ('#'), spaces or control characters",
+                shown(&raw.web.telemetry_path)
             ),
+        ));
+    }
+    if matches!(raw.web.telemetry_path.as_str(), "/-/healthy" | "/-/ready") {
+        // The telemetry path is matched first: the probe would be answered with a scrape,
+        // slow and refused under load where a probe must not be (issue 24).
+        return Err(invalid(
+            "web.telemetry_path",
+            format!("{} is the liveness or readiness probe's path: choose another", shown(&raw.web.telemetry_path)),
         ));
     }
     for (key, path) in [("path.procfs", &raw.path.procfs), ("path.sysfs", &raw.path.sysfs)] {
@@ -687,15 +720,12 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     let interval = |key: &str, text: &str| -> Result<Duration, ConfigError> {
         let value = parse_duration(text).map_err(|m| invalid(key, m))?;
         if value < Duration::from_millis(100) || value > Duration::from_secs(3600) {
-            return Err(invalid(key, format!("{text:?} is outside 100ms..1h")));
+            return Err(invalid(key, format!("{} is outside 100ms..1h", shown(text))));
         }
         Ok(value)
     };
     let regexes = |key: &str, patterns: &[String]| -> Result<Vec<Regex>, ConfigError> {
-        patterns
-            .iter()
-            .map(|p| Regex::new(p).map_err(|e| invalid(key, format!("{p:?} is not a valid regex: {e}"))))
-            .collect()
+        patterns.iter().map(|p| Regex::new(p).map_err(|e| invalid(key, regex_error(p, &e)))).collect()
     };
     let c = &raw.collector;
     let mut collectors = Vec::new();
@@ -711,10 +741,7 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     }
     let comm_pattern = match c.process.comm_pattern.as_str() {
         "" => None,
-        p => Some(
-            Regex::new(p)
-                .map_err(|e| invalid("collector.process.comm_pattern", format!("{p:?} is not a valid regex: {e}")))?,
-        ),
+        p => Some(Regex::new(p).map_err(|e| invalid("collector.process.comm_pattern", regex_error(p, &e)))?),
     };
     if c.process.top_n == 0 {
         return Err(invalid("collector.process.top_n", "must be at least 1".into()));
@@ -742,7 +769,7 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     };
     let window = parse_duration(&raw.trend.window).map_err(|m| invalid("trend.window", m))?;
     if window < Duration::from_secs(3) || window > Duration::from_secs(3600) {
-        return Err(invalid("trend.window", format!("{:?} is outside 3s..1h", raw.trend.window)));
+        return Err(invalid("trend.window", format!("{} is outside 3s..1h", shown(&raw.trend.window))));
     }
     let floor = raw.trend.node_memory_available_floor_ratio;
     if !(0.0..0.5).contains(&floor) {
@@ -778,12 +805,12 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         "info" => LogLevel::Info,
         "warn" | "warning" => LogLevel::Warn,
         "error" => LogLevel::Error,
-        other => return Err(invalid("log.level", format!("{other:?} is not one of debug, info, warn, error"))),
+        other => return Err(invalid("log.level", format!("{} is not one of debug, info, warn, error", shown(other)))),
     };
     let log_format = match raw.log.format.to_ascii_lowercase().as_str() {
         "text" | "logfmt" => LogFormat::Text,
         "json" => LogFormat::Json,
-        other => return Err(invalid("log.format", format!("{other:?} is not one of text, json"))),
+        other => return Err(invalid("log.format", format!("{} is not one of text, json", shown(other)))),
     };
     Ok(Config {
         listen_address: raw.web.listen_address,
@@ -807,11 +834,20 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     })
 }
 
+/// A regex that does not compile: the pattern shown, and the regex crate's message, which
+/// quotes the whole pattern, bounded.
+fn regex_error(pattern: &str, err: &regex::Error) -> String {
+    format!("{} is not a valid regex: {}", shown(pattern), bounded(&err.to_string()))
+}
+
 /// Splits a Go-style listen address: `:9478` (all interfaces), `host:port`, `[v6]:port`.
 pub fn split_listen_address(address: &str) -> Result<(Option<String>, u16), String> {
-    let (host, port) =
-        address.rsplit_once(':').ok_or_else(|| format!("{address:?} has no port (expected host:port or :port)"))?;
-    let port: u16 = port.parse().map_err(|_| format!("{address:?}: port {port:?} is not a number from 0 to 65535"))?;
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{} has no port (expected host:port or :port)", shown(address)))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{}: port {} is not a number from 0 to 65535", shown(address), shown(port)))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     Ok(((!host.is_empty()).then(|| host.to_owned()), port))
 }
@@ -824,14 +860,14 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn parse(url: &str) -> Result<Endpoint, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("{url:?} must start with http:// (https to Alertmanager is not supported yet)"))?;
+        let rest = url.strip_prefix("http://").ok_or_else(|| {
+            format!("{} must start with http:// (https to Alertmanager is not supported yet)", shown(url))
+        })?;
         let authority = rest.split('/').next().unwrap_or("");
         if authority.is_empty() || authority.contains('@') {
-            return Err(format!("{url:?} has no host (or has credentials, which are not supported)"));
+            return Err(format!("{} has no host (or has credentials, which are not supported)", shown(url)));
         }
-        let uri: hyper::Uri = url.parse().map_err(|e| format!("{url:?} is not a valid URL: {e}"))?;
+        let uri: hyper::Uri = url.parse().map_err(|e| format!("{} is not a valid URL: {e}", shown(url)))?;
         let _ = uri;
         Ok(Endpoint { base: url.trim_end_matches('/').to_owned() })
     }
@@ -846,15 +882,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as \"1s\" or \"500ms\""))?;
+    let number: f64 =
+        number.parse().map_err(|_| format!("{} is not a duration such as \"1s\" or \"500ms\"", shown(text)))?;
     let seconds = match unit {
         "ms" => number / 1000.0,
         "s" => number,
         "m" => number * 60.0,
         "h" => number * 3600.0,
-        _ => return Err(format!("{text:?} needs a unit: ms, s, m or h")),
+        _ => return Err(format!("{} needs a unit: ms, s, m or h", shown(text))),
     };
-    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is out of range"))
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{} is out of range", shown(text)))
 }
 
 /// Whether a request can reach `path`: the server compares it with the path of the request
@@ -967,6 +1004,10 @@ mod tests {
         for never in ["/metrics?format=text", "/met rics", "/metrics#top", "/metrics\n", "/m\u{7f}"] {
             let err = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from(never))]).unwrap_err();
             assert!(err.to_string().contains("can never match"), "{never:?}: {err}");
+        }
+        for probe in ["/-/healthy", "/-/ready"] {
+            let err = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from(probe))]).unwrap_err();
+            assert!(err.to_string().contains("probe's path"), "{probe:?}: {err}");
         }
         for fine in ["/metrics", "/probe/metrics", "/metrics%3F", "/-/m_e.t~r:i@c!s"] {
             let cfg = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from(fine))]).unwrap();

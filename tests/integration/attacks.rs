@@ -560,35 +560,9 @@ fn a_bcrypt_cost_that_takes_hours_per_check_is_refused() {
     .unwrap();
     let mut args = fixture_args();
     args.extend(["--web.config.file".into(), web.display().to_string()]);
-    let mut child = crate::util::command(crate::util::binary(), "127.0.0.1:0")
-        .args(&args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let log = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some((status, log)) = crate::util::exits_within(&args, Duration::from_secs(15)) else {
+        panic!("the exporter still runs 15 s after starting with a cost-31 hash");
     };
-    let Some(status) = status else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("the exporter still runs 15 s after starting with a cost-31 hash:\n{}", log.join().unwrap());
-    };
-    let log = log.join().unwrap();
     assert_eq!(status.code(), Some(2), "{log}");
     for expected in ["basic_auth_users.prometheus", "cost 31 is above 14", "41 hours", "htpasswd -nBC 10"] {
         assert!(log.contains(expected), "{expected:?} not in:\n{log}");

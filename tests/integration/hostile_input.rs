@@ -524,3 +524,37 @@ fn cgroup_names_made_in_a_delegated_subtree_forge_no_pod_or_job() {
     }
     assert_eq!(seen.len(), expected.len() + pids.len(), "one series per cgroup and per process: {seen:?}");
 }
+
+/// Issue 24: a value of 900 KB in the configuration came back whole in the error, 0.9 MB per
+/// line (1.8 MB for a regex, whose message quotes the pattern again); a 200 KB header value
+/// of the web configuration, 0.4 MB. Now each error names the key and quotes 64 characters.
+#[test]
+fn huge_values_are_not_echoed_whole_in_errors() {
+    let dir = std::env::temp_dir().join(format!("memlock-hostile-{}-huge", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let huge = |c: &str| c.repeat(900_000);
+    let cases = [
+        ("config.file", format!("[collector.node]\ninterval = \"{}s\"\n", huge("9")), "collector.node.interval"),
+        ("config.file", format!("[collector.cgroup]\ninclude = [\"({}\"]\n", huge("a")), "collector.cgroup.include"),
+        ("config.file", format!("[alerting]\nalertmanager_urls = [\"{}\"]\n", huge("h")), "alerting.alertmanager_urls"),
+        ("config.file", format!("[collector]\n{} = 1\n", huge("k")), "unknown configuration key"),
+        (
+            "web.config.file",
+            format!("http_server_config:\n  headers:\n    X-Frame-Options: {}\n", "d".repeat(200_000)),
+            "http_server_config.headers.X-Frame-Options",
+        ),
+    ];
+    for (i, (flag, text, named)) in cases.iter().enumerate() {
+        let file = dir.join(format!("case-{i}"));
+        std::fs::write(&file, text).unwrap();
+        let args = vec![format!("--{flag}"), file.display().to_string()];
+        let Some((status, log)) = crate::util::exits_within(&args, Duration::from_secs(15)) else {
+            panic!("case {i}: the exporter started");
+        };
+        assert_eq!(status.code(), Some(2), "case {i}");
+        assert!(log.contains(named), "case {i}: {named} not in {}", &log[..log.len().min(2000)]);
+        assert!(log.len() < 4096, "case {i}: {} bytes of error for a {} byte file", log.len(), text.len());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

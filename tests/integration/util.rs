@@ -447,3 +447,33 @@ impl AlertReceiver {
         false
     }
 }
+
+/// Runs the exporter with `args` (on a free loopback port) and waits up to `limit` for it to
+/// exit: its status and stderr, or `None` (it is killed) if it was still running.
+pub fn exits_within(args: &[String], limit: Duration) -> Option<(std::process::ExitStatus, String)> {
+    let mut child = command(binary(), "127.0.0.1:0")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn memlock-exporter");
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let log = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some((status, log.join().unwrap_or_default()));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
