@@ -18,8 +18,8 @@
 //!
 //! Clients that pipeline requests and never read (issue 24) kept every connection "busy": each
 //! response went into the kernel's send buffer (autotuned to 4 MiB), the next request was read
-//! at once, and none could be closed at the cap: a scraper got 2 answers of 5 in 10 s, and the
-//! host's TCP memory reached 1.2 GB. Now the server reads a connection's next request only once
+//! at once, and none could be closed at the cap: a scraper got 3 answers of 5 in 10 s, and the
+//! host's TCP memory reached 1.06 GB. Now the server reads a connection's next request only once
 //! its client has acknowledged the response before (`guard.rs`), a connection whose client has
 //! left a response unacknowledged for [`STALLED`] is closed at the cap like an idle one, with a
 //! reset (what it holds in the kernel goes at once, no orphan), and one client address (an
