@@ -23,7 +23,7 @@
 //! its client has acknowledged the response before (`guard.rs`), a connection whose client has
 //! left a response unacknowledged for [`STALLED`] is closed at the cap like an idle one, with a
 //! reset (what it holds in the kernel goes at once, no orphan), and one client address (an
-//! IPv6 /64) holds at most [`MAX_PER_ADDRESS`] connections: a new one from an address at its
+//! IPv6 /64) holds at most a quarter of the table's connections: a new one from an address at its
 //! share closes that address's own idlest or stalled connection, or is refused.
 
 use std::collections::HashMap;
@@ -35,16 +35,22 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-#[derive(Default)]
 pub struct Connections {
     table: Mutex<Table>,
+    per_address_max: usize,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Self::with_cap(super::MAX_CONNECTIONS)
+    }
 }
 
 /// How long a client may leave a response unacknowledged, with nothing more written to it,
 /// before its connection counts as stalled: closable at the cap, and reset when it ends.
 pub const STALLED: Duration = Duration::from_secs(2);
 /// The most connections one client address (an IPv6 /64) holds: a quarter of the table.
-pub const MAX_PER_ADDRESS: usize = super::MAX_CONNECTIONS / 4;
+const ADDRESS_SHARE: usize = 4;
 
 #[derive(Default)]
 struct Table {
@@ -177,6 +183,16 @@ pub struct InProgress {
 }
 
 impl Connections {
+    /// A table for at most `cap` connections (the server's semaphore holds the cap).
+    pub fn with_cap(cap: usize) -> Self {
+        Self { table: Mutex::default(), per_address_max: (cap / ADDRESS_SHARE).max(1) }
+    }
+
+    /// The most connections one address may hold.
+    pub fn per_address_max(&self) -> usize {
+        self.per_address_max
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }

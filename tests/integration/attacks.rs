@@ -784,3 +784,96 @@ fn pipelining_clients_that_never_read_do_not_park_kernel_memory() {
     assert!(mib(left) < 12.0, "the closed connections left {:.1} MiB in the kernel", mib(left));
     assert!(attack.orphans.1 <= attack.orphans.0 + 2, "orphans {} -> {}", attack.orphans.0, attack.orphans.1);
 }
+
+/// GET /metrics within [`SCRAPE_DEADLINE`], connect included: the body of a 200.
+fn scrape_body(address: &str) -> Option<String> {
+    let mut stream = TcpStream::connect_timeout(&address.parse().ok()?, SCRAPE_DEADLINE).ok()?;
+    stream.set_read_timeout(Some(SCRAPE_DEADLINE)).ok()?;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+/// Issue 24, finding 10: with a soft descriptor limit below the connection cap, idle
+/// connections took every descriptor and the collectors failed with EMFILE. Here the exporter
+/// runs with RLIMIT_NOFILE 200 (soft and hard) and 400 connections stay open and silent for
+/// 4 s, reopened as they close, while every scrape must show every collector succeeding.
+#[test]
+fn idle_connections_leave_the_collectors_their_descriptors() {
+    let _live = live_lock();
+    raise_open_files(8192);
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.args(["--nofile=200:200", "--"]).arg(crate::util::binary());
+    cmd.args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--log.level", "debug"]);
+    cmd.args(fixture_args());
+    // Every collector reads its files every 100 ms, so a shortage shows at once.
+    let config = temp_dir("nofile").join("config.toml");
+    let intervals: String = ["node", "numa", "process", "cgroup", "rdma_sysfs", "software"]
+        .iter()
+        .map(|c| format!("[collector.{c}]\ninterval = \"100ms\"\n"))
+        .collect();
+    std::fs::write(&config, intervals).unwrap();
+    cmd.arg("--config.file").arg(&config);
+    let exporter = Exporter::from_command(cmd);
+    exporter.wait_ready();
+    let address = exporter.address.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut holders = Vec::new();
+    for client in 0..400u32 {
+        let (address, stop) = (address.clone(), stop.clone());
+        holders.push(std::thread::spawn(move || {
+            let source = [127, 0, 5, (client % 200) as u8 + 1];
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(stream) = connect_pipeliner(source, &address, None) else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+                let mut byte = [0u8; 1];
+                while !stop.load(Ordering::Relaxed) {
+                    match (&stream).read(&mut byte) {
+                        Ok(0) => break,
+                        Err(e)
+                            if e.kind() == std::io::ErrorKind::WouldBlock
+                                || e.kind() == std::io::ErrorKind::TimedOut => {}
+                        _ => break,
+                    }
+                }
+            }
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let (mut scrapes, mut failing) = (0, Vec::new());
+    while Instant::now() < deadline {
+        if let Some(body) = scrape_body(&address) {
+            scrapes += 1;
+            let m = crate::util::Metrics::parse(&body);
+            failing.extend(
+                m.family("memlock_scrape_collector_success")
+                    .into_iter()
+                    .filter(|(_, v)| *v != 1.0)
+                    .map(|(s, _)| s.to_owned()),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for holder in holders {
+        holder.join().unwrap();
+    }
+    let m = exporter.metrics();
+    let errors = m.family("memlock_exporter_collector_errors_total").iter().fold(0.0, |sum, (_, v)| sum + v);
+    let log = exporter.log_text();
+    eprintln!(
+        "RLIMIT_NOFILE 200, 400 idle connections for 4 s: {scrapes} scrapes, {} with a failing collector, {errors} \
+            collector errors, 'Too many open files' {} times in the log",
+        failing.len(),
+        log.matches("Too many open files").count()
+    );
+    assert!(scrapes >= 10, "only {scrapes} scrapes got through in 4 s");
+    assert!(failing.is_empty() && errors == 0.0, "collectors failed: {failing:?}; errors {errors}");
+    assert!(!log.contains("Too many open files"), "EMFILE in the log");
+    assert!(log.contains("connection cap"), "the lowered cap is logged");
+}
