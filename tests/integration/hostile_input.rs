@@ -461,13 +461,20 @@ fn cgroup_names_made_in_a_delegated_subtree_forge_no_pod_or_job() {
         "system.slice/slurmstepd.scope/job_4242/step_0".to_owned(),
         "slurm/uid_0/job_4243/step_0".to_owned(),
     ];
+    // A copy of sleep the user may run, under a name of its own: the machine may run many sleeps.
+    let bin_dir = std::env::temp_dir().join(format!("{name}-bin"));
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    crate::util::set_mode(&bin_dir, 0o755);
+    let sleeper = bin_dir.join("memlock-forged");
+    std::fs::copy("/bin/sleep", &sleeper).unwrap();
+    crate::util::set_mode(&sleeper, 0o755);
     let mut pids = Vec::new();
     for path in &forged {
         // The user makes the directories and moves its own process in: nothing of root's.
         let child = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c"])
-            .arg("mkdir -p \"$1\" && echo $$ > \"$1/tasks\" && exec sleep 120")
-            .args(["sh", &root.join(path).display().to_string()])
+            .arg("mkdir -p \"$1\" && echo $$ > \"$1/tasks\" && exec \"$2\" 120")
+            .args(["sh", &root.join(path).display().to_string(), &sleeper.display().to_string()])
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -480,7 +487,7 @@ fn cgroup_names_made_in_a_delegated_subtree_forge_no_pod_or_job() {
         let in_place = || {
             std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
                 .is_ok_and(|c| c.lines().any(|l| l.contains(":memory:") && l.ends_with(path.as_str())))
-                && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+                && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "memlock-forged")
         };
         while !in_place() {
             assert!(Instant::now() < deadline, "pid {pid} never reached {path}");
@@ -491,13 +498,14 @@ fn cgroup_names_made_in_a_delegated_subtree_forge_no_pod_or_job() {
     std::fs::write(
         &config,
         format!(
-            "[collector.cgroup]\ninclude = [\"^/{name}(/|$)\"]\nfull_scan_interval = \"1s\"\n[collector.process]\n\
-             comm_pattern = \"^sleep$\"\nfull_scan_interval = \"1s\"\n"
+            "[series]\nlimit = 0\n[collector.cgroup]\ninclude = [\"^/{name}(/|$)\"]\nfull_scan_interval = \"1s\"\n\
+             [collector.process]\ncomm_pattern = \"^memlock-forged$\"\nfull_scan_interval = \"1s\"\n"
         ),
     )
     .unwrap();
     let exporter = Exporter::start(&["--config.file", config.to_str().unwrap(), "--no-collector.rdma_netlink"]);
     let _ = std::fs::remove_file(&config);
+    let _ = std::fs::remove_dir_all(&bin_dir);
     let series_of = |m: &Metrics, family: &str, needle: &str| -> Vec<String> {
         m.series.keys().filter(|k| k.starts_with(&format!("{family}{{")) && k.contains(needle)).cloned().collect()
     };
