@@ -6,7 +6,7 @@
 //! than silently ignored. Validation turns the raw strings into typed values once; the rest of
 //! the program only sees [`Config`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,16 +22,41 @@ use crate::trend::TrendConfig;
 /// sets `web.listen_address` (a double underscore separates levels).
 pub const ENV_PREFIX: &str = "MEMLOCK_EXPORTER";
 
+// Every part of a message is bounded ([`bounded`]): a value, a key or a parser's message may
+// be as long as the file (issue 24: a 900 KB value came back whole, twice for a regex).
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("config file {}: {message}", path.display())]
+    #[error("config file {}: {}", path.display(), bounded(.message))]
     File { path: PathBuf, message: String },
-    #[error("unknown configuration key `{key}` (set in {origin}){hint}")]
+    #[error("unknown configuration key `{}` (set in {}){}", bounded(.key), bounded(.origin), bounded(.hint))]
     UnknownKey { key: String, origin: String, hint: String },
-    #[error("invalid value for `{key}` (set in {origin}): {message}")]
+    #[error("invalid value for `{}` (set in {}): {}", bounded(.key), bounded(.origin), bounded(.message))]
     Invalid { key: String, origin: String, message: String },
-    #[error("configuration: {0}")]
+    #[error("configuration: {}", bounded(.0))]
     Other(String),
+}
+
+/// The most characters of a value an error quotes back.
+const SHOWN_CHARS: usize = 64;
+/// The most bytes of any one part of an error message (a parser's own message included).
+const MESSAGE_BYTES: usize = 1024;
+
+/// `value` quoted as `{:?}` does, cut to its first [`SHOWN_CHARS`] characters, with its length
+/// when it was longer: errors say which value without repeating all of it.
+pub fn shown(value: &str) -> String {
+    match value.char_indices().nth(SHOWN_CHARS) {
+        None => format!("{value:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &value[..cut], value.len()),
+    }
+}
+
+/// `text` cut to [`MESSAGE_BYTES`] (at a character boundary), saying how long it was.
+pub fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MESSAGE_BYTES {
+        return text.into();
+    }
+    let cut = (0..=MESSAGE_BYTES).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}... ({} bytes in all)", &text[..cut], text.len()).into()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -457,6 +482,9 @@ pub struct Config {
     pub series_limit: usize,
     /// The file the configuration came from, if any (for reload and messages).
     pub file: Option<PathBuf>,
+    /// The keys that file sets (`alerting.alertmanager_urls`), so a reload can tell a file that
+    /// lost its settings from one that changed them ([`refuse_failing_open`]).
+    pub file_keys: BTreeSet<String>,
 }
 
 impl Config {
@@ -526,7 +554,64 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
         merged.get::<String>(&format!("collector.{name}.interval")).map_err(|e| type_error(e, &origin_of))?;
     }
     let raw: RawConfig = merged.try_deserialize().map_err(|e| type_error(e, &origin_of))?;
-    validate(raw, sources.file.clone(), &origin_of)
+    let mut config = validate(raw, sources.file.clone(), &origin_of)?;
+    leaf_keys("", &file_keys, &mut config.file_keys);
+    Ok(config)
+}
+
+/// The dotted names of every value in a nested table (an empty list counts: it is a value).
+fn leaf_keys(prefix: &str, table: &Map<String, Value>, out: &mut BTreeSet<String>) {
+    for (name, value) in table {
+        let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+        match &value.kind {
+            ValueKind::Table(inner) if !inner.is_empty() => leaf_keys(&key, inner, out),
+            _ => {
+                out.insert(key);
+            }
+        }
+    }
+}
+
+/// Refuses a reload that would fail open (issue 24): a configuration file emptied or truncated
+/// by a bad deploy loads as "all defaults", and the defaults have no Alertmanager, so the fast
+/// path would stop paging while every gauge looked healthy. Refused:
+/// - a file with no settings left (empty, blanks or comments only) when the running
+///   configuration had some from it: running on the defaults on purpose takes a restart;
+/// - a reload that turns the fast path off without saying so: the file must set
+///   `alerting.alertmanager_urls = []` (a truncation cannot write that line), or restart.
+///
+/// The error names the file and the key; the running configuration is kept.
+pub fn refuse_failing_open(running: &Config, new: &Config) -> Result<(), ConfigError> {
+    if let Some(path) = &new.file {
+        if new.file_keys.is_empty() && !running.file_keys.is_empty() {
+            return Err(ConfigError::File {
+                path: path.clone(),
+                message: format!(
+                    "has no settings left (emptied or truncated?) where the running configuration had {} from it; a \
+                        reload keeps the running configuration: to run on the built-in defaults on purpose, restart \
+                        the exporter",
+                    running.file_keys.len()
+                ),
+            });
+        }
+    }
+    const URLS: &str = "alerting.alertmanager_urls";
+    if !running.alerting.alertmanager_urls.is_empty()
+        && new.alerting.alertmanager_urls.is_empty()
+        && !new.file_keys.contains(URLS)
+    {
+        let origin = new.file.as_ref().map_or_else(|| "the built-in defaults".into(), |p| p.display().to_string());
+        return Err(ConfigError::Invalid {
+            key: URLS.into(),
+            origin,
+            message: format!(
+                "a reload cannot switch the fast path off by leaving the key out (was {}; a truncated file?): set \
+                    `{URLS} = []` in the file to switch it off on purpose, or restart the exporter",
+                running.alerting.alertmanager_urls.join(",")
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Whether a dotted key is present in a nested table.
@@ -608,16 +693,24 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     if !raw.web.telemetry_path.starts_with('/') || raw.web.telemetry_path.len() < 2 {
         return Err(invalid(
             "web.telemetry_path",
-            format!("{:?} must start with '/' and name a path", raw.web.telemetry_path),
+            format!("{} must start with '/' and name a path", shown(&raw.web.telemetry_path)),
         ));
     }
     if !matchable_path(&raw.web.telemetry_path) {
         return Err(invalid(
             "web.telemetry_path",
             format!(
-                "{:?} can never match a request: no query ('?'), fragment ('#'), spaces or control characters",
-                raw.web.telemetry_path
+                "{} can never match a request: no query ('?'), fragment ('#'), spaces or control characters",
+                shown(&raw.web.telemetry_path)
             ),
+        ));
+    }
+    if matches!(raw.web.telemetry_path.as_str(), "/-/healthy" | "/-/ready") {
+        // The telemetry path is matched first: the probe would be answered with a scrape,
+        // slow and refused under load where a probe must not be (issue 24).
+        return Err(invalid(
+            "web.telemetry_path",
+            format!("{} is the liveness or readiness probe's path: choose another", shown(&raw.web.telemetry_path)),
         ));
     }
     for (key, path) in [("path.procfs", &raw.path.procfs), ("path.sysfs", &raw.path.sysfs)] {
@@ -628,15 +721,12 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     let interval = |key: &str, text: &str| -> Result<Duration, ConfigError> {
         let value = parse_duration(text).map_err(|m| invalid(key, m))?;
         if value < Duration::from_millis(100) || value > Duration::from_secs(3600) {
-            return Err(invalid(key, format!("{text:?} is outside 100ms..1h")));
+            return Err(invalid(key, format!("{} is outside 100ms..1h", shown(text))));
         }
         Ok(value)
     };
     let regexes = |key: &str, patterns: &[String]| -> Result<Vec<Regex>, ConfigError> {
-        patterns
-            .iter()
-            .map(|p| Regex::new(p).map_err(|e| invalid(key, format!("{p:?} is not a valid regex: {e}"))))
-            .collect()
+        patterns.iter().map(|p| Regex::new(p).map_err(|e| invalid(key, regex_error(p, &e)))).collect()
     };
     let c = &raw.collector;
     let mut collectors = Vec::new();
@@ -652,10 +742,7 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     }
     let comm_pattern = match c.process.comm_pattern.as_str() {
         "" => None,
-        p => Some(
-            Regex::new(p)
-                .map_err(|e| invalid("collector.process.comm_pattern", format!("{p:?} is not a valid regex: {e}")))?,
-        ),
+        p => Some(Regex::new(p).map_err(|e| invalid("collector.process.comm_pattern", regex_error(p, &e)))?),
     };
     if c.process.top_n == 0 {
         return Err(invalid("collector.process.top_n", "must be at least 1".into()));
@@ -683,7 +770,7 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
     };
     let window = parse_duration(&raw.trend.window).map_err(|m| invalid("trend.window", m))?;
     if window < Duration::from_secs(3) || window > Duration::from_secs(3600) {
-        return Err(invalid("trend.window", format!("{:?} is outside 3s..1h", raw.trend.window)));
+        return Err(invalid("trend.window", format!("{} is outside 3s..1h", shown(&raw.trend.window))));
     }
     let floor = raw.trend.node_memory_available_floor_ratio;
     if !(0.0..0.5).contains(&floor) {
@@ -719,12 +806,12 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         "info" => LogLevel::Info,
         "warn" | "warning" => LogLevel::Warn,
         "error" => LogLevel::Error,
-        other => return Err(invalid("log.level", format!("{other:?} is not one of debug, info, warn, error"))),
+        other => return Err(invalid("log.level", format!("{} is not one of debug, info, warn, error", shown(other)))),
     };
     let log_format = match raw.log.format.to_ascii_lowercase().as_str() {
         "text" | "logfmt" => LogFormat::Text,
         "json" => LogFormat::Json,
-        other => return Err(invalid("log.format", format!("{other:?} is not one of text, json"))),
+        other => return Err(invalid("log.format", format!("{} is not one of text, json", shown(other)))),
     };
     Ok(Config {
         listen_address: raw.web.listen_address,
@@ -744,14 +831,24 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         alerting,
         series_limit: usize::try_from(raw.series.limit).unwrap_or(usize::MAX),
         file,
+        file_keys: BTreeSet::new(),
     })
+}
+
+/// A regex that does not compile: the pattern shown, and the regex crate's message, which
+/// quotes the whole pattern, bounded.
+fn regex_error(pattern: &str, err: &regex::Error) -> String {
+    format!("{} is not a valid regex: {}", shown(pattern), bounded(&err.to_string()))
 }
 
 /// Splits a Go-style listen address: `:9478` (all interfaces), `host:port`, `[v6]:port`.
 pub fn split_listen_address(address: &str) -> Result<(Option<String>, u16), String> {
-    let (host, port) =
-        address.rsplit_once(':').ok_or_else(|| format!("{address:?} has no port (expected host:port or :port)"))?;
-    let port: u16 = port.parse().map_err(|_| format!("{address:?}: port {port:?} is not a number from 0 to 65535"))?;
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{} has no port (expected host:port or :port)", shown(address)))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{}: port {} is not a number from 0 to 65535", shown(address), shown(port)))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     Ok(((!host.is_empty()).then(|| host.to_owned()), port))
 }
@@ -764,14 +861,14 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn parse(url: &str) -> Result<Endpoint, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("{url:?} must start with http:// (https to Alertmanager is not supported yet)"))?;
+        let rest = url.strip_prefix("http://").ok_or_else(|| {
+            format!("{} must start with http:// (https to Alertmanager is not supported yet)", shown(url))
+        })?;
         let authority = rest.split('/').next().unwrap_or("");
         if authority.is_empty() || authority.contains('@') {
-            return Err(format!("{url:?} has no host (or has credentials, which are not supported)"));
+            return Err(format!("{} has no host (or has credentials, which are not supported)", shown(url)));
         }
-        let uri: hyper::Uri = url.parse().map_err(|e| format!("{url:?} is not a valid URL: {e}"))?;
+        let uri: hyper::Uri = url.parse().map_err(|e| format!("{} is not a valid URL: {e}", shown(url)))?;
         let _ = uri;
         Ok(Endpoint { base: url.trim_end_matches('/').to_owned() })
     }
@@ -786,15 +883,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().map_err(|_| format!("{text:?} is not a duration such as \"1s\" or \"500ms\""))?;
+    let number: f64 =
+        number.parse().map_err(|_| format!("{} is not a duration such as \"1s\" or \"500ms\"", shown(text)))?;
     let seconds = match unit {
         "ms" => number / 1000.0,
         "s" => number,
         "m" => number * 60.0,
         "h" => number * 3600.0,
-        _ => return Err(format!("{text:?} needs a unit: ms, s, m or h")),
+        _ => return Err(format!("{} needs a unit: ms, s, m or h", shown(text))),
     };
-    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text:?} is out of range"))
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{} is out of range", shown(text)))
 }
 
 /// Whether a request can reach `path`: the server compares it with the path of the request
@@ -908,6 +1006,10 @@ mod tests {
             let err = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from(never))]).unwrap_err();
             assert!(err.to_string().contains("can never match"), "{never:?}: {err}");
         }
+        for probe in ["/-/healthy", "/-/ready"] {
+            let err = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from(probe))]).unwrap_err();
+            assert!(err.to_string().contains("probe's path"), "{probe:?}: {err}");
+        }
         for fine in ["/metrics", "/probe/metrics", "/metrics%3F", "/-/m_e.t~r:i@c!s"] {
             let cfg = load_with(None, &[], vec![("web.telemetry_path".into(), Value::from(fine))]).unwrap();
             assert_eq!(cfg.telemetry_path, fine);
@@ -966,7 +1068,39 @@ mod tests {
         let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/config.example.toml");
         let from_file = load_with(Some(example), &[], vec![]).unwrap();
         let defaults = load_with(None, &[], vec![]).unwrap();
-        assert_eq!(format!("{:?}", Config { file: None, ..from_file }), format!("{defaults:?}"));
+        assert!(from_file.file_keys.contains("web.listen_address"), "{:?}", from_file.file_keys);
+        assert_eq!(
+            format!("{:?}", Config { file: None, file_keys: BTreeSet::new(), ..from_file }),
+            format!("{defaults:?}")
+        );
+    }
+
+    /// Issue 24: an emptied or truncated file reloaded as "all defaults", without the
+    /// Alertmanager, and nothing paged.
+    #[test]
+    fn a_reload_that_would_fail_open_is_refused() {
+        let load_text = |name: &str, text: &str| load_with(Some(write_temp(name, text)), &[], vec![]).unwrap();
+        let running =
+            load_text("running", "[web]\nmax_requests = 20\n[alerting]\nalertmanager_urls = [\"http://am:9093\"]\n");
+        let refused = |new: &Config| refuse_failing_open(&running, new).map_err(|e| e.to_string());
+        for empty in ["", "\n  \n", "# nothing but a comment\n"] {
+            let err = refused(&load_text("emptied", empty)).unwrap_err();
+            assert!(
+                err.contains("config.toml") && err.contains("no settings left") && err.contains("restart"),
+                "{err}"
+            );
+        }
+        let truncated = load_text("truncated", "[web]\nmax_requests = 20\n");
+        let err = refused(&truncated).unwrap_err();
+        assert!(err.contains("`alerting.alertmanager_urls`") && err.contains("config.toml"), "{err}");
+        assert!(err.contains("alertmanager_urls = []") && err.contains("http://am:9093"), "{err}");
+        let on_purpose = load_text("off", "[web]\nmax_requests = 20\n[alerting]\nalertmanager_urls = []\n");
+        assert!(on_purpose.file_keys.contains("alerting.alertmanager_urls"), "{:?}", on_purpose.file_keys);
+        assert_eq!(refused(&on_purpose), Ok(()), "switched off on purpose");
+        let moved = load_text("moved", "[alerting]\nalertmanager_urls = [\"http://am2:9093\"]\n");
+        assert_eq!(refused(&moved), Ok(()), "another Alertmanager, fewer settings");
+        let defaults = load_with(None, &[], vec![]).unwrap();
+        assert_eq!(refuse_failing_open(&defaults, &load_text("from-empty", "")).map_err(|e| e.to_string()), Ok(()));
     }
 
     /// The registry is the one list of collectors: each has its keys, defaults and flags.

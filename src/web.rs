@@ -39,10 +39,18 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::config::{bounded, shown};
+
 /// A problem with the web configuration: the file, and the key (`tls_server_config.cert_file`)
 /// when one is to blame.
 #[derive(Debug, Error)]
-#[error("web config file {}: {key}{sep}{message}", path.display(), sep = if key.is_empty() { "" } else { ": " })]
+#[error(
+    "web config file {}: {}{sep}{}",
+    path.display(),
+    bounded(.key),
+    bounded(.message),
+    sep = if key.is_empty() { "" } else { ": " }
+)]
 pub struct WebConfigError {
     pub path: PathBuf,
     pub key: String,
@@ -110,6 +118,8 @@ pub struct WebConfig {
     pub tls: Option<Arc<ServerConfig>>,
     /// Whether TLS clients must present a certificate signed by the client CA.
     pub client_auth: ClientAuth,
+    /// The oldest TLS version offered: 12 or 13 (TLS 1.2, 1.3); 0 without TLS.
+    pub min_tls: u8,
     pub users: Option<BasicAuth>,
     /// Added to every response.
     pub headers: Vec<(HeaderName, HeaderValue)>,
@@ -191,14 +201,16 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
                 tls_config(&tls, &dir).map_err(|(key, m)| fail(&format!("tls_server_config.{key}"), m))?;
             config.tls = Some(Arc::new(server));
             config.client_auth = client_auth;
+            config.min_tls = protocol_versions(&tls).map_or(12, |(_, min)| min);
             config.sources.extend(files);
         }
     }
     Ok(config)
 }
 
-/// Refuses a reload that would lower security: TLS to plain HTTP, basic auth to none, or client
-/// certificates from required to optional or ignored. A file emptied, truncated or with its
+/// Refuses a reload that would lower security: TLS to plain HTTP, `min_version` from TLS 1.3 to
+/// 1.2 (issue 24), basic auth to none, or client certificates from required to optional or
+/// ignored. A file emptied, truncated or with its
 /// `cert_file` blanked by a bad deploy must not open the port (issue 15); lowering security on
 /// purpose takes a restart. The error names the file and the setting.
 pub fn refuse_lowering(running: &WebConfig, new: &WebConfig) -> Result<(), WebConfigError> {
@@ -212,6 +224,10 @@ pub fn refuse_lowering(running: &WebConfig, new: &WebConfig) -> Result<(), WebCo
     };
     if running.tls.is_some() && new.tls.is_none() {
         return refuse("tls_server_config", "turn TLS off (the port would serve plain HTTP)");
+    }
+    if new.tls.is_some() && new.min_tls < running.min_tls {
+        let what = format!("lower min_version from TLS{} to TLS{}", running.min_tls, new.min_tls);
+        return refuse("tls_server_config.min_version", &what);
     }
     if new.client_auth < running.client_auth {
         let what = format!("relax client certificates from {:?} to {:?}", running.client_auth, new.client_auth);
@@ -305,7 +321,7 @@ fn tls_config(tls: &RawTls, dir: &Path) -> Result<(ServerConfig, ClientAuth, Vec
     let key =
         PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| ("key_file", format!("not a PEM private key: {e}")))?;
 
-    let versions = protocol_versions(tls)?;
+    let (versions, _) = protocol_versions(tls)?;
     let mut provider = rustls::crypto::ring::default_provider();
     restrict_cipher_suites(&mut provider, &tls.cipher_suites).map_err(|m| ("cipher_suites", m))?;
     restrict_curves(&mut provider, &tls.curve_preferences).map_err(|m| ("curve_preferences", m))?;
@@ -324,15 +340,18 @@ fn tls_config(tls: &RawTls, dir: &Path) -> Result<(ServerConfig, ClientAuth, Vec
             return Err((
                 "client_auth_type",
                 format!(
-                "{:?} accepts certificates that nobody verifies and is not supported; use RequireAndVerifyClientCert",
-                tls.client_auth_type
-            ),
+                    "{} accepts certificates that nobody verifies and is not supported; use RequireAndVerifyClientCert",
+                    shown(&tls.client_auth_type)
+                ),
             ))
         }
         other => {
             return Err((
                 "client_auth_type",
-                format!("{other:?} is not one of NoClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"),
+                format!(
+                    "{} is not one of NoClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert",
+                    shown(other)
+                ),
             ))
         }
     };
@@ -382,7 +401,8 @@ fn tls_config(tls: &RawTls, dir: &Path) -> Result<(ServerConfig, ClientAuth, Vec
     Ok((config, client_auth, files))
 }
 
-fn protocol_versions(tls: &RawTls) -> Result<Vec<&'static SupportedProtocolVersion>, KeyedError> {
+/// The versions offered, and the oldest of them (12 or 13).
+fn protocol_versions(tls: &RawTls) -> Result<(Vec<&'static SupportedProtocolVersion>, u8), KeyedError> {
     // Ordered oldest first; TLS 1.0 and 1.1 are below everything rustls offers.
     let rank = |key: &'static str, value: &Option<String>, default: u8| -> Result<u8, KeyedError> {
         match value.as_deref() {
@@ -391,7 +411,7 @@ fn protocol_versions(tls: &RawTls) -> Result<Vec<&'static SupportedProtocolVersi
             Some("TLS11") => Ok(11),
             Some("TLS12") => Ok(12),
             Some("TLS13") => Ok(13),
-            Some(other) => Err((key, format!("{other:?} is not one of TLS10, TLS11, TLS12, TLS13"))),
+            Some(other) => Err((key, format!("{} is not one of TLS10, TLS11, TLS12, TLS13", shown(other)))),
         }
     };
     let min = rank("min_version", &tls.min_version, 12)?;
@@ -409,7 +429,7 @@ fn protocol_versions(tls: &RawTls) -> Result<Vec<&'static SupportedProtocolVersi
     if max >= 13 {
         versions.push(&rustls::version::TLS13);
     }
-    Ok(versions)
+    Ok((versions, min.max(12)))
 }
 
 /// Keeps the TLS 1.2 suites named (IANA names, as Go spells them), in the order given; TLS 1.3
@@ -426,7 +446,7 @@ fn restrict_cipher_suites(provider: &mut CryptoProvider, names: &[String]) -> Re
             Some(SupportedCipherSuite::Tls13(_)) => {}
             None => {
                 let known: Vec<String> = provider.cipher_suites.iter().map(name_of).collect();
-                return Err(format!("{name:?} is not available; known: {}", known.join(", ")));
+                return Err(format!("{} is not available; known: {}", shown(name), known.join(", ")));
             }
         }
     }
@@ -447,7 +467,7 @@ fn restrict_curves(provider: &mut CryptoProvider, names: &[String]) -> Result<()
             "CurveP256" => rustls::NamedGroup::secp256r1,
             "CurveP384" => rustls::NamedGroup::secp384r1,
             "CurveP521" => return Err("CurveP521 is not available with the ring provider".into()),
-            other => return Err(format!("{other:?} is not one of X25519, CurveP256, CurveP384")),
+            other => return Err(format!("{} is not one of X25519, CurveP256, CurveP384", shown(other))),
         };
         if let Some(kx) = provider.kx_groups.iter().find(|k| k.name() == group) {
             chosen.push(*kx);
@@ -475,20 +495,30 @@ fn security_headers(given: &BTreeMap<String, String>) -> Result<Vec<(HeaderName,
         }
         let lower = value.to_ascii_lowercase();
         if name == "X-Frame-Options" && lower != "deny" && lower != "sameorigin" {
-            return Err((name.clone(), format!("{value:?} is not one of deny, sameorigin")));
+            return Err((name.clone(), format!("{} is not one of deny, sameorigin", shown(value))));
         }
         if name == "X-Content-Type-Options" && lower != "nosniff" {
-            return Err((name.clone(), format!("{value:?} is not nosniff")));
+            return Err((name.clone(), format!("{} is not nosniff", shown(value))));
         }
         let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| (name.clone(), e.to_string()))?;
-        let header_value = HeaderValue::from_str(value).map_err(|e| (name.clone(), format!("{value:?}: {e}")))?;
+        let header_value =
+            HeaderValue::from_str(value).map_err(|e| (name.clone(), format!("{}: {e}", shown(value))))?;
         out.push((header_name, header_value));
     }
     Ok(out)
 }
 
-/// `$2a$`, `$2b$`, `$2x$` or `$2y$`, a two-digit cost from 4 to 31, and 53 characters of
-/// bcrypt's base64 (22 of salt, 31 of hash).
+/// The highest bcrypt cost accepted. Every check of a wrong password costs `2^cost` rounds of
+/// bcrypt's key schedule, and anyone who reaches the port can send one: at cost 31 a single
+/// request keeps a core busy for hours (issue 24). What exporter-toolkit users use is far
+/// below: its documentation makes hashes with `htpasswd -nBC 10` (about 70 ms a check, it says;
+/// "a cost of 18 can take up to a few seconds"), htpasswd's own default is 5 and Python's
+/// `bcrypt.gensalt()`, which the Prometheus basic-auth guide uses, makes 12. 14 leaves room
+/// above those at 16 times cost 10's time.
+pub const MAX_BCRYPT_COST: u32 = 14;
+
+/// `$2a$`, `$2b$`, `$2x$` or `$2y$`, a two-digit cost from 4 to [`MAX_BCRYPT_COST`], and 53
+/// characters of bcrypt's base64 (22 of salt, 31 of hash).
 fn check_bcrypt_shape(hash: &str) -> Result<(), String> {
     let bad =
         || "is not a bcrypt hash (expected $2y$10$ followed by 53 characters, as made by htpasswd -nBC 10)".to_owned();
@@ -501,10 +531,29 @@ fn check_bcrypt_shape(hash: &str) -> Result<(), String> {
     if !(4..=31).contains(&cost) {
         return Err(format!("bcrypt cost {cost} is outside 4..=31"));
     }
+    if cost > MAX_BCRYPT_COST {
+        return Err(format!(
+            "bcrypt cost {cost} is above {MAX_BCRYPT_COST}, the most this exporter accepts: every wrong password \
+                sent to the port costs 2^{cost} rounds of bcrypt (cost {cost}: {}), which anyone who can connect could \
+                keep a core busy with; exporter-toolkit's documentation uses cost 10 (htpasswd -nBC 10)",
+            bcrypt_time(cost)
+        ));
+    }
     if rest.len() != 53 || !rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'/') {
         return Err(bad());
     }
     Ok(())
+}
+
+/// A rough time of one bcrypt check at `cost`, from exporter-toolkit's figure of about 70 ms at
+/// cost 10 (each step doubles it), for the error message.
+fn bcrypt_time(cost: u32) -> String {
+    let seconds = 0.07 * f64::from(1u32 << cost.saturating_sub(10).min(30));
+    match seconds {
+        s if s < 120.0 => format!("about {s:.0} s of a core per request"),
+        s if s < 7200.0 => format!("about {:.0} minutes of a core per request", s / 60.0),
+        s => format!("about {:.0} hours of a core per request", s / 3600.0),
+    }
 }
 
 /// bcrypt reads at most 72 bytes of a password: a longer one would match on its first 72
@@ -866,9 +915,13 @@ mod tests {
         let optional = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: \
             VerifyClientCertIfGiven\n  client_ca_file: server.crt\n";
         let users = format!("basic_auth_users:\n  prometheus: '{hash}'\n");
+        let tls13 = format!("{tls}  min_version: TLS13\n");
         let config = |name: &str, text: &str| load(Some(&write(&dir, name, text))).unwrap();
         let plain = WebConfig::default();
-        let cases: [(&str, WebConfig, WebConfig, Option<&str>); 9] = [
+        let cases: [(&str, WebConfig, WebConfig, Option<&str>); 12] = [
+            ("TLS 1.3 to 1.2", config("a.yml", &tls13), config("b.yml", tls), Some("from TLS13 to TLS12")),
+            ("TLS 1.2 to 1.3", config("a.yml", tls), config("b.yml", &tls13), None),
+            ("TLS 1.3 stays", config("a.yml", &tls13), config("b.yml", &format!("{tls13}{users}")), None),
             ("TLS off", config("a.yml", tls), config("b.yml", ""), Some("b.yml: tls_server_config: a reload cannot")),
             (
                 "cert_file blanked",
@@ -930,6 +983,13 @@ mod tests {
         assert!(check_bcrypt_shape("$2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_ok());
         assert!(check_bcrypt_shape("$2b$04$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_ok());
         assert!(check_bcrypt_shape("$2y$3$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_err());
+        assert!(check_bcrypt_shape("$2y$14$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_ok());
+        for (cost, time) in [("15", "about 2 s"), ("20", "about 72 s"), ("24", "19 minutes"), ("31", "41 hours")] {
+            let err = check_bcrypt_shape(&format!("$2y${cost}$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG"))
+                .unwrap_err();
+            assert!(err.contains(&format!("cost {cost} is above 14")) && err.contains(time), "{err}");
+            assert!(err.contains("htpasswd -nBC 10"), "{err}");
+        }
         assert!(check_bcrypt_shape("$1$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG").is_err());
         assert!(check_bcrypt_shape("$2y$10$short").is_err());
         assert!(check_bcrypt_shape("").is_err());

@@ -16,6 +16,12 @@ ML_SETTINGS_DEFAULT=/etc/memlock-exporter/slurm-check.conf
 ML_BIN=/usr/bin/memlock-exporter
 ML_CHECK_ARGS=()
 ML_RUNNER=()
+# Bounds, in seconds (issue 24: a hung check or scontrol hung the scripts, and Slurm waited:
+# the prolog has no timeout unless PrologEpilogTimeout is set, and a health check that slurmd
+# kills at HealthCheckTimeout, 60 s by default, drains nothing). The check, then each Slurm
+# command (sinfo twice, scontrol twice at most): 20 + 4 x 8 stays under 60.
+ML_CHECK_TIMEOUT=20
+ML_SLURM_TIMEOUT=8
 # Findings that measure what running jobs use (MemAvailable, unused hugepages against it,
 # Committed_AS), not how the node is set up: judged only while no job holds the node, or a
 # training job using its memory would drain the node it runs on.
@@ -28,7 +34,25 @@ ML_NOT_RUN=2
 
 ml_log() {
     printf '%s: %s\n' "$ML_NAME" "$*" >&2
-    logger -t memlock-exporter-slurm -- "$ML_NAME: $*" 2>/dev/null || true
+    timeout 2 logger -t memlock-exporter-slurm -- "$ML_NAME: $*" 2>/dev/null || true
+}
+
+# ml_timed SECONDS COMMAND...: COMMAND, stopped after SECONDS (TERM, then KILL 2 s later);
+# 124 when it was, whatever COMMAND's own status would have been.
+ml_timed() {
+    local limit=$1 rc=0
+    shift
+    timeout --kill-after=2 "$limit" "$@" || rc=$?
+    case $rc in 124 | 137) return 124 ;; esac
+    return "$rc"
+}
+
+# ml_slurm COMMAND...: a Slurm client command within ML_SLURM_TIMEOUT; says so when it ran out.
+ml_slurm() {
+    local rc=0
+    ml_timed "$ML_SLURM_TIMEOUT" "$@" || rc=$?
+    [ "$rc" != 124 ] || echo "$1 timed out after ${ML_SLURM_TIMEOUT}s (MEMLOCK_SLURM_TIMEOUT): is slurmctld answering?"
+    return "$rc"
 }
 
 # ml_split ARGS: splits ARGS into ML_CHECK_ARGS like a shell would (quotes and backslashes
@@ -74,8 +98,11 @@ ml_load_settings() {
             case $key in
                 MEMLOCK_EXPORTER_BIN) ML_BIN=$value ;;
                 MEMLOCK_CHECK_ARGS) args=$value ;;
+                MEMLOCK_CHECK_TIMEOUT) ML_CHECK_TIMEOUT=$value ;;
+                MEMLOCK_SLURM_TIMEOUT) ML_SLURM_TIMEOUT=$value ;;
                 *)
-                    ml_log "$file:$number: unknown key $key (known: MEMLOCK_EXPORTER_BIN, MEMLOCK_CHECK_ARGS)"
+                    ml_log "$file:$number: unknown key $key (known: MEMLOCK_EXPORTER_BIN, MEMLOCK_CHECK_ARGS," \
+                        "MEMLOCK_CHECK_TIMEOUT, MEMLOCK_SLURM_TIMEOUT)"
                     return 1
                     ;;
             esac
@@ -83,6 +110,15 @@ ml_load_settings() {
     fi
     [ -z "${MEMLOCK_EXPORTER_BIN+set}" ] || ML_BIN=$MEMLOCK_EXPORTER_BIN
     [ -z "${MEMLOCK_CHECK_ARGS+set}" ] || args=$MEMLOCK_CHECK_ARGS
+    [ -z "${MEMLOCK_CHECK_TIMEOUT+set}" ] || ML_CHECK_TIMEOUT=$MEMLOCK_CHECK_TIMEOUT
+    [ -z "${MEMLOCK_SLURM_TIMEOUT+set}" ] || ML_SLURM_TIMEOUT=$MEMLOCK_SLURM_TIMEOUT
+    local name
+    for name in MEMLOCK_CHECK_TIMEOUT:$ML_CHECK_TIMEOUT MEMLOCK_SLURM_TIMEOUT:$ML_SLURM_TIMEOUT; do
+        if [[ ! ${name#*:} =~ ^[1-9][0-9]{0,3}$ ]]; then
+            ml_log "${name%%:*} must be a number of seconds from 1 to 9999, got: '${name#*:}'"
+            return 1
+        fi
+    done
     case $ML_BIN in
         /*) ;;
         *)
@@ -105,7 +141,7 @@ ml_load_settings() {
 # `srun --propagate` cannot be seen from here (the --exec wrapper sees its effect).
 ml_memlock_propagated() {
     local config except limits
-    if ! config=$(scontrol show config 2>&1); then
+    if ! config=$(ml_slurm scontrol show config 2>&1); then
         ml_log "scontrol show config failed: $config"
         return 2
     fi
@@ -146,9 +182,17 @@ ml_check() {
         *) ML_SUMMARY="cannot read PropagateResourceLimits"; return "$ML_NOT_RUN" ;;
     esac
     rc=0
-    ML_SUMMARY=$(cd / && "${ML_RUNNER[@]}" "$ML_BIN" "${flags[@]}" "${ML_CHECK_ARGS[@]}") || rc=$?
+    ML_SUMMARY=$(cd / && ml_timed "$ML_CHECK_TIMEOUT" "${ML_RUNNER[@]}" "$ML_BIN" "${flags[@]}" "${ML_CHECK_ARGS[@]}") ||
+        rc=$?
     case $rc in
         0) return "$ML_PASS" ;;
+        124)
+            # Fail safe: a node where the check hangs (a read blocked in the kernel, a hung
+            # mount) is no node to start jobs on; the reason says what happened.
+            ML_SUMMARY="check timed out after ${ML_CHECK_TIMEOUT}s (MEMLOCK_CHECK_TIMEOUT): a hung read on this node?"
+            ml_log "$ML_SUMMARY"
+            return "$ML_FAIL"
+            ;;
         1) return "$ML_FAIL" ;;
         *)
             ml_log "check could not run (exit $rc): $ML_SUMMARY"
@@ -161,7 +205,7 @@ ml_check() {
 # when there is none) and ML_REASON_AGE (seconds since it was set; empty when unknown).
 ml_node_state() {
     local line set_at
-    if ! line=$(sinfo --noheader --Node --nodes="$1" --format='%T|%H|%E' 2>&1) || [ -z "$line" ]; then
+    if ! line=$(ml_slurm sinfo --noheader --Node --nodes="$1" --format='%T|%H|%E' 2>&1) || [ -z "$line" ]; then
         ml_log "sinfo --nodes=$1 failed: $line"
         return 1
     fi
@@ -199,7 +243,7 @@ ml_drain() {
         return 0
     fi
     ml_log "draining $node: $reason"
-    scontrol update NodeName="$node" State=DRAIN Reason="$reason"
+    ml_slurm scontrol update NodeName="$node" State=DRAIN Reason="$reason"
 }
 
 # ml_resume_if_ours NODE: resumes NODE when it is drained for our reason only, and not within
@@ -217,6 +261,6 @@ ml_resume_if_ours() {
             return 0
         fi
         ml_log "resuming $node: the check passes again (was: $ML_REASON)"
-        scontrol update NodeName="$node" State=RESUME
+        ml_slurm scontrol update NodeName="$node" State=RESUME
     fi
 }

@@ -32,7 +32,7 @@ if [ "$uid" != 0 ]; then
 fi
 
 # Other jobs on the node use its memory: that is theirs, not the node's set-up.
-if ! others=$(squeue --noheader --nodelist="$node" --format=%i 2>&1) ||
+if ! others=$(ml_slurm squeue --noheader --nodelist="$node" --format=%i 2>&1) ||
     [ -n "$(printf '%s\n' "$others" | grep -vx "${SLURM_JOB_ID:-}" || true)" ]; then
     ML_BUSY=yes
     ml_log "other jobs on $node: ${ML_DYNAMIC[*]} left to the jobs' own checks"

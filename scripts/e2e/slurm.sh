@@ -374,4 +374,51 @@ grep -q "^PASS (warnings: memlock.propagated)" "$T/healthcheck.log" ||
 not_drained "a propagated limit (not the node's fault)"
 log "PropagateResourceLimits: 8 settings read as Slurm does; when MEMLOCK is propagated the soft limit is judged at slurmd's hard limit, with a warning"
 
+# --- 7. a hung check drains the node, saying so; hung Slurm commands are bounded (issue 24) ---
+# A check that never returns, as one blocked in a read would (a real check reads files without
+# blocking: a FIFO or a hung mount is what the timeout is for).
+printf '#!/bin/sh\nexec sleep 600\n' > "$T/hung-check"
+chmod 0755 "$T/hung-check"
+hung_settings() {
+    printf 'MEMLOCK_EXPORTER_BIN=%s\nMEMLOCK_CHECK_ARGS="%s"\nMEMLOCK_CHECK_TIMEOUT=2\n' "$T/hung-check" \
+        "${FITS[*]}" > "$1.new"
+    mv -f "$1.new" "$1"
+}
+hung_settings "$T/prolog.conf"
+started=$(date +%s.%N)
+rc=0
+out=$(cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-groups \
+    srun --nodes=1 --job-name=hung-check /bin/sh -c "touch $T/jobs/hung-check" 2>&1) || rc=$?
+[ "$rc" != 0 ] || fail "the job ran past a prolog whose check hung: $out"
+[ ! -e "$T/jobs/hung-check" ] || fail "the job's command ran past a hung check"
+grep -q "kept off $NODE: check timed out after 2s (MEMLOCK_CHECK_TIMEOUT)" "$T/prolog.log" ||
+    fail "the prolog did not say the check timed out: $(tail -3 "$T/prolog.log")"
+log "prolog, hung check: srun exit $rc after $(python3 -c "import time; print(round(time.time() - $started, 1))")s, the job kept off"
+settings "$T/prolog.conf" "${FITS[*]}"
+wait_node 'idle' 'none'
+hung_settings "$T/healthcheck.conf"
+started=$(date +%s.%N)
+wait_node 'drain*' 'memlock-exporter: check timed out after 2s (MEMLOCK_CHECK_TIMEOUT)*' 30
+log "health check, hung check: drained $(python3 -c "import time; print(round(time.time() - $started, 1))")s after the settings changed: $(node_field '%E')"
+settings "$T/healthcheck.conf" "${FITS[*]}"
+wait_node 'idle' 'none'
+# Every hung check was stopped (the last one may still be within its 2 s).
+for _ in $(seq 100); do [ -z "$(pgrep -f "^sleep 600$" || true)" ] && break; sleep 0.1; done
+[ -z "$(pgrep -f "^sleep 600$" || true)" ] || fail "hung checks were left running: $(pgrep -af "^sleep 600$")"
+# slurmctld stopped (SIGSTOP): every Slurm command waits for an answer that does not come.
+printf 'MEMLOCK_EXPORTER_BIN=%s\nMEMLOCK_CHECK_ARGS="%s"\nMEMLOCK_SLURM_TIMEOUT=2\n' "$EXPORTER" "${FITS[*]}" \
+    > "$T/slurm-timeout.conf"
+ctld=$(cat "$T/slurmctld.pid")
+kill -STOP "$ctld"
+started=$(date +%s.%N)
+rc=0
+out=$(by_hand SLURM_CONF="$SLURM_CONF" MEMLOCK_SLURM_SETTINGS="$T/slurm-timeout.conf" timeout 60 \
+    "$T/slurm/healthcheck.sh" 2>&1) || rc=$?
+took=$(python3 -c "import time; print(round(time.time() - $started, 1))")
+kill -CONT "$ctld"
+[ "$rc" = 2 ] || fail "slurmctld stopped: exit $rc after ${took}s, expected 2: $out"
+[[ $out == *"sinfo timed out after 2s (MEMLOCK_SLURM_TIMEOUT): is slurmctld answering?"* ]] || fail "$out"
+python3 -c "import sys; sys.exit(0 if $took < 6 else 1)" || fail "slurmctld stopped: the health check took ${took}s"
+log "slurmctld stopped: the health check gave up after ${took}s, exit 2: $(printf '%s' "$out" | head -1)"
+
 log "slurm: ok"

@@ -5,16 +5,18 @@
 //! `/`, exactly as in the memory line of `/proc/PID/cgroup` (the `0::` line on cgroup v2), so
 //! process series and cgroup series join on it.
 //!
-//! Recognised shapes (linux-interfaces.md §5.4), matched segment by segment so that a path read
-//! from inside a container's cgroup namespace (`/../../kubepods-...slice/...`) is attributed
-//! like the host's absolute path:
-//! - Kubernetes, systemd driver: `kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid_>.slice/
-//!   {cri-containerd,crio,docker}-<64hex>.scope` (Guaranteed pods: `kubepods-pod<uid_>.slice`).
-//! - Kubernetes, cgroupfs driver: `kubepods/<qos>/pod<uid>/<64hex>` (Guaranteed: `kubepods/pod<uid>/…`).
-//! - Slurm: `[<node>_]slurmstepd.scope/job_<id>/step_<step>/…` (cgroup/v2) and
-//!   `slurm[_<node>]/uid_<uid>/job_<id>/step_<step>` (cgroup/v1).
-//! - Docker: `docker-<64hex>.scope` (systemd driver) and `docker/<64hex>` (cgroupfs driver).
-//! - systemd: the innermost `.service` or `.scope` unit that is not a container scope.
+//! Recognised shapes (linux-interfaces.md §5.4), each only from the hierarchy's root (or, for
+//! a path read from inside a container's cgroup namespace, `/../../kubepods-...slice/...`,
+//! from the first segment after the `..`), level by level, and nothing below a container or a
+//! step (see [`attribute`]: names below those are the workload's to choose):
+//! - Kubernetes, systemd driver: `/kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid_>.slice/
+//!   {cri-containerd,crio,docker}-<64hex>.scope` (Guaranteed pods: `/kubepods.slice/kubepods-pod<uid_>.slice`).
+//! - Kubernetes, cgroupfs driver: `/kubepods/<qos>/pod<uid>/<64hex>` (Guaranteed: `/kubepods/pod<uid>/…`).
+//! - Slurm: `/<slice>/[<node>_]slurmstepd.scope/job_<id>/step_<step>/…` (cgroup/v2) and
+//!   `/slurm[_<node>]/uid_<uid>/job_<id>/step_<step>` (cgroup/v1).
+//! - Docker: `/system.slice/docker-<64hex>.scope` (systemd driver) and `/docker/<64hex>` (cgroupfs).
+//! - systemd: the innermost `.service` or `.scope` unit that is not a container scope (named by
+//!   whoever owns the subtree it is in; the path says where).
 //!
 //! Anything else keeps only the `cgroup` label: guessing wrong would join a series to the wrong
 //! workload, which is worse than not joining it.
@@ -52,125 +54,157 @@ pub fn labels(path: &str) -> Vec<(&'static str, String)> {
     out
 }
 
-/// Reads the workload attribution out of a cgroup path. Where shapes nest (a container inside
-/// a pod, a unit inside a container), the innermost one wins.
+/// Reads the workload attribution out of a cgroup path.
+///
+/// Pods, containers and Slurm jobs are read only where the kubelet, the container runtime and
+/// Slurm create them: from the first segment of the path (the hierarchy's root, or the first
+/// segment after the `..` that left the reader's cgroup namespace), level by level, and never
+/// below the container or the step. Below those the subtree is delegated to the workload
+/// (a container's runtime, on cgroup v1 the job's user: Slurm creates `step_<n>` owned by the
+/// user), and a user may name directories there as they like: `.../step_0/x/slurm/uid_0/job_9`
+/// or `.../kubepods.slice/kubepods-pod<someone else's uid>.slice` made in a delegated subtree
+/// would otherwise be read as another user's job or pod (issue 24). The systemd unit is the
+/// innermost `.service` or `.scope` that is not a container scope.
 pub fn attribute(path: &str) -> Attribution {
     // A v2 path of a removed cgroup carries this suffix; the owner is the same.
     let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let climbed = segments.iter().take_while(|s| **s == "..").count();
+    let rest = &segments[climbed..];
     let mut attr = Attribution::default();
-    let mut previous = Segment::Other;
-    for text in path.split('/').filter(|s| !s.is_empty()) {
-        let segment = classify(text, &previous);
-        match &segment {
-            Segment::Pod { uid, qos } => {
-                attr.pod_uid = Some(uid.clone());
-                attr.qos_class = *qos;
-                // A container found before this pod belonged to something outside it.
-                attr.container_id = None;
-            }
-            Segment::QosSlice(qos) => attr.qos_class = Some(qos),
-            Segment::Container(id) => attr.container_id = Some(id.clone()),
-            Segment::Job(job) => {
-                attr.slurm_job = Some((*job).to_owned());
-                attr.slurm_step = None;
-            }
-            Segment::Step(step) => attr.slurm_step = Some((*step).to_owned()),
-            Segment::Unit(unit) => attr.systemd_unit = Some((*unit).to_owned()),
-            Segment::SlurmScope(unit) => {
-                if let Some(unit) = unit {
-                    attr.systemd_unit = Some((*unit).to_owned());
-                }
-            }
-            Segment::KubepodsRoot | Segment::DockerRoot | Segment::SlurmUid | Segment::Parent | Segment::Other => {}
-        }
-        previous = segment;
+    if !kubernetes(rest, climbed > 0, &mut attr) && !docker(rest, &mut attr) {
+        slurm(rest, &mut attr);
     }
+    attr.systemd_unit = rest
+        .iter()
+        .rev()
+        .find(|text| runtime_scope(text).is_none() && unit_name(text).is_some())
+        .map(|text| (*text).to_owned());
     attr
 }
 
-/// One path segment, classified with the help of the segment before it (a bare 64-hex name is
-/// a container only below a pod, `docker` or `..`; a `job_` only below Slurm).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    Systemd,
+    Cgroupfs,
+    /// A path from inside a cgroup namespace may start below the kubepods root.
+    Either,
+}
+
+/// The kubelet's layout (`pkg/kubelet/cm`: `defaultNodeAllocatableCgroupName = "kubepods"`
+/// below `--cgroup-root`, `/` by default, in `node_container_manager_linux.go`; a QoS cgroup
+/// for burstable and besteffort pods in `qos_container_manager_linux.go`; `pod<uid>` from
+/// `podCgroupNamePrefix` in `pod_container_manager_linux.go`; `CgroupName.ToSystemd` in
+/// `cgroup_manager_linux.go` turning the levels into nested slice names) and the runtime's
+/// container cgroup inside the pod (`cri-containerd-`, `crio-` or `docker-<id>.scope`; a bare
+/// `<id>` with cgroupfs). Whether the path starts with it (true: nothing else is read from it).
+fn kubernetes(seg: &[&str], relative: bool, attr: &mut Attribution) -> bool {
+    let (mut driver, mut i) = match seg.first() {
+        Some(&"kubepods.slice") => (Driver::Systemd, 1),
+        Some(&"kubepods") => (Driver::Cgroupfs, 1),
+        Some(_) if relative => (Driver::Either, 0),
+        _ => return false,
+    };
+    let below_root = i == 1;
+    let mut qos_slice = None;
+    if let Some(text) = seg.get(i) {
+        if let (Driver::Systemd | Driver::Either, Some(Segment::QosSlice(qos))) = (driver, kubepods_slice(text)) {
+            (qos_slice, driver, i) = (Some(qos), Driver::Systemd, i + 1);
+        } else if let (Driver::Cgroupfs, Some(qos)) = (driver, qos_name(text)) {
+            (qos_slice, i) = (Some(qos), i + 1);
+        }
+    }
+    let pod = seg.get(i).and_then(|text| match (driver, kubepods_slice(text)) {
+        (Driver::Systemd | Driver::Either, Some(Segment::Pod { uid, qos })) => {
+            // A pod's slice names its QoS class: it must be the slice it is in.
+            let fits = match (qos_slice, below_root) {
+                (Some(slice), _) => qos == Some(slice),
+                (None, true) => qos == Some("guaranteed"),
+                (None, false) => true,
+            };
+            fits.then_some((uid, qos, Driver::Systemd))
+        }
+        (Driver::Cgroupfs | Driver::Either, _) => {
+            let uid = text.strip_prefix("pod").and_then(pod_uid)?;
+            let qos = qos_slice.or(below_root.then_some("guaranteed"));
+            Some((uid, qos, Driver::Cgroupfs))
+        }
+        _ => None,
+    });
+    attr.qos_class = qos_slice;
+    if let Some((uid, qos, pod_driver)) = pod {
+        (attr.pod_uid, attr.qos_class, driver, i) = (Some(uid), qos, pod_driver, i + 1);
+    } else if i > 0 || !relative {
+        // The kubepods root or a QoS cgroup, and nothing of the kubelet's below.
+        return i > 0;
+    }
+    if let Some(text) = seg.get(i) {
+        attr.container_id = match (driver, runtime_scope(text)) {
+            (Driver::Systemd | Driver::Either, Some(id)) => id,
+            (Driver::Cgroupfs | Driver::Either, None) => container_id(text),
+            _ => None,
+        };
+    }
+    i > 0 || attr.container_id.is_some()
+}
+
+/// Docker outside Kubernetes: `docker-<id>.scope` in `system.slice` (systemd driver, docker's
+/// default cgroup parent) or `docker/<id>` (cgroupfs), at the root.
+fn docker(seg: &[&str], attr: &mut Attribution) -> bool {
+    let id = match seg {
+        ["system.slice", scope, ..] => runtime_scope(scope).flatten().filter(|_| scope.starts_with("docker-")),
+        ["docker", id, ..] => container_id(id),
+        _ => None,
+    };
+    attr.container_id = id;
+    attr.container_id.is_some()
+}
+
+/// Slurm's layouts, at the root: cgroup/v2 (`src/plugins/cgroup/v2/cgroup_v2.c`,
+/// `_set_int_cg_ns`: `<CgroupSlice, system.slice by default>/[<node>_]slurmstepd.scope`, then
+/// `job_<id>/step_<step>` from `cgroup_p_step_create`) and cgroup/v1 (`xcgroup.c`,
+/// `xcgroup_create_hierarchy`: `<CgroupPrepend, /slurm or /slurm_<node>>/uid_<uid>/job_<id>/
+/// step_<step>`).
+fn slurm(seg: &[&str], attr: &mut Attribution) {
+    let (job, step) = match seg {
+        [slice, scope, job, rest @ ..]
+            if slice.ends_with(".slice") && matches!(classify(scope), Segment::SlurmScope(Some(_))) =>
+        {
+            (*job, rest.first())
+        }
+        [root, uid, job, rest @ ..]
+            if matches!(classify(root), Segment::SlurmScope(None))
+                && uid.strip_prefix("uid_").is_some_and(all_digits) =>
+        {
+            (*job, rest.first())
+        }
+        _ => return,
+    };
+    let Some(job) = job.strip_prefix("job_").filter(|j| all_digits(j)) else { return };
+    attr.slurm_job = Some(job.to_owned());
+    attr.slurm_step = step.and_then(|s| s.strip_prefix("step_")).filter(|s| is_word(s)).map(str::to_owned);
+}
+
+/// What a single segment names on its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment<'a> {
-    /// `kubepods.slice` or `kubepods`.
-    KubepodsRoot,
-    /// `kubepods-burstable.slice`, or `burstable` / `besteffort` below `kubepods`.
+    /// `kubepods-burstable.slice`.
     QosSlice(&'static str),
     Pod {
         uid: String,
         qos: Option<&'static str>,
     },
-    Container(String),
-    /// `docker` (cgroupfs driver).
-    DockerRoot,
     /// `slurmstepd.scope`, `<node>_slurmstepd.scope` (also a systemd unit), `slurm`, `slurm_<node>`.
     SlurmScope(Option<&'a str>),
-    /// `uid_<uid>` below a v1 Slurm root.
-    SlurmUid,
-    Job(&'a str),
-    Step(&'a str),
-    Unit(&'a str),
-    /// `..`: the path left the reader's cgroup namespace.
-    Parent,
     Other,
 }
 
-fn classify<'a>(text: &'a str, previous: &Segment<'_>) -> Segment<'a> {
-    if text == ".." {
-        return Segment::Parent;
-    }
-    if text == "kubepods.slice" || text == "kubepods" {
-        return Segment::KubepodsRoot;
-    }
-    if text == "docker" {
-        return Segment::DockerRoot;
-    }
-    if let Some(segment) = kubepods_slice(text) {
-        return segment;
-    }
-    if let Some(id) = runtime_scope(text) {
-        // A runtime's scope with a malformed id is still a container, not a systemd unit.
-        return id.map_or(Segment::Other, Segment::Container);
-    }
-    if matches!(previous, Segment::KubepodsRoot) {
-        if let Some(qos) = qos_name(text) {
-            return Segment::QosSlice(qos);
-        }
-    }
-    if let Some(uid) = text.strip_prefix("pod").and_then(pod_uid) {
-        let qos = match previous {
-            Segment::KubepodsRoot => Some("guaranteed"),
-            Segment::QosSlice(qos) => Some(*qos),
-            _ => None,
-        };
-        return Segment::Pod { uid, qos };
-    }
-    if matches!(previous, Segment::Pod { .. } | Segment::DockerRoot | Segment::Parent) {
-        if let Some(id) = container_id(text) {
-            return Segment::Container(id);
-        }
-    }
+fn classify(text: &str) -> Segment<'_> {
     if text == "slurmstepd.scope" || text.strip_suffix("_slurmstepd.scope").is_some_and(|node| !node.is_empty()) {
         return Segment::SlurmScope(unit_name(text));
     }
     if text == "slurm" || text.strip_prefix("slurm_").is_some_and(|node| !node.is_empty() && !node.contains('.')) {
         return Segment::SlurmScope(None);
-    }
-    if matches!(previous, Segment::SlurmScope(_)) && text.strip_prefix("uid_").is_some_and(all_digits) {
-        return Segment::SlurmUid;
-    }
-    if matches!(previous, Segment::SlurmScope(_) | Segment::SlurmUid) {
-        if let Some(job) = text.strip_prefix("job_").filter(|j| all_digits(j)) {
-            return Segment::Job(job);
-        }
-    }
-    if matches!(previous, Segment::Job(_)) {
-        if let Some(step) = text.strip_prefix("step_").filter(|s| is_word(s)) {
-            return Segment::Step(step);
-        }
-    }
-    if let Some(unit) = unit_name(text) {
-        return Segment::Unit(unit);
     }
     Segment::Other
 }
@@ -374,7 +408,9 @@ mod tests {
         // The §3.3 example: a container scope is not a systemd_unit.
         check(&format!("/system.slice/docker-{HEX}.scope"), &[("container_id", HEX)]);
         check(&format!("/docker/{HEX}"), &[("container_id", HEX)]);
-        check(&format!("/docker/{HEX}/docker/{}", "a".repeat(64)), &[("container_id", &"a".repeat(64))]);
+        // Docker in docker: the inner daemon's cgroups are made inside the outer container, which
+        // may name them as it likes; the container is the one the host's runtime made.
+        check(&format!("/docker/{HEX}/docker/{}", "a".repeat(64)), &[("container_id", HEX)]);
         check("/system.slice/containerd.service", &[("systemd_unit", "containerd.service")]);
         check("/user.slice/user-1000.slice/session-3.scope", &[("systemd_unit", "session-3.scope")]);
         check(
@@ -460,15 +496,61 @@ mod tests {
 
     #[test]
     fn labels_come_in_the_fixed_order() {
-        // Every label at once: a Slurm job inside a pod container running a unit.
         let path = format!(
             "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice/cri-containerd-{HEX}.scope\
-             /system.slice/slurmstepd.scope/job_5/step_1"
+             /system.slice/nginx.service"
         );
         let names: Vec<&str> = labels(&path).iter().map(|(k, _)| *k).collect();
-        assert_eq!(
-            names,
-            ["cgroup", "pod_uid", "container_id", "qos_class", "slurm_job", "slurm_step", "systemd_unit"]
+        assert_eq!(names, ["cgroup", "pod_uid", "container_id", "qos_class", "systemd_unit"]);
+        let names: Vec<&str> = labels("/system.slice/slurmstepd.scope/job_5/step_1").iter().map(|(k, _)| *k).collect();
+        assert_eq!(names, ["cgroup", "slurm_job", "slurm_step", "systemd_unit"]);
+    }
+
+    /// Issue 24: a user with a delegated subtree named directories so that they read as another
+    /// user's pod or job. Only the layouts the kubelet, the runtimes and Slurm make from the
+    /// root are read, and nothing below a container or a step.
+    #[test]
+    fn names_made_in_a_delegated_subtree_are_not_attribution() {
+        let forged_pod = format!("kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{HEX}.scope");
+        let forged_job = "system.slice/slurmstepd.scope/job_4242/step_0";
+        let forged_v1 = "slurm/uid_0/job_4242/step_0";
+        for delegated in [
+            "/user.slice/user-1000.slice/user@1000.service/app.slice",
+            "/memlock-delegated",
+            "/slurm/uid_1000/job_7/step_0/task_0",
+            "/system.slice/slurmstepd.scope/job_7/step_0/user/task_0",
+        ] {
+            for forged in [forged_pod.as_str(), forged_job, forged_v1] {
+                let a = attribute(&format!("{delegated}/{forged}"));
+                assert!(
+                    a.pod_uid.is_none() && a.container_id.is_none() && a.slurm_job.as_deref() != Some("4242"),
+                    "{delegated}/{forged}: {a:?}"
+                );
+            }
+        }
+        // Inside a real job the job and step stay, whatever is made below them.
+        check(&format!("/slurm/uid_1000/job_7/step_0/task_0/{forged_v1}"), &[("slurm_job", "7"), ("slurm_step", "0")]);
+        // Inside a real container: its pod and id stay, nothing below counts.
+        let other = "b".repeat(64);
+        check(
+            &format!(
+                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID_}.slice/crio-{HEX}.scope\
+                 /kubepods.slice/kubepods-pod{}.slice/crio-{other}.scope",
+                UID_.replace('6', "7")
+            ),
+            &[("pod_uid", UID), ("container_id", HEX), ("qos_class", "besteffort")],
         );
+        // A pod slice whose QoS class is not the slice it is in is no kubelet's.
+        check(
+            &format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-burstable-pod{UID_}.slice"),
+            &[("qos_class", "besteffort")],
+        );
+        check(&format!("/kubepods.slice/kubepods-burstable-pod{UID_}.slice"), &[]);
+        // Slurm's levels in order, from the root.
+        check("/system.slice/job_5/step_0", &[]);
+        check("/slurm/job_5/step_0", &[]);
+        check("/x/slurm/uid_0/job_5", &[]);
+        check(&format!("/x/docker/{HEX}"), &[]);
+        check(&format!("/user.slice/docker-{HEX}.scope"), &[]);
     }
 }

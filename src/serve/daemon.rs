@@ -204,6 +204,7 @@ impl Daemon {
         .await
         .map_err(|source| ServeError::Io { context: "loading the configuration", source })??;
         web::refuse_lowering(&self.state.site().web, &web)?;
+        config::refuse_failing_open(&self.running.config, &config)?;
         let old = &self.running.config;
         for (key, changed) in [
             ("web.listen_address", config.listen_address != old.listen_address),

@@ -171,7 +171,7 @@ impl AuthGate {
 /// The unit a client is limited by: its IPv4 address, or the /64 network of an IPv6 address (one
 /// host is commonly given a whole /64). IPv4 clients of a dual-stack socket arrive as
 /// `::ffff:a.b.c.d` and count as the IPv4 address.
-fn client_key(peer: IpAddr) -> IpAddr {
+pub fn client_key(peer: IpAddr) -> IpAddr {
     match peer.to_canonical() {
         IpAddr::V6(v6) => {
             let network = u128::from(v6) & !((1u128 << 64) - 1);

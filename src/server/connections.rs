@@ -15,24 +15,48 @@
 //! handshake's last ACK (`ListenOverflows` in nstat), the server accepts the connection when the
 //! client retransmits, and the request follows after its retransmission timeout, looking
 //! meanwhile like one of the silent connections.
+//!
+//! Clients that pipeline requests and never read (issue 24) kept every connection "busy": each
+//! response went into the kernel's send buffer (autotuned to 4 MiB), the next request was read
+//! at once, and none could be closed at the cap: a scraper got 3 answers of 5 in 10 s, and the
+//! host's TCP memory reached 1.06 GB. Now the server reads a connection's next request only once
+//! its client has acknowledged the response before (`guard.rs`), a connection whose client has
+//! left a response unacknowledged for [`STALLED`] is closed at the cap like an idle one, with a
+//! reset (what it holds in the kernel goes at once, no orphan), and one client address (an
+//! IPv6 /64) holds at most a quarter of the table's connections: a new one from an address at its
+//! share closes that address's own idlest or stalled connection, or is refused.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-#[derive(Default)]
 pub struct Connections {
     table: Mutex<Table>,
+    per_address_max: usize,
 }
+
+impl Default for Connections {
+    fn default() -> Self {
+        Self::with_cap(super::MAX_CONNECTIONS)
+    }
+}
+
+/// How long a client may leave a response unacknowledged, with nothing more written to it,
+/// before its connection counts as stalled: closable at the cap, and reset when it ends.
+pub const STALLED: Duration = Duration::from_secs(2);
+/// The most connections one client address (an IPv6 /64) holds: a quarter of the table.
+const ADDRESS_SHARE: usize = 4;
 
 #[derive(Default)]
 struct Table {
     next_id: u64,
     open: HashMap<u64, Entry>,
+    per_address: HashMap<IpAddr, usize>,
 }
 
 struct Entry {
@@ -44,6 +68,14 @@ struct Entry {
     /// Already told to close: not chosen again.
     closing: bool,
     socket: Option<RawFd>,
+    progress: Progress,
+    address: Option<IpAddr>,
+}
+
+/// Milliseconds since the first call: a clock that fits an atomic.
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// One open connection's place in the table, given back on drop.
@@ -58,12 +90,66 @@ pub struct Connection {
 pub struct Progress {
     /// Bytes written to the socket so far (counted by [`super::guard::WriteDeadline`]).
     pub written: Arc<AtomicU64>,
+    /// When bytes were last written ([`now_ms`]).
+    last_write: Arc<AtomicU64>,
     close: Arc<Notify>,
     /// The TCP socket, to ask how much of what was written the client has not acknowledged.
     socket: Option<RawFd>,
 }
 
 impl Progress {
+    /// For a connection without a table or a socket (tests).
+    pub fn detached() -> Progress {
+        Progress { written: Arc::default(), last_write: Arc::default(), close: Arc::default(), socket: None }
+    }
+
+    /// Counts `n` bytes written now.
+    pub fn wrote(&self, n: usize) {
+        if n > 0 {
+            self.written.fetch_add(n as u64, Ordering::Relaxed);
+            self.last_write.store(now_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes written that the client has not acknowledged (`SIOCOUTQ`, tcp(7)); 0 without a
+    /// socket.
+    pub fn unsent(&self) -> u64 {
+        let Some(fd) = self.socket else { return 0 };
+        let mut queued: libc::c_int = 0;
+        // SAFETY: as in `delivered`.
+        if unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut queued) } != 0 {
+            return 0;
+        }
+        u64::try_from(queued).unwrap_or(0)
+    }
+
+    /// Whether the client has left bytes unacknowledged with nothing written for [`STALLED`]:
+    /// it is not reading.
+    pub fn stalled(&self) -> bool {
+        self.stalled_for().is_some()
+    }
+
+    /// How long the connection has been stalled (see [`Self::stalled`]).
+    fn stalled_for(&self) -> Option<Duration> {
+        let quiet = Duration::from_millis(now_ms().saturating_sub(self.last_write.load(Ordering::Relaxed)));
+        (quiet >= STALLED && self.unsent() > 0).then_some(quiet)
+    }
+
+    /// Makes the socket's close a reset (`SO_LINGER` 0) or a normal close again: a socket closed
+    /// normally goes on sending its send buffer, however slowly (or never) the client reads,
+    /// as an orphan of the kernel's; reset, the buffer goes at once (socket(7)).
+    pub fn reset_on_close(&self, reset: bool) {
+        if let Some(fd) = self.socket {
+            let linger = libc::linger { l_onoff: libc::c_int::from(reset), l_linger: 0 };
+            let len = std::mem::size_of::<libc::linger>() as libc::socklen_t;
+            // SAFETY: the connection's socket, open while its connection holds this; the option
+            // struct lives across the call.
+            unsafe {
+                libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_LINGER, (&linger as *const libc::linger).cast(), len)
+            };
+        }
+    }
+
     /// Bytes written that the client has acknowledged: what it has really read. The kernel
     /// takes up to `tcp_wmem`'s maximum (4 MiB here) into the send buffer at once, so the bytes
     /// written alone make every reader look fast for its first megabytes. `SIOCOUTQ` is the
@@ -85,15 +171,7 @@ impl Progress {
     /// its send buffer (up to 4 MiB) to the client, however slowly it reads; with `SO_LINGER`
     /// at 0 the close resets the connection and frees the buffer at once (socket(7)).
     pub fn abort(&self) {
-        if let Some(fd) = self.socket {
-            let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-            let len = std::mem::size_of::<libc::linger>() as libc::socklen_t;
-            // SAFETY: the connection's socket, open while a response holds this; the option
-            // struct lives across the call.
-            unsafe {
-                libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_LINGER, (&linger as *const libc::linger).cast(), len)
-            };
-        }
+        self.reset_on_close(true);
         self.close.notify_one();
     }
 }
@@ -105,40 +183,92 @@ pub struct InProgress {
 }
 
 impl Connections {
+    /// A table for at most `cap` connections (the server's semaphore holds the cap).
+    pub fn with_cap(cap: usize) -> Self {
+        Self { table: Mutex::default(), per_address_max: (cap / ADDRESS_SHARE).max(1) }
+    }
+
+    /// The most connections one address may hold.
+    pub fn per_address_max(&self) -> usize {
+        self.per_address_max
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Adds a connection, idle from now.
+    #[cfg(test)]
     pub fn open(self: &Arc<Self>, socket: Option<RawFd>) -> Connection {
+        self.open_from(socket, None)
+    }
+
+    /// Adds a connection from `address` (a client key: an IPv4 address or an IPv6 /64).
+    pub fn open_from(self: &Arc<Self>, socket: Option<RawFd>, address: Option<IpAddr>) -> Connection {
         let close = Arc::new(Notify::new());
+        let progress = Progress { socket, close: close.clone(), ..Progress::detached() };
+        progress.last_write.store(now_ms(), Ordering::Relaxed);
         let mut table = self.table();
         let id = table.next_id;
         table.next_id += 1;
-        table
-            .open
-            .insert(id, Entry { busy: 0, idle_since: Instant::now(), close: close.clone(), closing: false, socket });
-        Connection { connections: self.clone(), id, progress: Progress { written: Arc::default(), close, socket } }
+        let entry = Entry {
+            busy: 0,
+            idle_since: Instant::now(),
+            close,
+            closing: false,
+            socket,
+            progress: progress.clone(),
+            address,
+        };
+        table.open.insert(id, entry);
+        if let Some(address) = address {
+            *table.per_address.entry(address).or_default() += 1;
+        }
+        Connection { connections: self.clone(), id, progress }
     }
 
-    /// Tells up to `count` connections, those idle longest, to close; returns how many. None
-    /// when every connection is busy or has bytes waiting to be read (a request, a TLS record).
+    /// Connections open from `address`.
+    pub fn held_by(&self, address: IpAddr) -> usize {
+        self.table().per_address.get(&address).copied().unwrap_or(0)
+    }
+
+    /// Tells up to `count` connections to close, those idle or stalled longest; returns how many.
+    /// Idle: no request in progress and no bytes waiting to be read (a request, a TLS record).
+    /// Stalled ([`Progress::stalled`]): the client has not read what it was sent; closed with a
+    /// reset. None when every connection is serving a client that reads, or has a request to read.
     pub fn close_idlest(&self, count: usize) -> usize {
+        self.close_longest(count, None)
+    }
+
+    /// The same among the connections of `address`.
+    pub fn close_idlest_of(&self, address: IpAddr, count: usize) -> usize {
+        self.close_longest(count, Some(address))
+    }
+
+    fn close_longest(&self, count: usize, address: Option<IpAddr>) -> usize {
         let mut table = self.table();
-        let mut idle: Vec<(Instant, u64)> =
-            table.open.iter().filter(|(_, e)| e.busy == 0 && !e.closing).map(|(id, e)| (e.idle_since, *id)).collect();
-        idle.sort_unstable();
-        let mut closed = 0;
-        for (_, id) in idle {
-            if closed == count {
-                break;
-            }
-            let Some(entry) = table.open.get_mut(&id) else { continue };
-            if entry.socket.is_some_and(has_unread_bytes) {
+        let now = Instant::now();
+        let mut candidates: Vec<(Instant, bool, u64)> = Vec::new();
+        for (id, entry) in &table.open {
+            if entry.closing || (address.is_some() && entry.address != address) {
                 continue;
             }
+            if let Some(quiet) = entry.progress.stalled_for() {
+                candidates.push((now.checked_sub(quiet).unwrap_or(entry.idle_since), true, *id));
+            } else if entry.busy == 0 && !entry.socket.is_some_and(has_unread_bytes) {
+                candidates.push((entry.idle_since, false, *id));
+            }
+        }
+        candidates.sort_unstable();
+        let mut closed = 0;
+        for (_, stalled, id) in candidates.into_iter().take(count) {
+            let Some(entry) = table.open.get_mut(&id) else { continue };
             entry.closing = true;
-            entry.close.notify_one();
+            if stalled {
+                entry.progress.abort();
+            } else {
+                entry.close.notify_one();
+            }
             closed += 1;
         }
         closed
@@ -195,7 +325,16 @@ impl Requests {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.connections.table().open.remove(&self.id);
+        let mut table = self.connections.table();
+        let Some(entry) = table.open.remove(&self.id) else { return };
+        if let Some(address) = entry.address {
+            if let Some(count) = table.per_address.get_mut(&address) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    table.per_address.remove(&address);
+                }
+            }
+        }
     }
 }
 

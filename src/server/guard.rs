@@ -1,42 +1,82 @@
-//! Connection I/O guards: a deadline on writes that make no progress, and a count of the bytes
-//! written (how fast a client reads its response).
+//! Connection I/O guards: a deadline on writes that make no progress, a count of the bytes
+//! written (how fast a client reads its response), and no reading of a client's next request
+//! while it has not acknowledged the response before.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+
+use super::connections::Progress;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
 /// Fails a write (or flush) that has made no progress for `limit`: a client that stops reading
 /// must not hold its connection, buffers and request slot forever.
+///
+/// Reads wait while the socket holds bytes the client has not acknowledged (issue 24): a client
+/// that pipelines requests and never reads would otherwise have each response written into the
+/// kernel's send buffer and its next request read at once, parking up to the buffer's size per
+/// connection. The wait looks again after 5 ms, doubling to [`READ_GATE_MAX`]; once the client
+/// has been quiet for [`super::connections::STALLED`] the socket is set to close with a reset
+/// (set back if it reads after all). A client that never reads meets hyper's header timeout
+/// for its next request.
 pub struct WriteDeadline<I> {
     io: I,
     limit: Duration,
     stalled: Option<Pin<Box<Sleep>>>,
-    written: Arc<AtomicU64>,
+    progress: Progress,
+    gate: Option<(Pin<Box<Sleep>>, Duration)>,
+    reset_set: bool,
 }
+
+/// The longest a read waits before looking again whether the client has read what it was sent.
+const READ_GATE_MAX: Duration = Duration::from_millis(250);
 
 impl<I> WriteDeadline<I> {
     #[cfg(test)]
     pub fn new(io: I, limit: Duration) -> Self {
-        Self::counting(io, limit, Arc::default())
+        Self::counting(io, limit, Progress::detached())
     }
 
-    /// The same, adding every byte written to `written`.
-    pub fn counting(io: I, limit: Duration, written: Arc<AtomicU64>) -> Self {
-        Self { io, limit, stalled: None, written }
+    /// The same, counting what is written in `progress` (and asking its socket what is unsent).
+    pub fn counting(io: I, limit: Duration, progress: Progress) -> Self {
+        Self { io, limit, stalled: None, progress, gate: None, reset_set: false }
     }
 
     fn count(&self, poll: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
         if let Poll::Ready(Ok(n)) = poll {
-            self.written.fetch_add(n as u64, Ordering::Relaxed);
+            self.progress.wrote(n);
         }
         poll
+    }
+
+    /// Pending while the client has not acknowledged everything written to it.
+    fn poll_gate(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if self.progress.unsent() == 0 {
+                self.gate = None;
+                if self.reset_set {
+                    self.progress.reset_on_close(false);
+                    self.reset_set = false;
+                }
+                return Poll::Ready(());
+            }
+            if !self.reset_set && self.progress.stalled() {
+                self.progress.reset_on_close(true);
+                self.reset_set = true;
+            }
+            let (timer, delay) = self
+                .gate
+                .get_or_insert_with(|| (Box::pin(tokio::time::sleep(Duration::from_millis(5))), Duration::ZERO));
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let next = (*delay * 2).clamp(Duration::from_millis(10), READ_GATE_MAX);
+            self.gate = Some((Box::pin(tokio::time::sleep(next)), next));
+        }
     }
 
     fn track<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
@@ -45,6 +85,8 @@ impl<I> WriteDeadline<I> {
                 let limit = self.limit;
                 let timer = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
                 if timer.as_mut().poll(cx).is_ready() {
+                    // The client never read what was sent: no orphan socket left sending it.
+                    self.progress.reset_on_close(true);
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         "the client stopped reading the response",
@@ -62,6 +104,9 @@ impl<I> WriteDeadline<I> {
 
 impl<I: AsyncRead + Unpin> AsyncRead for WriteDeadline<I> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.poll_gate(cx).is_pending() {
+            return Poll::Pending;
+        }
         Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }

@@ -404,3 +404,165 @@ fn a_hostile_web_config_on_reload_is_refused_and_sigterm_does_not_wait_for_a_par
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A v1 memory cgroup delegated to a user (as systemd's `Delegate=` or Slurm's v1 step
+/// directory does: the directory and its `tasks`/`cgroup.procs` owned by the user), and the
+/// processes put into it, removed on drop, deepest first.
+struct Delegated {
+    root: PathBuf,
+    children: Vec<std::process::Child>,
+}
+
+impl Drop for Delegated {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let mut dirs = Vec::new();
+        let mut stack = vec![self.root.clone()];
+        while let Some(dir) = stack.pop() {
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                stack.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+            }
+            dirs.push(dir);
+        }
+        for dir in dirs.iter().rev() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// Issue 24, finding 7: a user given a cgroup subtree names directories in it like the
+/// kubelet's and Slurm's, and a process of theirs in it was exported as another user's pod
+/// (`pod_uid`, `container_id`) and Slurm job (`slurm_job`). Real cgroups on this machine's v1
+/// memory hierarchy, made by uid 65534 through setpriv, with real processes of that user.
+#[test]
+fn cgroup_names_made_in_a_delegated_subtree_forge_no_pod_or_job() {
+    use std::os::unix::fs::chown;
+    use std::process::{Command, Stdio};
+    let _live = crate::util::live_lock();
+    let memory = Path::new("/sys/fs/cgroup/memory");
+    assert!(crate::util::is_root() && memory.join("tasks").exists(), "needs root and a v1 memory hierarchy");
+    let name = format!("memlock-hostile-delegated-{}", std::process::id());
+    let root = memory.join(&name);
+    std::fs::create_dir(&root).unwrap();
+    let mut delegated = Delegated { root: root.clone(), children: Vec::new() };
+    for path in [root.clone(), root.join("tasks"), root.join("cgroup.procs")] {
+        chown(&path, Some(65534), Some(65534)).unwrap();
+    }
+    const UID_: &str = "6b0e3b1a_2a43_4a3b_9c1e_2f1d0c7a9e11";
+    const HEX: &str = "3f2b6c1d8e9a0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c";
+    let forged = [
+        format!("kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{HEX}.scope"),
+        "system.slice/slurmstepd.scope/job_4242/step_0".to_owned(),
+        "slurm/uid_0/job_4243/step_0".to_owned(),
+    ];
+    // A copy of sleep the user may run, under a name of its own: the machine may run many sleeps.
+    let bin_dir = std::env::temp_dir().join(format!("{name}-bin"));
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    crate::util::set_mode(&bin_dir, 0o755);
+    let sleeper = bin_dir.join("memlock-forged");
+    std::fs::copy("/bin/sleep", &sleeper).unwrap();
+    crate::util::set_mode(&sleeper, 0o755);
+    let mut pids = Vec::new();
+    for path in &forged {
+        // The user makes the directories and moves its own process in: nothing of root's.
+        let child = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c"])
+            .arg("mkdir -p \"$1\" && echo $$ > \"$1/tasks\" && exec \"$2\" 120")
+            .args(["sh", &root.join(path).display().to_string(), &sleeper.display().to_string()])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        pids.push(child.id());
+        delegated.children.push(child);
+    }
+    let expected: Vec<String> = forged.iter().map(|p| format!("/{name}/{p}")).collect();
+    for (pid, path) in pids.iter().zip(&expected) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let in_place = || {
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|c| c.lines().any(|l| l.contains(":memory:") && l.ends_with(path.as_str())))
+                && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "memlock-forged")
+        };
+        while !in_place() {
+            assert!(Instant::now() < deadline, "pid {pid} never reached {path}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let config = std::env::temp_dir().join(format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "[series]\nlimit = 0\n[collector.cgroup]\ninclude = [\"^/{name}(/|$)\"]\nfull_scan_interval = \"1s\"\n\
+             [collector.process]\ncomm_pattern = \"^memlock-forged$\"\nfull_scan_interval = \"1s\"\n"
+        ),
+    )
+    .unwrap();
+    let exporter = Exporter::start(&["--config.file", config.to_str().unwrap(), "--no-collector.rdma_netlink"]);
+    let _ = std::fs::remove_file(&config);
+    let _ = std::fs::remove_dir_all(&bin_dir);
+    let series_of = |m: &Metrics, family: &str, needle: &str| -> Vec<String> {
+        m.series.keys().filter(|k| k.starts_with(&format!("{family}{{")) && k.contains(needle)).cloned().collect()
+    };
+    let m = exporter.wait_metrics(Duration::from_secs(20), "the user's cgroups and processes", |m| {
+        expected
+            .iter()
+            .all(|p| !series_of(m, "memlock_cgroup_memory_usage_bytes", &format!("cgroup=\"{p}\"")).is_empty())
+            && pids
+                .iter()
+                .all(|pid| !series_of(m, "memlock_process_locked_bytes", &format!("pid=\"{pid}\"")).is_empty())
+    });
+    let mut seen = Vec::new();
+    for path in &expected {
+        seen.extend(series_of(&m, "memlock_cgroup_memory_usage_bytes", &format!("cgroup=\"{path}\"")));
+    }
+    for pid in &pids {
+        seen.extend(series_of(&m, "memlock_process_locked_bytes", &format!("pid=\"{pid}\"")));
+    }
+    eprintln!("{}", seen.join("\n"));
+    for series in &seen {
+        for label in ["pod_uid=", "container_id=", "qos_class=", "slurm_job=", "slurm_step="] {
+            assert!(!series.contains(label), "a name the user chose was read as attribution ({label}): {series}");
+        }
+    }
+    assert_eq!(seen.len(), expected.len() + pids.len(), "one series per cgroup and per process: {seen:?}");
+}
+
+/// Issue 24: a value of 900 KB in the configuration came back whole in the error, 0.9 MB per
+/// line (1.8 MB for a regex, whose message quotes the pattern again); a 200 KB header value
+/// of the web configuration, 0.4 MB. Now each error names the key and quotes 64 characters.
+#[test]
+fn huge_values_are_not_echoed_whole_in_errors() {
+    let dir = std::env::temp_dir().join(format!("memlock-hostile-{}-huge", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let huge = |c: &str| c.repeat(900_000);
+    let cases = [
+        ("config.file", format!("[collector.node]\ninterval = \"{}s\"\n", huge("9")), "collector.node.interval"),
+        ("config.file", format!("[collector.cgroup]\ninclude = [\"({}\"]\n", huge("a")), "collector.cgroup.include"),
+        ("config.file", format!("[alerting]\nalertmanager_urls = [\"{}\"]\n", huge("h")), "alerting.alertmanager_urls"),
+        ("config.file", format!("[collector]\n{} = 1\n", huge("k")), "unknown configuration key"),
+        (
+            "web.config.file",
+            format!("http_server_config:\n  headers:\n    X-Frame-Options: {}\n", "d".repeat(200_000)),
+            "http_server_config.headers.X-Frame-Options",
+        ),
+    ];
+    for (i, (flag, text, named)) in cases.iter().enumerate() {
+        let file = dir.join(format!("case-{i}"));
+        std::fs::write(&file, text).unwrap();
+        let args = vec![format!("--{flag}"), file.display().to_string()];
+        let Some((status, log)) = crate::util::exits_within(&args, Duration::from_secs(15)) else {
+            panic!("case {i}: the exporter started");
+        };
+        assert_eq!(status.code(), Some(2), "case {i}");
+        assert!(log.contains(named), "case {i}: {named} not in {}", &log[..log.len().min(2000)]);
+        assert!(log.len() < 4096, "case {i}: {} bytes of error for a {} byte file", log.len(), text.len());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -191,3 +191,47 @@ fn the_log_level_follows_the_file() {
     );
     assert_eq!(text.matches("\"level\":\"INFO\"").count(), info_lines, "no info lines at level warn: {text}");
 }
+
+/// Issue 24, finding 5: an emptied or truncated configuration file reloaded as "all defaults":
+/// the fast path's Alertmanager was gone, the reload gauge said 1, and nothing paged. Now both
+/// are refused (gauge 0, the fast path keeps delivering) and switching the fast path off takes
+/// `alertmanager_urls = []` written in the file.
+#[test]
+fn a_reload_that_would_switch_paging_off_is_refused_unless_the_file_says_so() {
+    let receiver = crate::util::AlertReceiver::start();
+    let dir = temp_dir("fail-open");
+    let config = dir.join("config.toml");
+    // The fixtures hold one process near its limit: one alert firing, resent every second.
+    let alerting = format!("[alerting]\nalertmanager_urls = [\"{}\"]\nresend_interval = \"1s\"\n", receiver.url);
+    std::fs::write(&config, format!("[web]\nmax_requests = 20\n{alerting}")).unwrap();
+    let exporter = start(&config);
+    assert!(receiver.more_than(0, Duration::from_secs(15)), "the fast path delivers at start");
+    let mut reloads = 0;
+    for (what, text) in [("emptied", ""), ("truncated before [alerting]", "[web]\nmax_requests = 20\n")] {
+        let before = exporter.metrics().value(RELOAD_TIME);
+        std::thread::sleep(Duration::from_millis(1100));
+        std::fs::write(&config, text).unwrap();
+        let outcome = wait_until(&exporter, "the reload's outcome", |m| {
+            m.get(RELOAD_OK) == Some(0.0) || m.get(RELOAD_TIME).is_some_and(|t| t > before)
+        });
+        let log = exporter.log_text();
+        assert_eq!(outcome.value(RELOAD_OK), 0.0, "{what}: refused, the gauge says so; log:\n{log}");
+        assert!(log.contains("configuration reload failed") && log.contains(&config.display().to_string()), "{log}");
+        let delivered = receiver.posts();
+        assert!(receiver.more_than(delivered + 1, Duration::from_secs(10)), "{what}: the fast path still delivers");
+        reloads += 1;
+        // Put the good file back, so the next case starts from a successful load.
+        std::fs::write(&config, format!("[web]\nmax_requests = 20\n{alerting}")).unwrap();
+        wait_until(&exporter, "the good file back", |m| m.get(RELOAD_OK) == Some(1.0));
+    }
+    assert_eq!(reloads, 2);
+    let log = exporter.log_text();
+    assert!(log.contains("no settings left") && log.contains("alertmanager_urls = []"), "{log}");
+
+    // On purpose: the file says so.
+    std::fs::write(&config, "[web]\nmax_requests = 20\n[alerting]\nalertmanager_urls = []\n").unwrap();
+    wait_until(&exporter, "the fast path switched off", |_| exporter.log_text().contains("alerting=off"));
+    assert_eq!(exporter.metrics().value(RELOAD_OK), 1.0);
+    let status = exporter.terminate();
+    assert!(status.success(), "{status:?}");
+}

@@ -379,3 +379,101 @@ pub fn unit_memory_max() -> u64 {
     };
     digits.parse::<u64>().unwrap() * scale
 }
+
+/// A stand-in for Alertmanager on a real loopback socket: answers every request 200 and counts
+/// the POSTs to `/api/v2/alerts` (each a delivery of the fast path).
+pub struct AlertReceiver {
+    pub url: String,
+    posts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl AlertReceiver {
+    pub fn start() -> AlertReceiver {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the alert receiver");
+        let url = format!("http://{}", listener.local_addr().expect("local address"));
+        let posts = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = posts.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let counter = counter.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream);
+                    loop {
+                        let mut head = Vec::new();
+                        let mut line = String::new();
+                        loop {
+                            line.clear();
+                            match reader.read_line(&mut line) {
+                                Ok(0) | Err(_) => return,
+                                Ok(_) if line == "\r\n" => break,
+                                Ok(_) => head.push(line.to_ascii_lowercase()),
+                            }
+                        }
+                        let length = head
+                            .iter()
+                            .find_map(|h| h.strip_prefix("content-length:").and_then(|v| v.trim().parse().ok()))
+                            .unwrap_or(0usize);
+                        let mut body = vec![0u8; length];
+                        if reader.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        if head.first().is_some_and(|l| l.starts_with("post /api/v2/alerts")) {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                        }
+                        if reader.get_mut().write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        AlertReceiver { url, posts }
+    }
+
+    pub fn posts(&self) -> usize {
+        self.posts.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits up to `limit` for more than `count` deliveries.
+    pub fn more_than(&self, count: usize, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.posts() > count {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+/// Runs the exporter with `args` (on a free loopback port) and waits up to `limit` for it to
+/// exit: its status and stderr, or `None` (it is killed) if it was still running.
+pub fn exits_within(args: &[String], limit: Duration) -> Option<(std::process::ExitStatus, String)> {
+    let mut child = command(binary(), "127.0.0.1:0")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn memlock-exporter");
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let log = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some((status, log.join().unwrap_or_default()));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -523,3 +523,60 @@ fn gzip_for_clients_that_accept_it_as_curl_and_zlib_read_it() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 24: a reload could lower `min_version` from TLS13 to TLS12, and TLS 1.2 clients got
+/// in. Now it is refused like the other lowerings (gauge 0, the key named, TLS 1.2 still
+/// refused); raising it still reloads.
+#[test]
+fn a_reload_never_lowers_the_tls_version() {
+    let dir = temp_dir("no-lowering-tls");
+    make_pki(&dir);
+    let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+    let web = dir.join("web.yml");
+    std::fs::write(&web, format!("{tls}  min_version: TLS13\n")).unwrap();
+    let exporter = spawn(&web, &[]);
+    let ca = dir.join("ca.crt").display().to_string();
+    let url = format!("https://{}/metrics", exporter.address);
+    wait_for(200, &["--cacert", &ca, "--tlsv1.3", &url]);
+    let tls12 = || curl(&["--cacert", &ca, "--tls-max", "1.2", &url]);
+    assert_eq!(tls12().1, 0, "TLS 1.2 is refused at TLS13");
+    let gauge = |expected: &str| {
+        let line = format!("\nmemlock_exporter_config_last_reload_successful {expected}\n");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (rc, code, body) = curl(&["--cacert", &ca, &url]);
+            if rc == 0 && code == 200 && body.contains(&line) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "reload gauge never {expected}: {code}\n{}", exporter.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    gauge("1");
+    for lowered in [tls.to_owned(), format!("{tls}  min_version: TLS12\n")] {
+        std::fs::write(&web, &lowered).unwrap();
+        gauge("0");
+        let log = exporter.log_text();
+        assert!(log.contains("tls_server_config.min_version") && log.contains("from TLS13 to TLS12"), "{log}");
+        let (rc, code, _) = tls12();
+        assert!(rc != 0 && code == 0, "{lowered:?}: a TLS 1.2 client got rc {rc}, status {code}");
+        std::fs::write(&web, format!("{tls}  min_version: TLS13\n")).unwrap();
+        gauge("1");
+    }
+}
+
+/// Issue 24: `--web.telemetry-path /-/healthy` was accepted, and the liveness probe got a
+/// scrape (or a 503 when `web.max_requests` were busy). Now the exporter refuses to start,
+/// naming the flag.
+#[test]
+fn a_telemetry_path_on_a_probe_is_refused() {
+    for probe in ["/-/healthy", "/-/ready"] {
+        let mut args = fixture_roots();
+        args.extend(["--web.telemetry-path".into(), probe.into()]);
+        let Some((status, log)) = crate::util::exits_within(&args, Duration::from_secs(15)) else {
+            panic!("the exporter serves with its telemetry path at {probe}");
+        };
+        assert_eq!(status.code(), Some(2), "{log}");
+        assert!(log.contains("--web.telemetry-path") && log.contains("probe's path"), "{log}");
+    }
+}
