@@ -17,11 +17,13 @@
 //! - [`alerting`]: the fast path to Alertmanager ([`alerting_failures`]: its page for a refusal the
 //!   failures collector traced).
 //! - [`server`] and [`web`]: the HTTP endpoints and their TLS, authentication and limits.
-//! - [`serve`]: the daemon (its own metrics, reload, systemd watchdog).
+//! - [`serve`]: the daemon (its own metrics, reload, systemd watchdog); [`reload`] watches the
+//!   configuration files, [`sdnotify`] speaks systemd's notify protocol, [`logging`] sets up
+//!   tracing, [`heap`] counts the heap in use for `memlock_exporter_heap_allocated_bytes`.
 //! - [`check`], [`estimate`], [`nccl`], [`job_context`] and [`drill`]: the preflight commands;
 //!   [`nccl`] models NCCL's registrations from its source.
 //! - [`config`] and [`cli`]: flags, environment and the optional TOML file, validated once;
-//!   [`units`] formats sizes for every command.
+//!   [`units`] formats sizes and [`timefmt`] times for every command.
 
 pub mod alerting;
 pub mod alerting_failures;
