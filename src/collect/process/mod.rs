@@ -1537,8 +1537,8 @@ mod tests {
         for pid in 100..130 {
             tree.process(pid, "python3", 64, 0, "4096", &format!("/crowd/{pid}"));
         }
-        tree.process(200, "python3", 0, 6144, "8388608", "/slurm/job_9"); // 0.75, growing
-        tree.process(201, "python3", 2048, 0, "1048576", "/slurm/job_9"); // 2.0 and 2 MiB: not small
+        tree.process(200, "python3", 0, 6144, "8388608", "/slurm/uid_1000/job_9"); // 0.75, growing
+        tree.process(201, "python3", 2048, 0, "1048576", "/slurm/uid_1000/job_9"); // 2.0 and 2 MiB: not small
         let mut collector = tree.collector(1 << 20, "^python3$", 4);
         let stats = collector.full_scan(&mut Vec::new()).unwrap();
         assert_eq!(pids(&stats)[..2], [201, 200], "the crowd comes after both");
@@ -1553,14 +1553,14 @@ mod tests {
         assert_eq!(cgroups[0], 2.0_f64.min(1.0), "the job's cgroup first: {cgroups:?}");
         assert!(cgroups[1..].iter().all(|&s| s < 0.5), "{cgroups:?}");
         // Per counter: 0.75 pinned beside 2.0 locked, both exported (issue 23 item 2).
-        let job = stats.cgroups.iter().find(|c| c.cgroup.path == "/slurm/job_9").unwrap();
+        let job = stats.cgroups.iter().find(|c| c.cgroup.path == "/slurm/uid_1000/job_9").unwrap();
         assert_eq!(job.counter_ratio_max, [Some(0.75), Some(2.0)]);
         let mut out = Exposition::new();
         stats.render_granted(&mut out, &crate::budget::Grants::all());
         let text = out.finish();
         for counter in ["pinned\"} 0.75", "locked\"} 2"] {
             let line = format!(
-                "memlock_cgroup_limit_usage_ratio_max{{cgroup=\"/slurm/job_9\",slurm_job=\"9\",counter=\"{counter}\n"
+                "memlock_cgroup_limit_usage_ratio_max{{cgroup=\"/slurm/uid_1000/job_9\",slurm_job=\"9\",counter=\"{counter}\n"
             );
             assert!(text.contains(&line), "{line} in {text}");
         }
