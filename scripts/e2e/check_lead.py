@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Lead time of a page before a refusal, from the files an end-to-end run leaves.
+
+    check_lead.py DRILL_OUT WEBHOOK_JSONL ALERTNAME SINCE EXPORTER_LOG [MIN_LEAD [LABEL=VALUE]]
+
+DRILL_OUT has one line per event, each starting with the Unix time it happened; the first line
+naming ENOMEM, EAGAIN, EPERM, "refused" or "EXIT -9 killed" is the refusal. WEBHOOK_JSONL is
+webhook_receiver.py's (or the VM's webhook-sink's) output. The first firing ALERTNAME
+notification (with that label, when given) received after SINCE must precede the refusal by at
+least MIN_LEAD seconds (default: any lead), and must have been delivered within 2 s of the
+exporter's "fast-path alert firing" log line. Prints the lead and the delivery time.
+"""
+import json
+import re
+import sys
+from datetime import datetime
+
+
+def main():
+    drill_out, webhook, alertname, since, exporter_log = sys.argv[1:6]
+    since = float(since)
+    min_lead = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+    label = sys.argv[7] if len(sys.argv) > 7 else ""
+    label_key, _, label_value = label.partition("=")
+
+    def matches(labels):
+        return labels.get("alertname") == alertname and (not label_key or labels.get(label_key) == label_value)
+
+    refused = None
+    for line in open(drill_out):
+        stamp, _, text = line.partition(" ")
+        if re.search(r"ENOMEM|EAGAIN|EPERM|refused|EXIT -9 killed", text):
+            refused = float(stamp)
+            break
+    if refused is None:
+        sys.exit("the drill was never refused:\n" + open(drill_out).read())
+    fired = None
+    for line in open(webhook):
+        note = json.loads(line)
+        if note["received"] < since:
+            continue
+        for alert in note["payload"].get("alerts", []):
+            if matches(alert["labels"]) and alert["status"] == "firing":
+                fired = note["received"]
+                break
+        if fired:
+            break
+    if fired is None:
+        sys.exit(f"{alertname} {label} never reached the webhook")
+    crossed = None
+    for line in open(exporter_log):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("message") == "fast-path alert firing" and entry.get("alertname") == alertname and (
+            not label_key or f'"{label_key}": "{label_value}"' in entry.get("labels", "")
+        ):
+            at = datetime.fromisoformat(entry["timestamp"]).timestamp()
+            if at >= since:
+                crossed = at
+                break
+    if crossed is None:
+        sys.exit(f"no 'fast-path alert firing' log line for {alertname}")
+    delivery = f", {(fired - crossed) * 1000:.0f} ms after the threshold was crossed"
+    if fired - crossed > 2.0:
+        sys.exit(f"{alertname}: delivery took {fired - crossed:.2f}s, target 2s")
+    lead = refused - fired
+    name = f"{alertname}{{{label}}}" if label_key else alertname
+    print(f"{name}: delivered {lead:.1f}s before the first refusal{delivery}")
+    if lead <= 0:
+        sys.exit(f"{name} arrived {-lead:.1f}s after the refusal")
+    if lead < min_lead:
+        sys.exit(f"{name}: lead {lead:.1f}s, target at least {min_lead:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

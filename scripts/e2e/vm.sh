@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# End to end inside a VM booting Debian's 6.1 kernel with real soft-RoCE and cgroup v2
+# (scripts/e2e/vm/run.sh, docs/vm.md). Each scenario runs in a fresh VM; the guest leaves its
+# files in $E2E_TMP/<scenario>/ and this script checks them on the host:
+#   mr_enomem  the seed's failure: ibv_reg_mr refused with ENOMEM under an 8 MiB RLIMIT_MEMLOCK;
+#              the fast path pages through Alertmanager >= 2 s before; VmPin, the exported
+#              pinned bytes and the MR bytes agree; per-process MRs equal `rdma resource show mr`.
+# Prints the time the assets took (cold: downloads and builds; warm: cached) and each VM's.
+# VM_SCENARIOS="a b" runs only those.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.bash
+source "$(dirname "$0")/lib.bash"
+VM=$ROOT/scripts/e2e/vm
+
+[ "$(id -u)" = 0 ] || fail "needs root (apt-get, the asset cache)"
+[ -x "$BIN" ] || fail "$BIN not built"
+
+if command -v shellcheck >/dev/null; then
+    shellcheck -x "$0" "$VM"/*.sh "$VM"/scenarios/*.sh "$VM"/guest/lib.sh || fail "shellcheck"
+    shellcheck -s sh "$VM"/guest/init || fail "shellcheck"
+fi
+
+started=$SECONDS
+bash "$VM/run.sh" --prepare || fail "the VM's assets could not be prepared (above)"
+log "assets prepared in $((SECONDS - started))s"
+
+rc=0
+# scenario NAME: runs scenarios/NAME.sh in a VM, leaving its files in $E2E_TMP/NAME.
+scenario() {
+    local name=$1 begun=$SECONDS status
+    shift
+    bash "$VM/run.sh" --exporter "$BIN" --out "$E2E_TMP/$name" "$@" "$VM/scenarios/$name.sh"
+    status=$?
+    log "$name: VM exit $status in $((SECONDS - begun))s"
+    if [ $status != 0 ]; then
+        tail -40 "$E2E_TMP/$name/scenario.log" 2>/dev/null
+        return 1
+    fi
+}
+
+# shellcheck disable=SC2317 # called as "check_$name"
+check_mr_enomem() {
+    local dir=$E2E_TMP/mr_enomem
+    python3 "$ROOT/scripts/e2e/check_lead.py" "$dir/ramp.out" "$dir/webhook.jsonl" \
+        MemlockProcessLimitExhaustionImminent "$(cat "$dir/since")" "$dir/exporter.log" 2 counter=pinned || return 1
+    python3 - "$dir" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+ramp = open(f"{d}/ramp.out").read()
+pid = re.search(r" opened \S+, pid (\d+)", ramp).group(1)
+mib = int(re.findall(r" registered (\d+) MiB", ramp)[-1])
+status = dict(l.split(":", 1) for l in open(f"{d}/status.txt"))
+vmpin = int(status["VmPin"].split()[0]) * 1024
+metrics = {}
+for line in open(f"{d}/metrics.txt"):
+    m = re.match(r'^(\w+)\{([^}]*)\} (\S+)$', line)
+    if m:
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        metrics.setdefault(m.group(1), []).append((labels, float(m.group(3))))
+def value(name, **want):
+    found = [v for labels, v in metrics.get(name, []) if all(labels.get(k) == w for k, w in want.items())]
+    if len(found) != 1:
+        sys.exit(f"{name}{want}: {len(found)} series")
+    return found[0]
+mrs = [mr for mr in json.load(open(f"{d}/rdma_mr.json")) if str(mr.get("pid")) == pid]
+rdma_bytes = sum(int(mr["mrlen"]) for mr in mrs)
+exported_pin = value("memlock_process_pinned_bytes", pid=pid)
+exported_mrs = value("memlock_rdma_process_mrs", pid=pid, device="rxe0")
+exported_mr_bytes = value("memlock_rdma_process_mr_bytes", pid=pid, device="rxe0")
+print(f"pid {pid}: {mib} MiB registered; VmPin {vmpin} B, exported pinned {exported_pin:.0f} B; "
+      f"rdma resource show mr: {len(mrs)} MRs, {rdma_bytes} B; exported {exported_mrs:.0f} MRs, {exported_mr_bytes:.0f} B")
+errors = []
+if vmpin != mib << 20:
+    errors.append(f"VmPin {vmpin} is not the {mib << 20} bytes registered")
+if exported_pin != vmpin:
+    errors.append(f"exported pinned bytes {exported_pin} != VmPin {vmpin}")
+if exported_mrs != len(mrs) or exported_mr_bytes != rdma_bytes:
+    errors.append(f"exported MRs {exported_mrs}/{exported_mr_bytes} B != rdma resource show mr {len(mrs)}/{rdma_bytes} B")
+if rdma_bytes != vmpin:
+    errors.append(f"MR bytes {rdma_bytes} != VmPin {vmpin}")
+sys.exit("; ".join(errors) or None)
+PY
+}
+
+for name in ${VM_SCENARIOS:-mr_enomem}; do
+    if scenario "$name" && "check_$name"; then
+        log "$name: ok"
+    else
+        echo "FAIL: $name (files in $E2E_TMP/$name, kept)"
+        export E2E_KEEP=1
+        rc=1
+    fi
+done
+log "VM step: $((SECONDS - started))s"
+exit $rc
