@@ -5,6 +5,9 @@
 #   mr_enomem  the seed's failure: ibv_reg_mr refused with ENOMEM under an 8 MiB RLIMIT_MEMLOCK;
 #              the fast path pages through Alertmanager >= 2 s before; VmPin, the exported
 #              pinned bytes and the MR bytes agree; per-process MRs equal `rdma resource show mr`.
+#   drill      `drill --mode rdma` (ibv_reg_mr through the dlopened libibverbs) and `--mode pin`
+#              (io_uring) side by side, each refused with ENOMEM at 8 MiB and paged >= 2 s
+#              before; the rdma drill's 8 MRs are in `rdma resource show mr`.
 # Prints the time the assets took (cold: downloads and builds; warm: cached) and each VM's.
 # VM_SCENARIOS="a b" runs only those.
 set -uo pipefail
@@ -82,7 +85,28 @@ sys.exit("; ".join(errors) or None)
 PY
 }
 
-for name in ${VM_SCENARIOS:-mr_enomem}; do
+# shellcheck disable=SC2317 # called as "check_$name"
+check_drill() {
+    local dir=$E2E_TMP/drill mode pid call
+    for mode in rdma pin; do
+        call=io_uring_register
+        [ "$mode" = rdma ] && call=ibv_reg_mr
+        [ "$(cat "$dir/drill-$mode.rc")" = 0 ] || { cat "$dir/drill-$mode.out"; echo "drill --mode $mode failed"; return 1; }
+        grep -q "result=ENOMEM errno=12 call=$call reached=8MiB" "$dir/drill-$mode.out" || { cat "$dir/drill-$mode.out"; echo "drill --mode $mode: no ENOMEM at 8 MiB"; return 1; }
+        pid=$(grep -o 'event=start .* pid=[0-9]*' "$dir/drill-$mode.out" | grep -o '[0-9]*$')
+        echo -n "drill --mode $mode: "
+        python3 "$ROOT/scripts/e2e/check_lead.py" "$dir/drill-$mode.out" "$dir/webhook.jsonl" \
+            MemlockProcessLimitExhaustionImminent "$(cat "$dir/since")" "$dir/exporter.log" 2 "counter=pinned,pid=$pid" ||
+            return 1
+    done
+    pid=$(grep -o 'event=start .* pid=[0-9]*' "$dir/drill-rdma.out" | grep -o '[0-9]*$')
+    local mrs
+    mrs=$(grep -cE "mrlen 1048576 .*pid $pid " "$dir/rdma_mr.txt")
+    echo "rdma resource show mr during the hold: $mrs MRs of 1 MiB for the drill (pid $pid)"
+    [ "$mrs" = 8 ] || { cat "$dir/rdma_mr.txt"; return 1; }
+}
+
+for name in ${VM_SCENARIOS:-mr_enomem drill}; do
     if scenario "$name" && "check_$name"; then
         log "$name: ok"
     else

@@ -573,3 +573,34 @@ fn pin_mode_raises_the_descriptor_limit_or_refuses_to_start() {
     assert!(without.stdout.is_empty(), "{}", without.context());
     assert!(without.stderr.contains("RLIMIT_NOFILE allows 100"), "{}", without.context());
 }
+
+/// `--mode rdma` loads libibverbs at run time: where it cannot (here the library is hidden
+/// behind /dev/null in a mount namespace of the drill's own when it is installed), the drill
+/// fails before any output with exit 1, naming the library and the package to install. The
+/// VM scenario (scripts/e2e/vm/scenarios/drill.sh) runs the mode on a real device.
+#[test]
+fn rdma_mode_without_libibverbs_names_the_library() {
+    require_root();
+    let args = ["drill", "--mode", "rdma", "--step-mib", "1", "--max-mib", "1", "--hold-seconds", "0"];
+    let installed: Vec<PathBuf> = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib"]
+        .iter()
+        .map(|dir| Path::new(dir).join("libibverbs.so.1"))
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .collect();
+    let mut cmd = Command::new("unshare");
+    let mut script = String::from("set -e; ");
+    for path in &installed {
+        script.push_str(&format!("mount --bind /dev/null '{}'; ", path.display()));
+    }
+    script.push_str("exec \"$@\"");
+    cmd.args(["--mount", "sh", "-c", &script, "sh", binary()]).args(args);
+    let hidden = run(cmd);
+    assert_eq!(hidden.status.code(), Some(1), "{}", hidden.context());
+    assert!(hidden.stdout.is_empty(), "no start line before the error: {}", hidden.context());
+    assert!(
+        hidden.stderr.contains("--mode rdma: cannot load libibverbs.so.1: ")
+            && hidden.stderr.contains("libibverbs1 package on Debian"),
+        "{}",
+        hidden.context()
+    );
+}
