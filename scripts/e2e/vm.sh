@@ -8,6 +8,10 @@
 #   drill      `drill --mode rdma` (ibv_reg_mr through the dlopened libibverbs) and `--mode pin`
 #              (io_uring) side by side, each refused with ENOMEM at 8 MiB and paged >= 2 s
 #              before; the rdma drill's 8 MRs are in `rdma resource show mr`.
+#   check      `check` and `check --exec` with rxe0 ACTIVE and rxe1 DOWN: NCCL_IB_HCA selects
+#              the ports judged (FAIL only for a selected DOWN port), --nics counts the ACTIVE
+#              selected ones, memlock.soft FAILs for uid 1000 at 8 MiB and `--exec` then does
+#              not start the command; as root (CAP_IPC_LOCK) the command runs.
 # Prints the time the assets took (cold: downloads and builds; warm: cached) and each VM's.
 # VM_SCENARIOS="a b" runs only those.
 set -uo pipefail
@@ -106,7 +110,54 @@ check_drill() {
     [ "$mrs" = 8 ] || { cat "$dir/rdma_mr.txt"; return 1; }
 }
 
-for name in ${VM_SCENARIOS:-mr_enomem drill}; do
+# shellcheck disable=SC2317 # called as "check_$name"
+check_check() {
+    python3 - "$E2E_TMP/check" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+errors = []
+def report(name):
+    rc = int(open(f"{d}/{name}.rc").read())
+    text = open(f"{d}/{name}.json").read()
+    return rc, json.loads(text) if text.strip() else None
+def status(rep, fid):
+    found = [f for f in rep["findings"] if f["id"] == fid]
+    return found[0]["status"] if found else None
+def expect(what, got, want):
+    if got != want:
+        errors.append(f"{what}: {got!r}, expected {want!r}")
+rc, user = report("check-user")
+expect("uid 1000 exit", rc, 1)
+expect("uid 1000 memlock.soft", status(user, "memlock.soft"), "FAIL")
+expect("uid 1000 rxe0 port", status(user, "rdma.port.rxe0.1"), "PASS")
+expect("uid 1000 rxe1 port (not in NCCL_IB_HCA=rxe0)", status(user, "rdma.port.rxe1.1"), None)
+expect("uid 1000 NICs (the ACTIVE ports NCCL_IB_HCA selects)", user["model"]["nics"], 1)
+rc, down = report("check-hca-down")
+expect("NCCL_IB_HCA=rxe1 exit", rc, 1)
+expect("NCCL_IB_HCA=rxe1 rxe1 port (DOWN, selected)", status(down, "rdma.port.rxe1.1"), "FAIL")
+expect("NCCL_IB_HCA=rxe1 rxe0 port", status(down, "rdma.port.rxe0.1"), None)
+expect("NCCL_IB_HCA=rxe1 memlock.soft (root, CAP_IPC_LOCK)", status(down, "memlock.soft"), "PASS")
+rc, every = report("check-all")
+expect("no NCCL_IB_HCA rxe0", status(every, "rdma.port.rxe0.1"), "PASS")
+expect("no NCCL_IB_HCA rxe1 (DOWN, not asked for)", status(every, "rdma.port.rxe1.1"), "WARN")
+expect("no NCCL_IB_HCA NICs", every["model"]["nics"], 1)
+fails = [f["id"] for f in every["findings"] if f["status"] == "FAIL"]
+expect("no NCCL_IB_HCA FAILs", fails, [])
+expect("exec as uid 1000 exit", int(open(f"{d}/exec-user.rc").read()), 1)
+expect("exec as uid 1000 ran the command", os.path.exists(f"{d}/exec-user.ran"), False)
+err = open(f"{d}/exec-user.err").read()
+if "memlock.soft" not in err or "not running" not in err:
+    errors.append(f"exec as uid 1000: stderr names neither the finding nor the refusal: {err}")
+expect("exec as root exit (the command's)", int(open(f"{d}/exec-root.rc").read()), 7)
+expect("exec as root ran the command", os.path.exists(f"{d}/exec-root.ran"), True)
+print("check: uid 1000 memlock.soft FAIL, rxe0 PASS, rxe1 FAIL when selected / WARN when not / absent when excluded, "
+      "--exec refused as uid 1000 and ran as root (exit 7)")
+print("check --exec refusal: " + err.strip().splitlines()[-1])
+sys.exit("; ".join(errors) or None)
+PY
+}
+
+for name in ${VM_SCENARIOS:-mr_enomem drill check}; do
     if scenario "$name" && "check_$name"; then
         log "$name: ok"
     else

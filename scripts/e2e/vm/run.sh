@@ -88,6 +88,8 @@ shift
 [ -x "$exporter" ] || harness_fail "no exporter at $exporter (cargo build first, or --exporter)"
 
 run=$(mktemp -d /tmp/memlock-vm.XXXXXX)
+# The guest's unprivileged users run /vm/bin too (mktemp made /vm 0700).
+chmod 0755 "$run"
 mkdir -p "$run/bin" "$run/lib" "$run/out"
 strip -o "$run/bin/memlock-exporter" "$exporter" || harness_fail "strip $exporter"
 cp "$sink" "$run/bin/webhook-sink"
