@@ -157,7 +157,80 @@ sys.exit("; ".join(errors) or None)
 PY
 }
 
-for name in ${VM_SCENARIOS:-mr_enomem drill check}; do
+# shellcheck disable=SC2317 # called as "check_$name"
+check_cgroup() {
+    local dir=$E2E_TMP/cgroup
+    echo -n "cgroup lock ramp to the OOM kill: "
+    python3 "$ROOT/scripts/e2e/check_lead.py" "$dir/lock-oom.out" "$dir/webhook.jsonl" \
+        MemlockCgroupMemoryExhaustionImminent "$(cat "$dir/since")" "$dir/exporter.log" 0 slurm_job=1870 || return 1
+    python3 - "$dir" <<'PY'
+import re, sys
+d = sys.argv[1]
+def parse(path):
+    series = []
+    for line in open(path):
+        m = re.match(r'^(\w+)\{([^}]*)\} (\S+)$', line)
+        if m:
+            series.append((m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2))), float(m.group(3))))
+    return series
+def value(series, name, **want):
+    found = [(l, v) for n, l, v in series if n == name and all(l.get(k) == w for k, w in want.items())]
+    if len(found) != 1:
+        sys.exit(f"{name}{want}: {len(found)} series")
+    return found[0]
+def files(path):
+    out, key = {}, None
+    for line in open(path):
+        if line.startswith("== "):
+            key = line[3:].strip()
+        else:
+            out[key] = out.get(key, "") + line
+    return out
+def rdma_counts(text):
+    return {k: v for k, v in re.findall(r"(hca_\w+)=(\w+)", text)}
+errors = []
+def expect(what, got, want):
+    if got != want:
+        errors.append(f"{what}: {got!r}, expected {want!r}")
+container, pod, task = (open(f"{d}/{n}.path").read().strip() for n in ("container", "pod", "task"))
+m = parse(f"{d}/pod-metrics.txt")
+f = files(f"{d}/pod-files.txt")
+labels, pinned = value(m, "memlock_cgroup_pinned_bytes", cgroup=container)
+expect("container pinned bytes", pinned, 16 << 20)
+expect("container attribution", {k: labels.get(k) for k in ("pod_uid", "container_id", "qos_class")},
+       {"pod_uid": "0d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6",
+        "container_id": "4f9c1d2e3b4a59687766554433221100ffeeddccbbaa99887766554433221100", "qos_class": "burstable"})
+expect("container effective limit (the pod's memory.max)", value(m, "memlock_cgroup_memory_limit_bytes", cgroup=container)[1],
+       float(f["pod memory.max"]))
+for scope, path in (("container", container), ("pod", pod)):
+    current = rdma_counts(f[f"{scope} rdma.current"])
+    for resource in ("hca_handle", "hca_object"):
+        expect(f"{scope} rdma current {resource}", value(m, "memlock_cgroup_rdma", cgroup=path, device="rxe0",
+               resource=resource, kind="current")[1], float(current[resource]))
+pod_max = rdma_counts(f["pod rdma.max"])
+for resource in ("hca_handle", "hca_object"):
+    expect(f"pod rdma max {resource}", value(m, "memlock_cgroup_rdma", cgroup=pod, device="rxe0", resource=resource,
+           kind="max")[1], float(pod_max[resource]))
+s = parse(f"{d}/step-metrics.txt")
+labels, locked = value(s, "memlock_cgroup_locked_bytes", cgroup=task)
+expect("step locked bytes", locked, 24 << 20)
+expect("step attribution", {k: labels.get(k) for k in ("slurm_job", "slurm_step")}, {"slurm_job": "1870", "slurm_step": "0"})
+expect("step effective limit (the job's memory.max)", value(s, "memlock_cgroup_memory_limit_bytes", cgroup=task)[1], 64 << 20)
+stat = dict(line.split() for line in open(f"{d}/task-memory.stat"))
+unevictable = value(s, "memlock_cgroup_memory_unevictable_bytes", cgroup=task)[1]
+expect("step unevictable = memory.stat unevictable", unevictable, float(stat["unevictable"]))
+o = parse(f"{d}/oom-metrics.txt")
+events = dict(line.split() for line in open(f"{d}/task-memory.events"))
+expect("step oom_kill = memory.events", value(o, "memlock_cgroup_memory_events_total", cgroup=task, event="oom_kill")[1],
+       float(events["oom_kill"]))
+print(f"pod container: pinned {pinned:.0f} B, limit {f['pod memory.max'].strip()}, rdma.current {f['container rdma.current'].strip()}, "
+      f"pod rdma.max {f['pod rdma.max'].strip()}; step: locked {locked:.0f} B, unevictable {unevictable:.0f} B, "
+      f"oom_kill {events['oom_kill']}")
+sys.exit("; ".join(errors) or None)
+PY
+}
+
+for name in ${VM_SCENARIOS:-mr_enomem drill check cgroup}; do
     if scenario "$name" && "check_$name"; then
         log "$name: ok"
     else
