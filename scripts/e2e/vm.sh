@@ -13,7 +13,7 @@
 #              selected ones, memlock.soft FAILs for uid 1000 at 8 MiB and `--exec` then does
 #              not start the command; as root (CAP_IPC_LOCK) the command runs.
 # Prints the time the assets took (cold: downloads and builds; warm: cached) and each VM's.
-# VM_SCENARIOS="a b" runs only those.
+# VM_SCENARIOS="a b" runs only those; VM_PARALLEL=n runs at most n VMs at once (default all).
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.bash
 source "$(dirname "$0")/lib.bash"
@@ -32,6 +32,11 @@ bash "$VM/run.sh" --prepare || fail "the VM's assets could not be prepared (abov
 log "assets prepared in $((SECONDS - started))s"
 
 rc=0
+# The delivery bound of check_lead.py (exporter log line to webhook): 2 s on the host; in the
+# guest every hop (the exporter's POST, Alertmanager's dispatch, the webhook) runs under TCG,
+# several times slower than the host and slower still with four VMs on a shared CPU (2.09 s
+# seen once). The VM's targets are the lead times, which stay as the issue sets them.
+export MAX_DELIVERY=${MAX_DELIVERY:-5}
 # scenario NAME: runs scenarios/NAME.sh in a VM, leaving its files in $E2E_TMP/NAME.
 scenario() {
     local name=$1 begun=$SECONDS status
@@ -230,8 +235,23 @@ sys.exit("; ".join(errors) or None)
 PY
 }
 
-for name in ${VM_SCENARIOS:-mr_enomem drill check cgroup}; do
-    if scenario "$name" && "check_$name"; then
+# The VMs run side by side (VM_PARALLEL at a time, default all): a scenario mostly waits on
+# its ramps, so the step takes about as long as its longest scenario, not their sum.
+read -ra names <<< "${VM_SCENARIOS:-mr_enomem drill check cgroup}"
+parallel=${VM_PARALLEL:-${#names[@]}}
+pids=()
+for i in "${!names[@]}"; do
+    if [ "$i" -ge "$parallel" ]; then
+        wait "${pids[$((i - parallel))]}"
+    fi
+    (scenario "${names[$i]}" > "$E2E_TMP/${names[$i]}.log" 2>&1; echo $? > "$E2E_TMP/${names[$i]}.status") &
+    pids+=($!)
+done
+for i in "${!names[@]}"; do
+    name=${names[$i]}
+    wait "${pids[$i]}" 2>/dev/null
+    cat "$E2E_TMP/$name.log"
+    if [ "$(cat "$E2E_TMP/$name.status" 2>/dev/null)" = 0 ] && "check_$name"; then
         log "$name: ok"
     else
         echo "FAIL: $name (files in $E2E_TMP/$name, kept)"
