@@ -8,6 +8,9 @@
 #   drill      `drill --mode rdma` (ibv_reg_mr through the dlopened libibverbs) and `--mode pin`
 #              (io_uring) side by side, each refused with ENOMEM at 8 MiB and paged >= 2 s
 #              before; the rdma drill's 8 MRs are in `rdma resource show mr`.
+#   traffic    ibv_rc_pingpong on rxe0: the exporter's port counters equal sysfs, read while
+#              still; node_exporter's infiniband collector is scraped beside it and compared
+#              where it reads the device (1.5.0 cannot: rxe has no PMA counters/, said so).
 #   check      `check` and `check --exec` with rxe0 ACTIVE and rxe1 DOWN: NCCL_IB_HCA selects
 #              the ports judged (FAIL only for a selected DOWN port), --nics counts the ACTIVE
 #              selected ones, memlock.soft FAILs for uid 1000 at 8 MiB and `--exec` then does
@@ -235,9 +238,56 @@ sys.exit("; ".join(errors) or None)
 PY
 }
 
+# shellcheck disable=SC2317 # called as "check_$name"
+check_traffic() {
+    python3 - "$E2E_TMP/traffic" <<'PY'
+import re, sys
+d = sys.argv[1]
+def sysfs(path):
+    out = {}
+    for line in open(path):
+        name, value = line.split()
+        kind, counter = name.split("/")[-2:]
+        out[(kind, counter)] = int(value)
+    return out
+before, after = sysfs(f"{d}/sysfs-before.txt"), sysfs(f"{d}/sysfs-after.txt")
+errors = []
+if before != after:
+    errors.append("the counters moved while they were read")
+ours = {}
+for line in open(f"{d}/exporter-metrics.txt"):
+    m = re.match(r'^memlock_rdma_(hw|port)_stat_total\{([^}]*)\} (\S+)$', line)
+    if m:
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if labels.get("device") == "rxe0" and labels.get("port") == "1":
+            ours[("hw_counters" if m.group(1) == "hw" else "counters", labels["counter"])] = float(m.group(3))
+for key, value in after.items():
+    if key == ("hw_counters", "lifespan"):
+        continue
+    if ours.get(key) != value:
+        errors.append(f"{key[0]}/{key[1]}: sysfs {value}, exported {ours.get(key)}")
+for counter in ("sent_pkts", "rcvd_pkts", "rdma_sends", "rdma_recvs"):
+    if after.get(("hw_counters", counter), 0) <= 0:
+        errors.append(f"{counter} is 0: no traffic")
+node = open(f"{d}/node-exporter-metrics.txt").read()
+ok = re.search(r'^node_scrape_collector_success\{collector="infiniband"\} 1$', node, re.M)
+if ok:
+    theirs = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^node_infiniband_(\w+)\{device="rxe0",port="1"\} (\S+)$', node, re.M)}
+    print(f"node_exporter infiniband series for rxe0: {len(theirs)}")
+else:
+    reason = [l for l in open(f"{d}/node_exporter.log") if "infiniband" in l and ("err" in l.lower())]
+    print("node_exporter's infiniband collector fails on rxe0 (node_scrape_collector_success 0): "
+          + (reason[0].strip() if reason else "no reason logged"))
+print(f"rxe0 after ibv_rc_pingpong: sent_pkts {after[('hw_counters', 'sent_pkts')]}, rcvd_pkts "
+      f"{after[('hw_counters', 'rcvd_pkts')]}; {len(after) - 1} sysfs counters, each equal to the exporter's")
+sys.exit("; ".join(errors) or None)
+PY
+}
+
 # The VMs run side by side (VM_PARALLEL at a time, default all): a scenario mostly waits on
 # its ramps, so the step takes about as long as its longest scenario, not their sum.
-read -ra names <<< "${VM_SCENARIOS:-mr_enomem drill check cgroup}"
+read -ra names <<< "${VM_SCENARIOS:-mr_enomem drill check cgroup traffic}"
 parallel=${VM_PARALLEL:-${#names[@]}}
 pids=()
 for i in "${!names[@]}"; do
