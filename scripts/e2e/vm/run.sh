@@ -20,10 +20,10 @@
 # Inside the guest the scenario runs as root, as PID 1's child, from /tmp, with ARGS, under
 # bash when it starts with a bash shebang (busybox sh otherwise). It finds:
 #   /vm/bin/memlock-exporter   the exporter; /vm/bin is first on PATH
-#   /vm/bin/mr-ramp            registers 1 MiB MRs with ibv_reg_mr until ENOMEM (mr_ramp.c)
+#   /vm/bin/mr-ramp            registers MRs (--step-mib) with ibv_reg_mr until ENOMEM (mr_ramp.c)
 #   /vm/bin/webhook-sink       an Alertmanager webhook receiver (webhook_sink.c)
 #   /usr/lib/memlock-vm/lib.sh helpers: wait_for, setup_rxe, start_webhook, start_alertmanager,
-#                              start_exporter, scrape, vm_fail (guest/lib.sh)
+#                              start_exporter, scrape, metric_is, now, vm_fail (guest/lib.sh)
 #   /vm/out                    a directory shared with the host: what the scenario writes there
 #                              is in --out DIR afterwards, with console.log (the serial
 #                              console), scenario.log (its output), dmesg.txt and rc
