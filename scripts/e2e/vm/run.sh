@@ -7,7 +7,7 @@
 #
 #   --copy PATH[:NAME]  copy an executable into the guest as /vm/bin/NAME (default: its base
 #                       name), with the libraries ldd names that the base initramfs lacks (in
-#                       /vm/lib, on LD_LIBRARY_PATH then). Repeatable.
+#                       /vm/lib, on LD_LIBRARY_PATH then), or a directory. Repeatable.
 #   --exporter PATH     the exporter (default $MEMLOCK_EXPORTER_BIN, else
 #                       $CARGO_TARGET_DIR/debug/memlock-exporter); a stripped copy is
 #                       /vm/bin/memlock-exporter
@@ -107,8 +107,8 @@ for copy in "${copies[@]}"; do
     name=${copy#*:}
     [ "$name" = "$copy" ] && name=$(basename "$src")
     [ -e "$src" ] || harness_fail "--copy $src: no such file"
-    cp -L "$src" "$run/bin/$name"
-    copy_libs "$src"
+    cp -rL "$src" "$run/bin/$name"
+    [ -f "$src" ] && copy_libs "$src"
 done
 cp "$scenario" "$run/scenario"
 chmod 0755 "$run/scenario" "$run/bin"/*
