@@ -64,7 +64,9 @@ pub fn unmet(why: &str) {
     if std::env::var_os("MEMLOCK_TESTS_REQUIRE_ALL").is_some() {
         panic!("{why} (MEMLOCK_TESTS_REQUIRE_ALL is set: every test must run)");
     }
-    eprintln!("skipped: {why}");
+    // Through the handle, not eprintln!: libtest captures the macros' output of a passing
+    // test, and a skip must be seen in a plain `cargo test`.
+    let _ = writeln!(std::io::stderr().lock(), "skipped: {why}");
 }
 
 /// [`require!`] as a value, for helpers that check several things: false (after [`unmet`])
