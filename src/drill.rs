@@ -7,6 +7,9 @@
 //!   the counter `ibv_reg_mr` charges. A ring can register buffers only once, so every step
 //!   creates a ring of its own.
 //! - `lock` maps and `mlock`s one region per step: `VmLck` grows.
+//! - `rdma` registers one region per step with `ibv_reg_mr` on an RDMA device, the call NCCL
+//!   makes, through libibverbs loaded at run time (`crate::verbs`): on a node without
+//!   rdma-core only this mode fails, naming the library.
 //!
 //! When the kernel refuses a step (`ENOMEM`, `EPERM`, `EAGAIN`) that is the drill's expected end:
 //! the errno and the amount reached are printed, the memory is held for `--hold-seconds` (so the
@@ -64,6 +67,12 @@ Modes:
         growing.
   lock  mmap + mlock one region per step: VmLck (mm->locked_vm) grows, checked per process
         against the same soft limit. Locked pages also show in Mlocked and Unevictable.
+  rdma  ibv_reg_mr of one buffer per step (IBV_ACCESS_LOCAL_WRITE) on the first RDMA device, or
+        --rdma-device: the call NCCL makes. The kernel pins the pages (ib_umem_get) and charges
+        this process's VmPin, refusing with ENOMEM above the soft RLIMIT_MEMLOCK without
+        CAP_IPC_LOCK; the MRs show in `rdma resource show mr`. libibverbs.so.1 (rdma-core) is
+        loaded at run time: without it, or without a device, the drill exits 1 naming what is
+        missing.
 
 --locked-mib N (pin mode) first mlocks N MiB and holds it through the ramp: the kernel checks
 VmPin and VmLck each on its own against the soft limit, so a ramp of pinned memory under a flat
@@ -86,7 +95,8 @@ Example, as root, for a uid of its own (io_uring checks the user's total) with a
 Exit codes:
   0  ramp done: --max-mib reached, refused by the kernel as intended, or stopped by SIGINT/SIGTERM
      or by the reader of its output going away
-  1  unexpected failure (for example io_uring disabled, mmap failing, or the output not writable)
+  1  unexpected failure (for example io_uring disabled, mmap failing, the output not writable, or
+     for --mode rdma no libibverbs.so.1 or no RDMA device)
   2  bad arguments, or refused to start because --max-mib exceeds half of MemAvailable";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -95,6 +105,8 @@ pub enum Mode {
     Pin,
     /// mlock: VmLck.
     Lock,
+    /// ibv_reg_mr on an RDMA device: VmPin, through the verbs NCCL calls.
+    Rdma,
 }
 
 impl Mode {
@@ -102,6 +114,7 @@ impl Mode {
         match self {
             Mode::Pin => "pin",
             Mode::Lock => "lock",
+            Mode::Rdma => "rdma",
         }
     }
 }
@@ -109,14 +122,14 @@ impl Mode {
 /// Flags of `memlock-exporter drill`.
 #[derive(Debug, Clone, Args)]
 #[command(
-    about = "Ramp real pinned (io_uring) or locked (mlock) memory until the kernel refuses, to prove the alert \
-        pipeline",
+    about = "Ramp real pinned (io_uring, ibv_reg_mr) or locked (mlock) memory until the kernel refuses, to prove \
+        the alert pipeline",
     after_help = "Exit codes: 0 ramp done or refused by the kernel as intended; 1 unexpected failure; 2 bad arguments \
         or --max-mib above half of MemAvailable. See --help for details.",
     after_long_help = LONG_HELP
 )]
 pub struct DrillArgs {
-    /// pin: io_uring registered buffers (VmPin, like ibv_reg_mr); lock: mlock (VmLck).
+    /// pin: io_uring registered buffers (VmPin, like ibv_reg_mr); lock: mlock (VmLck); rdma: ibv_reg_mr itself.
     #[arg(long, value_enum, default_value_t = Mode::Pin)]
     pub mode: Mode,
     /// Memory added per step, MiB.
@@ -131,9 +144,12 @@ pub struct DrillArgs {
     /// Hold the memory this long after a refusal or after reaching --max-mib, seconds.
     #[arg(long = "hold-seconds", value_name = "S", default_value_t = 30)]
     pub hold_seconds: u64,
-    /// Pin mode: mlock this much first, MiB, and hold it through the ramp.
+    /// Pin and rdma modes: mlock this much first, MiB, and hold it through the ramp.
     #[arg(long = "locked-mib", value_name = "MIB", default_value_t = 0)]
     pub locked_mib: u64,
+    /// Rdma mode: the device to register on (a name in /sys/class/infiniband); default the first.
+    #[arg(long = "rdma-device", value_name = "NAME")]
+    pub rdma_device: Option<String>,
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     pub json: bool,
@@ -155,6 +171,8 @@ pub struct Plan {
     pub hold: Duration,
     pub json: bool,
     pub procfs: PathBuf,
+    /// Rdma mode: the device asked for (None: the first).
+    pub rdma_device: Option<String>,
 }
 
 impl Plan {
@@ -176,8 +194,12 @@ pub enum DrillError {
     Interval(u64),
     #[error("--hold-seconds {0} is above {MAX_HOLD_SECONDS} (one day)")]
     Hold(u64),
-    #[error("--locked-mib goes with --mode pin (in lock mode the ramp itself is locked memory)")]
+    #[error("--locked-mib goes with --mode pin or rdma (in lock mode the ramp itself is locked memory)")]
     LockedInLockMode,
+    #[error("--rdma-device goes with --mode rdma")]
+    DeviceWithoutRdma,
+    #[error("--mode rdma: {0}")]
+    Verbs(#[from] crate::verbs::VerbsError),
     #[error("{steps} steps are too many (at most {MAX_STEPS}): raise --step-mib")]
     TooManySteps { steps: u64 },
     #[error(
@@ -214,11 +236,13 @@ impl DrillError {
             | DrillError::TooManySteps { .. }
             | DrillError::AboveHalfAvailable { .. }
             | DrillError::LockedInLockMode
+            | DrillError::DeviceWithoutRdma
             | DrillError::Descriptors { .. } => crate::exit::USAGE,
             DrillError::Meminfo(_)
             | DrillError::NoMemAvailable(_)
             | DrillError::NotProcfs { .. }
             | DrillError::Syscall { .. }
+            | DrillError::Verbs(_)
             | DrillError::Output(_) => crate::exit::RUNTIME,
         }
     }
@@ -252,6 +276,9 @@ impl DrillArgs {
         if self.locked_mib > 0 && self.mode == Mode::Lock {
             return Err(DrillError::LockedInLockMode);
         }
+        if self.rdma_device.is_some() && self.mode != Mode::Rdma {
+            return Err(DrillError::DeviceWithoutRdma);
+        }
         let locked_bytes = self
             .locked_mib
             .checked_mul(MIB)
@@ -266,6 +293,7 @@ impl DrillArgs {
             hold: Duration::from_secs(self.hold_seconds),
             json: self.json,
             procfs: self.procfs.clone(),
+            rdma_device: self.rdma_device.clone(),
         };
         if plan.steps() > MAX_STEPS {
             return Err(DrillError::TooManySteps { steps: plan.steps() });
@@ -351,8 +379,8 @@ impl Refusal {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refused {
     pub errno: Refusal,
-    /// `io_uring_register`, `io_uring_setup` (its ring pages count against the limit too) or
-    /// `mlock`.
+    /// `io_uring_register`, `io_uring_setup` (its ring pages count against the limit too),
+    /// `ibv_reg_mr` or `mlock`.
     pub call: &'static str,
 }
 
@@ -632,18 +660,23 @@ impl Event {
 }
 
 // ---------------------------------------------------------------------------------------------
-// What the drill holds. Declaration order is drop order: rings unregister and close (unpinning)
-// before the regions they point into are unmapped.
+// What the drill holds. Declaration order is drop order: rings unregister and close, and MRs
+// deregister (both unpinning), before the verbs device closes and the regions they point into
+// are unmapped.
 
 #[derive(Default)]
 struct Held {
     rings: Vec<Ring>,
+    mrs: Vec<crate::verbs::Mr>,
+    device: Option<crate::verbs::Device>,
     regions: Vec<Region>,
 }
 
 impl Held {
     fn release(&mut self) {
         self.rings.clear();
+        self.mrs.clear();
+        self.device = None;
         self.regions.clear();
     }
 }
@@ -840,6 +873,15 @@ impl Held {
                         ("io_uring_register", registered)
                     }
                 },
+                Mode::Rdma => {
+                    let Some(device) = &self.device else {
+                        return Err(DrillError::syscall("ibv_reg_mr", io::Error::other("no device open")));
+                    };
+                    // SAFETY: the region outlives the MR: `mrs` drop before `regions`.
+                    let registered = unsafe { device.register(region.addr, region.len) };
+                    let result = registered.map(|mr| self.mrs.push(mr));
+                    ("ibv_reg_mr", result)
+                }
                 Mode::Lock => {
                     // SAFETY: mlock over the mapping this region owns.
                     let result = if unsafe { libc::mlock(region.addr, region.len) } == 0 {
@@ -1009,6 +1051,11 @@ pub fn run(args: &DrillArgs) -> Result<Outcome, DrillError> {
 /// holds the number of a signal that asks to stop early (0: none).
 pub fn execute(plan: &Plan, mem_available: u64, out: &mut dyn Write, stop: &AtomicI32) -> Result<Outcome, DrillError> {
     let mut reporter = Reporter { out, json: plan.json, status_path: plan.procfs.join("self/status"), closed: false };
+    let mut held = Held::default();
+    // Before any output: on a node without libibverbs or a device the error is the only line.
+    if plan.mode == Mode::Rdma {
+        held.device = Some(crate::verbs::Device::open(crate::verbs::LIBIBVERBS, plan.rdma_device.as_deref())?);
+    }
     let (memlock_soft, memlock_hard) = memlock_limits();
     reporter.emit(&Event::Start {
         mode: plan.mode,
@@ -1026,7 +1073,6 @@ pub fn execute(plan: &Plan, mem_available: u64, out: &mut dyn Write, stop: &Atom
     })?;
 
     let page = page_size();
-    let mut held = Held::default();
     if plan.locked_bytes > 0 {
         let len = usize::try_from(plan.locked_bytes).map_err(|_| DrillError::Overflow(plan.locked_bytes / MIB))?;
         match held.grow(Mode::Lock, len, page, stop)? {
@@ -1157,6 +1203,7 @@ mod tests {
             (&["--max-mib", "18446744073709551615", "--step-mib", "1"], "too large"),
             (&["--mode", "lock", "--max-mib", "8", "--step-mib", "1", "--locked-mib", "6"], "goes with --mode pin"),
             (&["--max-mib", "8", "--step-mib", "1", "--locked-mib", "18446744073709551615"], "too large"),
+            (&["--max-mib", "8", "--step-mib", "1", "--rdma-device", "rxe0"], "goes with --mode rdma"),
         ];
         for (flags, message) in cases {
             let err = plan(flags).unwrap_err();
@@ -1166,6 +1213,8 @@ mod tests {
         // Edges that are fine.
         assert!(plan(&["--max-mib", "8", "--step-mib", "8", "--interval-ms", "10", "--hold-seconds", "86400"]).is_ok());
         assert!(plan(&["--max-mib", "10000", "--step-mib", "1"]).is_ok());
+        let rdma = plan(&["--mode", "rdma", "--max-mib", "8", "--step-mib", "1", "--rdma-device", "mlx5_0"]).unwrap();
+        assert_eq!((rdma.mode, rdma.rdma_device.as_deref()), (Mode::Rdma, Some("mlx5_0")));
     }
 
     #[test]

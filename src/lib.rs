@@ -52,6 +52,7 @@ pub mod snapshot;
 pub mod timefmt;
 pub mod trend;
 pub mod units;
+pub mod verbs;
 pub mod web;
 
 /// Exit codes of the binary, documented in the README.

@@ -77,60 +77,8 @@ sys.exit(0 if code == 0 or code == -9 else 1)
 # delivery time from the moment the exporter saw the trend cross its threshold (its "fast-path
 # alert firing" log line).
 check_lead() {
-    python3 - "$E2E_TMP/$1.out" "$WEBHOOK_OUT" "$2" "$3" "$E2E_TMP/exporter.log" "${4:-0}" "${5:-}" <<'PY'
-import json, re, sys
-from datetime import datetime
-drill_out, webhook, alertname, since, exporter_log = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
-min_lead = float(sys.argv[6])
-label_key, _, label_value = sys.argv[7].partition("=")
-def matches(labels):
-    return labels.get("alertname") == alertname and (not label_key or labels.get(label_key) == label_value)
-refused = None
-for line in open(drill_out):
-    stamp, _, text = line.partition(" ")
-    if re.search(r"ENOMEM|EAGAIN|EPERM|refused|EXIT -9 killed", text):
-        refused = float(stamp)
-        break
-if refused is None:
-    sys.exit("the drill was never refused:\n" + open(drill_out).read())
-fired = None
-for line in open(webhook):
-    note = json.loads(line)
-    if note["received"] < since:
-        continue
-    for alert in note["payload"].get("alerts", []):
-        if matches(alert["labels"]) and alert["status"] == "firing":
-            fired = note["received"]
-            break
-    if fired:
-        break
-if fired is None:
-    sys.exit(f"{alertname} {sys.argv[7]} never reached the webhook")
-crossed = None
-for line in open(exporter_log):
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        continue
-    if entry.get("message") == "fast-path alert firing" and entry.get("alertname") == alertname and (
-        not label_key or f'"{label_key}": "{label_value}"' in entry.get("labels", "")
-    ):
-        at = datetime.fromisoformat(entry["timestamp"]).timestamp()
-        if at >= since:
-            crossed = at
-            break
-if crossed is None:
-    sys.exit(f"no 'fast-path alert firing' log line for {alertname}")
-delivery = f", {(fired - crossed) * 1000:.0f} ms after the threshold was crossed"
-if fired - crossed > 2.0:
-    sys.exit(f"{alertname}: delivery took {fired - crossed:.2f}s, target 2s")
-lead = refused - fired
-name = f"{alertname}{{{sys.argv[7]}}}" if label_key else alertname
-print(f"{name}: delivered {lead:.1f}s before the first refusal{delivery}")
-if lead <= 0:
-    sys.exit(f"{name} arrived {-lead:.1f}s after the refusal")
-sys.exit(0 if lead >= min_lead else f"{name}: lead {lead:.1f}s, target at least {min_lead:.0f}s")
-PY
+    python3 "$ROOT/scripts/e2e/check_lead.py" "$E2E_TMP/$1.out" "$WEBHOOK_OUT" "$2" "$3" "$E2E_TMP/exporter.log" \
+        "${4:-0}" "${5:-}"
 }
 
 wait_resolved() {

@@ -74,7 +74,7 @@ fn the_command_gets_the_descriptors_it_would_have_had() {
 
 #[test]
 fn a_failing_check_prints_the_reasons_and_does_not_run_the_command() {
-    assert!(is_root(), "live tests run as root");
+    crate::require!(is_root(), "live tests run as root");
     let dir = std::env::temp_dir().join(format!("memlock-exec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let marker = dir.join("ran");

@@ -328,7 +328,7 @@ fn open_to_others(dir: &Path) {
 
 #[test]
 fn unreadable_files_are_refusals_named_in_the_log_not_crashes() {
-    assert!(crate::util::is_root(), "needs root to run the exporter as another user");
+    crate::require!(crate::util::is_root(), "needs root to run the exporter as another user");
     let tree = Tree::new("unreadable");
     open_to_others(&tree.0);
     synthetic::write_process(&tree.path("proc"), 7101, "worker", 4096, "/job").unwrap();

@@ -246,10 +246,14 @@ impl Drop for TextExporter {
 /// value escaped and marked.
 #[test]
 fn a_cgroup_named_with_control_characters_forges_no_log_line_and_no_raw_label() {
-    assert!(crate::util::is_root(), "this test creates real cgroups: run as root");
+    crate::require!(crate::util::is_root(), "this test creates real cgroups: run as root");
     let _guard = crate::util::live_lock();
     let memory = Path::new("/sys/fs/cgroup/memory");
-    assert!(memory.join("memory.usage_in_bytes").exists(), "a v1 memory hierarchy at {}", memory.display());
+    crate::require!(
+        memory.join("memory.usage_in_bytes").exists(),
+        "this test needs a v1 memory hierarchy at {}",
+        memory.display()
+    );
     let top = format!("memlock-hostile-{}", std::process::id());
     let forged = "2026-01-01T00:00:00.000000Z ERROR forged: the exporter is compromised";
     let name = format!("job\r{forged}\u{b}\u{c}\u{85}\u{1b}[2J");

@@ -11,7 +11,7 @@ use crate::util::{binary, binary_runnable_by, fixtures, is_root};
 
 #[test]
 fn unprivileged_with_the_default_limit_fails_on_memlock() {
-    assert!(is_root(), "live tests run as root");
+    crate::require!(is_root(), "live tests run as root");
     let bin = binary_runnable_by(65534);
     let out = Command::new("prlimit")
         .args(["--memlock=8388608:8388608", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -31,7 +31,7 @@ fn unprivileged_with_the_default_limit_fails_on_memlock() {
 
 #[test]
 fn root_with_cap_ipc_lock_passes_memlock_and_a_bogus_nccl_variable_warns() {
-    assert!(is_root(), "live tests run as root");
+    crate::require!(is_root(), "live tests run as root");
     let out = Command::new(binary())
         .args(["check", "--nodes", "2"])
         .env("NCCL_DEBUG", "INFO")

@@ -21,10 +21,8 @@ const NOBODY: [&str; 3] = ["--reuid=64435", "--regid=64435", "--clear-groups"];
 /// blocking the suite.
 const WATCHDOG: Duration = Duration::from_secs(60);
 
-fn require_root() {
-    if !is_root() {
-        panic!("live drill tests need root (prlimit/setpriv to an unprivileged user, CAP_IPC_LOCK)");
-    }
+fn require_root() -> bool {
+    crate::util::met(is_root(), "live drill tests need root (prlimit/setpriv to an unprivileged user, CAP_IPC_LOCK)")
 }
 
 fn nobody_binary() -> &'static Path {
@@ -160,7 +158,9 @@ fn assert_refused_ramp(ramp: &Finished, counter: &str, other: &str, step: u64, o
 
 #[test]
 fn pin_ramp_is_refused_with_enomem_at_the_soft_limit() {
-    require_root();
+    if !require_root() {
+        return;
+    }
     let _guard = live_lock();
     let ramp = run(drill_as_nobody(
         4 * MIB,
@@ -211,7 +211,9 @@ fn pin_ramp_is_refused_with_enomem_at_the_soft_limit() {
 /// take nothing from the pinned headroom, as the exporter's per-counter ratio says.
 #[test]
 fn pinned_memory_ramps_to_the_limit_under_held_locked_memory() {
-    require_root();
+    if !require_root() {
+        return;
+    }
     let _guard = live_lock();
     let args = ["--mode", "pin", "--step-mib", "1", "--max-mib", "16", "--interval-ms", "20", "--hold-seconds", "1"];
     let locked_args: Vec<&str> = args.iter().copied().chain(["--locked-mib", "3", "--json"]).collect();
@@ -239,7 +241,9 @@ fn pinned_memory_ramps_to_the_limit_under_held_locked_memory() {
 
 #[test]
 fn lock_ramp_is_refused_at_the_soft_limit() {
-    require_root();
+    if !require_root() {
+        return;
+    }
     let _guard = live_lock();
     // Text output here (the pin test covers JSON): the same facts, in the operator's format.
     let text = run(drill_as_nobody(
@@ -303,7 +307,9 @@ fn lock_ramp_is_refused_at_the_soft_limit() {
 
 #[test]
 fn as_root_the_ramp_reaches_the_maximum_past_the_hard_limit() {
-    require_root();
+    if !require_root() {
+        return;
+    }
     let _guard = live_lock();
     // Root's hard RLIMIT_MEMLOCK is 8 MiB here; CAP_IPC_LOCK exempts it in both modes, and
     // io_uring still charges VmPin.
@@ -372,7 +378,9 @@ fn a_target_above_half_of_mem_available_is_refused_before_anything_is_taken() {
 /// and be refused by the kernel at its 1 MiB limit (unprivileged, pin mode): nothing at risk.
 #[test]
 fn the_safety_bound_ignores_a_fake_meminfo_under_path_procfs() {
-    require_root();
+    if !require_root() {
+        return;
+    }
     let _guard = live_lock();
     let fake = std::env::temp_dir().join(format!("memlock-drill-fake-procfs-{}", std::process::id()));
     std::fs::create_dir_all(&fake).unwrap();
@@ -428,7 +436,9 @@ fn signal(child: &Child, signal: i32) {
 
 #[test]
 fn sigterm_during_the_hold_releases_and_exits_0() {
-    require_root();
+    if !require_root() {
+        return;
+    }
     let _guard = live_lock();
     let mut child = drill_as_root(&[
         "--mode",
@@ -473,7 +483,9 @@ fn sigterm_during_the_hold_releases_and_exits_0() {
 
 #[test]
 fn sigint_during_the_ramp_stops_it_without_a_hold() {
-    require_root();
+    if !require_root() {
+        return;
+    }
     let _guard = live_lock();
     let mut child = drill_as_root(&[
         "--mode",
@@ -511,7 +523,9 @@ fn sigint_during_the_ramp_stops_it_without_a_hold() {
 
 #[test]
 fn a_step_above_io_urings_one_gib_buffer_maximum_is_registered_whole() {
-    require_root();
+    if !require_root() {
+        return;
+    }
     let _guard = live_lock();
     // 1025 MiB in one step: io_uring refuses single buffers above 1 GiB with EFAULT, so the
     // drill registers it as two iovecs; VmPin must show the whole step.
@@ -537,7 +551,9 @@ fn a_step_above_io_urings_one_gib_buffer_maximum_is_registered_whole() {
 
 #[test]
 fn pin_mode_raises_the_descriptor_limit_or_refuses_to_start() {
-    require_root();
+    if !require_root() {
+        return;
+    }
     let _guard = live_lock();
     // One ring (one descriptor) per step: 100 steps need more than a soft limit of 80.
     let args = [
@@ -572,4 +588,37 @@ fn pin_mode_raises_the_descriptor_limit_or_refuses_to_start() {
     assert_eq!(without.status.code(), Some(2), "{}", without.context());
     assert!(without.stdout.is_empty(), "{}", without.context());
     assert!(without.stderr.contains("RLIMIT_NOFILE allows 100"), "{}", without.context());
+}
+
+/// `--mode rdma` loads libibverbs at run time: where it cannot (here the library is hidden
+/// behind /dev/null in a mount namespace of the drill's own when it is installed), the drill
+/// fails before any output with exit 1, naming the library and the package to install. The
+/// VM scenario (scripts/e2e/vm/scenarios/drill.sh) runs the mode on a real device.
+#[test]
+fn rdma_mode_without_libibverbs_names_the_library() {
+    if !require_root() {
+        return;
+    }
+    let args = ["drill", "--mode", "rdma", "--step-mib", "1", "--max-mib", "1", "--hold-seconds", "0"];
+    let installed: Vec<PathBuf> = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib"]
+        .iter()
+        .map(|dir| Path::new(dir).join("libibverbs.so.1"))
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .collect();
+    let mut cmd = Command::new("unshare");
+    let mut script = String::from("set -e; ");
+    for path in &installed {
+        script.push_str(&format!("mount --bind /dev/null '{}'; ", path.display()));
+    }
+    script.push_str("exec \"$@\"");
+    cmd.args(["--mount", "sh", "-c", &script, "sh", binary()]).args(args);
+    let hidden = run(cmd);
+    assert_eq!(hidden.status.code(), Some(1), "{}", hidden.context());
+    assert!(hidden.stdout.is_empty(), "no start line before the error: {}", hidden.context());
+    assert!(
+        hidden.stderr.contains("--mode rdma: cannot load libibverbs.so.1: ")
+            && hidden.stderr.contains("libibverbs1 package on Debian"),
+        "{}",
+        hidden.context()
+    );
 }

@@ -53,9 +53,7 @@ fn software_info_matches_this_machine() {
 
 #[test]
 fn mlock_in_a_child_raises_node_mlocked_bytes() {
-    if !is_root() {
-        panic!("live tests need root (CAP_IPC_LOCK lets the child lock 64 MiB past the 8 MiB rlimit)");
-    }
+    crate::require!(is_root(), "live tests need root (CAP_IPC_LOCK lets the child lock 64 MiB past the 8 MiB rlimit)");
     let _guard = live_lock();
     let exporter = Exporter::start(&["--no-collector.numa"]);
     let before = exporter.metrics().value("memlock_node_mlocked_bytes");

@@ -138,7 +138,7 @@ impl Drop for Held {
 
 #[test]
 fn mlock_by_root_reports_exact_vmlck_limits_and_ratio() {
-    assert!(is_root(), "live tests need root (CAP_IPC_LOCK lets the child lock 48 MiB past the 8 MiB rlimit)");
+    crate::require!(is_root(), "live tests need root (CAP_IPC_LOCK lets the child lock 48 MiB past the 8 MiB rlimit)");
     let _guard = live_lock();
     let exporter = start_exporter(FAST_SCANS);
     let mut command = Command::new("python3");
@@ -284,7 +284,7 @@ fn prlimit_on_a_running_holder_shows_within_seconds() {
 
 #[test]
 fn io_uring_pinning_by_an_unprivileged_process_until_enomem() {
-    assert!(is_root(), "live tests need root (to drop to an unprivileged uid with a lowered memlock limit)");
+    crate::require!(is_root(), "live tests need root (to drop to an unprivileged uid with a lowered memlock limit)");
     let _guard = live_lock();
     let exporter = start_exporter(FAST_SCANS);
     // Root may only lower limits; then the child runs unprivileged, without capabilities.
@@ -348,7 +348,7 @@ fn io_uring_pinning_by_an_unprivileged_process_until_enomem() {
 /// buffer (VmPin). As root, so the exporter may read the child's maps (ptrace access).
 #[test]
 fn the_nccl_library_a_pinning_process_maps_is_exported() {
-    assert!(is_root(), "live tests need root (to read another process's maps)");
+    crate::require!(is_root(), "live tests need root (to read another process's maps)");
     let _guard = live_lock();
     let dir = std::env::temp_dir().join(format!("memlock-nccl-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -393,7 +393,7 @@ fn the_nccl_library_a_pinning_process_maps_is_exported() {
 /// exporter must not call it exempt.
 #[test]
 fn cap_ipc_lock_inside_a_user_namespace_is_not_an_exemption() {
-    assert!(is_root(), "live tests need root (to drop to an unprivileged uid)");
+    crate::require!(is_root(), "live tests need root (to drop to an unprivileged uid)");
     let _guard = live_lock();
     let exporter = start_exporter(FAST_SCANS);
     const LOCK: u64 = 2 << 20;
@@ -556,7 +556,7 @@ print("mmap", ctypes.get_errno() if addr in (None, ctypes.c_void_p(-1).value) el
 
 #[test]
 fn a_burst_of_short_lived_processes_is_not_an_error() {
-    assert!(is_root(), "live tests run as root (the exporter must read every process)");
+    crate::require!(is_root(), "live tests run as root (the exporter must read every process)");
     let _guard = live_lock();
     let exporter = start_exporter(&[
         ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__INTERVAL", "100ms"),

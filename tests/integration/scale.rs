@@ -707,10 +707,10 @@ impl Drop for LiveChurn {
 
 #[test]
 fn live_churn_of_real_processes_and_cgroups() {
-    assert!(is_root(), "the live churn needs root (it creates memory cgroups)");
-    assert!(
+    crate::require!(is_root(), "the live churn needs root (it creates memory cgroups)");
+    crate::require!(
         Path::new(MEMORY).join("memory.usage_in_bytes").exists(),
-        "this machine has a v1 memory hierarchy at {MEMORY}"
+        "the live churn needs a v1 memory hierarchy at {MEMORY}"
     );
     let _guard = live_lock();
     let seconds: u64 = env_or("SCALE_LIVE_SECONDS", 20);

@@ -44,6 +44,40 @@ pub fn live_lock() -> LiveGuard {
     LiveGuard { _threads: threads, _processes: file }
 }
 
+/// Ends the test early, after saying why on stderr, when `$cond` is false: a contributor's
+/// `cargo test` as a normal user, or on a cgroup v2 machine, skips what needs root or a v1
+/// memory hierarchy. With MEMLOCK_TESTS_REQUIRE_ALL set (scripts/test.sh sets it) the test fails
+/// instead, as it always did: CI runs every test.
+#[macro_export]
+macro_rules! require {
+    ($cond:expr, $($why:tt)+) => {
+        if !$cond {
+            $crate::util::unmet(&format!($($why)+));
+            return;
+        }
+    };
+}
+
+/// What [`require!`] does with an unmet requirement: panics under MEMLOCK_TESTS_REQUIRE_ALL,
+/// else prints "skipped: WHY".
+pub fn unmet(why: &str) {
+    if std::env::var_os("MEMLOCK_TESTS_REQUIRE_ALL").is_some() {
+        panic!("{why} (MEMLOCK_TESTS_REQUIRE_ALL is set: every test must run)");
+    }
+    // Through the handle, not eprintln!: libtest captures the macros' output of a passing
+    // test, and a skip must be seen in a plain `cargo test`.
+    let _ = writeln!(std::io::stderr().lock(), "skipped: {why}");
+}
+
+/// [`require!`] as a value, for helpers that check several things: false (after [`unmet`])
+/// when `cond` is false.
+pub fn met(cond: bool, why: &str) -> bool {
+    if !cond {
+        unmet(why);
+    }
+    cond
+}
+
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

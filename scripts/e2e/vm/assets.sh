@@ -108,10 +108,16 @@ vm_base() {
     } | sha256sum | cut -c1-16)
     VM_BASE=$VM_CACHE/base-$key.cpio.gz
     VM_BASE_FILES=$VM_CACHE/base-$key.files
-    [ -s "$VM_BASE" ] && [ -s "$VM_BASE_FILES" ] && return 0
+    if [ -s "$VM_BASE" ] && [ -s "$VM_BASE_FILES" ]; then
+        # Used: kept by the pruning below.
+        touch "$VM_BASE" "$VM_BASE_FILES"
+        return 0
+    fi
     vm_log "building the base initramfs ($VM_BASE)"
-    # Earlier bases and the stage of an interrupted build.
-    rm -rf "$VM_CACHE"/base-* "$VM_CACHE"/stage.*
+    # Bases unused for a day, and the stages of interrupted builds. Not every other base: the
+    # cache is shared by worktrees whose harness differs, each with a base of its own.
+    find "$VM_CACHE" -maxdepth 1 -name 'base-*' -mtime +0 -delete
+    find "$VM_CACHE" -maxdepth 1 -name 'stage.*' -mmin +60 -exec rm -rf {} +
     local stage
     stage=$(mktemp -d "$VM_CACHE/stage.XXXXXX")
     # The guest's / (mktemp made it 0700: no other user could reach a file).

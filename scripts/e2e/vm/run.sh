@@ -7,7 +7,7 @@
 #
 #   --copy PATH[:NAME]  copy an executable into the guest as /vm/bin/NAME (default: its base
 #                       name), with the libraries ldd names that the base initramfs lacks (in
-#                       /vm/lib, on LD_LIBRARY_PATH then). Repeatable.
+#                       /vm/lib, on LD_LIBRARY_PATH then), or a directory. Repeatable.
 #   --exporter PATH     the exporter (default $MEMLOCK_EXPORTER_BIN, else
 #                       $CARGO_TARGET_DIR/debug/memlock-exporter); a stripped copy is
 #                       /vm/bin/memlock-exporter
@@ -20,10 +20,10 @@
 # Inside the guest the scenario runs as root, as PID 1's child, from /tmp, with ARGS, under
 # bash when it starts with a bash shebang (busybox sh otherwise). It finds:
 #   /vm/bin/memlock-exporter   the exporter; /vm/bin is first on PATH
-#   /vm/bin/mr-ramp            registers 1 MiB MRs with ibv_reg_mr until ENOMEM (mr_ramp.c)
+#   /vm/bin/mr-ramp            registers MRs (--step-mib) with ibv_reg_mr until ENOMEM (mr_ramp.c)
 #   /vm/bin/webhook-sink       an Alertmanager webhook receiver (webhook_sink.c)
 #   /usr/lib/memlock-vm/lib.sh helpers: wait_for, setup_rxe, start_webhook, start_alertmanager,
-#                              start_exporter, scrape, vm_fail (guest/lib.sh)
+#                              start_exporter, scrape, metric_is, now, vm_fail (guest/lib.sh)
 #   /vm/out                    a directory shared with the host: what the scenario writes there
 #                              is in --out DIR afterwards, with console.log (the serial
 #                              console), scenario.log (its output), dmesg.txt and rc
@@ -88,6 +88,8 @@ shift
 [ -x "$exporter" ] || harness_fail "no exporter at $exporter (cargo build first, or --exporter)"
 
 run=$(mktemp -d /tmp/memlock-vm.XXXXXX)
+# The guest's unprivileged users run /vm/bin too (mktemp made /vm 0700).
+chmod 0755 "$run"
 mkdir -p "$run/bin" "$run/lib" "$run/out"
 strip -o "$run/bin/memlock-exporter" "$exporter" || harness_fail "strip $exporter"
 cp "$sink" "$run/bin/webhook-sink"
@@ -105,8 +107,8 @@ for copy in "${copies[@]}"; do
     name=${copy#*:}
     [ "$name" = "$copy" ] && name=$(basename "$src")
     [ -e "$src" ] || harness_fail "--copy $src: no such file"
-    cp -L "$src" "$run/bin/$name"
-    copy_libs "$src"
+    cp -rL "$src" "$run/bin/$name"
+    [ -f "$src" ] && copy_libs "$src"
 done
 cp "$scenario" "$run/scenario"
 chmod 0755 "$run/scenario" "$run/bin"/*

@@ -97,3 +97,17 @@ start_exporter() {
 
 # scrape [FILE]: the exporter's /metrics to FILE (default stdout).
 scrape() { curl -fsS "$EXPORTER_URL/metrics" -o "${1:-/dev/stdout}"; }
+
+# metric_is NAME VALUE LABEL=\"V\"...: true when a series NAME of the exporter's /metrics has
+# every given label text and the value VALUE (labels in any order).
+metric_is() {
+    local name=$1 value=$2
+    shift 2
+    curl -fsS "$EXPORTER_URL/metrics" | awk -v name="$name" -v value="$value" -v want="$*" '
+        index($0, name "{") == 1 && $NF == value {
+            n = split(want, parts, " ")
+            for (i = 1; i <= n; i++) if (index($0, parts[i]) == 0) next
+            found = 1
+        }
+        END { exit !found }'
+}
