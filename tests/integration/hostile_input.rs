@@ -399,8 +399,10 @@ fn a_hostile_web_config_on_reload_is_refused_and_sigterm_does_not_wait_for_a_par
     let stop = sent.elapsed();
     assert!(status.success(), "{status:?}");
     // Waiting for the parse takes most of `parse` (less the moments since SIGHUP was seen: 0.8
-    // of it when measured so); not waiting, a few tens of milliseconds against hundreds.
-    assert!(stop < parse / 4, "SIGTERM took {stop:?}, the parse takes {parse:?}: the stop waited for it");
+    // of it when measured so); not waiting, a few tens of milliseconds against hundreds, and
+    // 0.3 of it in a full run with other helpers' builds on both cores (80 ms against 270 ms):
+    // half of it parts the two.
+    assert!(stop < parse / 2, "SIGTERM took {stop:?}, the parse takes {parse:?}: the stop waited for it");
     eprintln!(
         "web config reload: the slowest file allowed ({} bytes, 32 levels) reloads in {parse:?}; SIGTERM during \
          that reload stops the daemon in {stop:?}",

@@ -296,8 +296,15 @@ fn a_generated_host_of_20000_processes_and_10000_cgroups() {
 
     // At the defaults: at most 500 series in the whole scrape, and in them what pages.
     let exporter = Exporter::start_with_env(&roots, &fast_scans);
-    let m = exporter.wait_metrics(Duration::from_secs(120), "three full scans", |m| {
+    // Three full scans, and the trends of the exported processes: a trend needs two samples of
+    // its process, which a loaded machine may not have taken by the third scan (a full run saw
+    // none yet for an exported pid).
+    let m = exporter.wait_metrics(Duration::from_secs(120), "three full scans and the exported trends", |m| {
+        let trends = m.family("memlock_trend_rise_bytes_per_second");
         m.get("memlock_process_full_scans_total").unwrap_or(0.0) >= 3.0
+            && label_values(m, "memlock_process_pinned_bytes", "pid").iter().all(|pid| {
+                trends.iter().filter(|(k, _)| k.contains(&format!("pid=\"{pid}\""))).count() == 2
+            })
     });
     let series = m.text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
     let kept: Vec<String> = m

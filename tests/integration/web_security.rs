@@ -477,7 +477,12 @@ fn gzip_for_clients_that_accept_it_as_curl_and_zlib_read_it() {
     let args = fixture_roots();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let exporter = Exporter::start(&args);
-    exporter.wait_ready();
+    // The fixture roots do not change, so once the trend family is there (from the second
+    // sample on) every scrape has the same families: the comparisons below need that (a scrape before the trends
+    // and one after differed once under load).
+    exporter.wait_metrics(Duration::from_secs(30), "the trends of the fixture processes", |m| {
+        !m.family("memlock_trend_rise_bytes_per_second").is_empty()
+    });
     let url = format!("http://{}/metrics", exporter.address);
     let names = |text: &str| -> std::collections::BTreeSet<String> {
         text.lines()
