@@ -302,9 +302,9 @@ fn a_generated_host_of_20000_processes_and_10000_cgroups() {
     let m = exporter.wait_metrics(Duration::from_secs(120), "three full scans and the exported trends", |m| {
         let trends = m.family("memlock_trend_rise_bytes_per_second");
         m.get("memlock_process_full_scans_total").unwrap_or(0.0) >= 3.0
-            && label_values(m, "memlock_process_pinned_bytes", "pid").iter().all(|pid| {
-                trends.iter().filter(|(k, _)| k.contains(&format!("pid=\"{pid}\""))).count() == 2
-            })
+            && label_values(m, "memlock_process_pinned_bytes", "pid")
+                .iter()
+                .all(|pid| trends.iter().filter(|(k, _)| k.contains(&format!("pid=\"{pid}\""))).count() == 2)
     });
     let series = m.text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
     let kept: Vec<String> = m
