@@ -16,9 +16,10 @@
 //!   returns `-ENOMEM` when it returns false; false only past the limit (per user, ucounts).
 //!
 //! Each function gets an entry probe (the size) and a return probe filtered in the kernel to
-//! failures, so a successful registration costs one event and no return line. Entries are paired
-//! with returns per task; an entry whose task never returns (it exited) is forgotten when the
-//! table is full, oldest first. A failure wakes the reader at once (the returns have a tracefs
+//! failures. Where the kernel has hist triggers and synthetic events, it pairs them itself and
+//! only a failed call is traced ([`kernel_pairing`]); elsewhere every entry is traced and paired
+//! with its return per task here ([`Mode`]), and an entry whose task never returns (it exited) is
+//! forgotten when the table is full, oldest first. A failure wakes the reader at once (the returns have a tracefs
 //! instance of their own, see [`Probes`]) and is attributed while the process usually still
 //! exists: its pid, comm and cgroup, its VmPin/VmLck and soft limit, its cgroup's usage and
 //! limit, read from /proc and the cgroup filesystem at that moment.
