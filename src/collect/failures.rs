@@ -33,6 +33,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -951,7 +952,7 @@ fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 /// Sets up, traces until stopped, removes the probes.
-fn trace(roots: Roots, shared: Arc<Mutex<Shared>>, stop: Arc<Stop>) {
+fn trace(roots: Roots, shared: Arc<Mutex<Shared>>, stop: Arc<Stop>, waker: Option<Arc<OwnedFd>>) {
     let mut probed = CALLS.iter().map(|c| (c.function, false)).collect();
     let mut mode = None;
     let outcome = set_up(&roots, &mut probed, &mut mode);
@@ -973,7 +974,7 @@ fn trace(roots: Roots, shared: Arc<Mutex<Shared>>, stop: Arc<Stop>) {
     let pairing = mode.map_or("", Mode::as_str);
     tracing::info!(instance = %probes.name, probed = %found.join(","), not_found = %missing.join(","), pairing,
         "failures collector: tracing refused registrations and locks");
-    if let Err(e) = read_loop(pipes, &roots, &shared, &stop) {
+    if let Err(e) = read_loop(pipes, &roots, &shared, &stop, waker.as_deref()) {
         tracing::warn!(error = %e, "failures collector: reading trace_pipe failed; it stops tracing");
         lock(&shared).state = Some(Err(Unsupported::SetupFailed));
     }
@@ -1012,18 +1013,31 @@ fn drain(
     }
 }
 
-fn read_loop(pipes: Pipes, roots: &Roots, shared: &Mutex<Shared>, stop: &Stop) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
+fn read_loop(
+    pipes: Pipes,
+    roots: &Roots,
+    shared: &Mutex<Shared>,
+    stop: &Stop,
+    waker: Option<&OwnedFd>,
+) -> std::io::Result<()> {
     let (mut entries, mut returns) = pipes;
     let mut pairing = Pairing::new(procfs::page_size());
     let mut buf = vec![0u8; 64 * 1024];
     let (mut entry_line, mut return_line) = (Vec::with_capacity(256), Vec::with_capacity(256));
-    let timeout = i32::try_from(READ_EVERY.as_millis()).unwrap_or(50);
+    // Wakes at a failed return or at the stop (the waker), else every READ_EVERY for the entries
+    // of the user space pairing; with the kernel's, nothing else (no wake-up while no call fails).
+    let timeout = match (&entries, waker) {
+        (None, Some(_)) => -1,
+        _ => i32::try_from(READ_EVERY.as_millis()).unwrap_or(50),
+    };
     loop {
-        // Wakes at a failed return, else every READ_EVERY for the entries and the stop signal.
-        let mut poll = libc::pollfd { fd: returns.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let ready = unsafe { libc::poll(&mut poll, 1, timeout) };
+        let mut polled = [libc::pollfd { fd: returns.as_raw_fd(), events: libc::POLLIN, revents: 0 }; 2];
+        if let Some(waker) = waker {
+            polled[1].fd = waker.as_raw_fd();
+        }
+        let count = if waker.is_some() { 2 } else { 1 };
+        // SAFETY: `count` valid pollfds for the duration of the call.
+        let ready = unsafe { libc::poll(polled.as_mut_ptr(), count, timeout) };
         if ready < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() != std::io::ErrorKind::Interrupted {
@@ -1058,8 +1072,20 @@ fn read_loop(pipes: Pipes, roots: &Roots, shared: &Mutex<Shared>, stop: &Stop) -
 pub struct FailuresCollector {
     roots: Roots,
     shared: Arc<Mutex<Shared>>,
-    thread: Option<(JoinHandle<()>, Arc<Stop>)>,
+    thread: Option<Tracing>,
     started: bool,
+}
+
+/// The tracing thread, its stop and its waker.
+type Tracing = (JoinHandle<()>, Arc<Stop>, Option<Arc<OwnedFd>>);
+
+/// An eventfd that wakes the tracing thread's poll at the stop; `None` when it cannot be made
+/// (the thread then looks at the stop every READ_EVERY).
+fn waker() -> Option<Arc<OwnedFd>> {
+    // SAFETY: eventfd takes no pointers; a non-negative return is a new descriptor we own.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    // SAFETY: `fd` is open and owned by nothing else.
+    (fd >= 0).then(|| Arc::new(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 impl FailuresCollector {
@@ -1072,10 +1098,12 @@ impl FailuresCollector {
     fn start(&mut self) {
         self.started = true;
         let stop = Arc::new(Stop::default());
-        let (roots, shared, thread_stop) = (self.roots.clone(), self.shared.clone(), stop.clone());
-        match std::thread::Builder::new().name("failures-trace".into()).spawn(move || trace(roots, shared, thread_stop))
-        {
-            Ok(thread) => self.thread = Some((thread, stop)),
+        let waker = waker();
+        let (roots, shared, thread_stop, thread_waker) =
+            (self.roots.clone(), self.shared.clone(), stop.clone(), waker.clone());
+        let run = move || trace(roots, shared, thread_stop, thread_waker);
+        match std::thread::Builder::new().name("failures-trace".into()).spawn(run) {
+            Ok(thread) => self.thread = Some((thread, stop, waker)),
             Err(e) => {
                 tracing::warn!(error = %e, "failures collector: cannot start its tracing thread");
                 lock(&self.shared).state = Some(Err(Unsupported::SetupFailed));
@@ -1087,8 +1115,13 @@ impl FailuresCollector {
 impl Drop for FailuresCollector {
     /// Exit, or a reload that disables or replaces the collector: the thread removes its probes.
     fn drop(&mut self) {
-        if let Some((thread, stop)) = self.thread.take() {
+        if let Some((thread, stop, waker)) = self.thread.take() {
             stop.stop();
+            if let Some(waker) = waker {
+                let one = 1u64.to_ne_bytes();
+                // SAFETY: 8 bytes from a live buffer to an open eventfd.
+                let _ = unsafe { libc::write(waker.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+            }
             let _ = thread.join();
         }
     }
