@@ -144,8 +144,12 @@ mod tests {
     }
 
     fn snapshot(book: Book) -> Snapshot {
-        let stats =
-            FailuresStats { unsupported: None, probed: CALLS.iter().map(|c| (c.function, true)).collect(), book };
+        let stats = FailuresStats {
+            unsupported: None,
+            mode: None,
+            probed: CALLS.iter().map(|c| (c.function, true)).collect(),
+            book,
+        };
         Snapshot::new(vec![Report {
             collector: "failures",
             success: true,

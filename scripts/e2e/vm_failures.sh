@@ -2,7 +2,8 @@
 # The failures collector (issue 26) where it can run: Debian's 6.1 kernel with kprobe events and
 # soft-RoCE in a QEMU guest (scripts/e2e/vm/run.sh), scenario scripts/e2e/vm/scenarios/failures.sh.
 # Builds the exporter and the two helpers, runs the scenario, prints its summary and the cost of
-# the collector at 1,000 registrations a second from the same run (without and with, twice).
+# the collector at 1,000 registrations a second from the same run (without it, with it pairing in
+# the kernel, with it pairing in user space, in turn, COST_ROUNDS times).
 #
 #   scripts/e2e/vm_failures.sh            (root; VM_HARNESS=PATH to use another run.sh)
 #
@@ -35,14 +36,16 @@ if [ -s "$OUT/guest/cost.txt" ]; then
     awk '{cpu = $7 + $9 + $11; pct = 100 * cpu / $5; rate = $3 / $5; sum[$1] += pct; n[$1]++
           ex[$1] += 100 * $11 / $5; if (!($1 in lo) || pct < lo[$1]) lo[$1] = pct
           printf "%-8s %6.0f reg/s  registrant %.2f user + %.2f sys s  exporter %.2f s  = %.3f %% of a core\n", $1, rate, $7, $9, $11, pct}
-         END {if (n["with"] && n["without"]) {
-              printf "added by the collector: mean %.3f %%, lowest %.3f %% of a core (%d runs each); the exporter alone %.3f %%\n",
-                  sum["with"] / n["with"] - sum["without"] / n["without"], lo["with"] - lo["without"], n["with"],
-                  ex["with"] / n["with"] - ex["without"] / n["without"]}}' "$OUT/guest/cost.txt"
+         END {for (l in n) if (l != "without" && n["without"]) {
+              printf "added by the collector (%s): mean %.3f %%, lowest %.3f %% of a core (%d runs each); the exporter alone %.3f %%\n",
+                  l == "with" ? "pairing in the kernel" : "pairing in user space",
+                  sum[l] / n[l] - sum["without"] / n["without"], lo[l] - lo["without"], n[l],
+                  ex[l] / n[l] - ex["without"] / n["without"]}}' "$OUT/guest/cost.txt"
     [ -s "$OUT/guest/cost-mlock.txt" ] && awk '{us[$1] += $5; n[$1]++; print}
-        END {if (n["with"] && n["without"]) printf "do_mlock probes (entry + return, filtered): %.2f us of system time per call (mean of %d runs each)\n",
-             us["with"] / n["with"] - us["without"] / n["without"], n["with"]}' "$OUT/guest/cost-mlock.txt"
-    [ -s "$OUT/guest/kprobe_profile.txt" ] && { echo "--- probe hits (kprobe_profile: event, hits, misses)"; tail -8 "$OUT/guest/kprobe_profile.txt"; }
+        END {for (l in n) if (l != "without" && n["without"])
+             printf "do_mlock probes (%s): %.2f us of system time per call (mean of %d runs each)\n",
+             l == "with" ? "pairing in the kernel" : "pairing in user space", us[l] / n[l] - us["without"] / n["without"], n[l]}' "$OUT/guest/cost-mlock.txt"
+    [ -s "$OUT/guest/kprobe_profile.txt" ] && { echo "--- probe hits (kprobe_profile: event, hits, misses)"; tail -16 "$OUT/guest/kprobe_profile.txt"; }
 fi
 [ $rc = 0 ] || { echo "--- scenario log"; tail -40 "$OUT/guest/scenario.log" 2>/dev/null; }
 exit $rc

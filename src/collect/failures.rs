@@ -16,9 +16,10 @@
 //!   returns `-ENOMEM` when it returns false; false only past the limit (per user, ucounts).
 //!
 //! Each function gets an entry probe (the size) and a return probe filtered in the kernel to
-//! failures, so a successful registration costs one event and no return line. Entries are paired
-//! with returns per task; an entry whose task never returns (it exited) is forgotten when the
-//! table is full, oldest first. A failure wakes the reader at once (the returns have a tracefs
+//! failures. Where the kernel has hist triggers and synthetic events, it pairs them itself and
+//! only a failed call is traced ([`kernel_pairing`]); elsewhere every entry is traced and paired
+//! with its return per task here ([`Mode`]), and an entry whose task never returns (it exited) is
+//! forgotten when the table is full, oldest first. A failure wakes the reader at once (the returns have a tracefs
 //! instance of their own, see [`Probes`]) and is attributed while the process usually still
 //! exists: its pid, comm and cgroup, its VmPin/VmLck and soft limit, its cgroup's usage and
 //! limit, read from /proc and the cgroup filesystem at that moment.
@@ -32,6 +33,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +65,12 @@ pub const MAX_SERIES: usize = 64;
 
 /// Every name the collector creates in tracefs starts with this.
 pub const PREFIX: &str = "memlock_exporter_";
+
+/// `userspace` in this environment variable pairs entries in user space even where the kernel
+/// could ([`Mode`]): to compare the two, and to test the fallback on a kernel that has both. A
+/// diagnostic, not a setting: outside the configuration's `MEMLOCK_EXPORTER_` prefix, whose
+/// variables must be configuration keys.
+pub const PAIRING_ENV: &str = "MEMLOCK_FAILURES_PAIRING";
 
 /// Per-CPU ring buffer of the instance: at 1,000 registrations/s one entry line of about 120
 /// bytes each, [`READ_EVERY`] holds 6 KiB.
@@ -289,6 +297,12 @@ impl Pairing {
             }
         };
         let Some((index, call, entry)) = CALLS.iter().enumerate().find_map(|(i, c)| {
+            // The kernel's pairing: `GROUP_STEM_fail`, the size of a failed call, just before
+            // its return (see `synthetic_name`); to the pairing here it is that call's entry.
+            let synthetic = event.name.strip_suffix(SYNTHETIC_SUFFIX).and_then(|n| n.strip_suffix(c.stem()));
+            if synthetic.is_some_and(|group| group.ends_with('_')) {
+                return Some((i, c, true));
+            }
             let rest = event.name.strip_prefix(c.stem())?;
             match rest {
                 "_entry" => Some((i, c, true)),
@@ -432,11 +446,32 @@ impl Unsupported {
     }
 }
 
+/// Where an entry's size meets its failed return, the `mode` label of `memlock_failures_pairing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Hist triggers and a synthetic event per call (see [`kernel_pairing`]): nothing reaches
+    /// the collector but failures.
+    Kernel,
+    /// Every entry is traced and read (kernels without hist triggers or synthetic events).
+    Userspace,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Kernel => "kernel",
+            Mode::Userspace => "userspace",
+        }
+    }
+}
+
 /// The collector's data for one snapshot.
 #[derive(Debug, Clone)]
 pub struct FailuresStats {
     /// `None`: running.
     pub unsupported: Option<Unsupported>,
+    /// How entries are paired with returns, while running.
+    pub mode: Option<Mode>,
     /// Each function of [`CALLS`]: whether it is probed.
     pub probed: Vec<(&'static str, bool)>,
     pub book: Book,
@@ -466,21 +501,33 @@ fn write_file(path: &Path, text: &str) -> Result<(), SourceError> {
     file.write_all(text.as_bytes()).map_err(io)
 }
 
-/// The probes of one collector: its event group and its two instances share one name, unique
-/// per process and collector, so a reload's new collector never touches the old one's. Entries
-/// go to the instance `NAME`, read in batches; failed returns to `NAME_ret`, which wakes the
-/// reader at once (its `buffer_percent` 0), so a refusal is attributed while the process that
-/// got it still exists, at no cost per successful call.
+/// The probes of one collector: its event group, its instances and its synthetic events share
+/// one name, unique per process and collector, so a reload's new collector never touches the
+/// old one's. Failed returns go to the instance `NAME_ret`, which wakes the reader at once (its
+/// `buffer_percent` 0), so a refusal is attributed while the process that got it still exists.
+/// The size asked for reaches it one of two ways ([`Mode`]): in the kernel, a synthetic event
+/// per call in `NAME_ret` that hist triggers emit only for a failed call ([`kernel_pairing`]);
+/// else every entry, traced to the instance `NAME` and read in batches.
 #[derive(Debug)]
 struct Probes {
     tracefs: PathBuf,
     name: String,
     /// The event names defined in `kprobe_events`.
     events: Vec<String>,
+    /// The synthetic events defined in `synthetic_events`.
+    synthetic: Vec<String>,
 }
 
 /// The instance of the return events.
 const RETURNS_SUFFIX: &str = "_ret";
+
+/// A synthetic event's name ends with this: `GROUP_STEM_fail`.
+const SYNTHETIC_SUFFIX: &str = "_fail";
+
+/// The synthetic event of `call` in the group `name` (names are global, not per instance).
+fn synthetic_name(name: &str, call: &Call) -> String {
+    format!("{name}_{}{SYNTHETIC_SUFFIX}", call.stem())
+}
 
 impl Probes {
     fn entries(&self) -> PathBuf {
@@ -491,22 +538,55 @@ impl Probes {
         self.tracefs.join("instances").join(format!("{}{RETURNS_SUFFIX}", self.name))
     }
 
-    /// Removes the instances (which disables their events), then the event definitions (one
-    /// still enabled somewhere cannot be removed: EBUSY). Errors are logged: nothing else can
-    /// be done.
     fn remove(&self) {
-        remove_probes(&self.tracefs, &self.name, &self.events);
+        remove_probes(&self.tracefs, &self.name, &self.events, &self.synthetic);
     }
 }
 
-fn remove_probes(tracefs: &Path, name: &str, events: &[String]) {
+/// Removes the hist triggers of the group `name`'s events in `instance`, those with an action
+/// first: an entry's trigger defines the variable a return's refers to, and cannot go before it
+/// (EBUSY). A trigger is removed by writing its own text, as the file lists it, after a `!`
+/// (Documentation/trace/events.rst, 6.3; kernel/trace/trace_events_trigger.c).
+fn remove_triggers(instance: &Path, name: &str) {
+    let Ok(events) = fsroot::list_dir(&instance.join("events").join(name)) else { return };
+    let mut triggers = Vec::new();
+    for event in events {
+        let file = instance.join("events").join(name).join(event).join("trigger");
+        let Ok(text) = fsroot::read_string(&file) else { continue };
+        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+            // "hist:keys=...:size=2048 if ret < 0 [active]"
+            let spec = line.rsplit_once(" [").map_or(line, |(spec, _)| spec);
+            triggers.push((!spec.contains(":onmatch("), file.clone(), spec.to_owned()));
+        }
+    }
+    triggers.sort_by_key(|(plain, _, _)| *plain);
+    for (_, file, spec) in triggers {
+        if let Err(e) = write_file(&file, &format!("!{spec}\n")) {
+            tracing::warn!(path = %file.display(), trigger = %spec, error = %e.detail(),
+                "cannot remove a hist trigger");
+        }
+    }
+}
+
+/// Removes, in the order the kernel allows: the hist triggers (they refer to the synthetic
+/// events and keep the instance busy), the instances (which disables their events), the
+/// synthetic events (EBUSY while enabled anywhere), the kprobe event definitions (EBUSY while
+/// enabled). Errors are logged: nothing else can be done.
+fn remove_probes(tracefs: &Path, name: &str, events: &[String], synthetic: &[String]) {
     for instance in [name.to_owned(), format!("{name}{RETURNS_SUFFIX}")] {
         let dir = tracefs.join("instances").join(instance);
         if dir.is_dir() {
+            remove_triggers(&dir, name);
             if let Err(e) = std::fs::remove_dir(&dir) {
                 tracing::warn!(path = %dir.display(), error = %e, "cannot remove a tracefs instance of the failures \
                     collector");
             }
+        }
+    }
+    let definitions = tracefs.join("synthetic_events");
+    for event in synthetic {
+        if let Err(e) = write_file(&definitions, &format!("!{event}\n")) {
+            tracing::warn!(event = %event, error = %e.detail(), "cannot remove a synthetic event");
         }
     }
     let definitions = tracefs.join("kprobe_events");
@@ -532,16 +612,35 @@ fn owner_alive(roots: &Roots, name: &str) -> bool {
     fsroot::read_string(&roots.proc(format!("{pid}/comm"))).is_ok_and(|c| c.trim_end() == "memlock-exporte")
 }
 
-/// Removes the instances and event definitions of earlier runs that died without removing them.
+/// The group (`memlock_exporter_<pid>_<n>`) a name with the prefix belongs to.
+fn group_of(name: &str) -> Option<String> {
+    let mut parts = name.strip_prefix(PREFIX)?.split('_');
+    let (pid, n) = (parts.next()?, parts.next()?);
+    Some(format!("{PREFIX}{pid}_{n}"))
+}
+
+/// What an earlier run may have left: per group, its kprobe events and synthetic events.
+type Leftovers = BTreeMap<String, (Vec<String>, Vec<String>)>;
+
+/// Removes the triggers, instances, synthetic events and event definitions of earlier runs that
+/// died without removing them.
 fn remove_leftovers(roots: &Roots, tracefs: &Path) -> usize {
-    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut groups = Leftovers::new();
     if let Ok(text) = fsroot::read_string(&tracefs.join("kprobe_events")) {
         for line in text.lines() {
             // "p:GROUP/EVENT SYMBOL ARGS" or "r10:GROUP/EVENT ..."
             let Some((_, rest)) = line.split_once(':') else { continue };
             let Some((group, event)) = rest.split(' ').next().and_then(|id| id.split_once('/')) else { continue };
             if group.starts_with(PREFIX) {
-                groups.entry(group.to_owned()).or_default().push(event.to_owned());
+                groups.entry(group.to_owned()).or_default().0.push(event.to_owned());
+            }
+        }
+    }
+    if let Ok(text) = fsroot::read_string(&tracefs.join("synthetic_events")) {
+        // "NAME\tFIELD; FIELD"
+        for event in text.lines().filter_map(|l| l.split_whitespace().next()) {
+            if let Some(group) = group_of(event) {
+                groups.entry(group).or_default().1.push(event.to_owned());
             }
         }
     }
@@ -552,10 +651,10 @@ fn remove_leftovers(roots: &Roots, tracefs: &Path) -> usize {
         }
     }
     let mut removed = 0;
-    for (name, events) in groups {
+    for (name, (events, synthetic)) in groups {
         if !owner_alive(roots, &name) {
             tracing::info!(name = %name, "removing the failures collector's probes left by an earlier run");
-            remove_probes(tracefs, &name, &events);
+            remove_probes(tracefs, &name, &events, &synthetic);
             removed += 1;
         }
     }
@@ -581,11 +680,84 @@ fn available(tracefs: &Path) -> Result<Vec<bool>, SourceError> {
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
-/// The pipes of a running set of probes: entries, returns.
-type Pipes = (std::fs::File, std::fs::File);
+/// The pipes of a running set of probes: entries (userspace pairing only), returns.
+type Pipes = (Option<std::fs::File>, std::fs::File);
+
+/// Pairs each call's entry with its failed return in the kernel, in the returns instance
+/// (Documentation/trace/histogram.rst, section 2.2, "onmatch"): the entry event gets the hist
+/// trigger `hist:keys=common_pid:sz0=size`, which keeps its size per task in a hist map
+/// (kernel/trace/trace_events_hist.c, `event_hist_trigger`: the variable is updated at every
+/// call); the return event gets `hist:keys=common_pid:sz=$sz0:onmatch(GROUP.STEM_entry)
+/// .trace(GROUP_STEM_fail,$sz,ret) if FAILURE`, which emits the synthetic event
+/// (kernel/trace/trace_events_synth.c, `trace_event_raw_event_synth`) with that size when the
+/// call failed. The entry event is enabled nowhere: a trigger enables it in soft mode, so it is
+/// recorded for its trigger and discarded at once (kernel/trace/trace.h,
+/// `__event_trigger_test_discard`), never formatted nor read. A successful call costs two probe
+/// hits, a map update and two filter tests; only failures reach trace_pipe: the synthetic event,
+/// then the return (filtered, the return is written from the per-CPU buffered event after its
+/// triggers ran, kernel/trace/trace.c, `trace_event_buffer_lock_reserve`), both of one CPU.
+///
+/// The map holds 2,048 tasks (TRACING_MAP_BITS_DEFAULT); one is never removed, so on a node that
+/// has seen more tasks call a function the entries of new ones are dropped, and their failures
+/// are still counted, from the return, with the size unknown (0). `Err`: the kernel cannot
+/// (no CONFIG_SYNTH_EVENTS or CONFIG_HIST_TRIGGERS), with what it refused; what was done is
+/// undone.
+fn kernel_pairing(probes: &mut Probes, probed: &[Call]) -> Result<(), String> {
+    let returns = probes.returns();
+    let definitions = probes.tracefs.join("synthetic_events");
+    if !definitions.exists() {
+        return Err(format!("{} does not exist (CONFIG_SYNTH_EVENTS)", definitions.display()));
+    }
+    let name = probes.name.clone();
+    let undo = |probes: &mut Probes, message: String| {
+        remove_triggers(&returns, &name);
+        for event in std::mem::take(&mut probes.synthetic) {
+            let _ = write_file(&returns.join("events/synthetic").join(&event).join("enable"), "0");
+            let _ = write_file(&definitions, &format!("!{event}\n"));
+        }
+        message
+    };
+    for call in probed {
+        let synthetic = synthetic_name(&name, call);
+        let definition = format!("{synthetic} u64 size; {} ret\n", call.ret_type);
+        if let Err(e) = write_file(&definitions, &definition) {
+            return Err(undo(
+                probes,
+                format!("cannot define the synthetic event {}: {}", definition.trim_end(), e.detail()),
+            ));
+        }
+        probes.synthetic.push(synthetic);
+    }
+    for call in probed {
+        let stem = call.stem();
+        let events = returns.join("events").join(&name);
+        let synthetic = synthetic_name(&name, call);
+        let triggers = [
+            (events.join(format!("{stem}_entry/trigger")), "hist:keys=common_pid:sz0=size".to_owned()),
+            (
+                events.join(format!("{stem}_return/trigger")),
+                format!(
+                    "hist:keys=common_pid:sz=$sz0:onmatch({name}.{stem}_entry).trace({synthetic},$sz,ret) if {}",
+                    call.failure_filter
+                ),
+            ),
+            (returns.join("events/synthetic").join(&synthetic).join("enable"), "1".to_owned()),
+        ];
+        for (file, text) in triggers {
+            if let Err(e) = write_file(&file, &text) {
+                return Err(undo(probes, format!("cannot write {text} to {}: {}", file.display(), e.detail())));
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Defines and enables the probes. `Err` with the reason and a message for the log.
-fn set_up(roots: &Roots, found: &mut Vec<(&'static str, bool)>) -> Result<(Probes, Pipes), (Unsupported, String)> {
+fn set_up(
+    roots: &Roots,
+    found: &mut Vec<(&'static str, bool)>,
+    mode: &mut Option<Mode>,
+) -> Result<(Probes, Pipes), (Unsupported, String)> {
     let tracefs = find_tracefs(roots).map_err(|reason| {
         let path = roots.sys("kernel/tracing");
         let message = match reason {
@@ -620,7 +792,7 @@ fn set_up(roots: &Roots, found: &mut Vec<(&'static str, bool)>) -> Result<(Probe
         return Err((Unsupported::NoSuchFunction, format!("none of {names} is in available_filter_functions")));
     }
     let name = format!("{PREFIX}{}_{}", std::process::id(), SEQUENCE.fetch_add(1, Ordering::Relaxed));
-    let mut probes = Probes { tracefs: tracefs.clone(), name: name.clone(), events: Vec::new() };
+    let mut probes = Probes { tracefs: tracefs.clone(), name: name.clone(), events: Vec::new(), synthetic: Vec::new() };
     let fail = |probes: &Probes, message: String| {
         probes.remove();
         (Unsupported::SetupFailed, message)
@@ -646,34 +818,46 @@ fn set_up(roots: &Roots, found: &mut Vec<(&'static str, bool)>) -> Result<(Probe
         return Err(fail(&probes, "no kprobe event could be defined".into()));
     }
     let probed: Vec<Call> = CALLS.into_iter().filter(|c| found.iter().any(|(f, p)| *p && *f == c.function)).collect();
-    for (instance, phase) in [(probes.entries(), "entry"), (probes.returns(), "return")] {
-        if let Err(e) = std::fs::create_dir(&instance) {
-            return Err(fail(&probes, format!("cannot create {}: {e}", instance.display())));
-        }
-        // One clock for both instances and every CPU (the default "local" is per CPU), so an
-        // entry and its return compare.
-        let mut settings = vec![("trace_clock", "mono".to_owned()), ("buffer_size_kb", BUFFER_KB.to_string())];
-        if phase == "return" {
-            settings.push(("buffer_percent", "0".into()));
+    let make_instance = |probes: &Probes, instance: &Path, settings: &[(&str, String)]| {
+        if let Err(e) = std::fs::create_dir(instance) {
+            return Err(fail(probes, format!("cannot create {}: {e}", instance.display())));
         }
         for (file, value) in settings {
-            if let Err(e) = write_file(&instance.join(file), &value) {
-                return Err(fail(&probes, format!("cannot set {}: {}", instance.join(file).display(), e.detail())));
+            if let Err(e) = write_file(&instance.join(file), value) {
+                return Err(fail(probes, format!("cannot set {}: {}", instance.join(file).display(), e.detail())));
             }
         }
-        for call in &probed {
-            let event = instance.join("events").join(&name).join(format!("{}_{phase}", call.stem()));
-            if phase == "return" {
-                if let Err(e) = write_file(&event.join("filter"), call.failure_filter) {
-                    return Err(fail(
-                        &probes,
-                        format!("cannot set {}: {}", event.join("filter").display(), e.detail()),
-                    ));
+        Ok(())
+    };
+    // One clock for both instances and every CPU (the default "local" is per CPU), so an entry
+    // and its return compare.
+    let settings = [("trace_clock", "mono".to_owned()), ("buffer_size_kb", BUFFER_KB.to_string())];
+    let returns_settings = [settings[0].clone(), settings[1].clone(), ("buffer_percent", "0".to_owned())];
+    make_instance(&probes, &probes.returns(), &returns_settings)?;
+    let userspace_asked = std::env::var_os(PAIRING_ENV).is_some_and(|v| v == "userspace");
+    let kernel =
+        if userspace_asked { Err(format!("{PAIRING_ENV}=userspace")) } else { kernel_pairing(&mut probes, &probed) };
+    *mode = Some(match kernel {
+        Ok(()) => Mode::Kernel,
+        Err(why) => {
+            tracing::info!(reason = %why, "failures collector: entries paired with returns in user space");
+            make_instance(&probes, &probes.entries(), &settings)?;
+            for call in &probed {
+                let event = probes.entries().join("events").join(&name).join(format!("{}_entry", call.stem()));
+                if let Err(e) = write_file(&event.join("enable"), "1") {
+                    return Err(fail(&probes, format!("cannot enable {}: {}", event.display(), e.detail())));
                 }
             }
-            if let Err(e) = write_file(&event.join("enable"), "1") {
-                return Err(fail(&probes, format!("cannot enable {}: {}", event.display(), e.detail())));
-            }
+            Mode::Userspace
+        }
+    });
+    for call in &probed {
+        let event = probes.returns().join("events").join(&name).join(format!("{}_return", call.stem()));
+        if let Err(e) = write_file(&event.join("filter"), call.failure_filter) {
+            return Err(fail(&probes, format!("cannot set {}: {}", event.join("filter").display(), e.detail())));
+        }
+        if let Err(e) = write_file(&event.join("enable"), "1") {
+            return Err(fail(&probes, format!("cannot enable {}: {}", event.display(), e.detail())));
         }
     }
     let open = |instance: PathBuf| {
@@ -684,7 +868,10 @@ fn set_up(roots: &Roots, found: &mut Vec<(&'static str, bool)>) -> Result<(Probe
             .open(&pipe)
             .map_err(|e| format!("cannot open {}: {e}", pipe.display()))
     };
-    let entries = open(probes.entries()).map_err(|m| fail(&probes, m))?;
+    let entries = match mode {
+        Some(Mode::Userspace) => Some(open(probes.entries()).map_err(|m| fail(&probes, m))?),
+        _ => None,
+    };
     let returns = open(probes.returns()).map_err(|m| fail(&probes, m))?;
     Ok((probes, (entries, returns)))
 }
@@ -756,6 +943,7 @@ struct Shared {
     /// `None` while setting up.
     state: Option<Result<(), Unsupported>>,
     probed: Vec<(&'static str, bool)>,
+    mode: Option<Mode>,
     book: Book,
 }
 
@@ -764,12 +952,14 @@ fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 /// Sets up, traces until stopped, removes the probes.
-fn trace(roots: Roots, shared: Arc<Mutex<Shared>>, stop: Arc<Stop>) {
+fn trace(roots: Roots, shared: Arc<Mutex<Shared>>, stop: Arc<Stop>, waker: Option<Arc<OwnedFd>>) {
     let mut probed = CALLS.iter().map(|c| (c.function, false)).collect();
-    let outcome = set_up(&roots, &mut probed);
+    let mut mode = None;
+    let outcome = set_up(&roots, &mut probed, &mut mode);
     {
         let mut shared = lock(&shared);
         shared.probed = probed.clone();
+        shared.mode = outcome.is_ok().then_some(mode).flatten();
         shared.state = Some(outcome.as_ref().map(|_| ()).map_err(|(reason, _)| *reason));
     }
     let (probes, pipes) = match outcome {
@@ -781,9 +971,10 @@ fn trace(roots: Roots, shared: Arc<Mutex<Shared>>, stop: Arc<Stop>) {
     };
     let found: Vec<&str> = probed.iter().filter(|(_, p)| *p).map(|(f, _)| *f).collect();
     let missing: Vec<&str> = probed.iter().filter(|(_, p)| !*p).map(|(f, _)| *f).collect();
-    tracing::info!(instance = %probes.name, probed = %found.join(","), not_found = %missing.join(","),
+    let pairing = mode.map_or("", Mode::as_str);
+    tracing::info!(instance = %probes.name, probed = %found.join(","), not_found = %missing.join(","), pairing,
         "failures collector: tracing refused registrations and locks");
-    if let Err(e) = read_loop(pipes, &roots, &shared, &stop) {
+    if let Err(e) = read_loop(pipes, &roots, &shared, &stop, waker.as_deref()) {
         tracing::warn!(error = %e, "failures collector: reading trace_pipe failed; it stops tracing");
         lock(&shared).state = Some(Err(Unsupported::SetupFailed));
     }
@@ -822,18 +1013,31 @@ fn drain(
     }
 }
 
-fn read_loop(pipes: Pipes, roots: &Roots, shared: &Mutex<Shared>, stop: &Stop) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
+fn read_loop(
+    pipes: Pipes,
+    roots: &Roots,
+    shared: &Mutex<Shared>,
+    stop: &Stop,
+    waker: Option<&OwnedFd>,
+) -> std::io::Result<()> {
     let (mut entries, mut returns) = pipes;
     let mut pairing = Pairing::new(procfs::page_size());
     let mut buf = vec![0u8; 64 * 1024];
     let (mut entry_line, mut return_line) = (Vec::with_capacity(256), Vec::with_capacity(256));
-    let timeout = i32::try_from(READ_EVERY.as_millis()).unwrap_or(50);
+    // Wakes at a failed return or at the stop (the waker), else every READ_EVERY for the entries
+    // of the user space pairing; with the kernel's, nothing else (no wake-up while no call fails).
+    let timeout = match (&entries, waker) {
+        (None, Some(_)) => -1,
+        _ => i32::try_from(READ_EVERY.as_millis()).unwrap_or(50),
+    };
     loop {
-        // Wakes at a failed return, else every READ_EVERY for the entries and the stop signal.
-        let mut poll = libc::pollfd { fd: returns.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let ready = unsafe { libc::poll(&mut poll, 1, timeout) };
+        let mut polled = [libc::pollfd { fd: returns.as_raw_fd(), events: libc::POLLIN, revents: 0 }; 2];
+        if let Some(waker) = waker {
+            polled[1].fd = waker.as_raw_fd();
+        }
+        let count = if waker.is_some() { 2 } else { 1 };
+        // SAFETY: `count` valid pollfds for the duration of the call.
+        let ready = unsafe { libc::poll(polled.as_mut_ptr(), count, timeout) };
         if ready < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() != std::io::ErrorKind::Interrupted {
@@ -845,7 +1049,9 @@ fn read_loop(pipes: Pipes, roots: &Roots, shared: &Mutex<Shared>, stop: &Stop) -
         }
         let mut refusals = Vec::new();
         // Entries first: a return pairs with an entry already read.
-        drain(&mut entries, &mut buf, &mut entry_line, &mut pairing, &mut refusals)?;
+        if let Some(entries) = &mut entries {
+            drain(entries, &mut buf, &mut entry_line, &mut pairing, &mut refusals)?;
+        }
         drain(&mut returns, &mut buf, &mut return_line, &mut pairing, &mut refusals)?;
         let now = Instant::now();
         let attributed: Vec<_> = refusals.iter().map(|r| attribute(roots, r)).collect();
@@ -866,8 +1072,20 @@ fn read_loop(pipes: Pipes, roots: &Roots, shared: &Mutex<Shared>, stop: &Stop) -
 pub struct FailuresCollector {
     roots: Roots,
     shared: Arc<Mutex<Shared>>,
-    thread: Option<(JoinHandle<()>, Arc<Stop>)>,
+    thread: Option<Tracing>,
     started: bool,
+}
+
+/// The tracing thread, its stop and its waker.
+type Tracing = (JoinHandle<()>, Arc<Stop>, Option<Arc<OwnedFd>>);
+
+/// An eventfd that wakes the tracing thread's poll at the stop; `None` when it cannot be made
+/// (the thread then looks at the stop every READ_EVERY).
+fn waker() -> Option<Arc<OwnedFd>> {
+    // SAFETY: eventfd takes no pointers; a non-negative return is a new descriptor we own.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    // SAFETY: `fd` is open and owned by nothing else.
+    (fd >= 0).then(|| Arc::new(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 impl FailuresCollector {
@@ -880,10 +1098,12 @@ impl FailuresCollector {
     fn start(&mut self) {
         self.started = true;
         let stop = Arc::new(Stop::default());
-        let (roots, shared, thread_stop) = (self.roots.clone(), self.shared.clone(), stop.clone());
-        match std::thread::Builder::new().name("failures-trace".into()).spawn(move || trace(roots, shared, thread_stop))
-        {
-            Ok(thread) => self.thread = Some((thread, stop)),
+        let waker = waker();
+        let (roots, shared, thread_stop, thread_waker) =
+            (self.roots.clone(), self.shared.clone(), stop.clone(), waker.clone());
+        let run = move || trace(roots, shared, thread_stop, thread_waker);
+        match std::thread::Builder::new().name("failures-trace".into()).spawn(run) {
+            Ok(thread) => self.thread = Some((thread, stop, waker)),
             Err(e) => {
                 tracing::warn!(error = %e, "failures collector: cannot start its tracing thread");
                 lock(&self.shared).state = Some(Err(Unsupported::SetupFailed));
@@ -895,8 +1115,13 @@ impl FailuresCollector {
 impl Drop for FailuresCollector {
     /// Exit, or a reload that disables or replaces the collector: the thread removes its probes.
     fn drop(&mut self) {
-        if let Some((thread, stop)) = self.thread.take() {
+        if let Some((thread, stop, waker)) = self.thread.take() {
             stop.stop();
+            if let Some(waker) = waker {
+                let one = 1u64.to_ne_bytes();
+                // SAFETY: 8 bytes from a live buffer to an open eventfd.
+                let _ = unsafe { libc::write(waker.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+            }
             let _ = thread.join();
         }
     }
@@ -922,7 +1147,8 @@ impl Collector for FailuresCollector {
         } else {
             shared.probed.clone()
         };
-        Some(Arc::new(FailuresStats { unsupported, probed, book: shared.book.clone() }) as Data)
+        let mode = if unsupported.is_none() { shared.mode } else { None };
+        Some(Arc::new(FailuresStats { unsupported, mode, probed, book: shared.book.clone() }) as Data)
     }
 }
 
@@ -963,6 +1189,16 @@ impl FailuresStats {
         );
         for (call, probed) in &self.probed {
             out.sample(&[("call", call)], u64::from(*probed));
+        }
+        out.family(
+            "memlock_failures_pairing",
+            "1 with the way the failures collector learns a refused call's size: kernel (hist triggers and a synthetic \
+                event pair each entry with its return in the kernel; nothing but failures is traced), userspace \
+                (a kernel without CONFIG_HIST_TRIGGERS or CONFIG_SYNTH_EVENTS: every entry is traced and read).",
+            Kind::Gauge,
+        );
+        if let Some(mode) = self.mode {
+            out.sample(&[("mode", mode.as_str())], 1u64);
         }
         out.family(
             "memlock_node_registration_failures_total",
@@ -1114,6 +1350,40 @@ mod tests {
     }
 
     #[test]
+    fn the_kernels_pairing_gives_the_size_in_a_synthetic_event_before_the_return() {
+        let mut p = Pairing::new(PAGE);
+        // As the 6.1 guest printed them (the synthetic event's comm not yet in saved-cmdlines).
+        let synthetic = "           <...>-144     [001] ...2.    17.052414: memlock_exporter_9_0_do_mlock_fail: \
+            size=1048576 ret=-12\n";
+        let returned =
+            "           <...>-144     [001] .....    17.064313: do_mlock_return: (__x64_sys_mlock+0x17/0x20 <- \
+            do_mlock) ret=-12 comm=\"failures-mlock-\"\n";
+        assert_eq!(p.line(synthetic.as_bytes()), None);
+        let r = p.line(returned.as_bytes()).unwrap();
+        assert_eq!((r.call.function, r.tid, r.requested), ("do_mlock", 144, Some(1 << 20)));
+        assert_eq!(r.comm, "failures-mlock-");
+        assert_eq!(p.pending(), 0);
+        // io_uring's in pages; a name that only ends like one is not ours.
+        let synthetic =
+            "               x-9       [000] ..... 1.000000: memlock_exporter_1_0_io_account_mem_fail: size=3";
+        p.line(format!("{synthetic} ret=-12\n").as_bytes());
+        assert_eq!(p.line(ret(9, "io_account_mem", -12, "x").as_bytes()).unwrap().requested, Some(3 * PAGE));
+        p.line(b"               x-9       [000] ..... 1.000000: memlock_exporter_1_0xdo_mlock_fail: size=3 ret=-12\n");
+        assert_eq!(p.unparsed_lines, 1);
+        // A failure whose entry the kernel's map could not hold: counted, size unknown.
+        assert_eq!(p.line(ret(10, "ib_umem_get", -12, "x").as_bytes()).unwrap().requested, None);
+    }
+
+    #[test]
+    fn leftover_names_map_to_their_group() {
+        assert_eq!(group_of("memlock_exporter_77_3_do_mlock_fail").as_deref(), Some("memlock_exporter_77_3"));
+        assert_eq!(group_of("memlock_exporter_77_3_ret").as_deref(), Some("memlock_exporter_77_3"));
+        assert_eq!(group_of("memlock_exporter_77"), None);
+        assert_eq!(group_of("other_77_3"), None);
+        assert_eq!(synthetic_name("memlock_exporter_77_3", &CALLS[2]), "memlock_exporter_77_3_io_account_mem_fail");
+    }
+
+    #[test]
     fn successes_are_not_refusals() {
         let mut p = Pairing::new(PAGE);
         p.line(entry(7, "ib_umem_get", 4096).as_bytes());
@@ -1225,6 +1495,7 @@ mod tests {
     fn unsupported_renders_the_reason_and_no_failure() {
         let stats = FailuresStats {
             unsupported: Some(Unsupported::NoKprobeEvents),
+            mode: None,
             probed: CALLS.iter().map(|c| (c.function, false)).collect(),
             book: Book::default(),
         };
@@ -1234,13 +1505,15 @@ mod tests {
         assert!(text.contains("memlock_failures_supported{reason=\"no_kprobe_events\"} 0\n"), "{text}");
         assert!(text.contains("memlock_failures_probed{call=\"ib_umem_get\"} 0\n"), "{text}");
         assert!(!text.contains("memlock_registration_failures_total{"), "{text}");
+        assert!(!text.contains("memlock_failures_pairing{"), "{text}");
     }
 
     #[test]
     fn a_recorded_failure_renders_with_its_labels() {
         let mut book = Book::default();
         book.record(key(42), 1 << 20, Figures::default(), Instant::now());
-        let stats = FailuresStats { unsupported: None, probed: vec![("ib_umem_get", true)], book };
+        let stats =
+            FailuresStats { unsupported: None, mode: Some(Mode::Kernel), probed: vec![("ib_umem_get", true)], book };
         let mut out = Exposition::new();
         stats.render(&mut out, &Grants::all());
         let text = out.finish();
@@ -1248,6 +1521,7 @@ mod tests {
         assert!(text.contains(&format!("memlock_registration_failures_total{labels} 1\n")), "{text}");
         assert!(text.contains(&format!("memlock_registration_failure_requested_bytes{labels} 1048576\n")), "{text}");
         assert!(text.contains("memlock_failures_supported{reason=\"\"} 1\n"), "{text}");
+        assert!(text.contains("memlock_failures_pairing{mode=\"kernel\"} 1\n"), "{text}");
         let mut out = Exposition::new();
         stats.render(&mut out, &Grants::none());
         assert!(!out.finish().contains("memlock_registration_failures_total{pid"));

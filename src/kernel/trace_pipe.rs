@@ -9,7 +9,9 @@
 //! or `" %12llu"` with a counter clock), `": "`, then the event (kernel/trace/trace_kprobe.c,
 //! `print_kprobe_event`: `"NAME: (SYM+OFF/SIZE)"`; `print_kretprobe_event`:
 //! `"NAME: (CALLER+OFF/SIZE <- FUNC)"`) and its arguments (`print_probe_args`: `" NAME=VALUE"`,
-//! strings as `"\"%s\""`, unescaped). Between events, `print_trace_line` (kernel/trace/trace.c)
+//! strings as `"\"%s\""`, unescaped). A synthetic event (kernel/trace/trace_events_synth.c,
+//! `print_synth_event`) has no probe site: `"NAME: "`, then its fields `"NAME=VALUE"` joined by
+//! one space. Between events, `print_trace_line` (kernel/trace/trace.c)
 //! writes `"CPU:%d [LOST %lu EVENTS]"` or `"CPU:%d [LOST EVENTS]"` when the ring buffer
 //! overwrote events that were not read.
 //!
@@ -54,7 +56,8 @@ pub struct Event<'a> {
     /// The event's name (without its group: trace_pipe does not print it).
     pub name: &'a str,
     /// Where the probe hit: the probed symbol (`ib_umem_get+0x0/0x520 [ib_core]`) of an entry
-    /// probe; for a return probe, the function returned from (`ib_umem_get`).
+    /// probe; for a return probe, the function returned from (`ib_umem_get`); empty for a
+    /// synthetic event, which has no probe site.
     pub function: &'a str,
     /// A return probe's caller (`ib_uverbs_reg_mr+0x12a/0x2d0 [ib_uverbs]`); `None` for an
     /// entry probe.
@@ -193,19 +196,28 @@ fn parse_event(line: &[u8]) -> Result<Event<'_>, Unparsed> {
         None => digits(stamp).ok_or(Unparsed("timestamp not a number"))?,
     };
     text = after;
-    let (name, after) = text.split_once(": (").ok_or(Unparsed("no event name and probe site"))?;
+    let (name, after) = text.split_once(": ").ok_or(Unparsed("no event name"))?;
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         return Err(Unparsed("event name not an identifier"));
     }
-    let (site, args_text) = after.split_once(')').ok_or(Unparsed("unterminated probe site"))?;
-    let (function, caller) = match site.split_once(" <- ") {
-        Some((caller, function)) => (function, Some(caller)),
-        None => (site, None),
+    let (function, caller, args) = match after.strip_prefix('(') {
+        Some(after) => {
+            let (site, args_text) = after.split_once(')').ok_or(Unparsed("unterminated probe site"))?;
+            let (function, caller) = match site.split_once(" <- ") {
+                Some((caller, function)) => (function, Some(caller)),
+                None => (site, None),
+            };
+            if function.is_empty() || caller.is_some_and(str::is_empty) {
+                return Err(Unparsed("empty probe site"));
+            }
+            (function, caller, parse_args(args_text, strings)?)
+        }
+        // A synthetic event (kernel/trace/trace_events_synth.c, `print_synth_event`): no probe
+        // site, its fields `NAME=VALUE` separated by one space right after the name's ": ".
+        None if after.is_empty() && strings.is_empty() => ("", None, Vec::new()),
+        None if after.is_empty() => return Err(Unparsed("a quote right after the event name")),
+        None => ("", None, parse_args_from(after, strings, false)?),
     };
-    if function.is_empty() || caller.is_some_and(str::is_empty) {
-        return Err(Unparsed("empty probe site"));
-    }
-    let args = parse_args(args_text, strings)?;
     Ok(Event { comm, pid, tgid, cpu, timestamp, name, function, caller, args })
 }
 
@@ -230,10 +242,22 @@ fn leading_number(text: &str) -> Option<(u64, &str)> {
 /// `" NAME=VALUE"` repeated; `strings` is the line from the first quote on, which may only
 /// be the value of the last argument.
 fn parse_args<'a>(text: &'a str, strings: &'a [u8]) -> Result<Vec<(&'a str, Value<'a>)>, Unparsed> {
+    parse_args_from(text, strings, true)
+}
+
+/// [`parse_args`], the first argument preceded by a space when `leading_space`.
+fn parse_args_from<'a>(
+    text: &'a str,
+    strings: &'a [u8],
+    leading_space: bool,
+) -> Result<Vec<(&'a str, Value<'a>)>, Unparsed> {
     let mut args = Vec::new();
     let mut rest = text;
+    let mut first = !leading_space;
     while !rest.is_empty() {
-        rest = rest.strip_prefix(' ').ok_or(Unparsed("arguments not separated by a space"))?;
+        if !std::mem::take(&mut first) {
+            rest = rest.strip_prefix(' ').ok_or(Unparsed("arguments not separated by a space"))?;
+        }
         let (name, after) = rest.split_once('=').ok_or(Unparsed("an argument without '='"))?;
         if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             return Err(Unparsed("argument name not an identifier"));
@@ -293,6 +317,10 @@ mod tests {
     const RETURN: &str = "       ib_reg_mr-612     [001] ..... 12345.679012: ib_umem_get_return: \
         (ib_uverbs_reg_mr+0x12a/0x2d0 [ib_uverbs] <- ib_umem_get) ret=-12 comm=\"ib_reg_mr\"\n";
 
+    /// The synthetic event of the kernel's pairing, as the 6.1 guest printed it, then its return.
+    const SYNTHETIC: &str = "           <...>-144     [001] ...2.    17.052414: memlock_exporter_9_0_do_mlock_fail: \
+        size=1048576 ret=-12\n";
+
     fn event(line: &[u8]) -> Event<'_> {
         match parse_line(line) {
             Ok(Line::Event(e)) => e,
@@ -321,6 +349,27 @@ mod tests {
         assert_eq!(e.caller, Some("ib_uverbs_reg_mr+0x12a/0x2d0 [ib_uverbs]"));
         assert_eq!(e.number("ret"), Some(-12));
         assert_eq!(e.string("comm"), Some(&b"ib_reg_mr"[..]));
+    }
+
+    #[test]
+    fn a_synthetic_event() {
+        let e = event(SYNTHETIC.as_bytes());
+        assert_eq!((e.comm, e.pid, e.cpu, e.timestamp), (&b"<...>"[..], 144, 1, 17_052_414));
+        assert_eq!(e.name, "memlock_exporter_9_0_do_mlock_fail");
+        assert_eq!((e.function, e.caller), ("", None));
+        assert_eq!((e.number("size"), e.number("ret")), (Some(1_048_576), Some(-12)));
+        // No fields at all.
+        let e = event(b"               x-1       [000] ..... 1.000000: s: \n");
+        assert_eq!((e.name, e.args.len()), ("s", 0));
+        for bad in [
+            "               x-1       [000] ..... 1.000000: s:  size=1\n",
+            "               x-1       [000] ..... 1.000000: s: size=1  ret=2\n",
+            "               x-1       [000] ..... 1.000000: s: size=1 \n",
+            "               x-1       [000] ..... 1.000000: s: \"x\"\n",
+            "               x-1       [000] ..... 1.000000: s:size=1\n",
+        ] {
+            assert!(parse_line(bad.as_bytes()).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -379,7 +428,7 @@ mod tests {
 
     #[test]
     fn every_truncation_is_rejected() {
-        for line in [ENTRY, RETURN, "CPU:3 [LOST 1024 EVENTS]\n"] {
+        for line in [ENTRY, RETURN, SYNTHETIC, "CPU:3 [LOST 1024 EVENTS]\n"] {
             assert!(parse_line(line.as_bytes()).is_ok());
             for end in 0..line.len() {
                 assert!(parse_line(&line.as_bytes()[..end]).is_err(), "{:?}", &line[..end]);

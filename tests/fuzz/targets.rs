@@ -259,7 +259,8 @@ pub const TARGETS: &[Target] = &[
         },
         check: check_maps_nccl,
     },
-    // A tracefs trace_pipe line of the failures collector's kprobe events (hostile comms).
+    // A tracefs trace_pipe line of the failures collector's kprobe and synthetic events (hostile
+    // comms).
     Target {
         name: "trace_pipe",
         expect: Expect::BothPaths,
@@ -271,6 +272,8 @@ pub const TARGETS: &[Target] = &[
                  (ib_uverbs_reg_mr+0x12a/0x2d0 [ib_uverbs] <- ib_umem_get) ret=-12 comm=\"ib_reg_mr\"\n",
                 " q\"u-1 [0] x: y:-4242    (   4240) [007] d..1. 99.000001: do_mlock_return: \
                  (__x64_sys_mlock+0x1c/0x30 <- do_mlock) ret=-12 comm=\" q\"u-1 [0] x: y:\"\n",
+                "           <...>-144     [001] ...2.    17.052414: memlock_exporter_9_0_do_mlock_fail: \
+                 size=1048576 ret=-12\n",
                 "CPU:3 [LOST 1024 EVENTS]\n",
                 "CPU:0 [LOST EVENTS]\n",
             ])

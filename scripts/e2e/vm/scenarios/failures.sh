@@ -2,18 +2,21 @@
 # Scenario (issue 26): the failures collector on a kernel with kprobe events (Debian's 6.1) and
 # soft-RoCE. Run by scripts/e2e/vm_failures.sh through scripts/e2e/vm/run.sh, with the helpers
 # failures-reg-loop and failures-mlock-ramp copied in. In order:
-#  1. probes an earlier run left (a group and an instance with the collector's prefix and a dead
-#     pid) are removed at start; the collector reports which functions it probes; the global
-#     trace buffer gets none of its events;
+#  1. probes an earlier run left (a group, instances, a synthetic event and the hist triggers
+#     that use it, with the collector's prefix and a dead pid) are removed at start; the
+#     collector reports which functions it probes and pairs in the kernel (hist triggers); the
+#     global trace buffer gets none of its events;
 #  2. uid 1000 under an 8 MiB RLIMIT_MEMLOCK registers 1 MiB MRs until ibv_reg_mr fails with
 #     ENOMEM: counted once, call ib_umem_get, errno ENOMEM, cause memlock, the process's pid,
 #     comm and cgroup, 1 MiB asked for; its successful registrations are not counted; the fast
 #     path pages MemlockRegistrationFailed (Alertmanager, webhook);
 #  3. an mlock ramp past the same limit, by a process that exits right after the refusal:
 #     counted as do_mlock, ENOMEM, cause memlock, with its pid;
-#  4. cost: 1,000 registrations a second for COST_SECONDS, exporter without the collector, then
-#     with it, in this run: the CPU of the registering process (its system time holds the
-#     kprobes) and of the exporter, each from getrusage and /proc/PID/stat; none counted;
+#  4. cost: 1,000 registrations a second for COST_SECONDS, exporter without the collector, with
+#     it (pairing in the kernel), with it pairing in user space (MEMLOCK_FAILURES_PAIRING),
+#     in turn in this run: the CPU of the registering process (its system time holds the kprobes)
+#     and of the exporter, each from getrusage and /proc/PID/stat; none counted; then the user
+#     space pairing's fallback counts an mlock refusal with its size;
 #  5. exit removes every probe and instance; a reload that disables the collector removes them
 #     while the exporter keeps running;
 #  6. root without any capability traces (what the systemd drop-in grants); uid 1000 gets
@@ -31,9 +34,14 @@ COST_ROUNDS=${COST_ROUNDS:-4}
 RATE=${RATE:-1000}
 
 metrics() { curl -fsS "$EXPORTER_URL/metrics"; }
-metrics_match() { metrics | grep -qE "$1"; }
+# grep reads it all: with -q it would stop at the match, curl would fail writing the rest (23) and
+# pipefail would turn the match into a failure (a family early in the text, as the pairing's).
+metrics_match() { metrics | grep -E "$1" > /dev/null; }
 summary() { echo "$*" | tee -a "$VM_OUT/summary.txt"; }
-ours_left() { grep -q memlock_exporter_ "$T/kprobe_events" || compgen -G "$T/instances/memlock_exporter_*" > /dev/null; }
+ours_left() {
+    grep -q memlock_exporter_ "$T/kprobe_events" || grep -q memlock_exporter_ "$T/synthetic_events" ||
+        compgen -G "$T/instances/memlock_exporter_*" > /dev/null
+}
 # CPU seconds (utime + stime) of a pid, from /proc/PID/stat fields 14 and 15.
 # USER_HZ is 100 on x86 (the guest has no getconf).
 cpu_of() { awk -v hz=100 '{sub(/.*\) /, ""); print ($12 + $13) / hz, $12 / hz, $13 / hz}' "/proc/$1/stat"; }
@@ -52,17 +60,38 @@ start_alertmanager
 # shellcheck disable=SC2016 # $arg2 is the kprobe syntax
 echo 'p:memlock_exporter_4194303_0/do_mlock_entry do_mlock size=$arg2:u64' >> "$T/kprobe_events" ||
     vm_fail "cannot define the stale probe"
+# shellcheck disable=SC2016
+echo 'r:memlock_exporter_4194303_0/do_mlock_return do_mlock ret=$retval:s32' >> "$T/kprobe_events" ||
+    vm_fail "cannot define the stale return probe"
 mkdir "$T/instances/memlock_exporter_4194303_0" "$T/instances/memlock_exporter_4194303_0_ret"
 echo 1 > "$T/instances/memlock_exporter_4194303_0/events/memlock_exporter_4194303_0/enable"
+# The kernel pairing's: a synthetic event, enabled, and the triggers that emit it (the return's
+# refers to the entry's variable, so they must go in order).
+echo 'memlock_exporter_4194303_0_do_mlock_fail u64 size; s32 ret' >> "$T/synthetic_events" ||
+    vm_fail "cannot define the stale synthetic event"
+stale=$T/instances/memlock_exporter_4194303_0_ret/events
+echo 'hist:keys=common_pid:sz0=size' >> "$stale/memlock_exporter_4194303_0/do_mlock_entry/trigger" ||
+    vm_fail "cannot set the stale entry trigger"
+# shellcheck disable=SC2016
+echo 'hist:keys=common_pid:sz=$sz0:onmatch(memlock_exporter_4194303_0.do_mlock_entry).trace(memlock_exporter_4194303_0_do_mlock_fail,$sz,ret) if ret < 0' \
+    >> "$stale/memlock_exporter_4194303_0/do_mlock_return/trigger" || vm_fail "cannot set the stale return trigger"
+echo 1 > "$stale/synthetic/memlock_exporter_4194303_0_do_mlock_fail/enable"
 start_exporter --collector.failures --alertmanager.url "$AM_URL"
 wait_for 120 "the failures collector running" metrics_match '^memlock_failures_supported\{reason=""\} 1$'
 grep -q memlock_exporter_4194303 "$T/kprobe_events" && vm_fail "the stale probe was not removed"
+grep -q memlock_exporter_4194303 "$T/synthetic_events" && vm_fail "the stale synthetic event was not removed"
 compgen -G "$T/instances/memlock_exporter_4194303*" > /dev/null && vm_fail "the stale instances were not removed"
 summary "leftovers removed"
 metrics | grep '^memlock_failures_probed' | tee "$VM_OUT/probed.txt"
 grep -q '^memlock_failures_probed{call="ib_umem_get"} 1$' "$VM_OUT/probed.txt" || vm_fail "ib_umem_get not probed"
 grep -q '^memlock_failures_probed{call="do_mlock"} 1$' "$VM_OUT/probed.txt" || vm_fail "do_mlock not probed"
+metrics_match '^memlock_failures_pairing\{mode="kernel"\} 1$' || vm_fail "not paired in the kernel: $(metrics | grep pairing)"
+summary "pairing in the kernel"
 cp "$T/kprobe_events" "$VM_OUT/kprobe_events.txt"
+cp "$T/synthetic_events" "$VM_OUT/synthetic_events.txt"
+for f in "$T"/instances/memlock_exporter_*/events/memlock_exporter_*/*/trigger; do
+    echo "$f: $(grep -v '^#' "$f")"
+done > "$VM_OUT/triggers.txt"
 ls "$T/instances" > "$VM_OUT/instances.txt"
 grep -q memlock_exporter "$T/set_event" && vm_fail "an event of ours is enabled in the global buffer"
 
@@ -121,8 +150,17 @@ summary "exit: no probe or instance left"
 cost() {
     local label=$1 before after out
     shift
-    start_exporter "$@"
-    [ "$label" = with ] && wait_for 120 "the failures collector running" metrics_match '^memlock_failures_supported\{reason=""\} 1$'
+    if [ "$label" = userspace ]; then
+        MEMLOCK_FAILURES_PAIRING=userspace start_exporter "$@"
+    else
+        start_exporter "$@"
+    fi
+    if [ "$label" != without ]; then
+        wait_for 120 "the failures collector running" metrics_match '^memlock_failures_supported\{reason=""\} 1$'
+        mode=kernel
+        [ "$label" = userspace ] && mode=userspace
+        metrics_match "^memlock_failures_pairing\\{mode=\"$mode\"\\} 1$" || vm_fail "not paired in $mode: $(metrics | grep pairing)"
+    fi
     sleep 2
     before=$(cpu_of "$EXPORTER_PID")
     out=$(failures-reg-loop rxe0 "$RATE" "$COST_SECONDS" 4096) || vm_fail "failures-reg-loop: $out"
@@ -132,7 +170,7 @@ cost() {
     # The probes' own cost per call, from a loop of cheap probed calls (an mlock of one page).
     echo "$label $(failures-mlock-ramp --loop 20000)" | tee -a "$VM_OUT/cost-mlock.txt"
     # Hits of each probe (kprobe_profile: event, hits, misses): one entry and one return per call.
-    [ "$label" = with ] && grep -E "(ib_umem_get|do_mlock|io_account_mem|user_shm_lock)_(entry|return)" "$T/kprobe_profile" >> "$VM_OUT/kprobe_profile.txt"
+    [ "$label" != without ] && sed "s/^/$label /" "$T/kprobe_profile" | grep -E "(ib_umem_get|do_mlock|io_account_mem|user_shm_lock)_(entry|return)" >> "$VM_OUT/kprobe_profile.txt"
     metrics > "$VM_OUT/metrics-cost-$label.txt"
     stop_exporter
 }
@@ -141,10 +179,24 @@ cost() {
 for _ in $(seq "$COST_ROUNDS"); do
     cost without
     cost with --collector.failures
+    cost userspace --collector.failures
 done
-grep -q '^memlock_node_registration_failures_total{' "$VM_OUT/metrics-cost-with.txt" &&
-    vm_fail "successful registrations were counted"
+for label in with userspace; do
+    grep -q '^memlock_node_registration_failures_total{' "$VM_OUT/metrics-cost-$label.txt" &&
+        vm_fail "successful registrations were counted ($label)"
+done
 summary "cost: $(tr '\n' ';' < "$VM_OUT/cost.txt")"
+
+# 4b. The user space pairing (the fallback) counts a refusal with its size.
+MEMLOCK_FAILURES_PAIRING=userspace start_exporter --collector.failures
+wait_for 120 "the failures collector running" metrics_match '^memlock_failures_pairing\{mode="userspace"\} 1$'
+upid=$(mlock_ramp 2000)
+ulabels="pid=\"$upid\",comm=\"failures-mlock-\",cgroup=\"$cgroup\",call=\"do_mlock\",errno=\"ENOMEM\",cause=\"memlock\""
+wait_for 60 "the mlock refusal of pid $upid counted" metrics_match "^memlock_registration_failures_total\{$ulabels\} 1$"
+metrics_match "^memlock_registration_failure_requested_bytes\{$ulabels\} 1048576$" ||
+    vm_fail "the user space pairing lost the size: $(metrics | grep requested_bytes)"
+stop_exporter
+summary "pairing in user space: the mlock refusal counted with its 1 MiB"
 
 # 5b. A reload that disables the collector removes its probes; the exporter keeps running.
 printf '[collector.failures]\nenabled = true\n' > /tmp/failures.toml
