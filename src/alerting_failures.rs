@@ -14,8 +14,8 @@ use crate::units::bytes;
 
 /// How long a series pages after its last refusal: long enough to be seen and acted on (drain
 /// the node), short enough that a fixed job stops paging on its own. The Prometheus rule
-/// (alerts/memlock.rules.yml) holds the same 10 minutes.
-pub const HOLD: Duration = Duration::from_secs(600);
+/// `MemlockKernelRefusedRegistration` (alerts/memlock-exporter.rules.yml) holds the same.
+pub const HOLD: Duration = crate::collect::failures::SERIES_HOLD;
 
 pub const ALERTNAME: &str = "MemlockRegistrationFailed";
 
@@ -41,7 +41,7 @@ fn candidate(key: &SeriesKey, series: &Series, config: &AlertingConfig) -> Candi
     let shown = |v: &str| crate::exposition::label_value(v).into_owned();
     let mut labels = Labels::new();
     labels.insert("alertname".into(), ALERTNAME.into());
-    labels.insert("severity".into(), "critical".into());
+    labels.insert("severity".into(), severity(key).into());
     labels.insert("instance".into(), config.instance.clone());
     labels.insert("scope".into(), "process".into());
     labels.insert("source".into(), "memlock-exporter".into());
@@ -72,6 +72,17 @@ fn candidate(key: &SeriesKey, series: &Series, config: &AlertingConfig) -> Candi
     annotations.insert("runbook_url".into(), format!("{}#{}", config.runbook_url, ALERTNAME.to_ascii_lowercase()));
     // A refusal has happened: nothing is more urgent when alerts of this name are folded.
     Candidate { labels, annotations, urgency: 1.0 }
+}
+
+/// Critical only for what stops a job and a node change fixes: ENOMEM from the memlock limit or
+/// the memory cgroup. Any user can make `mlock` fail on a range it never mapped (ENOMEM, cause
+/// other) or be interrupted (EINTR), and `ib_umem_get` answers EFAULT or EINVAL to a bad
+/// buffer: those are the process's own doing, worth a warning, not a page at night.
+fn severity(key: &SeriesKey) -> &'static str {
+    match (key.errno.as_str(), key.cause) {
+        ("ENOMEM", Cause::Memlock | Cause::CgroupMemory) => "critical",
+        _ => "warning",
+    }
 }
 
 fn limit(l: Option<Limit>) -> String {
@@ -170,6 +181,48 @@ mod tests {
             errno: "ENOMEM".into(),
             cause: Cause::Memlock,
         }
+    }
+
+    #[test]
+    fn only_enomem_from_a_limit_pages_critical() {
+        let at = Instant::now();
+        let mut book = Book::default();
+        book.record(key(), 1 << 20, Figures::default(), at);
+        book.record(SeriesKey { cause: Cause::CgroupMemory, ..key() }, 1 << 20, Figures::default(), at);
+        book.record(SeriesKey { cause: Cause::Other, ..key() }, 1 << 20, Figures::default(), at);
+        book.record(SeriesKey { errno: "EFAULT".into(), cause: Cause::Other, ..key() }, 1, Figures::default(), at);
+        book.record(SeriesKey { errno: "EINTR".into(), ..key() }, 1 << 20, Figures::default(), at);
+        let out = candidates(&snapshot(book), &config(), at);
+        let severity = |errno: &str, cause: &str| {
+            out.iter()
+                .find(|c| c.labels["errno"] == errno && c.labels["cause"] == cause)
+                .map(|c| c.labels["severity"].clone())
+                .unwrap()
+        };
+        assert_eq!(severity("ENOMEM", "memlock"), "critical");
+        assert_eq!(severity("ENOMEM", "cgroup_memory"), "critical");
+        assert_eq!(severity("ENOMEM", "other"), "warning");
+        assert_eq!(severity("EFAULT", "other"), "warning");
+        assert_eq!(severity("EINTR", "memlock"), "warning");
+    }
+
+    #[test]
+    fn old_refusals_give_way_to_a_new_one_when_the_table_is_full() {
+        let start = Instant::now();
+        let mut book = Book::default();
+        for pid in 0..crate::collect::failures::MAX_SERIES as u32 {
+            book.record(SeriesKey { pid, ..key() }, 1 << 20, Figures::default(), start);
+        }
+        // Within the hold a newcomer is counted apart and pushes out no page still held...
+        book.record(SeriesKey { pid: 7000, ..key() }, 1 << 20, Figures::default(), start + HOLD / 2);
+        assert_eq!(book.overflow, 1);
+        assert_eq!(candidates(&snapshot(book.clone()), &config(), start + HOLD / 2).len(), 64);
+        // ...past it, the oldest gives way and the new refusal pages.
+        let later = start + HOLD + Duration::from_secs(60);
+        book.record(SeriesKey { pid: 777, ..key() }, 1 << 20, Figures::default(), later);
+        let out = candidates(&snapshot(book), &config(), later);
+        assert_eq!(out.len(), 1, "only the new refusal pages");
+        assert_eq!(out[0].labels["pid"], "777");
     }
 
     #[test]

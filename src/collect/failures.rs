@@ -62,6 +62,10 @@ pub const MAX_PENDING: usize = 4096;
 /// Failure series (one per process, call, errno and cause) kept at most; later ones are only
 /// counted in the node totals and `memlock_registration_failures_overflow_total`.
 pub const MAX_SERIES: usize = 64;
+/// How long a series pages after its last refusal (the fast path's `MemlockRegistrationFailed`
+/// and the Prometheus rule hold it as long); past it, a full table gives the series' place to
+/// a new one.
+pub const SERIES_HOLD: Duration = Duration::from_secs(600);
 
 /// Every name the collector creates in tracefs starts with this.
 pub const PREFIX: &str = "memlock_exporter_";
@@ -413,10 +417,23 @@ impl Book {
             series.requested_bytes = requested;
             series.last_at = at;
             series.figures = figures;
-        } else if self.series.len() < MAX_SERIES {
-            self.series.insert(key, Series { count: 1, requested_bytes: requested, last_at: at, figures });
         } else {
-            self.overflow += 1;
+            if self.series.len() >= MAX_SERIES {
+                // Full: the series refused longest ago gives way once it no longer pages
+                // (SERIES_HOLD), so 64 old refusals cannot keep a new one from paging; a
+                // series that still pages is never pushed out by a newcomer.
+                let oldest = self.series.iter().min_by_key(|(_, s)| s.last_at).map(|(k, s)| (k.clone(), s.last_at));
+                match oldest {
+                    Some((old, last_at)) if at.saturating_duration_since(last_at) > SERIES_HOLD => {
+                        self.series.remove(&old);
+                    }
+                    _ => {
+                        self.overflow += 1;
+                        return;
+                    }
+                }
+            }
+            self.series.insert(key, Series { count: 1, requested_bytes: requested, last_at: at, figures });
         }
     }
 }
