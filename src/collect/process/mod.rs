@@ -1559,9 +1559,8 @@ mod tests {
         stats.render_granted(&mut out, &crate::budget::Grants::all());
         let text = out.finish();
         for counter in ["pinned\"} 0.75", "locked\"} 2"] {
-            let line = format!(
-                "memlock_cgroup_limit_usage_ratio_max{{cgroup=\"/slurm/uid_1000/job_9\",slurm_job=\"9\",counter=\"{counter}\n"
-            );
+            let labels = "cgroup=\"/slurm/uid_1000/job_9\",slurm_job=\"9\"";
+            let line = format!("memlock_cgroup_limit_usage_ratio_max{{{labels},counter=\"{counter}\n");
             assert!(text.contains(&line), "{line} in {text}");
         }
     }
