@@ -398,6 +398,16 @@ impl AlertBook {
 
     /// Keeps at most [`MAX_PER_NAME`] candidates of each alert name, the most urgent (those
     /// active already first, within [`STICKY`]), and folds the rest of that name into one.
+    ///
+    /// Alerts still active but no longer called for (a process that exited, inside
+    /// `resolve_after`) are "held". They give up their places first: while the candidates of a
+    /// name fit in [`MAX_PER_NAME`], every one is sent one by one however many are held, so 20
+    /// ended pages of short-lived processes cannot fold a job's first page into an aggregated
+    /// alert whose labels never change (Alertmanager would hear nothing new). Only against a
+    /// live crowd beyond [`MAX_PER_NAME`] does a held alert keep its place, and then only against
+    /// newcomers no more urgent than it: otherwise churn starts new alerts every sample. A
+    /// candidate more urgent than every alert of its name sent one by one is never folded, so
+    /// [`STICKY`] cannot keep a crowd ahead of it.
     fn fold(&self, candidates: Vec<Candidate>) -> Vec<Candidate> {
         let mut by_name: BTreeMap<String, Vec<Candidate>> = BTreeMap::new();
         for candidate in candidates {
@@ -406,24 +416,38 @@ impl AlertBook {
         }
         let mut out = Vec::new();
         for (name, mut group) in by_name {
-            // Alerts of the name still active but no longer called for (a process that exited)
-            // hold their place until they resolve: otherwise churn starts new ones every sample.
-            let called: std::collections::HashSet<&Labels> = group.iter().map(|c| &c.labels).collect();
-            let held = self
-                .active
-                .keys()
-                .filter(|l| l.get("alertname") == Some(&name) && !l.contains_key("aggregated") && !called.contains(l))
-                .count();
-            let slots = MAX_PER_NAME.saturating_sub(held);
-            if group.len() <= slots {
+            if group.len() <= MAX_PER_NAME {
                 out.extend(group);
                 continue;
             }
+            let called: std::collections::HashSet<&Labels> = group.iter().map(|c| &c.labels).collect();
+            let one_by_one =
+                self.active.iter().filter(|(l, _)| l.get("alertname") == Some(&name) && !l.contains_key("aggregated"));
+            let mut held = Vec::new();
+            let mut top = f64::NEG_INFINITY;
+            for (labels, active) in one_by_one {
+                top = top.max(active.candidate.urgency);
+                if !called.contains(labels) {
+                    held.push(active.candidate.urgency);
+                }
+            }
+            let above_all = |c: &Candidate| c.urgency > top;
             let key = |c: &Candidate| c.urgency + if self.active.contains_key(&c.labels) { STICKY } else { 0.0 };
-            group.sort_by(|a, b| key(b).total_cmp(&key(a)));
-            let rest = group.split_off(slots);
-            out.extend(group);
-            out.push(aggregate(&name, rest));
+            group.sort_by(|a, b| above_all(b).cmp(&above_all(a)).then(key(b).total_cmp(&key(a))));
+            let (mut kept, mut rest) = (Vec::new(), Vec::new());
+            for candidate in group {
+                let holding = held.iter().filter(|&&h| h >= candidate.urgency).count();
+                let room = kept.len() < MAX_PER_NAME && (above_all(&candidate) || kept.len() + holding < MAX_PER_NAME);
+                if room {
+                    kept.push(candidate);
+                } else {
+                    rest.push(candidate);
+                }
+            }
+            out.extend(kept);
+            if !rest.is_empty() {
+                out.push(aggregate(&name, rest));
+            }
         }
         out
     }
@@ -1038,6 +1062,52 @@ mod tests {
         assert!(!resolved_job, "the job's warning holds while its condition holds");
         // The dead crowd's slots free after resolve_after (5 s): a few dozen starts, not 9,500.
         assert!(started_total <= 4 * MAX_PER_NAME, "{started_total}");
+    }
+
+    /// Review H2 of issue 24: 20 recently ended pages of one name (short-lived processes, inside
+    /// resolve_after) held every place, and a job's first page was folded into the aggregated
+    /// alert that already existed: Alertmanager heard nothing new. STICKY kept 20 active crowd
+    /// alerts ahead of a job more urgent than any of them the same way.
+    #[test]
+    fn ended_or_sticky_crowd_pages_do_not_fold_a_jobs_first_page() {
+        let cfg = config();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let t0 = Instant::now();
+        let page = |pid: usize, used: f64| {
+            let mut p = counter("pinned", used, 8.0 * MIB, Some(MIB), Some(1.0));
+            p.labels[0].1 = pid.to_string();
+            p
+        };
+        let crowd =
+            |from: usize, n: usize, used: f64| -> Vec<TrendPoint> { (from..from + n).map(|i| page(i, used)).collect() };
+        let job_sent = |book: &AlertBook, t: &Transitions| {
+            let job = |l: &Labels| l.get("pid").is_some_and(|p| p == "4242") && !l.contains_key("aggregated");
+            t.started.iter().any(job) && book.payload(wall).iter().any(|a| job(&a.labels))
+        };
+        // 25 pages near the limit that end; a second later the job's first page, less urgent.
+        let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+        let first = book.update(evaluate(&snapshot(crowd(10_000, 25, 7.0 * MIB)), &cfg), t0, wall);
+        assert_eq!(first.started.len(), MAX_PER_NAME + 1);
+        book.delivered();
+        let job = page(4242, 4.5 * MIB);
+        let t = book.update(evaluate(&snapshot(vec![job.clone()]), &cfg), t0 + Duration::from_secs(1), wall);
+        assert!(job_sent(&book, &t), "{t:?}");
+        // Ended pages and a live crowd beyond the budget: the crowd's newcomers stay folded, the
+        // job more urgent than all of them is sent.
+        let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+        book.update(evaluate(&snapshot(crowd(10_000, 25, 4.0 * MIB)), &cfg), t0, wall);
+        let mut points = crowd(20_000, 30, 4.0 * MIB);
+        points.push(job.clone());
+        let t = book.update(evaluate(&snapshot(points), &cfg), t0 + Duration::from_secs(1), wall);
+        assert!(job_sent(&book, &t), "{t:?}");
+        assert_eq!(t.started.len(), 1, "no newcomer of the crowd: {t:?}");
+        // 25 active crowd pages at 50 %, still called for; the job at 53 % (within STICKY) is sent.
+        let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+        book.update(evaluate(&snapshot(crowd(10_000, 25, 4.0 * MIB)), &cfg), t0, wall);
+        let mut points = crowd(10_000, 25, 4.0 * MIB);
+        points.push(page(4242, 4.25 * MIB));
+        let t = book.update(evaluate(&snapshot(points), &cfg), t0 + Duration::from_secs(1), wall);
+        assert!(job_sent(&book, &t), "{t:?}");
     }
 
     /// Issue 24 item 10: the bounded resolved queue dropped the oldest, a page's among them,
