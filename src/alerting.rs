@@ -729,7 +729,14 @@ mod tests {
         if per_second <= 0.0 {
             return Recent::default();
         }
-        Recent { rising_steps: 6, since_last_rise: Some(0), largest_step: per_second, fallen: 0.0 }
+        Recent {
+            rising_steps: 6,
+            since_last_rise: Some(0.0),
+            step_interval: 1.0,
+            spread: 6.0,
+            largest_step: per_second,
+            fallen: 0.0,
+        }
     }
 
     #[test]
@@ -826,6 +833,25 @@ mod tests {
         assert!(pages_of(&stopped).iter().all(|&i| i <= 9), "{:?}", pages_of(&stopped));
     }
 
+    /// Review M1 of issue 23's guard: "the rise continues" counted steps among the newest seven
+    /// samples, which hold two steps of a staircase stepping every 3 s: 1 MiB every 3 s (or 4 s)
+    /// to an 8 MiB limit never paged before the kernel refused it (t = 24 s, 32 s), and the
+    /// Prometheus rule needs 5 minutes of history. Both page at half of the limit now.
+    #[test]
+    fn staircases_every_few_seconds_page_before_the_refusal() {
+        for every in [3usize, 4] {
+            let refused = 8 * every;
+            let stairs: Vec<f64> = (0..refused).map(|i| (i / every) as f64 * MIB).collect();
+            let pages = pages_of(&stairs);
+            assert_eq!(pages.first(), Some(&(4 * every)), "every {every} s: {pages:?}");
+            assert!((4 * every..refused).all(|i| pages.contains(&i)), "every {every} s: {pages:?}");
+            // Stopped at 7 MiB: the pages end within one step interval.
+            let stopped: Vec<f64> = stairs.iter().copied().chain(std::iter::repeat_n(7.0 * MIB, 20)).collect();
+            let pages = pages_of(&stopped);
+            assert!(pages.iter().all(|&i| i <= 7 * every + every), "every {every} s: {pages:?}");
+        }
+    }
+
     /// The same guard for the cgroup and node scopes: one step then flat (a job loading a
     /// second model into its cgroup; a large allocation on the node) pages neither, their ramps do.
     #[test]
@@ -863,12 +889,19 @@ mod tests {
     #[test]
     fn few_steps_of_headroom_left_page_below_the_level() {
         let mut point = process(90.0 * MIB, 200.0 * MIB, Some(40.0 * MIB), Some(2.7));
-        point.recent = Recent { rising_steps: 3, since_last_rise: Some(0), largest_step: 40.0 * MIB, fallen: 0.0 };
+        point.recent = Recent {
+            rising_steps: 3,
+            since_last_rise: Some(0.0),
+            step_interval: 1.0,
+            spread: 3.0,
+            largest_step: 40.0 * MIB,
+            fallen: 0.0,
+        };
         assert_eq!(evaluate(&snapshot(vec![point.clone()]), &config()).len(), 1, "110 MiB left < 3 x 40 MiB");
         point.recent.largest_step = 30.0 * MIB;
         assert!(evaluate(&snapshot(vec![point.clone()]), &config()).is_empty(), "110 MiB left > 3 x 30 MiB");
         point.charge.used_bytes = 100 << 20;
-        point.recent.since_last_rise = Some(3);
+        point.recent.since_last_rise = Some(3.0);
         assert!(evaluate(&snapshot(vec![point]), &config()).is_empty(), "half the limit, but the rise stopped");
     }
 
