@@ -856,24 +856,7 @@ mod tests {
     /// second model into its cgroup; a large allocation on the node) pages neither, their ramps do.
     #[test]
     fn cgroup_and_node_steps_do_not_page_and_their_ramps_do() {
-        let pages = |scope: Scope, series: &[f64], limit: u64| -> Vec<usize> {
-            let mut tracker = crate::trend::Tracker::new(crate::trend::TrendConfig::default());
-            let labels = if scope == Scope::Cgroup { vec![("cgroup", "/slurm/job_1".into())] } else { vec![] };
-            let mut out = Vec::new();
-            for (i, &value) in series.iter().enumerate() {
-                let point = tracker.observe(crate::trend::Observation {
-                    scope,
-                    id: String::new(),
-                    labels: labels.clone(),
-                    at: i as f64,
-                    charge: Charge::enforced(value as u64, Some(limit)),
-                });
-                if evaluate(&snapshot(vec![point]), &config()).iter().any(|a| a.labels["severity"] == "critical") {
-                    out.push(i);
-                }
-            }
-            out
-        };
+        let pages = scope_pages;
         let gib = 1024.0 * MIB;
         for scope in [Scope::Cgroup, Scope::Node] {
             let step: Vec<f64> = std::iter::repeat_n(5.0 * gib, 10).chain(std::iter::repeat_n(7.5 * gib, 40)).collect();
@@ -881,6 +864,53 @@ mod tests {
             // 256 MiB a second from 4 GiB: at 5 GiB, half of the limit, by the 4th sample.
             let ramp: Vec<f64> = (0..30).map(|i| 4.0 * gib + f64::from(i) * 256.0 * MIB).collect();
             assert_eq!(pages(scope, &ramp, 10 << 30).first(), Some(&4), "{scope:?}");
+        }
+    }
+
+    /// The critical pages of a cgroup or node series (1 s samples) through the real tracker.
+    fn scope_pages(scope: Scope, series: &[f64], limit: u64) -> Vec<usize> {
+        let mut tracker = crate::trend::Tracker::new(crate::trend::TrendConfig::default());
+        let labels = if scope == Scope::Cgroup { vec![("cgroup", "/slurm/job_1".into())] } else { vec![] };
+        let mut out = Vec::new();
+        for (i, &value) in series.iter().enumerate() {
+            let point = tracker.observe(crate::trend::Observation {
+                scope,
+                id: String::new(),
+                labels: labels.clone(),
+                at: i as f64,
+                charge: Charge::enforced(value as u64, Some(limit)),
+            });
+            if evaluate(&snapshot(vec![point]), &config()).iter().any(|a| a.labels["severity"] == "critical") {
+                out.push(i);
+            }
+        }
+        out
+    }
+
+    /// Review M2 of issue 23's guard: "nothing given back" allowed drops of 4 KiB for every
+    /// scope, and page cache moves MemTotal - MemAvailable and a working set by more than a
+    /// ramp adds per second: a node at 9 of 10 GiB rising 8 MiB/s with 16 MiB of jitter paged
+    /// in none of 120 samples. Jitter smaller than the ramp is not memory given back; flat
+    /// jitter still pages nothing.
+    #[test]
+    fn page_cache_jitter_does_not_hide_a_ramp_nor_make_one() {
+        let gib = 1024.0 * MIB;
+        // Deterministic uniform jitter in [-16, 16) MiB.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut jitter = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 * 32.0 * MIB - 16.0 * MIB
+        };
+        let ramp: Vec<f64> = (0..120).map(|i| 9.0 * gib + f64::from(i) * 8.0 * MIB + jitter()).collect();
+        let flat: Vec<f64> = (0..120).map(|_| 9.0 * gib + jitter()).collect();
+        for scope in [Scope::Node, Scope::Cgroup] {
+            let pages = scope_pages(scope, &ramp, 10 << 30);
+            // 1 GiB left at 8 MiB/s: within the 120 s horizon from t = 8 s; the limit at 128 s.
+            assert!(pages.first().is_some_and(|&i| i <= 20), "{scope:?}: {pages:?}");
+            assert!(pages.len() >= 90, "{scope:?}: {} of 120 samples paged: {pages:?}", pages.len());
+            assert_eq!(scope_pages(scope, &flat, 10 << 30), Vec::<usize>::new(), "{scope:?}: flat jitter paged");
         }
     }
 

@@ -103,6 +103,11 @@ pub const RECENT_WINDOW_SHARE: f64 = 0.5;
 /// rising intervals, and a burst is a step.
 pub const RECENT_MIN_SPREAD: f64 = 2.0;
 
+/// A drop counts as memory given back when it is more than this share of what the scope rose
+/// across the recent samples (and more than the noise floor): page-cache jitter on a node or
+/// cgroup working set that is smaller than the ramp is not a deregistration (review M2).
+pub const GIVEN_BACK_SHARE: f64 = 1.0 / 3.0;
+
 /// The steps of the newest samples, those within [`RECENT_WINDOW_SHARE`] of the trend window.
 /// A least-squares slope cannot tell a ramp from one step (a registration of a second
 /// communicator, then flat): both fit a rising line for a whole window. Steps can: a ramp
@@ -122,8 +127,9 @@ pub struct Recent {
     pub spread: f64,
     /// The largest rise of one interval, in bytes.
     pub largest_step: f64,
-    /// Bytes the value fell from its running highest at most, beyond the noise floor of one
-    /// second: memory given back (a deregistration, a register/deregister cycle).
+    /// Bytes the value fell from its running highest at most, beyond the tolerance
+    /// ([`GIVEN_BACK_SHARE`] of the recent rise, at least the noise floor of one second):
+    /// memory given back (a deregistration, a register/deregister cycle).
     pub fallen: f64,
 }
 
@@ -373,7 +379,9 @@ fn recent(series: &Series, config: &TrendConfig) -> Recent {
         highest = highest.max(v);
         drop = drop.max(highest - v);
     }
-    out.fallen = (drop - config.min_rise_bytes_per_second).max(0.0);
+    let rose = newest.first().map_or(0.0, |&(_, first)| (last - first).max(0.0));
+    let tolerance = (GIVEN_BACK_SHARE * rose).max(config.min_rise_bytes_per_second);
+    out.fallen = (drop - tolerance).max(0.0);
     out
 }
 
