@@ -589,6 +589,30 @@ mod tests {
         assert!(t.evicted_total() > evicted_before + 5 * max as u64 - 64, "{}", t.evicted_total());
     }
 
+    /// At a short sampling interval a burst of registrations within a second makes several
+    /// rising intervals: RECENT_MIN_SPREAD keeps it a step, and a ramp still continues.
+    #[test]
+    fn a_burst_sampled_every_100_ms_is_a_step_and_a_ramp_continues() {
+        let mut t = Tracker::new(TrendConfig::default());
+        let flat = (0..50).map(|i| (f64::from(i) * 0.1, MIB));
+        let burst = (50..54).map(|i| (f64::from(i) * 0.1, MIB + f64::from(i - 49) * 0.5 * MIB));
+        let after = (54..100).map(|i| (f64::from(i) * 0.1, 3.0 * MIB));
+        let mut continued = Vec::new();
+        for (at, v) in flat.chain(burst).chain(after) {
+            let p = t.observe(obs(at, v, Some(8.0 * MIB)));
+            if p.recent.continues() {
+                continued.push(at);
+            }
+            if (at - 5.3).abs() < 1e-9 {
+                assert_eq!(p.recent.rising_steps, 4, "{p:?}");
+            }
+        }
+        assert!(continued.is_empty(), "{continued:?}");
+        let mut ramp = Tracker::new(TrendConfig::default());
+        let p = run(&mut ramp, (0..=25).map(|i| (f64::from(i) * 0.1, f64::from(i) * 0.1 * MIB)), 8.0 * MIB);
+        assert!(p.recent.continues(), "{:?}", p.recent);
+    }
+
     #[test]
     fn fit_handles_degenerate_input() {
         assert_eq!(fit([(1.0, 1.0), (1.0, 2.0), (1.0, 3.0)].into_iter()), None);
