@@ -398,6 +398,16 @@ impl AlertBook {
 
     /// Keeps at most [`MAX_PER_NAME`] candidates of each alert name, the most urgent (those
     /// active already first, within [`STICKY`]), and folds the rest of that name into one.
+    ///
+    /// Alerts still active but no longer called for (a process that exited, inside
+    /// `resolve_after`) are "held". They give up their places first: while the candidates of a
+    /// name fit in [`MAX_PER_NAME`], every one is sent one by one however many are held, so 20
+    /// ended pages of short-lived processes cannot fold a job's first page into an aggregated
+    /// alert whose labels never change (Alertmanager would hear nothing new). Only against a
+    /// live crowd beyond [`MAX_PER_NAME`] does a held alert keep its place, and then only against
+    /// newcomers no more urgent than it: otherwise churn starts new alerts every sample. A
+    /// candidate more urgent than every alert of its name sent one by one is never folded, so
+    /// [`STICKY`] cannot keep a crowd ahead of it.
     fn fold(&self, candidates: Vec<Candidate>) -> Vec<Candidate> {
         let mut by_name: BTreeMap<String, Vec<Candidate>> = BTreeMap::new();
         for candidate in candidates {
@@ -406,24 +416,38 @@ impl AlertBook {
         }
         let mut out = Vec::new();
         for (name, mut group) in by_name {
-            // Alerts of the name still active but no longer called for (a process that exited)
-            // hold their place until they resolve: otherwise churn starts new ones every sample.
-            let called: std::collections::HashSet<&Labels> = group.iter().map(|c| &c.labels).collect();
-            let held = self
-                .active
-                .keys()
-                .filter(|l| l.get("alertname") == Some(&name) && !l.contains_key("aggregated") && !called.contains(l))
-                .count();
-            let slots = MAX_PER_NAME.saturating_sub(held);
-            if group.len() <= slots {
+            if group.len() <= MAX_PER_NAME {
                 out.extend(group);
                 continue;
             }
+            let called: std::collections::HashSet<&Labels> = group.iter().map(|c| &c.labels).collect();
+            let one_by_one =
+                self.active.iter().filter(|(l, _)| l.get("alertname") == Some(&name) && !l.contains_key("aggregated"));
+            let mut held = Vec::new();
+            let mut top = f64::NEG_INFINITY;
+            for (labels, active) in one_by_one {
+                top = top.max(active.candidate.urgency);
+                if !called.contains(labels) {
+                    held.push(active.candidate.urgency);
+                }
+            }
+            let above_all = |c: &Candidate| c.urgency > top;
             let key = |c: &Candidate| c.urgency + if self.active.contains_key(&c.labels) { STICKY } else { 0.0 };
-            group.sort_by(|a, b| key(b).total_cmp(&key(a)));
-            let rest = group.split_off(slots);
-            out.extend(group);
-            out.push(aggregate(&name, rest));
+            group.sort_by(|a, b| above_all(b).cmp(&above_all(a)).then(key(b).total_cmp(&key(a))));
+            let (mut kept, mut rest) = (Vec::new(), Vec::new());
+            for candidate in group {
+                let holding = held.iter().filter(|&&h| h >= candidate.urgency).count();
+                let room = kept.len() < MAX_PER_NAME && (above_all(&candidate) || kept.len() + holding < MAX_PER_NAME);
+                if room {
+                    kept.push(candidate);
+                } else {
+                    rest.push(candidate);
+                }
+            }
+            out.extend(kept);
+            if !rest.is_empty() {
+                out.push(aggregate(&name, rest));
+            }
         }
         out
     }
@@ -705,7 +729,14 @@ mod tests {
         if per_second <= 0.0 {
             return Recent::default();
         }
-        Recent { rising_steps: 6, since_last_rise: Some(0), largest_step: per_second, fallen: 0.0 }
+        Recent {
+            rising_steps: 6,
+            since_last_rise: Some(0.0),
+            step_interval: 1.0,
+            spread: 6.0,
+            largest_step: per_second,
+            fallen: 0.0,
+        }
     }
 
     #[test]
@@ -802,28 +833,30 @@ mod tests {
         assert!(pages_of(&stopped).iter().all(|&i| i <= 9), "{:?}", pages_of(&stopped));
     }
 
+    /// Review M1 of issue 23's guard: "the rise continues" counted steps among the newest seven
+    /// samples, which hold two steps of a staircase stepping every 3 s: 1 MiB every 3 s (or 4 s)
+    /// to an 8 MiB limit never paged before the kernel refused it (t = 24 s, 32 s), and the
+    /// Prometheus rule needs 5 minutes of history. Both page at half of the limit now.
+    #[test]
+    fn staircases_every_few_seconds_page_before_the_refusal() {
+        for every in [3usize, 4] {
+            let refused = 8 * every;
+            let stairs: Vec<f64> = (0..refused).map(|i| (i / every) as f64 * MIB).collect();
+            let pages = pages_of(&stairs);
+            assert_eq!(pages.first(), Some(&(4 * every)), "every {every} s: {pages:?}");
+            assert!((4 * every..refused).all(|i| pages.contains(&i)), "every {every} s: {pages:?}");
+            // Stopped at 7 MiB: the pages end within one step interval.
+            let stopped: Vec<f64> = stairs.iter().copied().chain(std::iter::repeat_n(7.0 * MIB, 20)).collect();
+            let pages = pages_of(&stopped);
+            assert!(pages.iter().all(|&i| i <= 7 * every + every), "every {every} s: {pages:?}");
+        }
+    }
+
     /// The same guard for the cgroup and node scopes: one step then flat (a job loading a
     /// second model into its cgroup; a large allocation on the node) pages neither, their ramps do.
     #[test]
     fn cgroup_and_node_steps_do_not_page_and_their_ramps_do() {
-        let pages = |scope: Scope, series: &[f64], limit: u64| -> Vec<usize> {
-            let mut tracker = crate::trend::Tracker::new(crate::trend::TrendConfig::default());
-            let labels = if scope == Scope::Cgroup { vec![("cgroup", "/slurm/job_1".into())] } else { vec![] };
-            let mut out = Vec::new();
-            for (i, &value) in series.iter().enumerate() {
-                let point = tracker.observe(crate::trend::Observation {
-                    scope,
-                    id: String::new(),
-                    labels: labels.clone(),
-                    at: i as f64,
-                    charge: Charge::enforced(value as u64, Some(limit)),
-                });
-                if evaluate(&snapshot(vec![point]), &config()).iter().any(|a| a.labels["severity"] == "critical") {
-                    out.push(i);
-                }
-            }
-            out
-        };
+        let pages = scope_pages;
         let gib = 1024.0 * MIB;
         for scope in [Scope::Cgroup, Scope::Node] {
             let step: Vec<f64> = std::iter::repeat_n(5.0 * gib, 10).chain(std::iter::repeat_n(7.5 * gib, 40)).collect();
@@ -834,17 +867,71 @@ mod tests {
         }
     }
 
+    /// The critical pages of a cgroup or node series (1 s samples) through the real tracker.
+    fn scope_pages(scope: Scope, series: &[f64], limit: u64) -> Vec<usize> {
+        let mut tracker = crate::trend::Tracker::new(crate::trend::TrendConfig::default());
+        let labels = if scope == Scope::Cgroup { vec![("cgroup", "/slurm/job_1".into())] } else { vec![] };
+        let mut out = Vec::new();
+        for (i, &value) in series.iter().enumerate() {
+            let point = tracker.observe(crate::trend::Observation {
+                scope,
+                id: String::new(),
+                labels: labels.clone(),
+                at: i as f64,
+                charge: Charge::enforced(value as u64, Some(limit)),
+            });
+            if evaluate(&snapshot(vec![point]), &config()).iter().any(|a| a.labels["severity"] == "critical") {
+                out.push(i);
+            }
+        }
+        out
+    }
+
+    /// Review M2 of issue 23's guard: "nothing given back" allowed drops of 4 KiB for every
+    /// scope, and page cache moves MemTotal - MemAvailable and a working set by more than a
+    /// ramp adds per second: a node at 9 of 10 GiB rising 8 MiB/s with 16 MiB of jitter paged
+    /// in none of 120 samples. Jitter smaller than the ramp is not memory given back; flat
+    /// jitter still pages nothing.
+    #[test]
+    fn page_cache_jitter_does_not_hide_a_ramp_nor_make_one() {
+        let gib = 1024.0 * MIB;
+        // Deterministic uniform jitter in [-16, 16) MiB.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut jitter = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 * 32.0 * MIB - 16.0 * MIB
+        };
+        let ramp: Vec<f64> = (0..120).map(|i| 9.0 * gib + f64::from(i) * 8.0 * MIB + jitter()).collect();
+        let flat: Vec<f64> = (0..120).map(|_| 9.0 * gib + jitter()).collect();
+        for scope in [Scope::Node, Scope::Cgroup] {
+            let pages = scope_pages(scope, &ramp, 10 << 30);
+            // 1 GiB left at 8 MiB/s: within the 120 s horizon from t = 8 s; the limit at 128 s.
+            assert!(pages.first().is_some_and(|&i| i <= 20), "{scope:?}: {pages:?}");
+            assert!(pages.len() >= 90, "{scope:?}: {} of 120 samples paged: {pages:?}", pages.len());
+            assert_eq!(scope_pages(scope, &flat, 10 << 30), Vec::<usize>::new(), "{scope:?}: flat jitter paged");
+        }
+    }
+
     /// A large limit approached in large steps pages on the headroom: fewer than three steps left,
     /// although far below half of the limit.
     #[test]
     fn few_steps_of_headroom_left_page_below_the_level() {
         let mut point = process(90.0 * MIB, 200.0 * MIB, Some(40.0 * MIB), Some(2.7));
-        point.recent = Recent { rising_steps: 3, since_last_rise: Some(0), largest_step: 40.0 * MIB, fallen: 0.0 };
+        point.recent = Recent {
+            rising_steps: 3,
+            since_last_rise: Some(0.0),
+            step_interval: 1.0,
+            spread: 3.0,
+            largest_step: 40.0 * MIB,
+            fallen: 0.0,
+        };
         assert_eq!(evaluate(&snapshot(vec![point.clone()]), &config()).len(), 1, "110 MiB left < 3 x 40 MiB");
         point.recent.largest_step = 30.0 * MIB;
         assert!(evaluate(&snapshot(vec![point.clone()]), &config()).is_empty(), "110 MiB left > 3 x 30 MiB");
         point.charge.used_bytes = 100 << 20;
-        point.recent.since_last_rise = Some(3);
+        point.recent.since_last_rise = Some(3.0);
         assert!(evaluate(&snapshot(vec![point]), &config()).is_empty(), "half the limit, but the rise stopped");
     }
 
@@ -1038,6 +1125,52 @@ mod tests {
         assert!(!resolved_job, "the job's warning holds while its condition holds");
         // The dead crowd's slots free after resolve_after (5 s): a few dozen starts, not 9,500.
         assert!(started_total <= 4 * MAX_PER_NAME, "{started_total}");
+    }
+
+    /// Review H2 of issue 24: 20 recently ended pages of one name (short-lived processes, inside
+    /// resolve_after) held every place, and a job's first page was folded into the aggregated
+    /// alert that already existed: Alertmanager heard nothing new. STICKY kept 20 active crowd
+    /// alerts ahead of a job more urgent than any of them the same way.
+    #[test]
+    fn ended_or_sticky_crowd_pages_do_not_fold_a_jobs_first_page() {
+        let cfg = config();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let t0 = Instant::now();
+        let page = |pid: usize, used: f64| {
+            let mut p = counter("pinned", used, 8.0 * MIB, Some(MIB), Some(1.0));
+            p.labels[0].1 = pid.to_string();
+            p
+        };
+        let crowd =
+            |from: usize, n: usize, used: f64| -> Vec<TrendPoint> { (from..from + n).map(|i| page(i, used)).collect() };
+        let job_sent = |book: &AlertBook, t: &Transitions| {
+            let job = |l: &Labels| l.get("pid").is_some_and(|p| p == "4242") && !l.contains_key("aggregated");
+            t.started.iter().any(job) && book.payload(wall).iter().any(|a| job(&a.labels))
+        };
+        // 25 pages near the limit that end; a second later the job's first page, less urgent.
+        let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+        let first = book.update(evaluate(&snapshot(crowd(10_000, 25, 7.0 * MIB)), &cfg), t0, wall);
+        assert_eq!(first.started.len(), MAX_PER_NAME + 1);
+        book.delivered();
+        let job = page(4242, 4.5 * MIB);
+        let t = book.update(evaluate(&snapshot(vec![job.clone()]), &cfg), t0 + Duration::from_secs(1), wall);
+        assert!(job_sent(&book, &t), "{t:?}");
+        // Ended pages and a live crowd beyond the budget: the crowd's newcomers stay folded, the
+        // job more urgent than all of them is sent.
+        let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+        book.update(evaluate(&snapshot(crowd(10_000, 25, 4.0 * MIB)), &cfg), t0, wall);
+        let mut points = crowd(20_000, 30, 4.0 * MIB);
+        points.push(job.clone());
+        let t = book.update(evaluate(&snapshot(points), &cfg), t0 + Duration::from_secs(1), wall);
+        assert!(job_sent(&book, &t), "{t:?}");
+        assert_eq!(t.started.len(), 1, "no newcomer of the crowd: {t:?}");
+        // 25 active crowd pages at 50 %, still called for; the job at 53 % (within STICKY) is sent.
+        let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+        book.update(evaluate(&snapshot(crowd(10_000, 25, 4.0 * MIB)), &cfg), t0, wall);
+        let mut points = crowd(10_000, 25, 4.0 * MIB);
+        points.push(page(4242, 4.25 * MIB));
+        let t = book.update(evaluate(&snapshot(points), &cfg), t0 + Duration::from_secs(1), wall);
+        assert!(job_sent(&book, &t), "{t:?}");
     }
 
     /// Issue 24 item 10: the bounded resolved queue dropped the oldest, a page's among them,

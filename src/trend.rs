@@ -91,33 +91,57 @@ pub struct TrendPoint {
     pub recent: Recent,
 }
 
-/// Samples whose steps [`Recent`] counts: six intervals, so that a ramp stepping every 2 s
-/// sampled every 1 s shows three of its steps.
-pub const RECENT_SAMPLES: usize = 7;
+/// The share of the trend window whose steps [`Recent`] counts (15 s of the default 30 s): a
+/// fixed count of samples (seven until the review of issue 23's guard, M1) held two steps of a
+/// staircase stepping every 3 s, so 1 MiB every 3 s to an 8 MiB limit never paged before the
+/// kernel refused it at t = 24 s. Half the window holds three steps of a staircase stepping
+/// every 5 s with room for the newest to age.
+pub const RECENT_WINDOW_SHARE: f64 = 0.5;
 
-/// The steps of the newest [`RECENT_SAMPLES`] samples. A least-squares slope cannot tell a ramp
-/// from one step (a registration of a second communicator, then flat): both fit a rising line
-/// for a whole window. Steps can: a ramp keeps stepping, a step does not.
+/// Seconds the rising intervals must spread over (the oldest one's start to the newest one's
+/// end): at a short sampling interval a burst of registrations within a second makes several
+/// rising intervals, and a burst is a step.
+pub const RECENT_MIN_SPREAD: f64 = 2.0;
+
+/// A drop counts as memory given back when it is more than this share of what the scope rose
+/// across the recent samples (and more than the noise floor): page-cache jitter on a node or
+/// cgroup working set that is smaller than the ramp is not a deregistration (review M2).
+pub const GIVEN_BACK_SHARE: f64 = 1.0 / 3.0;
+
+/// The steps of the newest samples, those within [`RECENT_WINDOW_SHARE`] of the trend window.
+/// A least-squares slope cannot tell a ramp from one step (a registration of a second
+/// communicator, then flat): both fit a rising line for a whole window. Steps can: a ramp
+/// keeps stepping, a step does not.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Recent {
     /// Intervals that rose by more than the noise floor (`min_rise_bytes_per_second` times the
     /// interval).
     pub rising_steps: usize,
-    /// Intervals since the newest rising one ended (0: the newest interval rose); `None`
+    /// Seconds since the newest rising interval ended (0: the newest interval rose); `None`
     /// without one.
-    pub since_last_rise: Option<usize>,
+    pub since_last_rise: Option<f64>,
+    /// Mean seconds between the ends of consecutive rising intervals (0 with fewer than two):
+    /// a staircase's step interval.
+    pub step_interval: f64,
+    /// Seconds from the start of the oldest rising interval to the end of the newest.
+    pub spread: f64,
     /// The largest rise of one interval, in bytes.
     pub largest_step: f64,
-    /// Bytes the newest sample is below the highest of them, beyond the noise floor of one
-    /// second (memory given back: a deregistration, a register/deregister cycle).
+    /// Bytes the value fell from its running highest at most, beyond the tolerance
+    /// ([`GIVEN_BACK_SHARE`] of the recent rise, at least the noise floor of one second):
+    /// memory given back (a deregistration, a register/deregister cycle).
     pub fallen: f64,
 }
 
 impl Recent {
-    /// Whether the rise continues in the newest samples: at least three rising intervals, the
-    /// newest of them among the last three, and nothing given back beyond the noise floor since.
+    /// Whether the rise continues in the newest samples: at least three rising intervals spread
+    /// over [`RECENT_MIN_SPREAD`] at least, the newest of them no older than two seconds or one
+    /// step interval (a staircase between its steps), and nothing given back.
     pub fn continues(&self) -> bool {
-        self.rising_steps >= 3 && self.since_last_rise.is_some_and(|age| age <= 2) && self.fallen <= 0.0
+        self.rising_steps >= 3
+            && self.spread >= RECENT_MIN_SPREAD
+            && self.since_last_rise.is_some_and(|age| age <= self.step_interval.max(2.0))
+            && self.fallen <= 0.0
     }
 }
 
@@ -325,25 +349,39 @@ fn thin(samples: &mut VecDeque<(f64, f64)>, config: &TrendConfig) {
 }
 
 fn recent(series: &Series, config: &TrendConfig) -> Recent {
-    let n = series.samples.len();
-    let newest: Vec<(f64, f64)> = series.samples.iter().skip(n.saturating_sub(RECENT_SAMPLES)).copied().collect();
     let mut out = Recent::default();
-    let mut highest = f64::NEG_INFINITY;
-    for (i, pair) in newest.windows(2).enumerate() {
+    let Some(&(now, last)) = series.samples.back() else {
+        return out;
+    };
+    let since = now - config.window.as_secs_f64() * RECENT_WINDOW_SHARE;
+    let newest: Vec<(f64, f64)> = series.samples.iter().filter(|&&(t, _)| t >= since).copied().collect();
+    let (mut first_start, mut first_end, mut last_end) = (None, None, None);
+    for pair in newest.windows(2) {
         let ((t0, v0), (t1, v1)) = (pair[0], pair[1]);
         let step = v1 - v0;
         if step > config.min_rise_bytes_per_second * (t1 - t0) {
             out.rising_steps += 1;
-            out.since_last_rise = Some(newest.len() - 2 - i);
+            first_start.get_or_insert(t0);
+            first_end.get_or_insert(t1);
+            last_end = Some(t1);
             out.largest_step = out.largest_step.max(step);
         }
     }
+    if let (Some(start), Some(first), Some(end)) = (first_start, first_end, last_end) {
+        out.since_last_rise = Some(now - end);
+        out.spread = end - start;
+        if out.rising_steps > 1 {
+            out.step_interval = (end - first) / (out.rising_steps - 1) as f64;
+        }
+    }
+    let (mut highest, mut drop) = (f64::NEG_INFINITY, 0.0f64);
     for &(_, v) in &newest {
         highest = highest.max(v);
+        drop = drop.max(highest - v);
     }
-    if let Some(&(_, last)) = newest.last() {
-        out.fallen = (highest - last - config.min_rise_bytes_per_second).max(0.0);
-    }
+    let rose = newest.first().map_or(0.0, |&(_, first)| (last - first).max(0.0));
+    let tolerance = (GIVEN_BACK_SHARE * rose).max(config.min_rise_bytes_per_second);
+    out.fallen = (drop - tolerance).max(0.0);
     out
 }
 
@@ -549,6 +587,30 @@ mod tests {
         assert!(t.series.contains_key(&(Scope::Process, "near".into())));
         assert!(t.len() <= max);
         assert!(t.evicted_total() > evicted_before + 5 * max as u64 - 64, "{}", t.evicted_total());
+    }
+
+    /// At a short sampling interval a burst of registrations within a second makes several
+    /// rising intervals: RECENT_MIN_SPREAD keeps it a step, and a ramp still continues.
+    #[test]
+    fn a_burst_sampled_every_100_ms_is_a_step_and_a_ramp_continues() {
+        let mut t = Tracker::new(TrendConfig::default());
+        let flat = (0..50).map(|i| (f64::from(i) * 0.1, MIB));
+        let burst = (50..54).map(|i| (f64::from(i) * 0.1, MIB + f64::from(i - 49) * 0.5 * MIB));
+        let after = (54..100).map(|i| (f64::from(i) * 0.1, 3.0 * MIB));
+        let mut continued = Vec::new();
+        for (at, v) in flat.chain(burst).chain(after) {
+            let p = t.observe(obs(at, v, Some(8.0 * MIB)));
+            if p.recent.continues() {
+                continued.push(at);
+            }
+            if (at - 5.3).abs() < 1e-9 {
+                assert_eq!(p.recent.rising_steps, 4, "{p:?}");
+            }
+        }
+        assert!(continued.is_empty(), "{continued:?}");
+        let mut ramp = Tracker::new(TrendConfig::default());
+        let p = run(&mut ramp, (0..=25).map(|i| (f64::from(i) * 0.1, f64::from(i) * 0.1 * MIB)), 8.0 * MIB);
+        assert!(p.recent.continues(), "{:?}", p.recent);
     }
 
     #[test]
