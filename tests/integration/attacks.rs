@@ -68,6 +68,19 @@ impl Watch {
 /// A TCP connection to `address` from the loopback address `source` (any of 127.0.0.0/8 routes
 /// to lo), so that one test can be many clients.
 fn connect_from(source: [u8; 4], address: &str) -> std::io::Result<TcpStream> {
+    connect_with(source, address, None, None)
+}
+
+/// [`connect_from`], with a connect that gives up after `give_up_after` seconds when given (a
+/// full listen queue drops SYNs, and a blocking connect would retry for two minutes), and a
+/// receive buffer of `rcvbuf` bytes when given (set before the handshake, so the window it
+/// offers stays that small).
+fn connect_with(
+    source: [u8; 4],
+    address: &str,
+    give_up_after: Option<libc::time_t>,
+    rcvbuf: Option<libc::c_int>,
+) -> std::io::Result<TcpStream> {
     use std::os::fd::FromRawFd;
     let addr: std::net::SocketAddrV4 = address.parse().expect("an IPv4 address");
     let sockaddr = |ip: [u8; 4], port: u16| libc::sockaddr_in {
@@ -77,13 +90,23 @@ fn connect_from(source: [u8; 4], address: &str) -> std::io::Result<TcpStream> {
         sin_zero: [0; 8],
     };
     let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a fresh socket we own, and address structs that live across the calls.
+    // SAFETY: a fresh socket we own, and option and address structs that live across the calls.
     unsafe {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
         let stream = TcpStream::from_raw_fd(fd);
+        if let Some(seconds) = give_up_after {
+            // Linux bounds a blocking connect by the send timeout (SO_SNDTIMEO, socket(7)).
+            let timeout = libc::timeval { tv_sec: seconds, tv_usec: 0 };
+            let size = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDTIMEO, (&timeout as *const libc::timeval).cast(), size);
+        }
+        if let Some(bytes) = rcvbuf {
+            let size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, (&bytes as *const libc::c_int).cast(), size);
+        }
         let local = sockaddr(source, 0);
         if libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) != 0 {
             return Err(std::io::Error::last_os_error());
@@ -582,46 +605,6 @@ fn sockstat_tcp() -> (u64, u64) {
     (field("orphan"), field("mem"))
 }
 
-/// A connection from `source` whose connect gives up after 1 s (a full listen queue drops SYNs,
-/// and a blocking connect would retry for two minutes), with a receive buffer of `rcvbuf` bytes
-/// when given (set before the handshake, so the window it offers stays that small).
-fn connect_pipeliner(source: [u8; 4], address: &str, rcvbuf: Option<libc::c_int>) -> std::io::Result<TcpStream> {
-    use std::os::fd::FromRawFd;
-    let addr: std::net::SocketAddrV4 = address.parse().expect("an IPv4 address");
-    let sockaddr = |ip: [u8; 4], port: u16| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr { s_addr: u32::from_be_bytes(ip).to_be() },
-        sin_zero: [0; 8],
-    };
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a fresh socket we own, and option and address structs that live across the calls.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let stream = TcpStream::from_raw_fd(fd);
-        // Linux bounds a blocking connect by the send timeout (SO_SNDTIMEO, socket(7)).
-        let timeout = libc::timeval { tv_sec: 1, tv_usec: 0 };
-        let size = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
-        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDTIMEO, (&timeout as *const libc::timeval).cast(), size);
-        if let Some(bytes) = rcvbuf {
-            let size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, (&bytes as *const libc::c_int).cast(), size);
-        }
-        let local = sockaddr(source, 0);
-        if libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let remote = sockaddr(addr.ip().octets(), addr.port());
-        if libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(stream)
-    }
-}
-
 /// What a pipelining attack did.
 struct Pipelined {
     scrapes: Vec<Option<Duration>>,
@@ -670,7 +653,7 @@ fn pipeline_attack(sources: &[[u8; 4]], rcvbuf: Option<libc::c_int>, seconds: u6
         held.push(rx);
         attackers.push(std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let Ok(mut stream) = connect_pipeliner(source, &address, rcvbuf) else {
+                let Ok(mut stream) = connect_with(source, &address, Some(1), rcvbuf) else {
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 };
@@ -826,7 +809,7 @@ fn idle_connections_leave_the_collectors_their_descriptors() {
         holders.push(std::thread::spawn(move || {
             let source = [127, 0, 5, (client % 200) as u8 + 1];
             while !stop.load(Ordering::Relaxed) {
-                let Ok(stream) = connect_pipeliner(source, &address, None) else {
+                let Ok(stream) = connect_with(source, &address, Some(1), None) else {
                     std::thread::sleep(Duration::from_millis(10));
                     continue;
                 };
