@@ -12,8 +12,8 @@
 #              still; node_exporter's infiniband collector is scraped beside it and compared
 #              where it reads the device (1.5.0 cannot: rxe has no PMA counters/, said so).
 #   check      `check` and `check --exec` with rxe0 ACTIVE and rxe1 DOWN: NCCL_IB_HCA selects
-#              the ports judged (FAIL only for a selected DOWN port), --nics counts the ACTIVE
-#              selected ones, memlock.soft FAILs for uid 1000 at 8 MiB and `--exec` then does
+#              the ports judged (a DOWN port is a WARN: NCCL skips it; no port left is a WARN,
+#              a FAIL with NCCL_NET=IB), --nics counts the ACTIVE selected ones, memlock.soft FAILs for uid 1000 at 8 MiB and `--exec` then does
 #              not start the command; as root (CAP_IPC_LOCK) the command runs.
 # Prints the time the assets took (cold: downloads and builds; warm: cached) and each VM's.
 # VM_SCENARIOS="a b" runs only those; VM_PARALLEL=n runs at most n VMs at once (default all).
@@ -140,11 +140,18 @@ expect("uid 1000 memlock.soft", status(user, "memlock.soft"), "FAIL")
 expect("uid 1000 rxe0 port", status(user, "rdma.port.rxe0.1"), "PASS")
 expect("uid 1000 rxe1 port (not in NCCL_IB_HCA=rxe0)", status(user, "rdma.port.rxe1.1"), None)
 expect("uid 1000 NICs (the ACTIVE ports NCCL_IB_HCA selects)", user["model"]["nics"], 1)
+# NCCL opens only ACTIVE ports (net_ib/init.cc ncclIbInitDevices skips the others): a DOWN port
+# that NCCL_IB_HCA selects is not an error of its own; with no port left NCCL falls back to
+# sockets (WARN), and init fails only when NCCL_NET=IB forbids that (FAIL).
 rc, down = report("check-hca-down")
-expect("NCCL_IB_HCA=rxe1 exit", rc, 1)
-expect("NCCL_IB_HCA=rxe1 rxe1 port (DOWN, selected)", status(down, "rdma.port.rxe1.1"), "FAIL")
+expect("NCCL_IB_HCA=rxe1 exit", rc, 0)
+expect("NCCL_IB_HCA=rxe1 rxe1 port (DOWN, selected: NCCL skips it)", status(down, "rdma.port.rxe1.1"), "WARN")
+expect("NCCL_IB_HCA=rxe1 no port left for NCCL (sockets)", status(down, "rdma.selected"), "WARN")
 expect("NCCL_IB_HCA=rxe1 rxe0 port", status(down, "rdma.port.rxe0.1"), None)
 expect("NCCL_IB_HCA=rxe1 memlock.soft (root, CAP_IPC_LOCK)", status(down, "memlock.soft"), "PASS")
+rc, down_ib = report("check-hca-down-ib")
+expect("NCCL_IB_HCA=rxe1 NCCL_NET=IB exit", rc, 1)
+expect("NCCL_IB_HCA=rxe1 NCCL_NET=IB no port left (init fails)", status(down_ib, "rdma.selected"), "FAIL")
 rc, every = report("check-all")
 expect("no NCCL_IB_HCA rxe0", status(every, "rdma.port.rxe0.1"), "PASS")
 expect("no NCCL_IB_HCA rxe1 (DOWN, not asked for)", status(every, "rdma.port.rxe1.1"), "WARN")
@@ -158,7 +165,8 @@ if "memlock.soft" not in err or "not running" not in err:
     errors.append(f"exec as uid 1000: stderr names neither the finding nor the refusal: {err}")
 expect("exec as root exit (the command's)", int(open(f"{d}/exec-root.rc").read()), 7)
 expect("exec as root ran the command", os.path.exists(f"{d}/exec-root.ran"), True)
-print("check: uid 1000 memlock.soft FAIL, rxe0 PASS, rxe1 FAIL when selected / WARN when not / absent when excluded, "
+print("check: uid 1000 memlock.soft FAIL, rxe0 PASS, rxe1 WARN (DOWN: NCCL skips it) / absent when excluded, no port "
+      "left WARN (sockets) / FAIL with NCCL_NET=IB, "
       "--exec refused as uid 1000 and ran as root (exit 7)")
 print("check --exec refusal: " + err.strip().splitlines()[-1])
 sys.exit("; ".join(errors) or None)

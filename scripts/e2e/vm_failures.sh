@@ -5,7 +5,8 @@
 # the collector at 1,000 registrations a second from the same run (without it, with it pairing in
 # the kernel, with it pairing in user space, in turn, COST_ROUNDS times).
 #
-#   scripts/e2e/vm_failures.sh            (root; VM_HARNESS=PATH to use another run.sh)
+#   scripts/e2e/vm_failures.sh            (root; VM_HARNESS=PATH to use another run.sh;
+#                                          FAILURES_COST_ROUNDS=N cost rounds, 4 by default)
 #
 # Exit status: the scenario's (125: the VM could not run).
 set -uo pipefail
@@ -26,7 +27,7 @@ gcc -O2 -Wall -Wextra -Werror -static -o "$OUT/failures-mlock-ramp" scripts/e2e/
 
 "$HARNESS" --exporter "$BIN" --timeout "${VM_TIMEOUT:-900}" --out "$OUT/guest" \
     --copy "$OUT/failures-reg-loop" --copy "$OUT/failures-mlock-ramp" \
-    scripts/e2e/vm/scenarios/failures.sh
+    scripts/e2e/vm/scenarios/failures.sh "${FAILURES_COST_ROUNDS:-4}"
 rc=$?
 echo "--- summary ($OUT/guest)"
 cat "$OUT/guest/summary.txt" 2>/dev/null

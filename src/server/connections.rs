@@ -22,9 +22,12 @@
 //! host's TCP memory reached 1.06 GB. Now the server reads a connection's next request only once
 //! its client has acknowledged the response before (`guard.rs`), a connection whose client has
 //! left a response unacknowledged for [`STALLED`] is closed at the cap like an idle one, with a
-//! reset (what it holds in the kernel goes at once, no orphan), and one client address (an
-//! IPv6 /64) holds at most a quarter of the table's connections: a new one from an address at its
-//! share closes that address's own idlest or stalled connection, or is refused.
+//! reset (what it holds in the kernel goes at once, no orphan), and once fewer places than a
+//! quarter of the table are free, one client address (an IPv6 /64) holds at most a quarter of
+//! its connections: a new one from an address at its share closes that address's own idlest or
+//! stalled connection, or is refused. Below that the table is not contested and an address may
+//! hold more (load.sh's 200 scrapers from 127.0.0.1 lost 30,864 of 31,996 answers to a share
+//! enforced at all times).
 
 use std::collections::HashMap;
 use std::net::IpAddr;

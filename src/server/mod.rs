@@ -315,7 +315,9 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl F
         };
         bound_socket_buffers(&stream);
         let address = auth::client_key(peer.ip());
-        if open.held_by(address) >= per_address && open.close_idlest_of(address, 1) == 0 {
+        // The share applies once the table is contested: fewer free places than one share.
+        let contested = permits.available_permits() < per_address;
+        if contested && open.held_by(address) >= per_address && open.close_idlest_of(address, 1) == 0 {
             // Its share is serving clients that read, or requests not yet read: this one waits
             // for nothing, refused at once.
             tracing::debug!(%peer, "this address holds its share of connections, each busy; refused");

@@ -94,6 +94,11 @@ VM_PIDS+=("$held")
 wait_for 120 "24 MiB locked in the step" grep -q 'event=hold' "$VM_OUT/lock-hold.out"
 wait_for 60 "the step's 24 MiB locked in the exporter" metric_is memlock_cgroup_locked_bytes 25165824 \
     "cgroup=\"${TASK#"$CG"}\"" 'slurm_job="1870"'
+# The cgroup collector reads memory.stat on its own interval: wait for both figures, the
+# kernel's and the exported one, rather than take a sample one interval old (16 of 24 MiB once).
+wait_for 60 "the step's 24 MiB unevictable in memory.stat" grep -qx 'unevictable 25165824' "$TASK/memory.stat"
+wait_for 60 "the step's 24 MiB unevictable in the exporter" metric_is memlock_cgroup_memory_unevictable_bytes \
+    25165824 "cgroup=\"${TASK#"$CG"}\""
 scrape "$VM_OUT/step-metrics.txt"
 cat "$TASK/memory.stat" > "$VM_OUT/task-memory.stat"
 kill -TERM "$held"

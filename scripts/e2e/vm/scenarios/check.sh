@@ -4,6 +4,7 @@
 # left in /vm/out for scripts/e2e/vm.sh to check:
 #   check-user.json      uid 1000 under an 8 MiB RLIMIT_MEMLOCK, NCCL_IB_HCA=rxe0
 #   check-hca-down.json  as root, NCCL_IB_HCA=rxe1 (the DOWN port selected)
+#   check-hca-down-ib.json  the same with NCCL_NET=IB (no socket fallback)
 #   check-all.json       as root, no NCCL_IB_HCA (every port)
 #   exec-user.*          check --exec as uid 1000: refused, the command must not run
 #   exec-root.*          check --exec as root with NCCL_IB_HCA=rxe0: the command runs
@@ -26,6 +27,8 @@ run() {
 }
 run check-user as_user env NCCL_IB_HCA=rxe0 NCCL_DEBUG=WARN "$EXPORTER" check --nodes 2 --ranks-per-node 1 --json
 run check-hca-down env NCCL_IB_HCA=rxe1 NCCL_DEBUG=WARN "$EXPORTER" check --nodes 2 --ranks-per-node 1 --json
+run check-hca-down-ib env NCCL_IB_HCA=rxe1 NCCL_NET=IB NCCL_DEBUG=WARN "$EXPORTER" check --nodes 2 --ranks-per-node 1 \
+    --json
 run check-all env NCCL_DEBUG=WARN "$EXPORTER" check --nodes 2 --ranks-per-node 1 --json
 run exec-user as_user env NCCL_IB_HCA=rxe0 NCCL_DEBUG=WARN "$EXPORTER" check --nodes 2 --ranks-per-node 1 --exec -- \
     sh -c 'echo ran > /tmp/exec-user-ran; exit 7'

@@ -30,7 +30,8 @@ source /usr/lib/memlock-vm/lib.sh
 unset LD_LIBRARY_PATH
 T=/sys/kernel/tracing
 COST_SECONDS=${COST_SECONDS:-10}
-COST_ROUNDS=${COST_ROUNDS:-4}
+# The first argument: how many rounds (scripts/e2e/vm_failures.sh passes FAILURES_COST_ROUNDS).
+COST_ROUNDS=${1:-4}
 RATE=${RATE:-1000}
 
 metrics() { curl -fsS "$EXPORTER_URL/metrics"; }
