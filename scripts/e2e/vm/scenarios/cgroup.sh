@@ -57,6 +57,16 @@ VM_PIDS+=("$holder")
 wait_for 120 "16 MiB registered in the pod" grep -q 'registered 16 MiB' "$VM_OUT/mr.out"
 wait_for 60 "the pod container's 16 MiB pinned in the exporter" metric_is memlock_cgroup_pinned_bytes 16777216 \
     "cgroup=\"${CONTAINER#"$CG"}\"" "pod_uid=\"$POD_UID\""
+# The cgroup collector reads rdma.current on its own interval, and the holder's last MR may be
+# newer than that read (4 objects of 5 once): wait for the exported counts to equal the files.
+for dir in "$CONTAINER" "$POD"; do
+    for resource in hca_handle hca_object; do
+        count=$(grep -o "rxe0 .*" "$dir/rdma.current" | grep -o "$resource=[0-9]*" | cut -d= -f2)
+        [ -n "$count" ] || vm_fail "no rxe0 $resource in $dir/rdma.current"
+        wait_for 60 "${dir#"$CG"} rdma.current $resource=$count in the exporter" metric_is memlock_cgroup_rdma \
+            "$count" "cgroup=\"${dir#"$CG"}\"" 'device="rxe0"' "resource=\"$resource\"" 'kind="current"'
+    done
+done
 scrape "$VM_OUT/pod-metrics.txt"
 for f in rdma.current rdma.max memory.max memory.current; do
     echo "== container $f"; cat "$CONTAINER/$f"
