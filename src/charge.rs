@@ -22,7 +22,28 @@ pub struct Charge {
     pub enforced: bool,
 }
 
+/// At or over its limit, a charge holding less than this is not a job's: one NCCL communicator
+/// registers tens of MiB (docs/check.md).
+pub const SMALL_BYTES: u64 = 1 << 20;
+
 impl Charge {
+    /// How urgent the charge is, for every ranking (top_n, the series budget, the fast path's
+    /// bound, the trend cap, the cgroup aggregates): its enforced usage ratio up to 1. A counter
+    /// at or over its limit cannot grow (the kernel refuses the next byte, and growing never takes
+    /// a counter past its limit: only lowering the limit does, which any user may do to their own
+    /// processes), so no ratio above 1 is more urgent than 1, and one at or over its limit holding
+    /// less than [`SMALL_BYTES`] is least urgent (0): otherwise 250 processes each mlocking 64 KiB
+    /// under a 4 KiB soft limit (ratio 16) outranked a job ramping to its limit, for free (issue 24
+    /// item 1). `None` where the limit is not enforced.
+    pub fn urgency(&self) -> Option<f64> {
+        let ratio = self.enforced_ratio()?;
+        Some(match ratio {
+            r if r < 1.0 => r,
+            _ if self.used_bytes < SMALL_BYTES => 0.0,
+            _ => 1.0,
+        })
+    }
+
     pub fn enforced(used_bytes: u64, limit_bytes: Option<u64>) -> Self {
         Self { used_bytes, limit_bytes, enforced: true }
     }

@@ -14,8 +14,8 @@
 //!   text format; [`gzip`] compresses a snapshot's text once for every scrape.
 //! - [`sampler`] and [`trend`]: runs collectors on their intervals, keeps the trends and
 //!   publishes immutable snapshots.
-//! - [`alerting`]: the fast path to Alertmanager ([`alerting_failures`]: its page for a refusal the
-//!   failures collector traced).
+//! - [`alerting`]: the fast path to Alertmanager ([`alerting::failures`]: its page for a refusal
+//!   the failures collector traced).
 //! - [`server`] and [`web`]: the HTTP endpoints and their TLS, authentication and limits.
 //! - [`serve`]: the daemon (its own metrics, reload, systemd watchdog); [`reload`] watches the
 //!   configuration files, [`sdnotify`] speaks systemd's notify protocol, [`logging`] sets up
@@ -26,7 +26,6 @@
 //!   [`units`] formats sizes and [`timefmt`] times for every command.
 
 pub mod alerting;
-pub mod alerting_failures;
 pub mod budget;
 pub mod charge;
 pub mod check;

@@ -154,10 +154,10 @@ struct Series {
 }
 
 /// How much a scope's trend is worth keeping when the tracker is full: rising significantly
-/// first, then by [`crate::collect::process::urgency`] (the enforced usage ratio up to 1; at or
+/// first, then by [`Charge::urgency`](crate::charge::Charge::urgency) (the enforced usage ratio up to 1; at or
 /// over a limit while holding little, 0), scopes without an enforced limit last.
 fn eviction_key(charge: &Charge, rising: bool) -> f64 {
-    crate::collect::process::urgency(charge).unwrap_or(-1.0) + if rising { 2.0 } else { 0.0 }
+    charge.urgency().unwrap_or(-1.0) + if rising { 2.0 } else { 0.0 }
 }
 
 /// A least-squares fit: slope and its t-statistic (infinite for an exact line).

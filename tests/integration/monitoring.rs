@@ -45,9 +45,9 @@ fn every_alert_has_a_runbook_section_and_a_name_the_fast_path_does_not_use() {
     for alert in &alerts {
         assert!(runbooks.lines().any(|l| l == format!("## {alert}")), "docs/runbooks.md has no `## {alert}`");
     }
-    // The fast path (src/alerting.rs, and its page for traced refusals in
-    // src/alerting_failures.rs) links its own alerts to the same document.
-    let fast_path = ["src/alerting.rs", "src/alerting_failures.rs"]
+    // The fast path (src/alerting/mod.rs, and its page for traced refusals in
+    // src/alerting/failures.rs) links its own alerts to the same document.
+    let fast_path = ["src/alerting/mod.rs", "src/alerting/failures.rs"]
         .map(|f| std::fs::read_to_string(repository().join(f)).unwrap())
         .join("\n");
     let fast: Vec<&str> = fast_path

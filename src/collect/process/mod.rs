@@ -35,8 +35,8 @@ use crate::kernel::{tasks, vmstat};
 use crate::trend::{Observation, Scope};
 
 pub use sample::{
-    initial_user_namespace, ipc_lock_exempts, urgency, user_namespace_of, CgroupAggregate, CgroupInfo, Counter,
-    ProcessSample, UserNamespaceView,
+    initial_user_namespace, ipc_lock_exempts, user_namespace_of, CgroupAggregate, CgroupInfo, Counter, ProcessSample,
+    UserNamespaceView,
 };
 use scan::{parse_pid_bytes, Interner, PidReader, Record, Scanner, Tally};
 
@@ -543,7 +543,7 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
             if ratio > 0.0 && agg.counter_ratio_max[slot].is_none_or(|max| ratio > max) {
                 agg.counter_ratio_max[slot] = Some(ratio);
             }
-            if let Some(u) = sample::urgency(&charge) {
+            if let Some(u) = charge.urgency() {
                 agg.urgency_max = Some(agg.urgency_max.map_or(u, |max: f64| max.max(u)));
             }
         }

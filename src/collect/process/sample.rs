@@ -91,17 +91,17 @@ impl ProcessSample {
     }
 
     /// How urgent the process is, for every ranking (top_n, the series budget, the fast path's
-    /// bound, the cgroup aggregates): the higher of [`urgency`] over its counters; `None` when
+    /// bound, the cgroup aggregates): the higher of [`Charge::urgency`] over its counters; `None` when
     /// no limit is enforced on it (CAP_IPC_LOCK, unlimited, unreadable).
     pub fn urgency(&self) -> Option<f64> {
-        Counter::ALL.iter().filter_map(|&c| urgency(&self.charge(c)?)).reduce(f64::max)
+        Counter::ALL.iter().filter_map(|&c| self.charge(c)?.urgency()).reduce(f64::max)
     }
 
     /// [`ProcessSample::urgency`] with exempt processes ranked by their ratio too, for top_n:
     /// the per-process series show an exempt process far over its limit (opensm), the budget
     /// and the alerts do not count it.
     pub fn rank_urgency(&self) -> Option<f64> {
-        Counter::ALL.iter().filter_map(|&c| urgency(&Charge { enforced: true, ..self.charge(c)? })).reduce(f64::max)
+        Counter::ALL.iter().filter_map(|&c| Charge { enforced: true, ..self.charge(c)? }.urgency()).reduce(f64::max)
     }
 
     /// The larger of the two counters, for ranking by bytes (never for the limit check).
@@ -121,26 +121,6 @@ impl ProcessSample {
         let cgroup = self.cgroup.iter().flat_map(|c| c.labels.iter().map(|(k, v)| (*k, v.as_str())));
         [("pid", pid), ("comm", self.comm.as_str())].into_iter().chain(cgroup)
     }
-}
-
-/// At or over its limit, a counter holding less than this is not a job's: one NCCL communicator
-/// registers tens of MiB (docs/check.md).
-pub const SMALL_BYTES: u64 = 1 << 20;
-
-/// How urgent one counter is: its enforced usage ratio up to 1. A counter at or over its limit
-/// cannot grow (the kernel refuses the next byte, and growing never takes a counter past its
-/// limit: only lowering the limit does, which any user may do to their own processes), so no
-/// ratio above 1 is more urgent than 1, and one at or over its limit holding less than
-/// [`SMALL_BYTES`] is least urgent (0): otherwise 250 processes each mlocking 64 KiB under a
-/// 4 KiB soft limit (ratio 16) outranked a job ramping to its limit, for free (issue 24 item 1).
-/// `None` where the limit is not enforced.
-pub fn urgency(charge: &Charge) -> Option<f64> {
-    let ratio = charge.enforced_ratio()?;
-    Some(match ratio {
-        r if r < 1.0 => r,
-        _ if charge.used_bytes < SMALL_BYTES => 0.0,
-        _ => 1.0,
-    })
 }
 
 /// The two counters the kernel checks, each on its own, against the soft RLIMIT_MEMLOCK: a

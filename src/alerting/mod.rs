@@ -7,6 +7,8 @@
 //! - [`run`]: an async task reading snapshots from the sampler's watch channel and delivering
 //!   with retries and backoff. The sampler only ever replaces the latest snapshot.
 
+pub mod failures;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -34,13 +36,13 @@ pub type Labels = BTreeMap<String, String>;
 pub struct Candidate {
     pub labels: Labels,
     pub annotations: Labels,
-    /// How urgent its scope is ([`crate::collect::process::urgency`]): when more alerts of one
+    /// How urgent its scope is ([`Charge::urgency`](crate::charge::Charge::urgency)): when more alerts of one
     /// name are called for than [`MAX_PER_NAME`], the most urgent are sent one by one.
     pub urgency: f64,
 }
 
 fn urgency(point: &TrendPoint) -> f64 {
-    crate::collect::process::urgency(&point.charge).unwrap_or(-1.0)
+    point.charge.urgency().unwrap_or(-1.0)
 }
 
 /// A critical page needs its scope at this share of its limit at least (the rules'
@@ -84,7 +86,7 @@ pub fn evaluate(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> 
             }
         }
     }
-    out.extend(crate::alerting_failures::candidates(snapshot, config, Instant::now()));
+    out.extend(failures::candidates(snapshot, config, Instant::now()));
     out
 }
 

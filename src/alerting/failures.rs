@@ -1,11 +1,11 @@
 //! The fast path's page for a refusal the failures collector traced
 //! ([`crate::collect::failures`]): `MemlockRegistrationFailed`, at the first refusal, for
-//! [`HOLD`] after the last one of its series. Kept apart from [`crate::alerting`]'s trend rules,
-//! which [`crate::alerting::evaluate`] calls it beside: a refusal is an event, not a trend.
+//! [`HOLD`] after the last one of its series. Kept apart from [`super`]'s trend rules,
+//! which [`super::evaluate`] calls it beside: a refusal is an event, not a trend.
 
 use std::time::{Duration, Instant};
 
-use crate::alerting::{Candidate, Labels};
+use super::{Candidate, Labels};
 use crate::collect::failures::{Cause, FailuresStats, Figures, Series, SeriesKey};
 use crate::config::AlertingConfig;
 use crate::kernel::Limit;
