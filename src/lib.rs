@@ -12,8 +12,8 @@
 //! - [`budget`]: the per-node series budget that keeps the most urgent series.
 //! - [`snapshot`] and [`exposition`]: the sampled state and its rendering to the Prometheus
 //!   text format; [`gzip`] compresses a snapshot's text once for every scrape.
-//! - [`sampler`] and [`trend`]: runs collectors on their intervals, keeps the trends and
-//!   publishes immutable snapshots.
+//! - [`sampler`] and [`trend`]: runs collectors on their intervals ([`stop`]: the signal their
+//!   threads sleep on), keeps the trends and publishes immutable snapshots.
 //! - [`alerting`]: the fast path to Alertmanager ([`alerting::failures`]: its page for a refusal
 //!   the failures collector traced).
 //! - [`server`] and [`web`]: the HTTP endpoints and their TLS, authentication and limits.
@@ -48,6 +48,7 @@ pub mod sdnotify;
 pub mod serve;
 pub mod server;
 pub mod snapshot;
+pub mod stop;
 pub mod timefmt;
 pub mod trend;
 pub mod units;

@@ -2,7 +2,7 @@
 //! every run. A slow or stuck collector delays only itself: the others keep sampling and
 //! scrapes keep being served (its age metric shows it is stale).
 
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -11,36 +11,8 @@ use tokio::sync::watch;
 
 use crate::collect::Collector;
 use crate::snapshot::{Budget, Report, Snapshot, TrackerStats};
+use crate::stop::Stop;
 use crate::trend::{Tracker, TrendConfig};
-
-/// A stop signal that sleeping threads wake up for.
-#[derive(Default)]
-pub struct Stop {
-    stopped: Mutex<bool>,
-    wake: Condvar,
-}
-
-impl Stop {
-    pub fn stop(&self) {
-        *self.stopped.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        self.wake.notify_all();
-    }
-
-    /// Sleeps until `deadline` or until stopped; returns true when stopped.
-    pub fn sleep_until(&self, deadline: Instant) -> bool {
-        let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            if *stopped {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            stopped = self.wake.wait_timeout(stopped, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
-        }
-    }
-}
 
 /// Publishes snapshots; shared by the collector threads.
 struct Board {

@@ -47,7 +47,7 @@ use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::trace_pipe::{self, Line};
 use crate::kernel::{memcg, pid_cgroup, pid_limits, pid_status, Limit};
-use crate::sampler::Stop;
+use crate::stop::Stop;
 
 use super::{Collector, Data};
 
