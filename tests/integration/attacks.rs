@@ -534,7 +534,8 @@ fn slow_readers_of_a_large_snapshot_stay_within_the_memory_bound() {
     let (peak_rss, _) = watch.finish();
     let (share, slowest) = summary(&results);
     eprintln!(
-        "slow readers, {readers_wanted} for {seconds} s, budget {budget} bytes, {:.1} MB per scrape; without them {:.0} % within {SCRAPE_DEADLINE:?}, slowest \
+        "slow readers, {readers_wanted} for {seconds} s, budget {budget} bytes, {:.1} MB per scrape; without them \
+            {:.0} % within {SCRAPE_DEADLINE:?}, slowest \
             {calm_slowest:?}; with them scraper {}/{} within {SCRAPE_DEADLINE:?} ({:.0} %), slowest \
             {slowest:?}; slow readers closed by the server {} times, {:.1} MB read by them; VmRSS {:.1} MiB before, \
             peak {:.1} MiB (MemoryMax {} MiB)",

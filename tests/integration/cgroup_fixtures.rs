@@ -87,7 +87,8 @@ fn v2_effective_limits_events_and_absences() {
     let m = Metrics::parse(&render(&stats));
     let container = format!("{POD}/cri-containerd-{HEX}.scope");
     let labels = format!(
-        "cgroup=\"{container}\",pod_uid=\"6b0e3b1a-2a43-4a3b-9c1e-2f1d0c7a9e11\",container_id=\"{HEX}\",qos_class=\"burstable\""
+        "cgroup=\"{container}\",pod_uid=\"6b0e3b1a-2a43-4a3b-9c1e-2f1d0c7a9e11\",container_id=\"{HEX}\",\
+         qos_class=\"burstable\""
     );
     assert_eq!(m.value(&format!("memlock_cgroup_memory_limit_bytes{{{labels}}}")), (32 * GIB) as f64);
     assert_eq!(m.value(&format!("memlock_cgroup_memory_limit_unlimited{{{labels}}}")), 0.0);
@@ -168,7 +169,10 @@ fn v1_sentinels_for_64k_pages_and_cgroupfs_driver_paths() {
     assert_eq!(stats.layout, Layout::V1);
     let m = Metrics::parse(&render(&stats));
     let uid = "6b0e3b1a-2a43-4a3b-9c1e-2f1d0c7a9e11";
-    let container = format!("cgroup=\"/kubepods/burstable/pod{uid}/{HEX}\",pod_uid=\"{uid}\",container_id=\"{HEX}\",qos_class=\"burstable\"");
+    let container = format!(
+        "cgroup=\"/kubepods/burstable/pod{uid}/{HEX}\",pod_uid=\"{uid}\",container_id=\"{HEX}\",\
+         qos_class=\"burstable\""
+    );
     assert_eq!(m.value(&format!("memlock_cgroup_memory_limit_bytes{{{container}}}")), (32 * GIB) as f64);
     assert_eq!(m.value(&format!("memlock_cgroup_memory_events_total{{{container},event=\"max\"}}")), 1542.0);
     assert_eq!(m.value(&format!("memlock_cgroup_memory_events_total{{{container},event=\"oom_kill\"}}")), 2.0);

@@ -84,7 +84,10 @@ fn fixture_sysfs_values_match_the_files() {
     let ib = sysfs.join("class/infiniband");
 
     assert_eq!(
-        m.value("memlock_rdma_device_info{device=\"mlx5_0\",fw_ver=\"28.39.1002\",hca_type=\"MT4129\",board_id=\"MT_0000000838\",node_type=\"CA\",node_guid=\"b859:9f03:00d4:5a2e\"}"),
+        m.value(
+            "memlock_rdma_device_info{device=\"mlx5_0\",fw_ver=\"28.39.1002\",hca_type=\"MT4129\",\
+             board_id=\"MT_0000000838\",node_type=\"CA\",node_guid=\"b859:9f03:00d4:5a2e\"}"
+        ),
         1.0
     );
     assert_eq!(m.value("memlock_rdma_port_state{device=\"mlx5_0\",port=\"1\"}"), 4.0);

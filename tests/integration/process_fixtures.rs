@@ -5,7 +5,10 @@
 
 use crate::util::{fixtures, Exporter, Metrics};
 
-const KUBE: &str = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b0e3b1a_2a43_4a3b_9c1e_2f1d0c7a9e11.slice/cri-containerd-3f2b6c1d8e9a0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c.scope";
+const KUBE: &str = concat!(
+    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6b0e3b1a_2a43_4a3b_9c1e_2f1d0c7a9e11.slice/",
+    "cri-containerd-3f2b6c1d8e9a0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c.scope"
+);
 const SLURM: &str = "/slurm/uid_1000/job_1870/step_0";
 const OPENSM: &str = "/system.slice/opensm.service";
 const RSYSLOG: &str = "/system.slice/rsyslog.service";

@@ -629,8 +629,8 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
     let (warm_heap, end_heap) = heap_medians(&heap_samples);
     eprintln!(
         "churn: {samples} process samples in {:.0?}, {rounds} churn rounds ({} processes and {} cgroups replaced), \
-            {scrapes} scrapes; heap in use after warm-up {:.2} MiB, at the end {:.2} MiB (medians of 8 scrapes); VmRSS max {rss_max} \
-            KiB, VmHWM {} KiB; {} vanished mid-scan",
+            {scrapes} scrapes; heap in use after warm-up {:.2} MiB, at the end {:.2} MiB (medians of 8 scrapes); \
+            VmRSS max {rss_max} KiB, VmHWM {} KiB; {} vanished mid-scan",
         started.elapsed(),
         rounds * u64::from(PROCESSES / 10),
         rounds * 4 * (PODS as u64 / 10),
@@ -813,8 +813,8 @@ fn live_churn_of_real_processes_and_cgroups() {
     assert!(errors.is_empty(), "{errors:?}\n{}", exporter.log_text());
     eprintln!(
         "live churn: {seconds} s, {spawned} processes in {created} cgroups, {scrapes} scrapes, {} full scans, {} \
-            vanished mid-scan; heap in use after warm-up {:.2} MiB, at the end {:.2} MiB (medians of 8 scrapes); VmRSS max \
-            {rss_max} KiB",
+            vanished mid-scan; heap in use after warm-up {:.2} MiB, at the end {:.2} MiB (medians of 8 scrapes); \
+            VmRSS max {rss_max} KiB",
         m.value("memlock_process_full_scans_total"),
         m.value("memlock_process_vanished_total"),
         mib(warm_heap),
