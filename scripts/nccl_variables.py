@@ -268,7 +268,9 @@ def render(commit, version, found, removed):
             f"    Variable {{ name: {rust_str(name)}, parse: {parse}, default: {rust_str(default)}, "
             f"defined_at: {rust_str(where)} }},"
         )
-    lines += ["];", "", "/// Read by an earlier release (the last one named) or only documented (docs/userguide/source/env.rst, no",
+    lines += ["];", "",
+              "/// Read by an earlier release (the last one named) or only documented "
+              "(docs/userguide/source/env.rst, no",
               "/// release named), and not read at this commit: setting them does nothing. Sorted by name.",
               "pub static REMOVED: &[Removed] = &["]
     for name in sorted(removed):

@@ -25,7 +25,8 @@ def tree(name, path_of):
         d = f"{root}/proc/{9000+i}"
         os.makedirs(d)
         s = status.replace("Name:\tcat", "Name:\trank").replace("Pid:\t15717", f"Pid:\t{9000+i}") \
-            .replace("VmPin:\t       0 kB", "VmPin:\t    4096 kB").replace("CapEff:\t000001fffeffffff", "CapEff:\t0000000000000000")
+            .replace("VmPin:\t       0 kB", "VmPin:\t    4096 kB") \
+            .replace("CapEff:\t000001fffeffffff", "CapEff:\t0000000000000000")
         open(d + "/status", "w").write(s)
         open(d + "/limits", "w").write(limits)
         open(d + "/uid_map", "w").write(uidmap)
@@ -34,7 +35,8 @@ def tree(name, path_of):
 
 def run(binary, root):
     p = subprocess.Popen([binary, "--web.listen-address", "127.0.0.1:0", "--log.format", "json",
-                          "--path.procfs", root + "/proc", "--path.sysfs", root + "/sys", "--no-collector.rdma_netlink"],
+                          "--path.procfs", root + "/proc", "--path.sysfs", root + "/sys",
+                          "--no-collector.rdma_netlink"],
                          stderr=subprocess.PIPE, text=True)
     for line in p.stderr:
         if '"listening"' in line:

@@ -7,7 +7,9 @@ new snapshot (one a second). Loopback only; the figures in docs/reliability.md.
 """
 import json, os, shutil, statistics, subprocess, sys, tempfile, time, urllib.request
 root = tempfile.mkdtemp(prefix="memlock-label-render-")
-shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures", "cgroup-v1", "sys"), root + "/sys", symlinks=True)
+shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             "..", "..", "tests", "fixtures", "cgroup-v1", "sys"),
+                root + "/sys", symlinks=True)
 os.makedirs(root + "/proc")
 mem = root + "/sys/fs/cgroup/memory"
 def cg(path, usage, limit):
@@ -43,7 +45,8 @@ def run(binary):
     times = []
     for _ in range(8):
         time.sleep(1.05)  # a new snapshot: the first scrape of it renders
-        t = time.monotonic(); body = urllib.request.urlopen(f"http://{addr}/metrics").read(); times.append(time.monotonic() - t)
+        t = time.monotonic(); body = urllib.request.urlopen(f"http://{addr}/metrics").read()
+        times.append(time.monotonic() - t)
         t = time.monotonic(); urllib.request.urlopen(f"http://{addr}/metrics").read(); cached = time.monotonic() - t
     p.kill(); p.wait()
     return statistics.median(times), cached, len(body)
@@ -54,6 +57,7 @@ for _ in range(3):
         res[label].append(run(binary))
 for label, rs in res.items():
     print(f"{label:7} first scrape of a snapshot (render + send), median of 3 runs x 8: "
-          f"{statistics.median(r[0] for r in rs)*1e3:7.1f} ms; a cached one {statistics.median(r[1] for r in rs)*1e3:6.1f} ms; "
+          f"{statistics.median(r[0] for r in rs)*1e3:7.1f} ms; "
+          f"a cached one {statistics.median(r[1] for r in rs)*1e3:6.1f} ms; "
           f"{rs[0][2]:,} bytes")
 shutil.rmtree(root, ignore_errors=True)

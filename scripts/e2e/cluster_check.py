@@ -138,11 +138,13 @@ def one_value(series):
 
 def check_targets_and_rules(prometheus, job):
     def up():
-        targets = [t for t in pc.get_json(prometheus, "/api/v1/targets")["data"]["activeTargets"] if t["labels"]["job"] == job]
+        targets = [t for t in pc.get_json(prometheus, "/api/v1/targets")["data"]["activeTargets"]
+                   if t["labels"]["job"] == job]
         return targets if len(targets) == 2 and all(t["health"] == "up" for t in targets) else None
 
     targets = pc.wait_for("both targets up", up, 30) or []
-    pc.report(len(targets) == 2, f"both exporters of scrape job {job} are up: {[t['labels']['instance'] for t in targets]}")
+    pc.report(len(targets) == 2,
+              f"both exporters of scrape job {job} are up: {[t['labels']['instance'] for t in targets]}")
 
     def evaluated():
         rules = [r for g in pc.get_json(prometheus, "/api/v1/rules")["data"]["groups"] for r in g["rules"]]
@@ -163,14 +165,18 @@ def check_job_rules(prometheus, job, instances):
         series = query(prometheus, f"memlock_job:memlock_nodes:count{{{sel}}}")
         return series if [s["value"][1] for s in series] == ["2"] else None
 
-    nodes = pc.wait_for("memlock_job:memlock_nodes:count of the job to be 2", recorded, 30) or query(prometheus, f"memlock_job:memlock_nodes:count{{{sel}}}")
+    nodes = (pc.wait_for("memlock_job:memlock_nodes:count of the job to be 2", recorded, 30)
+             or query(prometheus, f"memlock_job:memlock_nodes:count{{{sel}}}"))
     labels = [dict(s["metric"]) for s in nodes]
     pc.report(
-        len(nodes) == 1 and one_value(nodes) == 2 and labels[0] == {"__name__": "memlock_job:memlock_nodes:count", "job": job, "slurm_job": SLURM_JOB},
-        f"memlock_job:memlock_nodes:count: one series for Slurm job {SLURM_JOB}, without instance, value 2: {[(s['metric'], s['value'][1]) for s in nodes]}",
+        len(nodes) == 1 and one_value(nodes) == 2
+        and labels[0] == {"__name__": "memlock_job:memlock_nodes:count", "job": job, "slurm_job": SLURM_JOB},
+        f"memlock_job:memlock_nodes:count: one series for Slurm job {SLURM_JOB}, without instance, value 2: "
+        f"{[(s['metric'], s['value'][1]) for s in nodes]}",
     )
     members = query(prometheus, f"memlock_node:memlock_slurm_job:info{{{sel}}}")
-    pc.report(sorted(s["metric"]["instance"] for s in members) == instances, f"memlock_node:memlock_slurm_job:info names both nodes: {[s['metric']['instance'] for s in members]}")
+    pc.report(sorted(s["metric"]["instance"] for s in members) == instances,
+              f"memlock_node:memlock_slurm_job:info names both nodes: {[s['metric']['instance'] for s in members]}")
 
     # Each recorded value: one series without instance, equal to the aggregation of both nodes'
     # own series and to the value the fixture trees were built with.
@@ -180,19 +186,24 @@ def check_job_rules(prometheus, job, instances):
     expected = {
         "memlock_job:memlock_cgroup_pinned_bytes:sum": (f'sum(memlock_cgroup_pinned_bytes{{{sel}}})', pinned_kb * 1024),
         "memlock_job:memlock_cgroup_locked_bytes:sum": (f'sum(memlock_cgroup_locked_bytes{{{sel}}})', 0),
-        'memlock_job:memlock_process_limit_usage_ratio:max{counter="pinned"}': (f'max(memlock_process_limit_usage_ratio{{{sel},counter="pinned"}})', worst_ratio),
+        'memlock_job:memlock_process_limit_usage_ratio:max{counter="pinned"}': (
+            f'max(memlock_process_limit_usage_ratio{{{sel},counter="pinned"}})', worst_ratio),
         "memlock_job:memlock_cgroup_memory_headroom_bytes:min": (
-            f"min(memlock_cgroup_memory_limit_bytes{{{sel}}} - memlock_cgroup_memory_working_set_bytes{{{sel}}})", headroom),
+            f"min(memlock_cgroup_memory_limit_bytes{{{sel}}} - memlock_cgroup_memory_working_set_bytes{{{sel}}})",
+            headroom),
         "memlock_job:memlock_cgroup_memory_working_set_ratio:max": (
-            f"max(memlock_cgroup_memory_working_set_bytes{{{sel}}} / memlock_cgroup_memory_limit_bytes{{{sel}}})", (B_USAGE - INACTIVE_FILE) / CGROUP_LIMIT),
+            f"max(memlock_cgroup_memory_working_set_bytes{{{sel}}} / memlock_cgroup_memory_limit_bytes{{{sel}}})",
+            (B_USAGE - INACTIVE_FILE) / CGROUP_LIMIT),
     }
     for recorded_selector, (raw, value) in expected.items():
         name, _, extra = recorded_selector.partition("{")
         series = query(prometheus, f"{name}{{{sel}{',' + extra.rstrip('}') if extra else ''}}}")
         got, own = one_value(series), one_value(query(prometheus, raw))
         no_instance = all("instance" not in s["metric"] for s in series)
-        ok = got is not None and own is not None and no_instance and abs(got - own) <= 1e-9 * max(1, abs(own)) and abs(got - value) <= 1e-6 * max(1, abs(value))
-        pc.report(ok, f"{recorded_selector} of job {SLURM_JOB}: {got} (both nodes' own series: {own}; built: {value}), no instance label")
+        ok = (got is not None and own is not None and no_instance and abs(got - own) <= 1e-9 * max(1, abs(own))
+              and abs(got - value) <= 1e-6 * max(1, abs(value)))
+        pc.report(ok, f"{recorded_selector} of job {SLURM_JOB}: {got} (both nodes' own series: {own}; built: {value}), "
+                      "no instance label")
 
     pods = query(prometheus, f'memlock_job:memlock_nodes:count{{job="{job}",pod_uid!=""}}')
     pc.report(sorted((s["metric"]["pod_uid"], s["value"][1]) for s in pods) == [(POD_A, "1"), (POD_B, "1")],
@@ -221,37 +232,46 @@ def check_dashboard(prometheus, job, instances):
     nodes = one_value(row["C"])
     pinned = one_value(row["F"])
     pc.report(nodes == 2 and pinned == sum(n["vmpin_kb"] for n in NODES.values()) * 1024,
-              f"Cluster / Jobs by worst headroom: Slurm job {SLURM_JOB} is one row, on {nodes} nodes, pinning {pinned} bytes in all")
+              f"Cluster / Jobs by worst headroom: Slurm job {SLURM_JOB} is one row, on {nodes} nodes, "
+              f"pinning {pinned} bytes in all")
     pods = sorted(s["metric"].get("pod_uid") for s in jobs["C"] if s["metric"].get("pod_uid"))
     pc.report(pods == [POD_A, POD_B], f"Cluster / Jobs by worst headroom: both pods are rows: {pods}")
 
     per_node = panel_rows(prometheus, panels["Nodes of the jobs with the least headroom"], variables)["A"]
     job_nodes = sorted(s["metric"]["instance"] for s in per_node if s["metric"].get("slurm_job") == SLURM_JOB)
-    pc.report(job_nodes == instances, f"Cluster / Nodes of the jobs with the least headroom: job {SLURM_JOB} on {job_nodes}")
+    pc.report(job_nodes == instances,
+              f"Cluster / Nodes of the jobs with the least headroom: job {SLURM_JOB} on {job_nodes}")
 
     causes = panel_rows(prometheus, panels["Nodes by static cause"], variables)
     near = {s["metric"]["instance"]: s["value"][1] for s in causes["B"]}
     pc.report(near == {instances_of_b(prometheus, job): "2"},
-              f"Cluster / Nodes by static cause: node B's job and step cgroups are near their limit, node A's are not: {near}")
+              "Cluster / Nodes by static cause: node B's job and step cgroups are near their limit, "
+              f"node A's are not: {near}")
     stat = panel_rows(prometheus, panels["Nodes: cgroup near its limit"], variables)["A"]
     pc.report(one_value(stat) == 1, f"Cluster / Nodes: cgroup near its limit counts 1 node: {one_value(stat)}")
     link = panels["Nodes by static cause"]["fieldConfig"]["overrides"][0]
-    pc.report(link["matcher"]["options"] == "instance" and any(l["url"].startswith("/d/memlock-node?") for l in link["properties"][0]["value"]),
+    pc.report(link["matcher"]["options"] == "instance"
+              and any(l["url"].startswith("/d/memlock-node?") for l in link["properties"][0]["value"]),
               "Cluster / Nodes by static cause: the instance column links to the node overview")
 
 
 def instances_of_b(prometheus, job):
     """Node B is the one whose process 5210 has B's memlock limit."""
-    series = query(prometheus, f'memlock_process_limit_bytes{{job="{job}",pid="5210",kind="soft"}} == {NODES["b"]["limit"]}')
+    series = query(prometheus,
+                   f'memlock_process_limit_bytes{{job="{job}",pid="5210",kind="soft"}} == {NODES["b"]["limit"]}')
     return series[0]["metric"]["instance"] if len(series) == 1 else None
 
 
 def check_software(prometheus, alertmanager, job):
     if not query(prometheus, f'memlock_node_software_info{{job="{job}"}}'):
-        print("SKIP: no memlock_node_software_info (this exporter has no software collector): version skew within the job not checked end to end")
+        print("SKIP: no memlock_node_software_info (this exporter has no software collector): "
+              "version skew within the job not checked end to end")
         return
-    skew = one_value(query(prometheus, f'memlock_job:memlock_software_versions:count{{job="{job}",slurm_job="{SLURM_JOB}",component="kernel"}}'))
-    pc.report(skew == 2, f"memlock_job:memlock_software_versions:count{{component=\"kernel\"}} of job {SLURM_JOB} is 2 (node B runs {B_KERNEL}): {skew}")
+    skew = one_value(query(
+        prometheus,
+        f'memlock_job:memlock_software_versions:count{{job="{job}",slurm_job="{SLURM_JOB}",component="kernel"}}'))
+    pc.report(skew == 2, f"memlock_job:memlock_software_versions:count{{component=\"kernel\"}} of job {SLURM_JOB} is 2 "
+                         f"(node B runs {B_KERNEL}): {skew}")
 
     def skew_alerts():
         alerts = [a for a in am_alerts(alertmanager) if a["labels"]["alertname"] == "MemlockJobSoftwareVersionSkew"]
@@ -259,9 +279,11 @@ def check_software(prometheus, alertmanager, job):
 
     alerts = pc.wait_for("MemlockJobSoftwareVersionSkew", skew_alerts, 30) or []
     components = sorted(a["labels"].get("component") for a in alerts if a["labels"].get("slurm_job") == SLURM_JOB)
-    description = next((a["annotations"]["description"] for a in alerts if a["labels"].get("component") == "kernel"), "")
+    description = next((a["annotations"]["description"] for a in alerts if a["labels"].get("component") == "kernel"),
+                       "")
     pc.report(components == ["kernel"] and f"{B_KERNEL} on 1 node(s)" in description,
-              f"MemlockJobSoftwareVersionSkew fires for job {SLURM_JOB} on the kernel only: {components}: {description}")
+              f"MemlockJobSoftwareVersionSkew fires for job {SLURM_JOB} on the kernel only: {components}: "
+              f"{description}")
 
 
 def am_alerts(alertmanager):
@@ -290,7 +312,8 @@ def check_inhibition(alertmanager, webhook_out, job, instances):
 
     def settled():
         alerts = am_alerts(alertmanager)
-        suppressed = [a for a in alerts if labels_match(a["labels"], alertname="MemlockProcessNearLimit", slurm_job=SLURM_JOB)]
+        suppressed = [a for a in alerts
+                      if labels_match(a["labels"], alertname="MemlockProcessNearLimit", slurm_job=SLURM_JOB)]
         have = all(any(labels_match(a["labels"], **w) for a in alerts) for w in wanted.values())
         return alerts if have and len(suppressed) == 2 else None
 
@@ -302,9 +325,13 @@ def check_inhibition(alertmanager, webhook_out, job, instances):
     targets = [a for a in alerts if labels_match(a["labels"], alertname="MemlockProcessNearLimit", slurm_job=SLURM_JOB)]
     pc.report(sorted(a["labels"]["instance"] for a in targets) == instances
               and all(a["status"]["state"] == "suppressed" and a["status"]["inhibitedBy"] for a in targets),
-              f"Alertmanager: MemlockProcessNearLimit of job {SLURM_JOB} on both nodes is inhibited by the job's alert: {[(a['labels']['instance'], a['status']) for a in targets]}")
+              f"Alertmanager: MemlockProcessNearLimit of job {SLURM_JOB} on both nodes is inhibited by the job's "
+              "alert: "
+              f"{[(a['labels']['instance'], a['status']) for a in targets]}")
     cgroup_job = [a for a in alerts if a["labels"]["alertname"] == "MemlockJobCgroupNearMemoryLimit"]
-    pc.report(not cgroup_job, f"MemlockJobCgroupNearMemoryLimit does not fire for cgroups near their limit on one node only: {[a['labels'] for a in cgroup_job]}")
+    pc.report(not cgroup_job,
+              "MemlockJobCgroupNearMemoryLimit does not fire for cgroups near their limit on one node only: "
+              f"{[a['labels'] for a in cgroup_job]}")
 
     def delivered():
         labels = notified(webhook_out)

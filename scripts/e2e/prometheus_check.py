@@ -42,30 +42,39 @@ BUILTINS = {"__rate_interval": "20s", "__interval": "20s", "__range": "6h"}
 FILTERED = {
     ("*", "annotation: Memlock alerts", "A"): "empty while no Memlock alert fires",
     ("memlock-node", "Collector errors", "A"): "the error counter has no series until the first error",
-    ("memlock-node", "Time to the MemAvailable floor", "A"): "the exporter exports no time to the floor while MemAvailable does not fall",
-    ("memlock-node", "How fast MemAvailable falls", "A"): "the exporter has no fit for a few samples after a start or a reset (a drop to under half)",
-    ("memlock-node", "Time until MemAvailable reaches its floor", "A"): "no time to the floor while MemAvailable does not fall",
+    ("memlock-node", "Time to the MemAvailable floor", "A"):
+        "the exporter exports no time to the floor while MemAvailable does not fall",
+    ("memlock-node", "How fast MemAvailable falls", "A"):
+        "the exporter has no fit for a few samples after a start or a reset (a drop to under half)",
+    ("memlock-node", "Time until MemAvailable reaches its floor", "A"):
+        "no time to the floor while MemAvailable does not fall",
     ("memlock-node", "Time until MemAvailable reaches its floor", "B"): "keeps only a falling MemAvailable",
     ("memlock-workloads", "OOM events", "A"): "keeps only cgroups with OOM events",
-    ("memlock-workloads", "Cgroups with a process near its memlock limit that has no per-process series", "A"): "keeps only cgroups that MemlockCgroupProcessNearLimit would alert on",
+    ("memlock-workloads", "Cgroups with a process near its memlock limit that has no per-process series", "A"):
+        "keeps only cgroups that MemlockCgroupProcessNearLimit would alert on",
     ("memlock-workloads", "Kubernetes pods", "*"): "only cgroups of Kubernetes pods",
     ("memlock-workloads", "Slurm jobs", "*"): "only cgroups of Slurm jobs",
     ("memlock-workloads", "rdma cgroup: objects against rdma.max", "*"): "only cgroups with the rdma controller",
-    ("memlock-processes", "Processes that pin memory under a memlock limit too low for RDMA", "A"): "keeps only misconfigured processes",
+    ("memlock-processes", "Processes that pin memory under a memlock limit too low for RDMA", "A"):
+        "keeps only misconfigured processes",
     ("memlock-processes", "Unlimited soft limit", "A"): "count of a filtered set",
     ("memlock-processes", "With CAP_IPC_LOCK", "A"): "count of a filtered set",
-    ("memlock-processes", "Time until the memlock limit (exporter trend)", "A"): "no exhaustion time while nothing rises",
+    ("memlock-processes", "Time until the memlock limit (exporter trend)", "A"):
+        "no exhaustion time while nothing rises",
     ("memlock-rdma", "Registration errors", "A"): "only devices with a registration error counter (EFA)",
     ("memlock-rdma", "Port error counters", "*"): "keeps only rising error counters",
     ("memlock-rdma", "Port traffic", "*"): "IBTA counters and driver counters: a device has one or the other",
     ("memlock-rdma", "RDMA resources", "B"): "only bnxt_re has active_* gauges",
     ("memlock-cluster", "Nodes by static cause", "*"): "each cause keeps only the nodes that have it",
     **{("memlock-cluster", f"Nodes: {cause}", "A"): "count of the nodes with a cause"
-       for cause in ("memlock limit too low for RDMA", "cgroup near its limit", "hugepage squeeze", "strict overcommit", "RDMA port not active", "version skew")},
+       for cause in ("memlock limit too low for RDMA", "cgroup near its limit", "hugepage squeeze", "strict overcommit",
+                     "RDMA port not active", "version skew")},
     ("memlock-cluster", "Version skew in the fleet", "A"): "keeps only components with more than one version",
     ("memlock-cluster", "Version skew within jobs", "A"): "keeps only jobs with version skew",
     ("memlock-cluster", "Nodes on a minority version", "A"): "keeps only nodes on a minority version",
-    ("memlock-cluster", "Jobs by worst memlock ratio", "H"): "software versions are per Slurm job: empty when the rows are pods (the fixtures' Slurm job has no finite memlock limit, so no ratio)",
+    ("memlock-cluster", "Jobs by worst memlock ratio", "H"):
+        "software versions are per Slurm job: empty when the rows are pods (the fixtures' Slurm job has no finite "
+        "memlock limit, so no ratio)",
 }
 
 failures = []
@@ -131,7 +140,8 @@ def check_rules(prometheus):
     def evaluated():
         groups = get_json(prometheus, "/api/v1/rules")["data"]["groups"]
         rules = [r for g in groups for r in g["rules"]]
-        done = rules and all(not r.get("lastEvaluation", "").startswith("0001") and r.get("health") != "unknown" for r in rules)
+        done = rules and all(not r.get("lastEvaluation", "").startswith("0001") and r.get("health") != "unknown"
+                             for r in rules)
         return rules if done else None
 
     rules = wait_for("every rule to be evaluated", evaluated, 30) or []
@@ -139,7 +149,9 @@ def check_rules(prometheus):
     report(len(alerts) == expected, f"{len(alerts)} alerting rules loaded from {RULES.name} (the file has {expected})")
     for rule in rules:
         name = rule["name"]
-        report(rule["health"] == "ok" and not rule.get("lastError"), f"rule {name} evaluates: health {rule['health']}{', ' + rule['lastError'] if rule.get('lastError') else ''}")
+        report(rule["health"] == "ok" and not rule.get("lastError"),
+               f"rule {name} evaluates: health {rule['health']}"
+               f"{', ' + rule['lastError'] if rule.get('lastError') else ''}")
         if rule["type"] != "alerting":
             continue
         annotations, labels = rule.get("annotations", {}), rule.get("labels", {})
@@ -150,7 +162,8 @@ def check_rules(prometheus):
         anchor = annotations.get("runbook_url", "").partition("#")[2]
         if anchor not in anchors:
             problems.append(f"runbook anchor #{anchor} is not a section of docs/runbooks.md")
-        report(not problems, f"rule {name} has severity, summary, description and a runbook section" + (f": {'; '.join(problems)}" if problems else ""))
+        report(not problems, f"rule {name} has severity, summary, description and a runbook section"
+               + (f": {'; '.join(problems)}" if problems else ""))
 
 
 # --- 3. dashboards ----------------------------------------------------------------------------
@@ -214,7 +227,8 @@ def check_variables(prometheus, board, job, instance, variables):
         definition, _ = substitute(variable["definition"], variables)
         match = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", definition)
         if not match:
-            report(False, f"[{job}] {board['uid']}: variable ${variable['name']} is not label_values(selector, label): {definition}")
+            report(False, f"[{job}] {board['uid']}: variable ${variable['name']} is not label_values(selector, label): "
+                          f"{definition}")
             continue
         result = get_json(prometheus, "/api/v1/query", {"query": match.group(1)})
         values = {r["metric"].get(match.group(2)) for r in result.get("data", {}).get("result", [])}
@@ -225,7 +239,8 @@ def check_variables(prometheus, board, job, instance, variables):
 
 def recorded_metrics(prometheus, job):
     """Names of the series the rules record (level:metric:operations) that Prometheus has for `job`."""
-    result = get_json(prometheus, "/api/v1/query", {"query": f'count by (__name__) ({{__name__=~"memlock_[a-z_]+:.+", job="{job}"}})'})
+    result = get_json(prometheus, "/api/v1/query",
+                      {"query": f'count by (__name__) ({{__name__=~"memlock_[a-z_]+:.+", job="{job}"}})'})
     return {r["metric"]["__name__"] for r in result.get("data", {}).get("result", [])}
 
 
@@ -255,18 +270,21 @@ def check_dashboards(prometheus, instances, exporters, node_job):
                 with_data += count > 0
                 if count:
                     continue
-                filtered = next((FILTERED[k] for k in ((uid, title, ref), (uid, title, "*"), ("*", title, ref)) if k in FILTERED), None)
+                filtered = next((FILTERED[k] for k in ((uid, title, ref), (uid, title, "*"), ("*", title, ref))
+                                 if k in FILTERED), None)
                 referenced = set(re.findall(r"\bmemlock_[a-z_:]+[a-z_]\b", expr))
                 missing = sorted(referenced - metrics)
                 if filtered:
                     print(f"  note: {where}: empty, allowed: {filtered}")
                 elif uid == "memlock-node" and job == node_job:
-                    report(False, f"{where}: a node panel returned no data (exporter lacks {missing or 'nothing'})\n      {query}")
+                    report(False, f"{where}: a node panel returned no data (exporter lacks {missing or 'nothing'})"
+                                  f"\n      {query}")
                 elif not missing:
                     report(False, f"{where}: no data although the exporter exports {sorted(referenced)}\n      {query}")
                 else:
                     print(f"  note: {where}: empty, the exporter does not export {missing} here")
-            report(accepted == queries, f"[{job}] {uid}: {accepted} of {queries} queries accepted, {with_data} returned data")
+            report(accepted == queries,
+                   f"[{job}] {uid}: {accepted} of {queries} queries accepted, {with_data} returned data")
 
 
 # --- 4. alerts from a real process ------------------------------------------------------------
@@ -285,21 +303,27 @@ def check_holder_alerts(prometheus, pid, node_job):
         return [a for a in alerts if a["labels"].get("pid") == str(pid) and a["labels"].get("job") == node_job]
 
     def pending():
-        mine = {a["labels"]["alertname"]: a for a in holder_alerts() if a["labels"].get("counter") in (None, wanted.get(a["labels"]["alertname"], (None,))[0])}
+        mine = {a["labels"]["alertname"]: a for a in holder_alerts()
+                if a["labels"].get("counter") in (None, wanted.get(a["labels"]["alertname"], (None,))[0])}
         return mine if all(name in mine for name in wanted) else None
 
     mine = wait_for("the holder's alerts", pending, 45) or {}
     for name, (counter, text) in wanted.items():
         alert = mine.get(name)
         if not alert:
-            report(False, f"{name} is pending or firing for the holder process {pid}" + (f" with counter={counter}" if counter else ""))
+            report(False, f"{name} is pending or firing for the holder process {pid}"
+                   + (f" with counter={counter}" if counter else ""))
             continue
         description = alert["annotations"].get("description", "")
-        report(alert["state"] in ("pending", "firing") and text in description and alert["labels"].get("counter") == counter,
-               f"{name} is {alert['state']} for the holder process {pid} (counter {alert['labels'].get('counter')}): {description[:200]}...")
+        report(alert["state"] in ("pending", "firing") and text in description
+               and alert["labels"].get("counter") == counter,
+               f"{name} is {alert['state']} for the holder process {pid} (counter {alert['labels'].get('counter')}): "
+               f"{description[:200]}...")
     # VmPin is at 25% of the limit: no alert on the pinned counter.
-    pinned = [a for a in holder_alerts() if a["labels"]["alertname"] == "MemlockProcessNearLimit" and a["labels"].get("counter") != "locked"]
-    report(not pinned, f"MemlockProcessNearLimit stays quiet for the holder's VmPin (25% of its limit): {[a['labels'] for a in pinned]}")
+    pinned = [a for a in holder_alerts()
+              if a["labels"]["alertname"] == "MemlockProcessNearLimit" and a["labels"].get("counter") != "locked"]
+    report(not pinned, f"MemlockProcessNearLimit stays quiet for the holder's VmPin (25% of its limit): "
+                       f"{[a['labels'] for a in pinned]}")
     # One process near its limit pages once: the cgroup's worst ratio sees the holder, and
     # MemlockCgroupProcessNearLimit stays quiet because MemlockProcessNearLimit names it.
     cgroup = (mine.get("MemlockProcessNearLimit") or {}).get("labels", {}).get("cgroup")
@@ -310,10 +334,13 @@ def check_holder_alerts(prometheus, pid, node_job):
     result = get_json(prometheus, "/api/v1/query", {"query": f"memlock_cgroup_limit_usage_ratio_max{{{selector}}}"})
     worst = [(float(r["value"][1]), r["metric"].get("counter")) for r in result.get("data", {}).get("result", [])]
     report(bool(worst) and max(worst)[0] >= 0.9 and max(worst)[1] == "locked",
-           f"memlock_cgroup_limit_usage_ratio_max of the holder's cgroup {cgroup} is {worst} (ratio, counter): at least 0.9, on the locked counter")
+           f"memlock_cgroup_limit_usage_ratio_max of the holder's cgroup {cgroup} is {worst} (ratio, counter): "
+           "at least 0.9, on the locked counter")
     alerts = get_json(prometheus, "/api/v1/alerts")["data"]["alerts"]
-    doubled = [a for a in alerts if a["labels"]["alertname"] == "MemlockCgroupProcessNearLimit" and a["labels"].get("cgroup") == cgroup]
-    report(not doubled, f"MemlockCgroupProcessNearLimit stays quiet for the holder's cgroup {cgroup} (MemlockProcessNearLimit names the process)")
+    doubled = [a for a in alerts
+               if a["labels"]["alertname"] == "MemlockCgroupProcessNearLimit" and a["labels"].get("cgroup") == cgroup]
+    report(not doubled, f"MemlockCgroupProcessNearLimit stays quiet for the holder's cgroup {cgroup} "
+                        "(MemlockProcessNearLimit names the process)")
 
 
 def main():
