@@ -62,14 +62,16 @@ fuzz_one() {
         -max_total_time="$SECONDS_EACH" -print_final_stats=1 -close_fd_mask=1 >"$log" 2>&1; then
         runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
         cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1)
-        printf '%-22s ok: %s runs, %s, corpus %s files\n' "$target" "${runs:-?}" "${cov:-cov: ?}" "$(ls "corpus/$target" | wc -l)"
+        printf '%-22s ok: %s runs, %s, corpus %s files\n' "$target" "${runs:-?}" "${cov:-cov: ?}" \
+            "$(ls "corpus/$target" | wc -l)"
         rm -f "$log"
         return 0
     fi
     echo "$target FAILED:"
     grep -E 'panicked|fuzz target|ERROR|SUMMARY|Test unit written|Reproduce with' "$log" | head -20
     artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
-    [ -z "$artifact" ] || echo "  replay: (cd fuzz && cargo fuzz run --sanitizer $SANITIZER $target $artifact), or MEMLOCK_FUZZ_TARGET=$target $BIN fuzz/$artifact"
+    [ -z "$artifact" ] || echo "  replay: (cd fuzz && cargo fuzz run --sanitizer $SANITIZER $target $artifact)," \
+        "or MEMLOCK_FUZZ_TARGET=$target $BIN fuzz/$artifact"
     rm -f "$log"
     return 1
 }

@@ -36,10 +36,12 @@ install_tools() {
     local missing=()
     command -v promtool >/dev/null || missing+=(prometheus)
     command -v prometheus >/dev/null || missing+=(prometheus)
-    command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null || missing+=(prometheus-alertmanager)
+    command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null ||
+        missing+=(prometheus-alertmanager)
     # load.sh serves node_exporter's meminfo collector beside ours (a Recommends of prometheus,
     # which --no-install-recommends leaves out).
-    command -v prometheus-node-exporter >/dev/null || command -v node_exporter >/dev/null || missing+=(prometheus-node-exporter)
+    command -v prometheus-node-exporter >/dev/null || command -v node_exporter >/dev/null ||
+        missing+=(prometheus-node-exporter)
     command -v wrk >/dev/null || missing+=(wrk)
     # libfuzzer-sys builds libFuzzer's C++ sources.
     command -v g++ >/dev/null || missing+=(g++)

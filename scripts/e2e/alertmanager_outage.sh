@@ -24,7 +24,9 @@ BATCH=${BATCH:-150}
 start_webhook
 AM_PORT=$(free_port)
 DRILL=$(public_binary)
-metric() { curl -fsS "$EXPORTER_URL/metrics" | awk -v name="$1" 'index($0, name) == 1 {sum += $NF} END {printf "%.0f", sum}'; }
+metric() {
+    curl -fsS "$EXPORTER_URL/metrics" | awk -v name="$1" 'index($0, name) == 1 {sum += $NF} END {printf "%.0f", sum}'
+}
 
 # The machine is shared: other tests' drills and holders would raise alerts of their own. The
 # exporter sees a procfs root holding only this script's processes: links to their real
@@ -39,7 +41,8 @@ watch_pid() { ln -s "/proc/$1" "$VIEW/$1"; }
 #    this script keeps open, so it does not see end of file.
 mkfifo "$E2E_TMP/hold"
 prlimit --memlock=8388608:8388608 setpriv --reuid=65534 --regid=65534 --clear-groups \
-    /usr/bin/python3 "$ROOT/scripts/e2e/memlock_holder.py" $((7680 << 10)) 0 < "$E2E_TMP/hold" > "$E2E_TMP/holder.out" 2>&1 &
+    /usr/bin/python3 "$ROOT/scripts/e2e/memlock_holder.py" $((7680 << 10)) 0 \
+        < "$E2E_TMP/hold" > "$E2E_TMP/holder.out" 2>&1 &
 HOLDER=$!
 E2E_PIDS+=($HOLDER)
 watch_pid "$HOLDER"
@@ -55,7 +58,8 @@ start_exporter --path.procfs="$VIEW" --no-collector.node --no-collector.numa --n
     --no-collector.rdma_sysfs --no-collector.rdma_netlink --alertmanager.url "http://127.0.0.1:${AM_PORT}"
 log "exporter at $EXPORTER_URL, sending to 127.0.0.1:$AM_PORT where nothing listens yet"
 for _ in $(seq 100); do [ "$(metric memlock_exporter_alerts_active)" -ge 1 ] && break; sleep 0.1; done
-[ "$(metric memlock_exporter_alerts_active)" -ge 1 ] || { tail -20 "$E2E_TMP/exporter.log"; fail "the holder's alert is not active"; }
+[ "$(metric memlock_exporter_alerts_active)" -ge 1 ] ||
+    { tail -20 "$E2E_TMP/exporter.log"; fail "the holder's alert is not active"; }
 OUTAGE_START=$(date +%s)
 log "the holder's alert is firing; Alertmanager is down"
 
@@ -75,7 +79,8 @@ while [ "$started" -lt "$QUEUE_ALERTS" ]; do
     for pid in "${pids[@]}"; do wait "$pid" || fail "a drill failed"; done
 done
 # The drill's command name is the binary's, cut to 15 characters by the kernel.
-fired_drills=$(grep '"message":"fast-path alert firing"' "$E2E_TMP/exporter.log" | grep -c 'comm\\": \\"memlock-exporte\\"')
+fired_drills=$(grep '"message":"fast-path alert firing"' "$E2E_TMP/exporter.log" |
+    grep -c 'comm\\": \\"memlock-exporte\\"')
 log "$QUEUE_ALERTS drills ran ($fired_drills of them alerted) in $(( $(date +%s) - OUTAGE_START )) s"
 
 # The rest of the outage; the drills' alerts resolve after alerting.resolve_after (5 s).
@@ -83,7 +88,8 @@ while [ $(( $(date +%s) - OUTAGE_START )) -lt "$OUTAGE" ]; do sleep 1; done
 failures=$(metric memlock_exporter_alert_send_failures_total)
 active=$(metric memlock_exporter_alerts_active)
 rss=$(awk '$1 == "VmRSS:" {print $2}' "/proc/$EXPORTER_PID/status")
-log "after ${OUTAGE} s down: $failures failed deliveries (retried with backoff), $active alerts active, exporter VmRSS ${rss} KiB"
+log "after ${OUTAGE} s down: $failures failed deliveries (retried with backoff), $active alerts active," \
+    "exporter VmRSS ${rss} KiB"
 [ "$failures" -ge 3 ] || fail "only $failures delivery attempts in ${OUTAGE} s"
 [ "$active" -ge 1 ] || fail "the holder's alert is no longer active"
 sent_before=$(metric memlock_exporter_alerts_sent_total)
@@ -103,8 +109,10 @@ while time.time() < deadline:
     for line in open(webhook):
         note = json.loads(line)
         for alert in note["payload"].get("alerts", []):
-            if alert["labels"].get("alertname") == "MemlockProcessNearLimitFast" and alert["labels"].get("comm") == "python3" and alert["status"] == "firing":
-                print(f"the firing alert reached the webhook {note['received'] - up:.1f} s after Alertmanager came back")
+            if (alert["labels"].get("alertname") == "MemlockProcessNearLimitFast"
+                    and alert["labels"].get("comm") == "python3" and alert["status"] == "firing"):
+                print(f"the firing alert reached the webhook {note['received'] - up:.1f} s "
+                      "after Alertmanager came back")
                 sys.exit(0)
     time.sleep(0.5)
 sys.exit("not delivered within 45 s")
@@ -113,12 +121,17 @@ PY
 # What Alertmanager received: the firing alert, and the resolved ones up to the queue's bound.
 # The queue drains at its own pace: wait for the resolutions expected (a fixed 2 s pause stood in
 # for this, issue 27), then take the counts.
-received() { curl -fsS "http://127.0.0.1:${AM_PORT}/metrics" | awk -v status="$1" '/^alertmanager_alerts_received_total/ && index($0, "status=\"" status "\"") {sum += $NF} END {printf "%.0f", sum}'; }
+received() {
+    curl -fsS "http://127.0.0.1:${AM_PORT}/metrics" | awk -v status="$1" '
+        /^alertmanager_alerts_received_total/ && index($0, "status=\"" status "\"") {sum += $NF}
+        END {printf "%.0f", sum}'
+}
 expected=$(( fired_drills < 1000 ? fired_drills : 1000 ))
 for _ in $(seq 300); do [ "$(received resolved)" -ge "$expected" ] && break; sleep 0.2; done
 resolved=$(received resolved)
 firing=$(received firing)
-log "Alertmanager received $firing firing and $resolved resolved alerts; the exporter counts $(metric memlock_exporter_alerts_sent_total) sent"
+log "Alertmanager received $firing firing and $resolved resolved alerts;" \
+    "the exporter counts $(metric memlock_exporter_alerts_sent_total) sent"
 [ "$resolved" -le 1000 ] || fail "$resolved resolved alerts delivered: the queue holds at most 1000"
 [ "$resolved" -ge "$expected" ] || fail "$resolved resolved alerts delivered, expected $expected"
 [ "$firing" -ge 1 ] || fail "no firing alert delivered"
@@ -136,13 +149,15 @@ while time.time() < deadline:
     for line in open(webhook):
         note = json.loads(line)
         for alert in note["payload"].get("alerts", []):
-            if alert["labels"].get("alertname") == "MemlockProcessNearLimitFast" and alert["labels"].get("comm") == "python3":
+            if (alert["labels"].get("alertname") == "MemlockProcessNearLimitFast"
+                    and alert["labels"].get("comm") == "python3"):
                 if alert["status"] == "firing":
                     firing += 1
                 elif resolved is None:
                     resolved = note["received"]
     if resolved is not None:
-        print(f"resolved at the webhook {resolved - released:.1f} s after the release; notified firing {firing} time(s)")
+        print(f"resolved at the webhook {resolved - released:.1f} s after the release; "
+              f"notified firing {firing} time(s)")
         sys.exit(0 if firing == 1 else f"notified firing {firing} times")
     time.sleep(0.5)
 sys.exit("no resolved notification within 30 s")

@@ -34,9 +34,11 @@ amtool check-config "$WORK/alertmanager.yml" || fail "amtool check-config reject
 
 AM_PORT=$(free_port)
 "$AM" --config.file="$WORK/alertmanager.yml" --storage.path="$WORK/am-data" \
-    --web.listen-address="127.0.0.1:$AM_PORT" --cluster.listen-address="" --log.level=warn > "$WORK/alertmanager.log" 2>&1 &
+    --web.listen-address="127.0.0.1:$AM_PORT" --cluster.listen-address="" --log.level=warn \
+    > "$WORK/alertmanager.log" 2>&1 &
 E2E_PIDS+=($!)
-wait_http "http://127.0.0.1:$AM_PORT/-/ready" 30 || { cat "$WORK/alertmanager.log"; fail "alertmanager did not become ready"; }
+wait_http "http://127.0.0.1:$AM_PORT/-/ready" 30 ||
+    { cat "$WORK/alertmanager.log"; fail "alertmanager did not become ready"; }
 
 targets=()
 for node in a b; do
@@ -45,7 +47,8 @@ for node in a b; do
     env -u MEMLOCK_EXPORTER_BIN "$BIN" --web.listen-address="127.0.0.1:$port" --log.format=json \
         --path.procfs="$WORK/node-$node/proc" --path.sysfs="$WORK/node-$node/sys" > "$WORK/exporter-$node.log" 2>&1 &
     E2E_PIDS+=($!)
-    wait_http "http://127.0.0.1:$port/-/ready" 30 || { cat "$WORK/exporter-$node.log"; fail "exporter of node $node did not become ready"; }
+    wait_http "http://127.0.0.1:$port/-/ready" 30 ||
+        { cat "$WORK/exporter-$node.log"; fail "exporter of node $node did not become ready"; }
     targets+=("'127.0.0.1:$port'")
 done
 log "exporters: ${targets[*]}; alertmanager 127.0.0.1:$AM_PORT; webhook 127.0.0.1:$WEBHOOK_PORT"
@@ -72,7 +75,8 @@ YML
 "$PROMETHEUS" --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/data" \
     --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn > "$WORK/prometheus.log" 2>&1 &
 E2E_PIDS+=($!)
-wait_http "http://127.0.0.1:$PROM_PORT/-/ready" 30 || { cat "$WORK/prometheus.log"; fail "prometheus did not become ready"; }
+wait_http "http://127.0.0.1:$PROM_PORT/-/ready" 30 ||
+    { cat "$WORK/prometheus.log"; fail "prometheus did not become ready"; }
 
 rc=0
 python3 "$ROOT/scripts/e2e/cluster_check.py" check --prometheus "http://127.0.0.1:$PROM_PORT" \

@@ -46,7 +46,8 @@ POSTS_OUT=$E2E_TMP/posts.jsonl
 python3 "$ROOT/scripts/e2e/webhook_receiver.py" "$POSTS_OUT" "$E2E_TMP/posts.port" &
 E2E_PIDS+=($!)
 for _ in $(seq 50); do [ -s "$E2E_TMP/posts.port" ] && break; sleep 0.1; done
-start_exporter --alertmanager.url "http://127.0.0.1:${AM_PORT}" --alertmanager.url "http://127.0.0.1:$(cat "$E2E_TMP/posts.port")"
+start_exporter --alertmanager.url "http://127.0.0.1:${AM_PORT}" \
+    --alertmanager.url "http://127.0.0.1:$(cat "$E2E_TMP/posts.port")"
 exporter_started=$(date +%s.%N)
 log "exporter at $EXPORTER_URL"
 
@@ -158,9 +159,11 @@ for line in open(exporter_log):
         if datetime.fromisoformat(entry["timestamp"]).timestamp() >= since:
             logged += 1
 pages = [l for l in notified.values() if l.get("severity") == "critical"]
-print(f"{len(pages)} false page(s), {len(notified) - len(pages)} warning(s) at the webhook, {logged} firing line(s) logged")
+print(f"{len(pages)} false page(s), {len(notified) - len(pages)} warning(s) at the webhook, "
+      f"{logged} firing line(s) logged")
 for labels in notified.values():
-    print(f"  {labels.get('alertname')} {labels.get('severity')} pid={labels.get('pid')} comm={labels.get('comm')} counter={labels.get('counter')}")
+    print(f"  {labels.get('alertname')} {labels.get('severity')} pid={labels.get('pid')} comm={labels.get('comm')} "
+          f"counter={labels.get('counter')}")
 sys.exit(1 if notified or logged else 0)
 PY
 }
@@ -200,19 +203,23 @@ if part crowd; then
     since=$(date +%s.%N)
     # While the ramp runs: does /metrics carry its per-process series (the crowd outranked it)?
     ( while :; do
-        curl -fsS "$EXPORTER_URL/metrics" | grep -c '^memlock_process_limit_usage_ratio{.*comm="memlock-expo[a-z]*".*counter="pinned"' >> "$E2E_TMP/crowd-series.txt"
+        curl -fsS "$EXPORTER_URL/metrics" |
+            grep -c '^memlock_process_limit_usage_ratio{.*comm="memlock-expo[a-z]*".*counter="pinned"' \
+            >> "$E2E_TMP/crowd-series.txt"
         sleep 0.5
     done ) &
     scraper=$!
     run_drill crowd-pin prlimit --memlock=8388608:8388608 \
-        setpriv --reuid=64436 --regid=64436 --clear-groups "$DRILL" drill --mode pin --step-mib 1 --interval-ms 1000 --max-mib 64 --hold-seconds 3 ||
+        setpriv --reuid=64436 --regid=64436 --clear-groups "$DRILL" drill --mode pin --step-mib 1 --interval-ms 1000 \
+            --max-mib 64 --hold-seconds 3 ||
         { cat "$E2E_TMP/crowd-pin.out"; fail "crowd-pin drill failed"; }
     kill "$scraper" 2>/dev/null
     wait "$scraper" 2>/dev/null
     with=$(grep -c '^[1-9]' "$E2E_TMP/crowd-series.txt")
     echo "scrapes during the ramp with its per-process series: $with of $(wc -l < "$E2E_TMP/crowd-series.txt")"
     [ "$with" -gt 0 ] || rc=1
-    out=$(check_lead crowd-pin MemlockProcessLimitExhaustionImminent "$since" 2 counter=pinned) || { echo "$out"; rc=1; }
+    out=$(check_lead crowd-pin MemlockProcessLimitExhaustionImminent "$since" 2 counter=pinned) ||
+        { echo "$out"; rc=1; }
     echo "pin ramp beside a crowd of 250 over their own limits: $out"
     crowd_lead=$(echo "$out" | grep -oE '[0-9.]+s before' | grep -oE '[0-9.]+')
     # No resolution of the ramp's page before the ramp was refused.
@@ -225,7 +232,8 @@ for line in open(webhook):
     if since <= note["received"] < refused:
         for alert in note["payload"].get("alerts", []):
             l = alert["labels"]
-            if l.get("alertname") == "MemlockProcessLimitExhaustionImminent" and alert["status"] == "resolved" and l.get("comm") != "python3":
+            if (l.get("alertname") == "MemlockProcessLimitExhaustionImminent" and alert["status"] == "resolved"
+                    and l.get("comm") != "python3"):
                 sys.exit(f"the ramp's page was resolved at {note['received']:.1f} while it climbed")
 print("the ramp's page held until the refusal")
 PY
@@ -237,7 +245,8 @@ churn_lines=""
 churn_post=""
 if part churn; then
     since=$(date +%s.%N)
-    as_uid 64461 /usr/bin/python3 "$PATTERNS" churn 100 20 > "$E2E_TMP/churn.out" 2>&1 || { cat "$E2E_TMP/churn.out"; rc=1; }
+    as_uid 64461 /usr/bin/python3 "$PATTERNS" churn 100 20 > "$E2E_TMP/churn.out" 2>&1 ||
+        { cat "$E2E_TMP/churn.out"; rc=1; }
     python3 -c 'import time; time.sleep(7)'
     out=$(python3 - "$E2E_TMP/exporter.log" "$POSTS_OUT" "$since" <<'PY'
 import json, sys
@@ -278,7 +287,8 @@ for run in $(seq "$RUNS"); do
     since=$(date +%s.%N)
     pin_drill "pin$run" --step-mib 1 --interval-ms 1000 --max-mib 64 --hold-seconds 3
     ended=$(date +%s.%N)
-    out=$(check_lead "pin$run" MemlockProcessLimitExhaustionImminent "$since" 2 counter=pinned) || { echo "$out"; rc=1; }
+    out=$(check_lead "pin$run" MemlockProcessLimitExhaustionImminent "$since" 2 counter=pinned) ||
+        { echo "$out"; rc=1; }
     echo "pin run $run: $out"
     leads+=("$(echo "$out" | grep -oE '[0-9.]+s before' | grep -oE '[0-9.]+')")
     wait_resolved MemlockProcessLimitExhaustionImminent "$ended" || rc=1
@@ -287,7 +297,8 @@ for run in $(seq "$RUNS"); do
     since=$(date +%s.%N)
     pin_drill "locked$run" --locked-mib 6 --step-mib 1 --interval-ms 2000 --max-mib 64 --hold-seconds 3
     ended=$(date +%s.%N)
-    out=$(check_lead "locked$run" MemlockProcessLimitExhaustionImminent "$since" 4 counter=pinned) || { echo "$out"; rc=1; }
+    out=$(check_lead "locked$run" MemlockProcessLimitExhaustionImminent "$since" 4 counter=pinned) ||
+        { echo "$out"; rc=1; }
     echo "pinned under 6 MiB locked, run $run: $out"
     locked_leads+=("$(echo "$out" | grep -oE '[0-9.]+s before' | grep -oE '[0-9.]+')")
     wait_resolved MemlockProcessLimitExhaustionImminent "$ended" || rc=1
@@ -298,7 +309,8 @@ for run in $(seq "$RUNS"); do
     mkdir -p "$CGROUP"
     echo $((64 << 20)) > "$CGROUP/memory.limit_in_bytes"
     since=$(date +%s.%N)
-    run_drill "lock$run" sh -c 'echo $$ > "$1/cgroup.procs" && exec "$2" drill --mode lock --step-mib 4 --interval-ms 2000 --max-mib 256 --hold-seconds 3' \
+    run_drill "lock$run" sh -c 'echo $$ > "$1/cgroup.procs" &&
+        exec "$2" drill --mode lock --step-mib 4 --interval-ms 2000 --max-mib 256 --hold-seconds 3' \
         sh "$CGROUP" "$DRILL" || { cat "$E2E_TMP/lock$run.out"; fail "lock drill failed"; }
     ended=$(date +%s.%N)
     out=$(check_lead "lock$run" MemlockCgroupMemoryExhaustionImminent "$since") || { echo "$out"; rc=1; }
@@ -309,16 +321,20 @@ for run in $(seq "$RUNS"); do
 done
 
 if [ ${#leads[@]} -gt 0 ]; then
-    printf '%s\n' "${leads[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "pin drill lead time: median %.1fs over %d run(s)\n", a[int((NR+1)/2)], NR}'
+    printf '%s\n' "${leads[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR)
+        printf "pin drill lead time: median %.1fs over %d run(s)\n", a[int((NR+1)/2)], NR}'
 fi
 if [ ${#locked_leads[@]} -gt 0 ]; then
-    printf '%s\n' "${locked_leads[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "pinned under held locked memory lead time: median %.1fs over %d run(s)\n", a[int((NR+1)/2)], NR}'
+    printf '%s\n' "${locked_leads[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR)
+        printf "pinned under held locked memory lead time: median %.1fs over %d run(s)\n", a[int((NR+1)/2)], NR}'
 fi
 if [ ${#cg_leads[@]} -gt 0 ]; then
-    printf '%s\n' "${cg_leads[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "cgroup lock drill lead time: median %.1fs over %d run(s)\n", a[int((NR+1)/2)], NR}'
+    printf '%s\n' "${cg_leads[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR)
+        printf "cgroup lock drill lead time: median %.1fs over %d run(s)\n", a[int((NR+1)/2)], NR}'
 fi
 if [ ${#false_pages[@]} -gt 0 ]; then
-    echo "healthy patterns: $(printf '%s\n' "${false_pages[@]}" | awk '{s+=$1} END {print s}') false page(s) over ${#false_pages[@]} run(s)"
+    echo "healthy patterns: $(printf '%s\n' "${false_pages[@]}" | awk '{s+=$1} END {print s}')" \
+        "false page(s) over ${#false_pages[@]} run(s)"
 fi
 [ -n "$crowd_lead" ] && echo "pin ramp beside the crowd: ${crowd_lead}s lead"
 [ $rc = 0 ] && echo "fast_alert: ok" || echo "fast_alert: FAILED"

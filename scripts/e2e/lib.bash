@@ -106,7 +106,8 @@ YML
 start_exporter() {
     EXPORTER_PORT=$(free_port)
     # The exporter reads every MEMLOCK_EXPORTER_* variable as configuration: not the override.
-    env -u MEMLOCK_EXPORTER_BIN "$BIN" --web.listen-address="127.0.0.1:${EXPORTER_PORT}" --log.format=json "$@" > "$E2E_TMP/exporter.log" 2>&1 &
+    env -u MEMLOCK_EXPORTER_BIN "$BIN" --web.listen-address="127.0.0.1:${EXPORTER_PORT}" --log.format=json "$@" \
+        > "$E2E_TMP/exporter.log" 2>&1 &
     EXPORTER_PID=$!
     E2E_PIDS+=($EXPORTER_PID)
     EXPORTER_URL=http://127.0.0.1:${EXPORTER_PORT}

@@ -23,9 +23,11 @@ SLOW_CLIENTS=${SLOW_CLIENTS:-100}
 [ "$(id -u)" = 0 ] || fail "needs root (memory cgroups)"
 [ -x "$BIN" ] || fail "$BIN not built"
 if ! command -v wrk >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >/dev/null || fail "cannot install wrk"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >/dev/null ||
+        fail "cannot install wrk"
 fi
-NODE_EXPORTER=$(command -v prometheus-node-exporter || command -v node_exporter) || fail "node_exporter is not installed (apt-get install prometheus-node-exporter)"
+NODE_EXPORTER=$(command -v prometheus-node-exporter || command -v node_exporter) ||
+    fail "node_exporter is not installed (apt-get install prometheus-node-exporter)"
 
 MEMORY=/sys/fs/cgroup/memory
 CGROUP_BASE=$MEMORY/memlock-load-$$
@@ -52,7 +54,8 @@ done
 start_exporter --web.max-requests=0 --series.limit=0
 # Trend series appear after three samples of each cgroup.
 for _ in $(seq 100); do
-    [ "$(curl -fsS "$EXPORTER_URL/metrics" | grep -c 'memlock_trend_rise_bytes_per_second{scope="cgroup",cgroup="/memlock-load')" -ge "$CGROUPS" ] && break
+    [ "$(curl -fsS "$EXPORTER_URL/metrics" |
+        grep -c 'memlock_trend_rise_bytes_per_second{scope="cgroup",cgroup="/memlock-load')" -ge "$CGROUPS" ] && break
     sleep 0.1
 done
 SERIES=$(curl -fsS "$EXPORTER_URL/metrics" | grep -vc '^#')
@@ -60,7 +63,8 @@ BYTES=$(curl -fsS "$EXPORTER_URL/metrics" | wc -c)
 
 NODE_PORT=$(free_port)
 # Its --web.max-requests (default 40) lifted too, so both serve every scraper.
-"$NODE_EXPORTER" --collector.disable-defaults --collector.meminfo --web.max-requests=0 --web.listen-address="127.0.0.1:$NODE_PORT" > "$E2E_TMP/node_exporter.log" 2>&1 &
+"$NODE_EXPORTER" --collector.disable-defaults --collector.meminfo --web.max-requests=0 \
+    --web.listen-address="127.0.0.1:$NODE_PORT" > "$E2E_TMP/node_exporter.log" 2>&1 &
 NODE_PID=$!
 E2E_PIDS+=($NODE_PID)
 NODE_URL=http://127.0.0.1:$NODE_PORT
@@ -68,16 +72,21 @@ wait_http "$NODE_URL/metrics" 30 || { cat "$E2E_TMP/node_exporter.log"; fail "no
 NODE_SERIES=$(curl -fsS "$NODE_URL/metrics" | grep -vc '^#')
 NODE_BYTES=$(curl -fsS "$NODE_URL/metrics" | wc -c)
 log "exporter: $SERIES series ($BYTES bytes) at $EXPORTER_URL (pid $EXPORTER_PID, $BIN)"
-log "node_exporter $("$NODE_EXPORTER" --version 2>&1 | head -1 | awk '{print $3}'): $NODE_SERIES series ($NODE_BYTES bytes) at $NODE_URL (pid $NODE_PID)"
+log "node_exporter $("$NODE_EXPORTER" --version 2>&1 | head -1 | awk '{print $3}'):" \
+    "$NODE_SERIES series ($NODE_BYTES bytes) at $NODE_URL (pid $NODE_PID)"
 
 CLK_TCK=$(getconf CLK_TCK)
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
 status_kib() { awk -v key="$2:" '$1 == key {print $2}' "/proc/$1/status"; }
 # wrk prints 1.23us, 4.56ms or 1.2s: milliseconds.
-to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms$/,"",v)} else if (v ~ /s$/) {sub(/s$/,"",v); v*=1000}; printf "%.2f", v}'; }
+to_ms() {
+    awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms$/,"",v)} else
+        if (v ~ /s$/) {sub(/s$/,"",v); v*=1000}; printf "%.2f", v}'
+}
 
 RESULTS=$E2E_TMP/results.md
-echo "| target | series | scrapers | mode | p50 ms | p99 ms | requests/s | errors | CPU % of a core | VmRSS MiB end / peak |" > "$RESULTS"
+echo "| target | series | scrapers | mode | p50 ms | p99 ms | requests/s | errors |" \
+    "CPU % of a core | VmRSS MiB end / peak |" > "$RESULTS"
 echo "|---|---|---|---|---|---|---|---|---|---|" >> "$RESULTS"
 FAILED=0
 # wrk waits delay() ms before each request of a connection; latency is measured from the write.
@@ -110,13 +119,15 @@ run_level() {
     hwm=$(awk -v k="$(status_kib "$pid" VmHWM)" 'BEGIN {printf "%.1f", k / 1024}')
     [ -n "$p50" ] && [ -n "$rps" ] || { cat "$out"; fail "cannot read wrk's output"; }
     echo "| $label | $series | $scrapers | $mode | $p50 | $p99 | $rps | $ERRORS | $cpu | $rss / $hwm |" >> "$RESULTS"
-    log "$label, $scrapers scrapers, $mode: p50 ${p50} ms, p99 ${p99} ms, ${rps}/s, $ERRORS errors, CPU ${cpu}%, RSS ${rss} MiB (peak ${hwm})"
+    log "$label, $scrapers scrapers, $mode: p50 ${p50} ms, p99 ${p99} ms, ${rps}/s, $ERRORS errors, CPU ${cpu}%," \
+        "RSS ${rss} MiB (peak ${hwm})"
 }
 
 for scrapers in $LEVELS; do
     for mode in saturated paced; do
         run_level memlock "$EXPORTER_URL" "$EXPORTER_PID" "$SERIES" "$scrapers" "$mode" memlock-exporter
-        [ "$ERRORS" = 0 ] || { cat "$E2E_TMP/wrk-memlock-$scrapers-$mode.txt"; log "FAIL: $ERRORS errors from the exporter"; FAILED=1; }
+        [ "$ERRORS" = 0 ] ||
+            { cat "$E2E_TMP/wrk-memlock-$scrapers-$mode.txt"; log "FAIL: $ERRORS errors from the exporter"; FAILED=1; }
         run_level node "$NODE_URL" "$NODE_PID" "$NODE_SERIES" "$scrapers" "$mode" "node_exporter (meminfo)"
     done
 done
@@ -126,7 +137,8 @@ done
 # gzip). The exporter compresses a snapshot's text once and shares it; node_exporter (Go's
 # promhttp) compresses every response.
 GZIP_RESULTS=$E2E_TMP/gzip.md
-echo "| target | encoding | series | bytes per scrape | requests/s | CPU % of a core | CPU µs per scrape |" > "$GZIP_RESULTS"
+echo "| target | encoding | series | bytes per scrape | requests/s | CPU % of a core | CPU µs per scrape |" \
+    > "$GZIP_RESULTS"
 echo "|---|---|---|---|---|---|---|" >> "$GZIP_RESULTS"
 # run_encoding NAME URL PID SERIES ENCODING: one paced wrk run; appends a row.
 run_encoding() {
@@ -134,9 +146,11 @@ run_encoding() {
     local out=$E2E_TMP/wrk-$name-$encoding.txt header=()
     [ "$encoding" = gzip ] && header=(-H "Accept-Encoding: gzip")
     local bytes
-    bytes=$(curl -fsS "${header[@]}" -o /dev/null -w '%{size_download}' "$url/metrics") || fail "$name: scrape with $encoding"
+    bytes=$(curl -fsS "${header[@]}" -o /dev/null -w '%{size_download}' "$url/metrics") ||
+        fail "$name: scrape with $encoding"
     if [ "$encoding" = gzip ]; then
-        curl -fsS "${header[@]}" -D - -o /dev/null "$url/metrics" | grep -qi '^content-encoding: gzip' || fail "$name: no gzip body"
+        curl -fsS "${header[@]}" -D - -o /dev/null "$url/metrics" | grep -qi '^content-encoding: gzip' ||
+            fail "$name: no gzip body"
     fi
     local before after
     before=$(cpu_ticks "$pid")
@@ -148,7 +162,8 @@ run_encoding() {
     socket=$(awk '/Socket errors:/ {gsub(",", ""); print $4 + $6 + $8 + $10}' "$out")
     non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' "$out")
     [ -n "$requests" ] && [ "$requests" -gt 0 ] || { cat "$out"; fail "cannot read wrk's output"; }
-    [ $(( ${socket:-0} + ${non2xx:-0} )) = 0 ] || { cat "$out"; log "FAIL: errors from $name with $encoding"; FAILED=1; }
+    [ $(( ${socket:-0} + ${non2xx:-0} )) = 0 ] ||
+        { cat "$out"; log "FAIL: errors from $name with $encoding"; FAILED=1; }
     local cpu per
     cpu=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v d="$DURATION" 'BEGIN {printf "%.0f", t / hz / d * 100}')
     per=$(awk -v t=$((after - before)) -v hz="$CLK_TCK" -v n="$requests" 'BEGIN {printf "%.0f", t / hz / n * 1e6}')
@@ -189,17 +204,21 @@ while time.time() - start < seconds and len(closed) < count:
     i += 1
     time.sleep(1)
 times = sorted(closed.values())
-print(f"slow clients: {count} connected, {len(closed)} closed by the server, after {times[0]:.1f} to {times[-1]:.1f} s" if times else f"slow clients: {count} connected, none closed in {seconds:.0f} s")
+print(f"slow clients: {count} connected, {len(closed)} closed by the server, after {times[0]:.1f} to {times[-1]:.1f} s"
+      if times else f"slow clients: {count} connected, none closed in {seconds:.0f} s")
 PY
 SLOW_PID=$!
 E2E_PIDS+=($SLOW_PID)
 sleep 2
-run_level memlock-slow "$EXPORTER_URL" "$EXPORTER_PID" "$SERIES" 50 saturated "memlock-exporter, $SLOW_CLIENTS slow clients connected"
+run_level memlock-slow "$EXPORTER_URL" "$EXPORTER_PID" "$SERIES" 50 saturated \
+    "memlock-exporter, $SLOW_CLIENTS slow clients connected"
 [ "$ERRORS" = 0 ] || { log "FAIL: $ERRORS errors next to slow clients"; FAILED=1; }
 # A plain scrape next to them: answered at once, not after the slow ones.
-single=$(curl -fsS -o /dev/null -w '%{time_total}' "$EXPORTER_URL/metrics") || { log "FAIL: a scrape next to slow clients failed"; FAILED=1; }
+single=$(curl -fsS -o /dev/null -w '%{time_total}' "$EXPORTER_URL/metrics") ||
+    { log "FAIL: a scrape next to slow clients failed"; FAILED=1; }
 log "one scrape next to $SLOW_CLIENTS slow clients: ${single} s"
-awk -v t="${single:-99}" 'BEGIN {exit !(t < 1.0)}' || { log "FAIL: a scrape next to slow clients took ${single} s"; FAILED=1; }
+awk -v t="${single:-99}" 'BEGIN {exit !(t < 1.0)}' ||
+    { log "FAIL: a scrape next to slow clients took ${single} s"; FAILED=1; }
 wait "$SLOW_PID"
 cat "$E2E_TMP/slow.txt"
 grep -q "closed by the server" "$E2E_TMP/slow.txt" || { log "FAIL: slow clients were never disconnected"; FAILED=1; }
@@ -209,6 +228,7 @@ cat "$RESULTS"
 echo
 cat "$GZIP_RESULTS"
 echo
-echo "$(nproc) CPUs, $(uname -r), wrk -t2 --timeout 10s (paced: 100 ms between a scraper's requests), ${DURATION} s per level, exporter $("$BIN" --version 2>&1 | head -1)"
+echo "$(nproc) CPUs, $(uname -r), wrk -t2 --timeout 10s (paced: 100 ms between a scraper's requests)," \
+    "${DURATION} s per level, exporter $("$BIN" --version 2>&1 | head -1)"
 [ "$FAILED" = 0 ] || fail "load test failed"
 log "load test passed"

@@ -24,7 +24,8 @@ done
 if ! command -v rpm >/dev/null; then
     echo "--- installing rpm (to read the .rpm)"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rpm >/dev/null ||
-        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rpm >/dev/null; }
+        { apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rpm >/dev/null; }
 fi
 
 echo "--- release build"
@@ -50,7 +51,9 @@ expected=(
     usr/share/doc/memlock-exporter/web-config.example.yml
     usr/share/doc/memlock-exporter/README.md
 )
-for dashboard in dashboards/*.json; do expected+=("usr/share/memlock-exporter/dashboards/$(basename "$dashboard")"); done
+for dashboard in dashboards/*.json; do
+    expected+=("usr/share/memlock-exporter/dashboards/$(basename "$dashboard")")
+done
 
 echo "--- .deb contents"
 dpkg-deb -c "$DEB" | awk '{print $NF}' | sed 's|^\./||' > "$OUT/deb-files.txt"
@@ -74,21 +77,27 @@ rpm -qlp "$RPM" 2>/dev/null | sed 's|^/||' > "$OUT/rpm-files.txt"
 for path in "${expected[@]}" etc/sysconfig/memlock-exporter usr/lib/systemd/system/memlock-exporter.service; do
     grep -qx "$path" "$OUT/rpm-files.txt" || fail ".rpm lacks $path"
 done
-grep -qx /etc/memlock-exporter/config.toml <<< "$(rpm -qp --configfiles "$RPM" 2>/dev/null)" || fail "config.toml is not %config in the .rpm"
+grep -qx /etc/memlock-exporter/config.toml <<< "$(rpm -qp --configfiles "$RPM" 2>/dev/null)" ||
+    fail "config.toml is not %config in the .rpm"
 rpm -qp --scripts "$RPM" 2>/dev/null > "$OUT/rpm-scripts.txt"
 grep -q 'useradd -r -g memlock-exporter' "$OUT/rpm-scripts.txt" || fail ".rpm does not create the user"
 rpm -qp --queryformat '%{NAME} %{VERSION} %{ARCH}\n' "$RPM" 2>/dev/null
 # The .rpm carries the bytes just built (its file digests are SHA-256), with the right modes.
 rpm -qp --dump "$RPM" 2>/dev/null > "$OUT/rpm-dump.txt"
 digest_mode() { awk -v p="$1" '$1 == p {print $4, $5}' "$OUT/rpm-dump.txt"; }
-[ "$(digest_mode /usr/bin/memlock-exporter)" = "$(sha256sum < "$TARGET/release/memlock-exporter" | cut -d' ' -f1) 0100755" ] ||
+[ "$(digest_mode /usr/bin/memlock-exporter)" = \
+    "$(sha256sum < "$TARGET/release/memlock-exporter" | cut -d' ' -f1) 0100755" ] ||
     fail "the .rpm's binary is not the one built, or not mode 755"
-[ "$(digest_mode /usr/lib/systemd/system/memlock-exporter.service)" = "$(sha256sum < systemd/memlock-exporter.service | cut -d' ' -f1) 0100644" ] ||
+[ "$(digest_mode /usr/lib/systemd/system/memlock-exporter.service)" = \
+    "$(sha256sum < systemd/memlock-exporter.service | cut -d' ' -f1) 0100644" ] ||
     fail "the .rpm's unit differs from systemd/memlock-exporter.service"
 
 echo "--- install the .deb"
 dpkg --purge memlock-exporter >/dev/null 2>&1 || true
-cleanup() { dpkg --purge memlock-exporter >/dev/null 2>&1 || true; [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null || true; }
+cleanup() {
+    dpkg --purge memlock-exporter >/dev/null 2>&1 || true
+    [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null || true
+}
 trap cleanup EXIT
 dpkg -i "$DEB" >/dev/null
 grep -q '^Status: install ok installed' <<< "$(dpkg -s memlock-exporter)" || fail "not installed"
@@ -96,7 +105,8 @@ getent passwd memlock-exporter >/dev/null || fail "the memlock-exporter user was
 /usr/bin/memlock-exporter --version
 systemd-analyze verify /usr/lib/systemd/system/memlock-exporter.service || fail "the installed unit does not verify"
 if command -v promtool >/dev/null; then
-    promtool check rules /usr/share/memlock-exporter/alerts/memlock-exporter.rules.yml >/dev/null || fail "installed rules"
+    promtool check rules /usr/share/memlock-exporter/alerts/memlock-exporter.rules.yml >/dev/null ||
+        fail "installed rules"
 fi
 for dashboard in /usr/share/memlock-exporter/dashboards/*.json; do
     python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$dashboard" || fail "$dashboard is not JSON"
@@ -122,8 +132,10 @@ for _ in $(seq 100); do
 done
 curl -sS --noproxy '*' "http://$address/metrics" > "$OUT/metrics.txt"
 grep -q '^memlock_node_mlocked_bytes ' "$OUT/metrics.txt" || fail "no node metrics from the installed binary"
-grep -q '^memlock_scrape_collector_success{collector="process"} 1' "$OUT/metrics.txt" || fail "the process collector fails as the service user"
-grep -q '^memlock_exporter_config_last_reload_successful 1' "$OUT/metrics.txt" || fail "the packaged config did not load"
+grep -q '^memlock_scrape_collector_success{collector="process"} 1' "$OUT/metrics.txt" ||
+    fail "the process collector fails as the service user"
+grep -q '^memlock_exporter_config_last_reload_successful 1' "$OUT/metrics.txt" ||
+    fail "the packaged config did not load"
 kill -TERM "$pid" && wait "$pid" || fail "the installed binary did not stop cleanly"
 pid=""
 
@@ -132,4 +144,5 @@ dpkg --purge memlock-exporter >/dev/null
 [ ! -e /usr/bin/memlock-exporter ] || fail "the binary is still installed after purge"
 [ ! -e /etc/memlock-exporter/config.toml ] || fail "the conffile is still there after purge"
 trap - EXIT
-echo "packages: $(basename "$DEB") $(du -h "$DEB" | cut -f1), $(basename "$RPM") $(du -h "$RPM" | cut -f1); all checks passed"
+echo "packages: $(basename "$DEB") $(du -h "$DEB" | cut -f1)," \
+    "$(basename "$RPM") $(du -h "$RPM" | cut -f1); all checks passed"

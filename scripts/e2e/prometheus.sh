@@ -28,7 +28,8 @@ start_exporter() {
     env -u MEMLOCK_EXPORTER_BIN "$BIN" --web.listen-address="127.0.0.1:$port" --log.format=json "$@" \
         > "$WORK/exporter-$name.log" 2>&1 &
     E2E_PIDS+=($!)
-    wait_http "http://127.0.0.1:$port/-/ready" 30 || { cat "$WORK/exporter-$name.log"; fail "exporter $name did not become ready"; }
+    wait_http "http://127.0.0.1:$port/-/ready" 30 ||
+        { cat "$WORK/exporter-$name.log"; fail "exporter $name did not become ready"; }
     printf -v "URL_$name" '%s' "http://127.0.0.1:$port"
 }
 
@@ -49,7 +50,8 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
     HOLDER_PID=$!
     E2E_PIDS+=($HOLDER_PID)
     for _ in $(seq 50); do grep -q ready "$WORK/holder.out" 2>/dev/null && break; sleep 0.1; done
-    grep -q ready "$WORK/holder.out" || { cat "$WORK/holder.out"; fail "the holder process could not lock and pin its memory"; }
+    grep -q ready "$WORK/holder.out" ||
+        { cat "$WORK/holder.out"; fail "the holder process could not lock and pin its memory"; }
     log "holder process $HOLDER_PID: $(grep -E 'VmLck|VmPin' /proc/$HOLDER_PID/status | tr -s '\t\n ' ' ')"
 else
     log "not root: skipping the holder process and its alert checks"
@@ -80,7 +82,8 @@ YML
 "$PROMETHEUS" --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/data" \
     --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn > "$WORK/prometheus.log" 2>&1 &
 E2E_PIDS+=($!)
-wait_http "http://127.0.0.1:$PROM_PORT/-/ready" 30 || { cat "$WORK/prometheus.log"; fail "prometheus did not become ready"; }
+wait_http "http://127.0.0.1:$PROM_PORT/-/ready" 30 ||
+    { cat "$WORK/prometheus.log"; fail "prometheus did not become ready"; }
 log "prometheus $("$PROMETHEUS" --version 2>&1 | head -1 | cut -d' ' -f3) on 127.0.0.1:$PROM_PORT"
 
 rc=0

@@ -47,8 +47,10 @@ YML
 prometheus --config.file="$E2E_TMP/prometheus.yml" --storage.tsdb.path="$E2E_TMP/prom" \
     --web.listen-address="127.0.0.1:${PROM_PORT}" --log.level=warn > "$E2E_TMP/prometheus.log" 2>&1 &
 E2E_PIDS+=($!)
-wait_http "http://127.0.0.1:${PROM_PORT}/-/ready" 30 || { cat "$E2E_TMP/prometheus.log"; fail "prometheus did not start"; }
-log "prometheus 127.0.0.1:$PROM_PORT -> alertmanager 127.0.0.1:$AM_PORT -> webhook 127.0.0.1:$WEBHOOK_PORT; rules with for: $FOR, rise window $RISE"
+wait_http "http://127.0.0.1:${PROM_PORT}/-/ready" 30 ||
+    { cat "$E2E_TMP/prometheus.log"; fail "prometheus did not start"; }
+log "prometheus 127.0.0.1:$PROM_PORT -> alertmanager 127.0.0.1:$AM_PORT -> webhook 127.0.0.1:$WEBHOOK_PORT;" \
+    "rules with for: $FOR, rise window $RISE"
 # Wait for the first successful scrape so the drill's whole ramp is recorded.
 for _ in $(seq 100); do
     curl -fsS "http://127.0.0.1:${PROM_PORT}/api/v1/query?query=up%7Bjob%3D%22memlock%22%7D" | grep -q '"1"\]' && break
@@ -108,6 +110,8 @@ PY
     echo "$out"
     leads+=("$(echo "$out" | awk '/^lead /{print $2}')")
 done
-printf '%s\n' "${leads[@]}" | sort -n | awk '{a[NR]=$1} END {if (NR) printf "prometheus path lead time (critical page): median %.1fs over %d run(s)\n", a[int((NR+1)/2)], NR}'
+printf '%s\n' "${leads[@]}" | sort -n |
+    awk '{a[NR]=$1} END {if (NR) printf "prometheus path lead time (critical page): median %.1fs over %d run(s)\n",
+        a[int((NR+1)/2)], NR}'
 [ $rc = 0 ] && echo "prometheus_alert: ok" || echo "prometheus_alert: FAILED"
 exit $rc

@@ -156,7 +156,8 @@ scontrol ping >/dev/null 2>&1 || { cat "$T/slurmctld.out"; fail "slurmctld did n
 slurmd_started=$(date +%s.%N)
 slurmd -D -f "$SLURM_CONF" -N "$NODE" > "$T/slurmd.out" 2>&1 &
 E2E_PIDS+=($!)
-log "slurmctld and slurmd up; slurmd's memlock limit: $(grep 'Max locked memory' /proc/self/limits | awk '{print $4, $5}')"
+log "slurmctld and slurmd up;" \
+    "slurmd's memlock limit: $(grep 'Max locked memory' /proc/self/limits | awk '{print $4, $5}')"
 
 # node_field FORMAT: one sinfo field of the node.
 node_field() { sinfo --noheader --Node --nodes="$NODE" --format="$1"; }
@@ -170,7 +171,8 @@ wait_node() {
         [[ $state == $1 ]] && [[ $reason == $2 ]] && return 0
         sleep 0.1
     done
-    fail "node $NODE: state '$state' reason '$reason', waited for '$1' '$2'; health check log: $(tail -5 "$T/healthcheck.log")"
+    fail "node $NODE: state '$state' reason '$reason', waited for '$1' '$2';" \
+        "health check log: $(tail -5 "$T/healthcheck.log")"
 }
 
 # not_drained WHAT: the node has no drain and no reason (it may still be completing a job).
@@ -209,7 +211,8 @@ wait_node 'idle' 'none'
 # Not at once: a drain younger than ML_RESUME_AFTER (10 s) waits for a later run.
 grep -q "$NODE passes; resumed at the next run (drained [0-9]s ago)" "$T/healthcheck.log" ||
     fail "resumed within 10 s of the drain: $(cat "$T/healthcheck.log")"
-log "resumed $(python3 -c "import time; print(round(time.time() - $slurmd_started, 1))")s after slurmd started: the shape fits"
+log "resumed $(python3 -c "import time; print(round(time.time() - $slurmd_started, 1))")s" \
+    "after slurmd started: the shape fits"
 
 # The flags reach check split like a shell would: one quoted argument with a space in it. The
 # environment overrides the file.
@@ -256,7 +259,8 @@ out=$(cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-gro
 [ "$rc" != 0 ] || fail "the job ran past a failing prolog: $out"
 [ ! -e "$T/jobs/kept-off" ] || fail "the job's command ran"
 [ "$(wc -l < "$T/prolog.done")" -gt "$prolog_runs" ] || fail "the prolog did not run"
-grep -q "kept off $NODE: memlock.soft 8.0 MiB" "$T/prolog.log" || fail "the prolog did not say why: $(cat "$T/prolog.log")"
+grep -q "kept off $NODE: memlock.soft 8.0 MiB" "$T/prolog.log" ||
+    fail "the prolog did not say why: $(cat "$T/prolog.log")"
 log "prolog: srun exit $rc: $(printf '%s' "$out" | tr '\n' ' ' | cut -c1-160)"
 [[ $(node_field '%E') == "memlock-exporter: memlock.soft 8.0 MiB"* ]] ||
     fail "the prolog's reason did not stay: $(node_field '%E')"
@@ -314,7 +318,8 @@ log "busy: the health check and a second job's prolog leave the running jobs' me
 # --- 5. the wrapper refuses a rank, and becomes one -------------------------------------------
 as_user() { (cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-groups "$@"); }
 rc=0
-out=$(as_user srun --nodes=1 "$EXPORTER" check "${NEEDS_MORE[@]}" --exec -- /bin/sh -c "touch $T/jobs/refused" 2>&1) || rc=$?
+out=$(as_user srun --nodes=1 "$EXPORTER" check "${NEEDS_MORE[@]}" --exec -- /bin/sh -c "touch $T/jobs/refused" 2>&1) ||
+    rc=$?
 [ "$rc" = 1 ] || fail "--exec on a failing check: srun exit $rc: $out"
 [ ! -e "$T/jobs/refused" ] || fail "--exec ran the command of a failing check"
 [[ $out == *"memlock-exporter check: FAIL  memlock.soft  8.0 MiB"* ]] || fail "no reason in the job's output: $out"
@@ -372,7 +377,8 @@ wait_runs healthcheck 2
 grep -q "^PASS (warnings: memlock.propagated)" "$T/healthcheck.log" ||
     fail "propagated MEMLOCK: no warning: $(cat "$T/healthcheck.log")"
 not_drained "a propagated limit (not the node's fault)"
-log "PropagateResourceLimits: 8 settings read as Slurm does; when MEMLOCK is propagated the soft limit is judged at slurmd's hard limit, with a warning"
+log "PropagateResourceLimits: 8 settings read as Slurm does; when MEMLOCK is propagated the soft limit is judged" \
+    "at slurmd's hard limit, with a warning"
 
 # --- 7. a hung check drains the node, saying so; hung Slurm commands are bounded (issue 24) ---
 # A check that never returns, as one blocked in a read would (a real check reads files without
@@ -393,13 +399,15 @@ out=$(cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-gro
 [ ! -e "$T/jobs/hung-check" ] || fail "the job's command ran past a hung check"
 grep -q "kept off $NODE: check timed out after 2s (MEMLOCK_CHECK_TIMEOUT)" "$T/prolog.log" ||
     fail "the prolog did not say the check timed out: $(tail -3 "$T/prolog.log")"
-log "prolog, hung check: srun exit $rc after $(python3 -c "import time; print(round(time.time() - $started, 1))")s, the job kept off"
+log "prolog, hung check: srun exit $rc after $(python3 -c "import time; print(round(time.time() - $started, 1))")s," \
+    "the job kept off"
 settings "$T/prolog.conf" "${FITS[*]}"
 wait_node 'idle' 'none'
 hung_settings "$T/healthcheck.conf"
 started=$(date +%s.%N)
 wait_node 'drain*' 'memlock-exporter: check timed out after 2s (MEMLOCK_CHECK_TIMEOUT)*' 30
-log "health check, hung check: drained $(python3 -c "import time; print(round(time.time() - $started, 1))")s after the settings changed: $(node_field '%E')"
+log "health check, hung check: drained $(python3 -c "import time; print(round(time.time() - $started, 1))")s" \
+    "after the settings changed: $(node_field '%E')"
 settings "$T/healthcheck.conf" "${FITS[*]}"
 wait_node 'idle' 'none'
 # Every hung check was stopped (the last one may still be within its 2 s).

@@ -16,7 +16,8 @@ OUT=${TMPDIR:-/tmp}/memlock-exporter-systemd
 rm -rf "$OUT" && mkdir -p "$OUT"
 
 for tool in systemd-analyze strace openssl curl python3; do
-    command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install systemd strace openssl curl python3)"; exit 1; }
+    command -v "$tool" >/dev/null ||
+        { echo "missing $tool (apt-get install systemd strace openssl curl python3)"; exit 1; }
 done
 
 cargo build --quiet --locked --bin memlock-exporter
@@ -43,7 +44,8 @@ echo "--- system calls and socket families against the unit's filters"
 cd "$OUT"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server.key -out server.crt \
     -days 2 -subj /CN=localhost -addext "subjectAltName=IP:127.0.0.1" 2>/dev/null
-hash=$(python3 -W ignore -c "import crypt; print(crypt.crypt('pw', crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)))" 2>/dev/null || true)
+hash=$(python3 -W ignore -c "import crypt; print(crypt.crypt('pw', crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)))" \
+    2>/dev/null || true)
 {
     printf 'tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n'
     [ -n "$hash" ] && printf 'basic_auth_users:\n  prometheus: "%s"\n' "$hash"
@@ -79,12 +81,15 @@ for _ in $(seq 100); do
     [ -n "$address" ] && break
     sleep 0.1
 done
-[ -n "$address" ] || { echo "the daemon did not start"; cat daemon.log; kill "$tracer" "$listener" 2>/dev/null; exit 1; }
+[ -n "$address" ] ||
+    { echo "the daemon did not start"; cat daemon.log; kill "$tracer" "$listener" 2>/dev/null; exit 1; }
 # Signals go to the daemon itself (strace's child), not to strace.
 daemon=$(pgrep -P "$tracer" | head -1)
 auth=()
 [ -n "$hash" ] && auth=(-u prometheus:pw)
-scrape() { curl -sS --noproxy '*' --cacert server.crt "${auth[@]}" -o /dev/null -w '%{http_code}\n' "https://$address/metrics"; }
+scrape() {
+    curl -sS --noproxy '*' --cacert server.crt "${auth[@]}" -o /dev/null -w '%{http_code}\n' "https://$address/metrics"
+}
 # Waits until the log has at least $1 reloads (a hang reaches the 60 s deadline, not a busy CPU).
 wait_reloads() {
     for _ in $(seq 600); do
@@ -103,7 +108,8 @@ scrape
 kill -TERM "$daemon"
 wait "$tracer" || { echo "the daemon exited with $?"; cat daemon.log; exit 1; }
 kill "$listener" 2>/dev/null || true
-[ "$(grep -c '"configuration reloaded"' daemon.log)" -ge 2 ] || { echo "expected two reloads (SIGHUP, file):"; cat daemon.log; exit 1; }
+[ "$(grep -c '"configuration reloaded"' daemon.log)" -ge 2 ] ||
+    { echo "expected two reloads (SIGHUP, file):"; cat daemon.log; exit 1; }
 grep -q 'READY=1' notify.log || { echo "no READY=1"; exit 1; }
 
 python3 - "$ROOT/$UNIT" <<'EOF'
@@ -164,11 +170,15 @@ mkdir -p "$OUT/dropin/memlock-exporter.service.d"
 cp "$OUT/memlock-exporter.service" "$OUT/dropin/"
 cp "$ROOT/systemd/memlock-exporter-failures.conf" "$OUT/dropin/memlock-exporter.service.d/failures.conf"
 systemd-analyze verify "$OUT/dropin/memlock-exporter.service"
-systemd-analyze security --offline=true "$OUT/dropin/memlock-exporter.service" > "$OUT/security-failures.txt" 2>&1 || true
-grep -q "User=/DynamicUser=.*runs as root" "$OUT/security-failures.txt" || { echo "the drop-in was not applied"; exit 1; }
-diff <(grep -E "^✗" "$OUT/security.txt" | awk '{print $2}') <(grep -E "^✗" "$OUT/security-failures.txt" | awk '{print $2}') |
+systemd-analyze security --offline=true "$OUT/dropin/memlock-exporter.service" > "$OUT/security-failures.txt" 2>&1 ||
+    true
+grep -q "User=/DynamicUser=.*runs as root" "$OUT/security-failures.txt" ||
+    { echo "the drop-in was not applied"; exit 1; }
+diff <(grep -E "^✗" "$OUT/security.txt" | awk '{print $2}') \
+    <(grep -E "^✗" "$OUT/security-failures.txt" | awk '{print $2}') |
     grep -E '^[<>]' > "$OUT/security-diff.txt" || true
-[ "$(cat "$OUT/security-diff.txt")" = "> User=/DynamicUser=" ] || { echo "the drop-in weakens more than User=:"; cat "$OUT/security-diff.txt"; exit 1; }
+[ "$(cat "$OUT/security-diff.txt")" = "> User=/DynamicUser=" ] ||
+    { echo "the drop-in weakens more than User=:"; cat "$OUT/security-diff.txt"; exit 1; }
 grep "Overall exposure level" "$OUT/security-failures.txt"
 grep -E '^(CapabilityBoundingSet|AmbientCapabilities)=' "$ROOT/systemd/memlock-exporter-failures.conf" &&
     { echo "the drop-in must not grant capabilities"; exit 1; }
