@@ -11,12 +11,21 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use config::{Environment, File, FileFormat, Map, Value, ValueKind};
-use regex::Regex;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::collect::settings::Refused;
+use crate::collect::{Registration, REGISTRY};
 use crate::fsroot::Roots;
 use crate::trend::TrendConfig;
+
+// The collectors' settings live with the collectors ([`crate::collect::settings`]); named here
+// too for the preflight commands, benchmarks and tests that build collectors themselves.
+pub use crate::collect::cgroup::CgroupConfig;
+pub use crate::collect::process::ProcessConfig;
+pub use crate::collect::rdma_filter::RdmaConfig;
+pub use crate::collect::settings::CollectorConfig;
+pub use crate::values::{bounded, parse_duration, shown};
 
 /// Environment variables with this prefix override the file: `MEMLOCK_EXPORTER_WEB__LISTEN_ADDRESS`
 /// sets `web.listen_address` (a double underscore separates levels).
@@ -36,29 +45,6 @@ pub enum ConfigError {
     Other(String),
 }
 
-/// The most characters of a value an error quotes back.
-const SHOWN_CHARS: usize = 64;
-/// The most bytes of any one part of an error message (a parser's own message included).
-const MESSAGE_BYTES: usize = 1024;
-
-/// `value` quoted as `{:?}` does, cut to its first [`SHOWN_CHARS`] characters, with its length
-/// when it was longer: errors say which value without repeating all of it.
-pub fn shown(value: &str) -> String {
-    match value.char_indices().nth(SHOWN_CHARS) {
-        None => format!("{value:?}"),
-        Some((cut, _)) => format!("{:?}... ({} bytes)", &value[..cut], value.len()),
-    }
-}
-
-/// `text` cut to [`MESSAGE_BYTES`] (at a character boundary), saying how long it was.
-pub fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.len() <= MESSAGE_BYTES {
-        return text.into();
-    }
-    let cut = (0..=MESSAGE_BYTES).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
-    format!("{}... ({} bytes in all)", &text[..cut], text.len()).into()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Raw layer: what the file, the environment and the flags may say. Every field has a default,
 // and the serialised defaults double as the list of known keys.
@@ -68,7 +54,9 @@ pub fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
 pub struct RawConfig {
     pub web: RawWeb,
     pub path: RawPaths,
-    pub collector: RawCollectors,
+    /// `[collector.<name>]`, read section by section against the registry ([`collector_sections`]).
+    #[serde(skip_serializing)]
+    pub collector: serde::de::IgnoredAny,
     pub trend: RawTrend,
     pub alerting: RawAlerting,
     pub log: RawLog,
@@ -156,14 +144,7 @@ impl RawConfig {
     /// when it serialises, and the key check must still know that those keys exist.
     fn key_template() -> Self {
         let mut t = Self::default();
-        let one = || vec![String::new()];
-        t.collector.cgroup.include = one();
-        t.collector.cgroup.exclude = one();
-        t.alerting.alertmanager_urls = one();
-        for rdma in [&mut t.collector.rdma_sysfs, &mut t.collector.rdma_netlink] {
-            rdma.include = one();
-            rdma.exclude = one();
-        }
+        t.alerting.alertmanager_urls = vec![String::new()];
         t
     }
 }
@@ -206,168 +187,18 @@ impl Default for RawPaths {
     }
 }
 
-/// `[collector.<name>]` for every registered collector ([`crate::collect::REGISTRY`]): the four
-/// with settings of their own have a typed section, the others only `enabled` and `interval`.
-/// (No `deny_unknown_fields` here, which `flatten` cannot combine with: [`check_known_keys`]
-/// refuses unknown names and keys against the defaults before anything is deserialized.)
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RawCollectors {
-    pub process: RawProcessCollector,
-    pub cgroup: RawCgroupCollector,
-    pub rdma_sysfs: RawRdmaCollector,
-    pub rdma_netlink: RawRdmaCollector,
-    /// Every other registered collector, by name.
-    #[serde(flatten)]
-    pub plain: BTreeMap<String, RawCollector>,
-}
-
-impl Default for RawCollectors {
-    fn default() -> Self {
-        let mut plain = BTreeMap::new();
-        for name in raw_plain_collectors() {
-            let enabled = crate::collect::REGISTRY.iter().find(|r| r.name == name).is_none_or(|r| r.default_enabled);
-            plain.insert(name.to_owned(), RawCollector { enabled, interval: default_interval(name) });
-        }
-        Self {
-            process: RawProcessCollector::default(),
-            cgroup: RawCgroupCollector::default(),
-            rdma_sysfs: RawRdmaCollector::default(),
-            rdma_netlink: RawRdmaCollector {
-                interval: default_interval("rdma_netlink"),
-                ..RawRdmaCollector::default()
-            },
-            plain,
-        }
+/// The `[collector.<name>]` section of every registered collector with its defaults:
+/// `enabled` and `interval` from the registry, the collector's own keys from its settings
+/// (`template`: with every list given one element, for the key check).
+fn collector_sections(template: bool) -> Result<Map<String, Value>, config::ConfigError> {
+    let mut sections = Map::new();
+    for registration in REGISTRY {
+        let mut keys = registration.settings.defaults(template)?;
+        keys.insert("enabled".into(), Value::from(registration.default_enabled));
+        keys.insert("interval".into(), Value::from(registration.default_interval));
+        sections.insert(registration.name.to_owned(), Value::from(keys));
     }
-}
-
-impl RawCollectors {
-    /// The collectors with a typed section above.
-    const WITH_SETTINGS: [&'static str; 4] = ["process", "cgroup", "rdma_sysfs", "rdma_netlink"];
-
-    /// `enabled` and `interval` of a registered collector.
-    fn common(&self, name: &str) -> Option<(bool, &str)> {
-        match name {
-            "process" => Some((self.process.enabled, &self.process.interval)),
-            "cgroup" => Some((self.cgroup.enabled, &self.cgroup.interval)),
-            "rdma_sysfs" => Some((self.rdma_sysfs.enabled, &self.rdma_sysfs.interval)),
-            "rdma_netlink" => Some((self.rdma_netlink.enabled, &self.rdma_netlink.interval)),
-            other => self.plain.get(other).map(|c| (c.enabled, c.interval.as_str())),
-        }
-    }
-}
-
-/// The registered collectors that have no settings of their own.
-fn raw_plain_collectors() -> impl Iterator<Item = &'static str> {
-    crate::collect::REGISTRY.iter().map(|r| r.name).filter(|name| !RawCollectors::WITH_SETTINGS.contains(name))
-}
-
-/// A registered collector's default interval.
-fn default_interval(name: &str) -> String {
-    crate::collect::REGISTRY.iter().find(|r| r.name == name).map_or("1s", |r| r.default_interval).to_owned()
-}
-
-/// Per-process memlock headroom. `interval` re-reads the processes already tracked (those
-/// holding locked or pinned memory, or matching `comm_pattern`); every `full_scan_interval`
-/// all of /proc is listed again.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RawProcessCollector {
-    pub enabled: bool,
-    pub interval: String,
-    pub full_scan_interval: String,
-    /// Export a process when VmPin + VmLck is at least this many bytes...
-    pub min_bytes: u64,
-    /// ...or when its comm matches this regex (empty: none).
-    pub comm_pattern: String,
-    /// At most this many processes, the highest usage ratios first.
-    pub top_n: u64,
-    /// Read `/proc/PID/maps` once per process holding pinned memory for the NCCL it mapped.
-    pub nccl_version: bool,
-}
-
-impl Default for RawProcessCollector {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            interval: default_interval("process"),
-            // New processes are found every interval by listing procfs, and node-wide growth in
-            // pinned or mlocked memory brings a full scan forward: the full scan only refreshes
-            // processes that were idle when last read (their limits and cgroup). 60 s keeps the
-            // idle cost within 0.5 % of a core with 2,000 processes (30 s: 0.59 %; see
-            // docs/benchmarks.md, "Idle cost").
-            full_scan_interval: "60s".into(),
-            min_bytes: 1 << 20,
-            comm_pattern: "^(python[0-9.]*|pt_main_thread|torchrun|deepspeed)$".into(),
-            top_n: 200,
-            nccl_version: true,
-        }
-    }
-}
-
-/// Per-cgroup memory. `interval` re-reads the cgroups already known; every
-/// `full_scan_interval` the hierarchy is walked again.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RawCgroupCollector {
-    pub enabled: bool,
-    pub interval: String,
-    pub full_scan_interval: String,
-    /// Regexes over the cgroup path ("/kubepods.slice/..."); empty includes all.
-    pub include: Vec<String>,
-    pub exclude: Vec<String>,
-    /// Depth below the hierarchy root that the walk descends to.
-    pub max_depth: u64,
-}
-
-impl Default for RawCgroupCollector {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            interval: default_interval("cgroup"),
-            // A walk every interval: a new cgroup is sampled within one interval.
-            full_scan_interval: "1s".into(),
-            include: Vec::new(),
-            exclude: Vec::new(),
-            max_depth: 12,
-        }
-    }
-}
-
-/// RDMA devices (sysfs) and registrations (netlink). Patterns match device names ("mlx5_0").
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RawRdmaCollector {
-    pub enabled: bool,
-    pub interval: String,
-    pub include: Vec<String>,
-    pub exclude: Vec<String>,
-}
-
-impl Default for RawRdmaCollector {
-    fn default() -> Self {
-        Self { enabled: true, interval: default_interval("rdma_sysfs"), include: Vec::new(), exclude: Vec::new() }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RawCollector {
-    pub enabled: bool,
-    pub interval: String,
-}
-
-impl RawCollector {
-    fn every(interval: &str) -> Self {
-        Self { enabled: true, interval: interval.into() }
-    }
-}
-
-impl Default for RawCollector {
-    fn default() -> Self {
-        Self::every("1s")
-    }
+    Ok(sections)
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -400,52 +231,6 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CollectorConfig {
-    pub name: &'static str,
-    pub enabled: bool,
-    pub interval: Duration,
-}
-
-#[derive(Debug, Clone)]
-pub struct ProcessConfig {
-    pub full_scan_interval: Duration,
-    pub min_bytes: u64,
-    pub comm_pattern: Option<Regex>,
-    pub top_n: usize,
-    pub nccl_version: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct CgroupConfig {
-    pub full_scan_interval: Duration,
-    pub include: Vec<Regex>,
-    pub exclude: Vec<Regex>,
-    pub max_depth: usize,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct RdmaConfig {
-    pub include: Vec<Regex>,
-    pub exclude: Vec<Regex>,
-}
-
-impl RdmaConfig {
-    /// Whether a device passes the include and exclude patterns.
-    pub fn wants(&self, device: &str) -> bool {
-        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(device)))
-            && !self.exclude.iter().any(|r| r.is_match(device))
-    }
-}
-
-impl CgroupConfig {
-    /// Whether a cgroup path passes the include and exclude patterns.
-    pub fn wants(&self, path: &str) -> bool {
-        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(path)))
-            && !self.exclude.iter().any(|r| r.is_match(path))
-    }
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlertingConfig {
     pub alertmanager_urls: Vec<String>,
@@ -472,10 +257,6 @@ pub struct Config {
     pub collectors: Vec<CollectorConfig>,
     pub log_level: LogLevel,
     pub log_format: LogFormat,
-    pub process: ProcessConfig,
-    pub cgroup: CgroupConfig,
-    pub rdma_sysfs: RdmaConfig,
-    pub rdma_netlink: RdmaConfig,
     pub trend: TrendConfig,
     pub alerting: AlertingConfig,
     /// At most this many series per scrape ([`crate::budget`]); 0: no limit.
@@ -490,6 +271,11 @@ pub struct Config {
 impl Config {
     pub fn collector(&self, name: &str) -> Option<&CollectorConfig> {
         self.collectors.iter().find(|c| c.name == name)
+    }
+
+    /// The own settings of the collector `name`, if they are of type `T` (`ProcessConfig`).
+    pub fn settings<T: 'static>(&self, name: &str) -> Option<&T> {
+        self.collector(name)?.settings()
     }
 }
 
@@ -507,7 +293,10 @@ pub struct Sources {
 pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
     let other = |e: config::ConfigError| ConfigError::Other(e.to_string());
     let defaults = config::Config::try_from(&RawConfig::default()).map_err(other)?;
-    let mut builder = config::Config::builder().add_source(defaults.clone());
+    let mut builder = config::Config::builder()
+        .set_default("collector", Value::from(collector_sections(false).map_err(other)?))
+        .map_err(other)?
+        .add_source(defaults);
     let mut file_keys = Map::new();
     if let Some(path) = &sources.file {
         // Read it ourselves so a missing file, a directory or bad TOML names the file.
@@ -541,20 +330,15 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
             "the built-in defaults".into()
         }
     };
-    let known = config::Source::collect(&config::Config::try_from(&RawConfig::key_template()).map_err(other)?)
+    let mut known = config::Source::collect(&config::Config::try_from(&RawConfig::key_template()).map_err(other)?)
         .map_err(other)?;
+    known.insert("collector".into(), Value::from(collector_sections(true).map_err(other)?));
     let given = config::Source::collect(&merged).map_err(other)?;
     check_known_keys("", &given, &known, &origin_of)?;
 
-    // The sections of collectors without settings are deserialized through a flattened map,
-    // which loses the key of a value of the wrong type: read them by key first, so the error
-    // names it (`collector.node.enabled`).
-    for name in raw_plain_collectors() {
-        merged.get::<bool>(&format!("collector.{name}.enabled")).map_err(|e| type_error(e, &origin_of))?;
-        merged.get::<String>(&format!("collector.{name}.interval")).map_err(|e| type_error(e, &origin_of))?;
-    }
-    let raw: RawConfig = merged.try_deserialize().map_err(|e| type_error(e, &origin_of))?;
-    let mut config = validate(raw, sources.file.clone(), &origin_of)?;
+    let raw: RawConfig = merged.try_deserialize().map_err(|e| type_error(e, "", &origin_of))?;
+    let sections = given.get("collector").cloned().unwrap_or_else(|| Value::from(Map::<String, Value>::new()));
+    let mut config = validate(raw, sections, sources.file.clone(), &origin_of)?;
     leaf_keys("", &file_keys, &mut config.file_keys);
     Ok(config)
 }
@@ -659,27 +443,98 @@ fn check_known_keys(
     Ok(())
 }
 
-fn type_error(err: config::ConfigError, origin_of: &dyn Fn(&str) -> String) -> ConfigError {
-    match err {
-        config::ConfigError::Type { unexpected, expected, key: Some(key), .. } => ConfigError::Invalid {
-            origin: origin_of(&key),
-            key,
-            message: format!("found {unexpected}, expected {expected}"),
-        },
+/// A value of the wrong type, named by its whole key: `prefix` (`collector.process`, or empty)
+/// before the key the error carries, which is relative to what was deserialized.
+fn type_error(err: config::ConfigError, prefix: &str, origin_of: &dyn Fn(&str) -> String) -> ConfigError {
+    let within = match &err {
+        config::ConfigError::Type { key, .. } | config::ConfigError::At { key, .. } => key.clone(),
+        _ => None,
+    };
+    let key = match within {
+        Some(key) if prefix.is_empty() => key,
+        // An element of a list: `include[0]`.
+        Some(key) if key.starts_with('[') => format!("{prefix}{key}"),
+        Some(key) => format!("{prefix}.{key}"),
+        None if prefix.is_empty() => return ConfigError::Other(err.to_string()),
+        None => prefix.to_owned(),
+    };
+    let message = match err {
+        config::ConfigError::Type { unexpected, expected, .. } => format!("found {unexpected}, expected {expected}"),
         // serde's own errors (a string where a list belongs) arrive wrapped with the key.
-        config::ConfigError::At { error, key: Some(key), .. } => match *error {
-            config::ConfigError::Type { unexpected, expected, .. } => ConfigError::Invalid {
-                origin: origin_of(&key),
-                key,
-                message: format!("found {unexpected}, expected {expected}"),
-            },
-            inner => ConfigError::Invalid { origin: origin_of(&key), key, message: inner.to_string() },
+        config::ConfigError::At { error, .. } => match *error {
+            config::ConfigError::Type { unexpected, expected, .. } => {
+                format!("found {unexpected}, expected {expected}")
+            }
+            inner => inner.to_string(),
         },
-        other => ConfigError::Other(other.to_string()),
-    }
+        other => other.to_string(),
+    };
+    ConfigError::Invalid { origin: origin_of(&key), key, message }
 }
 
-fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> String) -> Result<Config, ConfigError> {
+/// Every registered collector's `enabled`, `interval` and own settings, from the merged
+/// `[collector]` table. Each error names the whole key (`collector.process.top_n`).
+fn collectors(sections: Value, origin_of: &dyn Fn(&str) -> String) -> Result<Vec<CollectorConfig>, ConfigError> {
+    let invalid = |key: String, message: String| ConfigError::Invalid { origin: origin_of(&key), key, message };
+    let mut sections =
+        Map::<String, Value>::deserialize(sections).map_err(|e| type_error(e, "collector", origin_of))?;
+    // Intervals first, then the collectors' own settings, each in registry order.
+    struct Common {
+        registration: &'static Registration,
+        prefix: String,
+        enabled: bool,
+        interval: String,
+        own: Map<String, Value>,
+    }
+    let mut common = Vec::new();
+    for registration in REGISTRY {
+        let name = registration.name;
+        let prefix = format!("collector.{name}");
+        let section = sections.remove(name).unwrap_or_else(|| Value::from(Map::<String, Value>::new()));
+        let ValueKind::Table(mut own) = section.kind.clone() else {
+            // Not a table: refused as the whole section's type, named by the collector's own.
+            let message = match registration.settings.validate(section) {
+                Err(Refused::Type(e)) => return Err(type_error(e, &prefix, origin_of)),
+                _ => "must be a table".to_owned(),
+            };
+            return Err(invalid(prefix, message));
+        };
+        // Both are in the defaults, which the layers only add to.
+        let mut take = |key: &str| -> Result<(Value, String), ConfigError> {
+            let full = format!("{prefix}.{key}");
+            match own.remove(key) {
+                Some(value) => Ok((value, full)),
+                None => Err(invalid(full, "missing".into())),
+            }
+        };
+        let (value, key) = take("enabled")?;
+        let enabled = bool::deserialize(value).map_err(|e| type_error(e, &key, origin_of))?;
+        let (value, key) = take("interval")?;
+        let interval = String::deserialize(value).map_err(|e| type_error(e, &key, origin_of))?;
+        common.push(Common { registration, prefix, enabled, interval, own });
+    }
+    let mut intervals = Vec::new();
+    for c in &common {
+        let key = format!("{}.interval", c.prefix);
+        intervals.push(crate::values::interval(&c.interval).map_err(|m| invalid(key, m))?);
+    }
+    let mut collectors = Vec::new();
+    for (Common { registration, prefix, enabled, own, .. }, interval) in common.into_iter().zip(intervals) {
+        let settings = registration.settings.validate(Value::from(own)).map_err(|refused| match refused {
+            Refused::Type(e) => type_error(e, &prefix, origin_of),
+            Refused::Invalid(e) => invalid(format!("{prefix}.{}", e.key), e.message),
+        })?;
+        collectors.push(CollectorConfig { name: registration.name, enabled, interval, settings });
+    }
+    Ok(collectors)
+}
+
+fn validate(
+    raw: RawConfig,
+    sections: Value,
+    file: Option<PathBuf>,
+    origin_of: &dyn Fn(&str) -> String,
+) -> Result<Config, ConfigError> {
     let invalid =
         |key: &str, message: String| ConfigError::Invalid { key: key.into(), origin: origin_of(key), message };
 
@@ -719,55 +574,9 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         }
     }
     let interval = |key: &str, text: &str| -> Result<Duration, ConfigError> {
-        let value = parse_duration(text).map_err(|m| invalid(key, m))?;
-        if value < Duration::from_millis(100) || value > Duration::from_secs(3600) {
-            return Err(invalid(key, format!("{} is outside 100ms..1h", shown(text))));
-        }
-        Ok(value)
+        crate::values::interval(text).map_err(|m| invalid(key, m))
     };
-    let regexes = |key: &str, patterns: &[String]| -> Result<Vec<Regex>, ConfigError> {
-        patterns.iter().map(|p| Regex::new(p).map_err(|e| invalid(key, regex_error(p, &e)))).collect()
-    };
-    let c = &raw.collector;
-    let mut collectors = Vec::new();
-    for registration in crate::collect::REGISTRY {
-        let name = registration.name;
-        let (enabled, text) =
-            c.common(name).ok_or_else(|| invalid(&format!("collector.{name}"), "missing section".into()))?;
-        collectors.push(CollectorConfig {
-            name,
-            enabled,
-            interval: interval(&format!("collector.{name}.interval"), text)?,
-        });
-    }
-    let comm_pattern = match c.process.comm_pattern.as_str() {
-        "" => None,
-        p => Some(Regex::new(p).map_err(|e| invalid("collector.process.comm_pattern", regex_error(p, &e)))?),
-    };
-    if c.process.top_n == 0 {
-        return Err(invalid("collector.process.top_n", "must be at least 1".into()));
-    }
-    let process = ProcessConfig {
-        full_scan_interval: interval("collector.process.full_scan_interval", &c.process.full_scan_interval)?,
-        min_bytes: c.process.min_bytes,
-        comm_pattern,
-        top_n: usize::try_from(c.process.top_n).unwrap_or(usize::MAX),
-        nccl_version: c.process.nccl_version,
-    };
-    let cgroup = CgroupConfig {
-        full_scan_interval: interval("collector.cgroup.full_scan_interval", &c.cgroup.full_scan_interval)?,
-        include: regexes("collector.cgroup.include", &c.cgroup.include)?,
-        exclude: regexes("collector.cgroup.exclude", &c.cgroup.exclude)?,
-        max_depth: usize::try_from(c.cgroup.max_depth).unwrap_or(usize::MAX),
-    };
-    let rdma_sysfs = RdmaConfig {
-        include: regexes("collector.rdma_sysfs.include", &c.rdma_sysfs.include)?,
-        exclude: regexes("collector.rdma_sysfs.exclude", &c.rdma_sysfs.exclude)?,
-    };
-    let rdma_netlink = RdmaConfig {
-        include: regexes("collector.rdma_netlink.include", &c.rdma_netlink.include)?,
-        exclude: regexes("collector.rdma_netlink.exclude", &c.rdma_netlink.exclude)?,
-    };
+    let collectors = collectors(sections, origin_of)?;
     let window = parse_duration(&raw.trend.window).map_err(|m| invalid("trend.window", m))?;
     if window < Duration::from_secs(3) || window > Duration::from_secs(3600) {
         return Err(invalid("trend.window", format!("{} is outside 3s..1h", shown(&raw.trend.window))));
@@ -823,22 +632,12 @@ fn validate(raw: RawConfig, file: Option<PathBuf>, origin_of: &dyn Fn(&str) -> S
         collectors,
         log_level,
         log_format,
-        process,
-        cgroup,
-        rdma_sysfs,
-        rdma_netlink,
         trend,
         alerting,
         series_limit: usize::try_from(raw.series.limit).unwrap_or(usize::MAX),
         file,
         file_keys: BTreeSet::new(),
     })
-}
-
-/// A regex that does not compile: the pattern shown, and the regex crate's message, which
-/// quotes the whole pattern, bounded.
-fn regex_error(pattern: &str, err: &regex::Error) -> String {
-    format!("{} is not a valid regex: {}", shown(pattern), bounded(&err.to_string()))
 }
 
 /// Splits a Go-style listen address: `:9478` (all interfaces), `host:port`, `[v6]:port`.
@@ -876,23 +675,6 @@ impl Endpoint {
     pub fn alerts_url(&self) -> String {
         format!("{}/api/v2/alerts", self.base)
     }
-}
-
-/// Parses `500ms`, `1s`, `1.5s`, `2m`, `1h`. A bare number is refused: units are not guessed.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 =
-        number.parse().map_err(|_| format!("{} is not a duration such as \"1s\" or \"500ms\"", shown(text)))?;
-    let seconds = match unit {
-        "ms" => number / 1000.0,
-        "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        _ => return Err(format!("{} needs a unit: ms, s, m or h", shown(text))),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{} is out of range", shown(text)))
 }
 
 /// Whether a request can reach `path`: the server compares it with the path of the request
@@ -1057,10 +839,217 @@ mod tests {
         let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
         assert!(err.contains("collector.process.top_n"), "{err}");
         let cfg = load_with(None, &[("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__MIN_BYTES", "4096")], vec![]).unwrap();
-        assert_eq!(cfg.process.min_bytes, 4096);
-        assert!(cfg.process.comm_pattern.as_ref().unwrap().is_match("python3"));
-        let cgroup = CgroupConfig { exclude: vec![Regex::new("^/system.slice").unwrap()], ..cfg.cgroup.clone() };
+        let process = cfg.settings::<ProcessConfig>("process").unwrap();
+        assert_eq!(process.min_bytes, 4096);
+        assert!(process.comm_pattern.as_ref().unwrap().is_match("python3"));
+        let cgroup = CgroupConfig {
+            exclude: vec![regex::Regex::new("^/system.slice").unwrap()],
+            ..cfg.settings::<CgroupConfig>("cgroup").unwrap().clone()
+        };
         assert!(!cgroup.wants("/system.slice/sshd.service") && cgroup.wants("/kubepods.slice"));
+    }
+
+    /// The messages as they were when the collectors' settings were fields of this module, and
+    /// the four that lost their key then (a section of a collector without settings of its own
+    /// went through a flattened map: `collector` named instead of `collector.numa.interval`).
+    #[test]
+    fn collector_setting_errors_name_the_key_and_the_layer() {
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [(&'a str, &'a str)], &'a str);
+        const REGEX: &str = "is not a valid regex: regex parse error:";
+        let cases: &[Case] = &[
+            (
+                "[collector.process]\ntop_n = \"x\"\n",
+                &[],
+                &[],
+                "`collector.process.top_n` (set in FILE): found string \"x\", expected an integer",
+            ),
+            (
+                "[collector.process]\ntop_n = 0\n",
+                &[],
+                &[],
+                "`collector.process.top_n` (set in FILE): must be at least 1",
+            ),
+            (
+                "",
+                &[("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__TOP_N", "0")],
+                &[],
+                "`collector.process.top_n` (set in the environment (MEMLOCK_EXPORTER_COLLECTOR__PROCESS__TOP_N)): \
+                must be at least 1",
+            ),
+            (
+                "",
+                &[],
+                &[("collector.process.top_n", "0")],
+                "`collector.process.top_n` (set in the command-line flags (--collector.process.top-n)): must be at \
+                least 1",
+            ),
+            (
+                "[collector.cgroup]\ninclude = \"x\"\n",
+                &[],
+                &[],
+                "`collector.cgroup.include` (set in FILE): invalid type: string \"x\", expected a sequence",
+            ),
+            (
+                "[collector.cgroup]\ninclude = [\"(x\"]\n",
+                &[],
+                &[],
+                "`collector.cgroup.include` (set in FILE): \"(x\" {REGEX}",
+            ),
+            (
+                "[collector.rdma_netlink]\nexclude = [\"[\"]\n",
+                &[],
+                &[],
+                "`collector.rdma_netlink.exclude` (set in FILE): \"[\" {REGEX}",
+            ),
+            (
+                "[collector.rdma_sysfs]\ninclude = [\"ok\", \"(bad\"]\n",
+                &[],
+                &[],
+                "`collector.rdma_sysfs.include` (set in FILE): \"(bad\" {REGEX}",
+            ),
+            (
+                "[collector.cgroup]\nexclude = [\"ok\", \"(bad\"]\n",
+                &[],
+                &[],
+                "`collector.cgroup.exclude` (set in FILE): \"(bad\" {REGEX}",
+            ),
+            (
+                "[collector.process]\ncomm_pattern = \"(\"\n",
+                &[],
+                &[],
+                "`collector.process.comm_pattern` (set in FILE): \"(\" {REGEX}",
+            ),
+            (
+                "[collector.process]\nfull_scan_interval = \"10\"\n",
+                &[],
+                &[],
+                "`collector.process.full_scan_interval` (set in FILE): \"10\" needs a unit: ms, s, m or h",
+            ),
+            (
+                "[collector.cgroup]\nfull_scan_interval = \"2h\"\n",
+                &[],
+                &[],
+                "`collector.cgroup.full_scan_interval` (set in FILE): \"2h\" is outside 100ms..1h",
+            ),
+            (
+                "[collector.process]\ninterval = \"50ms\"\n",
+                &[],
+                &[],
+                "`collector.process.interval` (set in FILE): \"50ms\" is outside 100ms..1h",
+            ),
+            (
+                "[collector.failures]\ninterval = \"0s\"\n",
+                &[],
+                &[],
+                "`collector.failures.interval` (set in FILE): \"0s\" is outside 100ms..1h",
+            ),
+            (
+                "",
+                &[],
+                &[("collector.rdma_netlink.interval", "2h")],
+                "`collector.rdma_netlink.interval` (set in the command-line flags \
+                (--collector.rdma-netlink.interval)): \"2h\" is outside 100ms..1h",
+            ),
+            (
+                "[collector.node]\nenabled = \"sometimes\"\n",
+                &[],
+                &[],
+                "`collector.node.enabled` (set in FILE): found string \"sometimes\", expected a boolean",
+            ),
+            (
+                "[collector.process]\nenabled = \"sometimes\"\n",
+                &[],
+                &[],
+                "`collector.process.enabled` (set in FILE): found string \"sometimes\", expected a boolean",
+            ),
+            (
+                "[collector.cgroup]\nmax_depth = -1\n",
+                &[],
+                &[],
+                "`collector.cgroup.max_depth` (set in FILE): found 64-bit integer `-1`, expected an unsigned 64 bit \
+                or less integer",
+            ),
+            (
+                "[collector.process]\ntop_nn = 1\n",
+                &[],
+                &[],
+                "unknown configuration key `collector.process.top_nn` (set in FILE); known keys in \
+                [collector.process]: comm_pattern, enabled, full_scan_interval, interval, min_bytes, nccl_version, \
+                top_n",
+            ),
+            (
+                "[collector]\nprocess = 5\n",
+                &[],
+                &[],
+                "`collector.process` (set in FILE): invalid type: integer `5`, expected struct RawProcessCollector",
+            ),
+            (
+                "[collector.process]\nmin_bytes = \"big\"\n",
+                &[],
+                &[],
+                "`collector.process.min_bytes` (set in FILE): found string \"big\", expected an integer",
+            ),
+            (
+                "",
+                &[("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__NCCL_VERSION", "maybe")],
+                &[],
+                "`collector.process.nccl_version` (set in the environment \
+                (MEMLOCK_EXPORTER_COLLECTOR__PROCESS__NCCL_VERSION)): found string \"maybe\", expected a boolean",
+            ),
+            (
+                "[collector.rdma_sysfs]\ninclude = [[1]]\n",
+                &[],
+                &[],
+                "`collector.rdma_sysfs.include[0]` (set in the built-in defaults): found sequence, expected a string",
+            ),
+            (
+                "[collector.cgroup.include]\nx = 1\n",
+                &[],
+                &[],
+                "`collector.cgroup.include` (set in FILE): invalid type: map, expected a sequence",
+            ),
+            (
+                "",
+                &[("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__MAX_DEPTH", "deep")],
+                &[],
+                "`collector.cgroup.max_depth` (set in the environment \
+                (MEMLOCK_EXPORTER_COLLECTOR__CGROUP__MAX_DEPTH)): found string \"deep\", expected an integer",
+            ),
+            // Lost their key before.
+            (
+                "",
+                &[("MEMLOCK_EXPORTER_COLLECTOR__NUMA__INTERVAL", "10")],
+                &[],
+                "`collector.numa.interval` (set in the environment (MEMLOCK_EXPORTER_COLLECTOR__NUMA__INTERVAL)): \
+                \"10\" needs a unit: ms, s, m or h",
+            ),
+            (
+                "[collector.software]\ninterval = 5\n",
+                &[],
+                &[],
+                "`collector.software.interval` (set in FILE): \"5\" needs a unit: ms, s, m or h",
+            ),
+            (
+                "[collector]\nnode = 5\n",
+                &[],
+                &[],
+                "`collector.node` (set in FILE): invalid type: integer `5`, expected struct RawCollector",
+            ),
+            ("collector = 3\n", &[], &[], "`collector` (set in FILE): invalid type: integer `3`, expected a map"),
+        ];
+        let path = write_temp("collector-errors", "");
+        for (file, env, flags, expected) in cases {
+            std::fs::write(&path, file).unwrap();
+            let flags = flags.iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect();
+            let err = load_with(Some(path.clone()), env, flags).unwrap_err().to_string();
+            let err = err.replace(&path.display().to_string(), "FILE");
+            let expected = expected.replace("{REGEX}", REGEX);
+            assert!(err.contains(&expected), "{file:?} {env:?}:\n  got {err}\n want {expected}");
+        }
+        for fine in ["[collector.rdma_sysfs]\ninclude = [1]\n", "[collector.process]\nnccl_version = 1\n"] {
+            std::fs::write(&path, fine).unwrap();
+            load_with(Some(path.clone()), &[], vec![]).unwrap();
+        }
     }
 
     #[test]

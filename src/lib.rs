@@ -52,6 +52,7 @@ pub mod stop;
 pub mod timefmt;
 pub mod trend;
 pub mod units;
+pub mod values;
 pub mod verbs;
 pub mod web;
 
