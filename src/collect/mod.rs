@@ -2,6 +2,8 @@
 //! [`crate::kernel`] and returns typed [`Data`]; rendering lives with the data type.
 
 pub mod cgroup;
+#[cfg(test)]
+mod example;
 pub mod failures;
 pub mod hugepages;
 pub mod node;
