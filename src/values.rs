@@ -11,9 +11,6 @@ const SHOWN_CHARS: usize = 64;
 /// The most bytes of any one part of an error message (a parser's own message included).
 const MESSAGE_BYTES: usize = 1024;
 
-// Every part of a message is bounded ([`bounded`]): a value, a key or a parser's message may
-// be as long as the file (issue 24: a 900 KB value came back whole, twice for a regex).
-
 /// `value` quoted as `{:?}` does, cut to its first [`SHOWN_CHARS`] characters, with its length
 /// when it was longer: errors say which value without repeating all of it.
 pub fn shown(value: &str) -> String {
@@ -23,7 +20,9 @@ pub fn shown(value: &str) -> String {
     }
 }
 
-/// `text` cut to [`MESSAGE_BYTES`] (at a character boundary), saying how long it was.
+/// `text` cut to [`MESSAGE_BYTES`] (at a character boundary), saying how long it was. Every part
+/// of a configuration error is bounded: a value, a key or a parser's message may be as long as the
+/// file (issue 24: a 900 KB value came back whole, twice for a regex).
 pub fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
     if text.len() <= MESSAGE_BYTES {
         return text.into();

@@ -5,7 +5,9 @@
 //! it implements [`Configured`], and its one entry in [`super::REGISTRY`] names it with [`of`].
 //! [`crate::config`] merges the layers, refuses unknown keys against the raw defaults and turns
 //! an [`Invalid`] into an error that names the whole key and the layer that set it. A reload
-//! compares the validated settings with `PartialEq` ([`CollectorConfig`]).
+//! compares the validated settings with `PartialEq` ([`CollectorConfig`]). A collector without
+//! settings of its own is built by the function its entry gives to [`Plain`]. docs/collectors.md
+//! walks through adding one.
 
 use std::any::Any;
 use std::fmt;

@@ -39,8 +39,7 @@ pub use crate::values::{bounded, parse_duration, shown};
 /// sets `web.listen_address` (a double underscore separates levels).
 pub const ENV_PREFIX: &str = "MEMLOCK_EXPORTER";
 
-// Every part of a message is bounded ([`bounded`]): a value, a key or a parser's message may
-// be as long as the file (issue 24: a 900 KB value came back whole, twice for a regex).
+// Every part of a message is bounded ([`bounded`], which says why).
 #[derive(Debug, Error)]
 pub enum ConfigError {
     #[error("config file {}: {}", path.display(), bounded(.message))]
