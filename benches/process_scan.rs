@@ -79,7 +79,8 @@ fn baseline(procfs: &Path, buf: &mut [u8; 8192]) -> usize {
 
 fn default_process_config() -> ProcessConfig {
     let sources = Sources { file: None, env: Some(BTreeMap::new()), flags: Vec::new() };
-    config::load(&sources).expect("built-in defaults are valid").process
+    let config = config::load(&sources).expect("built-in defaults are valid");
+    config.settings::<ProcessConfig>("process").expect("the process collector is registered").clone()
 }
 
 struct Figures {

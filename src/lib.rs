@@ -22,8 +22,10 @@
 //!   tracing, [`heap`] counts the heap in use for `memlock_exporter_heap_allocated_bytes`.
 //! - [`check`], [`estimate`], [`nccl`], [`job_context`] and [`drill`]: the preflight commands;
 //!   [`nccl`] models NCCL's registrations from its source.
-//! - [`config`] and [`cli`]: flags, environment and the optional TOML file, validated once;
-//!   [`units`] formats sizes and [`timefmt`] times for every command.
+//! - [`config`] and [`cli`]: flags, environment and the optional TOML file, validated once (each
+//!   collector's own settings are defined in its module, `collect::settings`); [`values`]: the
+//!   durations and regexes written in settings and how errors quote them; [`units`] formats sizes
+//!   and [`timefmt`] times for every command.
 
 pub mod alerting;
 pub mod budget;
@@ -52,6 +54,7 @@ pub mod stop;
 pub mod timefmt;
 pub mod trend;
 pub mod units;
+pub mod values;
 pub mod verbs;
 pub mod web;
 

@@ -2,13 +2,17 @@
 //! [`crate::kernel`] and returns typed [`Data`]; rendering lives with the data type.
 
 pub mod cgroup;
+#[cfg(test)]
+mod example;
 pub mod failures;
 pub mod hugepages;
 pub mod node;
 pub mod numa;
 pub mod process;
+pub mod rdma_filter;
 pub mod rdma_netlink;
 pub mod rdma_sysfs;
+pub mod settings;
 pub mod software;
 
 use std::any::Any;
@@ -16,10 +20,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::budget::{Claim, Grants};
-use crate::config::Config;
 use crate::exposition::Exposition;
-use crate::fsroot::SourceError;
-use crate::trend::{Observation, Scope};
+use crate::fsroot::{Roots, SourceError};
+use crate::trend::{Observation, Scope, TrendConfig};
+
+use settings::{of, CollectorConfig, Context, Plain};
 
 /// What a collector's run produced, behind one trait so the sampler, the snapshot and the trend
 /// analyser need no list of collectors. Cheap to share: snapshots hold it in an `Arc`.
@@ -57,9 +62,9 @@ pub trait Stats: std::fmt::Debug + Send + Sync + 'static {
 pub type Data = Arc<dyn Stats>;
 
 /// A collector the exporter knows: the one list from which the `--collector.<name>` flags, the
-/// `collector.<name>.enabled` and `.interval` keys and the sampler's threads are derived (as
-/// node_exporter's registerCollector). Settings of its own, if any, live in its configuration
-/// section ([`crate::config::RawCollectors`]).
+/// `[collector.<name>]` sections of the configuration and the sampler's threads are derived (as
+/// node_exporter's registerCollector). A collector with settings of its own defines them in its
+/// module ([`settings::Configured`]); its entry here names it with [`settings::of`].
 pub struct Registration {
     pub name: &'static str,
     /// What it reads, for the flag's help.
@@ -67,7 +72,8 @@ pub struct Registration {
     pub default_interval: &'static str,
     /// Off for the opt-in collectors (`--collector.<name>` enables them).
     pub default_enabled: bool,
-    pub build: fn(&Config, Duration) -> Box<dyn Collector>,
+    /// Its own settings and how it is built from them.
+    pub settings: &'static dyn settings::Section,
 }
 
 /// Every collector, in output order.
@@ -77,58 +83,52 @@ pub const REGISTRY: &[Registration] = &[
         reads: "/proc/meminfo, vmstat, vm sysctls, hugepages",
         default_interval: "1s",
         default_enabled: true,
-        build: |config, _| {
-            let floor = config.trend.node_memory_available_floor_ratio;
-            Box::new(node::NodeCollector::new(config.roots.clone(), procfs::page_size(), floor))
-        },
+        settings: &Plain(|cx| {
+            let floor = cx.trend.node_memory_available_floor_ratio;
+            Box::new(node::NodeCollector::new(cx.roots.clone(), procfs::page_size(), floor))
+        }),
     },
     Registration {
         name: "numa",
         reads: "per NUMA node memory and hugepages",
         default_interval: "1s",
         default_enabled: true,
-        build: |config, _| Box::new(numa::NumaCollector::new(config.roots.clone(), procfs::page_size())),
+        settings: &Plain(|cx| Box::new(numa::NumaCollector::new(cx.roots.clone(), procfs::page_size()))),
     },
     Registration {
         name: "process",
         reads: "VmLck, VmPin, memlock limits per process",
         default_interval: "1s",
         default_enabled: true,
-        build: |config, interval| {
-            Box::new(process::ProcessCollector::new(&config.roots, config.process.clone(), interval))
-        },
+        settings: of::<process::ProcessCollector>(),
     },
     Registration {
         name: "cgroup",
         reads: "memory usage and limits per cgroup",
         default_interval: "1s",
         default_enabled: true,
-        build: |config, _| Box::new(cgroup::CgroupCollector::new(config.roots.clone(), config.cgroup.clone())),
+        settings: of::<cgroup::CgroupCollector>(),
     },
     Registration {
         name: "rdma_sysfs",
         reads: "/sys/class/infiniband devices, ports, counters",
         default_interval: "5s",
         default_enabled: true,
-        build: |config, _| {
-            Box::new(rdma_sysfs::RdmaSysfsCollector::new(config.roots.clone(), config.rdma_sysfs.clone()))
-        },
+        settings: of::<rdma_sysfs::RdmaSysfsCollector>(),
     },
     Registration {
         name: "rdma_netlink",
         reads: "RDMA resources and registered memory",
         default_interval: "5s",
         default_enabled: true,
-        build: |config, _| {
-            Box::new(rdma_netlink::RdmaNetlinkCollector::new(config.roots.clone(), config.rdma_netlink.clone()))
-        },
+        settings: of::<rdma_netlink::RdmaNetlinkCollector>(),
     },
     Registration {
         name: "software",
         reads: "kernel, NVIDIA driver and RDMA module versions, GPUDirect mode",
         default_interval: "30s",
         default_enabled: true,
-        build: |config, _| Box::new(software::SoftwareCollector::new(config.roots.clone())),
+        settings: &Plain(|cx| Box::new(software::SoftwareCollector::new(cx.roots.clone()))),
     },
     Registration {
         name: "failures",
@@ -137,7 +137,7 @@ pub const REGISTRY: &[Registration] = &[
         // Opt-in: it defines kprobes in the running kernel, which needs write access to tracefs
         // (root's) that the default unit does not grant (README.md, the failures collector).
         default_enabled: false,
-        build: |config, _| Box::new(failures::FailuresCollector::new(config.roots.clone())),
+        settings: &Plain(|cx| Box::new(failures::FailuresCollector::new(cx.roots.clone()))),
     },
 ];
 
@@ -151,14 +151,16 @@ pub trait Collector: Send {
     fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data>;
 }
 
-/// Builds the enabled collectors from the configuration, in registry order.
-pub fn build(config: &Config) -> Vec<(Box<dyn Collector>, Duration)> {
-    REGISTRY
+/// Builds the enabled collectors of a configuration, in its order (the registry's).
+pub fn build(
+    collectors: &[CollectorConfig],
+    roots: &Roots,
+    trend: &TrendConfig,
+) -> Vec<(Box<dyn Collector>, Duration)> {
+    collectors
         .iter()
-        .filter_map(|registration| {
-            let settings = config.collector(registration.name).filter(|c| c.enabled)?;
-            Some(((registration.build)(config, settings.interval), settings.interval))
-        })
+        .filter(|c| c.enabled)
+        .map(|c| (c.settings.build(&Context { roots, interval: c.interval, trend }), c.interval))
         .collect()
 }
 

@@ -15,13 +15,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::budget::{Claim, Grants, Tier};
-use crate::config::RdmaConfig;
 use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::nldev::{self, cmd, DecodeError, Progress, ReplyError, ReplyReader};
 use crate::kernel::rdma_sysfs::label_value;
 use crate::kernel::ParseError;
 
+use super::rdma_filter::{RawRdmaCollector, RdmaConfig};
+use super::settings::{Configured, Context, Invalid};
 use super::{Collector, Data};
 
 /// How long one `recv` may block before the exchange is abandoned.
@@ -638,6 +639,23 @@ impl super::Stats for RdmaNetlinkStats {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+}
+
+impl Configured for RdmaNetlinkCollector {
+    type Raw = RawRdmaCollector;
+    type Settings = RdmaConfig;
+
+    fn key_template() -> RawRdmaCollector {
+        RawRdmaCollector::key_template()
+    }
+
+    fn validate(raw: RawRdmaCollector) -> Result<RdmaConfig, Invalid> {
+        raw.validate()
+    }
+
+    fn build(context: &Context, settings: &RdmaConfig) -> Self {
+        RdmaNetlinkCollector::new(context.roots.clone(), settings.clone())
     }
 }
 

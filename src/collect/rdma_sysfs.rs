@@ -11,12 +11,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::budget::{self, Claim, Grants, Tier};
-use crate::config::RdmaConfig;
 use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::rdma_sysfs::{self as parse, Numbered};
 use crate::kernel::{parse_u64, ParseError};
 
+use super::rdma_filter::{RawRdmaCollector, RdmaConfig};
+use super::settings::{Configured, Context, Invalid};
 use super::{optional, Collector, Data};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -496,6 +497,23 @@ impl super::Stats for RdmaSysfsStats {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+}
+
+impl Configured for RdmaSysfsCollector {
+    type Raw = RawRdmaCollector;
+    type Settings = RdmaConfig;
+
+    fn key_template() -> RawRdmaCollector {
+        RawRdmaCollector::key_template()
+    }
+
+    fn validate(raw: RawRdmaCollector) -> Result<RdmaConfig, Invalid> {
+        raw.validate()
+    }
+
+    fn build(context: &Context, settings: &RdmaConfig) -> Self {
+        RdmaSysfsCollector::new(context.roots.clone(), settings.clone())
     }
 }
 

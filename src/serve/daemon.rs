@@ -34,26 +34,16 @@ pub struct Running {
     pub alert_task: Option<JoinHandle<()>>,
 }
 
-/// Everything that decides what the sampler does; a reload restarts it only when this changes.
-fn sampling_settings(config: &Config) -> String {
-    format!(
-        "{:?}",
-        (
-            &config.collectors,
-            &config.roots,
-            &config.process,
-            &config.cgroup,
-            &config.rdma_sysfs,
-            &config.rdma_netlink,
-            &config.trend
-        )
-    )
+/// Everything that decides what the sampler does; a reload restarts it only when this changes
+/// (the collectors' own settings are part of each [`config::CollectorConfig`]).
+fn sampling_settings(config: &Config) -> impl PartialEq + std::fmt::Debug + '_ {
+    (&config.collectors, &config.roots, &config.trend)
 }
 
 pub type Sampling = (Sampler, watch::Receiver<Arc<Snapshot>>, Vec<(&'static str, Duration)>);
 
 pub fn start_sampler(config: &Config, own: &SelfMetrics) -> Result<Sampling, ServeError> {
-    let collectors = crate::collect::build(config);
+    let collectors = crate::collect::build(&config.collectors, &config.roots, &config.trend);
     let enabled: Vec<(&'static str, Duration)> = collectors.iter().map(|(c, interval)| (c.name(), *interval)).collect();
     let budget = crate::snapshot::Budget { limit: config.series_limit, registry: Some(own.registry.clone()) };
     let (sampler, snapshots) = Sampler::start(collectors, config.trend.clone(), own.collector_errors.clone(), budget)
@@ -332,5 +322,26 @@ mod tests {
         assert_ne!(sampling_settings(&base), sampling_settings(&no_numa));
         let other_root = load(vec![("path.procfs".into(), "/host/proc".into())]);
         assert_ne!(sampling_settings(&base), sampling_settings(&other_root));
+        // One collector's own settings, compared by value: a pattern by its text, a duration by
+        // its length whatever its unit.
+        for changed in [
+            ("collector.process.top_n", ::config::Value::from(5u64)),
+            ("collector.process.comm_pattern", "^torchrun$".into()),
+            ("collector.cgroup.exclude", vec!["^/system.slice"].into()),
+            ("collector.rdma_netlink.include", vec!["^mlx5_"].into()),
+            ("trend.node_memory_available_floor_ratio", 0.1.into()),
+        ] {
+            let other = load(vec![(changed.0.into(), changed.1)]);
+            assert_ne!(sampling_settings(&base), sampling_settings(&other), "{}", changed.0);
+        }
+        for same in [
+            ("collector.process.full_scan_interval", ::config::Value::from("60000ms")),
+            ("collector.process.comm_pattern", "^(python[0-9.]*|pt_main_thread|torchrun|deepspeed)$".into()),
+            ("collector.cgroup.max_depth", 12u64.into()),
+            ("collector.node.interval", "1000ms".into()),
+        ] {
+            let other = load(vec![(same.0.into(), same.1)]);
+            assert_eq!(sampling_settings(&base), sampling_settings(&other), "{}", same.0);
+        }
     }
 }

@@ -890,7 +890,8 @@ fn check_config_file(bytes: &[u8]) -> Result<Verdict, String> {
             if let Some(c) = bad_interval {
                 return Err(format!("collector {} accepted with interval {:?}", c.name, c.interval));
             }
-            if !cfg.telemetry_path.starts_with('/') || cfg.process.top_n == 0 {
+            let no_top_n = cfg.settings::<config::ProcessConfig>("process").is_none_or(|p| p.top_n == 0);
+            if !cfg.telemetry_path.starts_with('/') || no_top_n {
                 return Err(format!("accepted an invalid configuration: {cfg:?}"));
             }
             Ok(Verdict::Accepted)

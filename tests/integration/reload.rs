@@ -1,7 +1,8 @@
 //! Hot reload of the running binary: a valid change to the configuration file takes effect (a
 //! disabled collector's series disappear), an invalid one keeps the old configuration, logs the
 //! key and sets `memlock_exporter_config_last_reload_successful` to 0; both through the file
-//! watch and through SIGHUP.
+//! watch and through SIGHUP. A collector's own setting restarts the collectors; a web setting
+//! does not.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -232,6 +233,48 @@ fn a_reload_that_would_switch_paging_off_is_refused_unless_the_file_says_so() {
     std::fs::write(&config, "[web]\nmax_requests = 20\n[alerting]\nalertmanager_urls = []\n").unwrap();
     wait_until(&exporter, "the fast path switched off", |_| exporter.log_text().contains("alerting=off"));
     assert_eq!(exporter.metrics().value(RELOAD_OK), 1.0);
+    let status = exporter.terminate();
+    assert!(status.success(), "{status:?}");
+}
+
+/// Issue 25: the collectors' own settings are compared by value on reload. A change to one of
+/// them (`collector.process.top_n`) restarts the collectors and takes effect; a reload that
+/// changes only a web setting keeps the running sampler.
+#[test]
+fn a_collector_setting_restarts_the_collectors_and_a_web_setting_does_not() {
+    const PROCESSES: &str = "memlock_process_ipc_lock";
+    let dir = temp_dir("collector-setting");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, "[collector.process]\ntop_n = 200\n").unwrap();
+    let exporter = start(&config);
+    // As editors save: a new file renamed over the old one, never seen half written.
+    let write = |text: &str| {
+        let tmp = dir.join(".config.toml.swp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &config).unwrap();
+    };
+    let all = wait_until(&exporter, "the fixture's processes", |m| m.family(PROCESSES).len() > 1);
+    let reloads = |exporter: &Exporter| exporter.log_text().matches("configuration reloaded").count();
+    let wait_reload = |after: usize, what: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while reloads(&exporter) <= after {
+            assert!(std::time::Instant::now() < deadline, "no reload for {what}:\n{}", exporter.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
+    write("[collector.process]\ntop_n = 1\n");
+    let one = wait_until(&exporter, "top_n = 1 in effect", |m| m.family(PROCESSES).len() == 1);
+    assert!(all.family(PROCESSES).len() > one.family(PROCESSES).len());
+    wait_reload(0, "top_n");
+    let restarts = exporter.log_text().matches("collectors=").count();
+    assert_eq!(restarts, 1, "the sampler restarted once:\n{}", exporter.log_text());
+
+    write("[collector.process]\ntop_n = 1\n[web]\nmax_requests = 20\n");
+    wait_reload(1, "web.max_requests");
+    let log = exporter.log_text();
+    assert_eq!(log.matches("collectors=").count(), restarts, "a web setting kept the sampler:\n{log}");
+    assert_eq!(exporter.metrics().family(PROCESSES).len(), 1, "top_n still applies");
     let status = exporter.terminate();
     assert!(status.success(), "{status:?}");
 }

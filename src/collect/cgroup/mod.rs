@@ -16,10 +16,12 @@
 mod detect;
 mod read;
 mod render;
+mod settings;
 
 use std::sync::Arc;
 
 use crate::charge::Charge;
+use crate::collect::settings::{Configured, Context, Invalid};
 use crate::exposition::Exposition;
 use crate::kernel::memcg::Limit;
 use crate::kernel::rdma_cgroup::RdmaDevice;
@@ -27,6 +29,7 @@ use crate::trend::{Observation, Scope};
 
 pub use detect::{detect, Detected, Layout, Mount, Version};
 pub use read::CgroupCollector;
+pub use settings::{CgroupConfig, RawCgroupCollector};
 
 /// Labels of one cgroup: `cgroup` first, then the attribution labels.
 pub type CgroupLabels = Arc<Vec<(&'static str, String)>>;
@@ -158,10 +161,26 @@ impl super::Stats for CgroupStats {
     }
 }
 
+impl Configured for CgroupCollector {
+    type Raw = RawCgroupCollector;
+    type Settings = CgroupConfig;
+
+    fn key_template() -> RawCgroupCollector {
+        RawCgroupCollector::key_template()
+    }
+
+    fn validate(raw: RawCgroupCollector) -> Result<CgroupConfig, Invalid> {
+        raw.validate()
+    }
+
+    fn build(context: &Context, settings: &CgroupConfig) -> Self {
+        CgroupCollector::new(context.roots.clone(), settings.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::CgroupConfig;
     use crate::fsroot::Roots;
     use std::path::PathBuf;
     use std::time::Duration;

@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::CgroupConfig;
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::memcg::{self, Limit};
 use crate::kernel::rdma_cgroup::{self, RdmaValue};
 use crate::kernel::{cgroup_path, parse_u64, ParseError, Parsed};
 
 use super::detect::{detect, vanished, Detected, Layout, Mount, Version};
+use super::settings::CgroupConfig;
 use super::{CgroupLabels, CgroupMemory, CgroupRdma, CgroupStats, MemoryEvents, ScanCounts};
 use crate::collect::{Collector, Data};
 

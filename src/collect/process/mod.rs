@@ -22,13 +22,13 @@
 mod render;
 mod sample;
 mod scan;
+mod settings;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::ProcessConfig;
 use crate::exposition::Exposition;
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::{tasks, vmstat};
@@ -39,6 +39,7 @@ pub use sample::{
     UserNamespaceView,
 };
 use scan::{parse_pid_bytes, Interner, PidReader, Record, Scanner, Tally};
+pub use settings::{ProcessConfig, RawProcessCollector};
 
 use super::{Collector, Data};
 

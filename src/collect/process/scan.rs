@@ -6,13 +6,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::config::ProcessConfig;
 use crate::fsroot::{self, SourceError};
 use crate::kernel::pid_limits;
 use crate::kernel::versions::{self, NcclMapping};
 use crate::kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, ParseError};
 
 use super::sample::{ipc_lock_exempts, CgroupInfo, ProcessSample, UserNamespaceView};
+use super::settings::ProcessConfig;
 use super::{is_tracked, ReadErrors};
 
 /// What the collector remembers about a process between passes.
