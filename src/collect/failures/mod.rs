@@ -24,9 +24,10 @@
 //! exists: its pid, comm and cgroup, its VmPin/VmLck and soft limit, its cgroup's usage and
 //! limit, read from /proc and the cgroup filesystem at that moment.
 //!
-//! The probes and the instance are removed when the collector is dropped (exit, a reload that
-//! disables it or replaces it), and those of an earlier run that died without removing them are
-//! removed at start. Whatever keeps it from running (no tracefs, no kprobe events, no
+//! A reload that keeps the collector enabled keeps its tracer, probes, counters and series
+//! ([`FailuresCollector::new`]). The probes and the instances are removed when the last
+//! collector is dropped (exit, a reload that disables it), and those of an earlier run that died
+//! without removing them are removed at start. Whatever keeps it from running (no tracefs, no kprobe events, no
 //! permission, none of the functions) is `memlock_failures_supported{reason}` 0, never a failed
 //! scrape.
 
@@ -38,7 +39,7 @@ mod render;
 mod series;
 mod trace;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use crate::fsroot::{Roots, SourceError};
 use trace::Tracer;
@@ -65,14 +66,31 @@ pub struct FailuresStats {
     pub book: Book,
 }
 
+/// The collector: a handle on the tracer of its roots, shared with every other collector of the
+/// same roots alive at the time.
 pub struct FailuresCollector {
-    roots: Roots,
-    tracer: Option<Tracer>,
+    tracer: Arc<Tracer>,
 }
+
+/// The running tracers, by the roots they read. A reload that restarts the sampler builds the
+/// new collectors before it stops the old ones (`Daemon::try_reload` in src/serve/daemon.rs), so
+/// the new collector takes the old one's tracer over: its probes, counters, series and the pages
+/// they hold go on, and a counter never goes back to 0 nor a firing page resolves because of a
+/// reload. A reload that disables the collector drops the last handle: the tracer stops, removes
+/// its probes and forgets what it counted. One of other roots (path.procfs or path.sysfs
+/// changed) is another host's view and starts afresh.
+static TRACERS: Mutex<Vec<(Roots, Weak<Tracer>)>> = Mutex::new(Vec::new());
 
 impl FailuresCollector {
     pub fn new(roots: Roots) -> Self {
-        Self { roots, tracer: None }
+        let mut tracers = TRACERS.lock().unwrap_or_else(PoisonError::into_inner);
+        tracers.retain(|(_, tracer)| tracer.strong_count() > 0);
+        if let Some(tracer) = tracers.iter().find(|(r, _)| *r == roots).and_then(|(_, t)| t.upgrade()) {
+            return Self { tracer };
+        }
+        let tracer = Arc::new(Tracer::start(roots.clone()));
+        tracers.push((roots, Arc::downgrade(&tracer)));
+        Self { tracer }
     }
 }
 
@@ -82,9 +100,7 @@ impl Collector for FailuresCollector {
     }
 
     fn collect(&mut self, _errors: &mut Vec<SourceError>) -> Option<Data> {
-        let roots = &self.roots;
-        let tracer = self.tracer.get_or_insert_with(|| Tracer::start(roots.clone()));
-        Some(Arc::new(tracer.stats()) as Data)
+        Some(Arc::new(self.tracer.stats()) as Data)
     }
 }
 
@@ -111,6 +127,42 @@ mod tests {
         };
         assert_eq!(reason, Some(Unsupported::NoTracefs));
         drop(collector);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Review finding: a reload that restarted the sampler gave the collector an empty book, so
+    /// counters went back to 0 and the pages of refusals resolved.
+    #[test]
+    fn a_reload_that_keeps_the_collector_keeps_its_refusals_and_disabling_it_forgets_them() {
+        let dir = std::env::temp_dir().join(format!("failures-reload-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sys/kernel/tracing")).unwrap();
+        let roots = Roots { procfs: "/proc".into(), sysfs: dir.join("sys") };
+        let key = SeriesKey {
+            pid: 612,
+            comm: "c".into(),
+            cgroup: "/".into(),
+            call: "ib_umem_get",
+            errno: "ENOMEM".into(),
+            cause: Cause::Memlock,
+        };
+        let book = |collector: &mut FailuresCollector| {
+            let data = collector.collect(&mut Vec::new()).unwrap();
+            data.as_any().downcast_ref::<FailuresStats>().unwrap().book.clone()
+        };
+        let old = FailuresCollector::new(roots.clone());
+        old.tracer.record(key.clone(), 1 << 20, Figures::default(), Instant::now());
+        // The reload: the new sampler's collector is built, then the old one is dropped.
+        let mut new = FailuresCollector::new(roots.clone());
+        drop(old);
+        let kept = book(&mut new);
+        assert_eq!(kept.series.get(&key).map(|s| s.count), Some(1), "{kept:?}");
+        assert_eq!(kept.totals.values().sum::<u64>(), 1);
+        // Other roots are another tracer.
+        let other = Roots { procfs: "/proc".into(), sysfs: dir.join("other") };
+        assert!(book(&mut FailuresCollector::new(other)).series.is_empty());
+        // Disabled (the last collector dropped), then enabled again: nothing is left.
+        drop(new);
+        assert!(book(&mut FailuresCollector::new(roots)).series.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

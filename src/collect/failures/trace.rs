@@ -184,6 +184,11 @@ impl Tracer {
         Tracer { shared, thread }
     }
 
+    #[cfg(test)]
+    pub(super) fn record(&self, key: super::SeriesKey, requested: u64, figures: super::Figures, at: Instant) {
+        lock(&self.shared).book.record(key, requested, figures, at);
+    }
+
     /// What the thread has seen so far.
     pub(super) fn stats(&self) -> FailuresStats {
         let shared = lock(&self.shared);
