@@ -89,6 +89,15 @@ impl FailuresStats {
             out.sample(&labels(key, pid), series.requested_bytes);
         }
         out.family(
+            "memlock_registration_failure_last_timestamp_seconds",
+            "Unix time of the series' last refusal. The rule MemlockKernelRefusedRegistration pages while it is \
+                less than 10 minutes old.",
+            Kind::Gauge,
+        );
+        for ((key, series), pid) in shown.iter().zip(&pids) {
+            out.sample(&labels(key, pid), (series.last_unix_seconds * 1000.0).round() / 1000.0);
+        }
+        out.family(
             "memlock_registration_failures_overflow_total",
             "Refusals not given a series of their own (past the 64 kept); the node total still counts them.",
             Kind::Counter,
@@ -146,7 +155,7 @@ impl crate::collect::Stats for FailuresStats {
             tier: Tier::Page,
             floor: MAX_SERIES,
             cap: MAX_SERIES,
-            entities: self.book.series.iter().map(|_| (2, 1.0)).collect(),
+            entities: self.book.series.iter().map(|_| (3, 1.0)).collect(),
         }]
     }
 
@@ -202,6 +211,11 @@ mod tests {
         let labels = "{pid=\"42\",comm=\"c\",cgroup=\"/\",call=\"ib_umem_get\",errno=\"ENOMEM\",cause=\"memlock\"}";
         assert!(text.contains(&format!("memlock_registration_failures_total{labels} 1\n")), "{text}");
         assert!(text.contains(&format!("memlock_registration_failure_requested_bytes{labels} 1048576\n")), "{text}");
+        let stamp = format!("memlock_registration_failure_last_timestamp_seconds{labels} ");
+        let stamp: f64 = text.split(&stamp).nth(1).and_then(|t| t.lines().next()).unwrap().parse().unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        // Rounded to the millisecond, possibly up.
+        assert!((now - 60.0..=now + 0.001).contains(&stamp), "{stamp} against {now}");
         assert!(text.contains("memlock_failures_supported{reason=\"\"} 1\n"), "{text}");
         assert!(text.contains("memlock_failures_pairing{mode=\"kernel\"} 1\n"), "{text}");
         let mut out = Exposition::new();

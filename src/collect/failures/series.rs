@@ -1,7 +1,7 @@
 //! The failure series the reader records, bounded, and the node totals.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::cause::{Cause, Figures};
 
@@ -31,6 +31,9 @@ pub struct Series {
     pub requested_bytes: u64,
     /// When the last one happened (for the fast path's page).
     pub last_at: Instant,
+    /// The same in Unix seconds, exported: what the Prometheus rule holds its page on, so a
+    /// gap in Prometheus's samples cannot make an old refusal look new.
+    pub last_unix_seconds: f64,
     /// The figures the cause was judged on, for the page's description.
     pub figures: Figures,
 }
@@ -51,11 +54,13 @@ pub struct Book {
 
 impl Book {
     pub fn record(&mut self, key: SeriesKey, requested: u64, figures: Figures, at: Instant) {
+        let last_unix_seconds = unix_seconds(at);
         *self.totals.entry((key.call, key.errno.clone(), key.cause)).or_default() += 1;
         if let Some(series) = self.series.get_mut(&key) {
             series.count += 1;
             series.requested_bytes = requested;
             series.last_at = at;
+            series.last_unix_seconds = last_unix_seconds;
             series.figures = figures;
         } else {
             if self.series.len() >= MAX_SERIES {
@@ -73,9 +78,20 @@ impl Book {
                     }
                 }
             }
-            self.series.insert(key, Series { count: 1, requested_bytes: requested, last_at: at, figures });
+            let series = Series { count: 1, requested_bytes: requested, last_at: at, last_unix_seconds, figures };
+            self.series.insert(key, series);
         }
     }
+}
+
+/// The wall clock time of `at`.
+fn unix_seconds(at: Instant) -> f64 {
+    let (now, wall) = (Instant::now(), SystemTime::now());
+    let wall = match now.checked_duration_since(at) {
+        Some(ago) => wall.checked_sub(ago),
+        None => wall.checked_add(at.saturating_duration_since(now)),
+    };
+    wall.and_then(|w| w.duration_since(SystemTime::UNIX_EPOCH).ok()).map_or(0.0, |d| d.as_secs_f64())
 }
 
 #[cfg(test)]
