@@ -16,8 +16,11 @@ pub enum Check {
 pub struct Call {
     /// The function, also the `call` label.
     pub function: &'static str,
-    /// The size argument's fetch (`$argN`, Documentation/trace/kprobetrace.rst).
-    pub size_arg: &'static str,
+    /// The size argument's position (`$argN`, Documentation/trace/kprobetrace.rst).
+    pub size_arg: usize,
+    /// The modules that may hold the function when it is not built in, by kernel version:
+    /// probed there before they are loaded (see [`Call::size_fetch`]).
+    pub modules: &'static [&'static str],
     /// Bytes per unit of the size argument: 0 for pages (the page size).
     pub size_unit: u64,
     /// `$retval`'s type: the function's return type.
@@ -38,17 +41,40 @@ impl Call {
         }
     }
 
+    /// The entry probe's fetch of the size. `$argN` needs the function to resolve when the probe
+    /// is defined (kernel/trace/trace_probe.c, `parse_probe_vars`: only with TPARG_FL_FENTRY,
+    /// which `__trace_kprobe_create` sets when `kprobe_on_func_entry` finds the symbol); for a
+    /// function of a module not loaded yet, the register that holds the argument at the entry
+    /// (the calling convention's), `None` on an architecture this does not know.
+    pub fn size_fetch(&self, resolved: bool) -> Option<String> {
+        if resolved {
+            return Some(format!("$arg{}:u64", self.size_arg));
+        }
+        ARG_REGISTERS.get(self.size_arg.checked_sub(1)?).map(|register| format!("%{register}:u64"))
+    }
+
     /// The event names' stem: the function without leading underscores.
     pub fn stem(&self) -> &'static str {
         self.function.trim_start_matches('_')
     }
 }
 
+/// The registers of the first arguments at a function's entry (x86-64 System V, AAPCS64).
+#[cfg(target_arch = "x86_64")]
+const ARG_REGISTERS: &[&str] = &["di", "si", "dx", "cx", "r8", "r9"];
+#[cfg(target_arch = "aarch64")]
+const ARG_REGISTERS: &[&str] = &["x0", "x1", "x2", "x3", "x4", "x5"];
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const ARG_REGISTERS: &[&str] = &[];
+
 /// The functions, in the order they are reported.
 pub const CALLS: [Call; 4] = [
     Call {
         function: "ib_umem_get",
-        size_arg: "$arg3:u64",
+        size_arg: 3,
+        // drivers/infiniband/core/Makefile: umem.o is ib_uverbs's on 6.1 (ib_uverbs-$(CONFIG_INFINIBAND_USER_MEM)),
+        // ib_core's before and again in later kernels.
+        modules: &["ib_uverbs", "ib_core"],
         size_unit: 1,
         ret_type: "s64",
         failure_filter: "ret < 0 && ret >= -4095",
@@ -56,7 +82,8 @@ pub const CALLS: [Call; 4] = [
     },
     Call {
         function: "do_mlock",
-        size_arg: "$arg2:u64",
+        size_arg: 2,
+        modules: &[],
         size_unit: 1,
         ret_type: "s32",
         failure_filter: "ret < 0",
@@ -64,7 +91,8 @@ pub const CALLS: [Call; 4] = [
     },
     Call {
         function: "__io_account_mem",
-        size_arg: "$arg2:u64",
+        size_arg: 2,
+        modules: &[],
         size_unit: 0,
         ret_type: "s32",
         failure_filter: "ret < 0",
@@ -72,7 +100,8 @@ pub const CALLS: [Call; 4] = [
     },
     Call {
         function: "user_shm_lock",
-        size_arg: "$arg1:u64",
+        size_arg: 1,
+        modules: &[],
         size_unit: 1,
         ret_type: "u8",
         failure_filter: "ret == 0",
