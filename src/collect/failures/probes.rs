@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -107,7 +107,7 @@ pub(super) struct Probes {
     /// The synthetic events defined in `synthetic_events`.
     synthetic: Vec<String>,
     /// The lock on the returns instance that says the group is in use ([`in_use`]).
-    lock: Option<std::fs::File>,
+    _lock: Option<std::fs::File>,
 }
 
 /// The instance of the return events.
@@ -241,6 +241,32 @@ fn group_of(name: &str) -> Option<(String, bool)> {
         }
         _ => Some((format!("{PREFIX}{pid}_{n}"), false)),
     }
+}
+
+/// Makes the returns instance of a new group and locks it. Between the two, an exporter starting
+/// at the same moment can take the instance for a leftover (unlocked) and remove it: the lock is
+/// then on a directory that is gone, or not to be had, and a new name is tried.
+fn claim(tracefs: &Path) -> Result<(String, std::fs::File), String> {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let name = new_group_name();
+        let dir = tracefs.join("instances").join(format!("{name}{RETURNS_SUFFIX}"));
+        if let Err(e) = std::fs::create_dir(&dir) {
+            return Err(format!("cannot create {}: {e}", dir.display()));
+        }
+        match lock_instance(&dir) {
+            Ok(lock) => {
+                let same = |l: &std::fs::File| Some(l.metadata().ok()?.ino() == std::fs::metadata(&dir).ok()?.ino());
+                if same(&lock) == Some(true) {
+                    return Ok((name, lock));
+                }
+                last = format!("{} was removed while it was locked", dir.display());
+            }
+            Err(e) => last = format!("cannot lock {}: {e}", dir.display()),
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+    Err(last)
 }
 
 /// A name for a new group, unique among the exporters of every PID namespace: the pid, a
@@ -487,22 +513,19 @@ pub(super) fn set_up(
         let names = CALLS.map(|c| c.function).join(", ");
         return Err((Unsupported::NoSuchFunction, format!("none of {names} is in available_filter_functions")));
     }
-    let name = new_group_name();
-    let mut probes =
-        Probes { tracefs: tracefs.clone(), name: name.clone(), events: Vec::new(), synthetic: Vec::new(), lock: None };
+    // The returns instance first, locked: from here on, other exporters leave the group alone.
+    let (name, lock) = claim(&tracefs).map_err(|message| (Unsupported::SetupFailed, message))?;
+    let mut probes = Probes {
+        tracefs: tracefs.clone(),
+        name: name.clone(),
+        events: Vec::new(),
+        synthetic: Vec::new(),
+        _lock: Some(lock),
+    };
     let fail = |probes: &Probes, message: String| {
         probes.remove();
         (Unsupported::SetupFailed, message)
     };
-    // The returns instance first, locked: from here on, other exporters leave the group alone.
-    let returns = probes.returns();
-    if let Err(e) = std::fs::create_dir(&returns) {
-        return Err((Unsupported::SetupFailed, format!("cannot create {}: {e}", returns.display())));
-    }
-    match lock_instance(&returns) {
-        Ok(lock) => probes.lock = Some(lock),
-        Err(e) => return Err(fail(&probes, format!("cannot lock {}: {e}", returns.display()))),
-    }
     for (call, targets) in CALLS.iter().zip(&targets) {
         let defined = define(&definitions, &name, call, targets);
         if defined.is_empty() {

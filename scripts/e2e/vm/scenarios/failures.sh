@@ -211,6 +211,7 @@ for _ in $(seq "$COST_ROUNDS"); do
     cost userspace --collector.failures
 done
 for label in with userspace; do
+    [ "$COST_ROUNDS" -gt 0 ] || break
     grep -q '^memlock_node_registration_failures_total{' "$VM_OUT/metrics-cost-$label.txt" &&
         vm_fail "successful registrations were counted ($label)"
 done
@@ -239,10 +240,10 @@ rlabels="pid=\"$rpid\",comm=\"failures-mlock-\",cgroup=\"$cgroup\",call=\"do_mlo
 wait_for 60 "the mlock refusal of pid $rpid counted" metrics_match "^memlock_registration_failures_total\{$rlabels\} 1$"
 wait_for 60 "the fast path holding its page" metrics_match '^memlock_exporter_alerts_active [1-9]'
 before_reload=$(grep memlock_exporter_ "$T/kprobe_events")
-stamp=$(metrics | sed -n "s/^memlock_registration_failure_last_timestamp_seconds{$rlabels} //p")
+stamp=$(metrics | awk -v series="memlock_registration_failure_last_timestamp_seconds{$rlabels} " \
+    'index($0, series) == 1 {print $NF}')
 [ -n "$stamp" ] || vm_fail "no last refusal timestamp: $(metrics | grep timestamp_seconds)"
-reloaded() { metrics | grep -q '^memlock_exporter_config_last_reload_success_timestamp_seconds' &&
-    grep -q '"configuration reloaded"' "$VM_OUT/exporter.log"; }
+reloaded() { grep -q '"configuration reloaded"' "$VM_OUT/exporter.log"; }
 printf '[alerting]\nalertmanager_urls = ["%s"]\n[collector.failures]\nenabled = true\n' "$AM_URL" > /tmp/failures.toml
 printf '[collector.node]\ninterval = "2s"\n' >> /tmp/failures.toml
 kill -HUP "$EXPORTER_PID"
