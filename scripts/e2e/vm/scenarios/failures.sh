@@ -259,7 +259,7 @@ metrics_match "^memlock_registration_failure_last_timestamp_seconds\{$rlabels\} 
 [ "$(grep memlock_exporter_ "$T/kprobe_events")" = "$before_reload" ] || vm_fail "the reload replaced the probes"
 wait_for 30 "the page held after the reload" metrics_match '^memlock_exporter_alerts_active [1-9]'
 summary "reload restarting the sampler: the same probes, the refusal still counted once, its page held"
-printf '[collector.failures]\nenabled = false\n' > /tmp/failures.toml
+printf '[alerting]\nalertmanager_urls = ["%s"]\n[collector.failures]\nenabled = false\n' "$AM_URL" > /tmp/failures.toml
 kill -HUP "$EXPORTER_PID"
 gone() { ! ours_left; }
 wait_for 60 "the probes gone after the reload" gone
@@ -307,10 +307,11 @@ done
 groups=$(grep -o 'memlock_exporter_1_[0-9]*_[0-9a-f]*' "$T/kprobe_events" | sort -u)
 [ "$(echo "$groups" | wc -l)" = 2 ] || vm_fail "not two groups of pid 1: $groups"
 # The exporter of port 9568, killed: its probes stay behind.
-a_pid=$(cat "/proc/$ns_a/task/$ns_a/children")
-b_pid=$(cat "/proc/$ns_b/task/$ns_b/children")
+read -r a_pid < "/proc/$ns_a/task/$ns_a/children"
+read -r b_pid < "/proc/$ns_b/task/$ns_b/children"
 # Its log names its group (the "tracing refused registrations" line's instance).
-group_a=$(grep -o 'memlock_exporter_1_[0-9]*_[0-9a-f]*' "$VM_OUT/exporter-ns-9568.log" | head -1)
+group_a=$(grep 'tracing refused registrations' "$VM_OUT/exporter-ns-9568.log" |
+    grep -o 'memlock_exporter_1_[0-9]*_[0-9a-f]*' | head -1)
 echo "$groups" | grep -qx "$group_a" || vm_fail "cannot tell the killed exporter's group ($group_a): $groups"
 group_b=$(echo "$groups" | grep -v "^$group_a$")
 kill -KILL "$a_pid"
