@@ -52,7 +52,7 @@ pub use pairing::{Pairing, Refusal, MAX_PENDING};
 pub use probes::{Mode, Unsupported, PAIRING_ENV, PREFIX};
 pub use render::CLASS;
 pub use series::{Book, Series, SeriesKey, MAX_SERIES, SERIES_HOLD};
-pub use trace::READ_EVERY;
+pub use trace::{wait_removed, READ_EVERY};
 
 /// The collector's data for one snapshot.
 #[derive(Debug, Clone)]

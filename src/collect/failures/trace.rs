@@ -3,7 +3,7 @@
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -164,6 +164,44 @@ pub(super) struct Tracer {
 /// The thread, its stop and its waker.
 type Thread = (JoinHandle<()>, Arc<Stop>, Option<Arc<OwnedFd>>);
 
+/// Tracing threads that have not yet removed their probes, and the wake-up for [`wait_removed`].
+static UNREMOVED: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+/// Counts a tracing thread in [`UNREMOVED`] until it ends, however it ends.
+struct Unremoved;
+
+impl Unremoved {
+    fn new() -> Unremoved {
+        *UNREMOVED.0.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        Unremoved
+    }
+}
+
+impl Drop for Unremoved {
+    fn drop(&mut self) {
+        let mut count = UNREMOVED.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *count = count.saturating_sub(1);
+        UNREMOVED.1.notify_all();
+    }
+}
+
+/// Waits up to `timeout` for every tracing thread to have removed its probes; false when some
+/// have not. The daemon's exit waits on it: stopping the sampler gives up on a slow collector
+/// after 2 s, and removing the probes (each kprobe's unregistration waits for an RCU grace
+/// period) took longer than that in the TCG guest, so the process exited with its probes left.
+pub fn wait_removed(timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut count = UNREMOVED.0.lock().unwrap_or_else(PoisonError::into_inner);
+    while *count > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        count = UNREMOVED.1.wait_timeout(count, left).unwrap_or_else(PoisonError::into_inner).0;
+    }
+    true
+}
+
 impl Tracer {
     /// Set-up reads available_filter_functions (tens of thousands of lines) and writes tracefs:
     /// on the tracing thread, so no collection waits for it.
@@ -172,7 +210,11 @@ impl Tracer {
         let stop = Arc::new(Stop::default());
         let waker = waker();
         let (thread_shared, thread_stop, thread_waker) = (shared.clone(), stop.clone(), waker.clone());
-        let run = move || trace(roots, thread_shared, thread_stop, thread_waker);
+        let unremoved = Unremoved::new();
+        let run = move || {
+            let _unremoved = unremoved;
+            trace(roots, thread_shared, thread_stop, thread_waker)
+        };
         let thread = match std::thread::Builder::new().name("failures-trace".into()).spawn(run) {
             Ok(thread) => Some((thread, stop, waker)),
             Err(e) => {
@@ -228,4 +270,19 @@ fn waker() -> Option<Arc<OwnedFd>> {
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     // SAFETY: `fd` is open and owned by nothing else.
     (fd >= 0).then(|| Arc::new(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found in the VM: the exit gave up on the failures collector after 2 s, mid-removal.
+    #[test]
+    fn the_exit_can_wait_for_every_tracing_thread_to_have_removed_its_probes() {
+        let running = Unremoved::new();
+        assert!(!wait_removed(Duration::from_millis(50)), "a tracing thread still runs");
+        let waiter = std::thread::spawn(|| wait_removed(Duration::from_secs(60)));
+        drop(running);
+        assert!(waiter.join().unwrap(), "woken when the last one ended");
+    }
 }
