@@ -23,6 +23,8 @@ use crate::web::{self, WebConfig};
 /// mount, a FIFO) never returns; its thread is left behind rather than holding up a reload or
 /// the exit.
 const SAMPLER_STOP: Duration = Duration::from_secs(2);
+/// How long the exit waits for the failures collector to remove its probes.
+const FAILURES_REMOVAL: Duration = Duration::from_secs(10);
 /// The longest a reload waits for the new sampler's first complete sample before swapping.
 const FIRST_SAMPLE_WAIT: Duration = Duration::from_secs(10);
 
@@ -252,6 +254,14 @@ impl Daemon {
     pub async fn stop(self) {
         let Running { sampler, alert_task, .. } = self.running;
         stop_sampler(sampler).await;
+        // The failures collector removes its probes from the kernel on its way out, which can
+        // take longer than a collector is waited for: they would be left behind (until the next
+        // start removes them).
+        let removed = tokio::task::spawn_blocking(|| crate::collect::failures::wait_removed(FAILURES_REMOVAL)).await;
+        if !matches!(removed, Ok(true)) {
+            tracing::warn!(timeout = ?FAILURES_REMOVAL, "the failures collector's probes were not removed in time; \
+                the next start removes them");
+        }
         if let Some(task) = alert_task {
             task.abort();
         }

@@ -3,9 +3,11 @@
 # soft-RoCE. Run by scripts/e2e/vm_failures.sh through scripts/e2e/vm/run.sh, with the helpers
 # failures-reg-loop and failures-mlock-ramp copied in. In order:
 #  1. probes an earlier run left (a group, instances, a synthetic event and the hist triggers
-#     that use it, with the collector's prefix and a dead pid) are removed at start; the
-#     collector reports which functions it probes and pairs in the kernel (hist triggers); the
-#     global trace buffer gets none of its events;
+#     that use it, with the collector's prefix and a dead pid; and a group in today's format
+#     whose instance no exporter holds locked) are removed at start; ib_uverbs (ib_umem_get's
+#     module on 6.1) and rdma_rxe are loaded only after the exporter started, and ib_umem_get
+#     is probed as ib_uverbs:ib_umem_get; the collector reports which functions it probes and
+#     pairs in the kernel (hist triggers); the global trace buffer gets none of its events;
 #  2. uid 1000 under an 8 MiB RLIMIT_MEMLOCK registers 1 MiB MRs until ibv_reg_mr fails with
 #     ENOMEM: counted once, call ib_umem_get, errno ENOMEM, cause memlock, the process's pid,
 #     comm and cgroup, 1 MiB asked for; its successful registrations are not counted; the fast
@@ -17,10 +19,14 @@
 #     in turn in this run: the CPU of the registering process (its system time holds the kprobes)
 #     and of the exporter, each from getrusage and /proc/PID/stat; none counted; then the user
 #     space pairing's fallback counts an mlock refusal with its size;
-#  5. exit removes every probe and instance; a reload that disables the collector removes them
-#     while the exporter keeps running;
+#  5. exit removes every probe and instance; a reload that restarts the sampler and keeps the
+#     collector keeps its probes, its counted refusal and its page; a reload that disables the
+#     collector removes them while the exporter keeps running;
 #  6. root without any capability traces (what the systemd drop-in grants); uid 1000 gets
-#     reason no_permission.
+#     reason no_permission;
+#  7. two exporters that are each pid 1 of a PID namespace trace side by side under names of
+#     their own; one killed, a third exporter removes its probes and leaves the other's, which
+#     goes on counting.
 # Writes probed.txt, metrics-*.txt, cost.txt and summary.txt to /vm/out for the host to check.
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=../guest/lib.sh
@@ -53,9 +59,21 @@ stop_exporter() {
 }
 : > "$VM_OUT/summary.txt"
 
-setup_rxe rxe0 dummy0
 start_webhook
 start_alertmanager
+# ib_umem_get's module, loaded again after the exporter started (the boot loaded it).
+rmmod rdma_rxe ib_uverbs || vm_fail "cannot unload rdma_rxe and ib_uverbs"
+[ -d /sys/module/ib_uverbs ] && vm_fail "ib_uverbs still loaded"
+load_rdma() {
+    local module args
+    while read -r module args; do
+        case $module in
+            */ib_uverbs.ko* | */rdma_rxe.ko*)
+                # shellcheck disable=SC2086 # module parameters are words
+                insmod "/lib/modules/$(uname -r)/$module" $args || vm_fail "insmod $module" ;;
+        esac
+    done < /etc/memlock-vm/modules
+}
 
 # 1. Leftovers of a run that died (pid 4194303 cannot be running: above the default pid_max).
 # shellcheck disable=SC2016 # $arg2 is the kprobe syntax
@@ -77,12 +95,22 @@ echo 'hist:keys=common_pid:sz0=size' >> "$stale/memlock_exporter_4194303_0/do_ml
 echo 'hist:keys=common_pid:sz=$sz0:onmatch(memlock_exporter_4194303_0.do_mlock_entry).trace(memlock_exporter_4194303_0_do_mlock_fail,$sz,ret) if ret < 0' \
     >> "$stale/memlock_exporter_4194303_0/do_mlock_return/trigger" || vm_fail "cannot set the stale return trigger"
 echo 1 > "$stale/synthetic/memlock_exporter_4194303_0_do_mlock_fail/enable"
+# Today's format (a random part): a leftover when no exporter holds its returns instance locked.
+# shellcheck disable=SC2016
+echo 'p:memlock_exporter_4194303_1_0badc0de/do_mlock_entry do_mlock size=$arg2:u64' >> "$T/kprobe_events" ||
+    vm_fail "cannot define the stale probe of today's format"
+mkdir "$T/instances/memlock_exporter_4194303_1_0badc0de_ret"
 start_exporter --collector.failures --alertmanager.url "$AM_URL"
 wait_for 120 "the failures collector running" metrics_match '^memlock_failures_supported\{reason=""\} 1$'
 grep -q memlock_exporter_4194303 "$T/kprobe_events" && vm_fail "the stale probe was not removed"
 grep -q memlock_exporter_4194303 "$T/synthetic_events" && vm_fail "the stale synthetic event was not removed"
 compgen -G "$T/instances/memlock_exporter_4194303*" > /dev/null && vm_fail "the stale instances were not removed"
 summary "leftovers removed"
+grep -q ' ib_uverbs:ib_umem_get ' "$T/kprobe_events" ||
+    vm_fail "ib_umem_get not probed in the unloaded ib_uverbs: $(cat "$T/kprobe_events")"
+load_rdma
+setup_rxe rxe0 dummy0
+summary "ib_uverbs and rdma_rxe loaded after the exporter started; ib_umem_get probed as ib_uverbs:ib_umem_get"
 metrics | grep '^memlock_failures_probed' | tee "$VM_OUT/probed.txt"
 grep -q '^memlock_failures_probed{call="ib_umem_get"} 1$' "$VM_OUT/probed.txt" || vm_fail "ib_umem_get not probed"
 grep -q '^memlock_failures_probed{call="do_mlock"} 1$' "$VM_OUT/probed.txt" || vm_fail "do_mlock not probed"
@@ -183,6 +211,7 @@ for _ in $(seq "$COST_ROUNDS"); do
     cost userspace --collector.failures
 done
 for label in with userspace; do
+    [ "$COST_ROUNDS" -gt 0 ] || break
     grep -q '^memlock_node_registration_failures_total{' "$VM_OUT/metrics-cost-$label.txt" &&
         vm_fail "successful registrations were counted ($label)"
 done
@@ -199,12 +228,38 @@ metrics_match "^memlock_registration_failure_requested_bytes\{$ulabels\} 1048576
 stop_exporter
 summary "pairing in user space: the mlock refusal counted with its 1 MiB"
 
-# 5b. A reload that disables the collector removes its probes; the exporter keeps running.
-printf '[collector.failures]\nenabled = true\n' > /tmp/failures.toml
+# 5b. A reload that restarts the sampler (another interval of the node collector) and keeps the
+#     collector keeps its probes, its refusal and its page; one that disables it removes them, the
+#     exporter still serving.
+printf '[alerting]\nalertmanager_urls = ["%s"]\n[collector.failures]\nenabled = true\n' "$AM_URL" > /tmp/failures.toml
 start_exporter --config.file /tmp/failures.toml
 wait_for 120 "the failures collector running" metrics_match '^memlock_failures_supported\{reason=""\} 1$'
 ours_left || vm_fail "no probes while running"
-printf '[collector.failures]\nenabled = false\n' > /tmp/failures.toml
+rpid=$(mlock_ramp 2000)
+rlabels="pid=\"$rpid\",comm=\"failures-mlock-\",cgroup=\"$cgroup\",call=\"do_mlock\",errno=\"ENOMEM\",cause=\"memlock\""
+wait_for 60 "the mlock refusal of pid $rpid counted" metrics_match "^memlock_registration_failures_total\{$rlabels\} 1$"
+wait_for 60 "the fast path holding its page" metrics_match '^memlock_exporter_alerts_active [1-9]'
+before_reload=$(grep memlock_exporter_ "$T/kprobe_events")
+stamp=$(metrics | awk -v series="memlock_registration_failure_last_timestamp_seconds{$rlabels} " \
+    'index($0, series) == 1 {print $NF}')
+[ -n "$stamp" ] || vm_fail "no last refusal timestamp: $(metrics | grep timestamp_seconds)"
+reloaded() { grep -q '"configuration reloaded"' "$VM_OUT/exporter.log"; }
+printf '[alerting]\nalertmanager_urls = ["%s"]\n[collector.failures]\nenabled = true\n' "$AM_URL" > /tmp/failures.toml
+printf '[collector.node]\ninterval = "2s"\n' >> /tmp/failures.toml
+kill -HUP "$EXPORTER_PID"
+wait_for 60 "the reload" reloaded
+grep '"configuration reloaded"' "$VM_OUT/exporter.log" | grep -q 'collectors=' ||
+    vm_fail "the reload did not restart the sampler"
+wait_for 30 "a scrape of the new sampler" \
+    metrics_match '^memlock_exporter_collector_interval_seconds\{collector="node"\} 2(\.0)?$'
+metrics_match "^memlock_registration_failures_total\{$rlabels\} 1$" ||
+    vm_fail "the refusal was lost in the reload: $(metrics | grep registration_failures_total)"
+metrics_match "^memlock_registration_failure_last_timestamp_seconds\{$rlabels\} $stamp$" ||
+    vm_fail "the last refusal's time changed in the reload"
+[ "$(grep memlock_exporter_ "$T/kprobe_events")" = "$before_reload" ] || vm_fail "the reload replaced the probes"
+wait_for 30 "the page held after the reload" metrics_match '^memlock_exporter_alerts_active [1-9]'
+summary "reload restarting the sampler: the same probes, the refusal still counted once, its page held"
+printf '[alerting]\nalertmanager_urls = ["%s"]\n[collector.failures]\nenabled = false\n' "$AM_URL" > /tmp/failures.toml
 kill -HUP "$EXPORTER_PID"
 gone() { ! ours_left; }
 wait_for 60 "the probes gone after the reload" gone
@@ -233,5 +288,48 @@ wait_for 120 "uid 1000's exporter" metrics_match '^memlock_failures_supported\{r
 metrics_match '^memlock_scrape_collector_success\{collector="failures"\} 1$' || vm_fail "the scrape is not healthy"
 stop_exporter
 summary "uid 1000: reason no_permission, collector success 1"
+ours_left && vm_fail "probes left at the end"
+
+# 7. Two exporters, each pid 1 of its own PID namespace (two containers), side by side.
+ns_exporter() {
+    unshare --pid --fork --mount-proc "$EXPORTER" --web.listen-address="127.0.0.1:$1" --log.format=json \
+        --collector.failures > "$VM_OUT/exporter-ns-$1.log" 2>&1 &
+    VM_PIDS+=($!)
+}
+ns_exporter 9568
+ns_a=$!
+ns_exporter 9569
+ns_b=$!
+for port in 9568 9569; do
+    wait_for 120 "the exporter of port $port tracing" sh -c \
+        "curl -fsS http://127.0.0.1:$port/metrics | grep -q '^memlock_failures_supported{reason=\"\"} 1$'"
+done
+groups=$(grep -o 'memlock_exporter_1_[0-9]*_[0-9a-f]*' "$T/kprobe_events" | sort -u)
+[ "$(echo "$groups" | wc -l)" = 2 ] || vm_fail "not two groups of pid 1: $groups"
+# The exporter of port 9568, killed: its probes stay behind.
+read -r a_pid < "/proc/$ns_a/task/$ns_a/children"
+read -r b_pid < "/proc/$ns_b/task/$ns_b/children"
+# Its log names its group (the "tracing refused registrations" line's instance).
+group_a=$(grep 'tracing refused registrations' "$VM_OUT/exporter-ns-9568.log" |
+    grep -o 'memlock_exporter_1_[0-9]*_[0-9a-f]*' | head -1)
+echo "$groups" | grep -qx "$group_a" || vm_fail "cannot tell the killed exporter's group ($group_a): $groups"
+group_b=$(echo "$groups" | grep -v "^$group_a$")
+kill -KILL "$a_pid"
+wait "$ns_a"
+grep -q "$group_a" "$T/kprobe_events" || vm_fail "the killed exporter's probes are already gone"
+start_exporter --collector.failures
+wait_for 120 "the third exporter tracing" metrics_match '^memlock_failures_supported\{reason=""\} 1$'
+grep -q "$group_a" "$T/kprobe_events" && vm_fail "the killed exporter's probes were not removed"
+grep -q "$group_b" "$T/kprobe_events" || vm_fail "the running exporter's probes were removed"
+[ -d "$T/instances/${group_b}_ret" ] || vm_fail "the running exporter's instance was removed"
+# It still counts.
+mlock_ramp 0 > /dev/null
+wait_for 60 "the exporter in the other namespace counting" sh -c \
+    "curl -fsS http://127.0.0.1:9569/metrics | grep -q '^memlock_node_registration_failures_total{call=\"do_mlock\"'"
+stop_exporter
+kill "$b_pid"
+wait "$ns_b"
+summary "pid 1 of two PID namespaces: groups $(echo "$groups" | tr '\n' ' ')traced side by side; the killed one's" \
+    "removed by a third exporter, the other's kept, counting"
 ours_left && vm_fail "probes left at the end"
 summary "all checks passed"
