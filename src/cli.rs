@@ -36,7 +36,7 @@ pub enum Command {
     Check(CheckArgs),
     /// Ramp real pinned (io_uring) or locked (mlock) memory until the kernel refuses, to prove
     /// the alert pipeline end to end.
-    Drill(crate::drill::DrillArgs),
+    Drill(crate::preflight::drill::DrillArgs),
 }
 
 /// Inputs of the NCCL registration model (docs/check.md). Unset values come from the NCCL_*
@@ -350,7 +350,7 @@ pub struct CheckArgs {
     /// JSON instead of the table (the format is documented in docs/check.md).
     #[arg(long)]
     pub json: bool,
-    /// Job-context flags and `--exec` (src/job_context.rs).
+    /// Job-context flags and `--exec` (src/preflight/job_context.rs).
     #[command(flatten)]
-    pub job: crate::job_context::JobContextArgs,
+    pub job: crate::preflight::job_context::JobContextArgs,
 }

@@ -922,7 +922,7 @@ fn check_web_config_file(bytes: &[u8]) -> Result<Verdict, String> {
 }
 
 fn check_nccl_environment(bytes: &[u8]) -> Result<Verdict, String> {
-    use memlock_exporter::nccl::env::{self, Environment, Parse, Strtoll};
+    use memlock_exporter::preflight::nccl::env::{self, Environment, Parse, Strtoll};
     let env = Environment::from_pairs(env::conf_lines(bytes));
     let problems = env::problems(&env);
     for p in &problems {

@@ -3,7 +3,7 @@
 //! with their own environment), a one-line summary for a drain reason or a node condition, and
 //! `--exec`, which checks the rank's own process and then becomes the rank.
 //!
-//! The rules stay in [`crate::check`]: these flags change what the rules are given (the machine
+//! The rules stay in [`crate::preflight::check`]: these flags change what the rules are given (the machine
 //! state) and which findings are kept, never the rules themselves.
 
 use std::ffi::OsString;
@@ -11,8 +11,8 @@ use std::os::unix::process::CommandExt;
 
 use clap::Args;
 
-use crate::check::{Finding, Machine, Report, Status};
 use crate::kernel::pid_limits::{Limit, MemlockLimits};
+use crate::preflight::check::{Finding, Machine, Report, Status};
 use crate::units::bytes as human;
 
 /// Exit status when `--exec`'s command cannot be run, as a shell reports it.

@@ -1,20 +1,20 @@
 //! `memlock-exporter estimate`: how much memory NCCL registers per rank and per node, from the
-//! model in [`crate::nccl::model`] (derived from NCCL's source; docs/check.md), with the inputs
+//! model in [`crate::preflight::nccl::model`] (derived from NCCL's source; docs/check.md), with the inputs
 //! taken from the flags, the NCCL_* environment as NCCL reads it, and the node.
 
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::check;
 use crate::cli::{EstimateArgs, ModelArgs};
 use crate::collect::rdma_sysfs::SysfsDevice;
 use crate::fsroot::Roots;
+use crate::gdr::{self, Detected, GdrMode};
 use crate::kernel::pid_limits;
-use crate::nccl::env::{self, param_value, ConfFile, Environment};
-use crate::nccl::gdr::{self, Detected, GdrMode};
-use crate::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
-use crate::nccl::variables::{NCCL_COMMIT, NCCL_VERSION};
+use crate::preflight::check;
+use crate::preflight::nccl::env::{self, param_value, ConfFile, Environment};
+use crate::preflight::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
+use crate::preflight::nccl::variables::{NCCL_COMMIT, NCCL_VERSION};
 use crate::units::bytes as human;
 
 /// What the model covers and what it leaves out, printed with every estimate.

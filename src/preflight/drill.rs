@@ -8,7 +8,7 @@
 //!   creates a ring of its own.
 //! - `lock` maps and `mlock`s one region per step: `VmLck` grows.
 //! - `rdma` registers one region per step with `ibv_reg_mr` on an RDMA device, the call NCCL
-//!   makes, through libibverbs loaded at run time (`crate::verbs`): on a node without
+//!   makes, through libibverbs loaded at run time ([`verbs`]): on a node without
 //!   rdma-core only this mode fails, naming the library.
 //!
 //! When the kernel refuses a step (`ENOMEM`, `EPERM`, `EAGAIN`) that is the drill's expected end:
@@ -31,6 +31,7 @@ use thiserror::Error;
 
 use crate::fsroot::{self, SourceError};
 use crate::kernel::{meminfo, pid_status};
+use crate::preflight::verbs;
 use crate::timefmt::rfc3339_millis;
 
 const MIB: u64 = 1 << 20;
@@ -199,7 +200,7 @@ pub enum DrillError {
     #[error("--rdma-device goes with --mode rdma")]
     DeviceWithoutRdma,
     #[error("--mode rdma: {0}")]
-    Verbs(#[from] crate::verbs::VerbsError),
+    Verbs(#[from] verbs::VerbsError),
     #[error("{steps} steps are too many (at most {MAX_STEPS}): raise --step-mib")]
     TooManySteps { steps: u64 },
     #[error(
@@ -667,8 +668,8 @@ impl Event {
 #[derive(Default)]
 struct Held {
     rings: Vec<Ring>,
-    mrs: Vec<crate::verbs::Mr>,
-    device: Option<crate::verbs::Device>,
+    mrs: Vec<verbs::Mr>,
+    device: Option<verbs::Device>,
     regions: Vec<Region>,
 }
 
@@ -1054,7 +1055,7 @@ pub fn execute(plan: &Plan, mem_available: u64, out: &mut dyn Write, stop: &Atom
     let mut held = Held::default();
     // Before any output: on a node without libibverbs or a device the error is the only line.
     if plan.mode == Mode::Rdma {
-        held.device = Some(crate::verbs::Device::open(crate::verbs::LIBIBVERBS, plan.rdma_device.as_deref())?);
+        held.device = Some(verbs::Device::open(verbs::LIBIBVERBS, plan.rdma_device.as_deref())?);
     }
     let (memlock_soft, memlock_hard) = memlock_limits();
     reporter.emit(&Event::Start {

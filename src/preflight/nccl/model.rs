@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-use super::gdr::GdrMode;
+use crate::gdr::GdrMode;
 
 /// MAXCHANNELS (src/include/device.h): channels per communicator.
 pub const MAX_CHANNELS: u64 = 64;

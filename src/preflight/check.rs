@@ -12,11 +12,11 @@ use crate::collect::cgroup::{working_set_charge, CgroupCollector};
 use crate::collect::process::{ipc_lock_exempts, user_namespace_of, UserNamespaceView};
 use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice, SysfsPort};
 use crate::config::{CgroupConfig, RdmaConfig};
-use crate::estimate;
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::{meminfo, parse_u64, pid_cgroup, pid_limits, pid_status};
-use crate::nccl::env::{self as nccl_env, Environment};
-use crate::nccl::model::Estimate;
+use crate::preflight::estimate;
+use crate::preflight::nccl::env::{self as nccl_env, Environment};
+use crate::preflight::nccl::model::Estimate;
 use crate::units::bytes as human;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -174,7 +174,7 @@ fn socket_ifname(env: &Environment, interfaces: Option<&[String]>, out: &mut Vec
     if value.len() <= 1 || env.get("NCCL_COMM_ID").is_some() || interfaces.is_empty() {
         return;
     }
-    let list = crate::nccl::grammar::parse_if_list(value, 16);
+    let list = crate::preflight::nccl::grammar::parse_if_list(value, 16);
     if interfaces.iter().any(|name| list.selects(name, -1)) {
         return;
     }
@@ -320,12 +320,12 @@ fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
 
 /// Whether NCCL opens port `port` of `device` as NCCL_IB_HCA reads (net_ib/init.cc
 /// ncclIbInitDevices): per port, `matchIfList(name, port, list) ^ searchNot`, the list parsed
-/// by parseStringList without trimming (src/nccl/grammar.rs). Unset selects every port. NCCL
+/// by parseStringList without trimming (src/preflight/nccl/grammar.rs). Unset selects every port. NCCL
 /// tests only ACTIVE ports with an InfiniBand or Ethernet link layer: [`nccl_opens`].
 pub fn ib_hca_selects(spec: Option<&[u8]>, device: &str, port: u32) -> bool {
     match spec {
         None => true,
-        Some(value) => crate::nccl::grammar::parse_if_list(value, 32).selects(device, i64::from(port)),
+        Some(value) => crate::preflight::nccl::grammar::parse_if_list(value, 32).selects(device, i64::from(port)),
     }
 }
 
@@ -402,7 +402,7 @@ pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
         ));
     } else if let Some(value) = spec {
         // A prefix selects more than the device it names: `mlx5_1` is also mlx5_10 to mlx5_17.
-        let list = crate::nccl::grammar::parse_if_list(value, 32);
+        let list = crate::preflight::nccl::grammar::parse_if_list(value, 32);
         if !list.exact && !list.exclude {
             let extra: Vec<&str> = opened
                 .iter()
@@ -618,7 +618,7 @@ fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
 }
 
 /// Checks the NCCL_* variables the job will run with (its environment and NCCL's configuration
-/// files) as NCCL reads them (crate::nccl::env): a name NCCL does not read WARNs, a value NCCL
+/// files) as NCCL reads them (crate::preflight::nccl::env): a name NCCL does not read WARNs, a value NCCL
 /// reads otherwise than written FAILs; a variable NCCL accepts is never reported. Then NCCL_DEBUG.
 pub fn nccl_environment(env: &Environment) -> Vec<Finding> {
     let mut out: Vec<Finding> = nccl_env::problems(env)
@@ -737,19 +737,19 @@ pub fn run(args: &CheckArgs) -> u8 {
         Ok(m) => m,
         Err(err) => return fail(err.to_string()),
     };
-    let adjusted = crate::job_context::adjust_machine(&args.job, &mut machine);
+    let adjusted = crate::preflight::job_context::adjust_machine(&args.job, &mut machine);
     // NCCL's reading of the environment is what the model takes (values it reads otherwise than
     // written are findings, not a reason to stop).
     let derived = match estimate::derive(&args.model, &env, &roots, &machine.rdma) {
         Ok(d) => d,
         Err(message) => return fail(message),
     };
-    let e = crate::nccl::model::estimate(&derived.inputs);
+    let e = crate::preflight::nccl::model::estimate(&derived.inputs);
     let mut findings = evaluate(&machine, &e, args.safety_factor);
     if let Some(err) = env_error {
         environment_unreadable(&mut findings, &err);
     }
-    crate::job_context::adjust_findings(&args.job, &adjusted, &mut findings);
+    crate::preflight::job_context::adjust_findings(&args.job, &adjusted, &mut findings);
     let report = Report {
         pid,
         need_per_process_bytes: e.per_rank_max_bytes,
@@ -769,7 +769,7 @@ pub fn run(args: &CheckArgs) -> u8 {
         findings,
     };
     if args.job.exec {
-        return crate::job_context::exec_or_refuse(&args.job, &report, args.strict);
+        return crate::preflight::job_context::exec_or_refuse(&args.job, &report, args.strict);
     }
     let text = if args.json {
         match serde_json::to_string_pretty(&report) {
@@ -777,7 +777,7 @@ pub fn run(args: &CheckArgs) -> u8 {
             Err(err) => return fail(err.to_string()),
         }
     } else if args.job.summary {
-        crate::job_context::render_summary(&report, args.strict)
+        crate::preflight::job_context::render_summary(&report, args.strict)
     } else {
         render_text(&report)
     };
@@ -792,7 +792,7 @@ pub fn run(args: &CheckArgs) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nccl::model::{self, Estimate, Inputs};
+    use crate::preflight::nccl::model::{self, Estimate, Inputs};
     use pid_limits::{Limit, MemlockLimits};
 
     const MIB: u64 = 1 << 20;
