@@ -4,20 +4,92 @@
 
 use std::path::PathBuf;
 
+use clap::Args;
 use serde::Serialize;
 
-use crate::cli::{EstimateArgs, ModelArgs};
 use crate::collect::rdma_sysfs::SysfsDevice;
 use crate::fsroot::Roots;
 use crate::gdr::{self, Detected, GdrMode};
 use crate::kernel::pid_limits;
-use crate::preflight::check;
+use crate::preflight::machine::{self, Machine};
 use crate::preflight::nccl::env::{self, param_value, ConfFile, Environment};
 use crate::preflight::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
 use crate::preflight::nccl::variables::{NCCL_COMMIT, NCCL_VERSION};
 use crate::units::bytes as human;
 
 /// What the model covers and what it leaves out, printed with every estimate.
+/// Inputs of the NCCL registration model (docs/check.md). Unset values come from the NCCL_*
+/// environment (and NCCL's configuration files) when present, else NCCL's defaults or the node.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ModelArgs {
+    /// Nodes in the job (1: no network registration while NCCL keeps intra-node traffic on
+    /// NVLink, PCIe P2P or shared memory).
+    #[arg(long, default_value_t = 2)]
+    pub nodes: u64,
+    /// Ranks (GPUs) per node.
+    #[arg(long = "ranks-per-node", default_value_t = 8)]
+    pub ranks_per_node: u64,
+    /// NICs per node the job uses (default: this node's ACTIVE RDMA ports that NCCL_IB_HCA
+    /// selects, else one per rank).
+    #[arg(long)]
+    pub nics: Option<u64>,
+    /// Channels NCCL runs, C (NCCL_DEBUG=INFO prints "C coll channels"; default: 2 x S, within
+    /// NCCL_MIN/MAX_NCHANNELS and NCCL_MIN/MAX_CTAS).
+    #[arg(long)]
+    pub channels: Option<u64>,
+    /// The ring graph's channels, S, which decide each channel's tree (NCCL_DEBUG=INFO prints
+    /// "Pattern 4, crossNic ., nChannels S"; default: one per NIC, doubled when at most 4).
+    #[arg(long = "search-channels")]
+    pub search_channels: Option<u64>,
+    /// Communicators per process (each registers its own buffers).
+    #[arg(long, default_value_t = 1)]
+    pub communicators: u64,
+    /// NCCL_BUFFSIZE (Simple protocol buffer, bytes).
+    #[arg(long)]
+    pub buffsize: Option<u64>,
+    /// NCCL_LL_BUFFSIZE (bytes).
+    #[arg(long = "ll-buffsize")]
+    pub ll_buffsize: Option<u64>,
+    /// NCCL_LL128_BUFFSIZE (bytes).
+    #[arg(long = "ll128-buffsize")]
+    pub ll128_buffsize: Option<u64>,
+    /// GPUDirect RDMA charging: off (all buffers on the host), dmabuf (GPU buffers not charged),
+    /// peermem (GPU buffers charged to VmPin). Default: detected from sysfs.
+    #[arg(long)]
+    pub gdr: Option<String>,
+    /// All-to-all (send/recv) over the network: every rank connects to every rank of the other
+    /// nodes, with the shared p2p pools.
+    #[arg(long = "p2p-net")]
+    pub p2p_net: bool,
+    /// p2p channels (p2pnChannels; default: from the channel count, NCCL_MIN/MAX_P2P_NCHANNELS).
+    #[arg(long = "p2p-channels")]
+    pub p2p_channels: Option<u64>,
+    /// Devices each connection registers on (a merged virtual NIC registers on every member).
+    #[arg(long = "devices-per-connection", default_value_t = 1)]
+    pub devices_per_connection: u64,
+    /// NCCL_IB_QPS_PER_CONNECTION (1 to 128).
+    #[arg(long = "qps-per-connection")]
+    pub qps_per_connection: Option<u64>,
+}
+
+#[derive(Debug, Args, Default, Clone)]
+pub struct EstimateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Compare with this process's memlock limit, and read its environment, instead of our own.
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// procfs mount point.
+    #[arg(long = "path.procfs", default_value = "/proc")]
+    pub procfs: String,
+    /// sysfs mount point (GPUDirect and NIC detection).
+    #[arg(long = "path.sysfs", default_value = "/sys")]
+    pub sysfs: String,
+    /// One JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 pub const COVERS: &[&str] = &[
     "ring and double-binary-tree network connections per channel (and PAT with one rank per node), placed on the \
         ranks next to each channel's NIC (PXN sends on the NIC's GPU), each connector to a peer counted once however \
@@ -55,7 +127,7 @@ pub struct Derived {
     pub assumed: Vec<String>,
 }
 
-/// The ports NCCL opens (ACTIVE, selected per port by NCCL_IB_HCA: check::nccl_opens): each is a
+/// The ports NCCL opens (ACTIVE, selected per port by NCCL_IB_HCA: machine::nccl_opens): each is a
 /// NIC to NCCL (net_ib/init.cc opens one device per such port).
 fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
     let spec = env.get("NCCL_IB_HCA");
@@ -64,7 +136,7 @@ fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
         .flat_map(|d| {
             d.ports
                 .iter()
-                .filter(move |p| check::nccl_opens(spec, d, p))
+                .filter(move |p| machine::nccl_opens(spec, d, p))
                 .map(move |p| format!("{}:{}", d.name, p.number))
         })
         .collect();
@@ -82,7 +154,7 @@ fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
 /// The RDMA devices with a port NCCL opens: the ones NCCL registers on.
 fn selected_devices(devices: &[SysfsDevice], env: &Environment) -> Vec<String> {
     let spec = env.get("NCCL_IB_HCA");
-    devices.iter().filter(|d| d.ports.iter().any(|p| check::nccl_opens(spec, d, p))).map(|d| d.name.clone()).collect()
+    devices.iter().filter(|d| d.ports.iter().any(|p| machine::nccl_opens(spec, d, p))).map(|d| d.name.clone()).collect()
 }
 
 /// Reads an `NCCL_PARAM` variable as NCCL does, noting what it read.
@@ -342,9 +414,9 @@ pub struct Verdict {
     pub fits_memory_available: Option<bool>,
 }
 
-pub fn verdict(e: &Estimate, m: &check::Machine) -> Verdict {
+pub fn verdict(e: &Estimate, m: &Machine) -> Verdict {
     let soft = m.limits.map(|l| l.soft).unwrap_or(pid_limits::Limit::Unlimited);
-    let exempt = check::memlock_exempt(m);
+    let exempt = machine::memlock_exempt(m);
     let available = m.meminfo.mem_available;
     Verdict {
         pid: m.pid.clone(),
@@ -603,7 +675,7 @@ pub fn run(args: &EstimateArgs) -> u8 {
         Ok((env, files)) => (env, files, None),
         Err(err) => (Environment::default(), Vec::new(), Some(err.to_string())),
     };
-    let machine = match check::read_machine(&roots, &pid, env.clone()) {
+    let machine = match machine::read_machine(&roots, &pid, env.clone()) {
         Ok(m) => m,
         Err(err) => return fail(err.to_string(), crate::exit::USAGE),
     };
@@ -623,7 +695,7 @@ pub fn run(args: &EstimateArgs) -> u8 {
     } else {
         render_text(&derived, &e, &v)
     };
-    if let Err(err) = crate::cli::print_report(&text) {
+    if let Err(err) = crate::preflight::print_report(&text) {
         return fail(format!("writing the report: {err}"), crate::exit::RUNTIME);
     }
     crate::exit::OK
@@ -837,7 +909,7 @@ mod tests {
             soft: pid_limits::Limit::Bytes(8 << 20),
             hard: pid_limits::Limit::Bytes(8 << 20),
         };
-        let m = check::Machine {
+        let m = Machine {
             pid: "self".into(),
             limits: Some(limits),
             ipc_lock: Some(false),
@@ -845,9 +917,9 @@ mod tests {
             ..Default::default()
         };
         assert!(!verdict(&e, &m).fits_memlock_limit);
-        let held = check::Machine { ipc_lock: Some(true), ..m.clone() };
+        let held = Machine { ipc_lock: Some(true), ..m.clone() };
         assert!(verdict(&e, &held).fits_memlock_limit && verdict(&e, &held).cap_ipc_lock_exempt);
-        let userns = check::Machine { ipc_lock: Some(true), initial_user_ns: Some(false), ..m };
+        let userns = Machine { ipc_lock: Some(true), initial_user_ns: Some(false), ..m };
         assert!(!verdict(&e, &userns).fits_memlock_limit, "a user namespace's CAP_IPC_LOCK does not exempt");
     }
 }
