@@ -248,7 +248,7 @@ def render(commit, version, found, removed):
         "//! Every environment variable NCCL reads at the commit below, with the parser it applies,",
         "//! and the ones earlier releases read that this one no longer does.",
         "",
-        "use super::env::{Parse, Removed, Variable};",
+        "use super::param::{Parse, Removed, Variable};",
         "",
         f"/// The NVIDIA/nccl commit the list was generated from.",
         f"pub const NCCL_COMMIT: &str = {rust_str(commit)};",

@@ -16,6 +16,7 @@ use crate::preflight::findings::{exit_code, render_text, Finding, ModelSummary, 
 use crate::preflight::machine::{ib_hca_selects, memlock_exempt, nccl_opens, read_machine, Machine};
 use crate::preflight::nccl::env::{self as nccl_env, Environment};
 use crate::preflight::nccl::model::Estimate;
+use crate::preflight::nccl::param::{show_bytes, Severity};
 use crate::units::bytes as human;
 
 #[derive(Debug, Args, Default, Clone)]
@@ -64,7 +65,7 @@ fn socket_ifname(env: &Environment, interfaces: Option<&[String]>, out: &mut Vec
     let measured = format!(
         "NCCL_SOCKET_IFNAME={} matches none of the job's interfaces ({}): the bootstrap finds no socket interface \
             and communicator init fails (src/bootstrap.cc bootstrapNetInit, src/os/linux.cc ncclOsFindInterfaces)",
-        nccl_env::show_bytes(value),
+        show_bytes(value),
         interfaces.join(", ")
     );
     let fix = "name an interface that is up, by prefix (eth, ens1f) or =name, `^` to exclude; no spaces";
@@ -219,7 +220,7 @@ pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
     }
     if opened.is_empty() {
         let ib_only = env.get("NCCL_NET").is_some_and(|n| n.eq_ignore_ascii_case(b"IB"));
-        let spec_shown = spec.map_or(String::new(), |s| format!(" (NCCL_IB_HCA={})", nccl_env::show_bytes(s)));
+        let spec_shown = spec.map_or(String::new(), |s| format!(" (NCCL_IB_HCA={})", show_bytes(s)));
         out.push(Finding::new(
             "rdma.selected",
             if ib_only { Status::Fail } else { Status::Warn },
@@ -253,7 +254,7 @@ pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
                     Status::Warn,
                     format!(
                         "NCCL_IB_HCA={} also selects {} (names are prefixes: src/misc/utils.cc matchIfList)",
-                        nccl_env::show_bytes(value),
+                        show_bytes(value),
                         extra.join(", ")
                     ),
                     "start the list with = to match whole names (=mlx5_1,mlx5_2)",
@@ -453,8 +454,8 @@ pub fn nccl_environment(env: &Environment) -> Vec<Finding> {
         .into_iter()
         .map(|p| {
             let status = match p.severity {
-                nccl_env::Severity::Warn => Status::Warn,
-                nccl_env::Severity::Fail => Status::Fail,
+                Severity::Warn => Status::Warn,
+                Severity::Fail => Status::Fail,
             };
             Finding::new(format!("nccl.env.{}", p.name), status, p.measured, p.fix)
         })

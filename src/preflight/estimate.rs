@@ -14,6 +14,7 @@ use crate::kernel::pid_limits;
 use crate::preflight::machine::{self, Machine};
 use crate::preflight::nccl::env::{self, param_value, ConfFile, Environment};
 use crate::preflight::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
+use crate::preflight::nccl::param::Severity;
 use crate::preflight::nccl::variables::{NCCL_COMMIT, NCCL_VERSION};
 use crate::units::bytes as human;
 
@@ -638,8 +639,8 @@ pub fn render_json(d: &Derived, e: &Estimate, v: &Verdict) -> Result<String, ser
                 .map(|p| ProblemJson {
                     name: &p.name,
                     status: match p.severity {
-                        env::Severity::Warn => "WARN",
-                        env::Severity::Fail => "FAIL",
+                        Severity::Warn => "WARN",
+                        Severity::Fail => "FAIL",
                     },
                     measured: &p.measured,
                     fix: &p.fix,
