@@ -27,9 +27,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::{Args, ValueEnum};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use thiserror::Error;
 
 use crate::fsroot::{self, SourceError};
+use crate::kernel::pid_limits::{Limit, MemlockLimits};
 use crate::kernel::{meminfo, pid_status};
 use crate::preflight::verbs;
 use crate::timefmt::rfc3339_millis;
@@ -411,9 +413,6 @@ impl Outcome {
     }
 }
 
-/// A memlock rlimit value; `None` is unlimited.
-pub type Limit = Option<u64>;
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     Start {
@@ -422,8 +421,8 @@ pub enum Event {
         max_bytes: u64,
         interval: Duration,
         hold: Duration,
-        memlock_soft: Limit,
-        memlock_hard: Limit,
+        /// RLIMIT_MEMLOCK; `None` when getrlimit failed.
+        memlock: Option<MemlockLimits>,
         cap_ipc_lock: Option<bool>,
         mem_available: u64,
         pid: u32,
@@ -472,12 +471,12 @@ fn kb(bytes: Option<u64>) -> String {
     }
 }
 
-fn limit_text(limit: Limit) -> String {
-    limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string())
-}
-
-fn json_opt<T: ToString>(value: Option<T>) -> String {
-    value.map_or_else(|| "null".to_owned(), |v| v.to_string())
+fn limit_text(limit: Option<Limit>) -> String {
+    match limit {
+        Some(Limit::Bytes(bytes)) => bytes.to_string(),
+        Some(Limit::Unlimited) => "unlimited".to_owned(),
+        None => "?".to_owned(),
+    }
 }
 
 fn signal_name(signal: i32) -> &'static str {
@@ -498,8 +497,7 @@ impl Event {
                 max_bytes,
                 interval,
                 hold,
-                memlock_soft,
-                memlock_hard,
+                memlock,
                 cap_ipc_lock,
                 mem_available,
                 pid,
@@ -512,8 +510,8 @@ impl Event {
                 size(*max_bytes),
                 interval.as_millis(),
                 hold.as_secs(),
-                limit_text(*memlock_soft),
-                limit_text(*memlock_hard),
+                limit_text(memlock.map(|l| l.soft)),
+                limit_text(memlock.map(|l| l.hard)),
                 cap_ipc_lock.map_or("unknown", |c| if c { "yes" } else { "no" }),
                 kb(Some(*mem_available)),
             ),
@@ -567,96 +565,93 @@ impl Event {
         }
     }
 
-    /// One JSON object (no newline). Sizes are bytes; `null` means unknown, or unlimited for
-    /// the rlimits. Every string value comes from a fixed set, so none needs escaping.
-    pub fn json(&self, time: &str) -> String {
-        match self {
+    /// One JSON object (no newline), fields in the order scripts and docs/check.md know. Sizes
+    /// are bytes; `null` means unknown, or unlimited for the rlimits. Fails only if serde_json
+    /// does, which it does not on these plain fields.
+    pub fn json(&self, time: &str) -> Result<String, serde_json::Error> {
+        let line = Line { time, body: self };
+        serde_json::to_string(&line)
+    }
+}
+
+/// An event as one JSON object: `time` first, then the event's own fields.
+struct Line<'a> {
+    time: &'a str,
+    body: &'a Event,
+}
+
+impl Serialize for Line<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("time", self.time)?;
+        match *self.body {
             Event::Start {
                 mode,
                 step_bytes,
                 max_bytes,
                 interval,
                 hold,
-                memlock_soft,
-                memlock_hard,
+                memlock,
                 cap_ipc_lock,
                 mem_available,
                 pid,
                 uid,
-            } => format!(
-                concat!(
-                    r#"{{"time":"{time}","event":"start","mode":"{}","step_bytes":{step_bytes},"#,
-                    r#""max_bytes":{max_bytes},"interval_ms":{},"hold_seconds":{},"memlock_soft_bytes":{},"#,
-                    r#""memlock_hard_bytes":{},"cap_ipc_lock":{},"mem_available_bytes":{mem_available},"#,
-                    r#""pid":{pid},"uid":{uid}}}"#,
-                ),
-                mode.as_str(),
-                interval.as_millis(),
-                hold.as_secs(),
-                json_opt(*memlock_soft),
-                json_opt(*memlock_hard),
-                json_opt(*cap_ipc_lock),
-                time = time,
-                step_bytes = step_bytes,
-                max_bytes = max_bytes,
-                mem_available = mem_available,
-                pid = pid,
-                uid = uid,
-            ),
-            Event::Step { step, requested, counters, refused, reached } => {
-                let mut line = format!(
-                    concat!(
-                        r#"{{"time":"{time}","event":"step","step":{step},"requested_bytes":{requested},"#,
-                        r#""vmpin_bytes":{},"vmlck_bytes":{},"result":"#,
-                    ),
-                    json_opt(counters.vm_pin),
-                    json_opt(counters.vm_lck),
-                    time = time,
-                    step = step,
-                    requested = requested,
-                );
-                match refused {
-                    None => line.push_str(r#""ok"}"#),
-                    Some(Refused { errno, call }) => line.push_str(&format!(
-                        r#""{}","errno":{},"call":"{call}","reached_bytes":{reached}}}"#,
-                        errno.name(),
-                        errno.errno()
-                    )),
-                }
-                line
+            } => {
+                map.serialize_entry("event", "start")?;
+                map.serialize_entry("mode", mode.as_str())?;
+                map.serialize_entry("step_bytes", &step_bytes)?;
+                map.serialize_entry("max_bytes", &max_bytes)?;
+                map.serialize_entry("interval_ms", &interval.as_millis())?;
+                map.serialize_entry("hold_seconds", &hold.as_secs())?;
+                map.serialize_entry("memlock_soft_bytes", &memlock.and_then(|l| l.soft.bytes()))?;
+                map.serialize_entry("memlock_hard_bytes", &memlock.and_then(|l| l.hard.bytes()))?;
+                map.serialize_entry("cap_ipc_lock", &cap_ipc_lock)?;
+                map.serialize_entry("mem_available_bytes", &mem_available)?;
+                map.serialize_entry("pid", &pid)?;
+                map.serialize_entry("uid", &uid)?;
             }
-            Event::Locked { bytes, counters } => format!(
-                r#"{{"time":"{time}","event":"locked","locked_bytes":{bytes},"vmpin_bytes":{},"vmlck_bytes":{}}}"#,
-                json_opt(counters.vm_pin),
-                json_opt(counters.vm_lck)
-            ),
+            Event::Step { step, requested, counters, refused, reached } => {
+                map.serialize_entry("event", "step")?;
+                map.serialize_entry("step", &step)?;
+                map.serialize_entry("requested_bytes", &requested)?;
+                map.serialize_entry("vmpin_bytes", &counters.vm_pin)?;
+                map.serialize_entry("vmlck_bytes", &counters.vm_lck)?;
+                match refused {
+                    None => map.serialize_entry("result", "ok")?,
+                    Some(Refused { errno, call }) => {
+                        map.serialize_entry("result", errno.name())?;
+                        map.serialize_entry("errno", &errno.errno())?;
+                        map.serialize_entry("call", call)?;
+                        map.serialize_entry("reached_bytes", &reached)?;
+                    }
+                }
+            }
+            Event::Locked { bytes, counters } => {
+                map.serialize_entry("event", "locked")?;
+                map.serialize_entry("locked_bytes", &bytes)?;
+                map.serialize_entry("vmpin_bytes", &counters.vm_pin)?;
+                map.serialize_entry("vmlck_bytes", &counters.vm_lck)?;
+            }
             Event::Hold { reached, hold } => {
-                format!(
-                    r#"{{"time":"{time}","event":"hold","reached_bytes":{reached},"hold_seconds":{}}}"#,
-                    hold.as_secs()
-                )
+                map.serialize_entry("event", "hold")?;
+                map.serialize_entry("reached_bytes", &reached)?;
+                map.serialize_entry("hold_seconds", &hold.as_secs())?;
             }
             Event::Released { outcome, reached, counters, signal } => {
+                map.serialize_entry("event", "released")?;
+                map.serialize_entry("outcome", outcome.name())?;
                 let errno = match outcome {
-                    Outcome::Refused(r) => format!(r#""{}""#, r.name()),
-                    _ => "null".to_owned(),
+                    Outcome::Refused(r) => Some(r.name()),
+                    _ => None,
                 };
-                let signal = signal.map_or_else(|| "null".to_owned(), |s| format!(r#""{}""#, signal_name(s)));
-                format!(
-                    concat!(
-                        r#"{{"time":"{time}","event":"released","outcome":"{}","errno":{errno},"#,
-                        r#""reached_bytes":{reached},"vmpin_bytes":{},"vmlck_bytes":{},"signal":{signal}}}"#,
-                    ),
-                    outcome.name(),
-                    json_opt(counters.vm_pin),
-                    json_opt(counters.vm_lck),
-                    time = time,
-                    errno = errno,
-                    reached = reached,
-                    signal = signal,
-                )
+                map.serialize_entry("errno", &errno)?;
+                map.serialize_entry("reached_bytes", &reached)?;
+                map.serialize_entry("vmpin_bytes", &counters.vm_pin)?;
+                map.serialize_entry("vmlck_bytes", &counters.vm_lck)?;
+                map.serialize_entry("signal", &signal.map(signal_name))?;
             }
         }
+        map.end()
     }
 }
 
@@ -848,12 +843,6 @@ enum Grow {
     Interrupted,
 }
 
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(page).ok().filter(|p| *p > 0).unwrap_or(4096)
-}
-
 impl Held {
     /// Adds `len` bytes of pinned or locked memory. A refused region is dropped at once, so the
     /// hold shows only what the kernel accepted.
@@ -943,14 +932,14 @@ fn install_stop_handlers() -> Result<(), DrillError> {
     Ok(())
 }
 
-fn memlock_limits() -> (Limit, Limit) {
+fn memlock_limits() -> Option<MemlockLimits> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes into the struct we pass.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0 {
-        return (None, None);
+        return None;
     }
-    let value = |v: libc::rlim_t| if v == libc::RLIM_INFINITY { None } else { Some(v) };
-    (value(limit.rlim_cur), value(limit.rlim_max))
+    let value = |v: libc::rlim_t| if v == libc::RLIM_INFINITY { Limit::Unlimited } else { Limit::Bytes(v) };
+    Some(MemlockLimits { soft: value(limit.rlim_cur), hard: value(limit.rlim_max) })
 }
 
 /// Pin mode keeps one ring descriptor per step: raise the soft RLIMIT_NOFILE towards the hard
@@ -992,7 +981,11 @@ impl Reporter<'_> {
             return Ok(());
         }
         let time = rfc3339_millis(SystemTime::now());
-        let line = if self.json { event.json(&time) } else { event.text(&time) };
+        let line = if self.json {
+            event.json(&time).map_err(|err| DrillError::Output(err.into()))?
+        } else {
+            event.text(&time)
+        };
         match writeln!(self.out, "{line}").and_then(|()| self.out.flush()) {
             Err(err) if err.kind() == io::ErrorKind::BrokenPipe => {
                 self.closed = true;
@@ -1057,15 +1050,14 @@ pub fn execute(plan: &Plan, mem_available: u64, out: &mut dyn Write, stop: &Atom
     if plan.mode == Mode::Rdma {
         held.device = Some(verbs::Device::open(verbs::LIBIBVERBS, plan.rdma_device.as_deref())?);
     }
-    let (memlock_soft, memlock_hard) = memlock_limits();
+    let memlock = memlock_limits();
     reporter.emit(&Event::Start {
         mode: plan.mode,
         step_bytes: plan.step_bytes,
         max_bytes: plan.max_bytes,
         interval: plan.interval,
         hold: plan.hold,
-        memlock_soft,
-        memlock_hard,
+        memlock,
         cap_ipc_lock: reporter.cap_ipc_lock(),
         mem_available,
         pid: std::process::id(),
@@ -1073,7 +1065,7 @@ pub fn execute(plan: &Plan, mem_available: u64, out: &mut dyn Write, stop: &Atom
         uid: unsafe { libc::getuid() },
     })?;
 
-    let page = page_size();
+    let page = usize::try_from(procfs::page_size()).unwrap_or(4096);
     if plan.locked_bytes > 0 {
         let len = usize::try_from(plan.locked_bytes).map_err(|_| DrillError::Overflow(plan.locked_bytes / MIB))?;
         match held.grow(Mode::Lock, len, page, stop)? {
@@ -1290,7 +1282,7 @@ mod tests {
         let locked = Event::Locked { bytes: 6 * MIB, counters: counters(0, 6144) };
         assert_eq!(locked.text(T), format!("{T} event=locked bytes=6MiB vmpin=0kB vmlck=6144kB"));
         assert_eq!(
-            locked.json(T),
+            locked.json(T).unwrap(),
             format!(
                 r#"{{"time":"{T}","event":"locked","locked_bytes":6291456,"vmpin_bytes":0,"vmlck_bytes":6291456}}"#
             )
@@ -1306,7 +1298,7 @@ mod tests {
             "2026-11-30T08:19:19.123Z event=step step=3 requested=3MiB vmpin=3072kB vmlck=0kB result=ok"
         );
         assert_eq!(
-            ok.json(T),
+            ok.json(T).unwrap(),
             concat!(
                 r#"{"time":"2026-11-30T08:19:19.123Z","event":"step","step":3,"requested_bytes":3145728,"#,
                 r#""vmpin_bytes":3145728,"vmlck_bytes":0,"result":"ok"}"#,
@@ -1325,7 +1317,7 @@ mod tests {
                 call=io_uring_register reached=4MiB"
         );
         assert_eq!(
-            refused.json(T),
+            refused.json(T).unwrap(),
             concat!(
                 r#"{"time":"2026-11-30T08:19:19.123Z","event":"step","step":5,"requested_bytes":5242880,"#,
                 r#""vmpin_bytes":4194304,"vmlck_bytes":0,"result":"ENOMEM","errno":12,"#,
@@ -1345,7 +1337,7 @@ mod tests {
                 "{T} event=step step=1 requested=1MiB vmpin=? vmlck=? result=EAGAIN errno=11 call=mlock reached=0B"
             )
         );
-        assert!(unknown.json(T).contains(
+        assert!(unknown.json(T).unwrap().contains(
             r#""vmpin_bytes":null,"vmlck_bytes":null,"result":"EAGAIN","errno":11,"call":"mlock","reached_bytes":0}"#
         ));
     }
@@ -1358,8 +1350,7 @@ mod tests {
             max_bytes: 16 * MIB,
             interval: Duration::from_millis(100),
             hold: Duration::from_secs(2),
-            memlock_soft: Some(4 << 20),
-            memlock_hard: None,
+            memlock: Some(MemlockLimits { soft: Limit::Bytes(4 << 20), hard: Limit::Unlimited }),
             cap_ipc_lock: Some(false),
             mem_available: 23604268 * 1024,
             pid: 42,
@@ -1373,7 +1364,7 @@ mod tests {
             )
         );
         assert_eq!(
-            start.json(T),
+            start.json(T).unwrap(),
             format!(
                 concat!(
                     r#"{{"time":"{T}","event":"start","mode":"pin","step_bytes":1048576,"max_bytes":16777216,"#,
@@ -1387,7 +1378,7 @@ mod tests {
         let hold = Event::Hold { reached: 4 * MIB, hold: Duration::from_secs(2) };
         assert_eq!(hold.text(T), format!("{T} event=hold reached=4MiB seconds=2"));
         assert_eq!(
-            hold.json(T),
+            hold.json(T).unwrap(),
             format!(r#"{{"time":"{T}","event":"hold","reached_bytes":4194304,"hold_seconds":2}}"#)
         );
 
@@ -1402,7 +1393,7 @@ mod tests {
             format!("{T} event=released outcome=refused errno=ENOMEM reached=4MiB vmpin=0kB vmlck=0kB")
         );
         assert_eq!(
-            refused.json(T),
+            refused.json(T).unwrap(),
             format!(
                 concat!(
                     r#"{{"time":"{T}","event":"released","outcome":"refused","errno":"ENOMEM","#,
@@ -1423,6 +1414,7 @@ mod tests {
         );
         assert!(interrupted
             .json(T)
+            .unwrap()
             .ends_with(r#""errno":null,"reached_bytes":2097152,"vmpin_bytes":0,"vmlck_bytes":0,"signal":"SIGTERM"}"#));
         let done = Event::Released {
             outcome: Outcome::MaxReached,
@@ -1434,6 +1426,29 @@ mod tests {
             done.text(T),
             format!("{T} event=released outcome=max_reached reached=32MiB vmpin=0kB vmlck=0kB signal=SIGINT")
         );
+    }
+
+    /// getrlimit failing is unknown, not unlimited: `?` in the text, `null` in the JSON as for
+    /// the counters.
+    #[test]
+    fn limits_that_could_not_be_read_are_unknown() {
+        let start = Event::Start {
+            mode: Mode::Lock,
+            step_bytes: MIB,
+            max_bytes: 2 * MIB,
+            interval: Duration::from_millis(100),
+            hold: Duration::from_secs(0),
+            memlock: None,
+            cap_ipc_lock: None,
+            mem_available: 1 << 30,
+            pid: 1,
+            uid: 0,
+        };
+        assert!(start.text(T).contains(" memlock_soft=? memlock_hard=? cap_ipc_lock=unknown "), "{}", start.text(T));
+        assert!(start
+            .json(T)
+            .unwrap()
+            .contains(r#""memlock_soft_bytes":null,"memlock_hard_bytes":null,"cap_ipc_lock":null,"#));
     }
 
     #[test]
