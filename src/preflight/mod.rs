@@ -2,7 +2,7 @@
 //! the daemon. [`check`] reads the node ([`check`]'s machine) and judges it against what
 //! [`estimate`] derives from the [`nccl`] model; [`job_context`] adapts the rules' input to the
 //! job's launcher (`--exec`, skips); [`drill`] ramps real pinned or locked memory until the
-//! kernel refuses, through libibverbs loaded at run time ([`verbs`]).
+//! kernel refuses, through libibverbs loaded at run time ([`drill::verbs`]).
 //!
 //! It depends one way on the layers below (kernel, fsroot, collect's readers, charge, units);
 //! the daemon's modules never import it, only [`crate::cli`] does, to name the commands' flags.
@@ -14,7 +14,6 @@ pub mod findings;
 pub mod job_context;
 pub mod machine;
 pub mod nccl;
-pub mod verbs;
 
 use std::io::{self, Write};
 
