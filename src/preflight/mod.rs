@@ -1,11 +1,12 @@
 //! The preflight half: what a job launcher or an operator runs before or beside a job, apart from
-//! the daemon. [`check`] reads the node ([`check`]'s machine) and judges it against what
-//! [`estimate`] derives from the [`nccl`] model; [`job_context`] adapts the rules' input to the
-//! job's launcher (`--exec`, skips); [`drill`] ramps real pinned or locked memory until the
-//! kernel refuses, through libibverbs loaded at run time ([`drill::verbs`]).
+//! the daemon. [`machine`] reads the node once; [`check`] judges it against what [`estimate`]
+//! derives from the [`nccl`] model, into [`findings`]; [`job_context`] adapts the rules' input
+//! and findings to the job's launcher (`--exec`, skips); [`drill`] ramps real pinned or locked
+//! memory until the kernel refuses, through libibverbs loaded at run time ([`drill::verbs`]).
 //!
-//! It depends one way on the layers below (kernel, fsroot, collect's readers, charge, units);
-//! the daemon's modules never import it, only [`crate::cli`] does, to name the commands' flags.
+//! It depends one way on the layers below (kernel, fsroot, gdr, the collectors' readers,
+//! units); the daemon's modules never import it, only [`crate::cli`] does, to name the commands'
+//! flags (scripts/modcycles.py fails otherwise, and on any module cycle).
 
 pub mod check;
 pub mod drill;

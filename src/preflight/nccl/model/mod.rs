@@ -9,8 +9,8 @@
 //! (data buffers per protocol, control MRs in whole pages, QP and CQ rings, doorbell records), and
 //! charges them to the process that registers them, in the GPUDirect mode given.
 //!
-//! [`channels`]: how many channels and which tree and NIC each uses; [`connections`]: which
-//! connections each rank holds; [`buffers`]: the bytes of one connection; here: the sum per rank
+//! `channels`: how many channels and which tree and NIC each uses; `connections`: which
+//! connections each rank holds; `buffers`: the bytes of one connection; here: the sum per rank
 //! and per node, and the scenarios.
 
 use serde::Serialize;
