@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates src/nccl/variables.rs, the NCCL environment variables `check` knows, from NCCL's source.
+"""Generates src/preflight/nccl/variables.rs, the NCCL environment variables `check` knows, from NCCL's source.
 
     /usr/bin/python3 scripts/nccl_variables.py --git-dir /path/to/nccl.git --commit 5067397c
 
@@ -248,7 +248,7 @@ def render(commit, version, found, removed):
         "//! Every environment variable NCCL reads at the commit below, with the parser it applies,",
         "//! and the ones earlier releases read that this one no longer does.",
         "",
-        "use super::env::{Parse, Removed, Variable};",
+        "use super::param::{Parse, Removed, Variable};",
         "",
         f"/// The NVIDIA/nccl commit the list was generated from.",
         f"pub const NCCL_COMMIT: &str = {rust_str(commit)};",

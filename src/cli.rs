@@ -2,7 +2,6 @@
 //! `--path.procfs`, `--collector.<name>`); each sets the configuration key of the same name,
 //! overriding the file and the environment.
 
-use std::io::{self, Write};
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -29,86 +28,14 @@ pub enum Command {
     Serve(ServeArgs),
     /// Estimate how much host memory NCCL will register (and pin) per process and per node, and
     /// compare it with the memlock limit and the node's available memory.
-    Estimate(EstimateArgs),
+    Estimate(crate::preflight::estimate::EstimateArgs),
     /// Preflight for a job launcher: memlock limits, memory, cgroup, hugepages, overcommit, NCCL
     /// environment and RDMA ports. Exit 0 all pass, 1 any FAIL (WARN too with --strict), 2 the
     /// check could not run. With `--exec -- CMD`, CMD runs in its place when nothing fails.
-    Check(CheckArgs),
+    Check(crate::preflight::check::CheckArgs),
     /// Ramp real pinned (io_uring) or locked (mlock) memory until the kernel refuses, to prove
     /// the alert pipeline end to end.
-    Drill(crate::drill::DrillArgs),
-}
-
-/// Inputs of the NCCL registration model (docs/check.md). Unset values come from the NCCL_*
-/// environment (and NCCL's configuration files) when present, else NCCL's defaults or the node.
-#[derive(Debug, Args, Default, Clone)]
-pub struct ModelArgs {
-    /// Nodes in the job (1: no network registration while NCCL keeps intra-node traffic on
-    /// NVLink, PCIe P2P or shared memory).
-    #[arg(long, default_value_t = 2)]
-    pub nodes: u64,
-    /// Ranks (GPUs) per node.
-    #[arg(long = "ranks-per-node", default_value_t = 8)]
-    pub ranks_per_node: u64,
-    /// NICs per node the job uses (default: this node's ACTIVE RDMA ports that NCCL_IB_HCA
-    /// selects, else one per rank).
-    #[arg(long)]
-    pub nics: Option<u64>,
-    /// Channels NCCL runs, C (NCCL_DEBUG=INFO prints "C coll channels"; default: 2 x S, within
-    /// NCCL_MIN/MAX_NCHANNELS and NCCL_MIN/MAX_CTAS).
-    #[arg(long)]
-    pub channels: Option<u64>,
-    /// The ring graph's channels, S, which decide each channel's tree (NCCL_DEBUG=INFO prints
-    /// "Pattern 4, crossNic ., nChannels S"; default: one per NIC, doubled when at most 4).
-    #[arg(long = "search-channels")]
-    pub search_channels: Option<u64>,
-    /// Communicators per process (each registers its own buffers).
-    #[arg(long, default_value_t = 1)]
-    pub communicators: u64,
-    /// NCCL_BUFFSIZE (Simple protocol buffer, bytes).
-    #[arg(long)]
-    pub buffsize: Option<u64>,
-    /// NCCL_LL_BUFFSIZE (bytes).
-    #[arg(long = "ll-buffsize")]
-    pub ll_buffsize: Option<u64>,
-    /// NCCL_LL128_BUFFSIZE (bytes).
-    #[arg(long = "ll128-buffsize")]
-    pub ll128_buffsize: Option<u64>,
-    /// GPUDirect RDMA charging: off (all buffers on the host), dmabuf (GPU buffers not charged),
-    /// peermem (GPU buffers charged to VmPin). Default: detected from sysfs.
-    #[arg(long)]
-    pub gdr: Option<String>,
-    /// All-to-all (send/recv) over the network: every rank connects to every rank of the other
-    /// nodes, with the shared p2p pools.
-    #[arg(long = "p2p-net")]
-    pub p2p_net: bool,
-    /// p2p channels (p2pnChannels; default: from the channel count, NCCL_MIN/MAX_P2P_NCHANNELS).
-    #[arg(long = "p2p-channels")]
-    pub p2p_channels: Option<u64>,
-    /// Devices each connection registers on (a merged virtual NIC registers on every member).
-    #[arg(long = "devices-per-connection", default_value_t = 1)]
-    pub devices_per_connection: u64,
-    /// NCCL_IB_QPS_PER_CONNECTION (1 to 128).
-    #[arg(long = "qps-per-connection")]
-    pub qps_per_connection: Option<u64>,
-}
-
-#[derive(Debug, Args, Default, Clone)]
-pub struct EstimateArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// Compare with this process's memlock limit, and read its environment, instead of our own.
-    #[arg(long)]
-    pub pid: Option<u32>,
-    /// procfs mount point.
-    #[arg(long = "path.procfs", default_value = "/proc")]
-    pub procfs: String,
-    /// sysfs mount point (GPUDirect and NIC detection).
-    #[arg(long = "path.sysfs", default_value = "/sys")]
-    pub sysfs: String,
-    /// One JSON object instead of the table.
-    #[arg(long)]
-    pub json: bool,
+    Drill(crate::preflight::drill::DrillArgs),
 }
 
 #[derive(Debug, Args, Default, Clone)]
@@ -263,21 +190,6 @@ impl Args for CollectorToggles {
     }
 }
 
-/// Writes a subcommand's report. A reader that went away (`| head -c 400`) is not an error:
-/// nobody wants the rest, so it is dropped quietly and the command keeps its exit status, as
-/// ripgrep does. Rust ignores SIGPIPE, so without this the write fails and `println!` panics.
-pub fn write_report(out: &mut dyn Write, text: &str) -> io::Result<()> {
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
-    }
-}
-
-/// [`write_report`] to stdout.
-pub fn print_report(text: &str) -> io::Result<()> {
-    write_report(&mut io::stdout().lock(), text)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,58 +211,9 @@ mod tests {
         assert!(args.overrides().iter().any(|(k, v)| k == "collector.node.enabled" && v.clone().into_bool().unwrap()));
     }
 
-    /// A stdout whose every write fails with `errno`.
-    struct Failing(i32);
-
-    impl Write for Failing {
-        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
-            Err(io::Error::from_raw_os_error(self.0))
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn a_reader_that_went_away_is_not_an_error_but_a_full_disk_is() {
-        assert!(write_report(&mut Failing(libc::EPIPE), "report\n").is_ok());
-        let err = write_report(&mut Failing(libc::ENOSPC), "report\n").unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
-        let mut out = Vec::new();
-        write_report(&mut out, "report\n").unwrap();
-        assert_eq!(out, b"report\n");
-    }
-
     #[test]
     fn unknown_flags_are_usage_errors() {
         let err = Cli::try_parse_from(["memlock-exporter", "--web.listen-adress", "x"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
     }
-}
-
-#[derive(Debug, Args, Default, Clone)]
-pub struct CheckArgs {
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// Check the environment of this process instead of the checker's own.
-    #[arg(long)]
-    pub pid: Option<u32>,
-    /// Memory checks want this multiple of the estimated need.
-    #[arg(long = "safety-factor", default_value_t = 2.0)]
-    pub safety_factor: f64,
-    /// WARN fails the check too (exit 1).
-    #[arg(long)]
-    pub strict: bool,
-    /// procfs mount point.
-    #[arg(long = "path.procfs", default_value = "/proc")]
-    pub procfs: String,
-    /// sysfs mount point.
-    #[arg(long = "path.sysfs", default_value = "/sys")]
-    pub sysfs: String,
-    /// JSON instead of the table (the format is documented in docs/check.md).
-    #[arg(long)]
-    pub json: bool,
-    /// Job-context flags and `--exec` (src/job_context.rs).
-    #[command(flatten)]
-    pub job: crate::job_context::JobContextArgs,
 }

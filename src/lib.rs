@@ -20,8 +20,11 @@
 //! - [`serve`]: the daemon (its own metrics, reload, systemd watchdog); [`reload`] watches the
 //!   configuration files, [`sdnotify`] speaks systemd's notify protocol, [`logging`] sets up
 //!   tracing, [`heap`] counts the heap in use for `memlock_exporter_heap_allocated_bytes`.
-//! - [`check`], [`estimate`], [`nccl`], [`job_context`] and [`drill`]: the preflight commands;
-//!   [`nccl`] models NCCL's registrations from its source.
+//! - [`preflight`]: the commands a job launcher or an operator runs (`check`, `estimate`,
+//!   `drill`) and NCCL's registrations modelled from its source. It stands on the layers above
+//!   and only [`cli`] imports it: the daemon's modules never do (scripts/modcycles.py says so).
+//! - [`gdr`]: which GPUDirect charging mode a node is in, for `check` and the software
+//!   collector alike.
 //! - [`config`] and [`cli`]: flags, environment and the optional TOML file, validated once (each
 //!   collector's own settings are defined in its module, `collect::settings`); [`values`]: the
 //!   durations and regexes written in settings and how errors quote them; [`units`] formats sizes
@@ -30,20 +33,17 @@
 pub mod alerting;
 pub mod budget;
 pub mod charge;
-pub mod check;
 pub mod cli;
 pub mod collect;
 pub mod config;
-pub mod drill;
-pub mod estimate;
 pub mod exposition;
 pub mod fsroot;
+pub mod gdr;
 pub mod gzip;
 pub mod heap;
-pub mod job_context;
 pub mod kernel;
 pub mod logging;
-pub mod nccl;
+pub mod preflight;
 pub mod reload;
 pub mod sampler;
 pub mod sdnotify;
@@ -55,7 +55,6 @@ pub mod timefmt;
 pub mod trend;
 pub mod units;
 pub mod values;
-pub mod verbs;
 pub mod web;
 
 /// Exit codes of the binary, documented in the README.

@@ -1,6 +1,6 @@
 //! The software baseline every RDMA troubleshooting checklist asks for: the kernel release, the
 //! NVIDIA driver, the versions of the modules that take part in a memory registration, and the
-//! GPUDirect charging mode NCCL would use ([`crate::nccl::gdr::detect`], the detection `check` and
+//! GPUDirect charging mode NCCL would use ([`crate::gdr::detect`], the detection `check` and
 //! `estimate` use). One info series, so "the same code fails on another machine" is one query:
 //! `count by (nvidia_driver) (memlock_node_software_info)`.
 //!
@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
+use crate::gdr;
 use crate::kernel::versions;
-use crate::nccl::gdr;
 
 use super::{optional, Collector, Data};
 

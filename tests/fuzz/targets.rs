@@ -923,7 +923,8 @@ fn check_web_config_file(bytes: &[u8]) -> Result<Verdict, String> {
 }
 
 fn check_nccl_environment(bytes: &[u8]) -> Result<Verdict, String> {
-    use memlock_exporter::nccl::env::{self, Environment, Parse, Strtoll};
+    use memlock_exporter::preflight::nccl::env::{self, Environment};
+    use memlock_exporter::preflight::nccl::param::{strtoll, Parse, Strtoll};
     let env = Environment::from_pairs(env::conf_lines(bytes));
     let problems = env::problems(&env);
     for p in &problems {
@@ -939,7 +940,7 @@ fn check_nccl_environment(bytes: &[u8]) -> Result<Verdict, String> {
         let checked = ["NCCL_IB_QPS_PER_CONNECTION", "NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE"];
         if var.parse == Parse::Strtoll
             && !checked.contains(&var.name)
-            && matches!(env::strtoll(&e.value, 0), Strtoll::Whole(_))
+            && matches!(strtoll(&e.value, 0), Strtoll::Whole(_))
             && problems.iter().any(|p| p.name == var.name)
         {
             return Err(format!("{} flagged for a value NCCL accepts: {:?}", var.name, e.value_shown()));

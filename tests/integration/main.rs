@@ -17,6 +17,7 @@ mod live_failures;
 mod live_node;
 mod live_process;
 mod live_rdma;
+mod modcycles_script;
 mod monitoring;
 mod nccl_variables_script;
 mod process_fixtures;

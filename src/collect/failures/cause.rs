@@ -6,7 +6,6 @@ use crate::kernel::{memcg, pid_cgroup, pid_limits, pid_status, Limit};
 
 use super::calls::{errno_name, Call, Check};
 use super::pairing::Refusal;
-use super::series::SeriesKey;
 use crate::collect::process::Counter;
 
 /// Why a refusal happened, as far as the figures read right after it tell.
@@ -69,6 +68,17 @@ pub fn classify(call: &Call, errno: i32, requested: u64, figures: &Figures) -> C
         (Some(usage), Some(Limit::Bytes(limit))) if usage.saturating_add(requested) > limit => Cause::CgroupMemory,
         _ => Cause::Other,
     }
+}
+
+/// One failure series' labels: who was refused, by which call, and why (what [`attribute`] finds).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SeriesKey {
+    pub pid: u32,
+    pub comm: String,
+    pub cgroup: String,
+    pub call: &'static str,
+    pub errno: String,
+    pub cause: Cause,
 }
 
 pub(super) fn attribute(roots: &Roots, refusal: &Refusal) -> (SeriesKey, u64, Figures) {

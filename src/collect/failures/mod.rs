@@ -47,11 +47,12 @@ use trace::Tracer;
 use super::{Collector, Data};
 
 pub use calls::{errno_name, Call, Check, CALLS};
+pub use cause::SeriesKey;
 pub use cause::{classify, Cause, Figures};
 pub use pairing::{Pairing, Refusal, MAX_PENDING};
 pub use probes::{Mode, Unsupported, PAIRING_ENV, PREFIX};
 pub use render::CLASS;
-pub use series::{Book, Series, SeriesKey, MAX_SERIES, SERIES_HOLD};
+pub use series::{Book, Series, MAX_SERIES, SERIES_HOLD};
 pub use trace::{wait_removed, READ_EVERY};
 
 /// The collector's data for one snapshot.

@@ -3,7 +3,8 @@
 use crate::budget::{Claim, Grants, Tier};
 use crate::exposition::{Exposition, Kind};
 
-use super::series::{Series, SeriesKey, MAX_SERIES};
+use super::cause::SeriesKey;
+use super::series::{Series, MAX_SERIES};
 use super::FailuresStats;
 
 /// The budget's class of the per-process failure series.

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::cause::{Cause, Figures};
+use super::cause::{Cause, Figures, SeriesKey};
 
 /// Failure series (one per process, call, errno and cause) kept at most; later ones are only
 /// counted in the node totals and `memlock_registration_failures_overflow_total`.
@@ -12,17 +12,6 @@ pub const MAX_SERIES: usize = 64;
 /// and the Prometheus rule hold it as long); past it, a full table gives the series' place to
 /// a new one.
 pub const SERIES_HOLD: Duration = Duration::from_secs(600);
-
-/// One failure series' labels.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SeriesKey {
-    pub pid: u32,
-    pub comm: String,
-    pub cgroup: String,
-    pub call: &'static str,
-    pub errno: String,
-    pub cause: Cause,
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {

@@ -1,23 +1,97 @@
 //! `memlock-exporter estimate`: how much memory NCCL registers per rank and per node, from the
-//! model in [`crate::nccl::model`] (derived from NCCL's source; docs/check.md), with the inputs
+//! model in [`crate::preflight::nccl::model`] (derived from NCCL's source; docs/check.md), with the inputs
 //! taken from the flags, the NCCL_* environment as NCCL reads it, and the node.
 
 use std::path::PathBuf;
 
+use clap::Args;
 use serde::Serialize;
 
-use crate::check;
-use crate::cli::{EstimateArgs, ModelArgs};
 use crate::collect::rdma_sysfs::SysfsDevice;
 use crate::fsroot::Roots;
+use crate::gdr::{self, Detected, GdrMode};
 use crate::kernel::pid_limits;
-use crate::nccl::env::{self, param_value, ConfFile, Environment};
-use crate::nccl::gdr::{self, Detected, GdrMode};
-use crate::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
-use crate::nccl::variables::{NCCL_COMMIT, NCCL_VERSION};
-use crate::units::bytes as human;
+use crate::preflight::machine::{self, Machine};
+use crate::preflight::nccl::env::{self, param_value, ConfFile, Environment};
+use crate::preflight::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
+
+mod render;
+
+use render::{render_json, render_text};
 
 /// What the model covers and what it leaves out, printed with every estimate.
+/// Inputs of the NCCL registration model (docs/check.md). Unset values come from the NCCL_*
+/// environment (and NCCL's configuration files) when present, else NCCL's defaults or the node.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ModelArgs {
+    /// Nodes in the job (1: no network registration while NCCL keeps intra-node traffic on
+    /// NVLink, PCIe P2P or shared memory).
+    #[arg(long, default_value_t = 2)]
+    pub nodes: u64,
+    /// Ranks (GPUs) per node.
+    #[arg(long = "ranks-per-node", default_value_t = 8)]
+    pub ranks_per_node: u64,
+    /// NICs per node the job uses (default: this node's ACTIVE RDMA ports that NCCL_IB_HCA
+    /// selects, else one per rank).
+    #[arg(long)]
+    pub nics: Option<u64>,
+    /// Channels NCCL runs, C (NCCL_DEBUG=INFO prints "C coll channels"; default: 2 x S, within
+    /// NCCL_MIN/MAX_NCHANNELS and NCCL_MIN/MAX_CTAS).
+    #[arg(long)]
+    pub channels: Option<u64>,
+    /// The ring graph's channels, S, which decide each channel's tree (NCCL_DEBUG=INFO prints
+    /// "Pattern 4, crossNic ., nChannels S"; default: one per NIC, doubled when at most 4).
+    #[arg(long = "search-channels")]
+    pub search_channels: Option<u64>,
+    /// Communicators per process (each registers its own buffers).
+    #[arg(long, default_value_t = 1)]
+    pub communicators: u64,
+    /// NCCL_BUFFSIZE (Simple protocol buffer, bytes).
+    #[arg(long)]
+    pub buffsize: Option<u64>,
+    /// NCCL_LL_BUFFSIZE (bytes).
+    #[arg(long = "ll-buffsize")]
+    pub ll_buffsize: Option<u64>,
+    /// NCCL_LL128_BUFFSIZE (bytes).
+    #[arg(long = "ll128-buffsize")]
+    pub ll128_buffsize: Option<u64>,
+    /// GPUDirect RDMA charging: off (all buffers on the host), dmabuf (GPU buffers not charged),
+    /// peermem (GPU buffers charged to VmPin). Default: detected from sysfs.
+    #[arg(long)]
+    pub gdr: Option<String>,
+    /// All-to-all (send/recv) over the network: every rank connects to every rank of the other
+    /// nodes, with the shared p2p pools.
+    #[arg(long = "p2p-net")]
+    pub p2p_net: bool,
+    /// p2p channels (p2pnChannels; default: from the channel count, NCCL_MIN/MAX_P2P_NCHANNELS).
+    #[arg(long = "p2p-channels")]
+    pub p2p_channels: Option<u64>,
+    /// Devices each connection registers on (a merged virtual NIC registers on every member).
+    #[arg(long = "devices-per-connection", default_value_t = 1)]
+    pub devices_per_connection: u64,
+    /// NCCL_IB_QPS_PER_CONNECTION (1 to 128).
+    #[arg(long = "qps-per-connection")]
+    pub qps_per_connection: Option<u64>,
+}
+
+#[derive(Debug, Args, Default, Clone)]
+pub struct EstimateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Compare with this process's memlock limit, and read its environment, instead of our own.
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// procfs mount point.
+    #[arg(long = "path.procfs", default_value = "/proc")]
+    pub procfs: String,
+    /// sysfs mount point (GPUDirect and NIC detection).
+    #[arg(long = "path.sysfs", default_value = "/sys")]
+    pub sysfs: String,
+    /// One JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 pub const COVERS: &[&str] = &[
     "ring and double-binary-tree network connections per channel (and PAT with one rank per node), placed on the \
         ranks next to each channel's NIC (PXN sends on the NIC's GPU), each connector to a peer counted once however \
@@ -55,7 +129,7 @@ pub struct Derived {
     pub assumed: Vec<String>,
 }
 
-/// The ports NCCL opens (ACTIVE, selected per port by NCCL_IB_HCA: check::nccl_opens): each is a
+/// The ports NCCL opens (ACTIVE, selected per port by NCCL_IB_HCA: machine::nccl_opens): each is a
 /// NIC to NCCL (net_ib/init.cc opens one device per such port).
 fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
     let spec = env.get("NCCL_IB_HCA");
@@ -64,7 +138,7 @@ fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
         .flat_map(|d| {
             d.ports
                 .iter()
-                .filter(move |p| check::nccl_opens(spec, d, p))
+                .filter(move |p| machine::nccl_opens(spec, d, p))
                 .map(move |p| format!("{}:{}", d.name, p.number))
         })
         .collect();
@@ -82,7 +156,7 @@ fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
 /// The RDMA devices with a port NCCL opens: the ones NCCL registers on.
 fn selected_devices(devices: &[SysfsDevice], env: &Environment) -> Vec<String> {
     let spec = env.get("NCCL_IB_HCA");
-    devices.iter().filter(|d| d.ports.iter().any(|p| check::nccl_opens(spec, d, p))).map(|d| d.name.clone()).collect()
+    devices.iter().filter(|d| d.ports.iter().any(|p| machine::nccl_opens(spec, d, p))).map(|d| d.name.clone()).collect()
 }
 
 /// Reads an `NCCL_PARAM` variable as NCCL does, noting what it read.
@@ -342,9 +416,9 @@ pub struct Verdict {
     pub fits_memory_available: Option<bool>,
 }
 
-pub fn verdict(e: &Estimate, m: &check::Machine) -> Verdict {
+pub fn verdict(e: &Estimate, m: &Machine) -> Verdict {
     let soft = m.limits.map(|l| l.soft).unwrap_or(pid_limits::Limit::Unlimited);
-    let exempt = check::memlock_exempt(m);
+    let exempt = machine::memlock_exempt(m);
     let available = m.meminfo.mem_available;
     Verdict {
         pid: m.pid.clone(),
@@ -355,235 +429,6 @@ pub fn verdict(e: &Estimate, m: &check::Machine) -> Verdict {
         memory_available_bytes: available,
         fits_memory_available: available.map(|a| e.per_node_host_bytes <= a),
     }
-}
-
-fn ratio(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        f64::INFINITY
-    } else {
-        part as f64 / whole as f64
-    }
-}
-
-fn h(bytes: u64) -> String {
-    human(bytes as f64)
-}
-
-pub fn render_text(d: &Derived, e: &Estimate, v: &Verdict) -> String {
-    let i = &e.inputs;
-    let mut out = format!(
-        "NCCL network registrations: a model of NVIDIA/nccl {NCCL_VERSION} ({}) from its source, not a \
-            measurement\n\n",
-        &NCCL_COMMIT[..8]
-    );
-    out.push_str(&format!(
-        "job: {} node(s) x {} rank(s), {} NIC(s) per node, {} channel(s), {} communicator(s)\n",
-        i.nodes, i.ranks_per_node, i.nics, i.channels.count, i.communicators
-    ));
-    out.push_str(&format!("  channels: {}\n", i.channels.why));
-    out.push_str(&format!("  NICs: {}\n", d.nics_why));
-    out.push_str(&format!(
-        "  GPUDirect: {} ({}: {})\n",
-        i.gdr.as_str(),
-        if d.gdr.detected { "detected" } else { "given" },
-        d.gdr.why
-    ));
-    out.push_str(&format!(
-        "  buffers: LL {} / LL128 {} / Simple {} B; {} QP(s) per connection, {} device(s) per NIC; PXN {}\n",
-        i.buffsize_ll,
-        i.buffsize_ll128,
-        i.buffsize_simple,
-        i.qps_per_connection,
-        i.devices_per_nic,
-        if i.pxn { "on" } else { "off" }
-    ));
-    out.push_str(&format!("  connects: {}\n", d.connect));
-    if let Some(err) = &d.environment_error {
-        out.push_str(&format!("  environment: not readable ({err}): its NCCL_* variables are taken as unset\n"));
-    }
-    if !d.environment.is_empty() {
-        out.push_str(&format!("  from the environment: {}\n", d.environment.join(", ")));
-    }
-    for f in d.conf_files.iter().filter(|f| !f.set.is_empty()) {
-        out.push_str(&format!("  {} sets {}\n", f.path.display(), f.set.join(", ")));
-    }
-    if i.nodes < 2 {
-        out.push_str(
-            "  one node: no network connection while NCCL carries intra-node traffic over NVLink, PCIe P2P or shared \
-                memory; it uses the network inside a node when both GPUs reach a NIC faster than each other \
-                (graph/paths.cc ncclTopoCheckNet: GPUs without NVLink on different PCIe switches) unless \
-                NCCL_NET_DISABLE_INTRA=1: then estimate it as --nodes 2\n",
-        );
-    }
-    for p in &d.problems {
-        out.push_str(&format!("  warning: {}: {}\n", p.measured, p.fix));
-    }
-    if !d.assumed.is_empty() {
-        out.push_str("assumed (pass the real figures):\n");
-        for a in &d.assumed {
-            out.push_str(&format!("  - {a}\n"));
-        }
-    }
-    out.push_str(&format!(
-        "\n{:<24} {:>14} {:>18} {:>20}\n",
-        "connected", "busiest rank", "per node (VmPin)", "per node (host)"
-    ));
-    for s in &e.scenarios {
-        out.push_str(&format!(
-            "{:<24} {:>14} {:>18} {:>20}\n",
-            s.algorithms,
-            h(s.per_rank_max_bytes),
-            h(s.per_node_bytes),
-            h(s.per_node_host_bytes)
-        ));
-    }
-    if let Some(busiest) = e.ranks.iter().rev().max_by_key(|r| r.memlock_bytes) {
-        out.push_str(&format!(
-            "\nbusiest rank: local rank {} of node {} ({} B); ring {} send(s) {} receive(s), tree {} more send(s) \
-                {} receive(s){}{}\n",
-            busiest.rank,
-            e.busiest_node,
-            busiest.memlock_bytes,
-            busiest.ring.sends + busiest.ring.sends_gdr,
-            busiest.ring.receives + busiest.ring.receives_gdr,
-            busiest.tree.sends + busiest.tree.sends_gdr,
-            busiest.tree.receives + busiest.tree.receives_gdr,
-            if busiest.pat.total() > 0 {
-                format!(", pat {} more connection(s)", busiest.pat.total())
-            } else {
-                String::new()
-            },
-            if i.p2p.is_some() { format!(", p2p {} connection(s)", busiest.p2p.total()) } else { String::new() }
-        ));
-        for t in &busiest.terms {
-            out.push_str(&format!(
-                "  {:<5} {:<17} {:>11}  = {}\n",
-                t.algorithm.map_or("all", |a| a.as_str()),
-                t.name,
-                h(t.memlock_bytes),
-                t.formula
-            ));
-        }
-        let per_rank: Vec<String> = e.ranks.iter().map(|r| format!("{}: {}", r.rank, h(r.memlock_bytes))).collect();
-        let all = e.scenarios.last().map_or("", |s| s.algorithms.as_str());
-        out.push_str(&format!("per rank (node {}, {all}): {}\n", e.busiest_node, per_rank.join(", ")));
-    }
-    out.push_str(&format!("\nagainst this machine (pid {}):\n", v.pid));
-    match v.soft_limit_bytes {
-        _ if v.cap_ipc_lock_exempt => out.push_str(&format!(
-            "  soft memlock limit {}: not enforced (CAP_IPC_LOCK in the initial user namespace)\n",
-            v.soft_limit_bytes.map_or("unlimited".into(), h)
-        )),
-        None => out.push_str("  soft memlock limit: unlimited: fits\n"),
-        Some(limit) if v.fits_memlock_limit => out.push_str(&format!(
-            "  soft memlock limit {}: fits the busiest rank ({:.0}% of it)\n",
-            h(limit),
-            ratio(e.per_rank_max_bytes, limit) * 100.0
-        )),
-        Some(limit) => out.push_str(&format!(
-            "  soft memlock limit {}: TOO LOW, the busiest rank needs {:.1}x the limit: registration fails with \
-                ENOMEM. Set `ulimit -l unlimited` (limits.conf memlock, systemd LimitMEMLOCK=infinity, docker \
-                --ulimit memlock=-1)\n",
-            h(limit),
-            ratio(e.per_rank_max_bytes, limit)
-        )),
-    }
-    match (v.memory_available_bytes, v.fits_memory_available) {
-        (Some(a), Some(true)) => out.push_str(&format!(
-            "  MemAvailable {}: fits ({:.1}% of it for the busiest node's host memory)\n",
-            h(a),
-            ratio(e.per_node_host_bytes, a) * 100.0
-        )),
-        (Some(a), _) => out.push_str(&format!("  MemAvailable {}: TOO LITTLE for the per-node host memory\n", h(a))),
-        (None, _) => out.push_str("  MemAvailable: unknown\n"),
-    }
-    out.push_str("\nmodelled:\n");
-    for c in COVERS {
-        out.push_str(&format!("  - {c}\n"));
-    }
-    out.push_str("not modelled:\n");
-    for c in NOT_MODELLED {
-        out.push_str(&format!("  - {c}\n"));
-    }
-    out
-}
-
-/// `estimate --json`.
-#[derive(Serialize)]
-struct Report<'a> {
-    estimate: EstimateReport<'a>,
-    verdict: &'a Verdict,
-}
-
-#[derive(Serialize)]
-struct EstimateReport<'a> {
-    nccl_commit: &'static str,
-    nccl_version: &'static str,
-    #[serde(flatten)]
-    model: &'a Estimate,
-    gdr: &'a Detected,
-    nics_why: &'a str,
-    connect: &'a str,
-    environment: &'a [String],
-    environment_error: Option<&'a str>,
-    assumed: &'a [String],
-    problems: Vec<ProblemJson<'a>>,
-    conf_files: Vec<ConfJson<'a>>,
-    covers: &'static [&'static str],
-    not_modelled: &'static [&'static str],
-}
-
-#[derive(Serialize)]
-struct ProblemJson<'a> {
-    name: &'a str,
-    status: &'static str,
-    measured: &'a str,
-    fix: &'a str,
-}
-
-#[derive(Serialize)]
-struct ConfJson<'a> {
-    path: String,
-    set: &'a [String],
-    error: Option<&'a str>,
-}
-
-pub fn render_json(d: &Derived, e: &Estimate, v: &Verdict) -> Result<String, serde_json::Error> {
-    let report = Report {
-        estimate: EstimateReport {
-            nccl_commit: NCCL_COMMIT,
-            nccl_version: NCCL_VERSION,
-            model: e,
-            gdr: &d.gdr,
-            nics_why: &d.nics_why,
-            connect: &d.connect,
-            environment: &d.environment,
-            environment_error: d.environment_error.as_deref(),
-            assumed: &d.assumed,
-            problems: d
-                .problems
-                .iter()
-                .map(|p| ProblemJson {
-                    name: &p.name,
-                    status: match p.severity {
-                        env::Severity::Warn => "WARN",
-                        env::Severity::Fail => "FAIL",
-                    },
-                    measured: &p.measured,
-                    fix: &p.fix,
-                })
-                .collect(),
-            conf_files: d
-                .conf_files
-                .iter()
-                .map(|f| ConfJson { path: f.path.display().to_string(), set: &f.set, error: f.error.as_deref() })
-                .collect(),
-            covers: COVERS,
-            not_modelled: NOT_MODELLED,
-        },
-        verdict: v,
-    };
-    serde_json::to_string_pretty(&report).map(|t| t + "\n")
 }
 
 /// `memlock-exporter estimate`: prints the estimate; exit 0, 2 when it cannot run (bad flags,
@@ -603,7 +448,7 @@ pub fn run(args: &EstimateArgs) -> u8 {
         Ok((env, files)) => (env, files, None),
         Err(err) => (Environment::default(), Vec::new(), Some(err.to_string())),
     };
-    let machine = match check::read_machine(&roots, &pid, env.clone()) {
+    let machine = match machine::read_machine(&roots, &pid, env.clone()) {
         Ok(m) => m,
         Err(err) => return fail(err.to_string(), crate::exit::USAGE),
     };
@@ -623,7 +468,7 @@ pub fn run(args: &EstimateArgs) -> u8 {
     } else {
         render_text(&derived, &e, &v)
     };
-    if let Err(err) = crate::cli::print_report(&text) {
+    if let Err(err) = crate::preflight::print_report(&text) {
         return fail(format!("writing the report: {err}"), crate::exit::RUNTIME);
     }
     crate::exit::OK
@@ -837,7 +682,7 @@ mod tests {
             soft: pid_limits::Limit::Bytes(8 << 20),
             hard: pid_limits::Limit::Bytes(8 << 20),
         };
-        let m = check::Machine {
+        let m = Machine {
             pid: "self".into(),
             limits: Some(limits),
             ipc_lock: Some(false),
@@ -845,9 +690,9 @@ mod tests {
             ..Default::default()
         };
         assert!(!verdict(&e, &m).fits_memlock_limit);
-        let held = check::Machine { ipc_lock: Some(true), ..m.clone() };
+        let held = Machine { ipc_lock: Some(true), ..m.clone() };
         assert!(verdict(&e, &held).fits_memlock_limit && verdict(&e, &held).cap_ipc_lock_exempt);
-        let userns = check::Machine { ipc_lock: Some(true), initial_user_ns: Some(false), ..m };
+        let userns = Machine { ipc_lock: Some(true), initial_user_ns: Some(false), ..m };
         assert!(!verdict(&e, &userns).fits_memlock_limit, "a user namespace's CAP_IPC_LOCK does not exempt");
     }
 }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::env::{show_bytes, strtoll, Severity, Strtoll};
+use super::param::{show_bytes, strtoll, Severity, Strtoll};
 
 /// What NCCL makes of a value that is not what it was meant to be.
 #[derive(Debug, Clone, PartialEq, Eq)]

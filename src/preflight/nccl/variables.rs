@@ -3,7 +3,7 @@
 //! Every environment variable NCCL reads at the commit below, with the parser it applies,
 //! and the ones earlier releases read that this one no longer does.
 
-use super::env::{Parse, Removed, Variable};
+use super::param::{Parse, Removed, Variable};
 
 /// The NVIDIA/nccl commit the list was generated from.
 pub const NCCL_COMMIT: &str = "5067397c2676d5aed50042fc39e5c8ee96eb0027";

@@ -1,0 +1,123 @@
+//! What `check` reports: one finding per rule (PASS, WARN or FAIL with the measured value and a
+//! fix), the report around them, its table and its exit status. `check`'s rules write it and
+//! [`crate::preflight::job_context`] adjusts and summarises it.
+
+use serde::Serialize;
+
+use crate::units::bytes as human;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+/// One line of the report. `id` is stable for automation (see docs/check.md).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    pub id: String,
+    pub status: Status,
+    pub measured: String,
+    /// What to do; empty when nothing needs doing.
+    pub fix: String,
+}
+
+impl Finding {
+    pub fn new(id: impl Into<String>, status: Status, measured: impl Into<String>, fix: impl Into<String>) -> Self {
+        Self { id: id.into(), status, measured: measured.into(), fix: fix.into() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub pid: String,
+    /// The busiest rank's memlock need (the name predates the per-rank model).
+    pub need_per_process_bytes: u64,
+    /// The busiest node's VmPin, every rank together.
+    pub need_per_node_bytes: u64,
+    /// The busiest node's host memory (GPU buffers excluded): what memory and the cgroup must hold.
+    pub need_per_node_host_bytes: u64,
+    /// The model's inputs as decided (GPUDirect mode, NICs, channels), for the record.
+    pub model: ModelSummary,
+    pub findings: Vec<Finding>,
+}
+
+/// What the need was estimated for.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ModelSummary {
+    pub gdr: String,
+    pub gdr_why: String,
+    pub nics: u64,
+    pub nics_why: String,
+    pub channels: u64,
+    pub channels_why: String,
+    /// S, the ring graph's channels, which decide each channel's tree.
+    pub search_channels: u64,
+    pub algorithms: String,
+    /// The inputs that were not given, with the flag that takes each.
+    pub assumed: Vec<String>,
+}
+
+impl Report {
+    pub fn worst(&self) -> Status {
+        self.findings.iter().map(|f| f.status).max().unwrap_or(Status::Pass)
+    }
+}
+
+pub fn render_text(report: &Report) -> String {
+    let mut out = format!(
+        "memlock-exporter check (pid {}): NCCL registers an estimated {} on the busiest rank, {} per node ({} of \
+            host memory; {}, GPUDirect {}, {} NIC(s), {} channel(s))\n\n",
+        report.pid,
+        human(report.need_per_process_bytes as f64),
+        human(report.need_per_node_bytes as f64),
+        human(report.need_per_node_host_bytes as f64),
+        report.model.algorithms,
+        report.model.gdr,
+        report.model.nics,
+        report.model.channels,
+    );
+    if !report.model.assumed.is_empty() {
+        out.push_str("assumed (pass the real figures):\n");
+        for a in &report.model.assumed {
+            out.push_str(&format!("  - {a}\n"));
+        }
+        out.push('\n');
+    }
+    let width = report.findings.iter().map(|f| f.id.len()).max().unwrap_or(0);
+    for f in &report.findings {
+        out.push_str(&format!("{}  {:<width$}  {}\n", f.status.as_str(), f.id, f.measured));
+        if !f.fix.is_empty() {
+            out.push_str(&format!("      {:<width$}  fix: {}\n", "", f.fix));
+        }
+    }
+    let count = |s: Status| report.findings.iter().filter(|f| f.status == s).count();
+    out.push_str(&format!(
+        "\n{} passed, {} warnings, {} failed\n",
+        count(Status::Pass),
+        count(Status::Warn),
+        count(Status::Fail)
+    ));
+    out
+}
+
+/// The exit status for a report.
+pub fn exit_code(report: &Report, strict: bool) -> u8 {
+    match report.worst() {
+        Status::Fail => 1,
+        Status::Warn if strict => 1,
+        _ => crate::exit::OK,
+    }
+}
