@@ -56,7 +56,7 @@ use crate::config::split_listen_address;
 use crate::gzip;
 use crate::snapshot::Snapshot;
 use crate::web::WebConfig;
-use auth::{AuthGate, Verdict};
+use auth::{AuthGate, Entry, Verdict};
 use budget::ResponseBudget;
 use connections::{Connection, Connections, Progress, Requests};
 use guard::{http2_refusal, read_preface, Rewind, WriteDeadline};
@@ -258,7 +258,12 @@ impl AppState {
     /// Swaps in a new site: requests from now on use it, requests in progress finish on the old.
     pub fn replace_site(&self, site: Site) {
         self.budget.set_limit(site.max_response_bytes);
-        *self.site.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(site);
+        let mut current = self.site.write().unwrap_or_else(PoisonError::into_inner);
+        // Remembered credentials survive a reload that keeps the users file as it was.
+        if let (Some(new), Some(old)) = (&site.web.users, &current.web.users) {
+            new.carry_over(old);
+        }
+        *current = Arc::new(site);
     }
 
     /// A request slot, or `None` when `max` requests are already being handled.
@@ -522,27 +527,23 @@ async fn respond(
     state: &AppState,
     site: &Arc<Site>,
 ) -> Response<Chunks> {
+    // What memory answers, and the wait for a turn in the address's line, hold no slot: a line
+    // of waiting clients must not take the slots of everyone else.
+    let turn = match &site.web.users {
+        None => None,
+        Some(_) => match state.auth.enter(&site.web, req.headers().get(AUTHORIZATION), peer.ip()).await {
+            Entry::Decided(Verdict::Allowed) => None,
+            Entry::Decided(verdict) => return refusal(verdict),
+            Entry::Check(turn) => Some(turn),
+        },
+    };
     let Some(_slot) = state.admit(site.max_requests) else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many concurrent requests (web.max_requests); try again.\n");
     };
-    if site.web.users.is_some() {
-        match state.auth.check(&site.web, req.headers().get(AUTHORIZATION), peer.ip()).await {
+    if let Some(turn) = turn {
+        match state.auth.verify(turn).await {
             Verdict::Allowed => {}
-            Verdict::Denied => {
-                let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
-                response
-                    .headers_mut()
-                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"memlock-exporter\""));
-                return response;
-            }
-            Verdict::Limited(wait) => {
-                let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too many failed logins; try again later.\n");
-                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
-                return response;
-            }
-            Verdict::Busy => {
-                return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many logins being checked; try again.\n");
-            }
+            verdict => return refusal(verdict),
         }
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -563,6 +564,25 @@ async fn respond(
         "/-/healthy" => plain(StatusCode::OK, "Healthy\n"),
         "/-/ready" => ready(site),
         _ => plain(StatusCode::NOT_FOUND, "Not found. See / for the available endpoints.\n"),
+    }
+}
+
+/// The answer to a request the auth gate did not let in.
+fn refusal(verdict: Verdict) -> Response<Chunks> {
+    match verdict {
+        Verdict::Allowed | Verdict::Denied => {
+            let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"memlock-exporter\""));
+            response
+        }
+        Verdict::Limited(wait) => {
+            let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too many failed logins; try again later.\n");
+            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
+            response
+        }
+        Verdict::Busy => plain(StatusCode::SERVICE_UNAVAILABLE, "Too many logins being checked; try again.\n"),
     }
 }
 
