@@ -11,11 +11,13 @@
 //!   keep-alive connections, as Go's servers do) and fit in [`MAX_HEADER_BYTES`];
 //! - a TLS handshake must finish within [`HEADER_READ_TIMEOUT`];
 //! - a response write that makes no progress for [`WRITE_STALL_TIMEOUT`] ends the connection;
-//! - at most `web.max_requests` requests are handled at once, authentication included; more
+//! - at most `web.max_requests` requests are handled at once, bcrypt checks included; more
 //!   get 503 at once (like Prometheus' `--web.max-requests`), so scrapers retry instead of
 //!   queueing behind a flood;
 //! - basic auth checks (bcrypt) run on a small bounded pool, failures are limited per client
-//!   address, and verified credentials pass without a check (`auth.rs`);
+//!   address, new credentials of an address out of allowance wait their turn in its line
+//!   (holding no request slot), and credentials verified or refused before are answered from
+//!   memory (`auth.rs`);
 //! - at the connection cap, the connections idle or stalled longest are closed for new ones,
 //!   and one client address holds at most a quarter of the table (`connections.rs`);
 //! - a request pipelined behind a response waits until the client has acknowledged that
