@@ -60,7 +60,7 @@ use crate::snapshot::Snapshot;
 use crate::web::WebConfig;
 use auth::{AuthGate, Entry, Verdict};
 use budget::ResponseBudget;
-use connections::{Connection, Connections, Progress, Requests};
+use connections::{Connections, OpenStream, Progress, Requests};
 use guard::{http2_refusal, read_preface, Rewind, WriteDeadline};
 
 /// How long a client may take to send its request headers (or finish a TLS handshake).
@@ -353,15 +353,16 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl F
                 permit
             }
         };
-        let (state, watcher, place) =
-            (state.clone(), graceful.watcher(), open.open_from(Some(stream.as_raw_fd()), Some(address)));
+        let place = open.open_from(Some(stream.as_raw_fd()), Some(address));
+        let requests = place.requests();
+        let (state, watcher, stream) = (state.clone(), graceful.watcher(), OpenStream::new(place, stream));
         tokio::spawn(async move {
+            // The stream, and its place in the table with it, ends with the select.
             tokio::select! {
-                () = connection(stream, peer, state, watcher, &place) => {}
-                () = place.closed() => tracing::debug!(%peer, "closed to make room for a new connection"),
+                () = connection(stream, peer, state, watcher, requests.clone()) => {}
+                () = requests.progress.closed() => tracing::debug!(%peer, "closed to make room for a new connection"),
             }
             // Out of the table before the permit lets another in.
-            drop(place);
             drop(permit);
         });
     }
@@ -401,18 +402,18 @@ const PLAIN_HTTP_ON_TLS: &[u8] = b"HTTP/1.0 400 Bad Request\r\nContent-Type: tex
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 async fn connection(
-    mut stream: TcpStream,
+    mut stream: OpenStream<TcpStream>,
     peer: SocketAddr,
     state: Arc<AppState>,
     watcher: Watcher,
-    place: &Connection,
+    requests: Requests,
 ) {
     let Some(tls) = state.site().web.tls.clone() else {
-        serve_http(stream, peer, state, watcher, place).await;
+        serve_http(stream, peer, state, watcher, requests).await;
         return;
     };
     let mut first = [0u8; 1];
-    match tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)).await {
+    match tokio::time::timeout(HEADER_READ_TIMEOUT, stream.get_ref().peek(&mut first)).await {
         Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
         Ok(Ok(1)) => {
             tracing::debug!(%peer, "plain HTTP on the TLS port; refused");
@@ -427,13 +428,13 @@ async fn connection(
     }
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls_stream)) => serve_http(tls_stream, peer, state, watcher, place).await,
+        Ok(Ok(tls_stream)) => serve_http(tls_stream, peer, state, watcher, requests).await,
         Ok(Err(err)) => tracing::debug!(%peer, error = %err, "TLS handshake failed"),
         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
     }
 }
 
-async fn serve_http<I>(io: I, peer: SocketAddr, state: Arc<AppState>, watcher: Watcher, place: &Connection)
+async fn serve_http<I>(io: I, peer: SocketAddr, state: Arc<AppState>, watcher: Watcher, requests: Requests)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -466,7 +467,7 @@ where
     };
     let io = Rewind::new(first, io);
     let header_timeout = HEADER_READ_TIMEOUT.saturating_sub(started.elapsed()).max(Duration::from_millis(100));
-    let requests = place.requests();
+    let progress = requests.progress.clone();
     let service = service_fn(move |req| handle(req, peer, state.clone(), requests.clone()));
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -474,10 +475,7 @@ where
         .max_header_size(MAX_HEADER_BYTES)
         .max_headers(MAX_HEADERS)
         .max_buf_size(MAX_BUF_BYTES)
-        .serve_connection(
-            TokioIo::new(WriteDeadline::counting(io, WRITE_STALL_TIMEOUT, place.progress().clone())),
-            service,
-        );
+        .serve_connection(TokioIo::new(WriteDeadline::counting(io, WRITE_STALL_TIMEOUT, progress)), service);
     if let Err(err) = watcher.watch(conn).await {
         tracing::debug!(%peer, error = %err, "connection ended with an error");
     }
