@@ -29,13 +29,11 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::task::{Context, Poll};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+use hyper::body::{Bytes, Incoming};
 use hyper::header::{
     HeaderValue, ALLOW, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, VARY, WWW_AUTHENTICATE,
 };
@@ -50,9 +48,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 mod auth;
+mod body;
 mod budget;
 mod connections;
 mod guard;
+mod render;
 
 use crate::config::split_listen_address;
 use crate::gzip;
@@ -62,6 +62,10 @@ use auth::{AuthGate, Entry, Verdict};
 use budget::ResponseBudget;
 use connections::{Connections, OpenStream, Progress, Requests};
 use guard::{http2_refusal, read_preface, Rewind, WriteDeadline};
+use render::Renderer;
+
+pub use body::{held, Chunks};
+pub use render::{Encoding, Renders, RENDER_INTERVAL};
 
 /// How long a client may take to send its request headers (or finish a TLS handshake).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -133,101 +137,6 @@ pub struct Site {
     pub max_response_bytes: usize,
     /// The latest snapshot a scrape rendered.
     pub rendered: Renders,
-}
-
-/// Which snapshot's text scrapes are served, so that clients cannot make the daemon render every
-/// snapshot. One is published after every collector run, several a second, and its text is
-/// rendered at its first scrape: with 10,000 cgroups that is tens of MB, and a client that
-/// connected a few times a second kept both workers rendering (issue 15, found with the slow
-/// readers). A scrape gets the latest snapshot when it is rendered already, or when the last
-/// render is at least [`RENDER_INTERVAL`] old (it then renders it, off the async workers);
-/// otherwise the snapshot rendered last, at most that much older than the latest. Reset with
-/// the site on reload.
-#[derive(Default)]
-pub struct Renders {
-    state: Mutex<RenderState>,
-}
-
-#[derive(Default)]
-struct RenderState {
-    latest: Option<(Arc<Snapshot>, Instant)>,
-    rendering: bool,
-}
-
-/// A thread that renders snapshot texts: a large one takes a good part of a second, not to be
-/// spent on an async worker. One for the life of the server, started with it (tokio's blocking
-/// pool would start and retire threads as scrapes come and go).
-pub struct Renderer {
-    jobs: Mutex<std::sync::mpsc::Sender<RenderJob>>,
-}
-
-/// A snapshot to render, whether to compress its text too, and who waits for it.
-type RenderJob = (Arc<Snapshot>, Encoding, tokio::sync::oneshot::Sender<()>);
-
-impl Renderer {
-    fn start() -> Renderer {
-        let (jobs, queue) = std::sync::mpsc::channel::<RenderJob>();
-        let spawned = std::thread::Builder::new().name("memlock-render".into()).spawn(move || {
-            for (snapshot, encoding, done) in queue {
-                match encoding {
-                    Encoding::Identity => drop(snapshot.text()),
-                    Encoding::Gzip => drop(snapshot.compressed()),
-                }
-                let _ = done.send(());
-            }
-        });
-        if let Err(err) = spawned {
-            // Renders then happen where the text is first asked for (Snapshot::text_bytes).
-            tracing::warn!(error = %err, "cannot start the render thread; scrapes render on the async workers");
-        }
-        Renderer { jobs: Mutex::new(jobs) }
-    }
-
-    /// Renders `snapshot`'s text (and compresses it for `Encoding::Gzip`), waiting without
-    /// holding the async worker.
-    async fn render(&self, snapshot: Arc<Snapshot>, encoding: Encoding) {
-        let (done, rendered) = tokio::sync::oneshot::channel();
-        let sent = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).send((snapshot, encoding, done));
-        if sent.is_ok() {
-            let _ = rendered.await;
-        }
-    }
-}
-
-/// At most one snapshot text is rendered per interval: the samples are 1 s apart anyway.
-pub const RENDER_INTERVAL: Duration = Duration::from_secs(1);
-
-impl Renders {
-    fn state(&self) -> std::sync::MutexGuard<'_, RenderState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The snapshot to serve now, with its text rendered (by `renderer`).
-    async fn serve(&self, current: Arc<Snapshot>, renderer: &Renderer) -> Arc<Snapshot> {
-        if current.is_rendered() {
-            return current;
-        }
-        {
-            let mut state = self.state();
-            if let Some((latest, at)) = &state.latest {
-                if state.rendering || at.elapsed() < RENDER_INTERVAL {
-                    return latest.clone();
-                }
-            }
-            state.rendering = true;
-        }
-        struct Rendering<'a>(&'a Renders);
-        impl Drop for Rendering<'_> {
-            fn drop(&mut self) {
-                self.0.state().rendering = false;
-            }
-        }
-        let _rendering = Rendering(self);
-        tracing::debug!("rendering the latest snapshot for a scrape");
-        renderer.render(current.clone(), Encoding::Identity).await;
-        self.state().latest = Some((current.clone(), Instant::now()));
-        current
-    }
 }
 
 pub struct AppState {
@@ -586,13 +495,6 @@ fn refusal(verdict: Verdict) -> Response<Chunks> {
     }
 }
 
-/// How a `/metrics` body is sent: gzip when the client accepts it (Prometheus always does).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Encoding {
-    Identity,
-    Gzip,
-}
-
 async fn metrics(state: &AppState, site: &Site, progress: &Progress, encoding: Encoding) -> Response<Chunks> {
     let current = site.snapshots.borrow().clone();
     let mut snapshot = site.rendered.serve(current, &state.renderer).await;
@@ -695,68 +597,6 @@ fn html_escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-/// A response body made of shared chunks, sent in order, with an exact length (so hyper sends
-/// `Content-Length`, not chunked encoding).
-///
-/// hyper hands the chunks to the socket as they are, without copying them: it queues them for
-/// vectored writes when the connection supports those (`proto/h1/io.rs`: `WriteStrategy::Queue`
-/// when `is_write_vectored`; tokio's `TcpStream`, `TokioIo` and tokio-rustls' server stream all
-/// say yes), and drops each once written. So a chunk lives until its last byte is in the socket,
-/// after the body itself has been dropped: what must last as long as a response is in flight
-/// (a busy connection, bytes reserved in the budget) is tied to the chunk, see [`held`].
-pub struct Chunks {
-    chunks: std::collections::VecDeque<Bytes>,
-    /// For a body without chunks.
-    guards: Vec<Box<dyn std::any::Any + Send>>,
-}
-
-impl Chunks {
-    pub fn new(chunks: impl IntoIterator<Item = Bytes>) -> Self {
-        Self { chunks: chunks.into_iter().filter(|c| !c.is_empty()).collect(), guards: Vec::new() }
-    }
-
-    /// Keeps `guard` alive until the whole body has been written (or the connection ends).
-    pub fn holding(mut self, guard: impl std::any::Any + Send) -> Self {
-        match self.chunks.pop_back() {
-            // Chunks are written in order: the last one is dropped last.
-            Some(last) => self.chunks.push_back(held(last, guard)),
-            None => self.guards.push(Box::new(guard)),
-        }
-        self
-    }
-}
-
-/// The same bytes, with `guard` dropped when the last reference to them (hyper's included) is.
-pub fn held(bytes: Bytes, guard: impl std::any::Any + Send) -> Bytes {
-    struct Held<G> {
-        bytes: Bytes,
-        _guard: G,
-    }
-    impl<G> AsRef<[u8]> for Held<G> {
-        fn as_ref(&self) -> &[u8] {
-            &self.bytes
-        }
-    }
-    Bytes::from_owner(Held { bytes, _guard: guard })
-}
-
-impl Body for Chunks {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.chunks.is_empty()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.chunks.iter().map(|c| c.len() as u64).sum())
-    }
-}
-
 /// The address actually bound, for logs (port 0 picks a free port).
 pub fn local_address(listener: &TcpListener) -> Option<SocketAddr> {
     listener.local_addr().ok()
@@ -765,6 +605,7 @@ pub fn local_address(listener: &TcpListener) -> Option<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hyper::body::Body;
 
     /// A site serving `snapshot` at /metrics, without TLS or auth.
     fn test_site(snapshot: &Arc<Snapshot>, max_requests: usize) -> Site {
@@ -883,28 +724,6 @@ mod tests {
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
         drop(Chunks::new([]).holding(Flag(dropped.clone())));
         assert_eq!(dropped.load(Ordering::SeqCst), 2, "an empty body holds it itself");
-    }
-
-    #[tokio::test]
-    async fn a_new_snapshot_is_rendered_at_most_once_a_render_interval() {
-        let (renders, renderer) = (Renders::default(), Renderer::start());
-        let first = Arc::new(Snapshot::empty());
-        assert!(Arc::ptr_eq(&renders.serve(first.clone(), &renderer).await, &first), "nothing rendered yet: render it");
-        assert!(first.is_rendered());
-        let second = Arc::new(Snapshot::empty());
-        assert!(
-            Arc::ptr_eq(&renders.serve(second.clone(), &renderer).await, &first),
-            "the last render is recent: serve it"
-        );
-        assert!(!second.is_rendered(), "and render nothing");
-        renders.state().latest.as_mut().unwrap().1 -= RENDER_INTERVAL;
-        assert!(
-            Arc::ptr_eq(&renders.serve(second.clone(), &renderer).await, &second),
-            "a render interval later: the latest"
-        );
-        let third = Arc::new(Snapshot::empty());
-        let _ = third.text();
-        assert!(Arc::ptr_eq(&renders.serve(third.clone(), &renderer).await, &third), "rendered already: free to serve");
     }
 
     #[test]
