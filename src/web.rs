@@ -25,10 +25,11 @@
 //! not served (a client with prior knowledge gets GOAWAY `HTTP_1_1_REQUIRED`, TLS offers only
 //! `http/1.1`); `http2` is accepted and ignored.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use hyper::header::{HeaderName, HeaderValue};
 use rustls::crypto::CryptoProvider;
@@ -562,20 +563,61 @@ fn bcrypt_time(cost: u32) -> String {
 pub const MAX_PASSWORD_BYTES: usize = 72;
 
 /// Users and their bcrypt hashes. Verifying a bcrypt hash costs tens of milliseconds of CPU by
-/// design, so credentials once verified are remembered, keyed by a SHA-256 of user, password and
-/// hash (the password itself is never stored; a changed hash is a different key). Failures are
-/// remembered apart, so a flood of wrong passwords can never push out a scraper's verified one.
+/// design, so outcomes are remembered, keyed by an HMAC-SHA256 of user, password and hash under
+/// a key drawn at random when the process starts ([`credential_key`]): the password is never
+/// stored, and the digest cannot be tested against guesses by whoever reads memory or a core
+/// dump without that key too (a plain SHA-256 could, at a billion guesses a second). A changed
+/// hash is a different key. Failures are remembered apart from successes, so a flood of wrong
+/// passwords can never push out a scraper's verified one; unknown users' failures are
+/// remembered as known users' are (keyed with the decoy), so that a repeated guess is answered
+/// as fast for a name that does not exist as for one that does.
 pub struct BasicAuth {
     users: BTreeMap<String, String>,
-    verified: Mutex<HashSet<[u8; 32]>>,
-    refused: Mutex<HashSet<[u8; 32]>>,
+    /// Right credentials and when bcrypt last said so. Within [`VERIFIED_TTL`] they pass
+    /// without a check; after it they are checked again, but never limited (`server::auth`).
+    verified: Mutex<HashMap<[u8; 32], Instant>>,
+    refused: Mutex<Refused>,
     /// Checked for user names that do not exist, at the cost of the real hashes.
     decoy: String,
 }
 
-/// Bounds each cache. Only right passwords enter `verified`, so only a change of users or
-/// passwords can fill it; a flood of distinct wrong passwords clears `refused`, nothing else.
+/// Remembered wrong credentials, the oldest forgotten first.
+#[derive(Default)]
+struct Refused {
+    keys: HashSet<[u8; 32]>,
+    order: VecDeque<[u8; 32]>,
+}
+
+/// Bounds the verified credentials. Only right passwords enter, so only a change of users or
+/// passwords can fill it; when full, the one verified longest ago is forgotten.
 const AUTH_CACHE_ENTRIES: usize = 1024;
+/// Bounds the remembered wrong credentials (32 bytes each, twice: about 1 MiB with the tables'
+/// overhead). A flood of distinct wrong passwords pushes out the oldest, nothing else: the
+/// table is for the same wrong password sent again, which it answers without bcrypt.
+const REFUSED_ENTRIES: usize = 16 * 1024;
+/// How long a verified credential passes without bcrypt: one check per scraper per interval,
+/// and a credential stays in memory, as a keyed digest, no longer than this since bcrypt
+/// last confirmed it.
+pub const VERIFIED_TTL: Duration = Duration::from_secs(10 * 60);
+
+/// The HMAC key of this process's credential digests, drawn once from the system's random
+/// source. Should that ever fail, a key is derived from the clock, the process id and an
+/// address of this process (still unknown outside it, only guessable with effort).
+fn credential_key() -> &'static ring::hmac::Key {
+    static KEY: OnceLock<ring::hmac::Key> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let rng = ring::rand::SystemRandom::new();
+        ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng).unwrap_or_else(|_| {
+            tracing::warn!("no random key for credential digests from the system; deriving one");
+            let mut seed = ring::digest::Context::new(&ring::digest::SHA256);
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            seed.update(&now.as_nanos().to_le_bytes());
+            seed.update(&std::process::id().to_le_bytes());
+            seed.update(&(std::ptr::addr_of!(seed) as usize).to_le_bytes());
+            ring::hmac::Key::new(ring::hmac::HMAC_SHA256, seed.finish().as_ref())
+        })
+    })
+}
 
 impl BasicAuth {
     pub fn new(users: BTreeMap<String, String>) -> Self {
@@ -591,15 +633,35 @@ impl BasicAuth {
         self.users.is_empty()
     }
 
+    /// Takes over what `previous` remembers when both have the same users and hashes (a reload
+    /// that changed something else); otherwise nothing is taken, so a reload that changes the
+    /// users file drops every remembered outcome.
+    pub fn carry_over(&self, previous: &BasicAuth) {
+        if std::ptr::eq(self, previous) || self.users != previous.users {
+            return;
+        }
+        let verified = previous.verified.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        *self.verified.lock().unwrap_or_else(PoisonError::into_inner) = verified;
+        let refused = previous.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        let copy = Refused { keys: refused.keys.clone(), order: refused.order.clone() };
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = copy;
+    }
+
     fn cache_key(user: &str, password: &str, hash: &str) -> [u8; 32] {
-        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut ctx = ring::hmac::Context::with_key(credential_key());
         for part in [user, password, hash] {
             ctx.update(&(part.len() as u64).to_le_bytes());
             ctx.update(part.as_bytes());
         }
         let mut key = [0u8; 32];
-        key.copy_from_slice(ctx.finish().as_ref());
+        key.copy_from_slice(ctx.sign().as_ref());
         key
+    }
+
+    /// The key for these credentials: a known user's hash, or the decoy for a name that does
+    /// not exist (the same work either way).
+    fn key_of(&self, user: &str, password: &str) -> [u8; 32] {
+        Self::cache_key(user, password, self.users.get(user).unwrap_or(&self.decoy))
     }
 
     /// The remembered outcome for these credentials, if any: cheap, for the async path. A
@@ -608,12 +670,19 @@ impl BasicAuth {
         if password.len() > MAX_PASSWORD_BYTES {
             return Some(false);
         }
-        let hash = self.users.get(user)?;
-        let key = Self::cache_key(user, password, hash);
-        if self.verified.lock().unwrap_or_else(PoisonError::into_inner).contains(&key) {
+        let key = self.key_of(user, password);
+        let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner).get(&key).copied();
+        if verified.is_some_and(|at| at.elapsed() < VERIFIED_TTL) && self.users.contains_key(user) {
             return Some(true);
         }
-        self.refused.lock().unwrap_or_else(PoisonError::into_inner).contains(&key).then_some(false)
+        self.refused.lock().unwrap_or_else(PoisonError::into_inner).keys.contains(&key).then_some(false)
+    }
+
+    /// Whether bcrypt has said these credentials are right since the users were loaded (also
+    /// longer ago than [`VERIFIED_TTL`]). Only right passwords can make this true.
+    pub fn verified_before(&self, user: &str, password: &str) -> bool {
+        let key = self.key_of(user, password);
+        self.users.contains_key(user) && self.verified.lock().unwrap_or_else(PoisonError::into_inner).contains_key(&key)
     }
 
     /// Checks credentials; blocking (bcrypt). Unknown users cost as much as known ones (a decoy
@@ -622,25 +691,41 @@ impl BasicAuth {
         if password.len() > MAX_PASSWORD_BYTES {
             return false;
         }
-        let Some(hash) = self.users.get(user) else {
-            let _ = bcrypt::verify(password, &self.decoy);
-            return false;
-        };
         if let Some(known) = self.cached(user, password) {
             return known;
         }
-        let ok = bcrypt::verify(password, hash).unwrap_or(false);
-        self.remember(Self::cache_key(user, password, hash), ok);
+        let ok = match self.users.get(user) {
+            Some(hash) => bcrypt::verify(password, hash).unwrap_or(false),
+            None => {
+                let _ = bcrypt::verify(password, &self.decoy);
+                false
+            }
+        };
+        self.remember(self.key_of(user, password), ok);
         ok
     }
 
     fn remember(&self, key: [u8; 32], ok: bool) {
-        let cache = if ok { &self.verified } else { &self.refused };
-        let mut cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
-        if cache.len() >= AUTH_CACHE_ENTRIES {
-            cache.clear();
+        if ok {
+            let mut verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+            if verified.len() >= AUTH_CACHE_ENTRIES && !verified.contains_key(&key) {
+                if let Some(oldest) = verified.iter().min_by_key(|(_, at)| **at).map(|(k, _)| *k) {
+                    verified.remove(&oldest);
+                }
+            }
+            verified.insert(key, Instant::now());
+            return;
         }
-        cache.insert(key);
+        let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        if !refused.keys.insert(key) {
+            return;
+        }
+        refused.order.push_back(key);
+        while refused.order.len() > REFUSED_ENTRIES {
+            if let Some(oldest) = refused.order.pop_front() {
+                refused.keys.remove(&oldest);
+            }
+        }
     }
 }
 
@@ -1039,6 +1124,67 @@ mod tests {
             auth.remember(BasicAuth::cache_key("prometheus", &format!("wrong-{wrong}"), "h"), false);
         }
         assert_eq!(auth.cached("prometheus", "right"), Some(true));
+    }
+
+    /// A wrong password sent again is answered from memory for a name that does not exist as
+    /// for one that does: before, only known users' failures were remembered, so a second
+    /// fast 401 told which names exist.
+    #[test]
+    fn repeated_wrong_passwords_are_remembered_for_unknown_users_too() {
+        let auth = BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), bcrypt::hash("right", 4).unwrap())]));
+        for user in ["prometheus", "nobody"] {
+            assert_eq!(auth.cached(user, "wrong"), None, "{user}");
+            assert!(!auth.verify(user, "wrong"));
+            assert_eq!(auth.cached(user, "wrong"), Some(false), "{user}");
+        }
+        assert!(!auth.verified_before("nobody", "wrong"));
+    }
+
+    /// Verified credentials pass from memory for VERIFIED_TTL, then are checked again (and
+    /// known as verified before, which only right ones can be); the digests are keyed, not a
+    /// plain SHA-256 of what was sent.
+    #[test]
+    fn verified_credentials_expire_and_are_keyed() {
+        let hash = bcrypt::hash("right", 4).unwrap();
+        let auth = BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), hash.clone())]));
+        assert!(!auth.verified_before("prometheus", "right"));
+        assert!(auth.verify("prometheus", "right"));
+        assert_eq!(auth.cached("prometheus", "right"), Some(true));
+        let key = BasicAuth::cache_key("prometheus", "right", &hash);
+        let mut plain = ring::digest::Context::new(&ring::digest::SHA256);
+        for part in ["prometheus", "right", hash.as_str()] {
+            plain.update(&(part.len() as u64).to_le_bytes());
+            plain.update(part.as_bytes());
+        }
+        assert_ne!(&key[..], plain.finish().as_ref(), "an unkeyed digest can be tested against guesses");
+        let long_ago = Instant::now().checked_sub(VERIFIED_TTL + Duration::from_secs(1)).unwrap();
+        auth.verified.lock().unwrap().insert(key, long_ago);
+        assert_eq!(auth.cached("prometheus", "right"), None, "checked again after the TTL");
+        assert!(auth.verified_before("prometheus", "right"));
+        assert!(!auth.verified_before("prometheus", "wrong"));
+        assert!(auth.verify("prometheus", "right"));
+        assert_eq!(auth.cached("prometheus", "right"), Some(true));
+    }
+
+    /// A reload keeps what was remembered when the users and hashes are the same, and drops it
+    /// all when they changed.
+    #[test]
+    fn a_reload_keeps_remembered_credentials_only_for_the_same_users() {
+        let hash = bcrypt::hash("right", 4).unwrap();
+        let users = BTreeMap::from([("prometheus".to_owned(), hash.clone())]);
+        let old = BasicAuth::new(users.clone());
+        assert!(old.verify("prometheus", "right"));
+        assert!(!old.verify("prometheus", "wrong"));
+        let same = BasicAuth::new(users);
+        same.carry_over(&old);
+        assert_eq!(same.cached("prometheus", "right"), Some(true));
+        assert_eq!(same.cached("prometheus", "wrong"), Some(false));
+        let changed =
+            BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), hash), ("alice".to_owned(), "h".to_owned())]));
+        changed.carry_over(&old);
+        assert_eq!(changed.cached("prometheus", "right"), None);
+        assert_eq!(changed.cached("prometheus", "wrong"), None);
+        assert!(!changed.verified_before("prometheus", "right"));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! sending wrong passwords took both cores and locked the real scraper out (0 of 20 scrapes),
 //! and clients that hung up right after sending left their checks running on tokio's blocking
 //! pool: 8 of them took the daemon from 9 to 520 threads (issue 15). Now:
-//! - credentials once verified are answered from memory, before any limit below;
+//! - credentials verified within [`VERIFIED_TTL`] are answered from memory, before any limit
+//!   below, and so is a wrong password sent again (`web::BasicAuth`): a repeated wrong password
+//!   costs one bcrypt check in all and nothing of its address's allowance;
 //! - at most [`BCRYPT_WORKERS`] checks run at once, and [`BCRYPT_WAITING`] more may wait; a
 //!   request beyond that is answered 503 at once;
 //! - a request whose client is gone is dropped by hyper (its HTTP/1 dispatcher reads the
@@ -12,18 +14,29 @@
 //!   `mid_message_detect_eof`), so its place in the queue is given back and its check never
 //!   starts; a check already running finishes, but only [`BCRYPT_WORKERS`] can;
 //! - each client address may fail [`FAILURE_BURST`] times, then once every
-//!   [`FAILURE_REFILL`]; beyond that it gets 429 without a check. A check is paid for when it
-//!   enters the queue and refunded when it succeeds, so abandoned checks count as failures.
+//!   [`FAILURE_REFILL`]. A check is paid for when it is let in and refunded when it succeeds,
+//!   so abandoned checks count as failures;
+//! - an address whose allowance is spent does not turn new credentials away at once: they wait
+//!   in the address's line, first come first checked, one per [`FAILURE_REFILL`], at most
+//!   [`LINE_PLACES`] of them (the ones that can be checked within [`LINE_WAIT`]); beyond, 429
+//!   without a check. Waiting costs no CPU and holds no `web.max_requests` slot. Before (issue
+//!   24, finding 6), a flood of wrong passwords from the scraper's own address kept the address
+//!   at 429, and a scraper whose credentials were not yet verified (after a restart) never got
+//!   its check: 0 of 14 scrapes. Now it is checked within a second for each request of its
+//!   address waiting ahead of it; credentials verified before (longer ago than the TTL) skip
+//!   the line and the allowance altogether, as only right passwords can be among them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use hyper::header::HeaderValue;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
+#[cfg(doc)]
+use crate::web::VERIFIED_TTL;
 use crate::web::{self, WebConfig};
 
 /// bcrypt checks running at once: one core's worth, so the other keeps serving and sampling.
@@ -34,6 +47,12 @@ pub const BCRYPT_WAITING: usize = 4;
 pub const FAILURE_BURST: u32 = 10;
 /// ...and then one more per this interval.
 pub const FAILURE_REFILL: Duration = Duration::from_secs(1);
+/// How long a request may wait in its address's line for a check: Prometheus' default
+/// `scrape_timeout`, after which the scraper has given up anyway.
+pub const LINE_WAIT: Duration = Duration::from_secs(10);
+/// Places in an address's line: as many as can be checked within [`LINE_WAIT`]; a request
+/// beyond would only wait to be turned away.
+pub const LINE_PLACES: usize = 10;
 /// Addresses whose failures are tracked; beyond this the one that failed longest ago is forgotten.
 const TRACKED_ADDRESSES: usize = 4096;
 
@@ -49,24 +68,65 @@ pub enum Verdict {
     Busy,
 }
 
+/// What the gate says before any CPU is spent: a verdict, or a check to run (under a request
+/// slot, with [`AuthGate::verify`]).
+pub enum Entry<'a> {
+    Decided(Verdict),
+    Check(Turn<'a>),
+}
+
+/// A check a request has been given: its attempt is paid for, and given back if the check is
+/// never run (the request refused for want of a slot, or dropped).
+pub struct Turn<'a> {
+    gate: &'a AuthGate,
+    web: Arc<WebConfig>,
+    user: String,
+    password: String,
+    /// The address whose allowance paid, if it did (credentials verified before do not pay).
+    paid_by: Option<IpAddr>,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if let Some(client) = self.paid_by.take() {
+            self.gate.refund(client);
+        }
+    }
+}
+
 pub struct AuthGate {
     workers: Arc<Semaphore>,
     /// Checks running or waiting for a worker.
     queued: AtomicUsize,
     failures: Mutex<HashMap<IpAddr, Allowance>>,
+    /// Told whenever a request leaves a line, so the next in it looks again.
+    line_moved: Notify,
+    tickets: AtomicUsize,
 }
 
-/// A token bucket of failed attempts for one address.
-#[derive(Debug, Clone, Copy)]
+/// A token bucket of failed attempts for one address, and the requests waiting for its tokens.
+#[derive(Debug, Clone)]
 struct Allowance {
     tokens: f64,
     updated: Instant,
+    /// Tickets of the requests waiting, in the order they came.
+    line: VecDeque<usize>,
 }
 
 impl Allowance {
-    fn refilled(self, now: Instant) -> Allowance {
+    fn fresh(now: Instant) -> Allowance {
+        Allowance { tokens: f64::from(FAILURE_BURST), updated: now, line: VecDeque::new() }
+    }
+
+    fn refill(&mut self, now: Instant) {
         let earned = now.saturating_duration_since(self.updated).as_secs_f64() / FAILURE_REFILL.as_secs_f64();
-        Allowance { tokens: (self.tokens + earned).min(f64::from(FAILURE_BURST)), updated: now }
+        self.tokens = (self.tokens + earned).min(f64::from(FAILURE_BURST));
+        self.updated = now;
+    }
+
+    /// How long until the next attempt is earned.
+    fn next_token(&self) -> Duration {
+        FAILURE_REFILL.mul_f64((1.0 - self.tokens).max(0.0))
     }
 }
 
@@ -76,6 +136,8 @@ impl Default for AuthGate {
             workers: Arc::new(Semaphore::new(BCRYPT_WORKERS)),
             queued: AtomicUsize::new(0),
             failures: Mutex::default(),
+            line_moved: Notify::new(),
+            tickets: AtomicUsize::new(0),
         }
     }
 }
@@ -89,67 +151,180 @@ impl Drop for Queued<'_> {
     }
 }
 
+/// A place in an address's line, left when dropped (a client gone while it waits).
+struct Place<'a> {
+    gate: &'a AuthGate,
+    client: IpAddr,
+    ticket: usize,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        let mut failures = self.gate.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(allowance) = failures.get_mut(&self.client) {
+            allowance.line.retain(|t| *t != self.ticket);
+        }
+        drop(failures);
+        self.gate.line_moved.notify_waiters();
+    }
+}
+
 impl AuthGate {
-    /// Checks an `Authorization` header against `web`'s users (which must be set).
+    /// Checks an `Authorization` header against `web`'s users (which must be set), from
+    /// memory, or with bcrypt once the request has its turn. For callers that need no slot in
+    /// between ([`Self::enter`] and [`Self::verify`] apart).
+    #[cfg(test)]
     pub async fn check(&self, web: &Arc<WebConfig>, header: Option<&HeaderValue>, peer: IpAddr) -> Verdict {
-        let Some(users) = &web.users else { return Verdict::Allowed };
+        match self.enter(web, header, peer).await {
+            Entry::Decided(verdict) => verdict,
+            Entry::Check(turn) => self.verify(turn).await,
+        }
+    }
+
+    /// Everything before bcrypt: what memory says, the address's allowance and line. Costs no
+    /// CPU to speak of, but may wait (up to [`LINE_WAIT`]) for the address's turn.
+    pub async fn enter(&self, web: &Arc<WebConfig>, header: Option<&HeaderValue>, peer: IpAddr) -> Entry<'_> {
+        let Some(users) = &web.users else { return Entry::Decided(Verdict::Allowed) };
         let Some((user, password)) = header.and_then(|h| web::parse_basic_authorization(h.as_bytes())) else {
-            return Verdict::Denied;
+            return Entry::Decided(Verdict::Denied);
         };
-        let client = client_key(peer);
         match users.cached(&user, &password) {
-            Some(true) => return Verdict::Allowed,
-            Some(false) => return self.failed(client),
+            Some(true) => return Entry::Decided(Verdict::Allowed),
+            // Known to be wrong: nothing to check, nothing learnt, nothing to limit.
+            Some(false) => return Entry::Decided(Verdict::Denied),
             None => {}
         }
-        // An attempt is paid for before it is let into the queue and refunded if it succeeds
-        // (or is not let in), so failures and checks abandoned midway both count.
-        if let Err(wait) = self.spend(client, Instant::now()) {
-            return Verdict::Limited(wait);
+        let mut turn = Turn { gate: self, web: web.clone(), user, password, paid_by: None };
+        if users.verified_before(&turn.user, &turn.password) {
+            return Entry::Check(turn);
         }
+        let client = client_key(peer);
+        // An attempt is paid for before its check and refunded if it succeeds (or never runs),
+        // so failures and checks abandoned midway both count.
+        if let Err(wait) = self.take_turn(client).await {
+            return Entry::Decided(Verdict::Limited(wait));
+        }
+        turn.paid_by = Some(client);
+        Entry::Check(turn)
+    }
+
+    /// Runs the check `turn` was given, on the bounded bcrypt pool.
+    pub async fn verify(&self, mut turn: Turn<'_>) -> Verdict {
         if self.queued.fetch_add(1, Ordering::SeqCst) >= BCRYPT_WORKERS + BCRYPT_WAITING {
             self.queued.fetch_sub(1, Ordering::SeqCst);
-            self.refund(client);
+            // Dropping the turn refunds it: no check ran.
             return Verdict::Busy;
         }
+        // From here a request dropped (its client gone) keeps its attempt paid for.
+        let paid_by = turn.paid_by.take();
         let _queued = Queued(&self.queued);
         // The semaphore is never closed; an error would mean it was: refuse rather than check.
         let Ok(worker) = self.workers.clone().acquire_owned().await else { return Verdict::Busy };
-        let web = web.clone();
+        let (web, user, password) =
+            (turn.web.clone(), std::mem::take(&mut turn.user), std::mem::take(&mut turn.password));
         let ok = tokio::task::spawn_blocking(move || {
             let _worker = worker;
             web.users.as_ref().is_some_and(|u| u.verify(&user, &password))
         })
         .await
         .unwrap_or(false);
-        if ok {
+        if !ok {
+            return Verdict::Denied;
+        }
+        if let Some(client) = paid_by {
             self.refund(client);
-            Verdict::Allowed
-        } else {
-            Verdict::Denied
+        }
+        Verdict::Allowed
+    }
+
+    /// Takes one attempt from `client`'s allowance now, without waiting.
+    #[cfg(test)]
+    fn spend(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let allowance = Self::allowance(&mut failures, client, now);
+        if allowance.tokens < 1.0 {
+            return Err(allowance.next_token());
+        }
+        allowance.tokens -= 1.0;
+        Ok(())
+    }
+
+    /// Takes one attempt from `client`'s allowance, waiting in its line when it has none;
+    /// `Err` with how long to wait when the line is full or the wait ran out.
+    async fn take_turn(&self, client: IpAddr) -> Result<(), Duration> {
+        let joined = Instant::now();
+        let ticket = {
+            let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+            let allowance = Self::allowance(&mut failures, client, joined);
+            if allowance.line.is_empty() && allowance.tokens >= 1.0 {
+                allowance.tokens -= 1.0;
+                return Ok(());
+            }
+            if allowance.line.len() >= LINE_PLACES {
+                return Err(FAILURE_REFILL.mul_f64(allowance.line.len() as f64) + allowance.next_token());
+            }
+            let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
+            allowance.line.push_back(ticket);
+            ticket
+        };
+        let place = Place { gate: self, client, ticket };
+        loop {
+            let moved = self.line_moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            let now = Instant::now();
+            let wake = {
+                let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+                let allowance = Self::allowance(&mut failures, client, now);
+                let head = allowance.line.front() == Some(&ticket);
+                if head && allowance.tokens >= 1.0 {
+                    allowance.tokens -= 1.0;
+                    drop(failures);
+                    drop(place);
+                    return Ok(());
+                }
+                // The first in line waits for its token (a second at most); the others give
+                // up when their wait is over.
+                let deadline = joined + LINE_WAIT;
+                if !head && now >= deadline {
+                    let wait = FAILURE_REFILL.mul_f64(allowance.line.len() as f64);
+                    drop(failures);
+                    drop(place);
+                    return Err(wait);
+                }
+                if head {
+                    now + allowance.next_token()
+                } else {
+                    deadline
+                }
+            };
+            tokio::select! {
+                () = moved => {}
+                () = tokio::time::sleep_until(wake.into()) => {}
+            }
         }
     }
 
-    /// Takes one attempt from `client`'s allowance, or says how long until it has one.
-    fn spend(&self, client: IpAddr, now: Instant) -> Result<(), Duration> {
-        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+    /// `client`'s allowance, refilled to `now`; an address not tracked yet starts full.
+    fn allowance(failures: &mut HashMap<IpAddr, Allowance>, client: IpAddr, now: Instant) -> &mut Allowance {
         if failures.len() >= TRACKED_ADDRESSES && !failures.contains_key(&client) {
-            // Forget addresses that have their whole allowance back; failing that, the oldest.
-            failures.retain(|_, a| a.refilled(now).tokens < f64::from(FAILURE_BURST));
+            // Forget addresses that have their whole allowance back and nobody waiting;
+            // failing that, the one idle longest with nobody waiting.
+            failures.retain(|_, a| {
+                let mut a = a.clone();
+                a.refill(now);
+                !a.line.is_empty() || a.tokens < f64::from(FAILURE_BURST)
+            });
             if failures.len() >= TRACKED_ADDRESSES {
-                if let Some(oldest) = failures.iter().min_by_key(|(_, a)| a.updated).map(|(ip, _)| *ip) {
+                let oldest = failures.iter().filter(|(_, a)| a.line.is_empty()).min_by_key(|(_, a)| a.updated);
+                if let Some(oldest) = oldest.map(|(ip, _)| *ip) {
                     failures.remove(&oldest);
                 }
             }
         }
-        let fresh = Allowance { tokens: f64::from(FAILURE_BURST), updated: now };
-        let allowance = failures.entry(client).or_insert(fresh);
-        *allowance = allowance.refilled(now);
-        if allowance.tokens < 1.0 {
-            return Err(FAILURE_REFILL.mul_f64(1.0 - allowance.tokens));
-        }
-        allowance.tokens -= 1.0;
-        Ok(())
+        let allowance = failures.entry(client).or_insert_with(|| Allowance::fresh(now));
+        allowance.refill(now);
+        allowance
     }
 
     fn refund(&self, client: IpAddr) {
@@ -157,14 +332,8 @@ impl AuthGate {
         if let Some(allowance) = failures.get_mut(&client) {
             allowance.tokens = (allowance.tokens + 1.0).min(f64::from(FAILURE_BURST));
         }
-    }
-
-    /// Counts a failure that needed no check (a remembered wrong password, one too long).
-    fn failed(&self, client: IpAddr) -> Verdict {
-        match self.spend(client, Instant::now()) {
-            Ok(()) => Verdict::Denied,
-            Err(wait) => Verdict::Limited(wait),
-        }
+        drop(failures);
+        self.line_moved.notify_waiters();
     }
 }
 
@@ -217,14 +386,110 @@ mod tests {
             let verdict = gate.check(&web, Some(&header("prometheus", &format!("wrong-{attempt}"))), attacker).await;
             assert_eq!(verdict, Verdict::Denied, "attempt {attempt}");
         }
-        let Verdict::Limited(wait) = gate.check(&web, Some(&header("nobody", "x")), attacker).await else {
-            panic!("the eleventh failure in a row is limited");
-        };
-        assert!(wait <= FAILURE_REFILL, "{wait:?}");
+        // The eleventh waits in the address's line for the next attempt it earns.
+        let started = Instant::now();
+        assert_eq!(gate.check(&web, Some(&header("nobody", "x")), attacker).await, Verdict::Denied);
+        assert!(started.elapsed() >= FAILURE_REFILL / 2, "checked after {:?}, before its turn", started.elapsed());
         assert_eq!(gate.check(&web, Some(&header("prometheus", "right")), attacker).await, Verdict::Allowed);
         assert_eq!(gate.check(&web, Some(&header("prometheus", "wrong")), scraper).await, Verdict::Denied);
         // The allowance comes back with time.
         assert!(gate.spend(client_key(attacker), Instant::now() + FAILURE_REFILL * 2).is_ok());
+    }
+
+    fn line_length(gate: &AuthGate, client: IpAddr) -> usize {
+        gate.failures.lock().unwrap().get(&client_key(client)).map_or(0, |a| a.line.len())
+    }
+
+    fn tokens(gate: &AuthGate, client: IpAddr) -> f64 {
+        gate.failures.lock().unwrap().get(&client_key(client)).map_or(f64::NAN, |a| a.tokens)
+    }
+
+    /// Issue 24, finding 6: an address out of allowance answered 429 before any check, so the
+    /// right credentials of a scraper sharing the attacker's address were never looked at.
+    #[tokio::test]
+    async fn new_credentials_wait_their_turn_and_a_repeated_wrong_password_costs_nothing() {
+        let gate = Arc::new(AuthGate::default());
+        let web = web(&bcrypt::hash("right", 4).unwrap());
+        let shared: IpAddr = "192.0.2.9".parse().unwrap();
+        assert_eq!(gate.check(&web, Some(&header("prometheus", "again")), shared).await, Verdict::Denied);
+        for attempt in 1..FAILURE_BURST {
+            let verdict = gate.check(&web, Some(&header("prometheus", &format!("wrong-{attempt}"))), shared).await;
+            assert_eq!(verdict, Verdict::Denied, "attempt {attempt}");
+        }
+        // Out of allowance: the same wrong password again is refused from memory, at once,
+        // and costs the address nothing (before, each counted as a failure).
+        let before = tokens(&gate, shared);
+        for _ in 0..100 {
+            let started = Instant::now();
+            assert_eq!(gate.check(&web, Some(&header("prometheus", "again")), shared).await, Verdict::Denied);
+            assert!(started.elapsed() < FAILURE_REFILL / 4, "answered without waiting");
+        }
+        assert!(tokens(&gate, shared) >= before, "{before} -> {}", tokens(&gate, shared));
+        // Ever-new wrong passwords fill the line; one more is refused at once.
+        let waiting: Vec<_> = (0..LINE_PLACES)
+            .map(|n| {
+                let (gate, web) = (gate.clone(), web.clone());
+                tokio::spawn(
+                    async move { gate.check(&web, Some(&header("prometheus", &format!("new-{n}"))), shared).await },
+                )
+            })
+            .collect();
+        while line_length(&gate, shared) < LINE_PLACES {
+            tokio::task::yield_now().await;
+        }
+        let started = Instant::now();
+        let Verdict::Limited(wait) = gate.check(&web, Some(&header("prometheus", "one-more")), shared).await else {
+            panic!("a full line is refused");
+        };
+        assert!(
+            started.elapsed() < FAILURE_REFILL / 4 && wait >= FAILURE_REFILL,
+            "{wait:?} after {:?}",
+            started.elapsed()
+        );
+        // Those who leave give their places back.
+        for task in &waiting {
+            task.abort();
+        }
+        for task in waiting {
+            let _ = task.await;
+        }
+        assert_eq!(line_length(&gate, shared), 0);
+        // Right credentials never seen: checked at the address's next turn, within the second.
+        let started = Instant::now();
+        assert_eq!(gate.check(&web, Some(&header("prometheus", "right")), shared).await, Verdict::Allowed);
+        assert!(started.elapsed() <= FAILURE_REFILL + FAILURE_REFILL / 2, "{:?}", started.elapsed());
+    }
+
+    /// The scraper behind others in line is checked one turn after those ahead of it.
+    #[tokio::test]
+    async fn the_line_is_first_come_first_checked() {
+        let gate = Arc::new(AuthGate::default());
+        let web = web(&bcrypt::hash("right", 4).unwrap());
+        let shared: IpAddr = "192.0.2.10".parse().unwrap();
+        for attempt in 0..FAILURE_BURST {
+            let verdict = gate.check(&web, Some(&header("prometheus", &format!("wrong-{attempt}"))), shared).await;
+            assert_eq!(verdict, Verdict::Denied, "attempt {attempt}");
+        }
+        let ahead: Vec<_> = (0..2)
+            .map(|n| {
+                let (gate, web) = (gate.clone(), web.clone());
+                tokio::spawn(
+                    async move { gate.check(&web, Some(&header("prometheus", &format!("new-{n}"))), shared).await },
+                )
+            })
+            .collect();
+        while line_length(&gate, shared) < 2 {
+            tokio::task::yield_now().await;
+        }
+        let started = Instant::now();
+        assert_eq!(gate.check(&web, Some(&header("prometheus", "right")), shared).await, Verdict::Allowed);
+        let took = started.elapsed();
+        assert!(took >= FAILURE_REFILL * 2, "the third in line went first: {took:?}");
+        assert!(took <= FAILURE_REFILL * 4, "{took:?}");
+        for task in ahead {
+            assert!(task.is_finished(), "those ahead were checked first");
+            assert_eq!(task.await.unwrap(), Verdict::Denied);
+        }
     }
 
     #[tokio::test]

@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -70,7 +70,6 @@ struct Entry {
     close: Arc<Notify>,
     /// Already told to close: not chosen again.
     closing: bool,
-    socket: Option<RawFd>,
     progress: Progress,
     address: Option<IpAddr>,
 }
@@ -97,13 +96,42 @@ pub struct Progress {
     last_write: Arc<AtomicU64>,
     close: Arc<Notify>,
     /// The TCP socket, to ask how much of what was written the client has not acknowledged.
-    socket: Option<RawFd>,
+    socket: SocketFd,
+}
+
+/// A connection's socket descriptor for other tasks' ioctls (what the client has not read or
+/// not acknowledged, `SO_LINGER`), forgotten before the socket is closed ([`OpenStream`]): a
+/// number closed and reused meanwhile (by another connection, a collector's file) would
+/// otherwise be asked, or set to reset on close. Each use holds the lock for its one call, and
+/// forgetting waits for those under way.
+#[derive(Clone, Default)]
+pub struct SocketFd(Arc<RwLock<Option<RawFd>>>);
+
+impl SocketFd {
+    fn new(fd: Option<RawFd>) -> SocketFd {
+        SocketFd(Arc::new(RwLock::new(fd)))
+    }
+
+    /// `f` of the descriptor while the socket is open; `None` once it is (being) closed.
+    fn with<T>(&self, f: impl FnOnce(RawFd) -> T) -> Option<T> {
+        let fd = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        fd.map(f)
+    }
+
+    fn forget(&self) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = None;
+    }
 }
 
 impl Progress {
     /// For a connection without a table or a socket (tests).
     pub fn detached() -> Progress {
-        Progress { written: Arc::default(), last_write: Arc::default(), close: Arc::default(), socket: None }
+        Progress {
+            written: Arc::default(),
+            last_write: Arc::default(),
+            close: Arc::default(),
+            socket: SocketFd::default(),
+        }
     }
 
     /// Counts `n` bytes written now.
@@ -117,13 +145,7 @@ impl Progress {
     /// Bytes written that the client has not acknowledged (`SIOCOUTQ`, tcp(7)); 0 without a
     /// socket.
     pub fn unsent(&self) -> u64 {
-        let Some(fd) = self.socket else { return 0 };
-        let mut queued: libc::c_int = 0;
-        // SAFETY: as in `delivered`.
-        if unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut queued) } != 0 {
-            return 0;
-        }
-        u64::try_from(queued).unwrap_or(0)
+        self.outq().unwrap_or(0)
     }
 
     /// Whether the client has left bytes unacknowledged with nothing written for [`STALLED`]:
@@ -142,15 +164,15 @@ impl Progress {
     /// normally goes on sending its send buffer, however slowly (or never) the client reads,
     /// as an orphan of the kernel's; reset, the buffer goes at once (socket(7)).
     pub fn reset_on_close(&self, reset: bool) {
-        if let Some(fd) = self.socket {
+        self.socket.with(|fd| {
             let linger = libc::linger { l_onoff: libc::c_int::from(reset), l_linger: 0 };
             let len = std::mem::size_of::<libc::linger>() as libc::socklen_t;
-            // SAFETY: the connection's socket, open while its connection holds this; the option
-            // struct lives across the call.
+            // SAFETY: the connection's socket, open while `SocketFd` has it; the option struct
+            // lives across the call.
             unsafe {
                 libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_LINGER, (&linger as *const libc::linger).cast(), len)
             };
-        }
+        });
     }
 
     /// Bytes written that the client has acknowledged: what it has really read. The kernel
@@ -159,14 +181,25 @@ impl Progress {
     /// send queue's unacknowledged bytes (tcp(7)).
     pub fn delivered(&self) -> u64 {
         let written = self.written.load(std::sync::atomic::Ordering::Relaxed);
-        let Some(fd) = self.socket else { return written };
-        let mut queued: libc::c_int = 0;
-        // SAFETY: the descriptor is the connection's socket, open while a response holds this
-        // (the connection owns it); the ioctl writes one int we own.
-        if unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut queued) } != 0 {
-            return written;
-        }
-        written.saturating_sub(u64::try_from(queued).unwrap_or(0))
+        self.outq().map_or(written, |queued| written.saturating_sub(queued))
+    }
+
+    /// Bytes in the send queue not acknowledged by the client (`SIOCOUTQ`), while the socket is open.
+    fn outq(&self) -> Option<u64> {
+        self.socket
+            .with(|fd| {
+                let mut queued: libc::c_int = 0;
+                // SAFETY: the connection's socket, open while `SocketFd` has it; the ioctl writes
+                // one int we own.
+                (unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut queued) } == 0)
+                    .then(|| u64::try_from(queued).unwrap_or(0))
+            })
+            .flatten()
+    }
+
+    /// Resolves when the server wants this connection closed to make room.
+    pub async fn closed(&self) {
+        self.close.notified().await
     }
 
     /// Ends the connection, whatever it is doing (its task drops it at its next poll), and
@@ -209,20 +242,13 @@ impl Connections {
     /// Adds a connection from `address` (a client key: an IPv4 address or an IPv6 /64).
     pub fn open_from(self: &Arc<Self>, socket: Option<RawFd>, address: Option<IpAddr>) -> Connection {
         let close = Arc::new(Notify::new());
-        let progress = Progress { socket, close: close.clone(), ..Progress::detached() };
+        let progress = Progress { socket: SocketFd::new(socket), close: close.clone(), ..Progress::detached() };
         progress.last_write.store(now_ms(), Ordering::Relaxed);
         let mut table = self.table();
         let id = table.next_id;
         table.next_id += 1;
-        let entry = Entry {
-            busy: 0,
-            idle_since: Instant::now(),
-            close,
-            closing: false,
-            socket,
-            progress: progress.clone(),
-            address,
-        };
+        let entry =
+            Entry { busy: 0, idle_since: Instant::now(), close, closing: false, progress: progress.clone(), address };
         table.open.insert(id, entry);
         if let Some(address) = address {
             *table.per_address.entry(address).or_default() += 1;
@@ -258,7 +284,7 @@ impl Connections {
             }
             if let Some(quiet) = entry.progress.stalled_for() {
                 candidates.push((now.checked_sub(quiet).unwrap_or(entry.idle_since), true, *id));
-            } else if entry.busy == 0 && !entry.socket.is_some_and(has_unread_bytes) {
+            } else if entry.busy == 0 && entry.progress.socket.with(has_unread_bytes) != Some(true) {
                 candidates.push((entry.idle_since, false, *id));
             }
         }
@@ -286,19 +312,19 @@ impl Connections {
 /// Whether the client has sent bytes the server has not read (`SIOCINQ`, tcp(7)).
 fn has_unread_bytes(socket: RawFd) -> bool {
     let mut unread: libc::c_int = 0;
-    // SAFETY: the ioctl only reads the descriptor's state and writes one int we own. The
-    // descriptor is the connection's socket while its entry is in the table, but for the instant
-    // between the socket's close and the entry's removal (the task drops its connection, then
-    // its place, then its permit): a number reused meanwhile only misinforms this choice.
+    // SAFETY: the ioctl only reads the descriptor's state and writes one int we own; the
+    // descriptor is open (callers hold it through `SocketFd`, or own it in tests).
     (unsafe { libc::ioctl(socket, libc::FIONREAD, &mut unread) }) == 0 && unread > 0
 }
 
 impl Connection {
     /// Resolves when the server wants this connection closed to make room.
+    #[cfg(test)]
     pub async fn closed(&self) {
-        self.progress.close.notified().await
+        self.progress.closed().await
     }
 
+    #[cfg(test)]
     pub fn progress(&self) -> &Progress {
         &self.progress
     }
@@ -347,6 +373,79 @@ impl Drop for InProgress {
             entry.busy = entry.busy.saturating_sub(1);
             entry.idle_since = Instant::now();
         }
+    }
+}
+
+/// An accepted stream and its place in the table, in the order they must end: the descriptor
+/// forgotten by everyone who could ask it ([`SocketFd`]), the place out of the table, then the
+/// socket closed. Before (review L1), the task dropped the stream, then the place: for that
+/// instant another worker choosing connections to close could ioctl (`FIONREAD`) a number
+/// already reused.
+pub struct OpenStream<S> {
+    // Fields drop in order of declaration: the place before the stream.
+    place: Connection,
+    stream: S,
+}
+
+impl<S> OpenStream<S> {
+    pub fn new(place: Connection, stream: S) -> Self {
+        Self { place, stream }
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.stream
+    }
+}
+
+impl<S> Drop for OpenStream<S> {
+    fn drop(&mut self) {
+        self.place.progress.socket.forget();
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for OpenStream<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for OpenStream<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
     }
 }
 
@@ -401,5 +500,33 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), idle.closed()).await.expect("the silent one is told to close");
         assert_eq!(connections.close_idlest(1), 0, "not the one with a request to read");
         drop(waiting);
+    }
+    /// Review L1: the task dropped the stream, closing its descriptor, and then its place, so a
+    /// worker choosing connections to close could ioctl a number reused in between. The stream
+    /// now closes last, with its descriptor already forgotten and its place gone.
+    #[tokio::test]
+    async fn a_stream_closes_after_its_place_and_its_descriptor_are_gone() {
+        /// Places in the table, and the descriptor others could ask, when the stream closed.
+        type Seen = (usize, Option<RawFd>);
+        struct Stream {
+            connections: Arc<Connections>,
+            progress: Progress,
+            seen: Arc<Mutex<Option<Seen>>>,
+        }
+        impl Drop for Stream {
+            fn drop(&mut self) {
+                let descriptor = self.progress.socket.with(|fd| fd);
+                *self.seen.lock().unwrap() = Some((self.connections.len(), descriptor));
+            }
+        }
+        let connections = Arc::new(Connections::default());
+        let place = connections.open(Some(7));
+        let progress = place.progress().clone();
+        assert_eq!(progress.socket.with(|fd| fd), Some(7));
+        let seen = Arc::default();
+        let stream = Stream { connections: connections.clone(), progress: progress.clone(), seen: Arc::clone(&seen) };
+        drop(OpenStream::new(place, stream));
+        assert_eq!(*seen.lock().unwrap(), Some((0, None)), "(places in the table, descriptor) as the stream closed");
+        assert_eq!(progress.unsent(), 0, "a response still holding the progress asks nothing");
     }
 }

@@ -11,111 +11,63 @@
 //!   keep-alive connections, as Go's servers do) and fit in [`MAX_HEADER_BYTES`];
 //! - a TLS handshake must finish within [`HEADER_READ_TIMEOUT`];
 //! - a response write that makes no progress for [`WRITE_STALL_TIMEOUT`] ends the connection;
-//! - at most `web.max_requests` requests are handled at once, authentication included; more
+//! - at most `web.max_requests` requests are handled at once, bcrypt checks included; more
 //!   get 503 at once (like Prometheus' `--web.max-requests`), so scrapers retry instead of
 //!   queueing behind a flood;
 //! - basic auth checks (bcrypt) run on a small bounded pool, failures are limited per client
-//!   address, and verified credentials pass without a check (`auth.rs`);
+//!   address, new credentials of an address out of allowance wait their turn in its line
+//!   (holding no request slot), and credentials verified or refused before are answered from
+//!   memory (`auth.rs`);
 //! - at the connection cap, the connections idle or stalled longest are closed for new ones,
 //!   and one client address holds at most a quarter of the table (`connections.rs`);
 //! - a request pipelined behind a response waits until the client has acknowledged that
-//!   response, and the kernel's buffers of each connection are bounded ([`SEND_BUFFER_BYTES`]);
+//!   response, and the kernel's buffers of each connection are bounded (`listen.rs`);
 //! - the snapshot texts that responses in flight keep alive are bounded by
 //!   `web.max_response_bytes` (`budget.rs`).
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::task::{Context, Poll};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
+use hyper::body::{Bytes, Incoming};
 use hyper::header::{
     HeaderValue, ALLOW, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, VARY, WWW_AUTHENTICATE,
 };
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use prometheus::{Encoder, Registry, TextEncoder};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 mod auth;
+mod body;
 mod budget;
 mod connections;
 mod guard;
+mod listen;
+mod render;
 
-use crate::config::split_listen_address;
 use crate::gzip;
 use crate::snapshot::Snapshot;
 use crate::web::WebConfig;
-use auth::{AuthGate, Verdict};
+use auth::{AuthGate, Entry, Verdict};
 use budget::ResponseBudget;
-use connections::{Connection, Connections, Progress, Requests};
-use guard::{http2_refusal, read_preface, Rewind, WriteDeadline};
+use connections::{Progress, Requests};
+use render::Renderer;
+
+pub use body::{held, Chunks};
+pub use listen::{bind, connection_cap, local_address, serve};
+pub use render::{Encoding, Renders, RENDER_INTERVAL};
 
 /// How long a client may take to send its request headers (or finish a TLS handshake).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The request line and headers together; a scrape request needs a few hundred bytes.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
-const MAX_HEADERS: usize = 64;
-/// hyper's read buffer per connection (its minimum is 8 KiB).
-const MAX_BUF_BYTES: usize = 64 * 1024;
 /// How long a response write may make no progress (a client that stopped reading).
 pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Open connections at once; each costs a file descriptor (the default soft limit is 1024), and
 /// fewer when the descriptor limit is low ([`connection_cap`]).
 pub const MAX_CONNECTIONS: usize = 512;
-/// Descriptors kept for everything but connections: the collectors (a file or a directory or
-/// two open at a time each, a cgroup walk one per level), reloads, the renderer, netlink.
-const RESERVED_DESCRIPTORS: u64 = 64;
-
-/// The connection cap for this process's descriptor limit. The soft RLIMIT_NOFILE is raised to
-/// the hard one first (as Go's runtime does for node_exporter); what remains below it after the
-/// descriptors open now and [`RESERVED_DESCRIPTORS`] is the cap, at most [`MAX_CONNECTIONS`].
-/// Before (issue 24), with a soft limit of 200 the idle connections took every descriptor:
-/// the collectors failed with EMFILE (36,701 errors in 4 s) and no scrape got through.
-pub fn connection_cap() -> usize {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit and setrlimit read and write the struct we own.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return MAX_CONNECTIONS;
-        }
-        if limit.rlim_cur < limit.rlim_max {
-            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                limit.rlim_cur = limit.rlim_max;
-            }
-        }
-    }
-    let open_now = std::fs::read_dir("/proc/self/fd").map_or(32, |d| d.count() as u64);
-    let room = limit.rlim_cur.saturating_sub(open_now + RESERVED_DESCRIPTORS);
-    let cap = usize::try_from(room).unwrap_or(usize::MAX).clamp(1, MAX_CONNECTIONS);
-    if cap < MAX_CONNECTIONS {
-        tracing::warn!(
-            cap,
-            nofile = limit.rlim_cur,
-            reserved = RESERVED_DESCRIPTORS,
-            "the descriptor limit \
-            (RLIMIT_NOFILE) is low: connection cap lowered, descriptors kept for the collectors"
-        );
-    }
-    cap
-}
-/// How many idle connections are closed at once when a new one arrives at the cap.
-const CLOSE_AT_CAP: usize = 32;
-/// How often the accept loop at the cap looks again for a connection to close when it found
-/// none (each was serving a request or had one not yet read).
-const RETRY_CLOSE_IDLEST: Duration = Duration::from_millis(20);
-
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// What requests are served from. Replaced as a whole when the configuration is reloaded.
@@ -131,101 +83,6 @@ pub struct Site {
     pub max_response_bytes: usize,
     /// The latest snapshot a scrape rendered.
     pub rendered: Renders,
-}
-
-/// Which snapshot's text scrapes are served, so that clients cannot make the daemon render every
-/// snapshot. One is published after every collector run, several a second, and its text is
-/// rendered at its first scrape: with 10,000 cgroups that is tens of MB, and a client that
-/// connected a few times a second kept both workers rendering (issue 15, found with the slow
-/// readers). A scrape gets the latest snapshot when it is rendered already, or when the last
-/// render is at least [`RENDER_INTERVAL`] old (it then renders it, off the async workers);
-/// otherwise the snapshot rendered last, at most that much older than the latest. Reset with
-/// the site on reload.
-#[derive(Default)]
-pub struct Renders {
-    state: Mutex<RenderState>,
-}
-
-#[derive(Default)]
-struct RenderState {
-    latest: Option<(Arc<Snapshot>, Instant)>,
-    rendering: bool,
-}
-
-/// A thread that renders snapshot texts: a large one takes a good part of a second, not to be
-/// spent on an async worker. One for the life of the server, started with it (tokio's blocking
-/// pool would start and retire threads as scrapes come and go).
-pub struct Renderer {
-    jobs: Mutex<std::sync::mpsc::Sender<RenderJob>>,
-}
-
-/// A snapshot to render, whether to compress its text too, and who waits for it.
-type RenderJob = (Arc<Snapshot>, Encoding, tokio::sync::oneshot::Sender<()>);
-
-impl Renderer {
-    fn start() -> Renderer {
-        let (jobs, queue) = std::sync::mpsc::channel::<RenderJob>();
-        let spawned = std::thread::Builder::new().name("memlock-render".into()).spawn(move || {
-            for (snapshot, encoding, done) in queue {
-                match encoding {
-                    Encoding::Identity => drop(snapshot.text()),
-                    Encoding::Gzip => drop(snapshot.compressed()),
-                }
-                let _ = done.send(());
-            }
-        });
-        if let Err(err) = spawned {
-            // Renders then happen where the text is first asked for (Snapshot::text_bytes).
-            tracing::warn!(error = %err, "cannot start the render thread; scrapes render on the async workers");
-        }
-        Renderer { jobs: Mutex::new(jobs) }
-    }
-
-    /// Renders `snapshot`'s text (and compresses it for `Encoding::Gzip`), waiting without
-    /// holding the async worker.
-    async fn render(&self, snapshot: Arc<Snapshot>, encoding: Encoding) {
-        let (done, rendered) = tokio::sync::oneshot::channel();
-        let sent = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).send((snapshot, encoding, done));
-        if sent.is_ok() {
-            let _ = rendered.await;
-        }
-    }
-}
-
-/// At most one snapshot text is rendered per interval: the samples are 1 s apart anyway.
-pub const RENDER_INTERVAL: Duration = Duration::from_secs(1);
-
-impl Renders {
-    fn state(&self) -> std::sync::MutexGuard<'_, RenderState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The snapshot to serve now, with its text rendered (by `renderer`).
-    async fn serve(&self, current: Arc<Snapshot>, renderer: &Renderer) -> Arc<Snapshot> {
-        if current.is_rendered() {
-            return current;
-        }
-        {
-            let mut state = self.state();
-            if let Some((latest, at)) = &state.latest {
-                if state.rendering || at.elapsed() < RENDER_INTERVAL {
-                    return latest.clone();
-                }
-            }
-            state.rendering = true;
-        }
-        struct Rendering<'a>(&'a Renders);
-        impl Drop for Rendering<'_> {
-            fn drop(&mut self) {
-                self.0.state().rendering = false;
-            }
-        }
-        let _rendering = Rendering(self);
-        tracing::debug!("rendering the latest snapshot for a scrape");
-        renderer.render(current.clone(), Encoding::Identity).await;
-        self.state().latest = Some((current.clone(), Instant::now()));
-        current
-    }
 }
 
 pub struct AppState {
@@ -258,7 +115,12 @@ impl AppState {
     /// Swaps in a new site: requests from now on use it, requests in progress finish on the old.
     pub fn replace_site(&self, site: Site) {
         self.budget.set_limit(site.max_response_bytes);
-        *self.site.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(site);
+        let mut current = self.site.write().unwrap_or_else(PoisonError::into_inner);
+        // Remembered credentials survive a reload that keeps the users file as it was.
+        if let (Some(new), Some(old)) = (&site.web.users, &current.web.users) {
+            new.carry_over(old);
+        }
+        *current = Arc::new(site);
     }
 
     /// A request slot, or `None` when `max` requests are already being handled.
@@ -274,205 +136,6 @@ struct Slot<'a>(&'a AtomicUsize);
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Binds the listen address; `:port` means every interface, IPv6 and IPv4 when available.
-pub async fn bind(address: &str) -> std::io::Result<TcpListener> {
-    let (host, port) =
-        split_listen_address(address).map_err(|m| std::io::Error::new(std::io::ErrorKind::InvalidInput, m))?;
-    match host {
-        Some(host) => TcpListener::bind((host.as_str(), port)).await,
-        None => match TcpListener::bind(("::", port)).await {
-            Ok(listener) => Ok(listener),
-            // Hosts with IPv6 disabled: fall back to every IPv4 interface.
-            Err(_) => TcpListener::bind(("0.0.0.0", port)).await,
-        },
-    }
-}
-
-/// Serves until `shutdown` resolves, then lets in-flight requests finish for up to `drain`.
-pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl Future<Output = ()>, drain: Duration) {
-    let graceful = GracefulShutdown::new();
-    let cap = connection_cap();
-    let permits = Arc::new(Semaphore::new(cap));
-    let open = Arc::new(Connections::with_cap(cap));
-    let per_address = open.per_address_max();
-    tokio::pin!(shutdown);
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = &mut shutdown => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(conn) => conn,
-            Err(err) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!(error = %err, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        bound_socket_buffers(&stream);
-        let address = auth::client_key(peer.ip());
-        // The share applies once the table is contested: fewer free places than one share.
-        let contested = permits.available_permits() < per_address;
-        if contested && open.held_by(address) >= per_address && open.close_idlest_of(address, 1) == 0 {
-            // Its share is serving clients that read, or requests not yet read: this one waits
-            // for nothing, refused at once.
-            tracing::debug!(%peer, "this address holds its share of connections, each busy; refused");
-            continue;
-        }
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                // At the cap: close the connections idle longest to make room for this one and
-                // the next few (one at a time, each accept would wait for a task to end, and a
-                // backlog of a thousand reopened connections took a scrape seconds to get
-                // through). When none can be closed (every one is serving a request or has one
-                // to read), wait for one to finish, looking again every RETRY_CLOSE_IDLEST: a
-                // connection whose request was unread may be idle again by then.
-                let permit = loop {
-                    let closed = open.close_idlest(CLOSE_AT_CAP);
-                    tracing::debug!(%peer, closed, "at the connection cap: closing the connections idle longest");
-                    tokio::select! {
-                        permit = permits.clone().acquire_owned() => break Some(permit),
-                        () = tokio::time::sleep(RETRY_CLOSE_IDLEST), if closed == 0 => {}
-                        () = &mut shutdown => break None,
-                    }
-                };
-                // The semaphore is never closed; an error would mean it was, so stop serving.
-                let Some(Ok(permit)) = permit else { break };
-                permit
-            }
-        };
-        let (state, watcher, place) =
-            (state.clone(), graceful.watcher(), open.open_from(Some(stream.as_raw_fd()), Some(address)));
-        tokio::spawn(async move {
-            tokio::select! {
-                () = connection(stream, peer, state, watcher, &place) => {}
-                () = place.closed() => tracing::debug!(%peer, "closed to make room for a new connection"),
-            }
-            // Out of the table before the permit lets another in.
-            drop(place);
-            drop(permit);
-        });
-    }
-    drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => tracing::debug!("all connections drained"),
-        () = tokio::time::sleep(drain) => tracing::warn!(?drain, "connections still open after the drain period; \
-            closing"),
-    }
-}
-
-/// The kernel's send buffer of a connection, asked for with `SO_SNDBUF` (the kernel doubles it
-/// for its bookkeeping, socket(7)); autotuned, it grew to 4 MiB (`tcp_wmem`'s maximum) for a
-/// client that never read. 256 KiB in flight still moves 500 MB/s at a 1 ms round trip, and a
-/// 37 MB scrape in under 4 s at 50 ms.
-const SEND_BUFFER_BYTES: libc::c_int = 256 << 10;
-/// The receive buffer: requests are a few hundred bytes, pipelined ones wait in it unread.
-const RECEIVE_BUFFER_BYTES: libc::c_int = 64 << 10;
-
-/// Bounds the kernel's buffers of an accepted connection (issue 24: 3.9 MiB a connection, and
-/// none of it charged to the unit's memory on cgroup v1). A failure leaves the kernel's
-/// defaults, as before.
-fn bound_socket_buffers(stream: &TcpStream) {
-    let fd = stream.as_raw_fd();
-    let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    for (option, bytes) in [(libc::SO_SNDBUF, SEND_BUFFER_BYTES), (libc::SO_RCVBUF, RECEIVE_BUFFER_BYTES)] {
-        // SAFETY: the accepted socket we own; the int lives across the call.
-        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, option, (&bytes as *const libc::c_int).cast(), len) };
-    }
-}
-
-/// What a plain HTTP client gets from a TLS port (the words Go's servers use).
-const PLAIN_HTTP_ON_TLS: &[u8] = b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: \
-    close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
-
-/// The first byte of every TLS connection: a handshake record.
-const TLS_HANDSHAKE_RECORD: u8 = 0x16;
-
-async fn connection(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    state: Arc<AppState>,
-    watcher: Watcher,
-    place: &Connection,
-) {
-    let Some(tls) = state.site().web.tls.clone() else {
-        serve_http(stream, peer, state, watcher, place).await;
-        return;
-    };
-    let mut first = [0u8; 1];
-    match tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)).await {
-        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
-        Ok(Ok(1)) => {
-            tracing::debug!(%peer, "plain HTTP on the TLS port; refused");
-            let _ = tokio::time::timeout(HEADER_READ_TIMEOUT, async {
-                let _ = stream.write_all(PLAIN_HTTP_ON_TLS).await;
-                let _ = stream.shutdown().await;
-            })
-            .await;
-            return;
-        }
-        _ => return,
-    }
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls_stream)) => serve_http(tls_stream, peer, state, watcher, place).await,
-        Ok(Err(err)) => tracing::debug!(%peer, error = %err, "TLS handshake failed"),
-        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-    }
-}
-
-async fn serve_http<I>(io: I, peer: SocketAddr, state: Arc<AppState>, watcher: Watcher, place: &Connection)
-where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let mut io = io;
-    // HTTP/2 with prior knowledge gets a GOAWAY saying HTTP/1.1 is required, not a silent close;
-    // the bytes read to tell are replayed to hyper. The header timeout covers both.
-    let started = Instant::now();
-    let first = match tokio::time::timeout(HEADER_READ_TIMEOUT, read_preface(&mut io)).await {
-        Ok(Ok((_, true))) => {
-            tracing::debug!(%peer, "HTTP/2 with prior knowledge; refused with GOAWAY HTTP_1_1_REQUIRED");
-            let _ = tokio::time::timeout(HEADER_READ_TIMEOUT, async {
-                let _ = io.write_all(&http2_refusal()).await;
-                let _ = io.shutdown().await;
-                // Closing with the client's frames unread would reset the connection, and the
-                // client could lose the GOAWAY with it: read what it sent until it closes.
-                let mut sink = [0u8; 4096];
-                let mut left: usize = 64 * 1024;
-                while left > 0 {
-                    match io.read(&mut sink).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => left = left.saturating_sub(n),
-                    }
-                }
-            })
-            .await;
-            return;
-        }
-        Ok(Ok((first, false))) => first,
-        Ok(Err(_)) | Err(_) => return,
-    };
-    let io = Rewind::new(first, io);
-    let header_timeout = HEADER_READ_TIMEOUT.saturating_sub(started.elapsed()).max(Duration::from_millis(100));
-    let requests = place.requests();
-    let service = service_fn(move |req| handle(req, peer, state.clone(), requests.clone()));
-    let conn = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
-        .max_header_size(MAX_HEADER_BYTES)
-        .max_headers(MAX_HEADERS)
-        .max_buf_size(MAX_BUF_BYTES)
-        .serve_connection(
-            TokioIo::new(WriteDeadline::counting(io, WRITE_STALL_TIMEOUT, place.progress().clone())),
-            service,
-        );
-    if let Err(err) = watcher.watch(conn).await {
-        tracing::debug!(%peer, error = %err, "connection ended with an error");
     }
 }
 
@@ -494,7 +157,7 @@ async fn delivered(progress: &Progress) -> bool {
     true
 }
 
-async fn handle(
+pub(super) async fn handle(
     req: Request<Incoming>,
     peer: SocketAddr,
     state: Arc<AppState>,
@@ -522,27 +185,23 @@ async fn respond(
     state: &AppState,
     site: &Arc<Site>,
 ) -> Response<Chunks> {
+    // What memory answers, and the wait for a turn in the address's line, hold no slot: a line
+    // of waiting clients must not take the slots of everyone else.
+    let turn = match &site.web.users {
+        None => None,
+        Some(_) => match state.auth.enter(&site.web, req.headers().get(AUTHORIZATION), peer.ip()).await {
+            Entry::Decided(Verdict::Allowed) => None,
+            Entry::Decided(verdict) => return refusal(verdict),
+            Entry::Check(turn) => Some(turn),
+        },
+    };
     let Some(_slot) = state.admit(site.max_requests) else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many concurrent requests (web.max_requests); try again.\n");
     };
-    if site.web.users.is_some() {
-        match state.auth.check(&site.web, req.headers().get(AUTHORIZATION), peer.ip()).await {
+    if let Some(turn) = turn {
+        match state.auth.verify(turn).await {
             Verdict::Allowed => {}
-            Verdict::Denied => {
-                let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
-                response
-                    .headers_mut()
-                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"memlock-exporter\""));
-                return response;
-            }
-            Verdict::Limited(wait) => {
-                let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too many failed logins; try again later.\n");
-                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
-                return response;
-            }
-            Verdict::Busy => {
-                return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many logins being checked; try again.\n");
-            }
+            verdict => return refusal(verdict),
         }
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -566,11 +225,23 @@ async fn respond(
     }
 }
 
-/// How a `/metrics` body is sent: gzip when the client accepts it (Prometheus always does).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Encoding {
-    Identity,
-    Gzip,
+/// The answer to a request the auth gate did not let in.
+fn refusal(verdict: Verdict) -> Response<Chunks> {
+    match verdict {
+        Verdict::Allowed | Verdict::Denied => {
+            let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"memlock-exporter\""));
+            response
+        }
+        Verdict::Limited(wait) => {
+            let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too many failed logins; try again later.\n");
+            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(wait.as_secs().max(1)));
+            response
+        }
+        Verdict::Busy => plain(StatusCode::SERVICE_UNAVAILABLE, "Too many logins being checked; try again.\n"),
+    }
 }
 
 async fn metrics(state: &AppState, site: &Site, progress: &Progress, encoding: Encoding) -> Response<Chunks> {
@@ -675,76 +346,12 @@ fn html_escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-/// A response body made of shared chunks, sent in order, with an exact length (so hyper sends
-/// `Content-Length`, not chunked encoding).
-///
-/// hyper hands the chunks to the socket as they are, without copying them: it queues them for
-/// vectored writes when the connection supports those (`proto/h1/io.rs`: `WriteStrategy::Queue`
-/// when `is_write_vectored`; tokio's `TcpStream`, `TokioIo` and tokio-rustls' server stream all
-/// say yes), and drops each once written. So a chunk lives until its last byte is in the socket,
-/// after the body itself has been dropped: what must last as long as a response is in flight
-/// (a busy connection, bytes reserved in the budget) is tied to the chunk, see [`held`].
-pub struct Chunks {
-    chunks: std::collections::VecDeque<Bytes>,
-    /// For a body without chunks.
-    guards: Vec<Box<dyn std::any::Any + Send>>,
-}
-
-impl Chunks {
-    pub fn new(chunks: impl IntoIterator<Item = Bytes>) -> Self {
-        Self { chunks: chunks.into_iter().filter(|c| !c.is_empty()).collect(), guards: Vec::new() }
-    }
-
-    /// Keeps `guard` alive until the whole body has been written (or the connection ends).
-    pub fn holding(mut self, guard: impl std::any::Any + Send) -> Self {
-        match self.chunks.pop_back() {
-            // Chunks are written in order: the last one is dropped last.
-            Some(last) => self.chunks.push_back(held(last, guard)),
-            None => self.guards.push(Box::new(guard)),
-        }
-        self
-    }
-}
-
-/// The same bytes, with `guard` dropped when the last reference to them (hyper's included) is.
-pub fn held(bytes: Bytes, guard: impl std::any::Any + Send) -> Bytes {
-    struct Held<G> {
-        bytes: Bytes,
-        _guard: G,
-    }
-    impl<G> AsRef<[u8]> for Held<G> {
-        fn as_ref(&self) -> &[u8] {
-            &self.bytes
-        }
-    }
-    Bytes::from_owner(Held { bytes, _guard: guard })
-}
-
-impl Body for Chunks {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.chunks.is_empty()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.chunks.iter().map(|c| c.len() as u64).sum())
-    }
-}
-
-/// The address actually bound, for logs (port 0 picks a free port).
-pub fn local_address(listener: &TcpListener) -> Option<SocketAddr> {
-    listener.local_addr().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::split_listen_address;
+    use connections::Connections;
+    use hyper::body::Body;
 
     /// A site serving `snapshot` at /metrics, without TLS or auth.
     fn test_site(snapshot: &Arc<Snapshot>, max_requests: usize) -> Site {
@@ -863,28 +470,6 @@ mod tests {
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
         drop(Chunks::new([]).holding(Flag(dropped.clone())));
         assert_eq!(dropped.load(Ordering::SeqCst), 2, "an empty body holds it itself");
-    }
-
-    #[tokio::test]
-    async fn a_new_snapshot_is_rendered_at_most_once_a_render_interval() {
-        let (renders, renderer) = (Renders::default(), Renderer::start());
-        let first = Arc::new(Snapshot::empty());
-        assert!(Arc::ptr_eq(&renders.serve(first.clone(), &renderer).await, &first), "nothing rendered yet: render it");
-        assert!(first.is_rendered());
-        let second = Arc::new(Snapshot::empty());
-        assert!(
-            Arc::ptr_eq(&renders.serve(second.clone(), &renderer).await, &first),
-            "the last render is recent: serve it"
-        );
-        assert!(!second.is_rendered(), "and render nothing");
-        renders.state().latest.as_mut().unwrap().1 -= RENDER_INTERVAL;
-        assert!(
-            Arc::ptr_eq(&renders.serve(second.clone(), &renderer).await, &second),
-            "a render interval later: the latest"
-        );
-        let third = Arc::new(Snapshot::empty());
-        let _ = third.text();
-        assert!(Arc::ptr_eq(&renders.serve(third.clone(), &renderer).await, &third), "rendered already: free to serve");
     }
 
     #[test]
