@@ -341,45 +341,91 @@ fn a_hostile_web_config_on_reload_is_refused_and_sigterm_does_not_wait_for_a_par
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let web = dir.join("web.yml");
-    let good = "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n";
-    std::fs::write(&web, good).unwrap();
-    let roots = fixtures();
-    let (procfs, sysfs) = (roots.join("proc"), roots.join("sys"));
-    let exporter = Exporter::start(&[
-        "--path.procfs",
-        procfs.to_str().unwrap(),
-        "--path.sysfs",
-        sysfs.to_str().unwrap(),
-        "--web.config.file",
-        web.to_str().unwrap(),
-    ]);
-    let hup = || {
-        // SAFETY: kill with the pid of our own child.
-        assert_eq!(unsafe { libc::kill(exporter.child.id() as i32, libc::SIGHUP) }, 0);
-    };
-    let count = |what: &str| exporter.log_text().matches(what).count();
-    let wait_count = |what: &str, n: usize| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while count(what) < n {
-            assert!(Instant::now() < deadline, "no {n} {what:?} in the log:\n{}", exporter.log_text());
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    };
+    let exporter = HostileWebExporter::start(&web);
 
     // 500 KB of nesting, which took about 80 s to parse: refused at once (the file watch
     // reloads), the old configuration kept.
     std::fs::write(&web, format!("basic_auth_users: {}{}\n", "[".repeat(250_000), "]".repeat(250_000))).unwrap();
-    wait_count("configuration reload failed", 1);
-    assert!(exporter.log_text().contains("larger than 262144 bytes"), "{}", exporter.log_text());
-    let m = exporter.metrics();
+    exporter.wait_count("configuration reload failed", 1);
+    let log = exporter.exporter.log_text();
+    assert!(log.contains("larger than 262144 bytes"), "{log}");
+    let m = exporter.exporter.metrics();
     assert_eq!(m.value("memlock_exporter_config_last_reload_successful"), 0.0);
+    let status = exporter.exporter.terminate();
+    assert!(status.success(), "{status:?}");
 
-    // How long the slowest allowed parse takes here (a debug build): from the log line that
-    // starts the reload to the one that ends it.
-    std::fs::write(&web, slowest_accepted_web_config()).unwrap();
-    wait_count("configuration reload failed", 2);
+    // Waiting for the parse takes most of it (less the moments since SIGHUP was seen: 0.8 of it
+    // when measured so) in every attempt; not waiting, a few tens of milliseconds against
+    // hundreds. Load only adds to a stop (140 ms against a 297 ms parse once, with six builds on
+    // both cores), never takes from it, so the least ratio of a few attempts is the one to judge:
+    // under half of the parse parts the two.
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let (parse, stop) = sigterm_during_the_slowest_parse(&web);
+        attempts.push(format!("{stop:?} of {parse:?}"));
+        if stop < parse / 2 {
+            eprintln!(
+                "web config reload: the slowest file allowed ({} bytes, 32 levels) reloads in {parse:?}; SIGTERM \
+                 during that reload stops the daemon in {stop:?} (attempts: {})",
+                slowest_accepted_web_config().len(),
+                attempts.join(", ")
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+    }
+    panic!("SIGTERM during a reload took at least half of its parse in every attempt, it waited for it: {attempts:?}");
+}
+
+/// The exporter on the fixtures with `web` as its web configuration, written good first.
+struct HostileWebExporter {
+    exporter: Exporter,
+}
+
+impl HostileWebExporter {
+    fn start(web: &Path) -> Self {
+        let good = "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n";
+        std::fs::write(web, good).unwrap();
+        let roots = fixtures();
+        let (procfs, sysfs) = (roots.join("proc"), roots.join("sys"));
+        let exporter = Exporter::start(&[
+            "--path.procfs",
+            procfs.to_str().unwrap(),
+            "--path.sysfs",
+            sysfs.to_str().unwrap(),
+            "--web.config.file",
+            web.to_str().unwrap(),
+        ]);
+        Self { exporter }
+    }
+
+    fn count(&self, what: &str) -> usize {
+        self.exporter.log_text().matches(what).count()
+    }
+
+    fn wait_count(&self, what: &str, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.count(what) < n {
+            assert!(Instant::now() < deadline, "no {n} {what:?} in the log:\n{}", self.exporter.log_text());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn hup(&self) {
+        // SAFETY: kill with the pid of our own child.
+        assert_eq!(unsafe { libc::kill(self.exporter.child.id() as i32, libc::SIGHUP) }, 0);
+    }
+}
+
+/// One exporter: how long the slowest allowed web configuration takes to parse here (a debug
+/// build: from the log line that starts the reload to the one that ends it), then how long
+/// SIGTERM takes to stop the daemon in the middle of the same reload.
+fn sigterm_during_the_slowest_parse(web: &Path) -> (Duration, Duration) {
+    let exporter = HostileWebExporter::start(web);
+    std::fs::write(web, slowest_accepted_web_config()).unwrap();
+    exporter.wait_count("configuration reload failed", 1);
     let parse = {
-        let log = exporter.log_text();
+        let log = exporter.exporter.log_text();
         let at = |what: &str| {
             let line = log.lines().rev().find(|l| l.contains(what)).unwrap();
             let time = line.split("\"timestamp\":\"").nth(1).unwrap().split('"').next().unwrap();
@@ -391,24 +437,14 @@ fn a_hostile_web_config_on_reload_is_refused_and_sigterm_does_not_wait_for_a_par
     };
 
     // SIGTERM in the middle of the same reload (unchanged files: SIGHUP reloads anyway).
-    let hups = count("SIGHUP received");
-    hup();
-    wait_count("SIGHUP received", hups + 1);
+    let hups = exporter.count("SIGHUP received");
+    exporter.hup();
+    exporter.wait_count("SIGHUP received", hups + 1);
     let sent = Instant::now();
-    let status = exporter.terminate();
+    let status = exporter.exporter.terminate();
     let stop = sent.elapsed();
     assert!(status.success(), "{status:?}");
-    // Waiting for the parse takes most of `parse` (less the moments since SIGHUP was seen: 0.8
-    // of it when measured so); not waiting, a few tens of milliseconds against hundreds, and
-    // 0.3 of it in a full run with other helpers' builds on both cores (80 ms against 270 ms):
-    // half of it parts the two.
-    assert!(stop < parse / 2, "SIGTERM took {stop:?}, the parse takes {parse:?}: the stop waited for it");
-    eprintln!(
-        "web config reload: the slowest file allowed ({} bytes, 32 levels) reloads in {parse:?}; SIGTERM during \
-         that reload stops the daemon in {stop:?}",
-        slowest_accepted_web_config().len()
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    (parse, stop)
 }
 
 /// A v1 memory cgroup delegated to a user (as systemd's `Delegate=` or Slurm's v1 step
