@@ -8,9 +8,9 @@
 #   drill      `drill --mode rdma` (ibv_reg_mr through the dlopened libibverbs) and `--mode pin`
 #              (io_uring) side by side, each refused with ENOMEM at 8 MiB and paged >= 2 s
 #              before; the rdma drill's 8 MRs are in `rdma resource show mr`.
-#   traffic    ibv_rc_pingpong on rxe0: the exporter's port counters equal sysfs, read while
-#              still; node_exporter's infiniband collector is scraped beside it and compared
-#              where it reads the device (1.5.0 cannot: rxe has no PMA counters/, said so).
+#   traffic    ibv_rc_pingpong from rxe1 to rxe0 across a veth pair: the exporter's port and hw
+#              counters of both equal sysfs, read while still, and equal node_exporter's
+#              (Debian unstable's 1.11, which reads hw_counters/) where both export a figure.
 #   check      `check` and `check --exec` with rxe0 ACTIVE and rxe1 DOWN: NCCL_IB_HCA selects
 #              the ports judged (a DOWN port is a WARN: NCCL skips it; no port left is a WARN,
 #              a FAIL with NCCL_NET=IB), --nics counts the ACTIVE selected ones, memlock.soft FAILs for uid 1000 at 8 MiB and `--exec` then does
@@ -255,40 +255,72 @@ def sysfs(path):
     out = {}
     for line in open(path):
         name, value = line.split()
-        kind, counter = name.split("/")[-2:]
-        out[(kind, counter)] = int(value)
+        parts = name.split("/")
+        out[(parts[4], parts[-2], parts[-1])] = int(value)
+    return out
+def series(path, pattern):
+    out = []
+    for line in open(path):
+        m = re.match(pattern, line)
+        if m:
+            out.append(((m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))), float(m.group(3))))
     return out
 before, after = sysfs(f"{d}/sysfs-before.txt"), sysfs(f"{d}/sysfs-after.txt")
 errors = []
+# Still between the two reads, so both scrapes (taken between them) saw these values.
 if before != after:
     errors.append("the counters moved while they were read")
-ours = {}
-for line in open(f"{d}/exporter-metrics.txt"):
-    m = re.match(r'^memlock_rdma_(hw|port)_stat_total\{([^}]*)\} (\S+)$', line)
-    if m:
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-        if labels.get("device") == "rxe0" and labels.get("port") == "1":
-            ours[("hw_counters" if m.group(1) == "hw" else "counters", labels["counter"])] = float(m.group(3))
+ours, state = {}, {}
+for (kind, labels), value in series(f"{d}/exporter-metrics.txt",
+                                    r'^memlock_rdma_(hw_stat_total|port_stat_total|port_state|port_phys_state|'
+                                    r'port_rate_bytes_per_second)\{([^}]*)\} (\S+)$'):
+    if labels.get("port") != "1":
+        continue
+    if kind.endswith("stat_total"):
+        ours[(labels["device"], "hw_counters" if kind == "hw_stat_total" else "counters", labels["counter"])] = value
+    else:
+        state[(labels["device"], kind)] = value
 for key, value in after.items():
-    if key == ("hw_counters", "lifespan"):
+    if key[2] == "lifespan":
         continue
     if ours.get(key) != value:
-        errors.append(f"{key[0]}/{key[1]}: sysfs {value}, exported {ours.get(key)}")
-for counter in ("sent_pkts", "rcvd_pkts", "rdma_sends", "rdma_recvs"):
-    if after.get(("hw_counters", counter), 0) <= 0:
-        errors.append(f"{counter} is 0: no traffic")
+        errors.append(f"{key[0]} {key[1]}/{key[2]}: sysfs {value}, exported {ours.get(key)}")
+for dev in ("rxe0", "rxe1"):
+    for counter in ("sent_pkts", "rcvd_pkts", "rdma_sends", "rdma_recvs"):
+        if after.get((dev, "hw_counters", counter), 0) <= 0:
+            errors.append(f"{dev} {counter} is 0: no traffic")
+sent = sum(int(n) for n in re.findall(r"TX:.*\n\s+\d+\s+(\d+)", open(f"{d}/veth1-stats.txt").read()))
+if sent < 400:
+    errors.append(f"veth1 sent {sent} packets: the traffic did not cross the veth pair")
+# node_exporter >= 1.11 reads hw_counters/, but only the names in procfs's InfiniBandHwCounters
+# (mlx5's): of rxe's it has duplicate_request alone. lifespan it exports as seconds, divided as
+# an integer (10 ms -> 0), and it is no counter (the exporter leaves it out). The port's state,
+# physical state and rate both export from the same files.
 node = open(f"{d}/node-exporter-metrics.txt").read()
-ok = re.search(r'^node_scrape_collector_success\{collector="infiniband"\} 1$', node, re.M)
-if ok:
-    theirs = {m.group(1): float(m.group(2)) for m in re.finditer(
-        r'^node_infiniband_(\w+)\{device="rxe0",port="1"\} (\S+)$', node, re.M)}
-    print(f"node_exporter infiniband series for rxe0: {len(theirs)}")
-else:
-    reason = [l for l in open(f"{d}/node_exporter.log") if "infiniband" in l and ("err" in l.lower())]
-    print("node_exporter's infiniband collector fails on rxe0 (node_scrape_collector_success 0): "
-          + (reason[0].strip() if reason else "no reason logged"))
-print(f"rxe0 after ibv_rc_pingpong: sent_pkts {after[('hw_counters', 'sent_pkts')]}, rcvd_pkts "
-      f"{after[('hw_counters', 'rcvd_pkts')]}; {len(after) - 1} sysfs counters, each equal to the exporter's")
+if not re.search(r'^node_scrape_collector_success\{collector="infiniband"\} 1$', node, re.M):
+    errors.append("node_exporter's infiniband collector failed: "
+                  + "".join(l for l in open(f"{d}/node_exporter.log") if "infiniband" in l)[:500])
+theirs = {(labels.get("device"), name): value for (name, labels), value in series(
+    f"{d}/node-exporter-metrics.txt", r'^node_infiniband_(\w+)\{([^}]*)\} (\S+)$')
+    if labels.get("port") == "1"}
+compared = 0
+for dev in ("rxe0", "rxe1"):
+    pairs = [("duplicate_requests_packets_total", ours.get((dev, "hw_counters", "duplicate_request")),
+              after.get((dev, "hw_counters", "duplicate_request"))),
+             ("state_id", state.get((dev, "port_state")), None),
+             ("physical_state_id", state.get((dev, "port_phys_state")), None),
+             ("rate_bytes_per_second", state.get((dev, "port_rate_bytes_per_second")), None)]
+    for name, mine, file in pairs:
+        compared += 1
+        if theirs.get((dev, name)) is None or theirs.get((dev, name)) != mine or (file is not None and file != mine):
+            errors.append(f"{dev} node_infiniband_{name} {theirs.get((dev, name))}, exported {mine}, sysfs {file}")
+began, ended = (float(open(f"{d}/scrapes-{n}").read()) for n in ("began", "ended"))
+version = open(f"{d}/node_exporter.version").readline().strip()
+print(f"rxe1 -> rxe0 over veth1 ({sent} packets): rxe0 rcvd_pkts {after[('rxe0', 'hw_counters', 'rcvd_pkts')]}, "
+      f"rxe1 sent_pkts {after[('rxe1', 'hw_counters', 'sent_pkts')]}; {len(after) - 2} sysfs counters of both "
+      f"devices equal the exporter's; {version}: {compared} series equal the exporter's (duplicate_request, state, "
+      f"physical state, rate of each port), scrapes within {ended - began:.1f} s while still")
+print("moving rxe1 to a network namespace: " + " / ".join(open(f"{d}/netns-move.txt").read().split("\n")[:3]))
 sys.exit("; ".join(errors) or None)
 PY
 }

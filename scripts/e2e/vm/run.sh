@@ -28,7 +28,7 @@
 #                              is in --out DIR afterwards, with console.log (the serial
 #                              console), scenario.log (its output), dmesg.txt and rc
 #   bash, busybox, ip, rdma, curl, setpriv, prlimit, ibv_devinfo, ibv_rc_pingpong, ib_write_bw,
-#   prometheus-alertmanager, prometheus-node-exporter; modules loaded: rdma_rxe, ib_uverbs,
+#   prometheus-alertmanager, prometheus-node-exporter (Debian unstable's); modules loaded: rdma_rxe, ib_uverbs,
 #   dummy, veth (MEMLOCK_VM_MODULES="a b" loads more); /sys/fs/cgroup is cgroup2;
 #   /sys/kernel/tracing is tracefs; user mrtest is uid 1000.
 #
@@ -75,6 +75,7 @@ exec 9> "$VM_CACHE/lock"
 flock 9
 vm_install_tools || harness_fail "tools"
 vm_kernel || harness_fail "kernel"
+vm_node_exporter || harness_fail "node_exporter"
 vm_base || harness_fail "base initramfs"
 sink=$(vm_helper webhook_sink) || harness_fail "webhook_sink.c"
 ramp=$(vm_helper mr_ramp) || harness_fail "mr_ramp.c"
