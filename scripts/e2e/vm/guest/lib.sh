@@ -3,7 +3,7 @@
 # guest has no network but lo and what a scenario creates, no Python; the exporter is
 # /vm/bin/memlock-exporter, files put in /vm/out are left on the host (run.sh --out).
 
-VM_OUT=/vm/out
+VM_OUT=${VM_OUT:-/vm/out}
 EXPORTER=/vm/bin/memlock-exporter
 VM_PIDS=()
 
@@ -24,13 +24,16 @@ now() { echo "$EPOCHREALTIME"; }
 # wait_for SECONDS DESCRIPTION COMMAND...: until COMMAND succeeds (every 0.2 s), else fails the
 # scenario naming DESCRIPTION. The deadline (wall time, not tries: one curl takes most of a
 # second under TCG) is for hangs only: TCG is slow and the host shared.
+# Waits of a second or more are logged with their length: where a scenario's time goes.
 wait_for() {
-    local deadline=$((SECONDS + $1)) what=$2
+    local deadline=$((SECONDS + $1)) what=$2 began=$EPOCHREALTIME
     shift 2
     while ! "$@" >/dev/null 2>&1; do
         [ $SECONDS -lt $deadline ] || vm_fail "timed out waiting for $what"
         sleep 0.2
     done
+    awk -v a="$began" -v b="$EPOCHREALTIME" -v w="$what" \
+        'BEGIN {if (b - a >= 1) printf "[waited %.1fs] %s\n", b - a, w}'
 }
 
 # setup_rxe NAME NETDEV: a soft-RoCE device NAME over a new dummy NETDEV, up, waited ACTIVE.
