@@ -46,8 +46,9 @@ vm() {
     local group=$1 begun=$SECONDS status name copies=(--copy "$VM/scenarios:scenarios") names
     IFS=+ read -ra names <<< "$group"
     if [[ "+$group+" == *+live_tests+* ]]; then
+        # 3 GiB: live_drill's tests ramp 1025 MiB in one step and want it under half of MemAvailable.
         copies+=(--copy "$INTEGRATION:integration" --copy "$ROOT/tests/fixtures:fixtures"
-            --copy "$E2E_TMP/live-tests.args")
+            --copy "$E2E_TMP/live-tests.args" --memory 3G)
     fi
     bash "$VM/run.sh" --exporter "$BIN" --out "$E2E_TMP/vm-$group" --timeout $((240 * ${#names[@]})) "${copies[@]}" \
         "$VM/scenarios/sequence.sh" "${names[@]}"
@@ -341,7 +342,7 @@ check_live_tests() {
 # ramps. VM_SCENARIOS lists the VMs, each the names of the scenarios it runs in turn joined by
 # + (a boot, an Alertmanager and an exporter are most of a short scenario's CPU, on a host
 # whose two cores all the VMs share), so the step takes about as long as its longest VM.
-read -ra groups <<< "${VM_SCENARIOS:-cgroup mr_enomem+check+live_tests drill+traffic}"
+read -ra groups <<< "${VM_SCENARIOS:-cgroup+drill mr_enomem+check+traffic live_tests}"
 if [[ " ${groups[*]} " == *live_tests* ]]; then
     # The integration tests' binary as scripts/test.sh built it (cargo test), with the paths
     # compiled into it: scenarios/live_tests.sh links them to the guest's copies.
@@ -354,7 +355,11 @@ for line in sys.stdin:
     [ -x "$INTEGRATION" ] || fail "no integration test binary (cargo test --no-run --test integration)"
     strip -o "$E2E_TMP/integration" "$INTEGRATION" || fail "strip $INTEGRATION"
     INTEGRATION=$E2E_TMP/integration
-    read -ra filters <<< "${VM_LIVE_TESTS:-live_}"
+    # The live tests but live_process's and one of live_node's, which start python3 (the guest
+    # has none), live_cgroup's (cgroup v1 only: they skip themselves here), and the timing of
+    # `check` against 40,000 variables (minutes under TCG, and no kernel file in it).
+    read -ra filters <<< "${VM_LIVE_TESTS:-live_rdma:: live_check:: live_drill:: live_failures:: live_node:: \
+        --skip check_time_grows_linearly --skip mlock_in_a_child_raises_node_mlocked_bytes}"
     printf '%s\n' "$BIN" "$ROOT" "${filters[@]}" > "$E2E_TMP/live-tests.args"
 fi
 parallel=${VM_PARALLEL:-${#groups[@]}}

@@ -13,6 +13,7 @@
 #                       /vm/bin/memlock-exporter
 #   --out DIR           leave the guest's /vm/out in DIR (default: a new /tmp/memlock-vm.*/out,
 #                       printed at the end)
+#   --memory SIZE       the guest's memory (QEMU -m; default 1G)
 #   --timeout SECONDS   the scenario's limit inside the guest (default 240); the VM gets 300 s
 #                       more to boot and power off (TCG on a shared CPU boots in 5-30 s)
 #   --prepare           only install the tools and build the cached assets; no VM
@@ -51,6 +52,7 @@ copies=()
 exporter=${MEMLOCK_EXPORTER_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/memlock-exporter}
 out=""
 limit=240
+memory=1G
 prepare=0
 while [ $# -gt 0 ]; do
     case $1 in
@@ -58,6 +60,7 @@ while [ $# -gt 0 ]; do
         --exporter) exporter=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --timeout) limit=$2; shift 2 ;;
+        --memory) memory=$2; shift 2 ;;
         --prepare) prepare=1; shift ;;
         --) shift; break ;;
         -*) harness_fail "unknown option $1 (see the top of $0)" ;;
@@ -135,7 +138,7 @@ rm -rf "$run/initrd"
 console=$run/out/console.log
 vm_log "booting $VM_KVER (TCG), scenario $(basename "$scenario"), console in $console"
 booted=$SECONDS
-timeout -k 10 $((limit + 300)) qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1G \
+timeout -k 10 $((limit + 300)) qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m "$memory" \
     -display none -monitor none -serial "file:$console" -nic none -no-reboot \
     -kernel "$VM_KERNEL_ROOT/boot/vmlinuz-$VM_KVER" -initrd "$run/initrd.img" \
     -append "console=ttyS0 rdinit=/init panic=-1 quiet mitigations=off" \

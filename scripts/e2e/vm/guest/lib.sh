@@ -99,7 +99,7 @@ start_exporter() {
 }
 
 # scrape [FILE]: the exporter's /metrics to FILE (default stdout).
-scrape() { curl -fsS "$EXPORTER_URL/metrics" -o "${1:-/dev/stdout}"; }
+scrape() { curl -fsS "$EXPORTER_URL/metrics" ${1:+-o "$1"}; }
 
 # metric_is NAME VALUE LABEL=\"V\"...: true when a series NAME of the exporter's /metrics has
 # every given label text and the value VALUE (labels in any order).

@@ -54,6 +54,7 @@ done
     rdma system set netns exclusive && echo "rdma system set netns exclusive: ok"
     ip netns add ns1
     rdma dev set rxe1 netns ns1 && echo "rdma dev set rxe1 netns ns1: ok"
+    ip netns delete ns1
     rdma system set netns shared
     rdma system show
 } > "$VM_OUT/netns-move.txt" 2>&1
@@ -110,7 +111,7 @@ sysfs_counters > "$VM_OUT/sysfs-before.txt"
 # exported_equal FILE: true when one scrape has every counter of FILE (sysfs_counters) at its
 # value (lifespan, no counter, left out by the exporter).
 exported_equal() {
-    scrape | awk 'NR == FNR {
+    curl -fsS "$EXPORTER_URL/metrics" | awk 'NR == FNR {
             n = split($1, p, "/"); if (p[n] == "lifespan") next
             kind = p[n - 1] == "hw_counters" ? "hw" : "port"
             want["memlock_rdma_" kind "_stat_total{device=\"" p[5] "\",port=\"1\",counter=\"" p[n] "\"} " $2] = 1
@@ -119,7 +120,10 @@ exported_equal() {
         $0 in want {delete want[$0]}
         END {for (w in want) exit 1}' "$1" -
 }
-wait_for 60 "the exporter's sample of every counter" exported_equal "$VM_OUT/sysfs-before.txt"
+if ! (wait_for 60 "the exporter's sample of every counter" exported_equal "$VM_OUT/sysfs-before.txt"); then
+    scrape "$VM_OUT/exporter-metrics.txt"
+    vm_fail "the exporter's counters (exporter-metrics.txt) are not sysfs's (sysfs-before.txt)"
+fi
 # Both scrapes in the same second, between two reads of sysfs that must be equal.
 now > "$VM_OUT/scrapes-began"
 scrape "$VM_OUT/exporter-metrics.txt" &
