@@ -16,7 +16,9 @@
 #              a FAIL with NCCL_NET=IB), --nics counts the ACTIVE selected ones, memlock.soft FAILs for uid 1000 at 8 MiB and `--exec` then does
 #              not start the command; as root (CAP_IPC_LOCK) the command runs.
 # Prints the time the assets took (cold: downloads and builds; warm: cached) and each VM's.
-# VM_SCENARIOS="a b" runs only those; VM_PARALLEL=n runs at most n VMs at once (default all).
+# VM_SCENARIOS="a+b c" runs those, a and b in turn in one VM, c in another (default: all, in
+# three VMs; below); VM_PARALLEL=n runs at most n VMs at once (default all). VM_FAILURES_BESIDE=1
+# runs scripts/e2e/vm_failures.sh at the same time (scripts/test.sh does).
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.bash
 source "$(dirname "$0")/lib.bash"
@@ -31,8 +33,20 @@ if command -v shellcheck >/dev/null; then
 fi
 
 started=$SECONDS
+export MEMLOCK_VM_PREPARED=$E2E_TMP/prepared.env
 bash "$VM/run.sh" --prepare || fail "the VM's assets could not be prepared (above)"
 log "assets prepared in $((SECONDS - started))s"
+# VM_FAILURES_BESIDE=1 (scripts/test.sh): scripts/e2e/vm_failures.sh runs now, its VM beside
+# these (the VM step's time is its longest VM's, not the sum of two scripts').
+if [ "${VM_FAILURES_BESIDE:-0}" = 1 ]; then
+    (
+        begun=$SECONDS
+        bash "$ROOT/scripts/e2e/vm_failures.sh" > "$E2E_TMP/vm_failures.log" 2>&1
+        echo $? > "$E2E_TMP/vm_failures.status"
+        log "vm_failures.sh: $((SECONDS - begun))s" >> "$E2E_TMP/vm_failures.log"
+    ) &
+    failures_pid=$!
+fi
 
 rc=0
 # The delivery bound of check_lead.py (exporter log line to webhook): 2 s on the host; in the
@@ -50,7 +64,10 @@ vm() {
         copies+=(--copy "$INTEGRATION:integration" --copy "$ROOT/tests/fixtures:fixtures"
             --copy "$E2E_TMP/live-tests.args" --memory 3G)
     fi
-    bash "$VM/run.sh" --exporter "$BIN" --out "$E2E_TMP/vm-$group" --timeout $((240 * ${#names[@]})) "${copies[@]}" \
+    # 240 s a scenario, the live tests 480 (130 s alone, 250 s beside three VMs at a load of 12).
+    local limit=$((240 * ${#names[@]}))
+    [[ "+$group+" == *+live_tests+* ]] && limit=$((limit + 240))
+    bash "$VM/run.sh" --exporter "$BIN" --out "$E2E_TMP/vm-$group" --timeout "$limit" "${copies[@]}" \
         "$VM/scenarios/sequence.sh" "${names[@]}"
     status=$?
     for name in "${names[@]}"; do ln -sfn "vm-$group/$name" "$E2E_TMP/$name"; done
@@ -388,5 +405,16 @@ for i in "${!groups[@]}"; do
         fi
     done
 done
+if [ -n "${failures_pid:-}" ]; then
+    wait "$failures_pid"
+    echo "--- scripts/e2e/vm_failures.sh (beside)"
+    cat "$E2E_TMP/vm_failures.log"
+    if [ "$(cat "$E2E_TMP/vm_failures.status" 2>/dev/null)" = 0 ]; then
+        log "vm_failures.sh: ok"
+    else
+        echo "FAIL: scripts/e2e/vm_failures.sh"
+        rc=1
+    fi
+fi
 log "VM step: $((SECONDS - started))s"
 exit $rc
