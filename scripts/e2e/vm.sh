@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end inside a VM booting Debian's 6.1 kernel with real soft-RoCE and cgroup v2
-# (scripts/e2e/vm/run.sh, docs/vm.md). Each scenario runs in a fresh VM; the guest leaves its
-# files in $E2E_TMP/<scenario>/ and this script checks them on the host:
+# (scripts/e2e/vm/run.sh, docs/vm.md). Scenarios run in VMs side by side, several in turn in one
+# VM (scenarios/sequence.sh); the guest leaves each one's files in $E2E_TMP/<scenario>/ and this
+# script checks them on the host:
 #   mr_enomem  the seed's failure: ibv_reg_mr refused with ENOMEM under an 8 MiB RLIMIT_MEMLOCK;
 #              the fast path pages through Alertmanager >= 2 s before; VmPin, the exported
 #              pinned bytes and the MR bytes agree; per-process MRs equal `rdma resource show mr`.
@@ -13,8 +14,11 @@
 #              (Debian unstable's 1.11, which reads hw_counters/) where both export a figure.
 #   check      `check` and `check --exec` with rxe0 ACTIVE and rxe1 DOWN: NCCL_IB_HCA selects
 #              the ports judged (a DOWN port is a WARN: NCCL skips it; no port left is a WARN,
-#              a FAIL with NCCL_NET=IB), --nics counts the ACTIVE selected ones, memlock.soft FAILs for uid 1000 at 8 MiB and `--exec` then does
-#              not start the command; as root (CAP_IPC_LOCK) the command runs.
+#              a FAIL with NCCL_NET=IB), --nics counts the ACTIVE selected ones, memlock.soft
+#              FAILs for uid 1000 at 8 MiB and `--exec` then does not start the command; as root
+#              (CAP_IPC_LOCK) the command runs.
+#   cgroup     a Kubernetes-shaped pod and a Slurm-shaped step on cgroup v2 (scenarios/cgroup.sh).
+#   live_tests the integration binary's live tests on the 6.1 kernel (VM_LIVE_TESTS: filters).
 # Prints the time the assets took (cold: downloads and builds; warm: cached) and each VM's.
 # VM_SCENARIOS="a+b c" runs those, a and b in turn in one VM, c in another (default: all, in
 # three VMs; below); VM_PARALLEL=n runs at most n VMs at once (default all). VM_FAILURES_BESIDE=1
