@@ -45,7 +45,9 @@ log "assets prepared in $((SECONDS - started))s"
 if [ "${VM_FAILURES_BESIDE:-0}" = 1 ]; then
     (
         begun=$SECONDS
-        bash "$ROOT/scripts/e2e/vm_failures.sh" > "$E2E_TMP/vm_failures.log" 2>&1
+        # The exporter this step tests, built: vm_failures.sh builds it otherwise (a cargo run,
+        # 20 to 40 s on a loaded host, before its VM boots).
+        MEMLOCK_EXPORTER_BIN=$BIN bash "$ROOT/scripts/e2e/vm_failures.sh" > "$E2E_TMP/vm_failures.log" 2>&1
         echo $? > "$E2E_TMP/vm_failures.status"
         log "vm_failures.sh: $((SECONDS - begun))s" >> "$E2E_TMP/vm_failures.log"
     ) &
@@ -58,12 +60,30 @@ rc=0
 # several times slower than the host and slower still with four VMs on a shared CPU (2.09 s
 # seen once). The VM's targets are the lead times, which stay as the issue sets them.
 export MAX_DELIVERY=${MAX_DELIVERY:-5}
+# integration_binary: INTEGRATION, a stripped copy of the integration tests' binary as
+# scripts/test.sh built it (cargo test), with the paths compiled into it: scenarios/live_tests.sh
+# links them to the guest's copies.
+integration_binary() {
+    INTEGRATION=$(cd "$ROOT" && cargo test --locked --no-run --test integration --message-format=json 2>/dev/null |
+        python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "integration":
+        print(m["executable"])')
+    [ -x "$INTEGRATION" ] || { echo "no integration test binary (cargo test --no-run --test integration)"; return 1; }
+    strip -o "$E2E_TMP/integration" "$INTEGRATION" || { echo "strip $INTEGRATION failed"; return 1; }
+    INTEGRATION=$E2E_TMP/integration
+}
+
 # vm GROUP: runs the scenarios of GROUP (names joined by +) one after the other in one VM
 # (scenarios/sequence.sh), leaving each one's files in $E2E_TMP/NAME.
 vm() {
     local group=$1 begun=$SECONDS status name copies=(--copy "$VM/scenarios:scenarios") names
     IFS=+ read -ra names <<< "$group"
     if [[ "+$group+" == *+live_tests+* ]]; then
+        # Here, in this VM's own job: cargo takes seconds to find the binary fresh, and the
+        # other VMs need not wait for it.
+        integration_binary || return 125
         # 3 GiB: live_drill's tests ramp 1025 MiB in one step and want it under half of MemAvailable.
         copies+=(--copy "$INTEGRATION:integration" --copy "$ROOT/tests/fixtures:fixtures"
             --copy "$E2E_TMP/live-tests.args" --memory 3G)
@@ -365,17 +385,6 @@ check_live_tests() {
 # whose two cores all the VMs share), so the step takes about as long as its longest VM.
 read -ra groups <<< "${VM_SCENARIOS:-cgroup+drill mr_enomem+check+traffic live_tests}"
 if [[ " ${groups[*]} " == *live_tests* ]]; then
-    # The integration tests' binary as scripts/test.sh built it (cargo test), with the paths
-    # compiled into it: scenarios/live_tests.sh links them to the guest's copies.
-    INTEGRATION=$(cd "$ROOT" && cargo test --locked --no-run --test integration --message-format=json 2>/dev/null |
-        python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "integration":
-        print(m["executable"])')
-    [ -x "$INTEGRATION" ] || fail "no integration test binary (cargo test --no-run --test integration)"
-    strip -o "$E2E_TMP/integration" "$INTEGRATION" || fail "strip $INTEGRATION"
-    INTEGRATION=$E2E_TMP/integration
     # The live tests but live_process's and one of live_node's, which start python3 (the guest
     # has none), live_cgroup's (cgroup v1 only: they skip themselves here), and the timing of
     # `check` against 40,000 variables (minutes under TCG, and no kernel file in it).
