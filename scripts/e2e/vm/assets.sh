@@ -11,12 +11,12 @@ MULTIARCH=x86_64-linux-gnu
 
 # Debian packages the harness needs on the host: QEMU, and what it copies into the guest.
 VM_PACKAGES=(qemu-system-x86 busybox-static cpio gcc libc6-dev libibverbs-dev ibverbs-providers ibverbs-utils
-    perftest iproute2 curl util-linux bash kmod prometheus-alertmanager prometheus-node-exporter)
+    perftest iproute2 curl util-linux bash kmod prometheus-alertmanager)
 
 # Executables copied into the guest (at the same path) with the libraries ldd names.
 VM_BINARIES=(/usr/bin/bash /usr/sbin/ip /usr/bin/rdma /usr/bin/curl /usr/bin/setpriv /usr/bin/prlimit
     /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw /usr/bin/ib_send_bw
-    /usr/bin/prometheus-alertmanager /usr/bin/prometheus-node-exporter)
+    /usr/bin/prometheus-alertmanager)
 # Loaded with dlopen, so ldd does not name them: libibverbs' provider for rxe and its config,
 # and libibverbs itself for `drill --mode rdma`. libgcc_s: the exporter's unwinder.
 VM_DLOPENED=("/usr/lib/$MULTIARCH/libibverbs/librxe-rdmav34.so" "/usr/lib/$MULTIARCH/libibverbs.so.1"
@@ -80,6 +80,47 @@ vm_kernel() {
     touch "$VM_KERNEL_ROOT/.done"
 }
 
+# vm_node_exporter: sets VM_NODE_EXPORTER, node_exporter from Debian unstable (a static Go
+# binary), installed in the guest as /usr/bin/prometheus-node-exporter. Debian 12's 1.5.0 reads
+# only ports/*/counters/, which rxe lacks (rxe has hw_counters/ alone); node_exporter reads
+# hw_counters/ from 1.11.0 (collector/infiniband_linux.go, commit f3154c97, with procfs's
+# parseInfiniBandHwCounters in sysfs/class_infiniband.go, which parses counters/ only where it
+# exists since procfs 0.17.0). The cached copy is used as long as it is there: unstable moves,
+# and a step must not depend on today's archive. apt-get checks the .deb against the signed
+# Packages file; the SHA256 is compared once more here.
+VM_NODE_EXPORTER_SUITE=${MEMLOCK_VM_NODE_EXPORTER_SUITE:-sid}
+vm_node_exporter() {
+    VM_NODE_EXPORTER=$(find "$VM_CACHE" -maxdepth 2 -path '*/node-exporter-*/prometheus-node-exporter' 2>/dev/null |
+        sort -V | tail -1)
+    [ -n "$VM_NODE_EXPORTER" ] && return 0
+    local apt=$VM_CACHE/apt-$VM_NODE_EXPORTER_SUITE opts version sha tmp
+    mkdir -p "$apt/lists/partial" "$apt/archives/partial"
+    echo "deb http://deb.debian.org/debian $VM_NODE_EXPORTER_SUITE main" > "$apt/sources.list"
+    opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt" -o Dir::State::status=/dev/null)
+    vm_log "fetching prometheus-node-exporter from Debian $VM_NODE_EXPORTER_SUITE"
+    apt-get "${opts[@]}" update -qq > "$apt/update.log" 2>&1 ||
+        { cat "$apt/update.log" >&2; vm_log "FAILED: apt-get update ($VM_NODE_EXPORTER_SUITE)"; return 1; }
+    version=$(apt-cache "${opts[@]}" show prometheus-node-exporter | awk '/^Version:/ {print $2; exit}')
+    sha=$(apt-cache "${opts[@]}" show "prometheus-node-exporter=$version" | awk '/^SHA256:/ {print $2; exit}')
+    if [ -z "$version" ] || [ -z "$sha" ]; then
+        vm_log "FAILED: no prometheus-node-exporter in Debian $VM_NODE_EXPORTER_SUITE"
+        return 1
+    fi
+    tmp=$(mktemp -d "$VM_CACHE/download.XXXXXX")
+    (cd "$tmp" && apt-get "${opts[@]}" download "prometheus-node-exporter=$version" > download.log 2>&1) ||
+        { cat "$tmp/download.log" >&2; rm -rf "$tmp"; vm_log "FAILED: apt-get download node_exporter"; return 1; }
+    echo "$sha  $(echo "$tmp"/prometheus-node-exporter_*.deb)" | sha256sum -c --quiet ||
+        { rm -rf "$tmp"; vm_log "FAILED: prometheus-node-exporter $version: SHA256 differs from Packages"; return 1; }
+    dpkg-deb -x "$tmp"/prometheus-node-exporter_*.deb "$tmp/root" ||
+        { rm -rf "$tmp"; vm_log "FAILED: dpkg-deb -x node_exporter"; return 1; }
+    mkdir -p "$VM_CACHE/node-exporter-$version"
+    mv "$tmp/root/usr/bin/prometheus-node-exporter" "$VM_CACHE/node-exporter-$version/" ||
+        { rm -rf "$tmp"; vm_log "FAILED: no /usr/bin/prometheus-node-exporter in the .deb"; return 1; }
+    rm -rf "$tmp" "$apt"
+    VM_NODE_EXPORTER=$VM_CACHE/node-exporter-$version/prometheus-node-exporter
+}
+
 # vm_copy_with_libs STAGE PATH...: copies each file to the same path under STAGE (symlinks
 # followed), with every library ldd names for it.
 vm_copy_with_libs() {
@@ -102,7 +143,7 @@ vm_copy_with_libs() {
 vm_base() {
     local key
     key=$({
-        echo "$VM_KVER ${VM_MODULES[*]}"
+        echo "$VM_KVER ${VM_MODULES[*]} $VM_NODE_EXPORTER"
         cat "${BASH_SOURCE[0]}" "$VM_DIR"/guest/*
         dpkg-query -W -f '${Package} ${Version}\n' "${VM_PACKAGES[@]}" 2>/dev/null
     } | sha256sum | cut -c1-16)
@@ -132,6 +173,7 @@ vm_base() {
     [[ $(ldd /usr/bin/busybox 2>&1) == *"not a dynamic executable"* ]] ||
         { vm_log "FAILED: /usr/bin/busybox is not static (install busybox-static)"; return 1; }
     vm_copy_with_libs "$stage" "${VM_BINARIES[@]}" "${VM_DLOPENED[@]}" || return 1
+    install -m 0755 "$VM_NODE_EXPORTER" "$stage/usr/bin/prometheus-node-exporter"
     local file
     for file in "${VM_FILES[@]}"; do
         [ -e "$file" ] || { vm_log "FAILED: $file is missing"; return 1; }

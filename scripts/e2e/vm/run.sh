@@ -13,6 +13,7 @@
 #                       /vm/bin/memlock-exporter
 #   --out DIR           leave the guest's /vm/out in DIR (default: a new /tmp/memlock-vm.*/out,
 #                       printed at the end)
+#   --memory SIZE       the guest's memory (QEMU -m; default 1G)
 #   --timeout SECONDS   the scenario's limit inside the guest (default 240); the VM gets 300 s
 #                       more to boot and power off (TCG on a shared CPU boots in 5-30 s)
 #   --prepare           only install the tools and build the cached assets; no VM
@@ -28,7 +29,7 @@
 #                              is in --out DIR afterwards, with console.log (the serial
 #                              console), scenario.log (its output), dmesg.txt and rc
 #   bash, busybox, ip, rdma, curl, setpriv, prlimit, ibv_devinfo, ibv_rc_pingpong, ib_write_bw,
-#   prometheus-alertmanager, prometheus-node-exporter; modules loaded: rdma_rxe, ib_uverbs,
+#   prometheus-alertmanager, prometheus-node-exporter (Debian unstable's); modules loaded: rdma_rxe, ib_uverbs,
 #   dummy, veth (MEMLOCK_VM_MODULES="a b" loads more); /sys/fs/cgroup is cgroup2;
 #   /sys/kernel/tracing is tracefs; user mrtest is uid 1000.
 #
@@ -51,6 +52,7 @@ copies=()
 exporter=${MEMLOCK_EXPORTER_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/memlock-exporter}
 out=""
 limit=240
+memory=1G
 prepare=0
 while [ $# -gt 0 ]; do
     case $1 in
@@ -58,6 +60,7 @@ while [ $# -gt 0 ]; do
         --exporter) exporter=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --timeout) limit=$2; shift 2 ;;
+        --memory) memory=$2; shift 2 ;;
         --prepare) prepare=1; shift ;;
         --) shift; break ;;
         -*) harness_fail "unknown option $1 (see the top of $0)" ;;
@@ -69,18 +72,34 @@ done
 
 mkdir -p "$VM_CACHE" || harness_fail "cannot create $VM_CACHE"
 started=$SECONDS
-# One preparation at a time (helpers and CI jobs share the cache); the VMs themselves run in
-# parallel, each on its own copy of what changes.
-exec 9> "$VM_CACHE/lock"
-flock 9
-vm_install_tools || harness_fail "tools"
-vm_kernel || harness_fail "kernel"
-vm_base || harness_fail "base initramfs"
-sink=$(vm_helper webhook_sink) || harness_fail "webhook_sink.c"
-ramp=$(vm_helper mr_ramp) || harness_fail "mr_ramp.c"
-vm_log "assets ready in $((SECONDS - started))s: $VM_KVER, $(du -h "$VM_BASE" | cut -f1) base"
-[ $prepare = 1 ] && exit 0
-exec 9>&-
+# MEMLOCK_VM_PREPARED=FILE: `--prepare` writes what it prepared to FILE, and a run finding FILE
+# uses it as it is (scripts/e2e/vm.sh: one preparation for all its VMs, which would otherwise
+# queue on the lock below to find each time that nothing changed).
+prepared=${MEMLOCK_VM_PREPARED:-}
+if [ $prepare = 0 ] && [ -n "$prepared" ] && [ -s "$prepared" ]; then
+    # shellcheck disable=SC1090 # written by --prepare below
+    source "$prepared"
+    if [ ! -s "$VM_BASE" ] || [ ! -x "$sink" ] || [ ! -x "$ramp" ]; then
+        harness_fail "$prepared names missing assets"
+    fi
+else
+    # One preparation at a time (helpers and CI jobs share the cache); the VMs themselves run in
+    # parallel, each on its own copy of what changes.
+    exec 9> "$VM_CACHE/lock"
+    flock 9
+    vm_install_tools || harness_fail "tools"
+    vm_kernel || harness_fail "kernel"
+    vm_node_exporter || harness_fail "node_exporter"
+    vm_base || harness_fail "base initramfs"
+    sink=$(vm_helper webhook_sink) || harness_fail "webhook_sink.c"
+    ramp=$(vm_helper mr_ramp) || harness_fail "mr_ramp.c"
+    vm_log "assets ready in $((SECONDS - started))s: $VM_KVER, $(du -h "$VM_BASE" | cut -f1) base"
+    if [ $prepare = 1 ]; then
+        [ -n "$prepared" ] && declare -p VM_KVER VM_KERNEL_ROOT VM_BASE VM_BASE_FILES sink ramp > "$prepared"
+        exit 0
+    fi
+    exec 9>&-
+fi
 
 scenario=$1
 shift
@@ -122,18 +141,27 @@ echo "$limit" > "$run/timeout"
     echo
 } > "$run/start"
 
+# The executables go in the initramfs, after the base (the kernel unpacks one cpio after the
+# other, each 4-byte aligned; this one uncompressed: nothing to inflate under TCG), not over 9p.
+mkdir -p "$run/initrd/vmrun"
+mv "$run/bin" "$run/lib" "$run/initrd/vmrun/"
+cp "$VM_BASE" "$run/initrd.img"
+head -c $(( (512 - $(stat -c %s "$VM_BASE") % 512) % 512 )) /dev/zero >> "$run/initrd.img"
+(cd "$run/initrd" && find . | cpio -o -H newc --quiet >> "$run/initrd.img") || harness_fail "cpio of /vmrun"
+rm -rf "$run/initrd"
+
 console=$run/out/console.log
 vm_log "booting $VM_KVER (TCG), scenario $(basename "$scenario"), console in $console"
 booted=$SECONDS
-timeout -k 10 $((limit + 300)) qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1G \
+timeout -k 10 $((limit + 300)) qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m "$memory" \
     -display none -monitor none -serial "file:$console" -nic none -no-reboot \
-    -kernel "$VM_KERNEL_ROOT/boot/vmlinuz-$VM_KVER" -initrd "$VM_BASE" \
+    -kernel "$VM_KERNEL_ROOT/boot/vmlinuz-$VM_KVER" -initrd "$run/initrd.img" \
     -append "console=ttyS0 rdinit=/init panic=-1 quiet mitigations=off" \
     -virtfs "local,path=$run,mount_tag=vm,security_model=none,id=vm" \
     > "$run/out/qemu.log" 2>&1
 qemu_rc=$?
 vm_log "VM ran $((SECONDS - booted))s (qemu exit $qemu_rc)"
-rm -rf "${run:?}/bin" "${run:?}/lib"
+rm -f "$run/initrd.img"
 if [ -n "$out" ]; then
     mkdir -p "$out" && cp -a "$run/out/." "$out/" && rm -rf "$run"
 else
@@ -143,9 +171,9 @@ vm_log "guest output in $out"
 if [ ! -s "$out/rc" ]; then
     [ -s "$out/qemu.log" ] && cat "$out/qemu.log" >&2
     tail -30 "$out/console.log" >&2
-    reason=$(grep -m1 -E 'memlock-vm: FAILED|Kernel panic' "$out/console.log")
+    reason=$(grep -m1 -E 'memlock-vm: (\[[0-9.]*s\] )?FAILED|Kernel panic' "$out/console.log")
     [ $qemu_rc = 124 ] && reason="the VM was still running after $((limit + 300))s${reason:+; $reason}"
-    grep -q 'memlock-vm: kernel' "$out/console.log" || reason="the VM did not boot${reason:+; $reason}"
+    grep -q 'memlock-vm: .*kernel' "$out/console.log" || reason="the VM did not boot${reason:+; $reason}"
     harness_fail "the scenario left no exit status: ${reason:-see $out/console.log}"
 fi
 exit "$(cat "$out/rc")"

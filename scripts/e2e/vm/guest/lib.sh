@@ -3,7 +3,7 @@
 # guest has no network but lo and what a scenario creates, no Python; the exporter is
 # /vm/bin/memlock-exporter, files put in /vm/out are left on the host (run.sh --out).
 
-VM_OUT=/vm/out
+VM_OUT=${VM_OUT:-/vm/out}
 EXPORTER=/vm/bin/memlock-exporter
 VM_PIDS=()
 
@@ -24,13 +24,16 @@ now() { echo "$EPOCHREALTIME"; }
 # wait_for SECONDS DESCRIPTION COMMAND...: until COMMAND succeeds (every 0.2 s), else fails the
 # scenario naming DESCRIPTION. The deadline (wall time, not tries: one curl takes most of a
 # second under TCG) is for hangs only: TCG is slow and the host shared.
+# Waits of a second or more are logged with their length: where a scenario's time goes.
 wait_for() {
-    local deadline=$((SECONDS + $1)) what=$2
+    local deadline=$((SECONDS + $1)) what=$2 began=$EPOCHREALTIME
     shift 2
     while ! "$@" >/dev/null 2>&1; do
         [ $SECONDS -lt $deadline ] || vm_fail "timed out waiting for $what"
         sleep 0.2
     done
+    awk -v a="$began" -v b="$EPOCHREALTIME" -v w="$what" \
+        'BEGIN {if (b - a >= 1) printf "[waited %.1fs] %s\n", b - a, w}'
 }
 
 # setup_rxe NAME NETDEV: a soft-RoCE device NAME over a new dummy NETDEV, up, waited ACTIVE.
@@ -58,8 +61,14 @@ start_webhook() {
 }
 
 # start_alertmanager: Debian's Alertmanager on AM_PORT (default 9093), routing every alert to
-# the webhook at once (scripts/e2e/lib.bash's configuration); AM_URL.
+# the webhook at once (scripts/e2e/lib.bash's configuration); AM_URL. Started, then waited for
+# ready: start_alertmanager_async and wait_alertmanager, with the exporter's start between them
+# (10 to 15 s each under TCG on a loaded host, spent side by side).
 start_alertmanager() {
+    start_alertmanager_async
+    wait_alertmanager
+}
+start_alertmanager_async() {
     local port=${AM_PORT:-9093}
     mkdir -p /tmp/am
     cat > /tmp/am/alertmanager.yml <<YML
@@ -78,9 +87,12 @@ YML
     prometheus-alertmanager --config.file=/tmp/am/alertmanager.yml --storage.path=/tmp/am/data \
         --web.listen-address="127.0.0.1:$port" --cluster.listen-address="" --log.level=warn \
         > "$VM_OUT/alertmanager.log" 2>&1 &
-    VM_PIDS+=($!)
+    AM_PID=$!
+    VM_PIDS+=("$AM_PID")
     AM_URL=http://127.0.0.1:$port
-    wait_for 120 "alertmanager ready" ready_or_gone $! "$AM_URL/-/ready"
+}
+wait_alertmanager() {
+    wait_for 120 "alertmanager ready" ready_or_gone "$AM_PID" "$AM_URL/-/ready"
     curl -fsS -o /dev/null "$AM_URL/-/ready" || { cat "$VM_OUT/alertmanager.log"; vm_fail "alertmanager exited"; }
 }
 
@@ -96,7 +108,7 @@ start_exporter() {
 }
 
 # scrape [FILE]: the exporter's /metrics to FILE (default stdout).
-scrape() { curl -fsS "$EXPORTER_URL/metrics" -o "${1:-/dev/stdout}"; }
+scrape() { curl -fsS "$EXPORTER_URL/metrics" ${1:+-o "$1"}; }
 
 # metric_is NAME VALUE LABEL=\"V\"...: true when a series NAME of the exporter's /metrics has
 # every given label text and the value VALUE (labels in any order).

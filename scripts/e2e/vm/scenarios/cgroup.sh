@@ -38,8 +38,9 @@ printf '%s\n' "${POD#"$CG"}" > "$VM_OUT/pod.path"
 printf '%s\n' "${TASK#"$CG"}" > "$VM_OUT/task.path"
 
 start_webhook
-start_alertmanager
+start_alertmanager_async
 start_exporter --alertmanager.url "$AM_URL"
+wait_alertmanager
 
 # in_cgroup DIR CMD...: CMD as a process of DIR.
 in_cgroup() {

@@ -9,6 +9,11 @@
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=../guest/lib.sh
 source /usr/lib/memlock-vm/lib.sh
+# No ARGS (in scenarios/sequence.sh): they are the lines of /vm/bin/live-tests.args.
+if [ $# = 0 ]; then
+    mapfile -t args < /vm/bin/live-tests.args
+    set -- "${args[@]}"
+fi
 host_exporter=$1 host_repository=$2
 shift 2
 mkdir -p "$(dirname "$host_exporter")" "$host_repository/tests"

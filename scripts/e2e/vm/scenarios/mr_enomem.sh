@@ -10,8 +10,9 @@ source /usr/lib/memlock-vm/lib.sh
 
 setup_rxe rxe0 dummy0
 start_webhook
-start_alertmanager
+start_alertmanager_async
 start_exporter --alertmanager.url "$AM_URL"
+wait_alertmanager
 wait_for 120 "rxe0 in the exporter's metrics" sh -c "curl -fsS $EXPORTER_URL/metrics | grep -q 'memlock_rdma_port_state{device=\"rxe0\"'"
 
 now > "$VM_OUT/since"
@@ -24,9 +25,15 @@ grep -q ENOMEM "$VM_OUT/ramp.out" || { cat "$VM_OUT/ramp.out"; vm_fail "the regi
 pid=$(awk '/ opened / {print $5; exit}' "$VM_OUT/ramp.out")
 mrs=$(awk '/ registered / {n = $3} END {print n}' "$VM_OUT/ramp.out")
 vm_log "pid $pid refused after $mrs MiB"
-# The exporter's next sample after the last registration; the MRs are held meanwhile.
+# The exporter's next sample after the last registration; the MRs are held meanwhile. The
+# RDMA collector (MRs) and the process collector (VmPin) sample apart: wait for both figures,
+# or the scrape may pair this MR count with the pinned bytes of the step before.
 wait_for 60 "the exporter's sample of $mrs MRs of pid $pid" sh -c \
     "curl -fsS $EXPORTER_URL/metrics | grep -qE '^memlock_rdma_process_mrs\{[^}]*pid=\"$pid\"[^}]*\} $mrs\$'"
+wait_for 60 "the exporter's sample of $mrs MiB pinned by pid $pid" metric_is memlock_process_pinned_bytes \
+    $((mrs << 20)) "pid=\"$pid\""
+wait_for 60 "the exporter's sample of $mrs MiB of MRs of pid $pid" metric_is memlock_rdma_process_mr_bytes \
+    $((mrs << 20)) "pid=\"$pid\"" 'device="rxe0"'
 grep -E '^(VmPin|VmLck)' "/proc/$pid/status" > "$VM_OUT/status.txt"
 rdma -j resource show mr > "$VM_OUT/rdma_mr.json"
 rdma resource show mr > "$VM_OUT/rdma_mr.txt"
