@@ -262,25 +262,13 @@ impl Snapshot {
 
     fn render_trends(&self, out: &mut Exposition, grants: &Grants) {
         let points = self.exported_trends(grants);
-        out.family(
-            "memlock_trend_rise_bytes_per_second",
-            "How fast the scope's watched memory rises, by least squares over the trend window of 1 s samples (node: \
-                memory in use, MemTotal - MemAvailable; cgroup: working set, usage where memory.stat is unreadable; \
-                process: VmPin or VmLck, by counter).",
-            Kind::Gauge,
-        );
+        out.family("memlock_trend_rise_bytes_per_second", &crate::scopes::RISE_HELP, Kind::Gauge);
         for point in &points {
             if let Some(rise) = point.rise {
                 out.sample(&trend_labels(point), rise);
             }
         }
-        out.family(
-            "memlock_trend_exhaustion_seconds",
-            "At the current rise, seconds until the scope's limit is reached (node: MemAvailable falling to \
-                memlock_node_memory_available_floor_bytes; cgroup: its effective limit; process: its soft memlock \
-                limit, for each counter). Absent when not rising significantly or without a limit.",
-            Kind::Gauge,
-        );
+        out.family("memlock_trend_exhaustion_seconds", &crate::scopes::EXHAUSTION_HELP, Kind::Gauge);
         for point in &points {
             if let Some(seconds) = point.exhaustion {
                 out.sample(&trend_labels(point), seconds);

@@ -22,8 +22,8 @@ use prometheus::{IntCounterVec, IntGauge};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::collect::process::Counter;
 use crate::config::{AlertingConfig, Endpoint};
+use crate::scopes::{Wording, EXHAUSTION_HEADROOM_STEPS};
 use crate::snapshot::Snapshot;
 use crate::timefmt::rfc3339_millis;
 use crate::trend::{Scope, TrendPoint};
@@ -45,23 +45,18 @@ fn urgency(point: &TrendPoint) -> f64 {
     point.charge.urgency().unwrap_or(-1.0)
 }
 
-/// A critical page needs its scope at this share of its limit at least (the rules'
-/// `process_exhaustion_min_ratio`)...
-pub const EXHAUSTION_MIN_RATIO: f64 = 0.5;
-/// ...or less headroom left than this many of its newest steps.
-pub const EXHAUSTION_HEADROOM_STEPS: f64 = 3.0;
-
 /// Whether a predicted exhaustion is a page: the prediction alone reads one step as a ramp for
 /// a whole trend window (issue 23: 1 MiB held, one step of 2 MiB, flat at 37.5 % of the limit,
 /// paged critical for 30 s). The rise must continue in the newest samples
 /// ([`crate::trend::Recent::continues`]), and the scope must be high enough that the rise
-/// matters: at [`EXHAUSTION_MIN_RATIO`] of its limit, or with fewer than
-/// [`EXHAUSTION_HEADROOM_STEPS`] of its newest steps left (a large limit approached in large steps).
+/// matters: at its scope's floor ([`ScopeDef::page_min_ratio`](crate::scopes::ScopeDef::page_min_ratio)) of
+/// its limit, or with fewer than [`EXHAUSTION_HEADROOM_STEPS`] of its newest steps left (a large limit
+/// approached in large steps).
 pub fn exhaustion_pages(point: &TrendPoint, seconds: f64, config: &AlertingConfig) -> bool {
     if seconds > config.exhaustion_critical.as_secs_f64() || !point.recent.continues() {
         return false;
     }
-    let high = point.charge.enforced_ratio().is_some_and(|r| r >= EXHAUSTION_MIN_RATIO);
+    let high = point.charge.enforced_ratio().is_some_and(|r| r >= point.scope.def().page_min_ratio);
     let close = point
         .charge
         .headroom_bytes()
@@ -78,10 +73,10 @@ pub fn evaluate(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> 
                 out.push(exhaustion_alert(point, seconds, config));
             }
         }
-        if point.scope != Scope::Node {
+        if let Some(alertname) = point.scope.def().near_limit_alert {
             if let Some(ratio) = point.charge.enforced_ratio() {
                 if ratio >= config.usage_ratio_warning {
-                    out.push(near_limit_alert(point, ratio, config));
+                    out.push(near_limit_alert(alertname, point, ratio, config));
                 }
             }
         }
@@ -120,49 +115,9 @@ fn subject(point: &TrendPoint) -> String {
     }
 }
 
-/// What the scope's trend follows, what it runs into, and what happens there.
-struct Watched {
-    quantity: &'static str,
-    limit: &'static str,
-    consequence: &'static str,
-}
-
-fn watched(point: &TrendPoint) -> Watched {
-    match point.scope {
-        // The node trend follows MemAvailable falling (see NodeStats::observation): pinning
-        // memory that is already allocated does not lower it, and Mlocked and pinned pages can
-        // be the same pages, so their sum is no measure of what is left.
-        Scope::Node => Watched {
-            quantity: "memory in use (MemTotal - MemAvailable)",
-            limit: "the MemAvailable floor",
-            consequence: "allocations then fail or the OOM killer runs, and registrations that fault pages in fail",
-        },
-        // The cgroup trend follows the working set (see CgroupStats::observations): say so, or
-        // the figure will not match memory.current when someone checks.
-        Scope::Cgroup => Watched {
-            quantity: "working set (usage minus inactive page cache)",
-            limit: "its memory limit",
-            consequence: "the cgroup then reclaims and OOM-kills, or fails registrations with ENOMEM when nothing \
-                can be reclaimed or killed",
-        },
-        Scope::Process => match label(point, "counter").and_then(Counter::from_label) {
-            Some(Counter::Pinned) => Watched {
-                quantity: "VmPin",
-                limit: "its soft memlock limit",
-                consequence: "the next RDMA registration (ibv_reg_mr) that would pass it fails with ENOMEM",
-            },
-            Some(Counter::Locked) => Watched {
-                quantity: "VmLck",
-                limit: "its soft memlock limit",
-                consequence: "the next mlock that would pass it fails with ENOMEM",
-            },
-            None => Watched {
-                quantity: "locked or pinned memory",
-                limit: "its soft memlock limit",
-                consequence: "the next ibv_reg_mr or mlock beyond it fails with ENOMEM",
-            },
-        },
-    }
+/// The alert words of the point's scope ([`crate::scopes`]), by its `counter` label.
+fn watched(point: &TrendPoint) -> Wording {
+    point.scope.def().wording(label(point, "counter"))
 }
 
 fn headroom(point: &TrendPoint) -> String {
@@ -170,11 +125,7 @@ fn headroom(point: &TrendPoint) -> String {
 }
 
 fn exhaustion_alert(point: &TrendPoint, seconds: f64, config: &AlertingConfig) -> Candidate {
-    let alertname = match point.scope {
-        Scope::Node => "MemlockNodeMemoryExhaustionImminent",
-        Scope::Cgroup => "MemlockCgroupMemoryExhaustionImminent",
-        Scope::Process => "MemlockProcessLimitExhaustionImminent",
-    };
+    let alertname = point.scope.def().exhaustion_alert;
     let w = watched(point);
     let rise = point.rise.unwrap_or(0.0);
     let mut annotations = Labels::new();
@@ -196,11 +147,7 @@ fn exhaustion_alert(point: &TrendPoint, seconds: f64, config: &AlertingConfig) -
     Candidate { labels: base_labels(alertname, "critical", point, config), annotations, urgency: urgency(point) }
 }
 
-fn near_limit_alert(point: &TrendPoint, ratio: f64, config: &AlertingConfig) -> Candidate {
-    let alertname = match point.scope {
-        Scope::Process => "MemlockProcessNearLimitFast",
-        _ => "MemlockCgroupNearMemoryLimitFast",
-    };
+fn near_limit_alert(alertname: &'static str, point: &TrendPoint, ratio: f64, config: &AlertingConfig) -> Candidate {
     let w = watched(point);
     let mut annotations = Labels::new();
     annotations.insert("summary".into(), format!("{} uses {:.0}% of {}", subject(point), ratio * 100.0, w.limit));
