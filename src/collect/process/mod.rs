@@ -38,7 +38,7 @@ pub use sample::{
     initial_user_namespace, ipc_lock_exempts, user_namespace_of, CgroupAggregate, CgroupInfo, Counter, ProcessSample,
     UserNamespaceView,
 };
-use scan::{parse_pid_bytes, Interner, PidReader, Record, Scanner, Tally};
+use scan::{parse_pid_bytes, Interner, Outcome, PidReader, Record, Scanner, Tally};
 
 use super::{Collector, Data};
 
@@ -292,13 +292,11 @@ impl ProcessCollector {
         for pid in pids {
             while previous.next_if(|r| r.sample.pid < pid).is_some() {}
             let known = previous.next_if(|r| r.sample.pid == pid);
-            let before = errors.len();
-            self.scanner.reader.saw_kernel_thread = false;
             match self.scanner.read_process(pid, known, errors) {
-                Some(record) => table.push(record),
-                None if errors.len() > before => self.retry.push(pid),
-                None if self.scanner.reader.saw_kernel_thread => self.others.push(pid),
-                None => {}
+                Outcome::Read(record) => table.push(record),
+                Outcome::Failed => self.retry.push(pid),
+                Outcome::KernelThread => self.others.push(pid),
+                Outcome::Gone | Outcome::Refused => {}
             }
         }
         self.table = table;
@@ -381,10 +379,8 @@ impl ProcessCollector {
             if self.retry.contains(&pid) {
                 continue;
             }
-            let before = errors.len();
-            self.scanner.reader.saw_kernel_thread = false;
             match self.scanner.read_process(pid, None, errors) {
-                Some(mut record) => {
+                Outcome::Read(mut record) => {
                     self.discovered += 1;
                     if on_probation < MAX_ON_PROBATION {
                         record.probation_until = Some(now + PROBATION);
@@ -392,9 +388,9 @@ impl ProcessCollector {
                     }
                     kept.push(record);
                 }
-                None if errors.len() > before => self.retry.push(pid),
-                None if self.scanner.reader.saw_kernel_thread => others.push(pid),
-                None => {}
+                Outcome::Failed => self.retry.push(pid),
+                Outcome::KernelThread => others.push(pid),
+                Outcome::Gone | Outcome::Refused => {}
             }
         }
         self.others = others;
@@ -419,32 +415,36 @@ impl ProcessCollector {
             if !record.tracked && !record.incomplete && record.probation_until.is_none() {
                 return true;
             }
-            let before = errors.len();
-            let kept = if record.incomplete {
-                scanner.read_status(record, false, errors).is_some() && scanner.read_limits_and_cgroup(record, errors)
+            let failures = scanner.tally.failures();
+            let outcome = if record.incomplete {
+                scanner.reread(record, errors)
             } else {
-                scanner.refresh(record, errors) && scanner.refresh_limits(record, limits_due, errors)
+                scanner.refresh(record, limits_due, errors)
             };
-            if kept {
-                record.incomplete = errors.len() > before;
-                record.tracked = is_tracked(&record.sample, record.comm_matches);
-            } else if errors.len() > before {
-                failed.push(record.sample.pid);
+            match outcome {
+                Outcome::Read(()) => {
+                    record.incomplete = scanner.tally.failures() > failures;
+                    record.tracked = is_tracked(&record.sample, record.comm_matches);
+                    true
+                }
+                Outcome::Failed => {
+                    failed.push(record.sample.pid);
+                    false
+                }
+                Outcome::KernelThread | Outcome::Gone | Outcome::Refused => false,
             }
-            kept
         });
         // Those that failed just now are retried on the next pass, not twice in this one.
         let retry = std::mem::replace(&mut self.retry, failed);
         for pid in retry {
-            let before = errors.len();
             match self.scanner.read_process(pid, None, errors) {
-                Some(record) => {
+                Outcome::Read(record) => {
                     let at = table.partition_point(|r| r.sample.pid < pid);
                     table.insert(at, record);
                 }
-                None if errors.len() > before => self.retry.push(pid),
-                // Gone, or a kernel thread: nothing to retry.
-                None => {}
+                Outcome::Failed => self.retry.push(pid),
+                // Gone, refused or a kernel thread: nothing to retry.
+                Outcome::KernelThread | Outcome::Gone | Outcome::Refused => {}
             }
         }
         self.table = self.discover(table, errors);
@@ -807,7 +807,7 @@ mod tests {
         assert_eq!(alone.pinned_bytes, 16 << 20);
         // The per-process series still show the exempt process with its ratio and ipc_lock 1.
         let opensm = stats.processes.iter().find(|p| p.pid == 90).unwrap();
-        assert_eq!((opensm.worst_ratio(), opensm.ipc_lock), (Some((Counter::Locked, 8.0)), Some(true)));
+        assert_eq!((opensm.worst_ratio(), opensm.ipc_lock_exempt), (Some((Counter::Locked, 8.0)), Some(true)));
         // Dropping the capability brings it back into the aggregate at the next pass.
         tree.status(90, "opensm", 65536, 0);
         let stats = collector.tracked_pass(&mut errors);
@@ -836,7 +836,7 @@ mod tests {
         let mut errors = Vec::new();
         let stats = collector.full_scan(&mut errors).unwrap();
         assert!(errors.is_empty(), "{errors:?}");
-        let exempt = |pid: u32| stats.processes.iter().find(|p| p.pid == pid).unwrap().ipc_lock;
+        let exempt = |pid: u32| stats.processes.iter().find(|p| p.pid == pid).unwrap().ipc_lock_exempt;
         assert_eq!(exempt(93), Some(false), "held only inside a user namespace");
         assert_eq!(exempt(94), Some(true), "held in the initial namespace");
         assert_eq!(exempt(95), Some(true), "no uid_map to tell: the capability is taken at its word");
@@ -850,7 +850,7 @@ mod tests {
         // A malformed map is a parse error naming the file, and the capability stands.
         std::fs::write(tree.root.join("93/uid_map"), "0 65534\n").unwrap();
         let stats = collector.tracked_pass(&mut errors);
-        assert_eq!(stats.processes.iter().find(|p| p.pid == 93).unwrap().ipc_lock, Some(true));
+        assert_eq!(stats.processes.iter().find(|p| p.pid == 93).unwrap().ipc_lock_exempt, Some(true));
         assert!(errors.iter().any(|e| e.to_string().contains("93/uid_map")), "{errors:?}");
 
         // Holding nothing, the namespace is not read (a broken map would be an error) and the
@@ -862,12 +862,12 @@ mod tests {
         let mut errors = Vec::new();
         collector.full_scan(&mut errors).unwrap();
         assert!(errors.is_empty(), "not read: {errors:?}");
-        assert_eq!(collector.table[0].sample.ipc_lock, Some(true));
+        assert_eq!(collector.table[0].sample.ipc_lock_exempt, Some(true));
         std::fs::copy(format!("{captures}/proc_userns_uid_map"), tree.root.join("96/uid_map")).unwrap();
         tree.status(96, "python3", 0, 4096);
         tree.ipc_lock(96);
         let stats = collector.full_scan(&mut errors).unwrap();
-        assert_eq!(stats.processes[0].ipc_lock, Some(false), "held inside a user namespace, now read");
+        assert_eq!(stats.processes[0].ipc_lock_exempt, Some(false), "held inside a user namespace, now read");
     }
 
     /// Issue 14: `ns/user` against pid 1's decides where it can be read. A child namespace may
@@ -898,7 +898,7 @@ mod tests {
         let mut errors = Vec::new();
         let stats = tree.collector(1 << 20, "", 10).full_scan(&mut errors).unwrap();
         assert!(errors.is_empty(), "{errors:?}");
-        let exempt = |pid: u32| stats.processes.iter().find(|p| p.pid == pid).unwrap().ipc_lock;
+        let exempt = |pid: u32| stats.processes.iter().find(|p| p.pid == pid).unwrap().ipc_lock_exempt;
         assert_eq!(exempt(97), Some(false), "another namespace, whatever its map says");
         assert_eq!(exempt(98), Some(true));
         assert_eq!(exempt(99), Some(false), "the map shows a namespace: pid 1 is in it too");
@@ -948,7 +948,8 @@ mod tests {
         let mut errors = Vec::new();
         let stats = tree.collector(1 << 20, "", 10).full_scan(&mut errors).unwrap();
         assert!(errors.is_empty(), "{errors:?}");
-        let exempt = |stats: &ProcessStats, pid: u32| stats.processes.iter().find(|p| p.pid == pid).unwrap().ipc_lock;
+        let exempt =
+            |stats: &ProcessStats, pid: u32| stats.processes.iter().find(|p| p.pid == pid).unwrap().ipc_lock_exempt;
         assert_eq!(exempt(&stats, 96), Some(false), "a namespaced root: the kernel enforces its limit");
         assert_eq!(exempt(&stats, 97), Some(true), "the host's map, seen from here: taken at its word");
         assert_eq!(exempt(&stats, 98), Some(false), "the exporter's own namespace, by its link");
@@ -1284,6 +1285,31 @@ mod tests {
         assert!(collector.tracked_pass(&mut errors).processes.len() == 2 && errors.is_empty());
     }
 
+    /// Issue 25: what reading a pid gave is the scanner's answer, not a flag cleared beforehand
+    /// and the error list's length compared afterwards.
+    #[test]
+    fn each_read_says_what_it_found() {
+        let tree = Tree::new("outcomes");
+        tree.process(40, "w", 0, 2048, "8388608", "/x").process(41, "bad", 0, 0, "8388608", "/x");
+        tree.kernel_thread(2);
+        std::fs::write(tree.root.join("41/status"), "Name:\tbad\nVmLck:\tmany kB\n").unwrap();
+        let mut collector = tree.collector(0, "", 10);
+        let mut errors = Vec::new();
+        let scanner = &mut collector.scanner;
+        assert!(matches!(scanner.read_process(40, None, &mut errors), Outcome::Read(r) if !r.incomplete));
+        assert_eq!(scanner.read_process(2, None, &mut errors).and_then(|_| Outcome::Read(())), Outcome::KernelThread);
+        assert_eq!(scanner.read_process(39, None, &mut errors).and_then(|_| Outcome::Read(())), Outcome::Gone);
+        assert!(errors.is_empty(), "{errors:?}");
+        // A malformed field costs that field: read, incomplete, reported.
+        assert!(matches!(scanner.read_process(41, None, &mut errors), Outcome::Read(r) if r.incomplete));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        std::fs::write(tree.root.join("41/status"), "no colon here\n").unwrap();
+        assert_eq!(scanner.read_process(41, None, &mut errors).and_then(|_| Outcome::Read(())), Outcome::Failed);
+        let stats = collector.full_scan(&mut errors).unwrap();
+        assert_eq!(pids(&stats), vec![40]);
+        assert_eq!((collector.retry.clone(), collector.others.clone()), (vec![41], vec![2]));
+    }
+
     #[test]
     fn permission_errors_are_counted_not_failures() {
         let tree = Tree::new("perm");
@@ -1292,12 +1318,12 @@ mod tests {
         let mut errors = Vec::new();
         let denied =
             SourceError::Io { path: "/proc/1/status".into(), source: std::io::Error::from_raw_os_error(libc::EACCES) };
-        assert!(!collector.scanner.tally.note(denied, &mut errors));
+        assert_eq!(collector.scanner.tally.note::<()>(denied, &mut errors), Outcome::Refused);
         assert!(errors.is_empty());
         assert_eq!(collector.scanner.tally.errors.permission, 1);
         let gone =
             SourceError::Io { path: "/proc/1/status".into(), source: std::io::Error::from_raw_os_error(libc::ESRCH) };
-        assert!(collector.scanner.tally.note(gone, &mut errors));
+        assert_eq!(collector.scanner.tally.note::<()>(gone, &mut errors), Outcome::Gone);
         assert!(errors.is_empty());
         let stats = collector.full_scan(&mut errors).unwrap();
         assert_eq!(stats.read_errors_total.permission, 1);

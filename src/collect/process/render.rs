@@ -35,7 +35,7 @@ impl ProcessSample {
         let trends = 2 * (present(self.locked_bytes) + present(self.pinned_bytes));
         present(self.locked_bytes)
             + present(self.pinned_bytes)
-            + usize::from(self.ipc_lock.is_some())
+            + usize::from(self.ipc_lock_exempt.is_some())
             + limits
             + ratios
             + usize::from(self.nccl.is_some())
@@ -166,7 +166,7 @@ impl ProcessStats {
                 exempt, also when the exporter itself runs in one. Sampled on the process interval.",
             Kind::Gauge,
         );
-        each(out, &|p| p.ipc_lock.map(Into::into));
+        each(out, &|p| p.ipc_lock_exempt.map(Into::into));
         out.family(
             "memlock_process_limit_usage_ratio",
             "VmPin / soft RLIMIT_MEMLOCK (counter=\"pinned\") and VmLck / soft RLIMIT_MEMLOCK \
