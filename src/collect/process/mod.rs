@@ -96,6 +96,8 @@ pub struct ProcessStats {
     /// Processes that exited between being listed (or tracked) and being read.
     pub vanished_total: u64,
     pub read_errors_total: ReadErrors,
+    /// The series budget's order of `processes` and `cgroups`, made once with them.
+    ranking: render::Ranking,
 }
 
 /// How long a process found between full scans is re-read on every pass: a job's rank that
@@ -461,11 +463,14 @@ impl ProcessCollector {
         candidates.truncate(config.top_n);
         let unwatched = watched.len().saturating_sub(MAX_WATCHED);
         watched.truncate(MAX_WATCHED);
+        let processes: Vec<ProcessSample> = candidates.into_iter().map(|r| r.sample.clone()).collect();
+        let cgroups = aggregate(&self.table);
         ProcessStats {
-            processes: candidates.into_iter().map(|r| r.sample.clone()).collect(),
+            ranking: render::Ranking::of(&processes, &cgroups),
+            processes,
             watched: watched.into_iter().map(|r| r.sample.clone()).collect(),
             unwatched: unwatched as u64,
-            cgroups: aggregate(&self.table),
+            cgroups,
             full_scan,
             scanned: self.table.len() as u64,
             tracked: self.table.iter().filter(|r| r.tracked || r.probation_until.is_some()).count() as u64,
