@@ -16,7 +16,7 @@ use memlock_exporter::collect::process::ProcessCollector;
 use memlock_exporter::config::{self, ProcessConfig, Sources};
 use memlock_exporter::fsroot::{self, Roots};
 use memlock_exporter::kernel::versions;
-use memlock_exporter::snapshot::{Budget, Report, Snapshot};
+use memlock_exporter::snapshot::{Report, SeriesLimit, Snapshot};
 
 #[path = "../tests/synthetic/mod.rs"]
 mod synthetic;
@@ -107,7 +107,7 @@ fn render(stats: &memlock_exporter::collect::Data, limit: usize) -> usize {
         interval: Duration::from_secs(1),
         trends: std::sync::Arc::new(Vec::new()),
     };
-    Snapshot::with_budget(vec![report], Budget { limit, registry: None }).text().len()
+    Snapshot::with_series_limit(vec![report], SeriesLimit { limit, registry: None }).text().len()
 }
 
 fn measure(procfs: &Path, listed: usize) -> Figures {
