@@ -96,8 +96,9 @@ pub struct ProcessStats {
     /// Processes that exited between being listed (or tracked) and being read.
     pub vanished_total: u64,
     pub read_errors_total: ReadErrors,
-    /// The series budget's order of `processes` and `cgroups`, made once with them.
-    ranking: render::Ranking,
+    /// The series budget's order of `processes` and `cgroups`, made once, by the first render
+    /// (a pass nobody scrapes ranks nothing: the idle cost).
+    ranking: std::sync::OnceLock<render::Ranking>,
 }
 
 /// How long a process found between full scans is re-read on every pass: a job's rank that
@@ -463,14 +464,12 @@ impl ProcessCollector {
         candidates.truncate(config.top_n);
         let unwatched = watched.len().saturating_sub(MAX_WATCHED);
         watched.truncate(MAX_WATCHED);
-        let processes: Vec<ProcessSample> = candidates.into_iter().map(|r| r.sample.clone()).collect();
-        let cgroups = aggregate(&self.table);
         ProcessStats {
-            ranking: render::Ranking::of(&processes, &cgroups),
-            processes,
+            ranking: std::sync::OnceLock::new(),
+            processes: candidates.into_iter().map(|r| r.sample.clone()).collect(),
             watched: watched.into_iter().map(|r| r.sample.clone()).collect(),
             unwatched: unwatched as u64,
-            cgroups,
+            cgroups: aggregate(&self.table),
             full_scan,
             scanned: self.table.len() as u64,
             tracked: self.table.iter().filter(|r| r.tracked || r.probation_until.is_some()).count() as u64,

@@ -57,7 +57,7 @@ impl CgroupAggregate {
 }
 
 /// The series budget's order of the exported processes and of the cgroup aggregates (indices,
-/// and per entity its series and score), ranked once when the stats are built: the claims, both
+/// and per entity its series and score), ranked once per stats, on first use: the claims, both
 /// renders of a snapshot (the fixed series, then the granted) and the exported trend ids read it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Ranking {
@@ -80,13 +80,17 @@ impl Ranking {
 }
 
 impl ProcessStats {
+    fn ranking(&self) -> &Ranking {
+        self.ranking.get_or_init(|| Ranking::of(&self.processes, &self.cgroups))
+    }
+
     /// Every exported process and every cgroup aggregate.
     pub fn render(&self, out: &mut Exposition) {
         self.render_granted(out, &Grants::all())
     }
 
     pub fn claims(&self) -> Vec<Claim> {
-        let ranking = &self.ranking;
+        let ranking = self.ranking();
         vec![
             Claim { class: PROCESSES, tier: Tier::Page, floor: FLOOR, cap: CAP, entities: ranking.processes.1.clone() },
             // Four series each: up to 16 in the page tier.
@@ -96,7 +100,7 @@ impl ProcessStats {
 
     /// The processes exported under `grants`, in rank order.
     pub fn granted_processes(&self, grants: &Grants) -> Vec<&ProcessSample> {
-        let mask = grants.mask(PROCESSES, &self.ranking.processes.0, self.processes.len());
+        let mask = grants.mask(PROCESSES, &self.ranking().processes.0, self.processes.len());
         self.processes.iter().zip(mask).filter_map(|(p, shown)| shown.then_some(p)).collect()
     }
 
@@ -113,7 +117,7 @@ impl ProcessStats {
 
     pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
         let processes = self.granted_processes(grants);
-        let cgroup_mask = grants.mask(CGROUPS, &self.ranking.cgroups.0, self.cgroups.len());
+        let cgroup_mask = grants.mask(CGROUPS, &self.ranking().cgroups.0, self.cgroups.len());
         let cgroups: Vec<&CgroupAggregate> =
             self.cgroups.iter().zip(cgroup_mask).filter_map(|(c, shown)| shown.then_some(c)).collect();
         let pids: Vec<String> = processes.iter().map(|p| p.pid.to_string()).collect();
