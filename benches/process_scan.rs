@@ -16,6 +16,7 @@ use memlock_exporter::collect::process::ProcessCollector;
 use memlock_exporter::config::{self, ProcessConfig, Sources};
 use memlock_exporter::fsroot::{self, Roots};
 use memlock_exporter::kernel::versions;
+use memlock_exporter::snapshot::{Report, SeriesLimit, Snapshot};
 
 #[path = "../tests/synthetic/mod.rs"]
 mod synthetic;
@@ -89,6 +90,25 @@ struct Figures {
     tracked_pass_us: f64,
     tracked: u64,
     scanned: u64,
+    exported: usize,
+    /// The full scan's snapshot rendered to text under the default `series.limit` (500), and
+    /// without a limit: ranking, the series budget and the exposition of the process collector.
+    render_limited_us: f64,
+    render_unlimited_us: f64,
+}
+
+/// Renders a snapshot holding `stats` as a scrape would, with `limit` series at most (0: none).
+fn render(stats: &memlock_exporter::collect::Data, limit: usize) -> usize {
+    let report = Report {
+        collector: "process",
+        success: true,
+        duration: Duration::ZERO,
+        finished: std::time::Instant::now(),
+        data: Some(stats.clone()),
+        interval: Duration::from_secs(1),
+        trends: std::sync::Arc::new(Vec::new()),
+    };
+    Snapshot::with_series_limit(vec![report], SeriesLimit { limit, registry: None }).text().len()
 }
 
 fn measure(procfs: &Path, listed: usize) -> Figures {
@@ -102,6 +122,7 @@ fn measure(procfs: &Path, listed: usize) -> Figures {
     let mut scans = Vec::new();
     let mut baselines = Vec::new();
     let mut tracked_passes = Vec::new();
+    let (mut limited, mut unlimited) = (Vec::new(), Vec::new());
     let mut last = warm;
     // Interleaved so that drift (cache, frequency) hits both alike.
     for _ in 0..ITERATIONS {
@@ -113,6 +134,13 @@ fn measure(procfs: &Path, listed: usize) -> Figures {
         }));
         tracked_passes.push(cpu_time_of(|| {
             std::hint::black_box(collector.tracked_pass(&mut errors));
+        }));
+        let data: memlock_exporter::collect::Data = std::sync::Arc::new(last.clone());
+        limited.push(cpu_time_of(|| {
+            std::hint::black_box(render(&data, 500));
+        }));
+        unlimited.push(cpu_time_of(|| {
+            std::hint::black_box(render(&data, 0));
         }));
     }
     let real_errors: Vec<_> = errors.iter().filter(|e| !e.is_not_found()).collect();
@@ -126,6 +154,9 @@ fn measure(procfs: &Path, listed: usize) -> Figures {
         tracked_pass_us: median(tracked_passes) * 1e6,
         tracked: last.tracked,
         scanned: last.scanned,
+        exported: last.processes.len(),
+        render_limited_us: median(limited) * 1e6,
+        render_unlimited_us: median(unlimited) * 1e6,
     }
 }
 
@@ -322,6 +353,10 @@ fn main() {
         synthetic.tracked,
         synthetic.scanned,
         synthetic.tracked_pass_us / synthetic.tracked.max(1) as f64
+    );
+    println!(
+        "  render:           {:>7.1} us under series.limit 500, {:.1} us without a limit ({} exported of {} processes)",
+        synthetic.render_limited_us, synthetic.render_unlimited_us, synthetic.exported, synthetic.scanned
     );
 
     println!(

@@ -13,7 +13,8 @@
 //! - [`snapshot`] and [`exposition`]: the sampled state and its rendering to the Prometheus
 //!   text format; [`gzip`] compresses a snapshot's text once for every scrape.
 //! - [`sampler`] and [`trend`]: runs collectors on their intervals ([`stop`]: the signal their
-//!   threads sleep on), keeps the trends and publishes immutable snapshots.
+//!   threads sleep on), keeps the trends and publishes immutable snapshots; [`scopes`]: what each
+//!   trend scope follows, its floor, HELP and alert words, once.
 //! - [`alerting`]: the fast path to Alertmanager ([`alerting::failures`]: its page for a refusal
 //!   the failures collector traced).
 //! - [`server`] and [`web`]: the HTTP endpoints and their TLS, authentication and limits.
@@ -46,6 +47,7 @@ pub mod logging;
 pub mod preflight;
 pub mod reload;
 pub mod sampler;
+pub mod scopes;
 pub mod sdnotify;
 pub mod serve;
 pub mod server;

@@ -10,7 +10,7 @@ use prometheus::IntCounterVec;
 use tokio::sync::watch;
 
 use crate::collect::Collector;
-use crate::snapshot::{Budget, Report, Snapshot, TrackerStats};
+use crate::snapshot::{Report, SeriesLimit, Snapshot, TrackerStats};
 use crate::stop::Stop;
 use crate::trend::{Tracker, TrendConfig};
 
@@ -19,7 +19,7 @@ struct Board {
     slots: Mutex<Slots>,
     publish: watch::Sender<Arc<Snapshot>>,
     epoch: Instant,
-    budget: Budget,
+    series_limit: SeriesLimit,
 }
 
 struct Slots {
@@ -63,7 +63,9 @@ impl Board {
         slots.reports[index] = Some(report);
         let reports = slots.reports.iter().flatten().cloned().collect();
         let tracker = TrackerStats { scopes: slots.tracker.len(), evicted_total: slots.tracker.evicted_total() };
-        self.publish.send_replace(Arc::new(Snapshot::with_budget(reports, self.budget.clone()).with_tracker(tracker)));
+        self.publish.send_replace(Arc::new(
+            Snapshot::with_series_limit(reports, self.series_limit.clone()).with_tracker(tracker),
+        ));
     }
 }
 
@@ -81,11 +83,11 @@ impl Sampler {
         collectors: Vec<(Box<dyn Collector>, Duration)>,
         trend: TrendConfig,
         errors_total: IntCounterVec,
-        budget: Budget,
+        series_limit: SeriesLimit,
     ) -> std::io::Result<(Self, watch::Receiver<Arc<Snapshot>>)> {
         let (publish, receiver) = watch::channel(Arc::new(Snapshot::empty()));
         let slots = Slots { reports: vec![None; collectors.len()], tracker: Tracker::new(trend) };
-        let board = Arc::new(Board { slots: Mutex::new(slots), publish, epoch: Instant::now(), budget });
+        let board = Arc::new(Board { slots: Mutex::new(slots), publish, epoch: Instant::now(), series_limit });
         let stop = Arc::new(Stop::default());
         let mut threads = Vec::new();
         for (index, (collector, interval)) in collectors.into_iter().enumerate() {
@@ -230,7 +232,7 @@ mod tests {
             vec![(Box::new(Flaky { runs: 0 }), Duration::from_millis(20))],
             TrendConfig::default(),
             errors_total.clone(),
-            Budget::unlimited(),
+            SeriesLimit::unlimited(),
         )
         .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -268,7 +270,7 @@ mod tests {
             vec![(Box::new(Slow), Duration::from_millis(20))],
             TrendConfig::default(),
             errors_total,
-            Budget::unlimited(),
+            SeriesLimit::unlimited(),
         )
         .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);

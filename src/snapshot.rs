@@ -33,22 +33,22 @@ fn trend_labels(point: &TrendPoint) -> Vec<(&str, &str)> {
     labels
 }
 
-/// The series budget of a snapshot: the limit, and the exporter's own registry, whose series
-/// are served beside the snapshot's and count against the limit.
+/// The series limit of a snapshot (`series.limit`), and the exporter's own registry, whose series
+/// are served beside the snapshot's and count against it; [`crate::budget`] grants what is left.
 #[derive(Clone, Default)]
-pub struct Budget {
+pub struct SeriesLimit {
     /// 0: no limit.
     pub limit: usize,
     pub registry: Option<prometheus::Registry>,
 }
 
-impl std::fmt::Debug for Budget {
+impl std::fmt::Debug for SeriesLimit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Budget").field("limit", &self.limit).finish_non_exhaustive()
+        f.debug_struct("SeriesLimit").field("limit", &self.limit).finish_non_exhaustive()
     }
 }
 
-impl Budget {
+impl SeriesLimit {
     pub fn unlimited() -> Self {
         Self::default()
     }
@@ -63,7 +63,7 @@ impl Budget {
 pub struct Snapshot {
     /// Reports in collector order; a collector appears once it has run.
     pub reports: Vec<Report>,
-    budget: Budget,
+    series_limit: SeriesLimit,
     /// The trend tracker's scopes and evictions, when a sampler made the snapshot.
     tracker: Option<TrackerStats>,
     /// Shared with every response that serves it (see [`Snapshot::text_bytes`]).
@@ -91,11 +91,11 @@ impl AsRef<[u8]> for SharedText {
 impl Snapshot {
     /// A snapshot without a series limit.
     pub fn new(reports: Vec<Report>) -> Self {
-        Self::with_budget(reports, Budget::unlimited())
+        Self::with_series_limit(reports, SeriesLimit::unlimited())
     }
 
-    pub fn with_budget(reports: Vec<Report>, budget: Budget) -> Self {
-        Self { reports, budget, tracker: None, rendered: OnceLock::new(), compressed: OnceLock::new() }
+    pub fn with_series_limit(reports: Vec<Report>, series_limit: SeriesLimit) -> Self {
+        Self { reports, series_limit, tracker: None, rendered: OnceLock::new(), compressed: OnceLock::new() }
     }
 
     pub fn with_tracker(mut self, tracker: TrackerStats) -> Self {
@@ -147,13 +147,13 @@ impl Snapshot {
         self.rendered.get_or_init(|| Arc::new(self.render()))
     }
 
-    /// Grants the budget: the fixed series (rendered with no entity granted), the exporter's own
+    /// Grants the series budget within the series limit: the fixed series (rendered with no entity granted), the exporter's own
     /// series and the sample ages are counted first, then [`budget::allocate`] hands out the
     /// rest.
     pub fn allocation(&self) -> Allocation {
         let claims: Vec<budget::Claim> =
             self.reports.iter().filter_map(|r| r.data.as_ref()).flat_map(|d| d.claims()).collect();
-        if self.budget.limit == 0 {
+        if self.series_limit.limit == 0 {
             let dropped = claims.iter().map(|c| (c.class, 0)).collect();
             return Allocation { grants: Grants::all(), dropped, granted_series: 0 };
         }
@@ -163,8 +163,8 @@ impl Snapshot {
             granted_series: 0,
         };
         let fixed = self.render_with(&placeholder).samples();
-        let outside = self.reports.len() + self.budget.registry_series() + budget::HEADROOM;
-        budget::allocate(&claims, self.budget.limit.saturating_sub(fixed + outside))
+        let outside = self.reports.len() + self.series_limit.registry_series() + budget::HEADROOM;
+        budget::allocate(&claims, self.series_limit.limit.saturating_sub(fixed + outside))
     }
 
     fn render(&self) -> String {
@@ -206,7 +206,7 @@ impl Snapshot {
         for report in &self.reports {
             out.sample(&[("collector", report.collector)], report.interval.as_secs_f64());
         }
-        if self.budget.limit > 0 {
+        if self.series_limit.limit > 0 {
             out.family(
                 "memlock_exporter_series_limit",
                 "series.limit: at most this many series per scrape, those that page first (processes and cgroups \
@@ -214,7 +214,7 @@ impl Snapshot {
                     memlock_exporter_series_dropped_entities.",
                 Kind::Gauge,
             )
-            .sample(&[], self.budget.limit as u64);
+            .sample(&[], self.series_limit.limit as u64);
         }
         out.family(
             "memlock_exporter_series_dropped_entities",
@@ -262,25 +262,13 @@ impl Snapshot {
 
     fn render_trends(&self, out: &mut Exposition, grants: &Grants) {
         let points = self.exported_trends(grants);
-        out.family(
-            "memlock_trend_rise_bytes_per_second",
-            "How fast the scope's watched memory rises, by least squares over the trend window of 1 s samples (node: \
-                memory in use, MemTotal - MemAvailable; cgroup: working set, usage where memory.stat is unreadable; \
-                process: VmPin or VmLck, by counter).",
-            Kind::Gauge,
-        );
+        out.family("memlock_trend_rise_bytes_per_second", &crate::scopes::RISE_HELP, Kind::Gauge);
         for point in &points {
             if let Some(rise) = point.rise {
                 out.sample(&trend_labels(point), rise);
             }
         }
-        out.family(
-            "memlock_trend_exhaustion_seconds",
-            "At the current rise, seconds until the scope's limit is reached (node: MemAvailable falling to \
-                memlock_node_memory_available_floor_bytes; cgroup: its effective limit; process: its soft memlock \
-                limit, for each counter). Absent when not rising significantly or without a limit.",
-            Kind::Gauge,
-        );
+        out.family("memlock_trend_exhaustion_seconds", &crate::scopes::EXHAUSTION_HELP, Kind::Gauge);
         for point in &points {
             if let Some(seconds) = point.exhaustion {
                 out.sample(&trend_labels(point), seconds);
@@ -381,7 +369,8 @@ mod tests {
         let own = prometheus::IntGauge::new("own", "own").unwrap();
         registry.register(Box::new(own)).unwrap();
         let limit = 100;
-        let snapshot = Snapshot::with_budget(vec![report(1000)], Budget { limit, registry: Some(registry.clone()) });
+        let snapshot =
+            Snapshot::with_series_limit(vec![report(1000)], SeriesLimit { limit, registry: Some(registry.clone()) });
         let text = snapshot.text();
         let ages = snapshot.render_ages(Instant::now());
         let own_series = 1;
@@ -398,7 +387,7 @@ mod tests {
         assert!(text.contains("memlock_exporter_series_dropped_entities{class=\"many\"} 0\n"));
         assert!(!text.contains("memlock_exporter_series_limit"));
         // A limit below the fixed series exports those and nothing else.
-        let snapshot = Snapshot::with_budget(vec![report(1000)], Budget { limit: 5, registry: None });
+        let snapshot = Snapshot::with_series_limit(vec![report(1000)], SeriesLimit { limit: 5, registry: None });
         assert_eq!(snapshot.text().matches("m_entity{").count(), 0);
         assert_eq!(snapshot.text().matches("m_fixed{").count(), 3);
     }

@@ -47,9 +47,11 @@ pub type Sampling = (Sampler, watch::Receiver<Arc<Snapshot>>, Vec<(&'static str,
 pub fn start_sampler(config: &Config, own: &SelfMetrics) -> Result<Sampling, ServeError> {
     let collectors = crate::collect::build(&config.collectors, &config.roots, &config.trend);
     let enabled: Vec<(&'static str, Duration)> = collectors.iter().map(|(c, interval)| (c.name(), *interval)).collect();
-    let budget = crate::snapshot::Budget { limit: config.series_limit, registry: Some(own.registry.clone()) };
-    let (sampler, snapshots) = Sampler::start(collectors, config.trend.clone(), own.collector_errors.clone(), budget)
-        .map_err(|source| ServeError::Io { context: "starting the sampler threads", source })?;
+    let series_limit =
+        crate::snapshot::SeriesLimit { limit: config.series_limit, registry: Some(own.registry.clone()) };
+    let (sampler, snapshots) =
+        Sampler::start(collectors, config.trend.clone(), own.collector_errors.clone(), series_limit)
+            .map_err(|source| ServeError::Io { context: "starting the sampler threads", source })?;
     Ok((sampler, snapshots, enabled))
 }
 

@@ -45,11 +45,15 @@ fn every_alert_has_a_runbook_section_and_a_name_the_fast_path_does_not_use() {
     for alert in &alerts {
         assert!(runbooks.lines().any(|l| l == format!("## {alert}")), "docs/runbooks.md has no `## {alert}`");
     }
-    // The fast path (src/alerting/mod.rs, and its page for traced refusals in
-    // src/alerting/failures.rs) links its own alerts to the same document.
-    let fast_path = ["src/alerting/mod.rs", "src/alerting/failures.rs"]
-        .map(|f| std::fs::read_to_string(repository().join(f)).unwrap())
-        .join("\n");
+    // The fast path (src/alerting/, its alert names per trend scope in src/scopes.rs) links its
+    // own alerts to the same document.
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repository().join("src/alerting"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.push(repository().join("src/scopes.rs"));
+    let fast_path = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect::<Vec<_>>().join("\n");
     let fast: Vec<&str> = fast_path
         .split('"')
         .filter(|s| s.starts_with("Memlock") && s.chars().all(|c| c.is_ascii_alphanumeric()))
@@ -61,5 +65,79 @@ fn every_alert_has_a_runbook_section_and_a_name_the_fast_path_does_not_use() {
             "docs/runbooks.md has no `## {alert}` (fast path)"
         );
         assert!(!alerts.contains(&alert), "{alert} is both a Prometheus rule and a fast-path alert");
+    }
+}
+
+/// The fast path's defaults (src/config.rs, and the scopes' floors in src/scopes.rs) against
+/// alerts/thresholds.yml: a fast-path alert and the Prometheus rule it stands beside must not
+/// call one condition at two levels, unless the difference is listed below with its reason.
+#[test]
+fn the_fast_paths_defaults_agree_with_thresholds_yml() {
+    use memlock_exporter::scopes::SCOPES;
+    use memlock_exporter::trend::Scope;
+    let text = std::fs::read_to_string(repository().join("alerts/thresholds.yml")).unwrap();
+    let thresholds: std::collections::BTreeMap<&str, &str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k, v.trim().trim_matches('"')))
+        .collect();
+    let number = |key: &str| -> f64 {
+        let value = thresholds.get(key).unwrap_or_else(|| panic!("alerts/thresholds.yml has no {key}"));
+        value.parse().unwrap_or_else(|_| panic!("{key}: {value} is not a number"))
+    };
+    let sources = memlock_exporter::config::Sources { file: None, env: Some(Default::default()), flags: Vec::new() };
+    let config = memlock_exporter::config::load(&sources).expect("the defaults are valid");
+    let floor = |scope: Scope| SCOPES.iter().find(|d| d.scope == scope).unwrap().page_min_ratio;
+    let alerting = &config.alerting;
+    // (fast path, its value, the rule's threshold) that must be equal.
+    let same = [
+        (
+            "MemlockProcessNearLimitFast: alerting.usage_ratio_warning",
+            alerting.usage_ratio_warning,
+            "process_near_limit_ratio",
+        ),
+        (
+            "MemlockCgroupNearMemoryLimitFast: alerting.usage_ratio_warning",
+            alerting.usage_ratio_warning,
+            "cgroup_near_limit_ratio",
+        ),
+        (
+            "MemlockProcessLimitExhaustionImminent: the process floor",
+            floor(Scope::Process),
+            "process_exhaustion_min_ratio",
+        ),
+    ];
+    for (what, fast, key) in same {
+        assert_eq!(fast, number(key), "{what} is {fast}, alerts/thresholds.yml {key} is {}", number(key));
+    }
+    // The node's: the fast path pages from half of MemTotal minus the floor in use, the rule from
+    // MemAvailable under half of MemTotal.
+    let node = 1.0 - number("node_available_falling_max_available_ratio");
+    assert_eq!(floor(Scope::Node), node, "MemlockNodeMemoryExhaustionImminent's floor against the rule's");
+    assert_eq!(alerting.runbook_url, thresholds["runbook_base_url"], "alerting.runbook_url");
+    // Different on purpose; a change on either side fails here until this list says why.
+    let differ = [
+        // One floor for every scope of the fast path (the guard of issue 23, measured with the
+        // healthy patterns in docs/benchmarks.md); the rule's 30m prediction of a cgroup's
+        // working set, which page cache makes noisier, starts higher.
+        (
+            "MemlockCgroupMemoryExhaustionImminent: the cgroup floor",
+            floor(Scope::Cgroup),
+            0.5,
+            "cgroup_exhaustion_min_ratio",
+            0.6,
+        ),
+        // Seconds ahead from 1 s samples against an hour ahead from 15m of scrapes.
+        (
+            "alerting.exhaustion_critical_seconds",
+            alerting.exhaustion_critical.as_secs_f64(),
+            120.0,
+            "process_exhaustion_horizon_seconds",
+            3600.0,
+        ),
+    ];
+    for (what, fast, fast_listed, key, rule_listed) in differ {
+        assert_eq!((fast, number(key)), (fast_listed, rule_listed), "{what} against {key}: update this list");
     }
 }

@@ -35,7 +35,7 @@ impl ProcessSample {
         let trends = 2 * (present(self.locked_bytes) + present(self.pinned_bytes));
         present(self.locked_bytes)
             + present(self.pinned_bytes)
-            + usize::from(self.ipc_lock.is_some())
+            + usize::from(self.ipc_lock_exempt.is_some())
             + limits
             + ratios
             + usize::from(self.nccl.is_some())
@@ -56,36 +56,51 @@ impl CgroupAggregate {
     }
 }
 
+/// The series budget's order of the exported processes and of the cgroup aggregates (indices,
+/// and per entity its series and score), ranked once per stats, on first use: the claims, both
+/// renders of a snapshot (the fixed series, then the granted) and the exported trend ids read it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Ranking {
+    processes: (Vec<usize>, Vec<(usize, f64)>),
+    cgroups: (Vec<usize>, Vec<(usize, f64)>),
+}
+
+impl Ranking {
+    pub(super) fn of(processes: &[ProcessSample], cgroups: &[CgroupAggregate]) -> Self {
+        let p = processes;
+        let c = cgroups;
+        let series = |i: usize| 3 + c[i].counter_ratio_max.iter().flatten().count();
+        // Ties (most cgroups) by the memory held.
+        let held = |i: usize| c[i].locked_bytes.saturating_add(c[i].pinned_bytes) as f64;
+        Self {
+            processes: budget::ranked(p.len(), |i| p[i].series(), |i| p[i].budget_score()),
+            cgroups: budget::ranked(c.len(), series, |i| c[i].budget_score() + held(i) / 1e30),
+        }
+    }
+}
+
 impl ProcessStats {
+    fn ranking(&self) -> &Ranking {
+        self.ranking.get_or_init(|| Ranking::of(&self.processes, &self.cgroups))
+    }
+
     /// Every exported process and every cgroup aggregate.
     pub fn render(&self, out: &mut Exposition) {
         self.render_granted(out, &Grants::all())
     }
 
-    fn process_order(&self) -> (Vec<usize>, Vec<(usize, f64)>) {
-        let p = &self.processes;
-        budget::ranked(p.len(), |i| p[i].series(), |i| p[i].budget_score())
-    }
-
-    fn cgroup_order(&self) -> (Vec<usize>, Vec<(usize, f64)>) {
-        let c = &self.cgroups;
-        let series = |i: usize| 3 + c[i].counter_ratio_max.iter().flatten().count();
-        // Ties (most cgroups) by the memory held.
-        let held = |i: usize| c[i].locked_bytes.saturating_add(c[i].pinned_bytes) as f64;
-        budget::ranked(c.len(), series, |i| c[i].budget_score() + held(i) / 1e30)
-    }
-
     pub fn claims(&self) -> Vec<Claim> {
+        let ranking = self.ranking();
         vec![
-            Claim { class: PROCESSES, tier: Tier::Page, floor: FLOOR, cap: CAP, entities: self.process_order().1 },
+            Claim { class: PROCESSES, tier: Tier::Page, floor: FLOOR, cap: CAP, entities: ranking.processes.1.clone() },
             // Four series each: up to 16 in the page tier.
-            Claim { class: CGROUPS, tier: Tier::Page, floor: FLOOR, cap: 16, entities: self.cgroup_order().1 },
+            Claim { class: CGROUPS, tier: Tier::Page, floor: FLOOR, cap: 16, entities: ranking.cgroups.1.clone() },
         ]
     }
 
     /// The processes exported under `grants`, in rank order.
     pub fn granted_processes(&self, grants: &Grants) -> Vec<&ProcessSample> {
-        let mask = grants.mask(PROCESSES, &self.process_order().0, self.processes.len());
+        let mask = grants.mask(PROCESSES, &self.ranking().processes.0, self.processes.len());
         self.processes.iter().zip(mask).filter_map(|(p, shown)| shown.then_some(p)).collect()
     }
 
@@ -102,7 +117,7 @@ impl ProcessStats {
 
     pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
         let processes = self.granted_processes(grants);
-        let cgroup_mask = grants.mask(CGROUPS, &self.cgroup_order().0, self.cgroups.len());
+        let cgroup_mask = grants.mask(CGROUPS, &self.ranking().cgroups.0, self.cgroups.len());
         let cgroups: Vec<&CgroupAggregate> =
             self.cgroups.iter().zip(cgroup_mask).filter_map(|(c, shown)| shown.then_some(c)).collect();
         let pids: Vec<String> = processes.iter().map(|p| p.pid.to_string()).collect();
@@ -166,7 +181,7 @@ impl ProcessStats {
                 exempt, also when the exporter itself runs in one. Sampled on the process interval.",
             Kind::Gauge,
         );
-        each(out, &|p| p.ipc_lock.map(Into::into));
+        each(out, &|p| p.ipc_lock_exempt.map(Into::into));
         out.family(
             "memlock_process_limit_usage_ratio",
             "VmPin / soft RLIMIT_MEMLOCK (counter=\"pinned\") and VmLck / soft RLIMIT_MEMLOCK \

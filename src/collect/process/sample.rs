@@ -43,9 +43,11 @@ pub struct ProcessSample {
     /// RLIMIT_MEMLOCK, as of the last full scan, or of the last 2 s for a process holding memory
     /// (`scan::LIMITS_REFRESH`). `None` when `limits` could not be read.
     pub limits: Option<MemlockLimits>,
-    /// CAP_IPC_LOCK lifts the limit ([`ipc_lock_exempts`]): held in CapEff and in the initial
-    /// user namespace. `None` when CapEff could not be read.
-    pub ipc_lock: Option<bool>,
+    /// CAP_IPC_LOCK in CapEff (bit 14), wherever it is held. `None` when CapEff could not be read.
+    pub cap_ipc_lock: Option<bool>,
+    /// Whether the capability lifts the limit ([`ipc_lock_exempts`]): held in CapEff and in the
+    /// initial user namespace (`memlock_process_ipc_lock`). `None` when CapEff could not be read.
+    pub ipc_lock_exempt: Option<bool>,
     /// The NCCL library the process has mapped (`/proc/PID/maps`), read once, when the process
     /// is first seen holding pinned memory (NCCL's registrations are what pins it). `None` until
     /// then, or when no `libnccl.so*` is mapped (NCCL linked statically, or not used).
@@ -76,7 +78,7 @@ impl ProcessSample {
             limit_bytes: limits.soft.bytes(),
             // An unknown CapEff counts as enforced: missing a real refusal costs more than a
             // false warning.
-            enforced: self.ipc_lock != Some(true),
+            enforced: self.ipc_lock_exempt != Some(true),
         })
     }
 

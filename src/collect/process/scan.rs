@@ -49,9 +49,6 @@ pub(super) struct PidReader {
     text: String,
     /// Where this exporter stands for judging user namespaces.
     pub(super) namespaces: UserNamespaceView,
-    /// Set by [`read_status`] when the pid it read is a kernel thread or a zombie (no thread
-    /// with an address space), so that discovery remembers not to read it again.
-    pub(super) saw_kernel_thread: bool,
 }
 
 impl PidReader {
@@ -70,7 +67,6 @@ impl PidReader {
             path: PathBuf::with_capacity(64),
             text: String::with_capacity(4096),
             namespaces,
-            saw_kernel_thread: false,
         }
     }
 
@@ -122,6 +118,35 @@ pub(super) fn parse_pid_bytes(name: &[u8]) -> Option<u32> {
     (pid > 0).then_some(pid)
 }
 
+/// What reading a process (or one of its files) gave: the caller tells a process read from one
+/// that is not a user process, one that exited, one whose files are refused and a failure
+/// without looking at anything else (the cgroup reader's `read::Outcome` does the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome<T> {
+    Read(T),
+    /// A kernel thread, or a zombie without a live thread: discovery does not read it again.
+    KernelThread,
+    /// Exited between being listed (or tracked) and being read: counted in `vanished`.
+    Gone,
+    /// Its `status` is refused (EACCES, EPERM: `hidepid=`, a foreign user namespace): counted,
+    /// not a failure of the collector.
+    Refused,
+    /// A real error, counted and reported: the pid is retried on every pass.
+    Failed,
+}
+
+impl<T> Outcome<T> {
+    pub(super) fn and_then<U>(self, next: impl FnOnce(T) -> Outcome<U>) -> Outcome<U> {
+        match self {
+            Outcome::Read(value) => next(value),
+            Outcome::KernelThread => Outcome::KernelThread,
+            Outcome::Gone => Outcome::Gone,
+            Outcome::Refused => Outcome::Refused,
+            Outcome::Failed => Outcome::Failed,
+        }
+    }
+}
+
 /// Counts and classifies read failures.
 #[derive(Debug, Default)]
 pub(super) struct Tally {
@@ -130,23 +155,30 @@ pub(super) struct Tally {
 }
 
 impl Tally {
-    /// True when the failure means the process is gone (ENOENT, ESRCH).
-    pub(super) fn note(&mut self, err: SourceError, errors: &mut Vec<SourceError>) -> bool {
+    /// Counts a failed read, reports it unless it is a refusal or the process is gone (ENOENT,
+    /// ESRCH), and says which of the three it was.
+    pub(super) fn note<T>(&mut self, err: SourceError, errors: &mut Vec<SourceError>) -> Outcome<T> {
         if err.is_not_found() {
             self.vanished += 1;
-            return true;
+            return Outcome::Gone;
         }
         match err.kind() {
             "permission" => {
                 self.errors.permission += 1;
-                return false;
+                return Outcome::Refused;
             }
             "parse" => self.errors.parse += 1,
             "too_large" => self.errors.too_large += 1,
             _ => self.errors.io += 1,
         }
         errors.push(err);
-        false
+        Outcome::Failed
+    }
+
+    /// Failures reported so far (refusals and processes gone are not failures): a record whose
+    /// reads raised it is incomplete.
+    pub(super) fn failures(&self) -> u64 {
+        self.errors.total() - self.errors.permission
     }
 }
 
@@ -195,14 +227,13 @@ pub(super) const MAPS_READS_PER_PASS: usize = 2;
 const MAX_MAPS_BYTES: u64 = 16 << 20;
 
 impl Scanner {
-    /// Reads `status`, `limits` and `cgroup` of one process. `None` for kernel threads and for
-    /// processes that vanished or whose status could not be read.
+    /// Reads `status`, `limits` and `cgroup` of one process.
     pub(super) fn read_process(
         &mut self,
         pid: u32,
         known: Option<Record>,
         errors: &mut Vec<SourceError>,
-    ) -> Option<Record> {
+    ) -> Outcome<Record> {
         let mut record = known.unwrap_or_else(|| Record {
             sample: ProcessSample {
                 pid,
@@ -211,7 +242,8 @@ impl Scanner {
                 locked_bytes: None,
                 pinned_bytes: None,
                 limits: None,
-                ipc_lock: None,
+                cap_ipc_lock: None,
+                ipc_lock_exempt: None,
                 nccl: None,
             },
             comm_matches: false,
@@ -222,62 +254,81 @@ impl Scanner {
             limits_read_at: None,
         });
         let fresh = record.sample.comm.is_empty();
-        let before = errors.len();
-        self.read_status(&mut record, fresh, errors)?;
-        if !self.read_limits_and_cgroup(&mut record, errors) {
-            return None;
-        }
-        record.incomplete = errors.len() > before;
-        record.tracked = is_tracked(&record.sample, record.comm_matches);
-        Some(record)
+        let failures = self.tally.failures();
+        self.read_status(&mut record, fresh, errors).and_then(|_| {
+            if !self.read_limits_and_cgroup(&mut record, errors) {
+                return Outcome::Gone;
+            }
+            record.incomplete = self.tally.failures() > failures;
+            record.tracked = is_tracked(&record.sample, record.comm_matches);
+            Outcome::Read(record)
+        })
     }
 
-    /// Re-reads the status of a tracked process. False when it is gone (or became unreadable).
-    pub(super) fn refresh(&mut self, record: &mut Record, errors: &mut Vec<SourceError>) -> bool {
-        match self.read_status(record, false, errors) {
-            None => false,
+    /// Re-reads the status of a tracked process, and its limits when [`LIMITS_REFRESH`] old
+    /// (`due`) or when it runs another program.
+    pub(super) fn refresh(
+        &mut self,
+        record: &mut Record,
+        due: std::time::Instant,
+        errors: &mut Vec<SourceError>,
+    ) -> Outcome<()> {
+        self.read_status(record, false, errors).and_then(|changed| {
             // A new command name under a known pid: most likely pid reuse, so the limits and the
             // cgroup of the last full scan belong to another process.
-            Some(true) => self.read_limits_and_cgroup(record, errors),
-            Some(false) => true,
-        }
+            let present = if changed {
+                self.read_limits_and_cgroup(record, errors)
+            } else {
+                self.refresh_limits(record, due, errors)
+            };
+            if present {
+                Outcome::Read(())
+            } else {
+                Outcome::Gone
+            }
+        })
     }
 
-    /// Updates the record from `status`. `None` when the process is gone, unreadable or a kernel
-    /// thread; `Some(changed)` says whether the command name changed (or `force` asked to treat
-    /// it as new).
+    /// Reads every file of a process whose `limits` or `cgroup` failed last time.
+    pub(super) fn reread(&mut self, record: &mut Record, errors: &mut Vec<SourceError>) -> Outcome<()> {
+        self.read_status(record, false, errors).and_then(|_| {
+            if self.read_limits_and_cgroup(record, errors) {
+                Outcome::Read(())
+            } else {
+                Outcome::Gone
+            }
+        })
+    }
+
+    /// Updates the record from `status`; `Read(changed)` says whether the command name changed
+    /// (or `force` asked to treat it as new).
     pub(super) fn read_status(
         &mut self,
         record: &mut Record,
         force: bool,
         errors: &mut Vec<SourceError>,
-    ) -> Option<bool> {
+    ) -> Outcome<bool> {
         let pid = record.sample.pid;
         let text = match self.reader.read(pid, "status") {
             // A task reaped after the open reads as an empty file.
             Ok("") => {
                 self.tally.vanished += 1;
-                return None;
+                return Outcome::Gone;
             }
             Ok(text) => text,
-            Err(err) => {
-                self.tally.note(err, errors);
-                return None;
-            }
+            Err(err) => return self.tally.note(err, errors),
         };
         // A malformed field costs only that field: the process is still sampled, the error counted.
         let (status, field_errors) = match pid_status::parse_fields(text) {
             Ok(parsed) => (parsed.value, parsed.field_errors),
             Err(err) => {
                 let err = self.reader.parse_error(err);
-                self.tally.note(err, errors);
-                return None;
+                return self.tally.note(err, errors);
             }
         };
 
         if status.kernel_thread() == Some(true) {
-            self.reader.saw_kernel_thread = true;
-            return None;
+            return Outcome::KernelThread;
         }
         let (has_vm, kthread) = (status.has_vm, status.kthread);
         let name = pid_status::unescape_name(status.name);
@@ -292,14 +343,15 @@ impl Scanner {
         }
         record.sample.locked_bytes = status.locked_bytes;
         record.sample.pinned_bytes = status.pinned_bytes;
-        record.sample.ipc_lock = status.ipc_lock();
+        record.sample.cap_ipc_lock = status.ipc_lock();
+        let failures = self.tally.failures();
         for err in field_errors {
             let err = self.reader.parse_error(err);
-            self.tally.note(err, errors);
+            self.tally.note::<()>(err, errors);
         }
         if !has_vm && !self.read_live_thread(record, kthread.is_none(), errors) {
-            self.reader.saw_kernel_thread = true;
-            return None;
+            // No thread with an address space: a kernel thread or a zombie, unless reading it failed.
+            return if self.tally.failures() > failures { Outcome::Failed } else { Outcome::KernelThread };
         }
         // The namespace matters only where the limit does: for memory held, or a process that is
         // exported whatever it holds (comm_pattern). One holding nothing is not checked (two more
@@ -307,10 +359,13 @@ impl Scanner {
         // as its capability says; its first lock or pin gets it re-read, and checked, within a
         // pass (a tracked pass, or the full scan that node-wide growth brings forward).
         let holds = record.sample.locked_bytes.unwrap_or(0) > 0 || record.sample.pinned_bytes.unwrap_or(0) > 0;
-        if record.sample.ipc_lock == Some(true) && (holds || record.comm_matches) {
-            let initial = self.user_namespace_is_initial(record.sample.pid, errors);
-            record.sample.ipc_lock = ipc_lock_exempts(record.sample.ipc_lock, initial);
-        }
+        let cap = record.sample.cap_ipc_lock;
+        let initial = if cap == Some(true) && (holds || record.comm_matches) {
+            self.user_namespace_is_initial(pid, errors)
+        } else {
+            None
+        };
+        record.sample.ipc_lock_exempt = ipc_lock_exempts(cap, initial);
         if self.config.nccl_version
             && !record.nccl_read
             && record.sample.pinned_bytes.unwrap_or(0) > 0
@@ -320,7 +375,7 @@ impl Scanner {
             record.nccl_read = true;
             record.sample.nccl = self.read_nccl(pid, errors);
         }
-        Some(changed)
+        Outcome::Read(changed)
     }
 
     /// For a process whose `status` has no `Vm*` block: a kernel thread (`check_stat`: the kernel
@@ -343,7 +398,7 @@ impl Scanner {
                 Ok(true) => return false,
                 Ok(false) => {}
                 Err(err) => {
-                    if self.tally.note(err, errors) {
+                    if self.tally.note::<()>(err, errors) == Outcome::Gone {
                         return false;
                     }
                 }
@@ -361,7 +416,7 @@ impl Scanner {
                 // That thread exited meanwhile: the next one may still run.
                 Err(err) if err.is_not_found() => continue,
                 Err(err) => {
-                    self.tally.note(err, errors);
+                    self.tally.note::<()>(err, errors);
                     return false;
                 }
             };
@@ -372,10 +427,10 @@ impl Scanner {
             }
             record.sample.locked_bytes = status.locked_bytes;
             record.sample.pinned_bytes = status.pinned_bytes;
-            record.sample.ipc_lock = status.ipc_lock();
+            record.sample.cap_ipc_lock = status.ipc_lock();
             for err in parsed.field_errors {
                 let err = self.reader.parse_error(err);
-                self.tally.note(err, errors);
+                self.tally.note::<()>(err, errors);
             }
             return true;
         }
@@ -403,7 +458,7 @@ impl Scanner {
             // Gone meanwhile: the next pass drops it.
             Err(err) if err.is_not_found() => None,
             Err(err) => {
-                self.tally.note(err, errors);
+                self.tally.note::<()>(err, errors);
                 None
             }
         }
@@ -425,7 +480,7 @@ impl Scanner {
                 Ok(initial) => initial,
                 Err(err) => {
                     let err = self.reader.parse_error(err);
-                    self.tally.note(err, errors);
+                    self.tally.note::<()>(err, errors);
                     None
                 }
             },
@@ -433,7 +488,7 @@ impl Scanner {
             // EINVAL): the next pass drops it.
             Err(err) if err.is_not_found() || err.raw_os_error() == Some(libc::EINVAL) => None,
             Err(err) => {
-                self.tally.note(err, errors);
+                self.tally.note::<()>(err, errors);
                 None
             }
         };
@@ -475,13 +530,13 @@ impl Scanner {
                 Ok(limits) => Some(limits),
                 Err(err) => {
                     let err = self.reader.parse_error(err);
-                    self.tally.note(err, errors);
+                    self.tally.note::<()>(err, errors);
                     None
                 }
             },
             Err(err) => {
                 // Every kernel has `limits`: not found means the process has exited.
-                if self.tally.note(err, errors) {
+                if self.tally.note::<()>(err, errors) == Outcome::Gone {
                     return false;
                 }
                 None
@@ -505,7 +560,7 @@ impl Scanner {
                 Ok(None) => None,
                 Err(err) => {
                     let err = self.reader.parse_error(err);
-                    self.tally.note(err, errors);
+                    self.tally.note::<()>(err, errors);
                     None
                 }
             },
@@ -513,7 +568,7 @@ impl Scanner {
             // dropped by the next pass.
             Err(err) if err.is_not_found() => None,
             Err(err) => {
-                self.tally.note(err, errors);
+                self.tally.note::<()>(err, errors);
                 None
             }
         };
