@@ -147,9 +147,9 @@ impl Snapshot {
         self.rendered.get_or_init(|| Arc::new(self.render()))
     }
 
-    /// Grants the series budget within the series limit: the fixed series (rendered with no entity granted), the exporter's own
-    /// series and the sample ages are counted first, then [`budget::allocate`] hands out the
-    /// rest.
+    /// Grants the series budget within the series limit: the fixed series (rendered with no entity
+    /// granted), the exporter's own series and the sample ages are counted first, then
+    /// [`budget::allocate`] hands out the rest.
     pub fn allocation(&self) -> Allocation {
         let claims: Vec<budget::Claim> =
             self.reports.iter().filter_map(|r| r.data.as_ref()).flat_map(|d| d.claims()).collect();

@@ -129,14 +129,16 @@ exported_pin = value("memlock_process_pinned_bytes", pid=pid)
 exported_mrs = value("memlock_rdma_process_mrs", pid=pid, device="rxe0")
 exported_mr_bytes = value("memlock_rdma_process_mr_bytes", pid=pid, device="rxe0")
 print(f"pid {pid}: {mib} MiB registered; VmPin {vmpin} B, exported pinned {exported_pin:.0f} B; "
-      f"rdma resource show mr: {len(mrs)} MRs, {rdma_bytes} B; exported {exported_mrs:.0f} MRs, {exported_mr_bytes:.0f} B")
+      f"rdma resource show mr: {len(mrs)} MRs, {rdma_bytes} B; "
+      f"exported {exported_mrs:.0f} MRs, {exported_mr_bytes:.0f} B")
 errors = []
 if vmpin != mib << 20:
     errors.append(f"VmPin {vmpin} is not the {mib << 20} bytes registered")
 if exported_pin != vmpin:
     errors.append(f"exported pinned bytes {exported_pin} != VmPin {vmpin}")
 if exported_mrs != len(mrs) or exported_mr_bytes != rdma_bytes:
-    errors.append(f"exported MRs {exported_mrs}/{exported_mr_bytes} B != rdma resource show mr {len(mrs)}/{rdma_bytes} B")
+    errors.append(f"exported MRs {exported_mrs}/{exported_mr_bytes} B "
+                  f"!= rdma resource show mr {len(mrs)}/{rdma_bytes} B")
 if rdma_bytes != vmpin:
     errors.append(f"MR bytes {rdma_bytes} != VmPin {vmpin}")
 sys.exit("; ".join(errors) or None)
@@ -149,13 +151,15 @@ check_drill() {
     for mode in rdma pin; do
         call=io_uring_register
         [ "$mode" = rdma ] && call=ibv_reg_mr
-        [ "$(cat "$dir/drill-$mode.rc")" = 0 ] || { cat "$dir/drill-$mode.out"; echo "drill --mode $mode failed"; return 1; }
-        grep -q "result=ENOMEM errno=12 call=$call reached=8MiB" "$dir/drill-$mode.out" || { cat "$dir/drill-$mode.out"; echo "drill --mode $mode: no ENOMEM at 8 MiB"; return 1; }
+        [ "$(cat "$dir/drill-$mode.rc")" = 0 ] ||
+            { cat "$dir/drill-$mode.out"; echo "drill --mode $mode failed"; return 1; }
+        grep -q "result=ENOMEM errno=12 call=$call reached=8MiB" "$dir/drill-$mode.out" ||
+            { cat "$dir/drill-$mode.out"; echo "drill --mode $mode: no ENOMEM at 8 MiB"; return 1; }
         pid=$(grep -o 'event=start .* pid=[0-9]*' "$dir/drill-$mode.out" | grep -o '[0-9]*$')
         echo -n "drill --mode $mode: "
         python3 "$ROOT/scripts/e2e/check_lead.py" "$dir/drill-$mode.out" "$dir/webhook.jsonl" \
-            MemlockProcessLimitExhaustionImminent "$(cat "$dir/since")" "$dir/exporter.log" 2 "counter=pinned,pid=$pid" ||
-            return 1
+            MemlockProcessLimitExhaustionImminent "$(cat "$dir/since")" "$dir/exporter.log" 2 \
+            "counter=pinned,pid=$pid" || return 1
     done
     pid=$(grep -o 'event=start .* pid=[0-9]*' "$dir/drill-rdma.out" | grep -o '[0-9]*$')
     local mrs
@@ -261,9 +265,10 @@ labels, pinned = value(m, "memlock_cgroup_pinned_bytes", cgroup=container)
 expect("container pinned bytes", pinned, 16 << 20)
 expect("container attribution", {k: labels.get(k) for k in ("pod_uid", "container_id", "qos_class")},
        {"pod_uid": "0d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6",
-        "container_id": "4f9c1d2e3b4a59687766554433221100ffeeddccbbaa99887766554433221100", "qos_class": "burstable"})
-expect("container effective limit (the pod's memory.max)", value(m, "memlock_cgroup_memory_limit_bytes", cgroup=container)[1],
-       float(f["pod memory.max"]))
+        "container_id": "4f9c1d2e3b4a59687766554433221100ffeeddccbbaa99887766554433221100",
+        "qos_class": "burstable"})
+expect("container effective limit (the pod's memory.max)",
+       value(m, "memlock_cgroup_memory_limit_bytes", cgroup=container)[1], float(f["pod memory.max"]))
 for scope, path in (("container", container), ("pod", pod)):
     current = rdma_counts(f[f"{scope} rdma.current"])
     for resource in ("hca_handle", "hca_object"):
@@ -276,16 +281,19 @@ for resource in ("hca_handle", "hca_object"):
 s = parse(f"{d}/step-metrics.txt")
 labels, locked = value(s, "memlock_cgroup_locked_bytes", cgroup=task)
 expect("step locked bytes", locked, 24 << 20)
-expect("step attribution", {k: labels.get(k) for k in ("slurm_job", "slurm_step")}, {"slurm_job": "1870", "slurm_step": "0"})
-expect("step effective limit (the job's memory.max)", value(s, "memlock_cgroup_memory_limit_bytes", cgroup=task)[1], 64 << 20)
+expect("step attribution", {k: labels.get(k) for k in ("slurm_job", "slurm_step")},
+       {"slurm_job": "1870", "slurm_step": "0"})
+expect("step effective limit (the job's memory.max)",
+       value(s, "memlock_cgroup_memory_limit_bytes", cgroup=task)[1], 64 << 20)
 stat = dict(line.split() for line in open(f"{d}/task-memory.stat"))
 unevictable = value(s, "memlock_cgroup_memory_unevictable_bytes", cgroup=task)[1]
 expect("step unevictable = memory.stat unevictable", unevictable, float(stat["unevictable"]))
 o = parse(f"{d}/oom-metrics.txt")
 events = dict(line.split() for line in open(f"{d}/task-memory.events"))
-expect("step oom_kill = memory.events", value(o, "memlock_cgroup_memory_events_total", cgroup=task, event="oom_kill")[1],
-       float(events["oom_kill"]))
-print(f"pod container: pinned {pinned:.0f} B, limit {f['pod memory.max'].strip()}, rdma.current {f['container rdma.current'].strip()}, "
+expect("step oom_kill = memory.events",
+       value(o, "memlock_cgroup_memory_events_total", cgroup=task, event="oom_kill")[1], float(events["oom_kill"]))
+print(f"pod container: pinned {pinned:.0f} B, limit {f['pod memory.max'].strip()}, "
+      f"rdma.current {f['container rdma.current'].strip()}, "
       f"pod rdma.max {f['pod rdma.max'].strip()}; step: locked {locked:.0f} B, unevictable {unevictable:.0f} B, "
       f"oom_kill {events['oom_kill']}")
 sys.exit("; ".join(errors) or None)

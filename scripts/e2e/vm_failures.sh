@@ -36,17 +36,21 @@ if [ -s "$OUT/guest/cost.txt" ]; then
     # Lines: LABEL registrations N elapsed_s S user_s U sys_s Y exporter_cpu_s E
     awk '{cpu = $7 + $9 + $11; pct = 100 * cpu / $5; rate = $3 / $5; sum[$1] += pct; n[$1]++
           ex[$1] += 100 * $11 / $5; if (!($1 in lo) || pct < lo[$1]) lo[$1] = pct
-          printf "%-8s %6.0f reg/s  registrant %.2f user + %.2f sys s  exporter %.2f s  = %.3f %% of a core\n", $1, rate, $7, $9, $11, pct}
+          printf "%-8s %6.0f reg/s  registrant %.2f user + %.2f sys s  exporter %.2f s  = %.3f %% of a core\n",
+              $1, rate, $7, $9, $11, pct}
          END {for (l in n) if (l != "without" && n["without"]) {
-              printf "added by the collector (%s): mean %.3f %%, lowest %.3f %% of a core (%d runs each); the exporter alone %.3f %%\n",
+              printf "added by the collector (%s): mean %.3f %%, lowest %.3f %% of a core (%d runs each); " \
+                  "the exporter alone %.3f %%\n",
                   l == "with" ? "pairing in the kernel" : "pairing in user space",
                   sum[l] / n[l] - sum["without"] / n["without"], lo[l] - lo["without"], n[l],
                   ex[l] / n[l] - ex["without"] / n["without"]}}' "$OUT/guest/cost.txt"
     [ -s "$OUT/guest/cost-mlock.txt" ] && awk '{us[$1] += $5; n[$1]++; print}
         END {for (l in n) if (l != "without" && n["without"])
              printf "do_mlock probes (%s): %.2f us of system time per call (mean of %d runs each)\n",
-             l == "with" ? "pairing in the kernel" : "pairing in user space", us[l] / n[l] - us["without"] / n["without"], n[l]}' "$OUT/guest/cost-mlock.txt"
-    [ -s "$OUT/guest/kprobe_profile.txt" ] && { echo "--- probe hits (kprobe_profile: event, hits, misses)"; tail -16 "$OUT/guest/kprobe_profile.txt"; }
+                 l == "with" ? "pairing in the kernel" : "pairing in user space",
+                 us[l] / n[l] - us["without"] / n["without"], n[l]}' "$OUT/guest/cost-mlock.txt"
+    [ -s "$OUT/guest/kprobe_profile.txt" ] &&
+        { echo "--- probe hits (kprobe_profile: event, hits, misses)"; tail -16 "$OUT/guest/kprobe_profile.txt"; }
 fi
 [ $rc = 0 ] || { echo "--- scenario log"; tail -40 "$OUT/guest/scenario.log" 2>/dev/null; }
 exit $rc

@@ -60,7 +60,8 @@ vm_kernel() {
     image=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
     if [ -z "$image" ]; then
         # Offline or no package lists: the newest kernel already cached.
-        image=$(find "$VM_CACHE" -maxdepth 1 -name 'kernel-linux-image-*' -printf '%f\n' | sed 's|^kernel-||' | sort -V | tail -1)
+        image=$(find "$VM_CACHE" -maxdepth 1 -name 'kernel-linux-image-*' -printf '%f\n' | sed 's|^kernel-||' |
+            sort -V | tail -1)
         [ -n "$image" ] || { vm_log "FAILED: apt-cache knows no linux-image-amd64 and nothing is cached"; return 1; }
         vm_log "linux-image-amd64 unknown to apt-cache; using the cached $image"
     fi
@@ -73,7 +74,8 @@ vm_kernel() {
     (cd "$tmp" && apt-get download "$image" > download.log 2>&1) ||
         { cat "$tmp/download.log" >&2; rm -rf "$tmp"; vm_log "FAILED: apt-get download $image"; return 1; }
     rm -rf "$VM_KERNEL_ROOT"
-    dpkg-deb -x "$tmp"/"$image"_*.deb "$VM_KERNEL_ROOT" || { rm -rf "$tmp"; vm_log "FAILED: dpkg-deb -x $image"; return 1; }
+    dpkg-deb -x "$tmp"/"$image"_*.deb "$VM_KERNEL_ROOT" ||
+        { rm -rf "$tmp"; vm_log "FAILED: dpkg-deb -x $image"; return 1; }
     rm -rf "$tmp"
     depmod -b "$VM_KERNEL_ROOT" "$VM_KVER" || { vm_log "FAILED: depmod -b $VM_KERNEL_ROOT $VM_KVER"; return 1; }
     [ -f "$VM_KERNEL_ROOT/boot/vmlinuz-$VM_KVER" ] || { vm_log "FAILED: no vmlinuz in $image"; return 1; }
@@ -216,7 +218,8 @@ nobody:x:65534:65534:nobody:/nonexistent:/bin/false
 PASSWD
     printf 'root:x:0:\nmrtest:x:1000:\nnogroup:x:65534:\n' > "$stage/etc/group"
     printf '127.0.0.1 localhost memlock-vm\n' > "$stage/etc/hosts"
-    (cd "$stage" && find . | LC_ALL=C sort > "$stage.files" && cpio -o -H newc --quiet < "$stage.files" | gzip -1 > "$stage.cpio.gz") ||
+    (cd "$stage" && find . | LC_ALL=C sort > "$stage.files" &&
+        cpio -o -H newc --quiet < "$stage.files" | gzip -1 > "$stage.cpio.gz") ||
         { vm_log "FAILED: cpio of $stage"; return 1; }
     sed 's|^\.||' "$stage.files" > "$VM_BASE_FILES"
     mv "$stage.cpio.gz" "$VM_BASE"

@@ -30,8 +30,10 @@ static int loop(long n) {
         }
     }
     getrusage(RUSAGE_SELF, &after);
-    double sys = (after.ru_stime.tv_sec - before.ru_stime.tv_sec) + (after.ru_stime.tv_usec - before.ru_stime.tv_usec) / 1e6;
-    double user = (after.ru_utime.tv_sec - before.ru_utime.tv_sec) + (after.ru_utime.tv_usec - before.ru_utime.tv_usec) / 1e6;
+    double sys = (after.ru_stime.tv_sec - before.ru_stime.tv_sec)
+        + (after.ru_stime.tv_usec - before.ru_stime.tv_usec) / 1e6;
+    double user = (after.ru_utime.tv_sec - before.ru_utime.tv_sec)
+        + (after.ru_utime.tv_usec - before.ru_utime.tv_usec) / 1e6;
     printf("mlocks %ld sys_us_per_call %.3f user_us_per_call %.3f\n", n, 1e6 * sys / n, 1e6 * user / n);
     return 0;
 }

@@ -13,7 +13,8 @@ start_webhook
 start_alertmanager_async
 start_exporter --alertmanager.url "$AM_URL"
 wait_alertmanager
-wait_for 120 "rxe0 in the exporter's metrics" sh -c "curl -fsS $EXPORTER_URL/metrics | grep -q 'memlock_rdma_port_state{device=\"rxe0\"'"
+wait_for 120 "rxe0 in the exporter's metrics" \
+    sh -c "curl -fsS $EXPORTER_URL/metrics | grep -q 'memlock_rdma_port_state{device=\"rxe0\"'"
 
 # drill MODE UID: a 1 MiB/s ramp to the 8 MiB limit, held 3 s after the refusal.
 drill() {

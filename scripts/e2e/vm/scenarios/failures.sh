@@ -92,7 +92,8 @@ stale=$T/instances/memlock_exporter_4194303_0_ret/events
 echo 'hist:keys=common_pid:sz0=size' >> "$stale/memlock_exporter_4194303_0/do_mlock_entry/trigger" ||
     vm_fail "cannot set the stale entry trigger"
 # shellcheck disable=SC2016
-echo 'hist:keys=common_pid:sz=$sz0:onmatch(memlock_exporter_4194303_0.do_mlock_entry).trace(memlock_exporter_4194303_0_do_mlock_fail,$sz,ret) if ret < 0' \
+onmatch='onmatch(memlock_exporter_4194303_0.do_mlock_entry).trace(memlock_exporter_4194303_0_do_mlock_fail,$sz,ret)'
+echo "hist:keys=common_pid:sz=\$sz0:$onmatch if ret < 0" \
     >> "$stale/memlock_exporter_4194303_0/do_mlock_return/trigger" || vm_fail "cannot set the stale return trigger"
 echo 1 > "$stale/synthetic/memlock_exporter_4194303_0_do_mlock_fail/enable"
 # Today's format (a random part): a leftover when no exporter holds its returns instance locked.
@@ -114,7 +115,8 @@ summary "ib_uverbs and rdma_rxe loaded after the exporter started; ib_umem_get p
 metrics | grep '^memlock_failures_probed' | tee "$VM_OUT/probed.txt"
 grep -q '^memlock_failures_probed{call="ib_umem_get"} 1$' "$VM_OUT/probed.txt" || vm_fail "ib_umem_get not probed"
 grep -q '^memlock_failures_probed{call="do_mlock"} 1$' "$VM_OUT/probed.txt" || vm_fail "do_mlock not probed"
-metrics_match '^memlock_failures_pairing\{mode="kernel"\} 1$' || vm_fail "not paired in the kernel: $(metrics | grep pairing)"
+metrics_match '^memlock_failures_pairing\{mode="kernel"\} 1$' ||
+    vm_fail "not paired in the kernel: $(metrics | grep pairing)"
 summary "pairing in the kernel"
 cp "$T/kprobe_events" "$VM_OUT/kprobe_events.txt"
 cp "$T/synthetic_events" "$VM_OUT/synthetic_events.txt"
@@ -141,7 +143,8 @@ grep -qE "^memlock_registration_failure_requested_bytes\{$labels\} 1048576$" "$V
     vm_fail "the size asked for is not 1 MiB"
 # Its $mrs successful registrations are not counted: one refusal on the node, nothing else.
 grep -E '^memlock_node_registration_failures_total' "$VM_OUT/metrics-ramp.txt" > "$VM_OUT/node-ramp.txt"
-[ "$(cat "$VM_OUT/node-ramp.txt")" = 'memlock_node_registration_failures_total{call="ib_umem_get",errno="ENOMEM",cause="memlock"} 1' ] ||
+[ "$(cat "$VM_OUT/node-ramp.txt")" = \
+    'memlock_node_registration_failures_total{call="ib_umem_get",errno="ENOMEM",cause="memlock"} 1' ] ||
     { cat "$VM_OUT/node-ramp.txt"; vm_fail "other refusals counted besides the one"; }
 summary "ibv_reg_mr refused after $mrs successful 1 MiB registrations: counted once ($labels)"
 wait_for 60 "MemlockRegistrationFailed at Alertmanager" sh -c \
@@ -157,7 +160,8 @@ wait "$ramp"
 #    cause needs the process's VmLck, which a process that is gone no longer has ("other").
 mlock_ramp() {
     prlimit --memlock=8388608:8388608 setpriv --reuid=1000 --regid=1000 --clear-groups \
-        failures-mlock-ramp 64 "$1" > "$VM_OUT/mlock-$1.out" 2>&1 || vm_fail "the mlock ramp: $(cat "$VM_OUT/mlock-$1.out")"
+        failures-mlock-ramp 64 "$1" > "$VM_OUT/mlock-$1.out" 2>&1 ||
+        vm_fail "the mlock ramp: $(cat "$VM_OUT/mlock-$1.out")"
     awk '/^pid / {print $2}' "$VM_OUT/mlock-$1.out"
 }
 mpid=$(mlock_ramp 2000)
@@ -188,18 +192,20 @@ cost() {
         wait_for 120 "the failures collector running" metrics_match '^memlock_failures_supported\{reason=""\} 1$'
         mode=kernel
         [ "$label" = userspace ] && mode=userspace
-        metrics_match "^memlock_failures_pairing\\{mode=\"$mode\"\\} 1$" || vm_fail "not paired in $mode: $(metrics | grep pairing)"
+        metrics_match "^memlock_failures_pairing\\{mode=\"$mode\"\\} 1$" ||
+            vm_fail "not paired in $mode: $(metrics | grep pairing)"
     fi
     sleep 2
     before=$(cpu_of "$EXPORTER_PID")
     out=$(failures-reg-loop rxe0 "$RATE" "$COST_SECONDS" 4096) || vm_fail "failures-reg-loop: $out"
     after=$(cpu_of "$EXPORTER_PID")
-    echo "$label $out exporter_cpu_s $(echo "$after $before" | awk '{printf "%.2f user_s %.2f sys_s %.2f", $1 - $4, $2 - $5, $3 - $6}')" |
-        tee -a "$VM_OUT/cost.txt"
+    echo "$label $out exporter_cpu_s $(echo "$after $before" |
+        awk '{printf "%.2f user_s %.2f sys_s %.2f", $1 - $4, $2 - $5, $3 - $6}')" | tee -a "$VM_OUT/cost.txt"
     # The probes' own cost per call, from a loop of cheap probed calls (an mlock of one page).
     echo "$label $(failures-mlock-ramp --loop 20000)" | tee -a "$VM_OUT/cost-mlock.txt"
     # Hits of each probe (kprobe_profile: event, hits, misses): one entry and one return per call.
-    [ "$label" != without ] && sed "s/^/$label /" "$T/kprobe_profile" | grep -E "(ib_umem_get|do_mlock|io_account_mem|user_shm_lock)_(entry|return)" >> "$VM_OUT/kprobe_profile.txt"
+    [ "$label" != without ] && sed "s/^/$label /" "$T/kprobe_profile" |
+        grep -E "(ib_umem_get|do_mlock|io_account_mem|user_shm_lock)_(entry|return)" >> "$VM_OUT/kprobe_profile.txt"
     metrics > "$VM_OUT/metrics-cost-$label.txt"
     stop_exporter
 }
@@ -277,7 +283,8 @@ VM_PIDS+=("$EXPORTER_PID")
 wait_for 120 "root without capabilities" metrics_match '^memlock_failures_supported\{reason="[a-z_]+"\} [01]$'
 wait_for 60 "root without capabilities set up" sh -c "! curl -fsS $EXPORTER_URL/metrics | grep -q 'reason=\"starting\"'"
 grep CapEff "/proc/$EXPORTER_PID/status" | tee -a "$VM_OUT/summary.txt"
-metrics_match '^memlock_failures_supported\{reason=""\} 1$' || vm_fail "root without capabilities cannot trace: $(metrics | grep supported)"
+metrics_match '^memlock_failures_supported\{reason=""\} 1$' ||
+    vm_fail "root without capabilities cannot trace: $(metrics | grep supported)"
 stop_exporter
 summary "root with an empty capability bounding set: traces"
 setpriv --reuid=1000 --regid=1000 --clear-groups "$EXPORTER" --web.listen-address=127.0.0.1:9567 --log.format=json \

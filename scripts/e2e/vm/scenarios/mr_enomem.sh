@@ -13,7 +13,8 @@ start_webhook
 start_alertmanager_async
 start_exporter --alertmanager.url "$AM_URL"
 wait_alertmanager
-wait_for 120 "rxe0 in the exporter's metrics" sh -c "curl -fsS $EXPORTER_URL/metrics | grep -q 'memlock_rdma_port_state{device=\"rxe0\"'"
+wait_for 120 "rxe0 in the exporter's metrics" \
+    sh -c "curl -fsS $EXPORTER_URL/metrics | grep -q 'memlock_rdma_port_state{device=\"rxe0\"'"
 
 now > "$VM_OUT/since"
 prlimit --memlock=8388608:8388608 setpriv --reuid=1000 --regid=1000 --clear-groups \
