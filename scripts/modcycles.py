@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The module graph's gate: fails on a cycle among sibling modules at any level, and on an import
-of the preflight half (src/preflight/) from anywhere but the command line (src/cli.rs).
+of the preflight half (src/preflight/) from anywhere but the command line (src/cli.rs), and on
+an import of the command line from the library (so no daemon module reaches preflight through it).
 
     python3 scripts/modcycles.py [SRC_DIR]      (default: src/ beside this script)
 
@@ -17,6 +18,9 @@ import sys
 # The preflight half, and the modules allowed to import it: the command line names its flags.
 PREFLIGHT = ("preflight",)
 MAY_IMPORT_PREFLIGHT = {("cli",)}
+# And nothing in the library imports the command line (main.rs does), so that no daemon module
+# reaches the preflight half through it: the serve flags live in serve/args.rs.
+CLI = ("cli",)
 
 
 RAW = re.compile(r'b?r(#*)"')
@@ -220,6 +224,8 @@ def forbidden(imports):
         inside = module[: len(PREFLIGHT)] == PREFLIGHT
         if target[: len(PREFLIGHT)] == PREFLIGHT and not inside and module and module not in MAY_IMPORT_PREFLIGHT:
             bad.add((module, target))
+        if target[: len(CLI)] == CLI and module and module[: len(CLI)] != CLI:
+            bad.add((module, target))
     return sorted(bad)
 
 
@@ -232,11 +238,16 @@ def main():
         print("module cycle: " + " <-> ".join("::".join(m) for m in component))
         failed = True
     for module, target in forbidden(imports):
-        print(f"{'::'.join(module)} imports crate::{'::'.join(target)}: only cli may import the preflight half")
+        rule = "only cli may import the preflight half"
+        if target[: len(CLI)] == CLI:
+            rule = "nothing in the library may import cli"
+        print(f"{'::'.join(module)} imports crate::{'::'.join(target)}: {rule}")
         failed = True
     if not failed:
         count = len(set(edges) | {n for targets in edges.values() for n in targets})
-        print(f"module graph: no cycle among {count} modules, the preflight half imported only by cli")
+        print(
+            f"module graph: no cycle among {count} modules, the preflight half imported only by cli, cli by nothing"
+        )
     return 1 if failed else 0
 
 

@@ -17,6 +17,7 @@
 //! (TLS, basic auth or client certificates turned off or relaxed) is refused like a broken
 //! file; lowering it takes a restart.
 
+pub mod args;
 mod daemon;
 mod own_metrics;
 mod watchdog;
@@ -27,12 +28,12 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::mpsc;
 
-use crate::cli::ServeArgs;
 use crate::config::{self, Config, ConfigError, Sources};
 use crate::reload;
 use crate::sdnotify::{self, Notifier};
 use crate::server::{self, AppState};
 use crate::web::{self, WebConfigError};
+use args::ServeArgs;
 use daemon::{Daemon, Running};
 pub use own_metrics::SelfMetrics;
 

@@ -319,7 +319,7 @@ fn a_cgroup_named_with_control_characters_forges_no_log_line_and_no_raw_label() 
     drop(exporter);
 }
 
-/// The worst web configuration the checks let parse (src/web.rs): 256 KiB of tokens inside the
+/// The worst web configuration the checks let parse (src/web/mod.rs): 256 KiB of tokens inside the
 /// 32 flow collections allowed.
 fn slowest_accepted_web_config() -> String {
     let mut text = format!("basic_auth_users: {}", "[".repeat(32));

@@ -85,4 +85,8 @@ fn cycles_and_imports_of_the_preflight_half_fail_and_test_code_is_not_read() {
     let (ok, out) = with("daemon", "serve/mod.rs", "use crate::{kernel::limits, preflight::machine::Machine};\n");
     assert!(!ok);
     assert!(out.contains("serve imports crate::preflight::machine::Machine: only cli may import"), "{out}");
+    // Nor through the command line, which names the preflight commands' flags.
+    let (ok, out) = with("through_cli", "serve/mod.rs", "use crate::cli::ServeArgs;\n");
+    assert!(!ok);
+    assert!(out.contains("serve imports crate::cli::ServeArgs: nothing in the library may import cli"), "{out}");
 }
