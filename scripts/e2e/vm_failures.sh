@@ -6,7 +6,8 @@
 # the kernel, with it pairing in user space, in turn, COST_ROUNDS times).
 #
 #   scripts/e2e/vm_failures.sh            (root; VM_HARNESS=PATH to use another run.sh;
-#                                          FAILURES_COST_ROUNDS=N cost rounds, 4 by default)
+#                                          FAILURES_COST_ROUNDS=N cost rounds, 4 by default;
+#                                          FAILURES_COST_SECONDS=S seconds each, 10 by default)
 #
 # Exit status: the scenario's (125: the VM could not run).
 set -uo pipefail
@@ -27,7 +28,7 @@ gcc -O2 -Wall -Wextra -Werror -static -o "$OUT/failures-mlock-ramp" scripts/e2e/
 
 "$HARNESS" --exporter "$BIN" --timeout "${VM_TIMEOUT:-900}" --out "$OUT/guest" \
     --copy "$OUT/failures-reg-loop" --copy "$OUT/failures-mlock-ramp" \
-    scripts/e2e/vm/scenarios/failures.sh "${FAILURES_COST_ROUNDS:-4}"
+    scripts/e2e/vm/scenarios/failures.sh "${FAILURES_COST_ROUNDS:-4}" "${FAILURES_COST_SECONDS:-10}"
 rc=$?
 echo "--- summary ($OUT/guest)"
 cat "$OUT/guest/summary.txt" 2>/dev/null

@@ -35,9 +35,12 @@ source /usr/lib/memlock-vm/lib.sh
 # base has libibverbs.
 unset LD_LIBRARY_PATH
 T=/sys/kernel/tracing
-COST_SECONDS=${COST_SECONDS:-10}
-# The first argument: how many rounds (scripts/e2e/vm_failures.sh passes FAILURES_COST_ROUNDS).
+# The arguments: how many rounds and how many seconds each registers (scripts/e2e/vm_failures.sh
+# passes FAILURES_COST_ROUNDS and FAILURES_COST_SECONDS). A round of the probes' own cost makes
+# 2,000 mlock calls per second of it.
 COST_ROUNDS=${1:-4}
+COST_SECONDS=${2:-10}
+COST_MLOCKS=$((2000 * COST_SECONDS))
 RATE=${RATE:-1000}
 
 metrics() { curl -fsS "$EXPORTER_URL/metrics"; }
@@ -202,10 +205,20 @@ cost() {
     echo "$label $out exporter_cpu_s $(echo "$after $before" |
         awk '{printf "%.2f user_s %.2f sys_s %.2f", $1 - $4, $2 - $5, $3 - $6}')" | tee -a "$VM_OUT/cost.txt"
     # The probes' own cost per call, from a loop of cheap probed calls (an mlock of one page).
-    echo "$label $(failures-mlock-ramp --loop 20000)" | tee -a "$VM_OUT/cost-mlock.txt"
+    echo "$label $(failures-mlock-ramp --loop "$COST_MLOCKS")" | tee -a "$VM_OUT/cost-mlock.txt"
     # Hits of each probe (kprobe_profile: event, hits, misses): one entry and one return per call.
-    [ "$label" != without ] && sed "s/^/$label /" "$T/kprobe_profile" |
-        grep -E "(ib_umem_get|do_mlock|io_account_mem|user_shm_lock)_(entry|return)" >> "$VM_OUT/kprobe_profile.txt"
+    if [ "$label" != without ]; then
+        sed "s/^/$label /" "$T/kprobe_profile" |
+            grep -E "(ib_umem_get|do_mlock|io_account_mem|user_shm_lock)_(entry|return)" >> "$VM_OUT/kprobe_profile.txt"
+        # The probes saw every successful registration (and counted none: below), however short
+        # the round (scripts/test.sh runs one of 3 s).
+        local made hits
+        made=$(echo "$out" | awk '{print $2}')
+        hits=$(awk '$1 ~ /ib_umem_get_entry$/ {n += $2} END {print n + 0}' "$T/kprobe_profile")
+        if [ "$made" -le 0 ] || [ "$hits" -lt "$made" ]; then
+            vm_fail "the ib_umem_get probe saw $hits of $made registrations ($label)"
+        fi
+    fi
     metrics > "$VM_OUT/metrics-cost-$label.txt"
     stop_exporter
 }
