@@ -91,11 +91,19 @@ pub struct Exposition {
     current: &'static str,
     rewritten_label_values: u64,
     samples: usize,
+    /// Samples are counted, not written: how the series budget learns the size of what the
+    /// collectors always export from the same code that exports it, without a second text.
+    counting: bool,
 }
 
 impl Exposition {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An exposition that only counts its samples ([`Exposition::samples`]); its text is empty.
+    pub fn counting() -> Self {
+        Self { counting: true, ..Self::default() }
     }
 
     /// Starts a family; its header is written with its first sample.
@@ -107,6 +115,10 @@ impl Exposition {
 
     /// Writes one sample of the current family.
     pub fn sample(&mut self, labels: &[(&str, &str)], value: impl Into<Value>) -> &mut Self {
+        if self.counting {
+            self.samples += 1;
+            return self;
+        }
         if let Some((name, help, kind)) = self.pending.take() {
             let kind = match kind {
                 Kind::Gauge => "gauge",
@@ -231,6 +243,26 @@ mod tests {
             "# HELP m_bytes Bytes.\n# TYPE m_bytes gauge\nm_bytes{a=\"x\\\"y\\\\z\"} 5\nm_bytes 1.5\nm_bytes \
                 +Inf\nm_bytes 18446744073709551615\n"
         );
+    }
+
+    #[test]
+    fn a_counting_exposition_counts_what_a_written_one_writes_and_holds_no_text() {
+        let long = "x".repeat(1000);
+        let fill = |e: &mut Exposition| {
+            e.family("m_empty", "never written", Kind::Gauge);
+            e.family("m_bytes", "Bytes.", Kind::Gauge)
+                .sample(&[("a", long.as_str())], 5u64)
+                .maybe(&[], None::<u64>)
+                .maybe(&[], Some(2u64))
+                .sample(&[], 1.5);
+        };
+        let (mut written, mut counted) = (Exposition::new(), Exposition::counting());
+        fill(&mut written);
+        fill(&mut counted);
+        assert_eq!(counted.samples(), 3);
+        assert_eq!(counted.samples(), written.samples());
+        assert_eq!(counted.finish(), "");
+        assert_eq!(written.finish().lines().filter(|l| !l.starts_with('#')).count(), 3);
     }
 
     #[test]

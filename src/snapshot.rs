@@ -147,9 +147,9 @@ impl Snapshot {
         self.rendered.get_or_init(|| Arc::new(self.render()))
     }
 
-    /// Grants the series budget within the series limit: the fixed series (rendered with no entity
-    /// granted), the exporter's own series and the sample ages are counted first, then
-    /// [`budget::allocate`] hands out the rest.
+    /// Grants the series budget within the series limit: the fixed series (counted by the render
+    /// with no entity granted, into an exposition that writes nothing), the exporter's own series
+    /// and the sample ages are counted first, then [`budget::allocate`] hands out the rest.
     pub fn allocation(&self) -> Allocation {
         let claims: Vec<budget::Claim> =
             self.reports.iter().filter_map(|r| r.data.as_ref()).flat_map(|d| d.claims()).collect();
@@ -162,18 +162,17 @@ impl Snapshot {
             dropped: claims.iter().map(|c| (c.class, 0)).collect(),
             granted_series: 0,
         };
-        let fixed = self.render_with(&placeholder).samples();
+        let fixed = self.render_into(Exposition::counting(), &placeholder).samples();
         let outside = self.reports.len() + self.series_limit.registry_series() + budget::HEADROOM;
         budget::allocate(&claims, self.series_limit.limit.saturating_sub(fixed + outside))
     }
 
     fn render(&self) -> String {
-        self.render_with(&self.allocation()).finish()
+        self.render_into(Exposition::new(), &self.allocation()).finish()
     }
 
-    fn render_with(&self, allocation: &Allocation) -> Exposition {
+    fn render_into(&self, mut out: Exposition, allocation: &Allocation) -> Exposition {
         let grants = &allocation.grants;
-        let mut out = Exposition::new();
         for report in &self.reports {
             if let Some(data) = &report.data {
                 data.render(&mut out, grants);
