@@ -24,7 +24,12 @@
 //!   at 429, and a scraper whose credentials were not yet verified (after a restart) never got
 //!   its check: 0 of 14 scrapes. Now it is checked within a second for each request of its
 //!   address waiting ahead of it; credentials verified before (longer ago than the TTL) skip
-//!   the line and the allowance altogether, as only right passwords can be among them.
+//!   the line and the allowance altogether, as only right passwords can be among them;
+//! - an IPv6 /64's line is shared fairly by its hosts (start-time fair queueing by full
+//!   address): a newcomer from a host with nobody waiting goes ahead of a flooding neighbour's
+//!   second and later requests, and takes the place of its last one when the line is full.
+//!   From one address the line is first come first checked, as before: the same host's
+//!   guesses and right credentials cannot be told apart before bcrypt has looked at them.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -109,13 +114,49 @@ pub struct AuthGate {
 struct Allowance {
     tokens: f64,
     updated: Instant,
-    /// Tickets of the requests waiting, in the order they came.
-    line: VecDeque<usize>,
+    /// The requests waiting, in the order they are checked: by round, then as they came.
+    line: VecDeque<Waiting>,
+    /// The round of the request let through last: a host with nobody waiting starts there.
+    served_round: u64,
+}
+
+/// A request in an address's line. Each host (full address) of the line's network gets one
+/// round per request it has waiting, so its `n`th waiting request comes after every other
+/// host's first `n - 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Waiting {
+    round: u64,
+    ticket: usize,
+    host: IpAddr,
+}
+
+impl Waiting {
+    fn order(&self) -> (u64, usize) {
+        (self.round, self.ticket)
+    }
 }
 
 impl Allowance {
     fn fresh(now: Instant) -> Allowance {
-        Allowance { tokens: f64::from(FAILURE_BURST), updated: now, line: VecDeque::new() }
+        Allowance { tokens: f64::from(FAILURE_BURST), updated: now, line: VecDeque::new(), served_round: 0 }
+    }
+
+    /// Puts a request of `host` in line, in the place its round gives it. When the line is
+    /// full it takes the last place if it comes before the request there, which then leaves
+    /// (returned), and is refused (`Err`) otherwise.
+    fn join(&mut self, host: IpAddr, ticket: usize) -> Result<Option<Waiting>, ()> {
+        let round = self.line.iter().filter(|w| w.host == host).map(|w| w.round + 1).max().unwrap_or(self.served_round);
+        let newcomer = Waiting { round, ticket, host };
+        let mut evicted = None;
+        if self.line.len() >= LINE_PLACES {
+            match self.line.back() {
+                Some(last) if newcomer.order() < last.order() => evicted = self.line.pop_back(),
+                _ => return Err(()),
+            }
+        }
+        let at = self.line.partition_point(|w| w.order() < newcomer.order());
+        self.line.insert(at, newcomer);
+        Ok(evicted)
     }
 
     fn refill(&mut self, now: Instant) {
@@ -162,7 +203,7 @@ impl Drop for Place<'_> {
     fn drop(&mut self) {
         let mut failures = self.gate.failures.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(allowance) = failures.get_mut(&self.client) {
-            allowance.line.retain(|t| *t != self.ticket);
+            allowance.line.retain(|w| w.ticket != self.ticket);
         }
         drop(failures);
         self.gate.line_moved.notify_waiters();
@@ -201,7 +242,7 @@ impl AuthGate {
         let client = client_key(peer);
         // An attempt is paid for before its check and refunded if it succeeds (or never runs),
         // so failures and checks abandoned midway both count.
-        if let Err(wait) = self.take_turn(client).await {
+        if let Err(wait) = self.take_turn(client, peer.to_canonical()).await {
             return Entry::Decided(Verdict::Limited(wait));
         }
         turn.paid_by = Some(client);
@@ -249,9 +290,10 @@ impl AuthGate {
         Ok(())
     }
 
-    /// Takes one attempt from `client`'s allowance, waiting in its line when it has none;
-    /// `Err` with how long to wait when the line is full or the wait ran out.
-    async fn take_turn(&self, client: IpAddr) -> Result<(), Duration> {
+    /// Takes one attempt from `client`'s allowance (`host` is the full address), waiting in its
+    /// line when it has none; `Err` with how long to wait when the line is full, the request
+    /// lost its place to another host's or the wait ran out.
+    async fn take_turn(&self, client: IpAddr, host: IpAddr) -> Result<(), Duration> {
         let joined = Instant::now();
         let ticket = {
             let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
@@ -260,11 +302,16 @@ impl AuthGate {
                 allowance.tokens -= 1.0;
                 return Ok(());
             }
-            if allowance.line.len() >= LINE_PLACES {
-                return Err(FAILURE_REFILL.mul_f64(allowance.line.len() as f64) + allowance.next_token());
-            }
             let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
-            allowance.line.push_back(ticket);
+            match allowance.join(host, ticket) {
+                Err(()) => return Err(FAILURE_REFILL.mul_f64(allowance.line.len() as f64) + allowance.next_token()),
+                Ok(Some(_evicted)) => {
+                    drop(failures);
+                    // The request that lost its place looks and leaves.
+                    self.line_moved.notify_waiters();
+                }
+                Ok(None) => {}
+            }
             ticket
         };
         let place = Place { gate: self, client, ticket };
@@ -276,9 +323,18 @@ impl AuthGate {
             let wake = {
                 let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
                 let allowance = Self::allowance(&mut failures, client, now);
-                let head = allowance.line.front() == Some(&ticket);
+                if !allowance.line.iter().any(|w| w.ticket == ticket) {
+                    let wait = FAILURE_REFILL.mul_f64(allowance.line.len() as f64);
+                    drop(failures);
+                    drop(place);
+                    return Err(wait);
+                }
+                let head = allowance.line.front().is_some_and(|w| w.ticket == ticket);
                 if head && allowance.tokens >= 1.0 {
                     allowance.tokens -= 1.0;
+                    if let Some(served) = allowance.line.front() {
+                        allowance.served_round = served.round;
+                    }
                     drop(failures);
                     drop(place);
                     return Ok(());
@@ -490,6 +546,73 @@ mod tests {
             assert!(task.is_finished(), "those ahead were checked first");
             assert_eq!(task.await.unwrap(), Verdict::Denied);
         }
+    }
+
+    /// Issue 24, finding 6, "or its IPv6 /64": a neighbour in the scraper's /64 that keeps the
+    /// network's line full does not keep the scraper's own host out of it.
+    #[tokio::test]
+    async fn hosts_of_one_network_share_its_line_fairly() {
+        let gate = Arc::new(AuthGate::default());
+        let web = web(&bcrypt::hash("right", 4).unwrap());
+        let (neighbour, scraper): (IpAddr, IpAddr) =
+            ("2001:db8:64::bad".parse().unwrap(), "2001:db8:64::5c".parse().unwrap());
+        assert_eq!(client_key(neighbour), client_key(scraper));
+        for attempt in 0..FAILURE_BURST {
+            let verdict = gate.check(&web, Some(&header("prometheus", &format!("wrong-{attempt}"))), neighbour).await;
+            assert_eq!(verdict, Verdict::Denied, "attempt {attempt}");
+        }
+        let guess = |n: usize| {
+            let (gate, web) = (gate.clone(), web.clone());
+            tokio::spawn(
+                async move { gate.check(&web, Some(&header("prometheus", &format!("new-{n}"))), neighbour).await },
+            )
+        };
+        let mut waiting: Vec<_> = (0..LINE_PLACES).map(guess).collect();
+        while line_length(&gate, neighbour) < LINE_PLACES {
+            tokio::task::yield_now().await;
+        }
+        // One more from the neighbour: refused, as from a single address.
+        assert!(matches!(guess(LINE_PLACES).await.unwrap(), Verdict::Limited(_)));
+        // The scraper's host had nobody waiting: it takes the neighbour's last place and is
+        // checked second, after the neighbour's first.
+        let started = Instant::now();
+        assert_eq!(gate.check(&web, Some(&header("prometheus", "right")), scraper).await, Verdict::Allowed);
+        let took = started.elapsed();
+        assert!(took <= FAILURE_REFILL * 2 + FAILURE_REFILL / 2, "the scraper waited {took:?} behind its neighbour");
+        let last = waiting.pop().unwrap();
+        assert!(matches!(last.await.unwrap(), Verdict::Limited(_)), "the neighbour's last kept its place");
+        assert_eq!(line_length(&gate, neighbour), LINE_PLACES - 2, "the neighbour's first was checked");
+        for task in &waiting {
+            task.abort();
+        }
+    }
+
+    #[test]
+    fn a_line_orders_by_round_then_arrival_and_keeps_the_first_places() {
+        let mut allowance = Allowance::fresh(Instant::now());
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) =
+            ("2001:db8::a".parse().unwrap(), "2001:db8::b".parse().unwrap(), "2001:db8::c".parse().unwrap());
+        for ticket in 0..4 {
+            assert_eq!(allowance.join(a, ticket), Ok(None));
+        }
+        assert_eq!(allowance.join(b, 4), Ok(None));
+        assert_eq!(allowance.join(b, 5), Ok(None));
+        let order = |l: &Allowance| l.line.iter().map(|w| w.ticket).collect::<Vec<_>>();
+        assert_eq!(order(&allowance), [0, 4, 1, 5, 2, 3]);
+        for ticket in 6..10 {
+            assert_eq!(allowance.join(a, ticket), Ok(None));
+        }
+        assert_eq!(allowance.line.len(), LINE_PLACES);
+        // Full: a's next comes last and is refused; c, with nobody waiting, takes a's last place.
+        assert_eq!(allowance.join(a, 10), Err(()));
+        let evicted = allowance.join(c, 11).unwrap().map(|w| (w.host, w.ticket));
+        assert_eq!(evicted, Some((a, 9)));
+        assert_eq!(order(&allowance)[..3], [0, 4, 11]);
+        // A host served in round 5 leaves a newcomer to start there, not at 0.
+        allowance.served_round = 5;
+        allowance.line.clear();
+        assert_eq!(allowance.join(c, 12), Ok(None));
+        assert_eq!(allowance.line[0].round, 5);
     }
 
     #[tokio::test]
