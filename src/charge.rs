@@ -22,8 +22,8 @@ pub struct Charge {
     pub enforced: bool,
 }
 
-/// At or over its limit, a charge holding less than this is not a job's: one NCCL communicator
-/// registers tens of MiB (docs/check.md).
+/// A charge holding less than this is not a job's: one NCCL communicator registers tens of MiB
+/// (docs/check.md).
 pub const SMALL_BYTES: u64 = 1 << 20;
 
 impl Charge {
@@ -31,15 +31,16 @@ impl Charge {
     /// bound, the trend cap, the cgroup aggregates): its enforced usage ratio up to 1. A counter
     /// at or over its limit cannot grow (the kernel refuses the next byte, and growing never takes
     /// a counter past its limit: only lowering the limit does, which any user may do to their own
-    /// processes), so no ratio above 1 is more urgent than 1, and one at or over its limit holding
-    /// less than [`SMALL_BYTES`] is least urgent (0): otherwise 250 processes each mlocking 64 KiB
-    /// under a 4 KiB soft limit (ratio 16) outranked a job ramping to its limit, for free (issue 24
-    /// item 1). `None` where the limit is not enforced.
+    /// processes), so no ratio above 1 is more urgent than 1. A charge holding less than
+    /// [`SMALL_BYTES`] is least urgent (0), whatever its ratio: a ratio is free to buy with a
+    /// limit a user lowered themselves, and 250 processes each mlocking 64 KiB under a 4 KiB soft
+    /// limit (ratio 16), or 60 KiB under 64 KiB (ratio 0.94), outranked a job ramping to its limit
+    /// (issue 24 item 1). Ties rank by bytes. `None` where the limit is not enforced.
     pub fn urgency(&self) -> Option<f64> {
         let ratio = self.enforced_ratio()?;
         Some(match ratio {
-            r if r < 1.0 => r,
             _ if self.used_bytes < SMALL_BYTES => 0.0,
+            r if r < 1.0 => r,
             _ => 1.0,
         })
     }
@@ -80,6 +81,18 @@ mod tests {
         let under = Charge::enforced(6 * MIB, Some(8 * MIB));
         assert_eq!(under.ratio(), Some(0.75));
         assert_eq!(under.headroom_bytes(), Some(2 * MIB));
+    }
+
+    #[test]
+    fn urgency_is_the_ratio_up_to_one_and_nothing_for_a_charge_too_small_to_be_a_job() {
+        let urgency = |used, limit| Charge::enforced(used, Some(limit)).urgency();
+        assert_eq!(urgency(6 * MIB, 8 * MIB), Some(0.75));
+        assert_eq!(urgency(16 * MIB, 8 * MIB), Some(1.0), "over a limit: cannot grow");
+        assert_eq!(urgency(MIB, 2 * MIB), Some(0.5), "from SMALL_BYTES on");
+        assert_eq!(urgency(60 << 10, 64 << 10), Some(0.0), "0.94 of a limit its owner lowered");
+        assert_eq!(urgency(64 << 10, 4 << 10), Some(0.0), "16 times a limit its owner lowered");
+        assert_eq!(urgency(0, 8 * MIB), Some(0.0));
+        assert_eq!(Charge { enforced: false, ..Charge::enforced(6 * MIB, Some(8 * MIB)) }.urgency(), None);
     }
 
     #[test]

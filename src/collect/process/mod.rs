@@ -155,6 +155,9 @@ pub struct ProcessCollector {
     listings_skipped: u64,
     /// Reused for `<procfs>/stat`, which is long on hosts with many interrupts.
     counters_text: String,
+    /// Whether the last pass left processes out of `watched`: the log says so when that starts
+    /// and when it ends, not on every pass.
+    unwatched_logged: bool,
 }
 
 /// Tasks created since boot and tasks that exist (`kernel::tasks`): unchanged between two
@@ -192,6 +195,7 @@ impl ProcessCollector {
             listed_at: None,
             counters_apply: fsroot::is_procfs(&roots.procfs).unwrap_or(false),
             listings_skipped: 0,
+            unwatched_logged: false,
             counters_text: String::new(),
         }
     }
@@ -455,7 +459,7 @@ impl ProcessCollector {
         self.stats(false)
     }
 
-    fn stats(&self, full_scan: bool) -> ProcessStats {
+    fn stats(&mut self, full_scan: bool) -> ProcessStats {
         let config = &self.scanner.config;
         let mut watched: Vec<&Record> =
             self.table.iter().filter(|r| passes_filter(r, config) || r.sample.held_bytes() > 0).collect();
@@ -465,6 +469,19 @@ impl ProcessCollector {
         candidates.truncate(config.top_n);
         let unwatched = watched.len().saturating_sub(MAX_WATCHED);
         watched.truncate(MAX_WATCHED);
+        if (unwatched > 0) != self.unwatched_logged {
+            self.unwatched_logged = unwatched > 0;
+            if unwatched > 0 {
+                tracing::warn!(
+                    unwatched,
+                    watched = MAX_WATCHED,
+                    "more processes hold memory than the fast path follows: the least urgent are left out \
+                        (memlock_process_unwatched_processes)"
+                );
+            } else {
+                tracing::info!("the fast path follows every process holding memory again");
+            }
+        }
         ProcessStats {
             ranking: std::sync::OnceLock::new(),
             processes: candidates.into_iter().map(|r| r.sample.clone()).collect(),

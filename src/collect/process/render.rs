@@ -277,6 +277,13 @@ impl ProcessStats {
                 processes.len() as u64,
             ),
             (
+                "memlock_process_unwatched_processes",
+                "Processes holding locked or pinned memory (or passing the filter) that the fast path and the \
+                trends did not follow in the latest sample: beyond the 8,192 most urgent. Above 0, far more \
+                processes hold memory than a node runs ranks; those that hold least are left out.",
+                self.unwatched,
+            ),
+            (
                 "memlock_process_dropped_processes",
                 "Processes that passed the filter but were not exported: beyond top_n, or \
                 beyond the series budget (series.limit; the processes nearest their limits are kept). Sampled on the \

@@ -200,6 +200,51 @@ fn a_crowd_over_limits_it_lowered_does_not_outrank_the_job() {
     }
 }
 
+/// Issue 24 item 1, under the limit: a ratio of 0.94 is as free to buy as 16 (60 KiB locked under
+/// a 64 KiB soft limit the crowd set itself), and outranked a job a quarter of the way up.
+#[test]
+fn a_crowd_near_limits_it_lowered_does_not_outrank_the_job() {
+    let tree = Tree::new("crowd-under");
+    for pid in 100..130 {
+        tree.process(pid, "python3", 60, 0, "65536", &format!("/crowd/{pid}"));
+    }
+    tree.process(200, "python3", 0, 2048, "8388608", "/slurm/uid_1000/job_9"); // 0.25, 2 MiB
+    let mut collector = tree.collector(1 << 20, "^python3$", 4);
+    let stats = collector.full_scan(&mut Vec::new()).unwrap();
+    assert_eq!(pids(&stats)[0], 200, "the job before the crowd");
+    assert_eq!(stats.watched[0].pid, 200);
+    assert_eq!(stats.watched.len(), 31, "the fast path watches every process");
+    let scores: Vec<f64> = stats.claims()[0].entities.iter().map(|(_, s)| *s).collect();
+    assert_eq!(scores, vec![0.25, 0.0, 0.0, 0.0]);
+    let cgroups = stats.claims()[1].entities.iter().map(|(_, s)| *s).collect::<Vec<f64>>();
+    assert_eq!(cgroups[0], 0.25, "the job's cgroup first: {cgroups:?}");
+    assert!(cgroups[1..].iter().all(|&s| s < 1e-9), "nothing but a tie-break by bytes: {cgroups:?}");
+    // Exported as they are: the crowd's ratio is still 0.94 where its series are shown.
+    let crowd = stats.processes.iter().find(|p| p.pid != 200).unwrap();
+    let ratio = crowd.charge(Counter::Locked).and_then(|c| c.ratio()).unwrap();
+    assert!((ratio - 60.0 / 64.0).abs() < 1e-9, "{ratio}");
+}
+
+/// The fast path follows at most MAX_WATCHED processes a pass (the bound on the work a crowd
+/// can make): the job first, the crowd's least held left out, and the number left out exported.
+#[test]
+fn a_crowd_past_the_watched_bound_is_counted_and_leaves_the_job_watched() {
+    let tree = Tree::new("crowd-bound");
+    let crowd = MAX_WATCHED as u32 + 2;
+    for pid in 1000..1000 + crowd {
+        tree.process(pid, "sleep", 4, 0, "65536", "/crowd");
+    }
+    tree.process(200, "python3", 0, 2048, "8388608", "/slurm/uid_1000/job_9");
+    let mut collector = tree.collector(1 << 20, "^python3$", 4);
+    let stats = collector.full_scan(&mut Vec::new()).unwrap();
+    assert_eq!(stats.watched.len(), MAX_WATCHED);
+    assert_eq!(stats.watched[0].pid, 200);
+    assert_eq!(stats.unwatched, 3);
+    let mut out = Exposition::new();
+    stats.render_granted(&mut out, &crate::budget::Grants::all());
+    assert!(out.finish().contains("\nmemlock_process_unwatched_processes 3\n"));
+}
+
 #[test]
 fn pid_names_and_digits() {
     assert_eq!(parse_pid_bytes(b"1"), Some(1));
