@@ -54,7 +54,7 @@ pub trait Stats: std::fmt::Debug + Send + Sync + 'static {
         &[]
     }
 
-    /// For readers that need the collector's own type (tests, `check`).
+    /// For readers that need the collector's own type (the failures collector's page, tests).
     fn as_any(&self) -> &dyn Any;
 }
 

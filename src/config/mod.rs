@@ -78,7 +78,7 @@ pub struct AlertingConfig {
     pub runbook_url: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub listen_address: String,
     pub telemetry_path: String,

@@ -1,6 +1,7 @@
 //! The failures collector on this machine: enabled where it cannot run, it says why in
 //! `memlock_failures_supported{reason}` and the scrape stays healthy. (Where it runs, in the
-//! soft-RoCE VM, scripts/e2e/vm/failures.sh checks the refusals themselves.)
+//! soft-RoCE VM, scripts/e2e/vm_failures.sh with scripts/e2e/vm/scenarios/failures.sh checks the
+//! refusals themselves.)
 
 use std::process::Command;
 

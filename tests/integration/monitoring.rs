@@ -68,7 +68,7 @@ fn every_alert_has_a_runbook_section_and_a_name_the_fast_path_does_not_use() {
     }
 }
 
-/// The fast path's defaults (src/config.rs, and the scopes' floors in src/scopes.rs) against
+/// The fast path's defaults (src/config/, and the scopes' floors in src/scopes.rs) against
 /// alerts/thresholds.yml: a fast-path alert and the Prometheus rule it stands beside must not
 /// call one condition at two levels, unless the difference is listed below with its reason.
 #[test]
