@@ -173,10 +173,8 @@ impl Daemon {
         let result = self.try_reload().await;
         self.fingerprint = fingerprint;
         match result {
-            Ok(changes) => {
-                self.own.loaded(true);
-                tracing::info!(changes = %changes, "configuration reloaded");
-            }
+            // try_reload recorded the success when the new configuration went live.
+            Ok(changes) => tracing::info!(changes = %changes, "configuration reloaded"),
             Err(err) => {
                 self.own.loaded(false);
                 tracing::error!(error = %err, "configuration reload failed; keeping the previous configuration");
@@ -187,7 +185,10 @@ impl Daemon {
         }
     }
 
-    /// Loads and validates everything, then swaps; returns what changed.
+    /// Loads and validates everything, then swaps; returns what changed. The success is
+    /// recorded just before the swap, so a scrape that sees the new configuration sees its
+    /// reload time too (stopping the old sampler, after the swap, can take seconds), and
+    /// nothing after the swap can fail.
     async fn try_reload(&mut self) -> Result<String, ServeError> {
         let sources = self.sources.clone();
         let (config, web) = off_the_event_loop(move || -> Result<_, ServeError> {
@@ -233,10 +234,12 @@ impl Daemon {
             }
             let old_sampler = std::mem::replace(&mut self.running.sampler, sampler);
             changes.push(format!("collectors={}", names(&enabled)));
+            self.own.loaded(true);
             self.state.replace_site(site(&config, snapshots, enabled, web.clone()));
             stop_sampler(old_sampler).await;
         } else {
             let current = self.state.site();
+            self.own.loaded(true);
             self.state.replace_site(site(&config, current.snapshots.clone(), current.collectors.clone(), web.clone()));
         }
         if resample || config.alerting != old.alerting {

@@ -60,7 +60,8 @@ fn valid_then_invalid_then_fixed(exporter: &Exporter, write: &dyn Fn(&str)) {
     assert_eq!(after.value("memlock_scrape_collector_success{collector=\"node\"}"), 1.0, "node still runs");
     assert_eq!(after.value(RELOAD_OK), 1.0);
     assert!(after.value(RELOAD_TIME) > started_at, "the success time moved");
-    assert!(exporter.log_text().contains("configuration reloaded"));
+    // Logged once the old sampler has stopped, after the swap the scrape saw.
+    wait_until(exporter, "the reload logged", |_| exporter.log_text().contains("configuration reloaded"));
 
     write("[collector.numa]\nenabled = true\ninterval = \"fast\"\n");
     let failed = wait_until(exporter, "the failed reload", |m| m.get(RELOAD_OK) == Some(0.0));
