@@ -162,11 +162,31 @@ pub fn exec_or_refuse(args: &JobContextArgs, report: &Report, strict: bool) -> u
     }
     // execvp: the PATH lookup, argv, environment, rlimits, cgroup and pid stay as they are.
     let err = std::process::Command::new(program).args(rest).exec();
-    eprintln!("memlock-exporter check: --exec {shown} on {host}: {err}");
-    match err.kind() {
-        std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
-        _ => EXIT_NOT_EXECUTABLE,
+    // execvp answers EACCES when a PATH directory cannot be searched and the command is in none
+    // of the others; a shell skips such directories and says "not found" (127).
+    let not_found = match err.kind() {
+        std::io::ErrorKind::NotFound => true,
+        std::io::ErrorKind::PermissionDenied => {
+            !std::os::unix::ffi::OsStrExt::as_bytes(program.as_os_str()).contains(&b'/') && !on_path(program)
+        }
+        _ => false,
+    };
+    if not_found {
+        eprintln!("memlock-exporter check: --exec {shown} on {host}: command not found ({err})");
+        EXIT_NOT_FOUND
+    } else {
+        eprintln!("memlock-exporter check: --exec {shown} on {host}: {err}");
+        EXIT_NOT_EXECUTABLE
     }
+}
+
+/// Whether some directory of PATH (an empty entry: the current one) holds a file `program`.
+fn on_path(program: &std::ffi::OsStr) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| {
+        let dir = if dir.as_os_str().is_empty() { std::path::PathBuf::from(".") } else { dir };
+        dir.join(program).exists()
+    })
 }
 
 fn hostname() -> String {

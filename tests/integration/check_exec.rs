@@ -9,8 +9,22 @@ use crate::util::{binary, binary_runnable_by, is_root};
 /// A shape that needs no registration at all: the memlock limit cannot fail it.
 const FITS: [&str; 4] = ["--nodes", "1", "--ranks-per-node", "1"];
 
+/// This process's hard RLIMIT_MEMLOCK in bytes (`u64::MAX` for unlimited).
+fn memlock_hard_limit() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct we own.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) }, 0);
+    limit.rlim_max
+}
+
 #[test]
 fn a_passing_check_becomes_the_command_with_its_pid_environment_and_limits() {
+    // prlimit sets the hard limit to 8 MiB: above this process's, only root may.
+    crate::require!(
+        is_root() || memlock_hard_limit() >= 8 << 20,
+        "needs root or a hard memlock limit of at least 8 MiB (ulimit -H -l: {} KiB)",
+        memlock_hard_limit() >> 10
+    );
     let mut child = Command::new("prlimit")
         .args(["--memlock=4194304:8388608", binary()])
         .arg("check")
@@ -132,4 +146,32 @@ fn a_command_that_cannot_run_exits_as_a_shell_would() {
         .output()
         .unwrap();
     assert_eq!(broken.status.code(), Some(2));
+}
+
+/// A PATH with a directory the user may not search (root's own, inherited by `sudo -u` or a
+/// job script): execvp answered EACCES for a command in none of the directories, and the
+/// checker exited 126 where a shell says "command not found", 127.
+#[test]
+fn a_path_directory_the_user_cannot_search_is_skipped_as_a_shell_skips_it() {
+    crate::require!(is_root(), "needs root to make a directory uid 65534 cannot search");
+    let private = std::env::temp_dir().join(format!("memlock-exec-private-{}", std::process::id()));
+    std::fs::create_dir_all(&private).unwrap();
+    crate::util::set_mode(&private, 0o700);
+    let path = format!("{}:/usr/bin:/bin", private.display());
+    let as_nobody = |command: &mut Command| {
+        let mut setpriv = Command::new("setpriv");
+        setpriv.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(command.get_program());
+        setpriv.args(command.get_args()).env("PATH", &path).current_dir("/").output().unwrap()
+    };
+    let binary = binary_runnable_by(65534);
+    let ours = as_nobody(Command::new(&binary).arg("check").args(FITS).args([
+        "--exec",
+        "--",
+        "memlock-exporter-no-such-command",
+    ]));
+    let shell = as_nobody(Command::new("/bin/sh").args(["-c", "memlock-exporter-no-such-command"]));
+    let _ = std::fs::remove_dir(&private);
+    assert_eq!(shell.status.code(), Some(127), "{}", String::from_utf8_lossy(&shell.stderr));
+    assert_eq!(ours.status.code(), shell.status.code(), "{}", String::from_utf8_lossy(&ours.stderr));
+    assert!(String::from_utf8_lossy(&ours.stderr).contains("command not found"), "{ours:?}");
 }

@@ -486,9 +486,10 @@ impl Drop for Delegated {
 fn cgroup_names_made_in_a_delegated_subtree_forge_no_pod_or_job() {
     use std::os::unix::fs::chown;
     use std::process::{Command, Stdio};
-    let _live = crate::util::live_lock();
     let memory = Path::new("/sys/fs/cgroup/memory");
-    assert!(crate::util::is_root() && memory.join("tasks").exists(), "needs root and a v1 memory hierarchy");
+    crate::require!(crate::util::is_root(), "needs root to make cgroups and hand them to uid 65534");
+    crate::require!(memory.join("tasks").exists(), "needs a cgroup v1 memory hierarchy at {}", memory.display());
+    let _live = crate::util::live_lock();
     let name = format!("memlock-hostile-delegated-{}", std::process::id());
     let root = memory.join(&name);
     std::fs::create_dir(&root).unwrap();

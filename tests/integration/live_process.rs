@@ -211,7 +211,7 @@ libc.syscall({"x86_64": 60, "aarch64": 93}[os.uname().machine], 0)  # SYS_exit: 
 /// locked, was taken for a kernel thread (no Vm lines in the leader's status) and not exported.
 #[test]
 fn a_process_whose_main_thread_exited_is_exported_with_its_memory() {
-    assert!(is_root(), "live tests run as root (the exporter must read every process)");
+    crate::require!(is_root(), "live tests run as root (the exporter must read every process)");
     let _guard = live_lock();
     let exporter = start_exporter(FAST_SCANS);
     const LOCK: u64 = 4 << 20;
@@ -252,7 +252,7 @@ fn a_process_whose_main_thread_exited_is_exported_with_its_memory() {
 /// re-read every 2 s: at the default full scan interval the change shows within a few seconds.
 #[test]
 fn prlimit_on_a_running_holder_shows_within_seconds() {
-    assert!(is_root(), "live tests run as root (the exporter must read every process)");
+    crate::require!(is_root(), "live tests run as root (the exporter must read every process)");
     let _guard = live_lock();
     let exporter = start_exporter(&[("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__COMM_PATTERN", "^memlock-")]);
     let mut command = Command::new("python3");
@@ -425,7 +425,7 @@ fn cap_ipc_lock_inside_a_user_namespace_is_not_an_exemption() {
 /// namespace, makes the same decision.
 #[test]
 fn an_exporter_inside_a_user_namespace_does_not_exempt_its_namespaced_root() {
-    assert!(is_root(), "live tests need root (to drop to an unprivileged uid)");
+    crate::require!(is_root(), "live tests need root (to drop to an unprivileged uid)");
     let _guard = live_lock();
     const LOCK: u64 = 2 << 20;
     let python = unprivileged_python();
@@ -487,7 +487,7 @@ fn an_exporter_inside_a_user_namespace_does_not_exempt_its_namespaced_root() {
 /// one is not.
 #[test]
 fn mlockall_checks_vmsize_and_perf_rings_are_refused_with_eperm() {
-    assert!(is_root(), "live tests need root (to drop to an unprivileged uid)");
+    crate::require!(is_root(), "live tests need root (to drop to an unprivileged uid)");
     let _guard = live_lock();
     const LIMIT: u64 = 8 << 20;
     let run = |script: &str, args: &[&str]| {

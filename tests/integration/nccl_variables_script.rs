@@ -24,6 +24,11 @@ fn write(dir: &Path, rel: &str, text: &str) {
 
 #[test]
 fn the_generator_reads_each_kind_of_variable_from_the_source() {
+    let rustfmt = Command::new("rustfmt").arg("--version").output();
+    crate::require!(
+        rustfmt.is_ok_and(|out| out.status.success()),
+        "the generator formats its output with rustfmt, which is not on PATH"
+    );
     let dir = std::env::temp_dir().join(format!("memlock-nccl-script-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

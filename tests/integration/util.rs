@@ -31,13 +31,14 @@ pub struct LiveGuard {
 /// Serialises tests that change or measure machine-wide state, within and across test runs.
 pub fn live_lock() -> LiveGuard {
     use std::os::fd::AsRawFd;
+    const LOCK: &str = "/tmp/memlock-exporter-live-tests.lock";
     let threads = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open("/tmp/memlock-exporter-live-tests.lock")
-        .expect("open /tmp/memlock-exporter-live-tests.lock");
+    // flock needs no write access: a lock file another user made (root's run, then a normal
+    // user's `cargo test`) is opened for reading, which O_CREAT in sticky /tmp would refuse
+    // (fs.protected_regular).
+    let file = std::fs::File::open(LOCK)
+        .or_else(|_| std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(LOCK))
+        .unwrap_or_else(|e| panic!("open {LOCK}: {e}"));
     // SAFETY: flock on a descriptor this function owns; blocks until the other run releases it.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(rc, 0, "flock: {}", std::io::Error::last_os_error());
