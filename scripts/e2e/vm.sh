@@ -101,9 +101,13 @@ vm() {
 
 # shellcheck disable=SC2317 # called as "check_$name"
 check_mr_enomem() {
-    local dir=$E2E_TMP/mr_enomem
+    local dir=$E2E_TMP/mr_enomem pid
+    # The page must be the registrant's own (its pid), not any process's pinned alert.
+    pid=$(grep -oE ' opened [^ ]+, pid [0-9]+' "$dir/ramp.out" | grep -oE '[0-9]+$')
+    [ -n "$pid" ] || { cat "$dir/ramp.out"; echo "no pid in ramp.out"; return 1; }
     python3 "$ROOT/scripts/e2e/check_lead.py" "$dir/ramp.out" "$dir/webhook.jsonl" \
-        MemlockProcessLimitExhaustionImminent "$(cat "$dir/since")" "$dir/exporter.log" 2 counter=pinned || return 1
+        MemlockProcessLimitExhaustionImminent "$(cat "$dir/since")" "$dir/exporter.log" 2 \
+        "counter=pinned,pid=$pid" || return 1
     python3 - "$dir" <<'PY'
 import json, re, sys
 d = sys.argv[1]
