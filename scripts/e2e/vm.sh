@@ -151,7 +151,16 @@ PY
 
 # shellcheck disable=SC2317 # called as "check_$name"
 check_drill() {
-    local dir=$E2E_TMP/drill mode pid call
+    local dir=$E2E_TMP/drill mode pid call needed
+    # The binary must start on nodes without rdma-core: drill --mode rdma dlopens libibverbs.so.1,
+    # so no NEEDED entry may name it (the guest has the library, and would not notice one).
+    needed=$(readelf -d "$BIN") || { echo "readelf -d $BIN failed"; return 1; }
+    needed=$(grep NEEDED <<< "$needed")
+    if grep -i libibverbs <<< "$needed"; then
+        echo "$BIN links libibverbs (above): it would not start on a node without rdma-core; dlopen it"
+        return 1
+    fi
+    echo "$BIN: NEEDED $(grep -o '\[[^]]*\]' <<< "$needed" | tr -d '[]' | tr '\n' ' ')(no libibverbs)"
     for mode in rdma pin; do
         call=io_uring_register
         [ "$mode" = rdma ] && call=ibv_reg_mr
