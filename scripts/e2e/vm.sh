@@ -382,11 +382,24 @@ for dev in ("rxe0", "rxe1"):
         if theirs.get((dev, name)) is None or theirs.get((dev, name)) != mine or (file is not None and file != mine):
             errors.append(f"{dev} node_infiniband_{name} {theirs.get((dev, name))}, exported {mine}, sysfs {file}")
 began, ended = (float(open(f"{d}/scrapes-{n}").read()) for n in ("began", "ended"))
+# The "scraped in the same second": one curl started both transfers at once; each server
+# answered between its request sent and its first byte (seconds from that common start).
+times = {}
+for line in open(f"{d}/scrapes-times.txt"):
+    url, _, asked, _, first, _, total = line.split()
+    times[url.split(":")[-1].split("/")[0]] = (float(asked), float(first), float(total))
+if sorted(times) != ["9100", "9567"]:
+    errors.append(f"scrapes-times.txt has {sorted(times)}, not the exporter's and node_exporter's")
+window = max(t[1] for t in times.values()) - min(t[0] for t in times.values()) if times else float("inf")
+if window >= 1.0:
+    errors.append(f"the two servers answered within {window:.2f} s (first request sent to last first byte), not < 1 s: "
+                  + "; ".join(open(f"{d}/scrapes-times.txt").read().splitlines()))
 version = open(f"{d}/node_exporter.version").readline().strip()
 print(f"rxe1 -> rxe0 over veth1 ({sent} packets): rxe0 rcvd_pkts {after[('rxe0', 'hw_counters', 'rcvd_pkts')]}, "
       f"rxe1 sent_pkts {after[('rxe1', 'hw_counters', 'sent_pkts')]}; {len(after) - 2} sysfs counters of both "
       f"devices equal the exporter's; {version}: {compared} series equal the exporter's (duplicate_request, state, "
-      f"physical state, rate of each port), scrapes within {ended - began:.1f} s while still")
+      f"physical state, rate of each port), while still; both servers answered within {window:.2f} s "
+      f"(one curl, {ended - began:.2f} s with its start)")
 print("moving rxe1 to a network namespace: " + " / ".join(open(f"{d}/netns-move.txt").read().split("\n")[:3]))
 sys.exit("; ".join(errors) or None)
 PY
