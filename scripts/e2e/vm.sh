@@ -301,6 +301,22 @@ expect("step effective limit (the job's memory.max)",
 stat = dict(line.split() for line in open(f"{d}/task-memory.stat"))
 unevictable = value(s, "memlock_cgroup_memory_unevictable_bytes", cgroup=task)[1]
 expect("step unevictable = memory.stat unevictable", unevictable, float(stat["unevictable"]))
+# memory.stat is hierarchical on v2: each ancestor of the step up to slurmstepd.scope holds the
+# step's 24 MiB, and exports its own file's figure.
+ancestors = [line.split() for line in open(f"{d}/step-ancestors-unevictable.txt")]
+expect("the step's ancestors", len(ancestors), 4)
+for path, kernel in ancestors:
+    expect(f"{path} unevictable = memory.stat", value(s, "memlock_cgroup_memory_unevictable_bytes", cgroup=path)[1],
+           float(kernel))
+    expect(f"{path} memory.stat unevictable (the step's)", int(kernel), 24 << 20)
+# The pod's MRs are pinned, not mlocked (ib_umem_get pins, it does not mlock): 0 unevictable in
+# the container and the pod, exported as memory.stat has it.
+pod_unevictable = {}
+for scope, path in (("container", container), ("pod", pod)):
+    kernel = dict(line.split() for line in f[f"{scope} memory.stat"].splitlines())["unevictable"]
+    pod_unevictable[scope] = value(m, "memlock_cgroup_memory_unevictable_bytes", cgroup=path)[1]
+    expect(f"{scope} unevictable = memory.stat", pod_unevictable[scope], float(kernel))
+expect("container unevictable (MRs are pinned, not mlocked)", pod_unevictable["container"], 0.0)
 o = parse(f"{d}/oom-metrics.txt")
 events = dict(line.split() for line in open(f"{d}/task-memory.events"))
 expect("step oom_kill = memory.events",
@@ -308,7 +324,9 @@ expect("step oom_kill = memory.events",
 print(f"pod container: pinned {pinned:.0f} B, limit {f['pod memory.max'].strip()}, "
       f"rdma.current {f['container rdma.current'].strip()}, "
       f"pod rdma.max {f['pod rdma.max'].strip()}; step: locked {locked:.0f} B, unevictable {unevictable:.0f} B, "
-      f"oom_kill {events['oom_kill']}")
+      f"oom_kill {events['oom_kill']}; unevictable of the step's {len(ancestors)} ancestors = memory.stat "
+      f"({', '.join(k for _, k in ancestors)} B), of the container and pod {pod_unevictable['container']:.0f} and "
+      f"{pod_unevictable['pod']:.0f} B")
 sys.exit("; ".join(errors) or None)
 PY
 }
