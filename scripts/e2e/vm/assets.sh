@@ -124,19 +124,29 @@ vm_node_exporter() {
 }
 
 # vm_copy_with_libs STAGE PATH...: copies each file to the same path under STAGE (symlinks
-# followed), with every library ldd names for it.
+# followed), with every library ldd names for it. A library ldd cannot find (a package missing)
+# fails the build with its name, as does any copy that fails.
 vm_copy_with_libs() {
-    local stage=$1 file lib
+    local stage=$1 file lib libs
     shift
     for file in "$@"; do
         [ -e "$file" ] || { vm_log "FAILED: $file is missing (dpkg -S: $(dpkg -S "$file" 2>&1 | head -1))"; return 1; }
         mkdir -p "$stage$(dirname "$file")"
-        cp -L "$file" "$stage$file"
-        for lib in $(ldd "$file" 2>/dev/null | awk '/=> \// {print $3} /^[ \t]*\/[^ ]+ \(/ {print $1}'); do
+        cp -L "$file" "$stage$file" || { vm_log "FAILED: cp $file"; return 1; }
+        libs=$(ldd "$file" 2>&1)
+        case $libs in
+            *"not a dynamic executable"*) continue ;;
+        esac
+        if grep -q 'not found' <<< "$libs"; then
+            vm_log "FAILED: $file needs libraries ldd does not find:" \
+                "$(grep 'not found' <<< "$libs" | tr -s ' \t\n' ' ')"
+            return 1
+        fi
+        while read -r lib; do
             [ -e "$stage$lib" ] && continue
             mkdir -p "$stage$(dirname "$lib")"
-            cp -L "$lib" "$stage$lib"
-        done
+            cp -L "$lib" "$stage$lib" || { vm_log "FAILED: cp $lib (a library of $file)"; return 1; }
+        done < <(awk '/=> \// {print $3} /^[ \t]*\/[^ ]+ \(/ {print $1}' <<< "$libs")
     done
 }
 
@@ -175,12 +185,13 @@ vm_base() {
     [[ $(ldd /usr/bin/busybox 2>&1) == *"not a dynamic executable"* ]] ||
         { vm_log "FAILED: /usr/bin/busybox is not static (install busybox-static)"; return 1; }
     vm_copy_with_libs "$stage" "${VM_BINARIES[@]}" "${VM_DLOPENED[@]}" || return 1
-    install -m 0755 "$VM_NODE_EXPORTER" "$stage/usr/bin/prometheus-node-exporter"
+    install -m 0755 "$VM_NODE_EXPORTER" "$stage/usr/bin/prometheus-node-exporter" ||
+        { vm_log "FAILED: install $VM_NODE_EXPORTER"; return 1; }
     local file
     for file in "${VM_FILES[@]}"; do
         [ -e "$file" ] || { vm_log "FAILED: $file is missing"; return 1; }
         mkdir -p "$stage$(dirname "$file")"
-        cp -rL "$file" "$stage$file"
+        cp -rL "$file" "$stage$file" || { vm_log "FAILED: cp $file"; return 1; }
     done
     local applet
     for applet in $(/usr/bin/busybox --list); do
@@ -203,14 +214,16 @@ vm_base() {
             path=${path#"$modules"/}
             grep -q "^$path\b" "$stage/etc/memlock-vm/modules" && continue
             mkdir -p "$stage/lib/modules/$VM_KVER/$(dirname "$path")"
-            cp "$modules/$path" "$stage/lib/modules/$VM_KVER/$path"
+            cp "$modules/$path" "$stage/lib/modules/$VM_KVER/$path" ||
+                { vm_log "FAILED: module $module: cp $modules/$path"; return 1; }
             echo "$path $args" >> "$stage/etc/memlock-vm/modules"
         done <<< "$deps"
     done
-    cp "$modules"/modules.{dep,alias,builtin,order} "$stage/lib/modules/$VM_KVER/" 2>/dev/null
-    install -m 0755 "$VM_DIR/guest/init" "$stage/init"
+    cp "$modules"/modules.{dep,alias,builtin,order} "$stage/lib/modules/$VM_KVER/" ||
+        { vm_log "FAILED: cp $modules/modules.*"; return 1; }
+    install -m 0755 "$VM_DIR/guest/init" "$stage/init" || { vm_log "FAILED: install guest/init"; return 1; }
     mkdir -p "$stage/usr/lib/memlock-vm"
-    cp "$VM_DIR/guest/lib.sh" "$stage/usr/lib/memlock-vm/lib.sh"
+    cp "$VM_DIR/guest/lib.sh" "$stage/usr/lib/memlock-vm/lib.sh" || { vm_log "FAILED: cp guest/lib.sh"; return 1; }
     cat > "$stage/etc/passwd" <<'PASSWD'
 root:x:0:0:root:/root:/bin/sh
 mrtest:x:1000:1000:memlock test user:/tmp:/bin/sh

@@ -111,14 +111,23 @@ run=$(mktemp -d /tmp/memlock-vm.XXXXXX)
 chmod 0755 "$run"
 mkdir -p "$run/bin" "$run/lib" "$run/out"
 strip -o "$run/bin/memlock-exporter" "$exporter" || harness_fail "strip $exporter"
-cp "$sink" "$run/bin/webhook-sink"
-cp "$ramp" "$run/bin/mr-ramp"
-# copy_libs FILE: the libraries FILE needs that the base lacks, into /vm/lib.
+cp "$sink" "$run/bin/webhook-sink" || harness_fail "cp $sink"
+cp "$ramp" "$run/bin/mr-ramp" || harness_fail "cp $ramp"
+# copy_libs FILE: the libraries FILE needs that the base lacks, into /vm/lib. A library ldd
+# cannot find fails the run with its name: the guest would fail later, and less clearly.
 copy_libs() {
-    local lib
-    for lib in $(ldd "$1" 2>/dev/null | awk '/=> \// {print $3}'); do
-        grep -qxF "$lib" "$VM_BASE_FILES" || grep -qxF "/usr$lib" "$VM_BASE_FILES" || cp -L "$lib" "$run/lib/"
-    done
+    local lib libs
+    libs=$(ldd "$1" 2>&1)
+    case $libs in
+        *"not a dynamic executable"*) return 0 ;;
+    esac
+    if grep -q 'not found' <<< "$libs"; then
+        harness_fail "$1 needs libraries ldd does not find: $(grep 'not found' <<< "$libs" | tr -s ' \t\n' ' ')"
+    fi
+    while read -r lib; do
+        grep -qxF "$lib" "$VM_BASE_FILES" || grep -qxF "/usr$lib" "$VM_BASE_FILES" ||
+            cp -L "$lib" "$run/lib/" || harness_fail "cp $lib (a library of $1)"
+    done < <(awk '/=> \// {print $3}' <<< "$libs")
 }
 copy_libs "$exporter"
 for copy in "${copies[@]}"; do
@@ -126,10 +135,10 @@ for copy in "${copies[@]}"; do
     name=${copy#*:}
     [ "$name" = "$copy" ] && name=$(basename "$src")
     [ -e "$src" ] || harness_fail "--copy $src: no such file"
-    cp -rL "$src" "$run/bin/$name"
+    cp -rL "$src" "$run/bin/$name" || harness_fail "--copy $src: cp failed"
     [ -f "$src" ] && copy_libs "$src"
 done
-cp "$scenario" "$run/scenario"
+cp "$scenario" "$run/scenario" || harness_fail "cp $scenario"
 chmod 0755 "$run/scenario" "$run/bin"/*
 echo "$limit" > "$run/timeout"
 {
@@ -145,7 +154,7 @@ echo "$limit" > "$run/timeout"
 # other, each 4-byte aligned; this one uncompressed: nothing to inflate under TCG), not over 9p.
 mkdir -p "$run/initrd/vmrun"
 mv "$run/bin" "$run/lib" "$run/initrd/vmrun/"
-cp "$VM_BASE" "$run/initrd.img"
+cp "$VM_BASE" "$run/initrd.img" || harness_fail "cp $VM_BASE"
 head -c $(( (512 - $(stat -c %s "$VM_BASE") % 512) % 512 )) /dev/zero >> "$run/initrd.img"
 (cd "$run/initrd" && find . | cpio -o -H newc --quiet >> "$run/initrd.img") || harness_fail "cpio of /vmrun"
 rm -rf "$run/initrd"

@@ -69,7 +69,7 @@ for dir in "$CONTAINER" "$POD"; do
     done
 done
 scrape "$VM_OUT/pod-metrics.txt"
-for f in rdma.current rdma.max memory.max memory.current; do
+for f in rdma.current rdma.max memory.max memory.current memory.stat; do
     echo "== container $f"; cat "$CONTAINER/$f"
     echo "== pod $f"; cat "$POD/$f"
 done > "$VM_OUT/pod-files.txt" 2>&1
@@ -110,8 +110,18 @@ wait_for 60 "the step's 24 MiB locked in the exporter" metric_is memlock_cgroup_
 wait_for 60 "the step's 24 MiB unevictable in memory.stat" grep -qx 'unevictable 25165824' "$TASK/memory.stat"
 wait_for 60 "the step's 24 MiB unevictable in the exporter" metric_is memlock_cgroup_memory_unevictable_bytes \
     25165824 "cgroup=\"${TASK#"$CG"}\""
+# v2's memory.stat is hierarchical: the step's ancestors up to slurmstepd.scope hold the same
+# 24 MiB. The topmost last: the collector reads them all in one pass, after one stats flush.
+ancestors=("$JOB/step_0/user" "$JOB/step_0" "$JOB" "$CG/system.slice/slurmstepd.scope")
+wait_for 60 "slurmstepd.scope's 24 MiB unevictable in memory.stat" grep -qx 'unevictable 25165824' \
+    "${ancestors[-1]}/memory.stat"
+wait_for 60 "slurmstepd.scope's 24 MiB unevictable in the exporter" \
+    metric_is memlock_cgroup_memory_unevictable_bytes 25165824 "cgroup=\"${ancestors[-1]#"$CG"}\""
 scrape "$VM_OUT/step-metrics.txt"
 cat "$TASK/memory.stat" > "$VM_OUT/task-memory.stat"
+for dir in "${ancestors[@]}"; do
+    echo "${dir#"$CG"} $(awk '$1 == "unevictable" {print $2}' "$dir/memory.stat")"
+done > "$VM_OUT/step-ancestors-unevictable.txt"
 kill -TERM "$held"
 wait "$held"
 
