@@ -82,6 +82,7 @@ fn implicit_odp_mrs_are_counted_apart_and_left_out_of_the_byte_sums() {
     let stats = RdmaNetlinkStats {
         supported: true,
         devices: vec![NetlinkDevice { name: part.dev_name, index: 0, resources: Vec::new(), mrs: Some(usage) }],
+        ..Default::default()
     };
     let mut out = Exposition::new();
     stats.render(&mut out);
@@ -323,7 +324,7 @@ fn a_socket_that_cannot_be_opened_is_an_error() {
         RdmaConfig::default(),
         connect,
     );
-    assert_eq!(collector.read(&mut errors), Some(RdmaNetlinkStats { supported: false, devices: Vec::new() }));
+    assert_eq!(collector.read(&mut errors), Some(RdmaNetlinkStats { supported: false, ..Default::default() }));
     assert_eq!(errors.len(), 1, "unsupported is not an error");
 }
 
@@ -356,6 +357,7 @@ fn renders_per_process_series_and_device_totals() {
                 owners: vec![OwnerMrs { pid: "4242".into(), comm: "python".into(), mrs: 2, bytes: 9_637_888 }],
             }),
         }],
+        ..Default::default()
     };
     let mut out = Exposition::new();
     stats.render(&mut out);
