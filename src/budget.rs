@@ -164,18 +164,45 @@ pub fn allocate(claims: &[Claim], available: usize) -> Allocation {
     }
 }
 
+/// A claim's order: the indices of the collector's list, most urgent first, and the claim's
+/// entities in that order.
+pub type Order = (Vec<usize>, Vec<(usize, f64)>);
+
 /// Sorts indices `0..len` by score, highest first, keeping the given order among equals, and
 /// returns them with the claim's entities in that order.
-pub fn ranked(
-    len: usize,
-    cost: impl Fn(usize) -> usize,
-    score: impl Fn(usize) -> f64,
-) -> (Vec<usize>, Vec<(usize, f64)>) {
+pub fn ranked(len: usize, cost: impl Fn(usize) -> usize, score: impl Fn(usize) -> f64) -> Order {
     let mut order: Vec<usize> = (0..len).collect();
     order.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
     let entities = order.iter().map(|&i| (cost(i), score(i))).collect();
     (order, entities)
 }
+
+/// A collector's order of its entities, ranked once per stats, on first use: the claims, both
+/// renders of a snapshot (the fixed series counted, then the granted) and the exported trend ids
+/// read the same one. A cache of what the stats hold, so stats with the same content are equal
+/// whether or not they were ranked.
+#[derive(Debug, Clone)]
+pub struct Ranked<T>(std::sync::OnceLock<T>);
+
+impl<T> Ranked<T> {
+    pub fn get_or_rank(&self, rank: impl FnOnce() -> T) -> &T {
+        self.0.get_or_init(rank)
+    }
+}
+
+impl<T> Default for Ranked<T> {
+    fn default() -> Self {
+        Self(std::sync::OnceLock::new())
+    }
+}
+
+impl<T> PartialEq for Ranked<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl<T> Eq for Ranked<T> {}
 
 #[cfg(test)]
 mod tests {
@@ -238,5 +265,20 @@ mod tests {
         let a = allocate(&[claim("c", Tier::Page, 0, &entities)], 6);
         assert_eq!(a.grants.mask("c", &order, 4), vec![false, true, false, true]);
         assert_eq!(Grants::all().mask("c", &order, 4), vec![true; 4]);
+    }
+
+    #[test]
+    fn an_order_is_ranked_once_and_is_no_part_of_equality() {
+        let ranks = std::cell::Cell::new(0);
+        let rank = || {
+            ranks.set(ranks.get() + 1);
+            ranked(3, |_| 1, |i| i as f64)
+        };
+        let (used, fresh) = (Ranked::default(), Ranked::default());
+        let first = used.get_or_rank(rank).clone();
+        assert_eq!(used.get_or_rank(rank), &first);
+        assert_eq!((ranks.get(), first.0), (1, vec![2, 1, 0]));
+        // Stats that were rendered equal the same stats not rendered yet.
+        assert_eq!(used, fresh);
     }
 }

@@ -23,6 +23,8 @@ use super::{optional, Collector, Data};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RdmaSysfsStats {
     pub devices: Vec<SysfsDevice>,
+    /// The series budget's order of `devices`, made by the first render.
+    ranking: budget::Ranked<budget::Order>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -301,9 +303,9 @@ impl RdmaSysfsStats {
         self.render_granted(out, &Grants::all())
     }
 
-    fn device_order(&self) -> (Vec<usize>, Vec<(usize, f64)>) {
+    fn device_order(&self) -> &budget::Order {
         let d = &self.devices;
-        budget::ranked(d.len(), |i| d[i].series(), |i| d[i].budget_score())
+        self.ranking.get_or_rank(|| budget::ranked(d.len(), |i| d[i].series(), |i| d[i].budget_score()))
     }
 
     fn ports(&self) -> Vec<&SysfsPort> {
@@ -315,7 +317,13 @@ impl RdmaSysfsStats {
         let errors = ports.iter().map(|p| (p.error_series(), 1.0)).collect();
         let others = ports.iter().map(|p| (p.other_series(), 0.0)).collect();
         vec![
-            Claim { class: DEVICES, tier: Tier::Page, floor: 0, cap: usize::MAX, entities: self.device_order().1 },
+            Claim {
+                class: DEVICES,
+                tier: Tier::Page,
+                floor: 0,
+                cap: usize::MAX,
+                entities: self.device_order().1.clone(),
+            },
             Claim { class: PORT_ERRORS, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities: errors },
             Claim { class: PORT_COUNTERS, tier: Tier::Detail, floor: 0, cap: usize::MAX, entities: others },
         ]

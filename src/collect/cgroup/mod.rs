@@ -131,6 +131,8 @@ pub struct CgroupStats {
     pub memory: Vec<CgroupMemory>,
     pub rdma: Vec<CgroupRdma>,
     pub scan: ScanCounts,
+    /// The series budget's orders of `memory` and `rdma`, made by the first render.
+    ranking: crate::budget::Ranked<render::Ranking>,
 }
 
 // Files of a v2 cgroup learned to be absent (the root has none of them; swap files need swap

@@ -274,6 +274,7 @@ impl CgroupCollector {
             memory: Vec::new(),
             rdma: Vec::new(),
             scan: ScanCounts::default(),
+            ranking: Default::default(),
         };
         if let Some(detected) = &self.detected {
             stats.layout = detected.layout;

@@ -59,28 +59,39 @@ impl CgroupRdma {
     }
 }
 
-impl CgroupStats {
-    fn memory_order(&self) -> (Vec<usize>, Vec<(usize, f64)>) {
-        let m = &self.memory;
+/// The series budget's order of the memory and the rdma entries ([`budget::Ranked`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Ranking {
+    memory: budget::Order,
+    rdma: budget::Order,
+}
+
+impl Ranking {
+    fn of(m: &[CgroupMemory], r: &[CgroupRdma]) -> Self {
         // Ties (cgroups without a limit) by usage, the largest first.
         let usage = |i: usize| m[i].usage_bytes.unwrap_or(0) as f64 / 1e30;
-        budget::ranked(m.len(), |i| m[i].series(), |i| m[i].budget_score() + usage(i))
+        Self {
+            memory: budget::ranked(m.len(), |i| m[i].series(), |i| m[i].budget_score() + usage(i)),
+            rdma: budget::ranked(r.len(), |i| r[i].series(), |_| 0.4),
+        }
     }
+}
 
-    fn rdma_order(&self) -> (Vec<usize>, Vec<(usize, f64)>) {
-        let r = &self.rdma;
-        budget::ranked(r.len(), |i| r[i].series(), |_| 0.4)
+impl CgroupStats {
+    fn ranking(&self) -> &Ranking {
+        self.ranking.get_or_rank(|| Ranking::of(&self.memory, &self.rdma))
     }
 
     pub fn claims(&self) -> Vec<Claim> {
+        let ranking = self.ranking();
         vec![
-            Claim { class: MEMORY, tier: Tier::Page, floor: FLOOR, cap: CAP, entities: self.memory_order().1 },
-            Claim { class: RDMA, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities: self.rdma_order().1 },
+            Claim { class: MEMORY, tier: Tier::Page, floor: FLOOR, cap: CAP, entities: ranking.memory.1.clone() },
+            Claim { class: RDMA, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities: ranking.rdma.1.clone() },
         ]
     }
 
     fn granted_memory(&self, grants: &Grants) -> Vec<&CgroupMemory> {
-        let mask = grants.mask(MEMORY, &self.memory_order().0, self.memory.len());
+        let mask = grants.mask(MEMORY, &self.ranking().memory.0, self.memory.len());
         self.memory.iter().zip(mask).filter_map(|(c, shown)| shown.then_some(c)).collect()
     }
 
@@ -194,7 +205,7 @@ impl CgroupStats {
     }
 
     fn render_rdma(&self, out: &mut Exposition, grants: &Grants) {
-        let mask = grants.mask(RDMA, &self.rdma_order().0, self.rdma.len());
+        let mask = grants.mask(RDMA, &self.ranking().rdma.0, self.rdma.len());
         out.family(
             "memlock_cgroup_rdma",
             "rdma cgroup controller per device: open verbs contexts (resource hca_handle) and uverbs objects such as \

@@ -99,7 +99,7 @@ pub struct ProcessStats {
     pub read_errors_total: ReadErrors,
     /// The series budget's order of `processes` and `cgroups`, made once, by the first render
     /// (a pass nobody scrapes ranks nothing: the idle cost).
-    ranking: std::sync::OnceLock<render::Ranking>,
+    ranking: crate::budget::Ranked<render::Ranking>,
 }
 
 /// How long a process found between full scans is re-read on every pass: a job's rank that
@@ -483,7 +483,7 @@ impl ProcessCollector {
             }
         }
         ProcessStats {
-            ranking: std::sync::OnceLock::new(),
+            ranking: Default::default(),
             processes: candidates.into_iter().map(|r| r.sample.clone()).collect(),
             watched: watched.into_iter().map(|r| r.sample.clone()).collect(),
             unwatched: unwatched as u64,

@@ -56,13 +56,12 @@ impl CgroupAggregate {
     }
 }
 
-/// The series budget's order of the exported processes and of the cgroup aggregates (indices,
-/// and per entity its series and score), ranked once per stats, on first use: the claims, both
-/// renders of a snapshot (the fixed series, then the granted) and the exported trend ids read it.
+/// The series budget's order of the exported processes and of the cgroup aggregates, made once
+/// per stats ([`budget::Ranked`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Ranking {
-    processes: (Vec<usize>, Vec<(usize, f64)>),
-    cgroups: (Vec<usize>, Vec<(usize, f64)>),
+    processes: budget::Order,
+    cgroups: budget::Order,
 }
 
 impl Ranking {
@@ -81,7 +80,7 @@ impl Ranking {
 
 impl ProcessStats {
     fn ranking(&self) -> &Ranking {
-        self.ranking.get_or_init(|| Ranking::of(&self.processes, &self.cgroups))
+        self.ranking.get_or_rank(|| Ranking::of(&self.processes, &self.cgroups))
     }
 
     /// Every exported process and every cgroup aggregate.

@@ -344,14 +344,19 @@ impl Scanner {
         record.sample.locked_bytes = status.locked_bytes;
         record.sample.pinned_bytes = status.pinned_bytes;
         record.sample.cap_ipc_lock = status.ipc_lock();
-        let failures = self.tally.failures();
+        let mut failed = false;
         for err in field_errors {
             let err = self.reader.parse_error(err);
-            self.tally.note::<()>(err, errors);
+            failed |= self.tally.note::<()>(err, errors) == Outcome::Failed;
         }
-        if !has_vm && !self.read_live_thread(record, kthread.is_none(), errors) {
-            // No thread with an address space: a kernel thread or a zombie, unless reading it failed.
-            return if self.tally.failures() > failures { Outcome::Failed } else { Outcome::KernelThread };
+        if !has_vm {
+            match self.read_live_thread(record, kthread.is_none(), errors) {
+                Outcome::Read(()) => {}
+                // No thread with an address space: a kernel thread or a zombie, unless a read failed.
+                Outcome::Failed => return Outcome::Failed,
+                _ if failed => return Outcome::Failed,
+                _ => return Outcome::KernelThread,
+            }
         }
         // The namespace matters only where the limit does: for memory held, or a process that is
         // exported whatever it holds (comm_pattern). One holding nothing is not checked (two more
@@ -384,28 +389,36 @@ impl Scanner {
     /// (`exit_mm`, kernel/exit.c), so `proc_pid_status` (fs/proc/array.c) prints no `Vm*` for it,
     /// but every live thread shares the process's mm: the first one's `task/TID/status` gives
     /// VmLck, VmPin and its own CapEff (capabilities are per thread; the leader's are no longer
-    /// used by anything). True when such a thread was read into the record; false for kernel
-    /// threads, zombies and processes gone meanwhile. Limits (`signal->rlim`) and the cgroup
-    /// stay readable through the leader's pid.
-    fn read_live_thread(&mut self, record: &mut Record, check_stat: bool, errors: &mut Vec<SourceError>) -> bool {
+    /// used by anything). `Read` when such a thread was read into the record; else `Failed` when
+    /// a read failed (reported), `KernelThread` for kernel threads, zombies, processes gone
+    /// meanwhile and a task directory that cannot be listed. Limits (`signal->rlim`) and the
+    /// cgroup stay readable through the leader's pid.
+    fn read_live_thread(
+        &mut self,
+        record: &mut Record,
+        check_stat: bool,
+        errors: &mut Vec<SourceError>,
+    ) -> Outcome<()> {
         let pid = record.sample.pid;
+        // A failed read of `stat` does not stop the search: a live thread still gives the memory.
+        let mut failed = false;
+        let none_live = |failed: bool| if failed { Outcome::Failed } else { Outcome::KernelThread };
         if check_stat {
             let kernel_thread = match self.reader.read(pid, "stat") {
                 Ok(text) => pid_stat::is_kernel_thread(text).map_err(|err| self.reader.parse_error(err)),
                 Err(err) => Err(err),
             };
             match kernel_thread {
-                Ok(true) => return false,
+                Ok(true) => return Outcome::KernelThread,
                 Ok(false) => {}
-                Err(err) => {
-                    if self.tally.note::<()>(err, errors) == Outcome::Gone {
-                        return false;
-                    }
-                }
+                Err(err) => match self.tally.note::<()>(err, errors) {
+                    Outcome::Gone => return Outcome::KernelThread,
+                    noted => failed = noted == Outcome::Failed,
+                },
             }
         }
         self.reader.resolve(pid, "task");
-        let Ok(entries) = std::fs::read_dir(&self.reader.path) else { return false };
+        let Ok(entries) = std::fs::read_dir(&self.reader.path) else { return none_live(failed) };
         let tids: Vec<u32> = entries
             .filter_map(|entry| parse_pid_bytes(entry.ok()?.file_name().as_encoded_bytes()))
             .filter(|&tid| tid != pid)
@@ -416,8 +429,8 @@ impl Scanner {
                 // That thread exited meanwhile: the next one may still run.
                 Err(err) if err.is_not_found() => continue,
                 Err(err) => {
-                    self.tally.note::<()>(err, errors);
-                    return false;
+                    let noted = self.tally.note::<()>(err, errors);
+                    return none_live(failed || noted == Outcome::Failed);
                 }
             };
             let Ok(parsed) = pid_status::parse_fields(text) else { continue };
@@ -432,9 +445,9 @@ impl Scanner {
                 let err = self.reader.parse_error(err);
                 self.tally.note::<()>(err, errors);
             }
-            return true;
+            return Outcome::Read(());
         }
-        false
+        none_live(failed)
     }
 
     /// The first `libnccl.so*` mapping of the process, read line by line from `maps` and stopping

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::budget::{Claim, Grants, Tier};
+use crate::budget::{self, Claim, Grants, Tier};
 use crate::exposition::{Exposition, Kind};
 use crate::fsroot::{self, Roots, SourceError};
 use crate::kernel::nldev::{self, cmd, DecodeError, Progress, ReplyError, ReplyReader};
@@ -44,6 +44,9 @@ pub struct RdmaNetlinkStats {
     /// False when the kernel has no RDMA netlink (no InfiniBand support): "no RDMA here".
     pub supported: bool,
     pub devices: Vec<NetlinkDevice>,
+    /// The series budget's order of the owners ([`RdmaNetlinkStats::owners`]), made by the first
+    /// render.
+    ranking: budget::Ranked<budget::Order>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -351,7 +354,7 @@ impl RdmaNetlinkCollector {
                     );
                     self.said_unsupported = true;
                 }
-                return Some(RdmaNetlinkStats { supported: false, devices: Vec::new() });
+                return Some(RdmaNetlinkStats { supported: false, ..Default::default() });
             }
             Err(source) => {
                 errors.push(SourceError::Io { path: source_name("socket", None), source });
@@ -359,7 +362,7 @@ impl RdmaNetlinkCollector {
             }
         };
         self.said_unsupported = false;
-        let mut stats = RdmaNetlinkStats { supported: true, devices: Vec::new() };
+        let mut stats = RdmaNetlinkStats { supported: true, ..Default::default() };
 
         let seq = self.next_seq();
         let config = &self.config;
@@ -530,22 +533,26 @@ impl RdmaNetlinkStats {
         self.render_granted(out, &Grants::all())
     }
 
-    /// (device index, owner) pairs, the largest registrations first.
-    fn owner_order(&self) -> Vec<(usize, &OwnerMrs)> {
-        let mut owners: Vec<(usize, &OwnerMrs)> = self
-            .devices
-            .iter()
-            .enumerate()
-            .flat_map(|(i, d)| d.mrs.iter().flat_map(|m| &m.owners).map(move |o| (i, o)))
-            .collect();
-        owners.sort_by_key(|(_, owner)| std::cmp::Reverse(owner.bytes));
-        owners
+    /// (device index, owner) pairs, in device order, as the kernel listed them.
+    fn owners(&self) -> impl Iterator<Item = (usize, &OwnerMrs)> {
+        self.devices.iter().enumerate().flat_map(|(i, d)| d.mrs.iter().flat_map(|m| &m.owners).map(move |o| (i, o)))
+    }
+
+    /// The owners, the largest registrations first.
+    fn owner_order(&self) -> &budget::Order {
+        self.ranking.get_or_rank(|| {
+            let bytes: Vec<u64> = self.owners().map(|(_, owner)| owner.bytes).collect();
+            let mut order: Vec<usize> = (0..bytes.len()).collect();
+            order.sort_by_key(|&i| std::cmp::Reverse(bytes[i]));
+            let entities = order.iter().map(|_| (2, 0.6)).collect();
+            (order, entities)
+        })
     }
 
     pub fn claims(&self) -> Vec<Claim> {
         let devices =
             self.devices.iter().map(|d| (d.resources.len() + 2 * usize::from(d.mrs.is_some()), 0.7)).collect();
-        let owners = self.owner_order().iter().map(|_| (2, 0.6)).collect();
+        let owners = self.owner_order().1.clone();
         vec![
             Claim { class: DEVICES, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities: devices },
             Claim { class: OWNERS, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities: owners },
@@ -554,13 +561,13 @@ impl RdmaNetlinkStats {
 
     pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
         let devices: Vec<&NetlinkDevice> = self.devices.iter().take(grants.get(DEVICES)).collect();
-        let owners: Vec<(usize, &OwnerMrs)> = {
-            let mut granted: Vec<(usize, &OwnerMrs)> =
-                self.owner_order().into_iter().take(grants.get(OWNERS)).collect();
-            // In device order, as the kernel listed them, whatever the budget kept.
-            granted.sort_by_key(|(device, owner)| (*device, *owner as *const OwnerMrs as usize));
-            granted
-        };
+        let order = &self.owner_order().0;
+        // In device order, as the kernel listed them, whatever the budget kept.
+        let owners: Vec<(usize, &OwnerMrs)> = self
+            .owners()
+            .zip(grants.mask(OWNERS, order, order.len()))
+            .filter_map(|(owner, shown)| shown.then_some(owner))
+            .collect();
         out.family(
             "memlock_rdma_netlink_supported",
             "1 if the kernel answers RDMA netlink (NETLINK_RDMA), 0 if it has no RDMA support at all (socket() fails \

@@ -82,6 +82,7 @@ fn implicit_odp_mrs_are_counted_apart_and_left_out_of_the_byte_sums() {
     let stats = RdmaNetlinkStats {
         supported: true,
         devices: vec![NetlinkDevice { name: part.dev_name, index: 0, resources: Vec::new(), mrs: Some(usage) }],
+        ..Default::default()
     };
     let mut out = Exposition::new();
     stats.render(&mut out);
@@ -323,7 +324,7 @@ fn a_socket_that_cannot_be_opened_is_an_error() {
         RdmaConfig::default(),
         connect,
     );
-    assert_eq!(collector.read(&mut errors), Some(RdmaNetlinkStats { supported: false, devices: Vec::new() }));
+    assert_eq!(collector.read(&mut errors), Some(RdmaNetlinkStats { supported: false, ..Default::default() }));
     assert_eq!(errors.len(), 1, "unsupported is not an error");
 }
 
@@ -356,6 +357,7 @@ fn renders_per_process_series_and_device_totals() {
                 owners: vec![OwnerMrs { pid: "4242".into(), comm: "python".into(), mrs: 2, bytes: 9_637_888 }],
             }),
         }],
+        ..Default::default()
     };
     let mut out = Exposition::new();
     stats.render(&mut out);
@@ -369,4 +371,37 @@ fn renders_per_process_series_and_device_totals() {
     ] {
         assert!(text.contains(&format!("{line}\n")), "{line} missing from:\n{text}");
     }
+}
+
+/// The budget keeps the largest owners of any device, rendered in device order whatever their
+/// rank (issue 25: the order is made once per stats, the granted owners taken through the mask).
+#[test]
+fn a_budget_keeps_the_largest_owners_in_device_order() {
+    let owner = |pid: &str, bytes| OwnerMrs { pid: pid.into(), comm: String::new(), mrs: 1, bytes };
+    let device = |name: &str, owners| NetlinkDevice {
+        name: name.into(),
+        index: 0,
+        resources: Vec::new(),
+        mrs: Some(MrUsage { registered_bytes: 0, implicit_odp_mrs: 0, owners }),
+    };
+    let stats = RdmaNetlinkStats {
+        supported: true,
+        devices: vec![
+            device("mlx5_0", vec![owner("10", 10), owner("11", 200)]),
+            device("mlx5_1", vec![owner("12", 300), owner("13", 5)]),
+        ],
+        ..Default::default()
+    };
+    // Both devices (two series each), then the two largest owners (two series each).
+    let allocation = crate::budget::allocate(&stats.claims(), 8);
+    assert_eq!(allocation.dropped, vec![(DEVICES, 0), (OWNERS, 2)]);
+    let mut out = Exposition::new();
+    stats.render_granted(&mut out, &allocation.grants);
+    let text = out.finish();
+    let shown: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("memlock_rdma_process_mr_bytes{"))
+        .map(|l| l.split('"').nth(1).unwrap_or_default())
+        .collect();
+    assert_eq!(shown, vec!["11", "12"], "{text}");
 }

@@ -347,6 +347,34 @@ fn each_read_says_what_it_found() {
     assert_eq!((collector.retry.clone(), collector.others.clone()), (vec![41], vec![2]));
 }
 
+/// Issue 25: a process without an address space and without a live thread is a zombie, not
+/// retried, unless reading its threads failed: then it is reported and retried, as the
+/// scanner's answer says (not the failure counter compared before and after).
+#[test]
+fn a_leader_without_a_live_thread_is_a_zombie_unless_a_read_failed() {
+    let tree = Tree::new("no-live-thread");
+    tree.exited_leader(50, 51, "zombie", 0, false);
+    std::fs::remove_dir_all(tree.root.join(tid_dir(50, 51))).unwrap();
+    let mut collector = tree.collector(0, "", 10);
+    let mut errors = Vec::new();
+    let read = |scanner: &mut Scanner, errors: &mut Vec<SourceError>| {
+        scanner.read_process(50, None, errors).and_then(|_| Outcome::Read(()))
+    };
+    assert_eq!(read(&mut collector.scanner, &mut errors), Outcome::KernelThread);
+    assert!(errors.is_empty(), "{errors:?}");
+    // Its `stat` unreadable: the search for a live thread goes on, finds none, and fails.
+    let stat = std::fs::read(tree.root.join("50/stat")).unwrap();
+    std::fs::write(tree.root.join("50/stat"), "50 (zombie\n").unwrap();
+    assert_eq!(read(&mut collector.scanner, &mut errors), Outcome::Failed);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    // A thread whose status cannot be read: reported, and no zombie either.
+    std::fs::write(tree.root.join("50/stat"), stat).unwrap();
+    std::fs::create_dir_all(tree.root.join(tid_dir(50, 52)).join("status")).unwrap();
+    errors.clear();
+    assert_eq!(read(&mut collector.scanner, &mut errors), Outcome::Failed);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+}
+
 #[test]
 fn permission_errors_are_counted_not_failures() {
     let tree = Tree::new("perm");
