@@ -2,7 +2,7 @@
 //! of any number of processes (`status`, `limits` and `cgroup` from the captures) and cgroup v1
 //! memory hierarchies of Kubernetes pods (the files and values a 6.x kernel shows), written to a
 //! directory. Shared by `benches/process_scan.rs`, `benches/cgroup_scan.rs` and the scale tests
-//! (`tests/integration/scale.rs`), which include it by path.
+//! (`tests/integration/scale/`), which include it by path.
 
 #![allow(dead_code)]
 
