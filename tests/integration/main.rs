@@ -27,5 +27,6 @@ mod scale;
 #[path = "../synthetic/mod.rs"]
 mod synthetic;
 mod systemd_notify;
+mod trend_cap;
 mod util;
 mod web_security;

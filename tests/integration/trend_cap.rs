@@ -1,0 +1,98 @@
+//! Issue 24, finding 4: past 20,000 trend scopes a new scope got no trend, so a job starting on
+//! a node whose tracker was full got only the 1.5 s warning, not its critical page. Here a
+//! generated host (8,300 processes holding both counters, 4,504 limited cgroups: about 21,000
+//! scopes) fills the tracker, then a job's VmPin ramps towards its 8 MiB limit. The job must get
+//! its trend (its exhaustion series, what the critical page is made of) while the tracker stays
+//! at its cap, evicting, counting and logging others.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::synthetic;
+use crate::util::{fixtures, Exporter};
+
+const CROWD: u32 = 8_300;
+const PODS: usize = 1_500;
+const JOB_PID: u32 = 900_000;
+const MAX_SCOPES: f64 = 20_000.0;
+
+/// The job's files, written in `stage` and moved into `procfs` by renames (a whole directory the
+/// first time, then `status`), so a scan never reads half a file.
+fn write_job(procfs: &Path, stage: &Path, pinned_kib: u64) {
+    synthetic::write_process(stage, JOB_PID, "python3", pinned_kib, &synthetic::container_path(0, 0)).unwrap();
+    let (staged, live) = (stage.join(JOB_PID.to_string()), procfs.join(JOB_PID.to_string()));
+    if live.exists() {
+        std::fs::rename(staged.join("status"), live.join("status")).unwrap();
+    } else {
+        std::fs::rename(&staged, &live).unwrap();
+    }
+}
+
+#[test]
+fn a_job_starting_on_a_node_with_a_full_trend_tracker_gets_its_trend() {
+    let root = std::env::temp_dir().join(format!("memlock-trend-cap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let (procfs, sysfs) = (root.join("proc"), root.join("sys"));
+    synthetic::copy_tree(&fixtures().join("proc"), &procfs).unwrap();
+    synthetic::copy_tree(&fixtures().join("sys"), &sysfs).unwrap();
+    std::fs::remove_dir_all(sysfs.join("fs/cgroup")).unwrap();
+    synthetic::write_kubepods(&sysfs.join("fs/cgroup/memory"), PODS, 2).unwrap();
+    // A crowd holding 64 KiB in each counter: two trend scopes a process.
+    for i in 0..CROWD {
+        let pid = 100_000 + i;
+        synthetic::write_process(&procfs, pid, "worker", 64, &synthetic::container_path(i as usize % PODS, 0)).unwrap();
+        let status = procfs.join(pid.to_string()).join("status");
+        let text = std::fs::read_to_string(&status).unwrap().replace("VmLck:\t       0 kB", "VmLck:\t      64 kB");
+        std::fs::write(&status, text).unwrap();
+    }
+    let env = [
+        ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__INTERVAL", "250ms"),
+        ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL", "2s"),
+        ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__INTERVAL", "1s"),
+        ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__FULL_SCAN_INTERVAL", "2s"),
+    ];
+    let mut exporter = Exporter::start_with_env(
+        &[
+            "--path.procfs",
+            procfs.to_str().unwrap(),
+            "--path.sysfs",
+            sysfs.to_str().unwrap(),
+            "--no-collector.rdma_netlink",
+        ],
+        &env,
+    );
+    // A debug build renders this host's snapshot in seconds under load.
+    exporter.timeout = Duration::from_secs(40);
+    // Full: a 64th of the cap is evicted at once to make room, so within that of it.
+    let full = exporter.wait_metrics(Duration::from_secs(180), "a full tracker", |m| {
+        m.get("memlock_trend_scopes").is_some_and(|n| n >= MAX_SCOPES - MAX_SCOPES / 64.0)
+    });
+    let evicted_before = full.get("memlock_trend_scopes_evicted_total").unwrap_or(0.0);
+
+    // The job: 1 MiB, then 256 KiB more every 250 ms up to 7.5 MiB of its 8 MiB (6.5 s).
+    let job = format!("memlock_trend_exhaustion_seconds{{scope=\"process\",pid=\"{JOB_PID}\"");
+    let (mut pinned_kib, mut trend_seen, mut scopes_max) = (1024, None, 0.0f64);
+    let started = Instant::now();
+    while pinned_kib <= 7 * 1024 + 512 {
+        write_job(&procfs, &root.join("stage"), pinned_kib);
+        let m = exporter.metrics();
+        scopes_max = scopes_max.max(m.value("memlock_trend_scopes"));
+        if trend_seen.is_none() && m.series.keys().any(|k| k.starts_with(&job) && k.contains("counter=\"pinned\"")) {
+            trend_seen = Some((started.elapsed(), pinned_kib));
+        }
+        pinned_kib += 256;
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let m = exporter.metrics();
+    let evicted = m.get("memlock_trend_scopes_evicted_total").unwrap_or(0.0) - evicted_before;
+    eprintln!(
+        "full tracker ({} scopes, {evicted_before} evicted before the job): the job's trend after {trend_seen:?} \
+            (time, KiB pinned); {evicted} more evicted during its ramp; scopes at most {scopes_max}",
+        full.value("memlock_trend_scopes")
+    );
+    let _ = std::fs::remove_dir_all(&root);
+    assert!(trend_seen.is_some(), "the job never got a trend:\n{}", exporter.log_text());
+    assert!(scopes_max <= MAX_SCOPES, "the tracker grew past its cap: {scopes_max}");
+    assert!(evicted > 0.0, "nothing was evicted while the crowd kept its scopes");
+    assert!(exporter.log_text().contains("trend tracker full"), "the eviction is logged");
+}
