@@ -163,7 +163,8 @@ pub fn exec_or_refuse(args: &JobContextArgs, report: &Report, strict: bool) -> u
     // execvp: the PATH lookup, argv, environment, rlimits, cgroup and pid stay as they are.
     let err = std::process::Command::new(program).args(rest).exec();
     // execvp answers EACCES when a PATH directory cannot be searched and the command is in none
-    // of the others; a shell skips such directories and says "not found" (127).
+    // of the others (glibc posix/execvpe.c __execvpe_common keeps the EACCES of any attempt); a
+    // shell skips such directories and says "not found" (127).
     let not_found = match err.kind() {
         std::io::ErrorKind::NotFound => true,
         std::io::ErrorKind::PermissionDenied => {

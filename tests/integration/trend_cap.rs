@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::synthetic;
-use crate::util::{fixtures, Exporter};
+use crate::util::Exporter;
 
 const CROWD: u32 = 8_300;
 const PODS: usize = 1_500;
@@ -32,10 +32,7 @@ fn write_job(procfs: &Path, stage: &Path, pinned_kib: u64) {
 fn a_job_starting_on_a_node_with_a_full_trend_tracker_gets_its_trend() {
     let root = std::env::temp_dir().join(format!("memlock-trend-cap-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
-    let (procfs, sysfs) = (root.join("proc"), root.join("sys"));
-    synthetic::copy_tree(&fixtures().join("proc"), &procfs).unwrap();
-    synthetic::copy_tree(&fixtures().join("sys"), &sysfs).unwrap();
-    std::fs::remove_dir_all(sysfs.join("fs/cgroup")).unwrap();
+    let (procfs, sysfs) = crate::scale::host_with_fixture_node_files(&root);
     synthetic::write_kubepods(&sysfs.join("fs/cgroup/memory"), PODS, 2).unwrap();
     // A crowd holding 64 KiB in each counter: two trend scopes a process.
     for i in 0..CROWD {

@@ -192,27 +192,9 @@ fn a_wrong_password_flood_from_the_scrapers_address_does_not_keep_its_right_cred
 
     // The scraper starts: each request waits up to 12 s (the exporter's line waits 10 s).
     let credentials = basic("prometheus", "right");
-    let scraper_started = Instant::now();
-    let mut statuses = Vec::new();
-    let first_200 = loop {
-        let status = request(&address, "/metrics", &credentials, Duration::from_secs(12));
-        statuses.push(status);
-        if status == 200 {
-            break Some(scraper_started.elapsed());
-        }
-        if scraper_started.elapsed() > Duration::from_secs(30) {
-            break None;
-        }
-        std::thread::sleep(SCRAPE_INTERVAL);
-    };
     // Then every scrape is answered from memory, the flood going on.
-    let mut after = Vec::new();
-    for _ in 0..10 {
-        let started = Instant::now();
-        let status = request(&address, "/metrics", &credentials, SCRAPE_DEADLINE);
-        after.push((status, started.elapsed()));
-        std::thread::sleep(SCRAPE_INTERVAL);
-    }
+    let (first_200, statuses, after) =
+        scrape_until_admitted(10, |deadline| request(&address, "/metrics", &credentials, deadline));
     let window = flood_started.0.elapsed().as_secs_f64();
     let flood_cpu = (cpu_time(pid) - flood_started.1).as_secs_f64();
     stop.store(true, Ordering::Relaxed);
@@ -251,6 +233,39 @@ fn a_wrong_password_flood_from_the_scrapers_address_does_not_keep_its_right_cred
 const FAILURE_BURST: usize = 10;
 /// Slack on the first scrape's bound: bcrypt of the checks ahead and of its own, on a loaded machine.
 const FIRST_SCRAPE_SLACK: Duration = Duration::from_secs(3);
+
+/// The scraper with the right credentials: requests (each waiting up to 12 s, the exporter's
+/// line waits 10) every [`SCRAPE_INTERVAL`] until one is answered 200, for up to 30 s, then
+/// `later` more within [`SCRAPE_DEADLINE`]. Returns when the 200 came (`None`: never), the
+/// statuses before it, and each later scrape's status and time.
+fn scrape_until_admitted(
+    later: usize,
+    scrape: impl Fn(Duration) -> u16,
+) -> (Option<Duration>, Vec<u16>, Vec<(u16, Duration)>) {
+    let started = Instant::now();
+    let mut statuses = Vec::new();
+    let first_200 = loop {
+        let status = scrape(Duration::from_secs(12));
+        statuses.push(status);
+        if status == 200 {
+            break Some(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            break None;
+        }
+        std::thread::sleep(SCRAPE_INTERVAL);
+    };
+    let after = (0..later)
+        .map(|_| {
+            let begun = Instant::now();
+            let status = scrape(SCRAPE_DEADLINE);
+            let took = begun.elapsed();
+            std::thread::sleep(SCRAPE_INTERVAL);
+            (status, took)
+        })
+        .collect();
+    (first_200, statuses, after)
+}
 
 /// A TCP connection to `address` from `source`, an address of this namespace's lo.
 fn connect_from_v6(source: std::net::Ipv6Addr, address: std::net::SocketAddr) -> std::io::Result<TcpStream> {
@@ -368,25 +383,7 @@ fn neighbour_flood_in_a_namespace_of_its_own() {
     }
 
     let credentials = basic("prometheus", "right");
-    let scraper_started = Instant::now();
-    let mut statuses = Vec::new();
-    let first_200 = loop {
-        let status = from(SCRAPER, &credentials, Duration::from_secs(12));
-        statuses.push(status);
-        if status == 200 {
-            break Some(scraper_started.elapsed());
-        }
-        if scraper_started.elapsed() > Duration::from_secs(30) {
-            break None;
-        }
-        std::thread::sleep(SCRAPE_INTERVAL);
-    };
-    let mut after = Vec::new();
-    for _ in 0..5 {
-        let started = Instant::now();
-        after.push((from(SCRAPER, &credentials, SCRAPE_DEADLINE), started.elapsed()));
-        std::thread::sleep(SCRAPE_INTERVAL);
-    }
+    let (first_200, statuses, after) = scrape_until_admitted(5, |deadline| from(SCRAPER, &credentials, deadline));
     stop.store(true, Ordering::Relaxed);
     for neighbour in neighbours {
         neighbour.join().unwrap();

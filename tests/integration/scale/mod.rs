@@ -65,7 +65,7 @@ fn thread_count(pid: u32) -> usize {
 
 /// A procfs and sysfs: the fixture node files (meminfo, vmstat, vm sysctls, hugepages, NUMA,
 /// RDMA devices) with a generated cgroup v1 memory hierarchy in place of the fixture cgroups.
-fn host_with_fixture_node_files(root: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn host_with_fixture_node_files(root: &Path) -> (PathBuf, PathBuf) {
     let (procfs, sysfs) = (root.join("proc"), root.join("sys"));
     synthetic::copy_tree(&fixtures().join("proc"), &procfs).unwrap();
     synthetic::copy_tree(&fixtures().join("sys"), &sysfs).unwrap();
