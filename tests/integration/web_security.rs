@@ -585,3 +585,58 @@ fn a_telemetry_path_on_a_probe_is_refused() {
         assert!(log.contains("--web.telemetry-path") && log.contains("probe's path"), "{log}");
     }
 }
+
+/// Issue 24, finding 9, on reload: a web configuration rewritten with a cost-31 bcrypt hash
+/// (2^31 rounds, about 41 hours of a core per check) reloaded, and the next request with a
+/// password the exporter had not verified under it took a core for hours. Now the reload is
+/// refused (gauge 0, the error names the user and the cost), and the users already loaded keep
+/// answering: the right password gets in, a wrong one gets 401 at once.
+#[test]
+fn a_reload_to_a_bcrypt_cost_that_takes_hours_is_refused_and_the_users_kept() {
+    let dir = temp_dir("bcrypt-cost-reload");
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let web = dir.join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
+    let exporter = spawn(&web, &[]);
+    let url = format!("http://{}/metrics", exporter.address);
+    let gauge = |expected: &str| {
+        let line = format!("\nmemlock_exporter_config_last_reload_successful {expected}\n");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (rc, code, body) = curl(&["-u", "prometheus:s3cret", &url]);
+            if rc == 0 && code == 200 && body.contains(&line) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "reload gauge never {expected}: rc {rc}, {code}\n{}",
+                exporter.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for(200, &["-u", "prometheus:s3cret", &url]);
+    gauge("1");
+
+    let cost_31 = "$2y$31$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG";
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{cost_31}'\n")).unwrap();
+    // SAFETY: kill with the pid of our own running child.
+    assert_eq!(unsafe { libc::kill(exporter.child.id() as i32, libc::SIGHUP) }, 0);
+    gauge("0");
+    let log = exporter.log_text();
+    let refusal = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("configuration reload failed"))
+        .unwrap_or_else(|| panic!("no refusal logged:\n{log}"));
+    for expected in ["\"level\":\"ERROR\"", "basic_auth_users.prometheus", "cost 31 is above 14", "41 hours"] {
+        assert!(refusal.contains(expected), "{expected:?} not in {refusal}");
+    }
+    assert!(refusal.contains(&web.display().to_string()), "{refusal}");
+    // The users loaded before: a password never tried is checked against the cost-4 hash, so the
+    // answer comes within curl's 10 s (a cost-31 check would take hours).
+    let (rc, code, body) = curl(&["-u", "prometheus:never-tried", &url]);
+    assert_eq!((rc, code), (0, 401), "{body}");
+    let (rc, code, _) = curl(&["-u", "prometheus:s3cret", &url]);
+    assert_eq!((rc, code), (0, 200));
+}
