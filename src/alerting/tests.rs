@@ -558,6 +558,3 @@ fn endpoints() {
     assert!(Endpoint::parse("http://").is_err());
     assert!(Endpoint::parse("http://user:pw@am:9093").is_err());
 }
-
-#[test]
-fn byte_figures() {}
