@@ -25,7 +25,20 @@ e2e_cleanup() {
     for pid in "${E2E_PIDS[@]}"; do
         kill "$pid" 2>/dev/null
     done
+    # An async subshell that gets the SIGTERM between its fork and the exec of its command
+    # survives it, runs the command to its end and then this trap, which it inherited (`sleep 60 &`
+    # held lib_exit_status.sh 60 s, 1 run in 30 here): whatever still runs after 1 s gets SIGTERM
+    # again, and SIGKILL after 10 s.
+    local pid deadline=$((SECONDS + 10)) again=$((SECONDS + 1))
     for pid in "${E2E_PIDS[@]}"; do
+        while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -le "$again" ]; do sleep 0.05; done
+    done
+    for pid in "${E2E_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null
+    done
+    for pid in "${E2E_PIDS[@]}"; do
+        while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.05; done
+        kill -KILL "$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
     done
     [ -n "${E2E_KEEP:-}" ] || rm -rf "$E2E_TMP"
