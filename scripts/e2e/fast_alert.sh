@@ -325,6 +325,7 @@ while True:
     time.sleep(0.5)
 PY
     scraper=$!
+    E2E_PIDS+=("$scraper")  # also ended if the drill fails
     run_drill crowd-cgroups-pin sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$JOB_CG" \
         prlimit --memlock=8388608:8388608 setpriv --reuid=64436 --regid=64436 --clear-groups \
         "$DRILL" drill --mode pin --step-mib 1 --interval-ms 1000 --max-mib 64 --hold-seconds 3 ||
@@ -334,9 +335,10 @@ PY
     # Every memlock_process_* and memlock_cgroup_* family a shipped rule reads (not the parts of
     # recorded names), but the NCCL version the drill does not map, must carry the job's series
     # in every scrape from 2 s after its first MiB (one pass to read it) to its refusal.
-    rule_families=$(grep -oE '(^|[^:a-z_])memlock_(process|cgroup)_[a-z_]+' "$ROOT/alerts/memlock-exporter.rules.yml" |
-        grep -oE 'memlock_[a-z_]+' | grep -vx memlock_process_nccl_info | sort -u)
-    python3 - "$E2E_TMP/crowd-cgroups-scrapes.jsonl" "$E2E_TMP/crowd-cgroups-pin.out" $rule_families <<'PY' || rc=1
+    mapfile -t rule_families < <(grep -oE '(^|[^:a-z_])memlock_(process|cgroup)_[a-z_]+' \
+        "$ROOT/alerts/memlock-exporter.rules.yml" | grep -oE 'memlock_[a-z_]+' | grep -vx memlock_process_nccl_info |
+        sort -u)
+    python3 - "$E2E_TMP"/crowd-cgroups-{scrapes.jsonl,pin.out} "${rule_families[@]}" <<'PY' || rc=1
 import json, re, sys
 scrapes, drill_out, wanted = sys.argv[1], sys.argv[2], set(sys.argv[3:])
 lines = [l.split(" ", 1) for l in open(drill_out)]
