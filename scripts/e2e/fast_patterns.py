@@ -7,6 +7,8 @@ an 8 MiB soft memlock limit, one uid per pattern: io_uring checks the user's loc
     fast_patterns.py step|burst|held|cycles|registrants   healthy patterns that must page nothing
     fast_patterns.py crowd N          N processes, each mlocking 64 KiB, then lowering its own soft
                                       limit to 4 KiB (ratio 16), until stdin closes (issue 24 item 1)
+    fast_patterns.py lowered          one such process, until its parent goes (started in a cgroup of
+                                      its own, one per crowd member: the cgroup variant of item 1)
     fast_patterns.py churn RATE SECS  RATE such processes a second, each living 0.5 s, for SECS
                                       (issue 24 item 10)
 
@@ -161,6 +163,14 @@ def crowd(count):
     say("done")
 
 
+def lowered():
+    held = over_lowered_limit()  # noqa: F841
+    say("lowered ready")
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(1)
+
+
 def churn(rate, seconds):
     started = 0
     end = time.time() + seconds
@@ -192,6 +202,8 @@ def main():
     mode = sys.argv[1]
     if mode == "crowd":
         crowd(int(sys.argv[2]))
+    elif mode == "lowered":
+        lowered()
     elif mode == "churn":
         churn(int(sys.argv[2]), float(sys.argv[3]))
     else:
