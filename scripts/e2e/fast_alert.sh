@@ -214,6 +214,7 @@ if part crowd; then
         sleep 0.5
     done ) &
     scraper=$!
+    E2E_PIDS+=("$scraper")  # also ended if the drill fails
     run_drill crowd-pin prlimit --memlock=8388608:8388608 \
         setpriv --reuid=64436 --regid=64436 --clear-groups "$DRILL" drill --mode pin --step-mib 1 --interval-ms 1000 \
             --max-mib 64 --hold-seconds 3 ||
