@@ -20,7 +20,7 @@
 #   page's resolution among them; the script fails on that binary.
 # Prints the resolutions made during the outage, delivered and dropped.
 #
-#   bash scripts/e2e/alertmanager_outage.sh                 CI: a 60 s outage (longer while drills run)
+#   bash scripts/e2e/alertmanager_outage.sh                 CI: a 60 s outage (or until the drills are done)
 #   OUTAGE=300 bash scripts/e2e/alertmanager_outage.sh      minutes (docs/reliability.md)
 set -uo pipefail
 source "$(dirname "$0")/lib.bash"
