@@ -91,6 +91,8 @@ const AGGREGATE_NAMED: usize = 10;
 pub struct Transitions {
     pub started: Vec<Labels>,
     pub resolved: Vec<Labels>,
+    /// Resolutions dropped from the full queue, by severity: (warning and folded, critical).
+    pub dropped: [u64; 2],
 }
 
 /// Tracks active and resolved alerts and decides what to send.
@@ -214,6 +216,7 @@ impl AlertBook {
                 self.resolved.retain(|r| {
                     if excess > 0 && critical(r) == pass_critical {
                         excess -= 1;
+                        transitions.dropped[usize::from(pass_critical)] += 1;
                         return false;
                     }
                     true

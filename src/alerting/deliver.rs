@@ -87,6 +87,8 @@ pub struct AlertMetrics {
     pub sent: IntCounterVec,
     pub failures: IntCounterVec,
     pub active: IntGauge,
+    /// Resolutions the full queue dropped, by `severity` ("critical", or "warning" for the rest).
+    pub resolutions_dropped: IntCounterVec,
 }
 
 /// Evaluates every new snapshot and delivers until the snapshot channel closes.
@@ -145,6 +147,11 @@ pub async fn run(mut snapshots: watch::Receiver<Arc<Snapshot>>, config: Alerting
                         seconds,
                         "fast-path alerts not logged one by one (more than {LOG_BURST} per {LOG_WINDOW:?})"
                     );
+                }
+                for (severity, dropped) in ["warning", "critical"].into_iter().zip(transitions.dropped) {
+                    if dropped > 0 {
+                        metrics.resolutions_dropped.with_label_values(&[severity]).inc_by(dropped);
+                    }
                 }
                 metrics.active.set(book.active_count() as i64);
             }

@@ -517,14 +517,20 @@ fn a_flood_of_resolved_warnings_does_not_push_out_a_resolved_page() {
     let page = process(7.0 * MIB, 8.0 * MIB, Some(MIB), Some(1.0));
     book.update(evaluate(&snapshot(vec![page]), &cfg), t0, SystemTime::now());
     book.update(vec![], t0 + Duration::from_secs(1), SystemTime::now());
+    let mut dropped = [0; 2];
     for i in 0..(MAX_RESOLVED + 200) {
         let mut p = counter("locked", 7.5 * MIB, 8.0 * MIB, Some(0.0), None);
         p.labels[0].1 = (100_000 + i).to_string();
-        book.update(evaluate(&snapshot(vec![p]), &cfg), t0 + Duration::from_secs(2), SystemTime::now());
-        book.update(vec![], t0 + Duration::from_secs(3), SystemTime::now());
+        for t in [
+            book.update(evaluate(&snapshot(vec![p]), &cfg), t0 + Duration::from_secs(2), SystemTime::now()),
+            book.update(vec![], t0 + Duration::from_secs(3), SystemTime::now()),
+        ] {
+            dropped = [dropped[0] + t.dropped[0], dropped[1] + t.dropped[1]];
+        }
     }
     let payload = book.payload(SystemTime::now());
     assert!(payload.len() <= MAX_RESOLVED);
+    assert_eq!(dropped, [201, 0], "the page and 1,200 warnings resolved: 201 warnings dropped, counted");
     assert!(
         payload.iter().any(|a| a.labels["alertname"] == "MemlockProcessLimitExhaustionImminent"),
         "the page's resolution is still to be sent"

@@ -60,10 +60,22 @@ impl SelfMetrics {
                 &["alertmanager"],
             )?,
             active: IntGauge::new("memlock_exporter_alerts_active", "Alerts the fast path currently holds as firing.")?,
+            resolutions_dropped: IntCounterVec::new(
+                Opts::new(
+                    "memlock_exporter_alert_resolutions_dropped_total",
+                    "Resolved alerts dropped undelivered from the fast path's full queue (1000, while Alertmanager \
+                        is unreachable), by severity: warnings go first.",
+                ),
+                &["severity"],
+            )?,
         };
         registry.register(Box::new(alerts.sent.clone()))?;
         registry.register(Box::new(alerts.failures.clone()))?;
         registry.register(Box::new(alerts.active.clone()))?;
+        registry.register(Box::new(alerts.resolutions_dropped.clone()))?;
+        for severity in ["warning", "critical"] {
+            alerts.resolutions_dropped.with_label_values(&[severity]);
+        }
         let reload_successful = IntGauge::new(
             "memlock_exporter_config_last_reload_successful",
             "1 if the latest configuration load (start or reload) succeeded, 0 if it failed and the previous \
