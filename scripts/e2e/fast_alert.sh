@@ -22,8 +22,9 @@
 #   still pages 2 s ahead, and every scrape from its first MiB to its refusal carries the job's
 #   series of every memlock_process_* and memlock_cgroup_* family alerts/memlock-exporter.rules.yml
 #   reads (its per-process series and its cgroup's aggregate and memory series).
-# - churn: 100 such processes a second, each living 0.5 s, for 20 s: the exporter logs at most
-#   LOG_BURST (10) firing lines per alert name per 10 s and its POSTs stay under 100 kB.
+# - churn: 100 such processes a second, each living 0.5 s, for 20 s: the churn pages (an alert
+#   folded, LOG_BURST lines and a summary), the exporter logs at most LOG_BURST (10) firing lines
+#   per alert name per 10 s, and its POSTs stay under 100 kB.
 # `PARTS="healthy ramps crowd crowd-cgroups churn"` (the default) picks the parts.
 set -uo pipefail
 source "$(dirname "$0")/lib.bash"
@@ -387,14 +388,18 @@ for line in open(exporter_log):
         lines += 1
     elif str(entry.get("message", "")).startswith("fast-path alerts not logged one by one"):
         summaries += 1
-largest = count = 0
+largest = count = folded = 0
 for line in open(posts):
     note = json.loads(line)
     if note["received"] >= since:
         count += 1
         largest = max(largest, len(json.dumps(note["payload"])))
-print(f"{lines} firing line(s), {summaries} summary line(s), {count} POSTs, the largest {largest} bytes")
-sys.exit(0 if lines <= 60 and largest < 100_000 else 1)
+        alerts = note["payload"] if isinstance(note["payload"], list) else []
+        folded += any(a["labels"].get("aggregated") == "true" for a in alerts)
+print(f"{lines} firing line(s), {summaries} summary line(s), {count} POSTs, the largest {largest} bytes,"
+      f" {folded} with the folded alert")
+# The churn must have paged for the bounds to mean anything: LOG_BURST lines, a summary, a fold.
+sys.exit(0 if 10 <= lines <= 60 and summaries >= 1 and folded >= 1 and largest < 100_000 else 1)
 PY
     ) || rc=1
     echo "churn ($(tail -1 "$E2E_TMP/churn.out")): $out"

@@ -172,24 +172,26 @@ def lowered():
 
 
 def churn(rate, seconds):
+    """Forks spread evenly over each second, and reaped at once: forked in bursts of RATE once a
+    second and reaped only at the next burst, each child was a zombie for the second half of
+    each second, and an exporter sampling once a second in that half saw none of them alive."""
     started = 0
-    end = time.time() + seconds
-    while time.time() < end:
-        tick = time.time()
-        for _ in range(rate):
-            pid = os.fork()
-            if pid == 0:
-                held = over_lowered_limit()  # noqa: F841
-                time.sleep(0.5)
-                os._exit(0)
-            started += 1
+    begin = time.monotonic()
+    while started < rate * seconds:
+        due = begin + started / rate
         while True:
             try:
                 if os.waitpid(-1, os.WNOHANG) == (0, 0):
                     break
             except ChildProcessError:
                 break
-        time.sleep(max(0.0, 1.0 - (time.time() - tick)))
+        time.sleep(max(0.0, due - time.monotonic()))
+        pid = os.fork()
+        if pid == 0:
+            held = over_lowered_limit()  # noqa: F841
+            time.sleep(0.5)
+            os._exit(0)
+        started += 1
     while True:
         try:
             os.waitpid(-1, 0)
