@@ -117,6 +117,31 @@ fn wait_for(expected: u16, args: &[&str]) -> String {
     }
 }
 
+/// Retries a scrape made with `args` until it answers 200 with the reload gauge at `expected`.
+fn wait_for_reload_gauge(exporter: &Exporter, args: &[&str], expected: &str) {
+    let line = format!("\nmemlock_exporter_config_last_reload_successful {expected}\n");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (rc, code, body) = curl(args);
+        if rc == 0 && code == 200 && body.contains(&line) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "reload gauge never {expected}: rc {rc}, {code}\n{}", exporter.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The newest "configuration reload failed" line of the exporter's log (the log is printed
+/// when there is none).
+fn last_reload_refusal(exporter: &Exporter) -> Option<String> {
+    let log = exporter.log_text();
+    let refusal = log.lines().rev().find(|l| l.contains("configuration reload failed")).map(str::to_owned);
+    if refusal.is_none() {
+        eprintln!("no reload refusal in the log:\n{log}");
+    }
+    refusal
+}
+
 #[test]
 fn tls_with_basic_auth_good_and_bad_credentials_and_plain_http_refused() {
     let dir = temp_dir("tls-auth");
@@ -359,18 +384,7 @@ fn a_reload_never_lowers_security() {
     let url = format!("https://{}/metrics", exporter.address);
     let full = ["--cacert", &ca, "--cert", &cert, "--key", &key, "-u", "prometheus:s3cret", &url];
     wait_for(200, &full);
-    let reload_gauge = |expected: &str| {
-        let line = format!("\nmemlock_exporter_config_last_reload_successful {expected}\n");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let (rc, code, body) = curl(&full);
-            if rc == 0 && code == 200 && body.contains(&line) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "reload gauge never {expected}: {code} {body}\n{}", exporter.log_text());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let reload_gauge = |expected: &str| wait_for_reload_gauge(&exporter, &full, expected);
     reload_gauge("1");
 
     let lowerings = [
@@ -388,12 +402,7 @@ fn a_reload_never_lowers_security() {
         // SAFETY: kill with the pid of our own running child.
         assert_eq!(unsafe { libc::kill(exporter.child.id() as i32, libc::SIGHUP) }, 0);
         reload_gauge("0");
-        let log = exporter.log_text();
-        let refusal = log
-            .lines()
-            .rev()
-            .find(|l| l.contains("configuration reload failed"))
-            .unwrap_or_else(|| panic!("{what}: no refusal logged:\n{log}"));
+        let refusal = last_reload_refusal(&exporter).unwrap_or_else(|| panic!("{what}: no refusal logged"));
         assert!(
             refusal.contains("\"level\":\"ERROR\"") && refusal.contains(setting) && refusal.contains("restart"),
             "{what}: {refusal}"
@@ -545,18 +554,7 @@ fn a_reload_never_lowers_the_tls_version() {
     wait_for(200, &["--cacert", &ca, "--tlsv1.3", &url]);
     let tls12 = || curl(&["--cacert", &ca, "--tls-max", "1.2", &url]);
     assert_eq!(tls12().1, 0, "TLS 1.2 is refused at TLS13");
-    let gauge = |expected: &str| {
-        let line = format!("\nmemlock_exporter_config_last_reload_successful {expected}\n");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let (rc, code, body) = curl(&["--cacert", &ca, &url]);
-            if rc == 0 && code == 200 && body.contains(&line) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "reload gauge never {expected}: {code}\n{}", exporter.log_text());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let gauge = |expected: &str| wait_for_reload_gauge(&exporter, &["--cacert", &ca, &url], expected);
     gauge("1");
     for lowered in [tls.to_owned(), format!("{tls}  min_version: TLS12\n")] {
         std::fs::write(&web, &lowered).unwrap();
@@ -599,22 +597,7 @@ fn a_reload_to_a_bcrypt_cost_that_takes_hours_is_refused_and_the_users_kept() {
     std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
     let exporter = spawn(&web, &[]);
     let url = format!("http://{}/metrics", exporter.address);
-    let gauge = |expected: &str| {
-        let line = format!("\nmemlock_exporter_config_last_reload_successful {expected}\n");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let (rc, code, body) = curl(&["-u", "prometheus:s3cret", &url]);
-            if rc == 0 && code == 200 && body.contains(&line) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "reload gauge never {expected}: rc {rc}, {code}\n{}",
-                exporter.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let gauge = |expected: &str| wait_for_reload_gauge(&exporter, &["-u", "prometheus:s3cret", &url], expected);
     wait_for(200, &["-u", "prometheus:s3cret", &url]);
     gauge("1");
 
@@ -623,12 +606,7 @@ fn a_reload_to_a_bcrypt_cost_that_takes_hours_is_refused_and_the_users_kept() {
     // SAFETY: kill with the pid of our own running child.
     assert_eq!(unsafe { libc::kill(exporter.child.id() as i32, libc::SIGHUP) }, 0);
     gauge("0");
-    let log = exporter.log_text();
-    let refusal = log
-        .lines()
-        .rev()
-        .find(|l| l.contains("configuration reload failed"))
-        .unwrap_or_else(|| panic!("no refusal logged:\n{log}"));
+    let refusal = last_reload_refusal(&exporter).expect("a refusal logged");
     for expected in ["\"level\":\"ERROR\"", "basic_auth_users.prometheus", "cost 31 is above 14", "41 hours"] {
         assert!(refusal.contains(expected), "{expected:?} not in {refusal}");
     }
