@@ -22,7 +22,7 @@ use std::time::Duration;
 use memlock_exporter::collect::cgroup::CgroupCollector;
 use memlock_exporter::config::CgroupConfig;
 use memlock_exporter::exposition::Exposition;
-use memlock_exporter::fsroot::Roots;
+use memlock_kernel::fsroot::Roots;
 
 #[path = "../tests/synthetic/mod.rs"]
 mod synthetic;

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use memlock_exporter::collect::process::ProcessCollector;
 use memlock_exporter::config::{self, ProcessConfig, Sources};
-use memlock_exporter::fsroot::{self, Roots};
-use memlock_exporter::kernel::versions;
 use memlock_exporter::snapshot::{Report, SeriesLimit, Snapshot};
+use memlock_kernel::fsroot::{self, Roots};
+use memlock_kernel::versions;
 
 #[path = "../tests/synthetic/mod.rs"]
 mod synthetic;

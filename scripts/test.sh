@@ -82,7 +82,7 @@ install_tools() {
 }
 
 build() {
-    cargo build --locked --all-targets
+    cargo build --locked --workspace --all-targets
 }
 
 # Format and lint gates: rustfmt.toml's style in this crate and in the fuzz crate (its own
@@ -90,20 +90,20 @@ build() {
 # default lints as errors, and no line of src/, tests/, scripts/ or fuzz/ over 120 columns
 # (rustfmt does not break string literals, and formats no script).
 format_and_lint() {
-    cargo fmt --check || return 1
+    cargo fmt --all --check || return 1
     cargo fmt --manifest-path fuzz/Cargo.toml --check || return 1
-    cargo clippy --locked --all-targets -- -D warnings || return 1
+    cargo clippy --locked --workspace --all-targets -- -D warnings || return 1
     bash scripts/columns.sh
 }
 
 # MEMLOCK_TESTS_REQUIRE_ALL: a test whose requirement (root, a v1 memory hierarchy) is unmet
 # fails here instead of skipping itself as it does in a contributor's plain `cargo test`.
 unit_and_integration() {
-    MEMLOCK_TESTS_REQUIRE_ALL=1 cargo test --locked --no-fail-fast -- --test-threads=2
+    MEMLOCK_TESTS_REQUIRE_ALL=1 cargo test --locked --workspace --no-fail-fast -- --test-threads=2
 }
 
 unit_only() {
-    cargo test --locked --lib && cargo test --locked --test fuzz && cargo test --locked --test integration golden
+    cargo test --locked --workspace --lib && cargo test --locked --test fuzz && cargo test --locked --test integration golden
 }
 
 promtool_metrics() {

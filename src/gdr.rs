@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::fsroot::Roots;
-use crate::kernel::versions::{self, NvidiaDriver};
+use memlock_kernel::fsroot::Roots;
+use memlock_kernel::versions::{self, NvidiaDriver};
 
 use serde::Serialize;
 
@@ -107,7 +107,9 @@ pub struct Facts {
 
 /// Reads the facts of the node mounted at `roots` for the RDMA devices given.
 pub fn read_facts(roots: &Roots, devices: &[String], dmabuf_enable: Option<i64>) -> Facts {
-    let text = |path: PathBuf| crate::fsroot::read_bytes(&path).ok().map(|b| String::from_utf8_lossy(&b).into_owned());
+    let text = |path: PathBuf| {
+        memlock_kernel::fsroot::read_bytes(&path).ok().map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
     let nics = devices
         .iter()
         .map(|name| {

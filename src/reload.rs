@@ -80,7 +80,7 @@ pub fn fingerprint(files: &[PathBuf]) -> Vec<Option<[u8; 32]>> {
         .map(|path| {
             // This runs on the daemon's event loop: the reader does not block on a FIFO put in
             // place of a watched file (where SIGTERM could no longer be handled).
-            let bytes = crate::fsroot::read_regular(path, crate::fsroot::MAX_FILE_BYTES).ok()?;
+            let bytes = memlock_kernel::fsroot::read_regular(path, memlock_kernel::fsroot::MAX_FILE_BYTES).ok()?;
             let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
             let mut out = [0u8; 32];
             out.copy_from_slice(digest.as_ref());

@@ -177,7 +177,12 @@ fn adapted_interval(interval: Duration, duration: Duration) -> Duration {
 }
 
 /// Logs a failure once, again only when it changes or every [`LOG_REPEAT`], and a recovery.
-fn log_outcome(name: &str, errors: &[crate::fsroot::SourceError], last: &mut Option<(String, Instant)>, now: Instant) {
+fn log_outcome(
+    name: &str,
+    errors: &[memlock_kernel::fsroot::SourceError],
+    last: &mut Option<(String, Instant)>,
+    now: Instant,
+) {
     match errors.first() {
         None => {
             if last.take().is_some() {
@@ -202,7 +207,7 @@ fn log_outcome(name: &str, errors: &[crate::fsroot::SourceError], last: &mut Opt
 mod tests {
     use super::*;
     use crate::collect::Data;
-    use crate::fsroot::SourceError;
+    use memlock_kernel::fsroot::SourceError;
     use prometheus::Opts;
 
     struct Flaky {

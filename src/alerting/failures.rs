@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use super::{Candidate, Labels};
 use crate::collect::failures::{Cause, FailuresStats, Figures, Series, SeriesKey};
 use crate::config::AlertingConfig;
-use crate::kernel::Limit;
 use crate::snapshot::Snapshot;
 use crate::units::bytes;
+use memlock_kernel::Limit;
 
 /// How long a series pages after its last refusal: long enough to be seen and acted on (drain
 /// the node), short enough that a fixed job stops paging on its own. The Prometheus rule

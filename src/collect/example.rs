@@ -12,7 +12,7 @@ use crate::budget::Grants;
 use crate::collect::settings::{Configured, Context, Invalid};
 use crate::collect::{Collector, Data, Stats};
 use crate::exposition::{Exposition, Kind};
-use crate::fsroot::{self, Roots, SourceError};
+use memlock_kernel::fsroot::{self, Roots, SourceError};
 
 /// `[collector.locks]` as the file, the environment and the flags give it.
 #[derive(Debug, Clone, Serialize, Deserialize)]

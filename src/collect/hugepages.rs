@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use crate::exposition::Exposition;
-use crate::fsroot::{self, SourceError};
-use crate::kernel::{parse_u64, sysvm::parse_hugepage_dir_name};
+use memlock_kernel::fsroot::{self, SourceError};
+use memlock_kernel::{parse_u64, sysvm::parse_hugepage_dir_name};
 
 use super::{keep, optional};
 

@@ -1,5 +1,5 @@
-//! Collectors: one per source. Each reads through [`crate::fsroot`], parses with
-//! [`crate::kernel`] and returns typed [`Data`]; rendering lives with the data type.
+//! Collectors: one per source. Each reads through [`memlock_kernel::fsroot`], parses with
+//! [`memlock_kernel`] and returns typed [`Data`]; rendering lives with the data type.
 
 pub mod cgroup;
 #[cfg(test)]
@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use crate::budget::{Claim, Grants};
 use crate::exposition::Exposition;
-use crate::fsroot::{Roots, SourceError};
 use crate::trend::{Observation, Scope, TrendConfig};
+use memlock_kernel::fsroot::{Roots, SourceError};
 
 use settings::{of, CollectorConfig, Context, Plain};
 

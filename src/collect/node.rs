@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use crate::charge::Charge;
 use crate::exposition::{Exposition, Kind};
-use crate::fsroot::{self, Roots, SourceError};
-use crate::kernel::{meminfo, parse_u64, sysvm, vmstat};
 use crate::trend::{Observation, Scope};
+use memlock_kernel::fsroot::{self, Roots, SourceError};
+use memlock_kernel::{meminfo, parse_u64, sysvm, vmstat};
 
 use super::hugepages::{self, HugepagePool};
 use super::{keep, optional, Collector, Data};

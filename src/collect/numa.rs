@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use crate::budget::{Claim, Grants, Tier};
 use crate::exposition::{Exposition, Kind};
-use crate::fsroot::{self, Roots, SourceError};
-use crate::kernel::{meminfo, vmstat};
+use memlock_kernel::fsroot::{self, Roots, SourceError};
+use memlock_kernel::{meminfo, vmstat};
 
 use super::hugepages::{self, HugepagePool};
 use super::{optional, Collector, Data};
@@ -47,7 +47,7 @@ impl NumaCollector {
             }
         };
         let mut ids: Vec<u32> =
-            names.iter().filter_map(|n| crate::kernel::name_number(n.strip_prefix("node")?)).collect();
+            names.iter().filter_map(|n| memlock_kernel::name_number(n.strip_prefix("node")?)).collect();
         ids.sort_unstable();
         let mut stats = NumaStats::default();
         for id in ids {

@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use crate::budget::{self, Claim, Grants, Tier};
 use crate::exposition::{Exposition, Kind};
-use crate::fsroot::{self, Roots, SourceError};
-use crate::kernel::rdma_sysfs::{self as parse, Numbered};
-use crate::kernel::{parse_u64, ParseError};
+use memlock_kernel::fsroot::{self, Roots, SourceError};
+use memlock_kernel::rdma_sysfs::{self as parse, Numbered};
+use memlock_kernel::{parse_u64, ParseError};
 
 use super::rdma_filter::{RawRdmaCollector, RdmaConfig};
 use super::settings::{Configured, Context, Invalid};
@@ -127,7 +127,7 @@ impl RdmaSysfsCollector {
         let mut numbers: Vec<u32> = match absent_ok(fsroot::list_dir(&ports_dir)) {
             // Only the names the kernel gives ports ("%u"): `01` or `+1` beside `1` would be a
             // second port 1, a duplicate of every one of its series.
-            Ok(names) => names.unwrap_or_default().iter().filter_map(|n| crate::kernel::name_number(n)).collect(),
+            Ok(names) => names.unwrap_or_default().iter().filter_map(|n| memlock_kernel::name_number(n)).collect(),
             Err(e) => {
                 errors.push(e);
                 Vec::new()

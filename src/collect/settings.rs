@@ -20,8 +20,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::Collector;
-use crate::fsroot::Roots;
 use crate::trend::TrendConfig;
+use memlock_kernel::fsroot::Roots;
 
 /// What every collector is built from besides its own settings.
 pub struct Context<'a> {

@@ -10,9 +10,9 @@
 use std::sync::Arc;
 
 use crate::exposition::{Exposition, Kind};
-use crate::fsroot::{self, Roots, SourceError};
 use crate::gdr;
-use crate::kernel::versions;
+use memlock_kernel::fsroot::{self, Roots, SourceError};
+use memlock_kernel::versions;
 
 use super::{optional, Collector, Data};
 

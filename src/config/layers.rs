@@ -32,7 +32,7 @@ pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
     if let Some(path) = &sources.file {
         // Read it ourselves so a missing file, a directory or bad TOML names the file.
         // A reload runs on the daemon's event loop: the reader does not block on a FIFO.
-        let text = crate::fsroot::read_regular_text(path, crate::fsroot::MAX_FILE_BYTES)
+        let text = memlock_kernel::fsroot::read_regular_text(path, memlock_kernel::fsroot::MAX_FILE_BYTES)
             .map_err(|e| ConfigError::File { path: path.clone(), message: e.detail() })?;
         let file = File::from_str(&text, FileFormat::Toml).required(true);
         file_keys = config::Source::collect(&file)

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::fsroot::Roots;
 use crate::trend::TrendConfig;
+use memlock_kernel::fsroot::Roots;
 
 pub use layers::{flag_name, load, Sources};
 pub use raw::{RawAlerting, RawConfig, RawLog, RawPaths, RawSeries, RawTrend, RawWeb, DEFAULT_RUNBOOK_URL};

@@ -12,9 +12,9 @@ use super::raw::RawConfig;
 use super::{AlertingConfig, CollectorConfig, Config, ConfigError, LogFormat, LogLevel};
 use crate::collect::settings::Refused;
 use crate::collect::{Registration, REGISTRY};
-use crate::fsroot::Roots;
 use crate::trend::TrendConfig;
 use crate::values::{parse_duration, shown};
+use memlock_kernel::fsroot::Roots;
 
 /// A value of the wrong type, named by its whole key: `prefix` (`collector.process`, or empty)
 /// before the key the error carries, which is relative to what was deserialized.

@@ -11,10 +11,10 @@ use std::os::unix::process::CommandExt;
 
 use clap::Args;
 
-use crate::kernel::pid_limits::{Limit, MemlockLimits};
 use crate::preflight::findings::{Finding, Report, Status};
 use crate::preflight::machine::Machine;
 use crate::units::bytes as human;
+use memlock_kernel::pid_limits::{Limit, MemlockLimits};
 
 /// Exit status when `--exec`'s command cannot be run, as a shell reports it.
 pub const EXIT_NOT_EXECUTABLE: u8 = 126;

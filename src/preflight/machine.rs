@@ -8,9 +8,9 @@ use crate::collect::cgroup::CgroupCollector;
 use crate::collect::process::{ipc_lock_exempts, user_namespace_of, UserNamespaceView};
 use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice, SysfsPort};
 use crate::config::{CgroupConfig, RdmaConfig};
-use crate::fsroot::{self, Roots, SourceError};
-use crate::kernel::{meminfo, parse_u64, pid_cgroup, pid_limits, pid_status};
 use crate::preflight::nccl::env::Environment;
+use memlock_kernel::fsroot::{self, Roots, SourceError};
+use memlock_kernel::{meminfo, parse_u64, pid_cgroup, pid_limits, pid_status};
 
 /// Everything the checks look at, read once through the injected roots.
 #[derive(Debug, Clone, Default)]

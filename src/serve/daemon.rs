@@ -294,7 +294,7 @@ fn monotonic_usec() -> u64 {
 /// The node's name for the `instance` label of fast-path alerts: the host's, read through the
 /// procfs root (so a container reports the node, not the pod).
 fn hostname(config: &Config) -> String {
-    crate::fsroot::read_string(&config.roots.proc("sys/kernel/hostname"))
+    memlock_kernel::fsroot::read_string(&config.roots.proc("sys/kernel/hostname"))
         .map(|h| h.trim().to_owned())
         .ok()
         .filter(|h| !h.is_empty())

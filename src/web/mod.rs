@@ -248,7 +248,7 @@ const MAX_FLOW_COLLECTIONS: usize = 32;
 /// included (a CA bundle inline still fits). With [`MAX_FLOW_COLLECTIONS`] this bounds the
 /// parse: the worst file the two let through parses in tens of milliseconds
 /// (benches/web_config_load.rs, docs/reliability.md). Certificates and keys read from their own
-/// files keep the reader's bound ([`crate::fsroot::MAX_FILE_BYTES`]).
+/// files keep the reader's bound ([`memlock_kernel::fsroot::MAX_FILE_BYTES`]).
 const MAX_WEB_CONFIG_BYTES: u64 = 256 << 10;
 
 /// Refuses, before parsing, text that could nest flow collections deeper than
@@ -274,7 +274,7 @@ fn check_flow_nesting(text: &str) -> Result<(), String> {
 /// Web configuration files, certificates and keys are small; the reader does not block on a
 /// FIFO in place of a watched file (a reload runs on the daemon's event loop).
 fn read_bounded(path: &Path, limit: u64) -> Result<String, String> {
-    crate::fsroot::read_regular_text(path, limit).map_err(|e| e.to_string())
+    memlock_kernel::fsroot::read_regular_text(path, limit).map_err(|e| e.to_string())
 }
 
 fn tls_enabled(tls: &RawTls) -> bool {
@@ -289,7 +289,7 @@ type KeyedError = (&'static str, String);
 fn pem_source(dir: &Path, file: &str, inline: &str, files: &mut Vec<PathBuf>) -> Result<Option<Vec<u8>>, String> {
     if !file.is_empty() {
         let path = dir.join(file);
-        let text = read_bounded(&path, crate::fsroot::MAX_FILE_BYTES)?;
+        let text = read_bounded(&path, memlock_kernel::fsroot::MAX_FILE_BYTES)?;
         files.push(path);
         Ok(Some(text.into_bytes()))
     } else if !inline.is_empty() {

@@ -420,7 +420,7 @@ fn write_corpus() {
 /// Netlink's own mutations besides the targets': a message or attribute length rewritten to an
 /// edge value, and tails of random bytes.
 mod nldev {
-    use memlock_exporter::kernel::nldev::{
+    use memlock_kernel::nldev::{
         attrs, cmd, decode_device, decode_mr_part, decode_res_summary, nldev_type, Header, ReplyReader,
         ATTR_HEADER_LEN, HEADER_LEN,
     };

@@ -9,8 +9,8 @@ use std::time::Duration;
 use memlock_exporter::collect::cgroup::{CgroupCollector, CgroupStats, Layout};
 use memlock_exporter::config::CgroupConfig;
 use memlock_exporter::exposition::Exposition;
-use memlock_exporter::fsroot::{Roots, SourceError};
-use memlock_exporter::kernel::memcg::Limit;
+use memlock_kernel::fsroot::{Roots, SourceError};
+use memlock_kernel::memcg::Limit;
 use regex::Regex;
 
 use crate::util::{fixtures, Metrics};

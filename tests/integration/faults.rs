@@ -211,7 +211,7 @@ fn a_malformed_meminfo_line_costs_only_its_field() {
     assert_alive(exporter);
     // The overflow is named as such (the log shows a run's first error; the parser's text is
     // what any of them says).
-    let overflow = memlock_exporter::kernel::meminfo::parse_fields("Mlocked: 99999999999999999999999 kB\n").unwrap();
+    let overflow = memlock_kernel::meminfo::parse_fields("Mlocked: 99999999999999999999999 kB\n").unwrap();
     assert!(overflow.field_errors[0].to_string().contains("out of range"), "{overflow:?}");
 }
 

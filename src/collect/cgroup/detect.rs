@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::fsroot::{self, SourceError};
-use crate::kernel::proc_cgroups;
+use memlock_kernel::fsroot::{self, SourceError};
+use memlock_kernel::proc_cgroups;
 
 /// How the cgroup filesystem is mounted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

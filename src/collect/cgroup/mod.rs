@@ -23,9 +23,9 @@ use std::sync::Arc;
 use crate::charge::Charge;
 use crate::collect::settings::{Configured, Context, Invalid};
 use crate::exposition::Exposition;
-use crate::kernel::memcg::Limit;
-use crate::kernel::rdma_cgroup::RdmaDevice;
 use crate::trend::{Observation, Scope};
+use memlock_kernel::memcg::Limit;
+use memlock_kernel::rdma_cgroup::RdmaDevice;
 
 pub use detect::{detect, Detected, Layout, Mount, Version};
 pub use read::CgroupCollector;
@@ -183,7 +183,7 @@ impl Configured for CgroupCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fsroot::Roots;
+    use memlock_kernel::fsroot::Roots;
     use std::path::PathBuf;
     use std::time::Duration;
 

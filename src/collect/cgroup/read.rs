@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::fsroot::{self, Roots, SourceError};
-use crate::kernel::memcg::{self, Limit};
-use crate::kernel::rdma_cgroup::{self, RdmaValue};
-use crate::kernel::{cgroup_path, parse_u64, ParseError, Parsed};
+use memlock_kernel::fsroot::{self, Roots, SourceError};
+use memlock_kernel::memcg::{self, Limit};
+use memlock_kernel::rdma_cgroup::{self, RdmaValue};
+use memlock_kernel::{cgroup_path, parse_u64, ParseError, Parsed};
 
 use super::detect::{detect, vanished, Detected, Layout, Mount, Version};
 use super::settings::CgroupConfig;

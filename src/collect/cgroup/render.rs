@@ -50,7 +50,7 @@ impl CgroupMemory {
 
 impl CgroupRdma {
     fn series(&self) -> usize {
-        let count = |list: &[crate::kernel::rdma_cgroup::RdmaDevice]| {
+        let count = |list: &[memlock_kernel::rdma_cgroup::RdmaDevice]| {
             list.iter()
                 .map(|d| usize::from(d.hca_handle.is_some()) + usize::from(d.hca_object.is_some()))
                 .sum::<usize>()

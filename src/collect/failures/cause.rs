@@ -1,8 +1,8 @@
 //! Why a refusal happened: the figures read about the process right after it, and the cause
 //! they point to.
 
-use crate::fsroot::{self, Roots};
-use crate::kernel::{memcg, pid_cgroup, pid_limits, pid_status, Limit};
+use memlock_kernel::fsroot::{self, Roots};
+use memlock_kernel::{memcg, pid_cgroup, pid_limits, pid_status, Limit};
 
 use super::calls::{errno_name, Call, Check};
 use super::pairing::Refusal;
@@ -86,7 +86,7 @@ pub(super) fn attribute(roots: &Roots, refusal: &Refusal) -> (SeriesKey, u64, Fi
     let mut figures = Figures::default();
     let mut pid = tid;
     if let Ok(text) = fsroot::read_string(&roots.proc(format!("{tid}/status"))) {
-        let tgid = text.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| crate::kernel::decimal(v.trim()));
+        let tgid = text.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| memlock_kernel::decimal(v.trim()));
         if let Some(tgid) = tgid {
             pid = tgid;
         }
@@ -118,7 +118,7 @@ pub(super) fn attribute(roots: &Roots, refusal: &Refusal) -> (SeriesKey, u64, Fi
                         fsroot::read_parsed(&dir.join("memory.max"), memcg::parse_v2_limit),
                     ),
                 };
-                figures.cgroup_usage = fsroot::read_parsed(&usage, crate::kernel::parse_u64).ok();
+                figures.cgroup_usage = fsroot::read_parsed(&usage, memlock_kernel::parse_u64).ok();
                 figures.cgroup_limit = limit.ok();
             }
         }

@@ -41,7 +41,7 @@ mod trace;
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use crate::fsroot::{Roots, SourceError};
+use memlock_kernel::fsroot::{Roots, SourceError};
 use trace::Tracer;
 
 use super::{Collector, Data};

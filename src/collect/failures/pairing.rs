@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::kernel::trace_pipe::{self, Line};
+use memlock_kernel::trace_pipe::{self, Line};
 
 use super::calls::{Call, CALLS};
 use super::probes::SYNTHETIC_SUFFIX;

@@ -9,7 +9,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::fsroot::{self, Roots, SourceError};
+use memlock_kernel::fsroot::{self, Roots, SourceError};
 
 use super::calls::{Call, CALLS};
 
@@ -218,7 +218,8 @@ fn in_use(tracefs: &Path, name: &str) -> bool {
 /// (`memlock_exporter_<pid>_<n>`, no lock), is an exporter still running; anything else with
 /// that format is left over.
 fn legacy_owner_alive(roots: &Roots, name: &str) -> bool {
-    let Some(pid) = name.strip_prefix(PREFIX).and_then(|r| r.split('_').next()).and_then(crate::kernel::decimal::<u32>)
+    let Some(pid) =
+        name.strip_prefix(PREFIX).and_then(|r| r.split('_').next()).and_then(memlock_kernel::decimal::<u32>)
     else {
         return false;
     };

@@ -7,9 +7,9 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::fsroot::Roots;
-use crate::kernel::trace_pipe;
 use crate::stop::Stop;
+use memlock_kernel::fsroot::Roots;
+use memlock_kernel::trace_pipe;
 
 use super::calls::CALLS;
 use super::cause::attribute;

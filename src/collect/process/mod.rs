@@ -30,9 +30,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::exposition::Exposition;
-use crate::fsroot::{self, Roots, SourceError};
-use crate::kernel::{tasks, vmstat};
 use crate::trend::{Observation, Scope};
+use memlock_kernel::fsroot::{self, Roots, SourceError};
+use memlock_kernel::{tasks, vmstat};
 
 pub use sample::{
     initial_user_namespace, ipc_lock_exempts, user_namespace_of, CgroupAggregate, CgroupInfo, Counter, ProcessSample,

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use crate::budget::{self, Claim, Grants, Tier};
 use crate::exposition::{Exposition, Kind};
-use crate::kernel::pid_limits::Limit;
+use memlock_kernel::pid_limits::Limit;
 
 use super::sample::{CgroupAggregate, Counter, ProcessSample};
 use super::ProcessStats;

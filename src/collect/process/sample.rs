@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::charge::Charge;
-use crate::fsroot;
-use crate::kernel::pid_limits::MemlockLimits;
-use crate::kernel::versions::NcclMapping;
-use crate::kernel::{uid_map, ParseError};
 use crate::trend::{Observation, Scope};
+use memlock_kernel::fsroot;
+use memlock_kernel::pid_limits::MemlockLimits;
+use memlock_kernel::versions::NcclMapping;
+use memlock_kernel::{uid_map, ParseError};
 
 use super::ProcessStats;
 
@@ -192,7 +192,7 @@ pub fn ipc_lock_exempts(cap_ipc_lock: Option<bool>, initial_user_namespace: Opti
 ///
 /// `None` when neither could be read.
 ///
-/// [`uid_map::is_initial`]: crate::kernel::uid_map::is_initial
+/// [`uid_map::is_initial`]: memlock_kernel::uid_map::is_initial
 pub fn initial_user_namespace(uid_map_is_initial: Option<bool>, same_namespace_as_init: Option<bool>) -> Option<bool> {
     match (uid_map_is_initial, same_namespace_as_init) {
         (_, Some(false)) => Some(false),

@@ -6,10 +6,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::fsroot::{self, SourceError};
-use crate::kernel::pid_limits;
-use crate::kernel::versions::{self, NcclMapping};
-use crate::kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, ParseError};
+use memlock_kernel::fsroot::{self, SourceError};
+use memlock_kernel::pid_limits;
+use memlock_kernel::versions::{self, NcclMapping};
+use memlock_kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, ParseError};
 
 use super::sample::{ipc_lock_exempts, CgroupInfo, ProcessSample, UserNamespaceView};
 use super::settings::ProcessConfig;

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use crate::budget::{self, Claim, Grants, Tier};
 use crate::exposition::{Exposition, Kind};
-use crate::fsroot::{self, Roots, SourceError};
-use crate::kernel::nldev::{self, cmd, DecodeError, Progress, ReplyError, ReplyReader};
-use crate::kernel::rdma_sysfs::label_value;
-use crate::kernel::ParseError;
+use memlock_kernel::fsroot::{self, Roots, SourceError};
+use memlock_kernel::nldev::{self, cmd, DecodeError, Progress, ReplyError, ReplyReader};
+use memlock_kernel::rdma_sysfs::label_value;
+use memlock_kernel::ParseError;
 
 use super::rdma_filter::{RawRdmaCollector, RdmaConfig};
 use super::settings::{Configured, Context, Invalid};

@@ -1,5 +1,5 @@
 use super::*;
-use crate::kernel::nldev::MrEntry;
+use memlock_kernel::nldev::MrEntry;
 
 fn mr(length: u64, pid: Option<u32>, kern_name: Option<&str>) -> MrEntry {
     MrEntry { length: Some(length), pid, kern_name: kern_name.map(str::to_owned), ..MrEntry::default() }
@@ -64,7 +64,7 @@ fn byte_sums_saturate() {
 /// captures' byte format, it is counted apart and left out of the sums.
 #[test]
 fn implicit_odp_mrs_are_counted_apart_and_left_out_of_the_byte_sums() {
-    use crate::kernel::nldev::testing::{hex_dump, IMPLICIT_ODP_PART};
+    use memlock_kernel::nldev::testing::{hex_dump, IMPLICIT_ODP_PART};
     let bytes = hex_dump(IMPLICIT_ODP_PART);
     let Some(Ok(nldev::Message::Reply { attrs: body, .. })) = nldev::messages(&bytes).next() else {
         panic!("a reply part")
@@ -198,8 +198,8 @@ const GHOST_PID: u32 = 4_000_000_000;
 
 impl Transport for ReplayKernel {
     fn send(&mut self, request: &[u8]) -> io::Result<()> {
-        use crate::kernel::nldev::testing::*;
-        use crate::kernel::nldev::{attr, attrs, split_type, Header};
+        use memlock_kernel::nldev::testing::*;
+        use memlock_kernel::nldev::{attr, attrs, split_type, Header};
         let header = Header::parse(request).unwrap();
         let (_, op) = split_type(header.kind);
         let dev_index = attrs(&request[nldev::HEADER_LEN..])

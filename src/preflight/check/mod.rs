@@ -9,8 +9,6 @@ use clap::Args;
 
 use crate::collect::cgroup::working_set_charge;
 use crate::collect::rdma_sysfs::SysfsDevice;
-use crate::fsroot::Roots;
-use crate::kernel::pid_limits;
 use crate::preflight::estimate;
 use crate::preflight::findings::{exit_code, render_text, Finding, ModelSummary, Report, Status};
 use crate::preflight::machine::{ib_hca_selects, memlock_exempt, nccl_opens, read_machine, Machine};
@@ -18,6 +16,8 @@ use crate::preflight::nccl::env::{self as nccl_env, Environment};
 use crate::preflight::nccl::model::Estimate;
 use crate::preflight::nccl::param::{show_bytes, Severity};
 use crate::units::bytes as human;
+use memlock_kernel::fsroot::Roots;
+use memlock_kernel::pid_limits;
 
 #[derive(Debug, Args, Default, Clone)]
 pub struct CheckArgs {

@@ -1,9 +1,9 @@
 //! The rules of `check`, each against the machine states that pass, warn and fail.
 
 use super::*;
-use crate::kernel::meminfo;
 use crate::preflight::machine::{net_dev_interfaces, CgroupHeadroom};
 use crate::preflight::nccl::model::{self, Estimate, Inputs};
+use memlock_kernel::meminfo;
 use pid_limits::{Limit, MemlockLimits};
 
 const MIB: u64 = 1 << 20;
@@ -151,7 +151,7 @@ fn page_cache_in_the_cgroup_is_not_counted_against_it() {
 
 #[test]
 fn rdma_ports_and_firmware() {
-    use crate::kernel::rdma_sysfs::Numbered;
+    use memlock_kernel::rdma_sysfs::Numbered;
     let port = |n: u32, state: u32, name: &str| crate::collect::rdma_sysfs::SysfsPort {
         number: n,
         state: Some(Numbered { value: state, name: name.into() }),
@@ -228,7 +228,7 @@ fn default_estimate() -> Estimate {
 }
 
 fn hca(name: &str, fw: &str, state: Option<(u32, &str)>) -> SysfsDevice {
-    let state = state.map(|(value, name)| crate::kernel::rdma_sysfs::Numbered { value, name: name.into() });
+    let state = state.map(|(value, name)| memlock_kernel::rdma_sysfs::Numbered { value, name: name.into() });
     let port = crate::collect::rdma_sysfs::SysfsPort { number: 1, state, ..Default::default() };
     SysfsDevice {
         name: name.into(),

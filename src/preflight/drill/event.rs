@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use super::{Mode, MIB};
-use crate::kernel::pid_limits::{Limit, MemlockLimits};
+use memlock_kernel::pid_limits::{Limit, MemlockLimits};
 
 /// A refusal the drill is looking for: the kernel said no to more pinned or locked memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,10 +30,10 @@ use std::time::{Duration, Instant, SystemTime};
 use clap::{Args, ValueEnum};
 use thiserror::Error;
 
-use crate::fsroot::{self, SourceError};
-use crate::kernel::pid_limits::{Limit, MemlockLimits};
-use crate::kernel::{meminfo, pid_status};
 use crate::timefmt::rfc3339_millis;
+use memlock_kernel::fsroot::{self, SourceError};
+use memlock_kernel::pid_limits::{Limit, MemlockLimits};
+use memlock_kernel::{meminfo, pid_status};
 
 pub mod event;
 mod hold;

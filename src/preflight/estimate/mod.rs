@@ -8,12 +8,12 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::collect::rdma_sysfs::SysfsDevice;
-use crate::fsroot::Roots;
 use crate::gdr::{self, Detected, GdrMode};
-use crate::kernel::pid_limits;
 use crate::preflight::machine::{self, Machine};
 use crate::preflight::nccl::env::{self, param_value, ConfFile, Environment};
 use crate::preflight::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
+use memlock_kernel::fsroot::Roots;
+use memlock_kernel::pid_limits;
 
 mod render;
 
@@ -478,7 +478,7 @@ pub fn run(args: &EstimateArgs) -> u8 {
 mod tests {
     use super::*;
     use crate::collect::rdma_sysfs::SysfsPort;
-    use crate::kernel::rdma_sysfs::Numbered;
+    use memlock_kernel::rdma_sysfs::Numbered;
 
     fn model_args(flags: &[&str]) -> ModelArgs {
         use clap::Parser;

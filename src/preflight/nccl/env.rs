@@ -138,7 +138,7 @@ impl Environment {
         for path in paths {
             let relative = path.strip_prefix("/").unwrap_or(&path);
             let opened = if path.is_absolute() { root.join(relative) } else { root.join(&path) };
-            match crate::fsroot::read_bytes(&opened) {
+            match memlock_kernel::fsroot::read_bytes(&opened) {
                 Ok(bytes) => {
                     let mut set = Vec::new();
                     let mut names: std::collections::HashSet<Vec<u8>> =
@@ -162,12 +162,15 @@ impl Environment {
     /// The environment of the process NCCL would run in: ours, or `/proc/PID/environ` for
     /// `pid`, with NCCL's configuration files opened in that process's mount namespace
     /// (`/proc/PID/root`).
-    pub fn of_process(procfs: &Path, pid: Option<u32>) -> Result<(Self, Vec<ConfFile>), crate::fsroot::SourceError> {
+    pub fn of_process(
+        procfs: &Path,
+        pid: Option<u32>,
+    ) -> Result<(Self, Vec<ConfFile>), memlock_kernel::fsroot::SourceError> {
         let (env, root) = match pid {
             None => (Self::from_process(), PathBuf::from("/")),
             Some(pid) => {
                 let dir = procfs.join(pid.to_string());
-                (Self::from_environ(&crate::fsroot::read_bytes(&dir.join("environ"))?), dir.join("root"))
+                (Self::from_environ(&memlock_kernel::fsroot::read_bytes(&dir.join("environ"))?), dir.join("root"))
             }
         };
         Ok(env.with_conf_files(&root))

@@ -4,16 +4,17 @@ use std::time::Duration;
 
 use memlock_exporter::config::{self, ConfigError, Sources};
 use memlock_exporter::exposition::{Exposition, Kind};
-use memlock_exporter::kernel::nldev::{self, cmd, nldev_type, ReplyReader};
-use memlock_exporter::kernel::{
-    self, cgroup_path, memcg, meminfo, pid_cgroup, pid_limits, pid_status, proc_cgroups, rdma_cgroup, rdma_sysfs,
-    sysvm, uid_map, vmstat,
+use memlock_kernel as kernel;
+use memlock_kernel::nldev::{self, cmd, nldev_type, ReplyReader};
+use memlock_kernel::{
+    cgroup_path, memcg, meminfo, pid_cgroup, pid_limits, pid_status, proc_cgroups, rdma_cgroup, rdma_sysfs, sysvm,
+    uid_map, vmstat,
 };
 
 use super::{scratch_file, text, unchanged_by, verdict, Verdict};
 
 pub(super) fn check_nvidia_version(bytes: &[u8]) -> Result<Verdict, String> {
-    use memlock_exporter::kernel::versions;
+    use memlock_kernel::versions;
     let text = text(bytes);
     let module = versions::module_version(&text);
     if module.len() > versions::MAX_VERSION_BYTES || module.contains('\n') || module != module.trim() {
@@ -61,7 +62,7 @@ pub(super) fn check_trace_pipe(bytes: &[u8]) -> Result<Verdict, String> {
 }
 
 pub(super) fn check_maps_nccl(bytes: &[u8]) -> Result<Verdict, String> {
-    use memlock_exporter::kernel::versions;
+    use memlock_kernel::versions;
     let text = text(bytes);
     let Some(found) = text.lines().find_map(versions::nccl_mapping) else { return Ok(Verdict::Rejected) };
     if !found.library.starts_with("libnccl.so") || found.library.len() > versions::MAX_VERSION_BYTES {

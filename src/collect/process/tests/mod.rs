@@ -8,7 +8,7 @@ mod render;
 use super::scan::format_pid;
 use super::*;
 use crate::exposition::Exposition;
-use crate::kernel::pid_limits::Limit;
+use memlock_kernel::pid_limits::Limit;
 use regex::Regex;
 
 const CAPTURED_STATUS: &str = include_str!("../../../../tests/fixtures/captures/proc_self_status");

@@ -62,7 +62,7 @@ fn parse_limit(line: usize, value: &str) -> Result<Limit, ParseError> {
 mod tests {
     use super::*;
 
-    const CAPTURE: &str = include_str!("../../tests/fixtures/captures/proc_self_limits");
+    const CAPTURE: &str = include_str!("../../../tests/fixtures/captures/proc_self_limits");
 
     #[test]
     fn parses_the_captured_limits() {

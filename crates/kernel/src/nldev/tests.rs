@@ -1,7 +1,7 @@
 use super::testing::*;
 use super::*;
 
-const SAMPLES: &str = include_str!("../../../tests/fixtures/captures/rdma-netlink-samples.txt");
+const SAMPLES: &str = include_str!("../../../../tests/fixtures/captures/rdma-netlink-samples.txt");
 
 /// The hex dumps of the captures file, by sample number: `## N. ...` starts a sample and
 /// `0010  08 00 ...` lines hold its bytes at the given offset.

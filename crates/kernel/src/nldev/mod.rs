@@ -617,9 +617,10 @@ impl ReplyReader {
     }
 }
 
-/// Messages built from the uapi constants, for tests here and in the collector.
-#[cfg(test)]
-pub(crate) mod testing;
+/// Messages built from the uapi constants, for tests here and in the collector's crate (its
+/// dev-dependency turns on the `testing` feature).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 #[cfg(test)]
 mod tests;

@@ -58,7 +58,7 @@ pub fn parse(text: &str) -> Result<Vec<Controller>, ParseError> {
 mod tests {
     use super::*;
 
-    const CAPTURE: &str = include_str!("../../tests/fixtures/captures/proc_cgroups");
+    const CAPTURE: &str = include_str!("../../../tests/fixtures/captures/proc_cgroups");
 
     #[test]
     fn the_captured_hybrid_host() {

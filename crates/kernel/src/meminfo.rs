@@ -102,8 +102,8 @@ fn strip_node_prefix(label: &str) -> &str {
 mod tests {
     use super::*;
 
-    const CAPTURE: &str = include_str!("../../tests/fixtures/captures/proc_meminfo");
-    const NODE_CAPTURE: &str = include_str!("../../tests/fixtures/captures/node0_meminfo");
+    const CAPTURE: &str = include_str!("../../../tests/fixtures/captures/proc_meminfo");
+    const NODE_CAPTURE: &str = include_str!("../../../tests/fixtures/captures/node0_meminfo");
 
     #[test]
     fn parses_the_captured_proc_meminfo() {

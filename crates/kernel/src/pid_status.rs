@@ -194,7 +194,7 @@ fn parse_flag(line: usize, key: &str, value: &str) -> Result<bool, ParseError> {
 mod tests {
     use super::*;
 
-    const CAPTURE: &str = include_str!("../../tests/fixtures/captures/proc_self_status");
+    const CAPTURE: &str = include_str!("../../../tests/fixtures/captures/proc_self_status");
 
     /// `/proc/2/status` of this kernel (6.18): no Vm lines, `Kthread: 1`.
     const KTHREADD: &str = "Name:\tkthreadd\nUmask:\t0022\nState:\tS \

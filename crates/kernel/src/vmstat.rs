@@ -69,7 +69,7 @@ mod tests {
 
     #[test]
     fn parses_the_captured_vmstat() {
-        let stat = parse(include_str!("../../tests/fixtures/captures/proc_vmstat")).unwrap();
+        let stat = parse(include_str!("../../../tests/fixtures/captures/proc_vmstat")).unwrap();
         assert_eq!(stat.nr_foll_pin_acquired, Some(0));
         assert_eq!(stat.nr_foll_pin_released, Some(0));
         assert_eq!(stat.nr_mlock, Some(125856));

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::kernel::ParseError;
+use crate::ParseError;
 
 /// The largest file we read. Real kernel files are a few KiB (`/proc/vmstat` ~4 KiB,
 /// `memory.stat` ~1 KiB), configuration files, certificates and keys too; anything larger is
@@ -226,11 +226,11 @@ pub fn read_parsed<T>(path: &Path, parse: impl FnOnce(&str) -> Result<T, ParseEr
     parse(&text).map_err(|source| SourceError::Parse { path: path.to_owned(), source })
 }
 
-/// Reads and parses a line-oriented file field by field ([`crate::kernel::Parsed`]): the fields
+/// Reads and parses a line-oriented file field by field ([`crate::Parsed`]): the fields
 /// that parsed are returned, each field that did not is pushed to `errors` with the path.
 pub fn read_fields<T>(
     path: &Path,
-    parse: impl FnOnce(&str) -> Result<crate::kernel::Parsed<T>, ParseError>,
+    parse: impl FnOnce(&str) -> Result<crate::Parsed<T>, ParseError>,
     errors: &mut Vec<SourceError>,
 ) -> Result<T, SourceError> {
     let parsed = read_parsed(path, parse)?;

@@ -65,7 +65,7 @@ fn within_path_max(path: &str) -> Result<&str, ParseError> {
 mod tests {
     use super::*;
 
-    const CAPTURE: &str = include_str!("../../tests/fixtures/captures/proc_self_cgroup_hybrid_v1");
+    const CAPTURE: &str = include_str!("../../../tests/fixtures/captures/proc_self_cgroup_hybrid_v1");
 
     #[test]
     fn paths_longer_than_the_kernel_prints_are_refused() {

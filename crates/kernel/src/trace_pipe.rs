@@ -1,5 +1,5 @@
 //! Lines of a tracefs `trace_pipe` that carry the `failures` collector's kprobe events
-//! ([`crate::collect::failures`]).
+//! (the failures collector).
 //!
 //! The kernel prints each event as (kernel/trace/trace_output.c, `trace_print_context`):
 //! `"%16s-%-7d "` (the comm from the saved-cmdlines cache, at most TASK_COMM_LEN - 1 = 15 bytes,

@@ -43,13 +43,13 @@ mod tests {
 
     #[test]
     fn parses_the_captured_thp_files() {
-        let enabled = parse_choice(include_str!("../../tests/fixtures/captures/thp_enabled")).unwrap();
+        let enabled = parse_choice(include_str!("../../../tests/fixtures/captures/thp_enabled")).unwrap();
         assert_eq!(enabled.active, "madvise");
         assert_eq!(enabled.options, ["always", "madvise", "never"]);
-        let defrag = parse_choice(include_str!("../../tests/fixtures/captures/thp_defrag")).unwrap();
+        let defrag = parse_choice(include_str!("../../../tests/fixtures/captures/thp_defrag")).unwrap();
         assert_eq!(defrag.active, "madvise");
         assert_eq!(defrag.options.len(), 5);
-        let shmem = parse_choice(include_str!("../../tests/fixtures/captures/thp_shmem_enabled")).unwrap();
+        let shmem = parse_choice(include_str!("../../../tests/fixtures/captures/thp_shmem_enabled")).unwrap();
         assert_eq!(shmem.active, "never");
     }
 
@@ -73,10 +73,10 @@ mod tests {
 
     #[test]
     fn single_numbers() {
-        assert_eq!(crate::kernel::parse_u64("65530\n"), Ok(65530));
-        assert!(crate::kernel::parse_u64("").is_err());
-        assert!(crate::kernel::parse_u64("-1").is_err());
-        assert!(crate::kernel::parse_u64("18446744073709551616").is_err());
-        assert_eq!(crate::kernel::parse_i64("-1\n"), Ok(-1));
+        assert_eq!(crate::parse_u64("65530\n"), Ok(65530));
+        assert!(crate::parse_u64("").is_err());
+        assert!(crate::parse_u64("-1").is_err());
+        assert!(crate::parse_u64("18446744073709551616").is_err());
+        assert_eq!(crate::parse_i64("-1\n"), Ok(-1));
     }
 }

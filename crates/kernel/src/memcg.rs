@@ -204,15 +204,16 @@ fn parse_pairs<const N: usize>(text: &str, keys: [&str; N]) -> Result<Parsed<[Op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::parse_u64;
+    use crate::parse_u64;
 
-    const ROOT_STAT: &str = include_str!("../../tests/fixtures/captures/cgv1_root_memory.stat");
-    const ROOT_LIMIT: &str = include_str!("../../tests/fixtures/captures/cgv1_root_memory.limit_in_bytes");
-    const ROOT_MEMSW_LIMIT: &str = include_str!("../../tests/fixtures/captures/cgv1_root_memory.memsw.limit_in_bytes");
-    const ROOT_USAGE: &str = include_str!("../../tests/fixtures/captures/cgv1_root_memory.usage_in_bytes");
-    const ROOT_MAX_USAGE: &str = include_str!("../../tests/fixtures/captures/cgv1_root_memory.max_usage_in_bytes");
-    const ROOT_FAILCNT: &str = include_str!("../../tests/fixtures/captures/cgv1_root_memory.failcnt");
-    const ROOT_OOM: &str = include_str!("../../tests/fixtures/captures/cgv1_root_memory.oom_control");
+    const ROOT_STAT: &str = include_str!("../../../tests/fixtures/captures/cgv1_root_memory.stat");
+    const ROOT_LIMIT: &str = include_str!("../../../tests/fixtures/captures/cgv1_root_memory.limit_in_bytes");
+    const ROOT_MEMSW_LIMIT: &str =
+        include_str!("../../../tests/fixtures/captures/cgv1_root_memory.memsw.limit_in_bytes");
+    const ROOT_USAGE: &str = include_str!("../../../tests/fixtures/captures/cgv1_root_memory.usage_in_bytes");
+    const ROOT_MAX_USAGE: &str = include_str!("../../../tests/fixtures/captures/cgv1_root_memory.max_usage_in_bytes");
+    const ROOT_FAILCNT: &str = include_str!("../../../tests/fixtures/captures/cgv1_root_memory.failcnt");
+    const ROOT_OOM: &str = include_str!("../../../tests/fixtures/captures/cgv1_root_memory.oom_control");
 
     #[test]
     fn captured_v1_root_files() {

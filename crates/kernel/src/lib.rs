@@ -1,7 +1,9 @@
-//! Pure parsers for kernel files. Each takes the file's text and returns typed values; none
-//! performs I/O. A value the kernel did not print is `None` (absent is not zero).
+//! Pure parsers for kernel files, and the one bounded reader ([`fsroot`]) the collectors read
+//! them through. Each parser takes the file's text and returns typed values; none performs I/O.
+//! A value the kernel did not print is `None` (absent is not zero).
 
 pub mod cgroup_path;
+pub mod fsroot;
 pub mod memcg;
 pub mod meminfo;
 pub mod nldev;
@@ -166,10 +168,10 @@ mod tests {
     /// Issue 15 item 10: Rust's `str::parse` takes a leading `+`, and the parsers used to.
     #[test]
     fn no_kernel_parser_takes_a_plus_sign() {
-        let status = include_str!("../../tests/fixtures/captures/proc_self_status")
+        let status = include_str!("../../../tests/fixtures/captures/proc_self_status")
             .replace("VmPin:\t       0 kB", "VmPin:\t      +4 kB");
         assert!(pid_status::parse(&status).is_err());
-        let limits = include_str!("../../tests/fixtures/captures/proc_self_limits")
+        let limits = include_str!("../../../tests/fixtures/captures/proc_self_limits")
             .replace("8388608              8388608", "+8388608             8388608");
         assert!(pid_limits::parse(&limits).is_err(), "{limits}");
         assert!(meminfo::parse("MemTotal:       +16 kB\n").is_err());

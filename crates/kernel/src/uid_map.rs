@@ -79,9 +79,11 @@ mod tests {
 
     #[test]
     fn the_initial_namespace_maps_every_uid_onto_itself() {
-        let text =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures/proc_self_uid_map"))
-                .unwrap();
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/captures/proc_self_uid_map"
+        ))
+        .unwrap();
         assert_eq!(is_initial(&text), Ok(true));
         assert_eq!(is_initial("         0          0 4294967295\n"), Ok(true));
     }
