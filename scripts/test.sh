@@ -103,7 +103,9 @@ unit_and_integration() {
 }
 
 unit_only() {
-    cargo test --locked --workspace --lib && cargo test --locked --test fuzz && cargo test --locked --test integration golden
+    cargo test --locked --workspace --lib &&
+        cargo test --locked --test fuzz &&
+        cargo test --locked --test integration golden
 }
 
 promtool_metrics() {
