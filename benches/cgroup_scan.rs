@@ -19,9 +19,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use memlock_exporter::collect::cgroup::CgroupCollector;
-use memlock_exporter::config::CgroupConfig;
-use memlock_exporter::exposition::Exposition;
+use memlock_core::collect::cgroup::CgroupCollector;
+use memlock_core::config::CgroupConfig;
+use memlock_core::exposition::Exposition;
 use memlock_kernel::fsroot::Roots;
 
 #[path = "../tests/synthetic/mod.rs"]

@@ -12,9 +12,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use memlock_exporter::collect::process::ProcessCollector;
-use memlock_exporter::config::{self, ProcessConfig, Sources};
-use memlock_exporter::snapshot::{Report, SeriesLimit, Snapshot};
+use memlock_core::collect::process::ProcessCollector;
+use memlock_core::config::{self, ProcessConfig, Sources};
+use memlock_core::snapshot::{Report, SeriesLimit, Snapshot};
 use memlock_kernel::fsroot::{self, Roots};
 use memlock_kernel::versions;
 
@@ -98,7 +98,7 @@ struct Figures {
 }
 
 /// Renders a snapshot holding `stats` as a scrape would, with `limit` series at most (0: none).
-fn render(stats: &memlock_exporter::collect::Data, limit: usize) -> usize {
+fn render(stats: &memlock_core::collect::Data, limit: usize) -> usize {
     let report = Report {
         collector: "process",
         success: true,
@@ -135,7 +135,7 @@ fn measure(procfs: &Path, listed: usize) -> Figures {
         tracked_passes.push(cpu_time_of(|| {
             std::hint::black_box(collector.tracked_pass(&mut errors));
         }));
-        let data: memlock_exporter::collect::Data = std::sync::Arc::new(last.clone());
+        let data: memlock_core::collect::Data = std::sync::Arc::new(last.clone());
         limited.push(cpu_time_of(|| {
             std::hint::black_box(render(&data, 500));
         }));

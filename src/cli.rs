@@ -58,6 +58,22 @@ mod tests {
         assert!(args.overrides().iter().any(|(k, v)| k == "collector.node.enabled" && v.clone().into_bool().unwrap()));
     }
 
+    /// Every collector of the registry has its `--collector.<name>` and `--no-collector.<name>`.
+    #[test]
+    fn every_registered_collector_has_its_flags() {
+        let load = |flags| {
+            let sources = memlock_core::config::Sources { file: None, env: Some(Default::default()), flags };
+            memlock_core::config::load(&sources).unwrap()
+        };
+        for registration in memlock_core::collect::REGISTRY {
+            let name = registration.name;
+            let cli = Cli::try_parse_from(["memlock-exporter", &format!("--collector.{name}")]).unwrap();
+            assert!(load(cli.serve.overrides()).collector(name).unwrap().enabled, "{name}");
+            let cli = Cli::try_parse_from(["memlock-exporter", &format!("--no-collector.{name}")]).unwrap();
+            assert!(!load(cli.serve.overrides()).collector(name).unwrap().enabled, "{name}");
+        }
+    }
+
     #[test]
     fn unknown_flags_are_usage_errors() {
         let err = Cli::try_parse_from(["memlock-exporter", "--web.listen-adress", "x"]).unwrap_err();

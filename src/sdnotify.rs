@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::time::{Duration, Instant};
 
-use crate::snapshot::Snapshot;
+use memlock_core::snapshot::Snapshot;
 
 /// A connection to the service manager's notification socket.
 pub struct Notifier {
@@ -105,7 +105,7 @@ pub fn all_reported(snapshot: &Snapshot, expected: &[(&'static str, Duration)]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::Report;
+    use memlock_core::snapshot::Report;
     use std::sync::Arc;
 
     fn report(name: &'static str, finished: Instant) -> Report {

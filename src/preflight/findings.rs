@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::units::bytes as human;
+use memlock_core::units::bytes as human;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -118,6 +118,6 @@ pub fn exit_code(report: &Report, strict: bool) -> u8 {
     match report.worst() {
         Status::Fail => 1,
         Status::Warn if strict => 1,
-        _ => crate::exit::OK,
+        _ => memlock_core::exit::OK,
     }
 }

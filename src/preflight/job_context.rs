@@ -13,7 +13,7 @@ use clap::Args;
 
 use crate::preflight::findings::{Finding, Report, Status};
 use crate::preflight::machine::Machine;
-use crate::units::bytes as human;
+use memlock_core::units::bytes as human;
 use memlock_kernel::pid_limits::{Limit, MemlockLimits};
 
 /// Exit status when `--exec`'s command cannot be run, as a shell reports it.
@@ -134,7 +134,7 @@ pub fn render_summary(report: &Report, strict: bool) -> String {
 pub fn exec_or_refuse(args: &JobContextArgs, report: &Report, strict: bool) -> u8 {
     let Some((program, rest)) = args.command.split_first() else {
         eprintln!("memlock-exporter check: --exec needs a command after --");
-        return crate::exit::USAGE;
+        return memlock_core::exit::USAGE;
     };
     let shown = program.to_string_lossy();
     let host = hostname();

@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
-use crate::collect::cgroup::CgroupCollector;
-use crate::collect::process::{ipc_lock_exempts, user_namespace_of, UserNamespaceView};
-use crate::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice, SysfsPort};
-use crate::config::{CgroupConfig, RdmaConfig};
 use crate::preflight::nccl::env::Environment;
+use memlock_core::collect::cgroup::CgroupCollector;
+use memlock_core::collect::process::{ipc_lock_exempts, user_namespace_of, UserNamespaceView};
+use memlock_core::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice, SysfsPort};
+use memlock_core::config::{CgroupConfig, RdmaConfig};
 use memlock_kernel::fsroot::{self, Roots, SourceError};
 use memlock_kernel::{meminfo, parse_u64, pid_cgroup, pid_limits, pid_status};
 

@@ -90,7 +90,7 @@ impl ServeArgs {
 
 /// The collector switches given on the command line, in registry order: `(name, enabled)` for
 /// each collector whose `--collector.<name>` or `--no-collector.<name>` was given (the later wins,
-/// as in node_exporter). The flags are made from [`crate::collect::REGISTRY`], so a new collector
+/// as in node_exporter). The flags are made from [`memlock_core::collect::REGISTRY`], so a new collector
 /// gets them without an edit here.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CollectorToggles(pub Vec<(&'static str, bool)>);
@@ -111,7 +111,7 @@ impl clap::FromArgMatches for CollectorToggles {
     }
 
     fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
-        for registration in crate::collect::REGISTRY {
+        for registration in memlock_core::collect::REGISTRY {
             let flag = |id: String| matches.try_get_one::<bool>(&id).ok().flatten().copied().unwrap_or(false);
             let enabled = match (flag(enable_flag(registration.name)), flag(disable_flag(registration.name))) {
                 (true, _) => true,
@@ -127,7 +127,7 @@ impl clap::FromArgMatches for CollectorToggles {
 
 impl Args for CollectorToggles {
     fn augment_args(mut command: clap::Command) -> clap::Command {
-        for registration in crate::collect::REGISTRY {
+        for registration in memlock_core::collect::REGISTRY {
             let (on, off) = (enable_flag(registration.name), disable_flag(registration.name));
             command = command
                 .arg(

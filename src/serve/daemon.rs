@@ -10,14 +10,14 @@ use tokio::task::JoinHandle;
 
 use super::own_metrics::SelfMetrics;
 use super::ServeError;
-use crate::alerting;
-use crate::config::{self, Config, Sources};
 use crate::reload::{self, FileWatch};
-use crate::sampler::Sampler;
 use crate::sdnotify::{self, Notifier};
 use crate::server::{AppState, Site};
-use crate::snapshot::Snapshot;
 use crate::web::{self, WebConfig};
+use memlock_core::alerting;
+use memlock_core::config::{self, Config, Sources};
+use memlock_core::sampler::Sampler;
+use memlock_core::snapshot::Snapshot;
 
 /// How long to wait for collector threads to stop. A collector blocked in a read (a hung NFS
 /// mount, a FIFO) never returns; its thread is left behind rather than holding up a reload or
@@ -45,10 +45,10 @@ fn sampling_settings(config: &Config) -> impl PartialEq + std::fmt::Debug + '_ {
 pub type Sampling = (Sampler, watch::Receiver<Arc<Snapshot>>, Vec<(&'static str, Duration)>);
 
 pub fn start_sampler(config: &Config, own: &SelfMetrics) -> Result<Sampling, ServeError> {
-    let collectors = crate::collect::build(&config.collectors, &config.roots, &config.trend);
+    let collectors = memlock_core::collect::build(&config.collectors, &config.roots, &config.trend);
     let enabled: Vec<(&'static str, Duration)> = collectors.iter().map(|(c, interval)| (c.name(), *interval)).collect();
     let series_limit =
-        crate::snapshot::SeriesLimit { limit: config.series_limit, registry: Some(own.registry.clone()) };
+        memlock_core::snapshot::SeriesLimit { limit: config.series_limit, registry: Some(own.registry.clone()) };
     let (sampler, snapshots) =
         Sampler::start(collectors, config.trend.clone(), own.collector_errors.clone(), series_limit)
             .map_err(|source| ServeError::Io { context: "starting the sampler threads", source })?;
@@ -262,7 +262,8 @@ impl Daemon {
         // The failures collector removes its probes from the kernel on its way out, which can
         // take longer than a collector is waited for: they would be left behind (until the next
         // start removes them).
-        let removed = tokio::task::spawn_blocking(|| crate::collect::failures::wait_removed(FAILURES_REMOVAL)).await;
+        let removed =
+            tokio::task::spawn_blocking(|| memlock_core::collect::failures::wait_removed(FAILURES_REMOVAL)).await;
         if !matches!(removed, Ok(true)) {
             tracing::warn!(timeout = ?FAILURES_REMOVAL, "the failures collector's probes were not removed in time; \
                 the next start removes them");

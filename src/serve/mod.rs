@@ -28,13 +28,13 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::mpsc;
 
-use crate::config::{self, Config, ConfigError, Sources};
 use crate::reload;
 use crate::sdnotify::{self, Notifier};
 use crate::server::{self, AppState};
 use crate::web::{self, WebConfigError};
 use args::ServeArgs;
 use daemon::{Daemon, Running};
+use memlock_core::config::{self, Config, ConfigError, Sources};
 pub use own_metrics::SelfMetrics;
 
 /// How long in-flight scrapes may take to finish after SIGTERM.
@@ -57,8 +57,8 @@ pub enum ServeError {
 impl ServeError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            ServeError::Config(_) | ServeError::WebConfig(_) => crate::exit::USAGE,
-            _ => crate::exit::RUNTIME,
+            ServeError::Config(_) | ServeError::WebConfig(_) => memlock_core::exit::USAGE,
+            _ => memlock_core::exit::RUNTIME,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use prometheus::{Gauge, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-use crate::alerting::AlertMetrics;
+use memlock_core::alerting::AlertMetrics;
 
 /// The exporter's own metrics: build info, error counters, reload status and the process_*
 /// series of this process (CPU, resident memory, file descriptors).

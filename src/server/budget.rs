@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use std::sync::Weak;
 
 use super::connections::Progress;
-use crate::snapshot::Snapshot;
+use memlock_core::snapshot::Snapshot;
 
 /// How long a response is left alone before its transfer rate counts.
 /// Long enough to see the bytes of a reader at network speed acknowledged, short enough that a

@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 use super::connections::{Connections, OpenStream, Requests};
 use super::guard::{http2_refusal, read_preface, Rewind, WriteDeadline};
 use super::{auth, handle, AppState, HEADER_READ_TIMEOUT, MAX_CONNECTIONS, MAX_HEADER_BYTES, WRITE_STALL_TIMEOUT};
-use crate::config::split_listen_address;
+use memlock_core::config::split_listen_address;
 
 const MAX_HEADERS: usize = 64;
 /// hyper's read buffer per connection (its minimum is 8 KiB).

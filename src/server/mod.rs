@@ -47,12 +47,12 @@ mod guard;
 mod listen;
 mod render;
 
-use crate::gzip;
-use crate::snapshot::Snapshot;
 use crate::web::WebConfig;
 use auth::{AuthGate, Entry, Verdict};
 use budget::ResponseBudget;
 use connections::{Progress, Requests};
+use memlock_core::gzip;
+use memlock_core::snapshot::Snapshot;
 use render::Renderer;
 
 pub use body::{held, Chunks};
@@ -349,9 +349,9 @@ fn html_escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::split_listen_address;
     use connections::Connections;
     use hyper::body::Body;
+    use memlock_core::config::split_listen_address;
 
     /// A site serving `snapshot` at /metrics, without TLS or auth.
     fn test_site(snapshot: &Arc<Snapshot>, max_requests: usize) -> Site {
@@ -382,7 +382,7 @@ mod tests {
     #[tokio::test]
     async fn scrapes_share_the_snapshot_text_instead_of_copying_it() {
         use http_body_util::BodyExt;
-        let report = crate::snapshot::Report {
+        let report = memlock_core::snapshot::Report {
             collector: "node",
             success: true,
             duration: Duration::from_millis(3),

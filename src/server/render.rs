@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::snapshot::Snapshot;
+use memlock_core::snapshot::Snapshot;
 
 /// How a `/metrics` body is sent: gzip when the client accepts it (Prometheus always does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use memlock_exporter::collect::cgroup::{CgroupCollector, CgroupStats, Layout};
-use memlock_exporter::config::CgroupConfig;
-use memlock_exporter::exposition::Exposition;
+use memlock_core::collect::cgroup::{CgroupCollector, CgroupStats, Layout};
+use memlock_core::config::CgroupConfig;
+use memlock_core::exposition::Exposition;
 use memlock_kernel::fsroot::{Roots, SourceError};
 use memlock_kernel::memcg::Limit;
 use regex::Regex;

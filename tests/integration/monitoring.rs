@@ -73,8 +73,8 @@ fn every_alert_has_a_runbook_section_and_a_name_the_fast_path_does_not_use() {
 /// call one condition at two levels, unless the difference is listed below with its reason.
 #[test]
 fn the_fast_paths_defaults_agree_with_thresholds_yml() {
-    use memlock_exporter::scopes::SCOPES;
-    use memlock_exporter::trend::Scope;
+    use memlock_core::scopes::SCOPES;
+    use memlock_core::trend::Scope;
     let text = std::fs::read_to_string(repository().join("alerts/thresholds.yml")).unwrap();
     let thresholds: std::collections::BTreeMap<&str, &str> = text
         .lines()
@@ -86,8 +86,8 @@ fn the_fast_paths_defaults_agree_with_thresholds_yml() {
         let value = thresholds.get(key).unwrap_or_else(|| panic!("alerts/thresholds.yml has no {key}"));
         value.parse().unwrap_or_else(|_| panic!("{key}: {value} is not a number"))
     };
-    let sources = memlock_exporter::config::Sources { file: None, env: Some(Default::default()), flags: Vec::new() };
-    let config = memlock_exporter::config::load(&sources).expect("the defaults are valid");
+    let sources = memlock_core::config::Sources { file: None, env: Some(Default::default()), flags: Vec::new() };
+    let config = memlock_core::config::load(&sources).expect("the defaults are valid");
     let floor = |scope: Scope| SCOPES.iter().find(|d| d.scope == scope).unwrap().page_min_ratio;
     let alerting = &config.alerting;
     // (fast path, its value, the rule's threshold) that must be equal.

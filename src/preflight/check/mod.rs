@@ -7,15 +7,15 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::collect::cgroup::working_set_charge;
-use crate::collect::rdma_sysfs::SysfsDevice;
 use crate::preflight::estimate;
 use crate::preflight::findings::{exit_code, render_text, Finding, ModelSummary, Report, Status};
 use crate::preflight::machine::{ib_hca_selects, memlock_exempt, nccl_opens, read_machine, Machine};
 use crate::preflight::nccl::env::{self as nccl_env, Environment};
 use crate::preflight::nccl::model::Estimate;
 use crate::preflight::nccl::param::{show_bytes, Severity};
-use crate::units::bytes as human;
+use memlock_core::collect::cgroup::working_set_charge;
+use memlock_core::collect::rdma_sysfs::SysfsDevice;
+use memlock_core::units::bytes as human;
 use memlock_kernel::fsroot::Roots;
 use memlock_kernel::pid_limits;
 
@@ -501,7 +501,7 @@ pub fn run(args: &CheckArgs) -> u8 {
         if args.job.summary {
             let _ = crate::preflight::print_report(&format!("check could not run: {message}\n"));
         }
-        crate::exit::USAGE
+        memlock_core::exit::USAGE
     };
     if !(args.safety_factor >= 1.0 && args.safety_factor.is_finite()) {
         return fail(format!("--safety-factor {} must be at least 1", args.safety_factor));

@@ -152,7 +152,7 @@ fn page_cache_in_the_cgroup_is_not_counted_against_it() {
 #[test]
 fn rdma_ports_and_firmware() {
     use memlock_kernel::rdma_sysfs::Numbered;
-    let port = |n: u32, state: u32, name: &str| crate::collect::rdma_sysfs::SysfsPort {
+    let port = |n: u32, state: u32, name: &str| memlock_core::collect::rdma_sysfs::SysfsPort {
         number: n,
         state: Some(Numbered { value: state, name: name.into() }),
         ..Default::default()
@@ -229,7 +229,7 @@ fn default_estimate() -> Estimate {
 
 fn hca(name: &str, fw: &str, state: Option<(u32, &str)>) -> SysfsDevice {
     let state = state.map(|(value, name)| memlock_kernel::rdma_sysfs::Numbered { value, name: name.into() });
-    let port = crate::collect::rdma_sysfs::SysfsPort { number: 1, state, ..Default::default() };
+    let port = memlock_core::collect::rdma_sysfs::SysfsPort { number: 1, state, ..Default::default() };
     SysfsDevice {
         name: name.into(),
         hca_type: Some("MT4129".into()),

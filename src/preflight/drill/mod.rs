@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 use clap::{Args, ValueEnum};
 use thiserror::Error;
 
-use crate::timefmt::rfc3339_millis;
+use memlock_core::timefmt::rfc3339_millis;
 use memlock_kernel::fsroot::{self, SourceError};
 use memlock_kernel::pid_limits::{Limit, MemlockLimits};
 use memlock_kernel::{meminfo, pid_status};
@@ -246,13 +246,13 @@ impl DrillError {
             | DrillError::AboveHalfAvailable { .. }
             | DrillError::LockedInLockMode
             | DrillError::DeviceWithoutRdma
-            | DrillError::Descriptors { .. } => crate::exit::USAGE,
+            | DrillError::Descriptors { .. } => memlock_core::exit::USAGE,
             DrillError::Meminfo(_)
             | DrillError::NoMemAvailable(_)
             | DrillError::NotProcfs { .. }
             | DrillError::Syscall { .. }
             | DrillError::Verbs(_)
-            | DrillError::Output(_) => crate::exit::RUNTIME,
+            | DrillError::Output(_) => memlock_core::exit::RUNTIME,
         }
     }
 

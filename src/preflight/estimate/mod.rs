@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::Serialize;
 
-use crate::collect::rdma_sysfs::SysfsDevice;
-use crate::gdr::{self, Detected, GdrMode};
 use crate::preflight::machine::{self, Machine};
 use crate::preflight::nccl::env::{self, param_value, ConfFile, Environment};
 use crate::preflight::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
+use memlock_core::collect::rdma_sysfs::SysfsDevice;
+use memlock_core::gdr::{self, Detected, GdrMode};
 use memlock_kernel::fsroot::Roots;
 use memlock_kernel::pid_limits;
 
@@ -439,7 +439,7 @@ pub fn run(args: &EstimateArgs) -> u8 {
         code
     };
     if let Err(message) = validate(&args.model) {
-        return fail(message, crate::exit::USAGE);
+        return fail(message, memlock_core::exit::USAGE);
     }
     let roots = Roots { procfs: PathBuf::from(&args.procfs), sysfs: PathBuf::from(&args.sysfs) };
     let pid = args.pid.map(|p| p.to_string()).unwrap_or_else(|| "self".into());
@@ -450,11 +450,11 @@ pub fn run(args: &EstimateArgs) -> u8 {
     };
     let machine = match machine::read_machine(&roots, &pid, env.clone()) {
         Ok(m) => m,
-        Err(err) => return fail(err.to_string(), crate::exit::USAGE),
+        Err(err) => return fail(err.to_string(), memlock_core::exit::USAGE),
     };
     let mut derived = match derive(&args.model, &env, &roots, &machine.rdma) {
         Ok(d) => d,
-        Err(message) => return fail(message, crate::exit::USAGE),
+        Err(message) => return fail(message, memlock_core::exit::USAGE),
     };
     derived.conf_files = conf_files;
     derived.environment_error = env_error;
@@ -463,21 +463,21 @@ pub fn run(args: &EstimateArgs) -> u8 {
     let text = if args.json {
         match render_json(&derived, &e, &v) {
             Ok(text) => text,
-            Err(err) => return fail(err.to_string(), crate::exit::RUNTIME),
+            Err(err) => return fail(err.to_string(), memlock_core::exit::RUNTIME),
         }
     } else {
         render_text(&derived, &e, &v)
     };
     if let Err(err) = crate::preflight::print_report(&text) {
-        return fail(format!("writing the report: {err}"), crate::exit::RUNTIME);
+        return fail(format!("writing the report: {err}"), memlock_core::exit::RUNTIME);
     }
-    crate::exit::OK
+    memlock_core::exit::OK
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::rdma_sysfs::SysfsPort;
+    use memlock_core::collect::rdma_sysfs::SysfsPort;
     use memlock_kernel::rdma_sysfs::Numbered;
 
     fn model_args(flags: &[&str]) -> ModelArgs {

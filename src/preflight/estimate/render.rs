@@ -4,11 +4,11 @@
 use serde::Serialize;
 
 use super::{Derived, Verdict, COVERS, NOT_MODELLED};
-use crate::gdr::Detected;
 use crate::preflight::nccl::model::Estimate;
 use crate::preflight::nccl::param::Severity;
 use crate::preflight::nccl::variables::{NCCL_COMMIT, NCCL_VERSION};
-use crate::units::bytes as human;
+use memlock_core::gdr::Detected;
+use memlock_core::units::bytes as human;
 
 fn ratio(part: u64, whole: u64) -> f64 {
     if whole == 0 {

@@ -2,7 +2,7 @@
 //! generated from NCCL's source ([`variables`]), the grammars of its text-valued variables
 //! ([`grammar`]), its environment as NCCL reads it ([`env`], over those three), and how much
 //! memory NCCL registers, connection by connection ([`model`]), in the GPUDirect charging mode
-//! [`crate::gdr`] detects.
+//! [`memlock_core::gdr`] detects.
 
 pub mod env;
 pub mod grammar;

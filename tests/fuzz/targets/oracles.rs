@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use memlock_exporter::config::{self, ConfigError, Sources};
-use memlock_exporter::exposition::{Exposition, Kind};
+use memlock_core::config::{self, ConfigError, Sources};
+use memlock_core::exposition::{Exposition, Kind};
 use memlock_kernel as kernel;
 use memlock_kernel::nldev::{self, cmd, nldev_type, ReplyReader};
 use memlock_kernel::{
@@ -275,8 +275,8 @@ pub(super) fn check_rdma_sysfs_label(bytes: &[u8]) -> Result<Verdict, String> {
     if label.contains('\n') || label != label.trim() {
         return Err(format!("label {label:?} is not one trimmed line"));
     }
-    let exported = memlock_exporter::exposition::label_value(&label);
-    if exported.len() > memlock_exporter::exposition::MAX_LABEL_VALUE_BYTES || exported.chars().any(char::is_control) {
+    let exported = memlock_core::exposition::label_value(&label);
+    if exported.len() > memlock_core::exposition::MAX_LABEL_VALUE_BYTES || exported.chars().any(char::is_control) {
         return Err(format!("label {label:?} is exported as {exported:?}: too long or with control characters"));
     }
     let counter = rdma_sysfs::port_counter(&label);
@@ -480,7 +480,7 @@ pub(super) fn check_basic_authorization(bytes: &[u8]) -> Result<Verdict, String>
 
 /// Label values come from the host: command names, cgroup directory names, sysfs strings.
 /// Whatever they hold, the sample stays on one line and its values round-trip as
-/// [`memlock_exporter::exposition::label_value`] bounds them: at most its bound, without control characters.
+/// [`memlock_core::exposition::label_value`] bounds them: at most its bound, without control characters.
 pub(super) fn check_exposition_labels(bytes: &[u8]) -> Result<Verdict, String> {
     let value = text(bytes).into_owned();
     let mut out = Exposition::new();
@@ -495,11 +495,11 @@ pub(super) fn check_exposition_labels(bytes: &[u8]) -> Result<Verdict, String> {
         return Err(format!("not three lines: {rendered:?}"));
     }
     let values = parse_sample(lines[2])?;
-    let bounded = memlock_exporter::exposition::label_value(&value);
+    let bounded = memlock_core::exposition::label_value(&value);
     if values != [bounded.as_ref(), "/"] {
         return Err(format!("label values do not round-trip: {values:?} from {value:?}"));
     }
-    if bounded.len() > memlock_exporter::exposition::MAX_LABEL_VALUE_BYTES || bounded.chars().any(char::is_control) {
+    if bounded.len() > memlock_core::exposition::MAX_LABEL_VALUE_BYTES || bounded.chars().any(char::is_control) {
         return Err(format!("{value:?} is exported as {bounded:?}: too long or with control characters"));
     }
     Ok(Verdict::Accepted)

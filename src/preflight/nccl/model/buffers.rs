@@ -8,7 +8,7 @@ use super::{
     Inputs, CTS_FIFO_BYTES, IB_MAX_REQUESTS, MAX_QPS, MLX5_CQE, MLX5_RECV_WQE, MLX5_SEND_WQE, RECV_COMPLETIONS_BYTES,
     SEND_COMPLETIONS_BYTES,
 };
-use crate::gdr::GdrMode;
+use memlock_core::gdr::GdrMode;
 
 /// Bytes of one term: charged to VmPin (checked against the memlock limit) and taken from host
 /// memory (MemAvailable, the cgroup).

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::{Inputs, MAX_LOCAL_RANKS, MAX_NICS};
-use crate::gdr::GdrMode;
+use memlock_core::gdr::GdrMode;
 
 /// A node's place in one tree: parent, child 0, child 1 (-1: none), and whether it is its
 /// parent's child 0 or child 1 (-1 for the root).

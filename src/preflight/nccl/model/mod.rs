@@ -15,7 +15,7 @@
 
 use serde::Serialize;
 
-use crate::gdr::GdrMode;
+use memlock_core::gdr::GdrMode;
 
 mod buffers;
 mod channels;

@@ -11,8 +11,8 @@ use crate::exposition::Exposition;
 use memlock_kernel::pid_limits::Limit;
 use regex::Regex;
 
-const CAPTURED_STATUS: &str = include_str!("../../../../tests/fixtures/captures/proc_self_status");
-const CAPTURED_LIMITS: &str = include_str!("../../../../tests/fixtures/captures/proc_self_limits");
+const CAPTURED_STATUS: &str = include_str!("../../../../../../tests/fixtures/captures/proc_self_status");
+const CAPTURED_LIMITS: &str = include_str!("../../../../../../tests/fixtures/captures/proc_self_limits");
 
 /// A throwaway procfs tree in the real file formats.
 struct Tree {
@@ -250,7 +250,7 @@ fn cap_ipc_lock_inside_a_user_namespace_does_not_exempt() {
     for pid in [93, 94, 95] {
         tree.ipc_lock(pid);
     }
-    let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures");
+    let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/captures");
     let map = |pid: u32, capture: &str| {
         std::fs::copy(format!("{captures}/{capture}"), tree.root.join(pid.to_string()).join("uid_map")).unwrap()
     };
@@ -301,7 +301,7 @@ fn the_user_namespace_link_outweighs_an_identity_map() {
     tree.process(97, "worker", 0, 16384, "8388608", "/job") // identity map, other namespace
         .process(98, "opensm", 65536, 0, "8388608", "/infra") // identity map, the initial one
         .process(99, "python3", 0, 16384, "8388608", "/job"); // namespaced map, same link as pid 1
-    let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures");
+    let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/captures");
     let link = |pid: u32, target: &str| {
         let dir = tree.root.join(pid.to_string()).join("ns");
         std::fs::create_dir_all(&dir).unwrap();
@@ -349,7 +349,7 @@ fn an_exporter_in_a_user_namespace_still_tells_a_namespaced_root() {
     tree.process(96, "python3", 0, 4096, "8388608", "/job") // namespaced root
         .process(97, "opensm", 65536, 0, "8388608", "/infra") // a host daemon, seen from inside
         .process(98, "worker", 0, 4096, "8388608", "/job"); // the exporter's own namespace
-    let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/captures");
+    let captures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/captures");
     std::fs::copy(format!("{captures}/proc_userns_uid_map"), tree.root.join("96/uid_map")).unwrap();
     // 6.18's /proc/1/uid_map read after `setpriv --reuid=65534 unshare --user --map-root-user`.
     std::fs::write(tree.root.join("97/uid_map"), "         0 4294967295 4294967295\n").unwrap();

@@ -237,7 +237,7 @@ mod tests {
 
     #[test]
     fn the_table_in_docs_metrics_md_is_current() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md");
         let doc = std::fs::read_to_string(path).unwrap();
         let (Some(begin), Some(end)) = (doc.find(DOC_BEGIN), doc.find(DOC_END)) else {
             panic!("{path} has no `{DOC_BEGIN}` ... `{DOC_END}` block")

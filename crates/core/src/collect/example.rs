@@ -147,7 +147,7 @@ mod tests {
         // Compared line by line without the indentation, which differs between a module and an
         // entry in the middle of the registry.
         let trimmed = |text: &str| text.lines().map(str::trim).collect::<Vec<_>>().join("\n");
-        let doc = trimmed(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/collectors.md")));
+        let doc = trimmed(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/collectors.md")));
         let source = include_str!("example.rs");
         for marker in ["example", "registry"] {
             let (begin, end) = (format!("// {marker}:begin\n"), format!("// {marker}:end"));

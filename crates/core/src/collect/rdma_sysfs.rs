@@ -532,7 +532,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn fixture_roots() -> Roots {
-        let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
         Roots { procfs: base.join("proc"), sysfs: base.join("sys") }
     }
 
