@@ -27,14 +27,14 @@ pub enum Command {
     Serve(ServeArgs),
     /// Estimate how much host memory NCCL will register (and pin) per process and per node, and
     /// compare it with the memlock limit and the node's available memory.
-    Estimate(crate::preflight::estimate::EstimateArgs),
+    Estimate(memlock_preflight::estimate::EstimateArgs),
     /// Preflight for a job launcher: memlock limits, memory, cgroup, hugepages, overcommit, NCCL
     /// environment and RDMA ports. Exit 0 all pass, 1 any FAIL (WARN too with --strict), 2 the
     /// check could not run. With `--exec -- CMD`, CMD runs in its place when nothing fails.
-    Check(crate::preflight::check::CheckArgs),
+    Check(memlock_preflight::check::CheckArgs),
     /// Ramp real pinned (io_uring) or locked (mlock) memory until the kernel refuses, to prove
     /// the alert pipeline end to end.
-    Drill(crate::preflight::drill::DrillArgs),
+    Drill(memlock_preflight::drill::DrillArgs),
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@
 pub mod cli;
 pub mod heap;
 pub mod logging;
-pub mod preflight;
 pub mod reload;
 pub mod sdnotify;
 pub mod serve;

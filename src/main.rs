@@ -3,8 +3,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use memlock_core::exit;
 use memlock_exporter::cli::{Cli, Command, ServeArgs};
-use memlock_exporter::preflight::{check, drill, estimate};
 use memlock_exporter::{logging, serve};
+use memlock_preflight::{check, drill, estimate};
 
 /// Runs before Rust's runtime and `main`: the daemon's stop signals are held from the first
 /// instruction that is ours until its handlers are in place (see `serve::hold_stop_signals`).

@@ -417,8 +417,8 @@ pub(super) fn check_web_config_file(bytes: &[u8]) -> Result<Verdict, String> {
 }
 
 pub(super) fn check_nccl_environment(bytes: &[u8]) -> Result<Verdict, String> {
-    use memlock_exporter::preflight::nccl::env::{self, Environment};
-    use memlock_exporter::preflight::nccl::param::{strtoll, Parse, Strtoll};
+    use memlock_preflight::nccl::env::{self, Environment};
+    use memlock_preflight::nccl::param::{strtoll, Parse, Strtoll};
     let env = Environment::from_pairs(env::conf_lines(bytes));
     let problems = env::problems(&env);
     for p in &problems {

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::preflight::nccl::env::Environment;
+use crate::nccl::env::Environment;
 use memlock_core::collect::cgroup::CgroupCollector;
 use memlock_core::collect::process::{ipc_lock_exempts, user_namespace_of, UserNamespaceView};
 use memlock_core::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice, SysfsPort};
@@ -123,7 +123,7 @@ fn same_user_namespace(procfs: &Path, proc_dir: &Path) -> Option<bool> {
 pub fn ib_hca_selects(spec: Option<&[u8]>, device: &str, port: u32) -> bool {
     match spec {
         None => true,
-        Some(value) => crate::preflight::nccl::grammar::parse_if_list(value, 32).selects(device, i64::from(port)),
+        Some(value) => crate::nccl::grammar::parse_if_list(value, 32).selects(device, i64::from(port)),
     }
 }
 
@@ -149,7 +149,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("memlock-check-userns-{}", std::process::id()));
         let (proc_dir, init_dir) = (dir.join("4100"), dir.join("1"));
         std::fs::create_dir_all(&proc_dir).unwrap();
-        let captures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/captures");
+        let captures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/captures");
         assert_eq!(same_user_namespace(&dir, &proc_dir), None, "nothing to tell it by");
         std::fs::copy(captures.join("proc_userns_uid_map"), proc_dir.join("uid_map")).unwrap();
         assert_eq!(same_user_namespace(&dir, &proc_dir), Some(false));
@@ -174,7 +174,7 @@ mod tests {
 
     #[test]
     fn the_fixture_node_is_read_through_the_roots() {
-        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
         let roots = Roots { procfs: fixtures.join("proc"), sysfs: fixtures.join("sys") };
         let pids: Vec<String> = std::fs::read_dir(&roots.procfs)
             .unwrap()

@@ -1,6 +1,6 @@
 //! What `check` reports: one finding per rule (PASS, WARN or FAIL with the measured value and a
 //! fix), the report around them, its table and its exit status. `check`'s rules write it and
-//! [`crate::preflight::job_context`] adjusts and summarises it.
+//! [`crate::job_context`] adjusts and summarises it.
 
 use serde::Serialize;
 

@@ -1,8 +1,8 @@
 //! The rules of `check`, each against the machine states that pass, warn and fail.
 
 use super::*;
-use crate::preflight::machine::{net_dev_interfaces, CgroupHeadroom};
-use crate::preflight::nccl::model::{self, Estimate, Inputs};
+use crate::machine::{net_dev_interfaces, CgroupHeadroom};
+use crate::nccl::model::{self, Estimate, Inputs};
 use memlock_kernel::meminfo;
 use pid_limits::{Limit, MemlockLimits};
 

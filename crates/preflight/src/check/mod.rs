@@ -7,12 +7,12 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::preflight::estimate;
-use crate::preflight::findings::{exit_code, render_text, Finding, ModelSummary, Report, Status};
-use crate::preflight::machine::{ib_hca_selects, memlock_exempt, nccl_opens, read_machine, Machine};
-use crate::preflight::nccl::env::{self as nccl_env, Environment};
-use crate::preflight::nccl::model::Estimate;
-use crate::preflight::nccl::param::{show_bytes, Severity};
+use crate::estimate;
+use crate::findings::{exit_code, render_text, Finding, ModelSummary, Report, Status};
+use crate::machine::{ib_hca_selects, memlock_exempt, nccl_opens, read_machine, Machine};
+use crate::nccl::env::{self as nccl_env, Environment};
+use crate::nccl::model::Estimate;
+use crate::nccl::param::{show_bytes, Severity};
 use memlock_core::collect::cgroup::working_set_charge;
 use memlock_core::collect::rdma_sysfs::SysfsDevice;
 use memlock_core::units::bytes as human;
@@ -43,7 +43,7 @@ pub struct CheckArgs {
     pub json: bool,
     /// Job-context flags and `--exec` (src/preflight/job_context.rs).
     #[command(flatten)]
-    pub job: crate::preflight::job_context::JobContextArgs,
+    pub job: crate::job_context::JobContextArgs,
 }
 
 /// NCCL_SOCKET_IFNAME that matches none of the job's interfaces: the bootstrap finds no socket
@@ -57,7 +57,7 @@ fn socket_ifname(env: &Environment, interfaces: Option<&[String]>, out: &mut Vec
     if value.len() <= 1 || env.get("NCCL_COMM_ID").is_some() || interfaces.is_empty() {
         return;
     }
-    let list = crate::preflight::nccl::grammar::parse_if_list(value, 16);
+    let list = crate::nccl::grammar::parse_if_list(value, 16);
     if interfaces.iter().any(|name| list.selects(name, -1)) {
         return;
     }
@@ -237,7 +237,7 @@ pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
         ));
     } else if let Some(value) = spec {
         // A prefix selects more than the device it names: `mlx5_1` is also mlx5_10 to mlx5_17.
-        let list = crate::preflight::nccl::grammar::parse_if_list(value, 32);
+        let list = crate::nccl::grammar::parse_if_list(value, 32);
         if !list.exact && !list.exclude {
             let extra: Vec<&str> = opened
                 .iter()
@@ -447,7 +447,7 @@ fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
 }
 
 /// Checks the NCCL_* variables the job will run with (its environment and NCCL's configuration
-/// files) as NCCL reads them (crate::preflight::nccl::env): a name NCCL does not read WARNs, a value NCCL
+/// files) as NCCL reads them (crate::nccl::env): a name NCCL does not read WARNs, a value NCCL
 /// reads otherwise than written FAILs; a variable NCCL accepts is never reported. Then NCCL_DEBUG.
 pub fn nccl_environment(env: &Environment) -> Vec<Finding> {
     let mut out: Vec<Finding> = nccl_env::problems(env)
@@ -499,7 +499,7 @@ pub fn run(args: &CheckArgs) -> u8 {
         eprintln!("memlock-exporter check: {message}");
         // A node-problem-detector plugin's stdout is its condition's message.
         if args.job.summary {
-            let _ = crate::preflight::print_report(&format!("check could not run: {message}\n"));
+            let _ = crate::print_report(&format!("check could not run: {message}\n"));
         }
         memlock_core::exit::USAGE
     };
@@ -520,19 +520,19 @@ pub fn run(args: &CheckArgs) -> u8 {
         Ok(m) => m,
         Err(err) => return fail(err.to_string()),
     };
-    let adjusted = crate::preflight::job_context::adjust_machine(&args.job, &mut machine);
+    let adjusted = crate::job_context::adjust_machine(&args.job, &mut machine);
     // NCCL's reading of the environment is what the model takes (values it reads otherwise than
     // written are findings, not a reason to stop).
     let derived = match estimate::derive(&args.model, &env, &roots, &machine.rdma) {
         Ok(d) => d,
         Err(message) => return fail(message),
     };
-    let e = crate::preflight::nccl::model::estimate(&derived.inputs);
+    let e = crate::nccl::model::estimate(&derived.inputs);
     let mut findings = evaluate(&machine, &e, args.safety_factor);
     if let Some(err) = env_error {
         environment_unreadable(&mut findings, &err);
     }
-    crate::preflight::job_context::adjust_findings(&args.job, &adjusted, &mut findings);
+    crate::job_context::adjust_findings(&args.job, &adjusted, &mut findings);
     let report = Report {
         pid,
         need_per_process_bytes: e.per_rank_max_bytes,
@@ -552,7 +552,7 @@ pub fn run(args: &CheckArgs) -> u8 {
         findings,
     };
     if args.job.exec {
-        return crate::preflight::job_context::exec_or_refuse(&args.job, &report, args.strict);
+        return crate::job_context::exec_or_refuse(&args.job, &report, args.strict);
     }
     let text = if args.json {
         match serde_json::to_string_pretty(&report) {
@@ -560,13 +560,13 @@ pub fn run(args: &CheckArgs) -> u8 {
             Err(err) => return fail(err.to_string()),
         }
     } else if args.job.summary {
-        crate::preflight::job_context::render_summary(&report, args.strict)
+        crate::job_context::render_summary(&report, args.strict)
     } else {
         render_text(&report)
     };
     // A launcher that stops reading early still gets the verdict; a report that could not be
     // written at all (a full disk) is a check that did not run.
-    if let Err(err) = crate::preflight::print_report(&text) {
+    if let Err(err) = crate::print_report(&text) {
         return fail(format!("writing the report: {err}"));
     }
     exit_code(&report, args.strict)

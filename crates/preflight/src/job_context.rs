@@ -3,7 +3,7 @@
 //! with their own environment), a one-line summary for a drain reason or a node condition, and
 //! `--exec`, which checks the rank's own process and then becomes the rank.
 //!
-//! The rules stay in [`crate::preflight::check`]: these flags change what the rules are given (the machine
+//! The rules stay in [`crate::check`]: these flags change what the rules are given (the machine
 //! state) and which findings are kept, never the rules themselves.
 
 use std::ffi::OsString;
@@ -11,8 +11,8 @@ use std::os::unix::process::CommandExt;
 
 use clap::Args;
 
-use crate::preflight::findings::{Finding, Report, Status};
-use crate::preflight::machine::Machine;
+use crate::findings::{Finding, Report, Status};
+use crate::machine::Machine;
 use memlock_core::units::bytes as human;
 use memlock_kernel::pid_limits::{Limit, MemlockLimits};
 
@@ -157,7 +157,7 @@ pub fn exec_or_refuse(args: &JobContextArgs, report: &Report, strict: bool) -> u
             std::process::id()
         ));
         // The job's output is where this is read; a closed stderr cannot change the verdict.
-        let _ = crate::preflight::write_report(&mut std::io::stderr().lock(), &text);
+        let _ = crate::write_report(&mut std::io::stderr().lock(), &text);
         return 1;
     }
     // execvp: the PATH lookup, argv, environment, rlimits, cgroup and pid stay as they are.
@@ -203,11 +203,11 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
-    fn parse(args: &[&str]) -> Result<crate::preflight::check::CheckArgs, clap::Error> {
+    fn parse(args: &[&str]) -> Result<crate::check::CheckArgs, clap::Error> {
         #[derive(Parser)]
         struct Wrapper {
             #[command(flatten)]
-            check: crate::preflight::check::CheckArgs,
+            check: crate::check::CheckArgs,
         }
         Wrapper::try_parse_from(std::iter::once("check").chain(args.iter().copied())).map(|w| w.check)
     }

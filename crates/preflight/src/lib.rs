@@ -4,9 +4,9 @@
 //! and findings to the job's launcher (`--exec`, skips); [`drill`] ramps real pinned or locked
 //! memory until the kernel refuses, through libibverbs loaded at run time ([`drill::verbs`]).
 //!
-//! It depends one way on the layers below (kernel, fsroot, gdr, the collectors' readers,
-//! units); the daemon's modules never import it, only [`crate::cli`] does, to name the commands'
-//! flags (scripts/modcycles.py fails otherwise, and on any module cycle).
+//! It stands on memlock-kernel and memlock-core (the parsers and bounded reader, the collectors'
+//! readers, gdr, units) and on no HTTP code; the daemon never imports it, only the binary's
+//! command line does, to name the commands' flags.
 
 pub mod check;
 pub mod drill;

@@ -4,9 +4,9 @@
 use serde::Serialize;
 
 use super::{Derived, Verdict, COVERS, NOT_MODELLED};
-use crate::preflight::nccl::model::Estimate;
-use crate::preflight::nccl::param::Severity;
-use crate::preflight::nccl::variables::{NCCL_COMMIT, NCCL_VERSION};
+use crate::nccl::model::Estimate;
+use crate::nccl::param::Severity;
+use crate::nccl::variables::{NCCL_COMMIT, NCCL_VERSION};
 use memlock_core::gdr::Detected;
 use memlock_core::units::bytes as human;
 

@@ -262,7 +262,7 @@ impl Held {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::preflight::drill::MIB;
+    use crate::drill::MIB;
 
     #[test]
     fn steps_above_one_gib_are_registered_in_pieces() {

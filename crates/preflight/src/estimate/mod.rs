@@ -1,5 +1,5 @@
 //! `memlock-exporter estimate`: how much memory NCCL registers per rank and per node, from the
-//! model in [`crate::preflight::nccl::model`] (derived from NCCL's source; docs/check.md), with the inputs
+//! model in [`crate::nccl::model`] (derived from NCCL's source; docs/check.md), with the inputs
 //! taken from the flags, the NCCL_* environment as NCCL reads it, and the node.
 
 use std::path::PathBuf;
@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use clap::Args;
 use serde::Serialize;
 
-use crate::preflight::machine::{self, Machine};
-use crate::preflight::nccl::env::{self, param_value, ConfFile, Environment};
-use crate::preflight::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
+use crate::machine::{self, Machine};
+use crate::nccl::env::{self, param_value, ConfFile, Environment};
+use crate::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
 use memlock_core::collect::rdma_sysfs::SysfsDevice;
 use memlock_core::gdr::{self, Detected, GdrMode};
 use memlock_kernel::fsroot::Roots;
@@ -468,7 +468,7 @@ pub fn run(args: &EstimateArgs) -> u8 {
     } else {
         render_text(&derived, &e, &v)
     };
-    if let Err(err) = crate::preflight::print_report(&text) {
+    if let Err(err) = crate::print_report(&text) {
         return fail(format!("writing the report: {err}"), memlock_core::exit::RUNTIME);
     }
     memlock_core::exit::OK
@@ -482,9 +482,14 @@ mod tests {
 
     fn model_args(flags: &[&str]) -> ModelArgs {
         use clap::Parser;
-        let argv = ["memlock-exporter", "estimate"].iter().chain(flags);
-        match crate::cli::Cli::try_parse_from(argv) {
-            Ok(crate::cli::Cli { command: Some(crate::cli::Command::Estimate(args)), .. }) => args.model,
+        /// The subcommand's arguments as the binary's command line parses them.
+        #[derive(Parser, Debug)]
+        struct Estimate {
+            #[command(flatten)]
+            args: EstimateArgs,
+        }
+        match Estimate::try_parse_from(["estimate"].iter().chain(flags)) {
+            Ok(estimate) => estimate.args.model,
             other => panic!("{flags:?}: {other:?}"),
         }
     }

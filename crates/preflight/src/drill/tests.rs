@@ -99,7 +99,7 @@ fn targets_above_half_of_mem_available_are_refused() {
 
 #[test]
 fn mem_available_comes_from_the_procfs_root() {
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proc");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/proc");
     assert_eq!(mem_available(&fixtures).unwrap(), 23786376 * 1024);
     let missing = mem_available(Path::new("/nonexistent-procfs")).unwrap_err();
     assert_eq!(missing.exit_code(), 1);
