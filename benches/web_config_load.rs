@@ -1,7 +1,7 @@
 //! Cost of loading a web configuration (issue 15 item 7): nested flow collections make
-//! libyaml's scanner quadratic, so `web::load` refuses text that opens too many of them before
+//! libyaml's scanner quadratic, so `webconfig::load` refuses text that opens too many of them before
 //! parsing. Measured in the same run: the packaged example (the baseline), what yaml_serde
-//! takes to parse nested `[` of growing size (the cost the check avoids), `web::load` on the
+//! takes to parse nested `[` of growing size (the cost the check avoids), `webconfig::load` on the
 //! same hostile files and on 500 KB of them, and the worst file the checks let through (the
 //! largest web configuration taken, 256 KiB, at the largest nesting allowed).
 //!
@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use memlock_exporter::web;
+use memlock_http::webconfig;
 
 /// Wall time of the fastest of `runs` runs of `load` (the machine is shared: the minimum is the
 /// cost, the rest is waiting).
@@ -51,7 +51,7 @@ fn main() {
     let baseline_text = format!("http_server_config:{plain}basic_auth_users:\n{users}");
     let path = write(&dir, "example.yml", &baseline_text);
     let baseline = fastest(20, || {
-        web::load(Some(&path)).expect("the example loads");
+        webconfig::load(Some(&path)).expect("the example loads");
     });
     println!("web config load (fastest of several runs)");
     println!(
@@ -60,7 +60,7 @@ fn main() {
         baseline.as_secs_f64() * 1e3
     );
 
-    println!("  nested '[' (N levels, 2N bytes)   yaml_serde parse   web::load");
+    println!("  nested '[' (N levels, 2N bytes)   yaml_serde parse   webconfig::load");
     for levels in [2_000, 4_000, 8_000, 16_000, 32_000, 64_000] {
         let text = nested(levels);
         let path = write(&dir, "nested.yml", &text);
@@ -68,7 +68,7 @@ fn main() {
             let _ = yaml_serde::from_str::<yaml_serde::Value>(&text);
         });
         let load = fastest(5, || {
-            assert!(web::load(Some(&path)).is_err(), "refused");
+            assert!(webconfig::load(Some(&path)).is_err(), "refused");
         });
         println!(
             "    {levels:>7} levels {:>7} bytes          {:>10.1} ms   {:>8.3} ms",
@@ -82,10 +82,10 @@ fn main() {
     let text = nested(250_000);
     let path = write(&dir, "nested.yml", &text);
     let load = fastest(5, || {
-        let error = web::load(Some(&path)).expect_err("refused").to_string();
+        let error = webconfig::load(Some(&path)).expect_err("refused").to_string();
         assert!(error.contains("larger than"), "{error}");
     });
-    println!("  500 KB of nesting: web::load refuses it in    {:>10.3} ms", load.as_secs_f64() * 1e3);
+    println!("  500 KB of nesting: webconfig::load refuses it in    {:>10.3} ms", load.as_secs_f64() * 1e3);
     failed |= load > Duration::from_millis(10);
 
     // The most the checks let through: 32 levels, then tokens up to the 256 KiB bound.
@@ -98,7 +98,7 @@ fn main() {
     worst.push('\n');
     let path = write(&dir, "worst.yml", &worst);
     let load = fastest(3, || {
-        let error = web::load(Some(&path)).expect_err("a sequence is not a map of users").to_string();
+        let error = webconfig::load(Some(&path)).expect_err("a sequence is not a map of users").to_string();
         assert!(error.contains("basic_auth_users"), "{error}");
     });
     println!("  worst accepted for parsing ({} bytes, 32 levels)   {:>10.1} ms", worst.len(), load.as_secs_f64() * 1e3);

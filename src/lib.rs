@@ -7,5 +7,3 @@ pub mod logging;
 pub mod reload;
 pub mod sdnotify;
 pub mod serve;
-pub mod server;
-pub mod web;

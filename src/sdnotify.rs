@@ -11,8 +11,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::time::{Duration, Instant};
 
-use memlock_core::snapshot::Snapshot;
-
 /// A connection to the service manager's notification socket.
 pub struct Notifier {
     socket: UnixDatagram,
@@ -81,7 +79,7 @@ pub fn stall_grace(watchdog: Duration) -> Duration {
 /// The collectors (of `expected`: name and interval) whose latest run finished longer ago than
 /// their interval plus `grace`, or that never ran although the sampler started `started` ago.
 pub fn stalled<'a>(
-    snapshot: &Snapshot,
+    last_finished: impl Fn(&str) -> Option<Instant>,
     expected: &'a [(&'static str, Duration)],
     started: Instant,
     now: Instant,
@@ -90,7 +88,7 @@ pub fn stalled<'a>(
     expected
         .iter()
         .filter(|(name, interval)| {
-            let last = snapshot.report(name).map_or(started, |r| r.finished);
+            let last = last_finished(name).unwrap_or(started);
             now.saturating_duration_since(last) > *interval + grace
         })
         .map(|(name, _)| *name)
@@ -98,14 +96,14 @@ pub fn stalled<'a>(
 }
 
 /// Whether every expected collector has reported at least once.
-pub fn all_reported(snapshot: &Snapshot, expected: &[(&'static str, Duration)]) -> bool {
-    expected.iter().all(|(name, _)| snapshot.report(name).is_some())
+pub fn all_reported(last_finished: impl Fn(&str) -> Option<Instant>, expected: &[(&'static str, Duration)]) -> bool {
+    expected.iter().all(|(name, _)| last_finished(name).is_some())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memlock_core::snapshot::Report;
+    use memlock_core::snapshot::{Report, Snapshot};
     use std::sync::Arc;
 
     fn report(name: &'static str, finished: Instant) -> Report {
@@ -120,17 +118,25 @@ mod tests {
         }
     }
 
+    /// When each collector of `snapshot` last finished, as the daemon reads it.
+    fn finished(snapshot: &Snapshot) -> impl Fn(&str) -> Option<Instant> + '_ {
+        |name| snapshot.report(name).map(|r| r.finished)
+    }
+
     #[test]
     fn a_collector_that_stops_finishing_runs_is_stalled() {
         let start = Instant::now();
         let expected = [("node", Duration::from_secs(1)), ("rdma_sysfs", Duration::from_secs(5))];
         let grace = Duration::from_secs(2);
         let snapshot = Snapshot::new(vec![report("node", start), report("rdma_sysfs", start)]);
-        assert!(stalled(&snapshot, &expected, start, start + Duration::from_secs(3), grace).is_empty());
+        assert!(stalled(finished(&snapshot), &expected, start, start + Duration::from_secs(3), grace).is_empty());
         // 3.5 s after node's last run: over 1 s + 2 s; rdma_sysfs (5 s interval) is still on time.
-        assert_eq!(stalled(&snapshot, &expected, start, start + Duration::from_millis(3500), grace), vec!["node"]);
         assert_eq!(
-            stalled(&snapshot, &expected, start, start + Duration::from_secs(8), grace),
+            stalled(finished(&snapshot), &expected, start, start + Duration::from_millis(3500), grace),
+            vec!["node"]
+        );
+        assert_eq!(
+            stalled(finished(&snapshot), &expected, start, start + Duration::from_secs(8), grace),
             vec!["node", "rdma_sysfs"]
         );
     }
@@ -140,13 +146,14 @@ mod tests {
         let start = Instant::now();
         let expected = [("node", Duration::from_secs(1))];
         let empty = Snapshot::empty();
-        assert!(!all_reported(&empty, &expected));
-        assert!(stalled(&empty, &expected, start, start + Duration::from_secs(2), Duration::from_secs(2)).is_empty());
+        assert!(!all_reported(finished(&empty), &expected));
+        assert!(stalled(finished(&empty), &expected, start, start + Duration::from_secs(2), Duration::from_secs(2))
+            .is_empty());
         assert_eq!(
-            stalled(&empty, &expected, start, start + Duration::from_secs(4), Duration::from_secs(2)),
+            stalled(finished(&empty), &expected, start, start + Duration::from_secs(4), Duration::from_secs(2)),
             vec!["node"]
         );
-        assert!(all_reported(&Snapshot::new(vec![report("node", start)]), &expected));
+        assert!(all_reported(finished(&Snapshot::new(vec![report("node", start)])), &expected));
     }
 
     #[test]

@@ -12,12 +12,12 @@ use super::own_metrics::SelfMetrics;
 use super::ServeError;
 use crate::reload::{self, FileWatch};
 use crate::sdnotify::{self, Notifier};
-use crate::server::{AppState, Site};
-use crate::web::{self, WebConfig};
 use memlock_core::alerting;
 use memlock_core::config::{self, Config, Sources};
 use memlock_core::sampler::Sampler;
 use memlock_core::snapshot::Snapshot;
+use memlock_http::server::{AppState, Site};
+use memlock_http::webconfig::{self, WebConfig};
 
 /// How long to wait for collector threads to stop. A collector blocked in a read (a hung NFS
 /// mount, a FIFO) never returns; its thread is left behind rather than holding up a reload or
@@ -28,11 +28,13 @@ const FAILURES_REMOVAL: Duration = Duration::from_secs(10);
 /// The longest a reload waits for the new sampler's first complete sample before swapping.
 const FIRST_SAMPLE_WAIT: Duration = Duration::from_secs(10);
 
-/// What the current configuration has running. What it serves (the snapshots, the enabled
+/// What the current configuration has running. What it serves (the pages, the enabled
 /// collectors, the web configuration) is the [`Site`] of the shared [`AppState`], its one home.
 pub struct Running {
     pub config: Config,
     pub sampler: Sampler,
+    /// What the sampler publishes: the site's pages and the fast path read it.
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
     pub alert_task: Option<JoinHandle<()>>,
 }
 
@@ -79,7 +81,7 @@ pub fn site(
     web: Arc<WebConfig>,
 ) -> Site {
     Site {
-        snapshots,
+        pages: super::page::pages(snapshots),
         telemetry_path: config.telemetry_path.clone(),
         collectors,
         web,
@@ -193,12 +195,12 @@ impl Daemon {
         let sources = self.sources.clone();
         let (config, web) = off_the_event_loop(move || -> Result<_, ServeError> {
             let config = config::load(&sources)?;
-            let web = web::load(config.web_config_file.as_deref())?;
+            let web = webconfig::load(config.web_config_file.as_deref())?;
             Ok((config, Arc::new(web)))
         })
         .await
         .map_err(|source| ServeError::Io { context: "loading the configuration", source })??;
-        web::refuse_lowering(&self.state.site().web, &web)?;
+        webconfig::refuse_lowering(&self.state.site().web, &web)?;
         config::refuse_failing_open(&self.running.config, &config)?;
         let old = &self.running.config;
         for (key, changed) in [
@@ -222,7 +224,8 @@ impl Daemon {
             let (sampler, mut snapshots, enabled) = start_sampler(&config, &self.own)?;
             let deadline = tokio::time::Instant::now() + FIRST_SAMPLE_WAIT;
             loop {
-                let complete = sdnotify::all_reported(&snapshots.borrow_and_update(), &enabled);
+                let latest = snapshots.borrow_and_update().clone();
+                let complete = sdnotify::all_reported(|name| latest.report(name).map(|r| r.finished), &enabled);
                 if complete {
                     break;
                 }
@@ -235,18 +238,20 @@ impl Daemon {
             let old_sampler = std::mem::replace(&mut self.running.sampler, sampler);
             changes.push(format!("collectors={}", names(&enabled)));
             self.own.loaded(true);
-            self.state.replace_site(site(&config, snapshots, enabled, web.clone()));
+            self.state.replace_site(site(&config, snapshots.clone(), enabled, web.clone()));
+            self.running.snapshots = snapshots;
             stop_sampler(old_sampler).await;
         } else {
             let current = self.state.site();
             self.own.loaded(true);
-            self.state.replace_site(site(&config, current.snapshots.clone(), current.collectors.clone(), web.clone()));
+            let snapshots = self.running.snapshots.clone();
+            self.state.replace_site(site(&config, snapshots, current.collectors.clone(), web.clone()));
         }
         if resample || config.alerting != old.alerting {
             if let Some(task) = self.running.alert_task.take() {
                 task.abort();
             }
-            self.running.alert_task = start_alerting(&config, &self.state.site().snapshots, &self.own);
+            self.running.alert_task = start_alerting(&config, &self.running.snapshots, &self.own);
             changes.push(format!("alerting={}", if self.running.alert_task.is_some() { "on" } else { "off" }));
         }
         changes.push(format!("web: {}", web.summary()));

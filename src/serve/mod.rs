@@ -20,6 +20,7 @@
 pub mod args;
 mod daemon;
 mod own_metrics;
+mod page;
 mod watchdog;
 
 use std::sync::Arc;
@@ -30,11 +31,11 @@ use tokio::sync::mpsc;
 
 use crate::reload;
 use crate::sdnotify::{self, Notifier};
-use crate::server::{self, AppState};
-use crate::web::{self, WebConfigError};
 use args::ServeArgs;
 use daemon::{Daemon, Running};
-use memlock_core::config::{self, Config, ConfigError, Sources};
+use memlock_core::config::{self, split_listen_address, Config, ConfigError, Sources};
+use memlock_http::server::{self, AppState};
+use memlock_http::webconfig::{self, WebConfigError};
 pub use own_metrics::SelfMetrics;
 
 /// How long in-flight scrapes may take to finish after SIGTERM.
@@ -102,10 +103,11 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     let loaded_files: Vec<std::path::PathBuf> =
         config.file.iter().chain(config.web_config_file.iter()).cloned().collect();
     let loaded_fingerprint = reload::fingerprint(&loaded_files);
-    let web = Arc::new(web::load(config.web_config_file.as_deref())?);
-    let listener = server::bind(&config.listen_address)
-        .await
-        .map_err(|source| ServeError::Bind { address: config.listen_address.clone(), source })?;
+    let web = Arc::new(webconfig::load(config.web_config_file.as_deref())?);
+    let bind_error = |source| ServeError::Bind { address: config.listen_address.clone(), source };
+    let (host, port) = split_listen_address(&config.listen_address)
+        .map_err(|message| bind_error(std::io::Error::new(std::io::ErrorKind::InvalidInput, message)))?;
+    let listener = server::bind(host.as_deref(), port).await.map_err(bind_error)?;
     let (sampler, snapshots, enabled) = daemon::start_sampler(&config, &own)?;
     let address = server::local_address(&listener).map(|a| a.to_string()).unwrap_or_default();
     tracing::info!(
@@ -120,7 +122,7 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     );
     let alert_task = daemon::start_alerting(&config, &snapshots, &own);
     own.loaded(true);
-    let state = Arc::new(AppState::new(daemon::site(&config, snapshots, enabled, web), own.registry.clone()));
+    let state = Arc::new(AppState::new(daemon::site(&config, snapshots.clone(), enabled, web), own.registry.clone()));
 
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let server_task = tokio::spawn(server::serve(
@@ -137,7 +139,8 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
         notifier.clone().map(|n| tokio::spawn(watchdog::supervise(state.clone(), n, sdnotify::watchdog_timeout())));
 
     let (file_events_tx, mut file_events) = mpsc::unbounded_channel();
-    let mut daemon = Daemon::new(sources, own, state, Running { config, sampler, alert_task }, file_events_tx);
+    let mut daemon =
+        Daemon::new(sources, own, state, Running { config, sampler, snapshots, alert_task }, file_events_tx);
     if reload::fingerprint(&loaded_files) != loaded_fingerprint {
         tracing::info!("configuration files changed while starting, reloading");
         daemon.reload(notifier.as_deref()).await;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::sdnotify::{self, Notifier};
-use crate::server::AppState;
+use memlock_http::server::AppState;
 
 /// Tells systemd when the first sample is in, then pings the watchdog while every collector
 /// keeps finishing its runs; stops pinging (so systemd restarts the service) when one is stuck.
@@ -13,7 +13,8 @@ pub async fn supervise(state: Arc<AppState>, notifier: Arc<Notifier>, watchdog: 
     let started = Instant::now();
     loop {
         let site = state.site();
-        if sdnotify::all_reported(&site.snapshots.borrow(), &site.collectors) {
+        let page = (site.pages)();
+        if sdnotify::all_reported(|name| page.last_run(name).map(|(_, finished)| finished), &site.collectors) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -28,8 +29,9 @@ pub async fn supervise(state: Arc<AppState>, notifier: Arc<Notifier>, watchdog: 
     loop {
         tick.tick().await;
         let site = state.site();
-        let snapshot = site.snapshots.borrow().clone();
-        let stalled: Vec<String> = sdnotify::stalled(&snapshot, &site.collectors, started, Instant::now(), grace)
+        let page = (site.pages)();
+        let last = |name: &str| page.last_run(name).map(|(_, finished)| finished);
+        let stalled: Vec<String> = sdnotify::stalled(last, &site.collectors, started, Instant::now(), grace)
             .into_iter()
             .map(str::to_owned)
             .collect();

@@ -8,7 +8,7 @@
 //!   metrics, trends, the fast path and `check` alike.
 //! - [`budget`]: the per-node series budget that keeps the most urgent series.
 //! - [`snapshot`] and [`exposition`]: the sampled state and its rendering to the Prometheus
-//!   text format; [`gzip`] compresses a snapshot's text once for every scrape.
+//!   text format, once per snapshot.
 //! - [`sampler`] and [`trend`]: runs collectors on their intervals ([`stop`]: the signal their
 //!   threads sleep on), keeps the trends and publishes immutable snapshots; [`scopes`]: what each
 //!   trend scope follows, its floor, HELP and alert words, once.
@@ -28,7 +28,6 @@ pub mod collect;
 pub mod config;
 pub mod exposition;
 pub mod gdr;
-pub mod gzip;
 pub mod sampler;
 pub mod scopes;
 pub mod snapshot;

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use crate::budget::{self, Allocation, Grants};
 use crate::collect::Data;
 use crate::exposition::{Exposition, Kind};
-use crate::gzip;
 use crate::trend::{Scope, TrendPoint};
 
 /// The outcome of a collector's latest run.
@@ -66,10 +65,8 @@ pub struct Snapshot {
     series_limit: SeriesLimit,
     /// The trend tracker's scopes and evictions, when a sampler made the snapshot.
     tracker: Option<TrackerStats>,
-    /// Shared with every response that serves it (see [`Snapshot::text_bytes`]).
+    /// Shared with every response that serves it (see [`Snapshot::shared_text`]).
     rendered: OnceLock<Arc<String>>,
-    /// The text compressed once for every scrape that accepts gzip; `None` if compression failed.
-    compressed: OnceLock<Option<Arc<gzip::Prefix>>>,
 }
 
 /// The trend tracker's size when the snapshot was made.
@@ -79,15 +76,6 @@ pub struct TrackerStats {
     pub evicted_total: u64,
 }
 
-/// The rendered text as the owner of a `Bytes`: responses reference it instead of copying it.
-struct SharedText(Arc<String>);
-
-impl AsRef<[u8]> for SharedText {
-    fn as_ref(&self) -> &[u8] {
-        self.0.as_bytes()
-    }
-}
-
 impl Snapshot {
     /// A snapshot without a series limit.
     pub fn new(reports: Vec<Report>) -> Self {
@@ -95,7 +83,7 @@ impl Snapshot {
     }
 
     pub fn with_series_limit(reports: Vec<Report>, series_limit: SeriesLimit) -> Self {
-        Self { reports, series_limit, tracker: None, rendered: OnceLock::new(), compressed: OnceLock::new() }
+        Self { reports, series_limit, tracker: None, rendered: OnceLock::new() }
     }
 
     pub fn with_tracker(mut self, tracker: TrackerStats) -> Self {
@@ -121,29 +109,9 @@ impl Snapshot {
         self.shared_text()
     }
 
-    /// The same text as `Bytes` that share this snapshot's copy: a scrape in flight holds a
-    /// reference, not a copy (with 10,000 cgroups the text is tens of MiB).
-    pub fn text_bytes(&self) -> hyper::body::Bytes {
-        hyper::body::Bytes::from_owner(SharedText(self.shared_text().clone()))
-    }
-
-    /// The text compressed for gzip responses, on first use (rendering the text if needed).
-    pub fn compressed(&self) -> Option<&Arc<gzip::Prefix>> {
-        self.compressed.get_or_init(|| gzip::Prefix::compress(self.text().as_bytes()).map(Arc::new)).as_ref()
-    }
-
-    /// The compressed text if it exists already (serving it then costs nothing).
-    pub fn compressed_if_ready(&self) -> Option<&Arc<gzip::Prefix>> {
-        self.compressed.get().and_then(Option::as_ref)
-    }
-
-    /// Bytes of rendered text and compressed text this snapshot holds: what a response that
-    /// keeps it alive keeps in memory.
-    pub fn held_bytes(&self) -> usize {
-        self.rendered.get().map_or(0, |t| t.len()) + self.compressed_if_ready().map_or(0, |c| c.len())
-    }
-
-    fn shared_text(&self) -> &Arc<String> {
+    /// The same text, to share: a scrape in flight holds a reference, not a copy (with 10,000
+    /// cgroups the text is tens of MiB).
+    pub fn shared_text(&self) -> &Arc<String> {
         self.rendered.get_or_init(|| Arc::new(self.render()))
     }
 

@@ -6,30 +6,7 @@ use std::time::Duration;
 
 use regex::Regex;
 
-/// The most characters of a value an error quotes back.
-const SHOWN_CHARS: usize = 64;
-/// The most bytes of any one part of an error message (a parser's own message included).
-const MESSAGE_BYTES: usize = 1024;
-
-/// `value` quoted as `{:?}` does, cut to its first [`SHOWN_CHARS`] characters, with its length
-/// when it was longer: errors say which value without repeating all of it.
-pub fn shown(value: &str) -> String {
-    match value.char_indices().nth(SHOWN_CHARS) {
-        None => format!("{value:?}"),
-        Some((cut, _)) => format!("{:?}... ({} bytes)", &value[..cut], value.len()),
-    }
-}
-
-/// `text` cut to [`MESSAGE_BYTES`] (at a character boundary), saying how long it was. Every part
-/// of a configuration error is bounded: a value, a key or a parser's message may be as long as the
-/// file (issue 24: a 900 KB value came back whole, twice for a regex).
-pub fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.len() <= MESSAGE_BYTES {
-        return text.into();
-    }
-    let cut = (0..=MESSAGE_BYTES).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
-    format!("{}... ({} bytes in all)", &text[..cut], text.len()).into()
-}
+pub use memlock_kernel::quote::{bounded, shown};
 
 /// Parses `500ms`, `1s`, `1.5s`, `2m`, `1h`. A bare number is refused: units are not guessed.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -12,6 +12,7 @@ pub mod pid_limits;
 pub mod pid_stat;
 pub mod pid_status;
 pub mod proc_cgroups;
+pub mod quote;
 pub mod rdma_cgroup;
 pub mod rdma_sysfs;
 pub mod sysvm;

@@ -409,7 +409,7 @@ pub(super) fn check_config_file(bytes: &[u8]) -> Result<Verdict, String> {
 pub(super) fn check_web_config_file(bytes: &[u8]) -> Result<Verdict, String> {
     let path = scratch_file("web_config_file");
     std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
-    match memlock_exporter::web::load(Some(&path)) {
+    match memlock_http::webconfig::load(Some(&path)) {
         Ok(_) => Ok(Verdict::Accepted),
         Err(err) if err.to_string().contains(&path.display().to_string()) => Ok(Verdict::Rejected),
         Err(err) => Err(format!("the error does not name the file: {err}")),
@@ -469,7 +469,7 @@ pub(super) fn check_alertmanager_url(bytes: &[u8]) -> Result<Verdict, String> {
 }
 
 pub(super) fn check_basic_authorization(bytes: &[u8]) -> Result<Verdict, String> {
-    let parsed = memlock_exporter::web::parse_basic_authorization(bytes);
+    let parsed = memlock_http::webconfig::parse_basic_authorization(bytes);
     if let Some((user, _)) = &parsed {
         if user.contains(':') {
             return Err(format!("user {user:?} contains the separator"));

@@ -422,3 +422,13 @@ fn durations() {
     assert!(parse_duration("1e400s").is_err());
     assert!(parse_duration("-1s").is_err());
 }
+
+#[test]
+fn listen_addresses() {
+    assert_eq!(split_listen_address(":9478"), Ok((None, 9478)));
+    assert_eq!(split_listen_address("127.0.0.1:1"), Ok((Some("127.0.0.1".into()), 1)));
+    assert_eq!(split_listen_address("[::1]:9478"), Ok((Some("::1".into()), 9478)));
+    assert!(split_listen_address("9478").is_err());
+    assert!(split_listen_address(":99999").is_err());
+    assert!(split_listen_address("host:http").is_err());
+}

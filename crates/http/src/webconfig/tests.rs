@@ -259,9 +259,8 @@ fn client_verification_and_cipher_choices() {
 fn the_packaged_example_is_valid() {
     let dir = temp_dir("example");
     self_signed(&dir);
-    let example =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("packaging/web-config.example.yml"))
-            .unwrap();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../packaging/web-config.example.yml");
+    let example = std::fs::read_to_string(path).unwrap();
     let config = load(Some(&write(&dir, "web-config.yml", &example))).unwrap();
     assert!(config.tls.is_some());
     assert_eq!(config.headers.len(), 2);

@@ -1,4 +1,4 @@
-//! A budget for the bytes that responses in flight keep alive.
+//! The bytes of text that responses in flight keep alive, held within `web.max_response_bytes`.
 //!
 //! A scrape serves the snapshot's text without copying it, and holds it until the last byte is
 //! in the socket. Each new snapshot has a new text, so readers that started on different
@@ -15,10 +15,10 @@
 //!   reading at network speed finishes long before it could be chosen; a client reading a few
 //!   KB a second is the first to go;
 //! - when even that cannot make room, the caller may serve the newest text still held
-//!   ([`ResponseBudget::newest_held`], free to share), or answer 503 at once.
+//!   ([`HeldTexts::newest_held`], free to share), or answer 503 at once.
 //!
 //! A snapshot's texts are counted together: the text and, once a gzip scrape asked for it, its
-//! compressed form ([`Snapshot::held_bytes`]); a response of either encoding keeps the snapshot,
+//! compressed form ([`Page::held_bytes`]); a response of either encoding keeps the snapshot,
 //! so both. The compressed form, a fraction of the text, is added when it appears, without
 //! making room for it. Snapshots are told apart by their address: a response holds its
 //! snapshot, so the address cannot be reused while it is counted.
@@ -31,14 +31,14 @@ use std::time::{Duration, Instant};
 use std::sync::Weak;
 
 use super::connections::Progress;
-use memlock_core::snapshot::Snapshot;
+use crate::page::Page;
 
 /// How long a response is left alone before its transfer rate counts.
 /// Long enough to see the bytes of a reader at network speed acknowledged, short enough that a
 /// new snapshot's text does not wait long for room.
 pub const GRACE: Duration = Duration::from_millis(50);
 
-pub struct ResponseBudget {
+pub struct HeldTexts {
     /// 0: no limit.
     limit: AtomicUsize,
     state: Mutex<State>,
@@ -56,7 +56,7 @@ struct Text {
     len: usize,
     readers: HashMap<u64, Reader>,
     /// What it was rendered from (its responses keep it alive), and when it was first counted.
-    snapshot: Weak<Snapshot>,
+    snapshot: Weak<dyn Page>,
     order: u64,
 }
 
@@ -80,12 +80,12 @@ impl Reader {
 
 /// A response's claim on its text, given back when dropped (with the text's last reference).
 pub struct Reservation {
-    budget: Arc<ResponseBudget>,
+    held: Arc<HeldTexts>,
     key: usize,
     id: u64,
 }
 
-impl ResponseBudget {
+impl HeldTexts {
     pub fn new(limit: usize) -> Self {
         Self { limit: AtomicUsize::new(limit), state: Mutex::default() }
     }
@@ -99,11 +99,11 @@ impl ResponseBudget {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Counts `snapshot`'s texts, `len` bytes ([`Snapshot::held_bytes`]), as held by a response
+    /// Counts `snapshot`'s texts, `len` bytes ([`Page::held_bytes`]), as held by a response
     /// on the connection of `progress`, closing slower responses to make room if needed; `None`
     /// when there is no room.
-    pub fn reserve(self: &Arc<Self>, snapshot: &Arc<Snapshot>, len: usize, progress: &Progress) -> Option<Reservation> {
-        let (key, now) = (Arc::as_ptr(snapshot) as usize, Instant::now());
+    pub fn reserve(self: &Arc<Self>, snapshot: &Arc<dyn Page>, len: usize, progress: &Progress) -> Option<Reservation> {
+        let (key, now) = (Arc::as_ptr(snapshot) as *const () as usize, Instant::now());
         let limit = match self.limit.load(Ordering::Relaxed) {
             0 => usize::MAX,
             limit => limit,
@@ -126,7 +126,7 @@ impl ResponseBudget {
                     .collect();
                 candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
                 let (mut freed, mut chosen) = (0, Vec::new());
-                // A text larger than the whole budget is served alone.
+                // A text larger than the whole limit is served alone.
                 let fits = |freed: usize| state.total - freed == 0 || state.total - freed + len <= limit;
                 for (_, key, held) in candidates {
                     if fits(freed) {
@@ -165,11 +165,11 @@ impl ResponseBudget {
         if let Some(text) = state.texts.get_mut(&key) {
             text.readers.insert(id, reader);
         }
-        Some(Reservation { budget: self.clone(), key, id })
+        Some(Reservation { held: self.clone(), key, id })
     }
 
     /// The snapshot of the text counted last that responses still hold: free to serve again.
-    pub fn newest_held(&self) -> Option<Arc<Snapshot>> {
+    pub fn newest_held(&self) -> Option<Arc<dyn Page>> {
         let state = self.state();
         state
             .texts
@@ -187,7 +187,7 @@ impl ResponseBudget {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        let mut state = self.budget.state();
+        let mut state = self.held.state();
         let Some(text) = state.texts.get_mut(&self.key) else { return };
         // Closed to make room, the text was already given back (another with its address may
         // have been counted since, without this reader).
@@ -202,56 +202,57 @@ impl Drop for Reservation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::page::StaticPage;
     use crate::server::connections::Connections;
 
     #[tokio::test]
     async fn shared_texts_count_once_and_the_slowest_make_room() {
-        let budget = Arc::new(ResponseBudget::new(250));
+        let held = Arc::new(HeldTexts::new(250));
         let connections = Arc::new(Connections::default());
         let (slow, fast, shared, scraper) =
             (connections.open(None), connections.open(None), connections.open(None), connections.open(None));
-        let snapshot = || Arc::new(Snapshot::empty());
-        let (old, older, new) = (snapshot(), snapshot(), snapshot());
-        let on_old = budget.reserve(&old, 100, slow.progress()).unwrap();
-        let sharing = budget.reserve(&old, 100, shared.progress()).unwrap();
-        assert_eq!(budget.held(), 100, "two readers of one text hold it once");
-        let on_older = budget.reserve(&older, 100, fast.progress()).unwrap();
-        assert_eq!(budget.held(), 200);
+        let page = || Arc::new(StaticPage::new("")) as Arc<dyn Page>;
+        let (old, older, new) = (page(), page(), page());
+        let on_old = held.reserve(&old, 100, slow.progress()).unwrap();
+        let sharing = held.reserve(&old, 100, shared.progress()).unwrap();
+        assert_eq!(held.held(), 100, "two readers of one text hold it once");
+        let on_older = held.reserve(&older, 100, fast.progress()).unwrap();
+        assert_eq!(held.held(), 200);
         // Both too young to judge: no room for a third text.
-        assert!(budget.reserve(&new, 100, scraper.progress()).is_none());
+        assert!(held.reserve(&new, 100, scraper.progress()).is_none());
         tokio::time::sleep(GRACE * 2).await;
         fast.progress().written.fetch_add(1 << 20, Ordering::Relaxed);
         slow.progress().written.fetch_add(10, Ordering::Relaxed);
-        let on_new = budget.reserve(&new, 100, scraper.progress()).expect("room made");
+        let on_new = held.reserve(&new, 100, scraper.progress()).expect("room made");
         // `old`'s fastest reader wrote nothing: its readers are told to close, `older` stays.
         tokio::time::timeout(Duration::from_secs(1), slow.closed()).await.expect("the slow reader is closed");
         tokio::time::timeout(Duration::from_secs(1), shared.closed()).await.expect("and the one sharing its text");
         assert!(tokio::time::timeout(Duration::from_millis(50), fast.closed()).await.is_err(), "the fast one stays");
-        assert_eq!(budget.held(), 200);
+        assert_eq!(held.held(), 200);
         drop((on_old, sharing));
-        assert_eq!(budget.held(), 200, "already given back");
+        assert_eq!(held.held(), 200, "already given back");
         drop((on_older, on_new));
-        assert_eq!(budget.held(), 0);
-        let whole = budget.reserve(&snapshot(), 1000, scraper.progress());
+        assert_eq!(held.held(), 0);
+        let whole = held.reserve(&page(), 1000, scraper.progress());
         assert!(whole.is_some(), "a text larger than the budget is served when nothing else is held");
         tokio::time::sleep(GRACE * 2).await;
-        let other = budget.reserve(&snapshot(), 1000, fast.progress());
+        let other = held.reserve(&page(), 1000, fast.progress());
         assert!(other.is_some(), "and in place of another one that large, once it is slow enough");
         tokio::time::timeout(Duration::from_secs(1), scraper.closed()).await.expect("the one it replaces is closed");
     }
 
     #[test]
     fn a_compressed_form_that_appears_later_is_added_to_its_snapshot() {
-        let budget = Arc::new(ResponseBudget::new(1000));
+        let held = Arc::new(HeldTexts::new(1000));
         let connections = Arc::new(Connections::default());
         let (plain, gzip) = (connections.open(None), connections.open(None));
-        let snapshot = Arc::new(Snapshot::empty());
-        let first = budget.reserve(&snapshot, 100, plain.progress()).unwrap();
-        let second = budget.reserve(&snapshot, 120, gzip.progress()).unwrap();
-        assert_eq!(budget.held(), 120, "one snapshot, counted once with both its forms");
+        let snapshot = Arc::new(StaticPage::new("")) as Arc<dyn Page>;
+        let first = held.reserve(&snapshot, 100, plain.progress()).unwrap();
+        let second = held.reserve(&snapshot, 120, gzip.progress()).unwrap();
+        assert_eq!(held.held(), 120, "one snapshot, counted once with both its forms");
         drop(first);
-        assert_eq!(budget.held(), 120);
+        assert_eq!(held.held(), 120);
         drop(second);
-        assert_eq!(budget.held(), 0);
+        assert_eq!(held.held(), 0);
     }
 }

@@ -18,7 +18,6 @@ use tokio::sync::Semaphore;
 use super::connections::{Connections, OpenStream, Requests};
 use super::guard::{http2_refusal, read_preface, Rewind, WriteDeadline};
 use super::{auth, handle, AppState, HEADER_READ_TIMEOUT, MAX_CONNECTIONS, MAX_HEADER_BYTES, WRITE_STALL_TIMEOUT};
-use memlock_core::config::split_listen_address;
 
 const MAX_HEADERS: usize = 64;
 /// hyper's read buffer per connection (its minimum is 8 KiB).
@@ -66,12 +65,10 @@ const CLOSE_AT_CAP: usize = 32;
 /// none (each was serving a request or had one not yet read).
 const RETRY_CLOSE_IDLEST: Duration = Duration::from_millis(20);
 
-/// Binds the listen address; `:port` means every interface, IPv6 and IPv4 when available.
-pub async fn bind(address: &str) -> std::io::Result<TcpListener> {
-    let (host, port) =
-        split_listen_address(address).map_err(|m| std::io::Error::new(std::io::ErrorKind::InvalidInput, m))?;
+/// Binds the listen address, a host (or every interface, IPv6 and IPv4 when available) and a port.
+pub async fn bind(host: Option<&str>, port: u16) -> std::io::Result<TcpListener> {
     match host {
-        Some(host) => TcpListener::bind((host.as_str(), port)).await,
+        Some(host) => TcpListener::bind((host, port)).await,
         None => match TcpListener::bind(("::", port)).await {
             Ok(listener) => Ok(listener),
             // Hosts with IPv6 disabled: fall back to every IPv4 interface.

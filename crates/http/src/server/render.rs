@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use memlock_core::snapshot::Snapshot;
+use crate::page::Page;
 
 /// How a `/metrics` body is sent: gzip when the client accepts it (Prometheus always does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub struct Renders {
 
 #[derive(Default)]
 struct RenderState {
-    latest: Option<(Arc<Snapshot>, Instant)>,
+    latest: Option<(Arc<dyn Page>, Instant)>,
     rendering: bool,
 }
 
@@ -40,7 +40,7 @@ pub struct Renderer {
 }
 
 /// A snapshot to render, whether to compress its text too, and who waits for it.
-type RenderJob = (Arc<Snapshot>, Encoding, tokio::sync::oneshot::Sender<()>);
+type RenderJob = (Arc<dyn Page>, Encoding, tokio::sync::oneshot::Sender<()>);
 
 impl Renderer {
     pub(super) fn start() -> Renderer {
@@ -55,7 +55,7 @@ impl Renderer {
             }
         });
         if let Err(err) = spawned {
-            // Renders then happen where the text is first asked for (Snapshot::text_bytes).
+            // Renders then happen where the text is first asked for (the page's text_bytes).
             tracing::warn!(error = %err, "cannot start the render thread; scrapes render on the async workers");
         }
         Renderer { jobs: Mutex::new(jobs) }
@@ -63,7 +63,7 @@ impl Renderer {
 
     /// Renders `snapshot`'s text (and compresses it for `Encoding::Gzip`), waiting without
     /// holding the async worker.
-    pub(super) async fn render(&self, snapshot: Arc<Snapshot>, encoding: Encoding) {
+    pub(super) async fn render(&self, snapshot: Arc<dyn Page>, encoding: Encoding) {
         let (done, rendered) = tokio::sync::oneshot::channel();
         let sent = self.jobs.lock().unwrap_or_else(PoisonError::into_inner).send((snapshot, encoding, done));
         if sent.is_ok() {
@@ -81,7 +81,7 @@ impl Renders {
     }
 
     /// The snapshot to serve now, with its text rendered (by `renderer`).
-    pub(super) async fn serve(&self, current: Arc<Snapshot>, renderer: &Renderer) -> Arc<Snapshot> {
+    pub(super) async fn serve(&self, current: Arc<dyn Page>, renderer: &Renderer) -> Arc<dyn Page> {
         if current.is_rendered() {
             return current;
         }
@@ -111,14 +111,19 @@ impl Renders {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::page::StaticPage;
+
+    fn page() -> Arc<dyn Page> {
+        Arc::new(StaticPage::new("# a page\n"))
+    }
 
     #[tokio::test]
     async fn a_new_snapshot_is_rendered_at_most_once_a_render_interval() {
         let (renders, renderer) = (Renders::default(), Renderer::start());
-        let first = Arc::new(Snapshot::empty());
+        let first = page();
         assert!(Arc::ptr_eq(&renders.serve(first.clone(), &renderer).await, &first), "nothing rendered yet: render it");
         assert!(first.is_rendered());
-        let second = Arc::new(Snapshot::empty());
+        let second = page();
         assert!(
             Arc::ptr_eq(&renders.serve(second.clone(), &renderer).await, &first),
             "the last render is recent: serve it"
@@ -129,7 +134,7 @@ mod tests {
             Arc::ptr_eq(&renders.serve(second.clone(), &renderer).await, &second),
             "a render interval later: the latest"
         );
-        let third = Arc::new(Snapshot::empty());
+        let third = page();
         let _ = third.text();
         assert!(Arc::ptr_eq(&renders.serve(third.clone(), &renderer).await, &third), "rendered already: free to serve");
     }

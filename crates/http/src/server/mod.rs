@@ -1,5 +1,5 @@
 //! HTTP endpoints: `/metrics` (configurable), `/`, `/-/healthy`, `/-/ready`, over plain HTTP
-//! or TLS, with optional basic auth (see [`crate::web`]).
+//! or TLS, with optional basic auth (see [`crate::webconfig`]).
 //!
 //! A scrape serves the latest snapshot's text, rendered once and shared (never copied), plus a
 //! few series that depend on the moment of the scrape; a new snapshot is rendered at most once
@@ -23,7 +23,7 @@
 //! - a request pipelined behind a response waits until the client has acknowledged that
 //!   response, and the kernel's buffers of each connection are bounded (`listen.rs`);
 //! - the snapshot texts that responses in flight keep alive are bounded by
-//!   `web.max_response_bytes` (`budget.rs`).
+//!   `web.max_response_bytes` (`held.rs`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -37,22 +37,21 @@ use hyper::header::{
 };
 use hyper::{Method, Request, Response, StatusCode};
 use prometheus::{Encoder, Registry, TextEncoder};
-use tokio::sync::watch;
 
 mod auth;
 mod body;
-mod budget;
 mod connections;
 mod guard;
+mod held;
 mod listen;
 mod render;
 
-use crate::web::WebConfig;
+use crate::gzip;
+use crate::page::Pages;
+use crate::webconfig::WebConfig;
 use auth::{AuthGate, Entry, Verdict};
-use budget::ResponseBudget;
 use connections::{Progress, Requests};
-use memlock_core::gzip;
-use memlock_core::snapshot::Snapshot;
+use held::HeldTexts;
 use render::Renderer;
 
 pub use body::{held, Chunks};
@@ -72,7 +71,8 @@ pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8
 
 /// What requests are served from. Replaced as a whole when the configuration is reloaded.
 pub struct Site {
-    pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    /// The page to serve at the telemetry path.
+    pub pages: Pages,
     pub telemetry_path: String,
     /// Enabled collectors and their intervals, in order, for readiness and the landing page.
     pub collectors: Vec<(&'static str, Duration)>,
@@ -91,14 +91,14 @@ pub struct AppState {
     in_flight: AtomicUsize,
     /// Kept across reloads: failures are counted per client, whatever the configuration.
     auth: AuthGate,
-    budget: Arc<ResponseBudget>,
+    held: Arc<HeldTexts>,
     renderer: Renderer,
 }
 
 impl AppState {
     pub fn new(site: Site, registry: Registry) -> Self {
         Self {
-            budget: Arc::new(ResponseBudget::new(site.max_response_bytes)),
+            held: Arc::new(HeldTexts::new(site.max_response_bytes)),
             site: RwLock::new(Arc::new(site)),
             registry,
             in_flight: AtomicUsize::new(0),
@@ -114,7 +114,7 @@ impl AppState {
 
     /// Swaps in a new site: requests from now on use it, requests in progress finish on the old.
     pub fn replace_site(&self, site: Site) {
-        self.budget.set_limit(site.max_response_bytes);
+        self.held.set_limit(site.max_response_bytes);
         let mut current = self.site.write().unwrap_or_else(PoisonError::into_inner);
         // Remembered credentials survive a reload that keeps the users file as it was.
         if let (Some(new), Some(old)) = (&site.web.users, &current.web.users) {
@@ -245,43 +245,43 @@ fn refusal(verdict: Verdict) -> Response<Chunks> {
 }
 
 async fn metrics(state: &AppState, site: &Site, progress: &Progress, encoding: Encoding) -> Response<Chunks> {
-    let current = site.snapshots.borrow().clone();
-    let mut snapshot = site.rendered.serve(current, &state.renderer).await;
-    if encoding == Encoding::Gzip && snapshot.compressed_if_ready().is_none() {
-        // Once per snapshot served: a snapshot is served at most once a render interval.
-        state.renderer.render(snapshot.clone(), Encoding::Gzip).await;
+    let current = (site.pages)();
+    let mut page = site.rendered.serve(current, &state.renderer).await;
+    if encoding == Encoding::Gzip && page.compressed_if_ready().is_none() {
+        // Once per page served: a page is served at most once a render interval.
+        state.renderer.render(page.clone(), Encoding::Gzip).await;
     }
-    // The sampled text (or its compressed form) is shared with the snapshot, not copied: a
-    // request in flight costs a reference, however large the snapshot and however many
-    // scrapers. Texts of older snapshots that responses still hold are bounded by the budget.
-    let mut reservation = state.budget.reserve(&snapshot, snapshot.held_bytes(), progress);
+    // The sampled text (or its compressed form) is shared with the page, not copied: a
+    // request in flight costs a reference, however large the page and however many
+    // scrapers. Texts of older pages that responses still hold are bounded (`held.rs`).
+    let mut reservation = state.held.reserve(&page, page.held_bytes(), progress);
     if reservation.is_none() {
         // No room for the new text while young responses hold an older one: that one is held
         // already and free to share (a render or two older), in the form it has.
-        if let Some(held) = state.budget.newest_held() {
-            reservation = state.budget.reserve(&held, held.held_bytes(), progress);
-            snapshot = held;
+        if let Some(held) = state.held.newest_held() {
+            reservation = state.held.reserve(&held, held.held_bytes(), progress);
+            page = held;
         }
     }
     let Some(reservation) = reservation else {
         return plain(StatusCode::SERVICE_UNAVAILABLE, "Too many large responses in flight; try again.\n");
     };
     // The series of the moment: sample ages, then the exporter's own metrics.
-    let mut tail = snapshot.render_ages(Instant::now()).into_bytes();
+    let mut tail = page.moment(Instant::now()).into_bytes();
     if let Err(err) = TextEncoder::new().encode(&state.registry.gather(), &mut tail) {
         tracing::warn!(error = %err, "encoding the exporter's own metrics failed");
     }
     let compressed = match encoding {
-        Encoding::Gzip => snapshot.compressed_if_ready().cloned(),
+        Encoding::Gzip => page.compressed_if_ready().cloned(),
         Encoding::Identity => None,
     };
-    // The response keeps its snapshot too (a vector of shared reports, cheap beside the text),
+    // The response keeps its page too (a vector of shared reports, cheap beside the text),
     // so that a later scrape can fall back to it while it is in flight.
     let (body, gzipped) = match compressed.as_deref().and_then(|prefix| prefix.member(&tail)) {
-        Some([header, shared, end]) => (Chunks::new([header, held(shared, (reservation, snapshot)), end]), true),
+        Some([header, shared, end]) => (Chunks::new([header, held(shared, (reservation, page)), end]), true),
         None => {
-            let text = snapshot.text_bytes();
-            (Chunks::new([held(text, (reservation, snapshot)), Bytes::from(tail)]), false)
+            let text = page.text_bytes();
+            (Chunks::new([held(text, (reservation, page)), Bytes::from(tail)]), false)
         }
     };
     let mut response = Response::new(body);
@@ -293,8 +293,8 @@ async fn metrics(state: &AppState, site: &Site, progress: &Progress, encoding: E
 }
 
 fn ready(site: &Site) -> Response<Chunks> {
-    let snapshot = site.snapshots.borrow().clone();
-    let missing: Vec<&str> = site.collectors.iter().map(|(c, _)| *c).filter(|c| snapshot.report(c).is_none()).collect();
+    let page = (site.pages)();
+    let missing: Vec<&str> = site.collectors.iter().map(|(c, _)| *c).filter(|c| page.last_run(c).is_none()).collect();
     if missing.is_empty() {
         plain(StatusCode::OK, "Ready\n")
     } else {
@@ -306,14 +306,14 @@ fn ready(site: &Site) -> Response<Chunks> {
 }
 
 fn landing(site: &Site) -> Response<Chunks> {
-    let snapshot = site.snapshots.borrow().clone();
+    let page = (site.pages)();
     let now = Instant::now();
     let mut rows = String::new();
     for (name, _) in &site.collectors {
-        let (status, age) = match snapshot.report(name) {
-            Some(r) => (
-                if r.success { "ok" } else { "failing" },
-                format!("{:.1}s ago", now.saturating_duration_since(r.finished).as_secs_f64()),
+        let (status, age) = match page.last_run(name) {
+            Some((success, finished)) => (
+                if success { "ok" } else { "failing" },
+                format!("{:.1}s ago", now.saturating_duration_since(finished).as_secs_f64()),
             ),
             None => ("not run yet", "-".to_owned()),
         };
@@ -349,14 +349,15 @@ fn html_escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::page::{Page, StaticPage};
     use connections::Connections;
     use hyper::body::Body;
-    use memlock_core::config::split_listen_address;
 
-    /// A site serving `snapshot` at /metrics, without TLS or auth.
-    fn test_site(snapshot: &Arc<Snapshot>, max_requests: usize) -> Site {
+    /// A site serving `page` at /metrics, without TLS or auth.
+    fn test_site(page: &Arc<dyn Page>, max_requests: usize) -> Site {
+        let page = page.clone();
         Site {
-            snapshots: watch::channel(snapshot.clone()).1,
+            pages: Box::new(move || page.clone()),
             telemetry_path: "/metrics".into(),
             collectors: vec![],
             web: Arc::default(),
@@ -366,63 +367,42 @@ mod tests {
         }
     }
 
-    #[test]
-    fn listen_addresses() {
-        assert_eq!(split_listen_address(":9478"), Ok((None, 9478)));
-        assert_eq!(split_listen_address("127.0.0.1:1"), Ok((Some("127.0.0.1".into()), 1)));
-        assert_eq!(split_listen_address("[::1]:9478"), Ok((Some("::1".into()), 9478)));
-        assert!(split_listen_address("9478").is_err());
-        assert!(split_listen_address(":99999").is_err());
-        assert!(split_listen_address("host:http").is_err());
-    }
-
-    /// Found by the scale tests: every scrape copied the whole snapshot text (37 MB with 10,000
-    /// cgroups), so 40 concurrent scrapes (the default web.max_requests) needed 1.5 GB, far
-    /// over the unit's MemoryMax. A response now holds a reference to the snapshot's text.
+    /// Found by the scale tests: every scrape copied the whole page text (tens of MB with 10,000
+    /// cgroups), so 40 concurrent scrapes (the default web.max_requests) needed more than a GB,
+    /// far over the unit's MemoryMax. A response holds a reference to the page's text.
     #[tokio::test]
-    async fn scrapes_share_the_snapshot_text_instead_of_copying_it() {
+    async fn scrapes_share_the_page_text_instead_of_copying_it() {
         use http_body_util::BodyExt;
-        let report = memlock_core::snapshot::Report {
-            collector: "node",
-            success: true,
-            duration: Duration::from_millis(3),
-            interval: Duration::from_secs(1),
-            finished: Instant::now(),
-            data: None,
-            trends: Arc::default(),
-        };
-        let snapshot = Arc::new(Snapshot::new(vec![report]));
-        let (a, b) = (snapshot.text_bytes(), snapshot.text_bytes());
+        let moment = "memlock_exporter_collector_sample_age_seconds{collector=\"node\"} 0.1\n";
+        let page: Arc<dyn Page> = Arc::new(StaticPage::new("memlock_node_mlocked_bytes 0\n").with_moment(moment));
+        let (a, b) = (page.text_bytes(), page.text_bytes());
         assert!(!a.is_empty());
         assert_eq!(a.as_ptr(), b.as_ptr(), "two scrapes, one copy");
-        assert_eq!(a.as_ptr(), snapshot.text().as_ptr());
-        let site = test_site(&snapshot, 0);
+        assert_eq!(a.as_ptr(), page.text().as_ptr());
+        let site = test_site(&page, 0);
         let registry = Registry::new();
         let gauge = prometheus::IntGauge::new("memlock_exporter_test", "A test gauge.").unwrap();
         registry.register(Box::new(gauge)).unwrap();
-        let state = AppState::new(test_site(&snapshot, 0), registry);
+        let state = AppState::new(test_site(&page, 0), registry);
         let place = Arc::new(Connections::default()).open(None);
         let response = metrics(&state, &site, place.progress(), Encoding::Identity).await;
         let exact = response.body().size_hint().exact().expect("an exact length, so Content-Length is sent");
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body.len() as u64, exact);
         let text = std::str::from_utf8(&body).unwrap();
-        assert!(text.starts_with(snapshot.text()));
-        assert!(
-            text.contains("memlock_exporter_collector_sample_age_seconds{collector=\"node\"}")
-                && text.ends_with("memlock_exporter_test 0\n"),
-            "{text}"
-        );
+        assert!(text.starts_with(page.text().as_str()));
+        assert!(text.contains(moment) && text.ends_with("memlock_exporter_test 0\n"), "{text}");
     }
 
-    /// Issue 17: a gzip scrape is the snapshot's text compressed once, shared by every gzip
-    /// scrape of that snapshot, followed by the series of the moment.
+    /// A gzip scrape is the page's text compressed once, shared by every gzip scrape of that
+    /// page, followed by the series of the moment.
     #[tokio::test]
     async fn gzip_scrapes_share_one_compressed_text() {
         use http_body_util::BodyExt;
         use std::io::Read;
-        let snapshot = Arc::new(Snapshot::empty());
-        let (state, site) = (AppState::new(test_site(&snapshot, 0), Registry::new()), test_site(&snapshot, 0));
+        let moment = "memlock_exporter_collector_sample_age_seconds{collector=\"node\"} 0.1\n";
+        let page: Arc<dyn Page> = Arc::new(StaticPage::new("memlock_node_mlocked_bytes 0\n").with_moment(moment));
+        let (state, site) = (AppState::new(test_site(&page, 0), Registry::new()), test_site(&page, 0));
         let place = Arc::new(Connections::default()).open(None);
         let mut bodies = Vec::new();
         for _ in 0..2 {
@@ -434,16 +414,16 @@ mod tests {
             bodies.push(chunks);
         }
         assert_eq!(bodies[0][1].as_ptr(), bodies[1][1].as_ptr(), "two gzip scrapes, one compressed text");
-        assert_eq!(bodies[0][1].as_ptr(), snapshot.compressed().unwrap().shared().as_ptr());
+        assert_eq!(bodies[0][1].as_ptr(), page.compressed().unwrap().shared().as_ptr());
         let joined: Vec<u8> = bodies[0].iter().flat_map(|c| c.iter().copied()).collect();
         let mut text = String::new();
         flate2::read::GzDecoder::new(&joined[..]).read_to_string(&mut text).unwrap();
-        assert!(text.starts_with(snapshot.text()), "{text}");
-        assert!(text.contains("memlock_exporter_collector_sample_age_seconds") || snapshot.reports.is_empty());
+        assert!(text.starts_with(page.text().as_str()), "{text}");
+        assert!(text.contains(moment), "{text}");
         let identity = metrics(&state, &site, place.progress(), Encoding::Identity).await;
         assert!(identity.headers().get(CONTENT_ENCODING).is_none());
         let plain = identity.into_body().collect().await.unwrap().to_bytes();
-        assert!(plain.starts_with(snapshot.text().as_bytes()));
+        assert!(plain.starts_with(page.text().as_bytes()));
     }
 
     /// hyper drops a response body at its last frame, while that frame may still be queued for
@@ -474,7 +454,8 @@ mod tests {
 
     #[test]
     fn request_slots_are_bounded_and_released() {
-        let state = AppState::new(test_site(&Arc::new(Snapshot::empty()), 2), Registry::new());
+        let page: Arc<dyn Page> = Arc::new(StaticPage::new(""));
+        let state = AppState::new(test_site(&page, 2), Registry::new());
         let first = state.admit(2).unwrap();
         let second = state.admit(2).unwrap();
         assert!(state.admit(2).is_none());

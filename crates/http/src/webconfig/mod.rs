@@ -40,7 +40,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 use thiserror::Error;
 
-use memlock_core::config::{bounded, shown};
+use memlock_kernel::quote::{bounded, shown};
 
 /// A problem with the web configuration: the file, and the key (`tls_server_config.cert_file`)
 /// when one is to blame.

@@ -5,7 +5,7 @@
 //! and clients that hung up right after sending left their checks running on tokio's blocking
 //! pool: 8 of them took the daemon from 9 to 520 threads (issue 15). Now:
 //! - credentials verified within [`VERIFIED_TTL`] are answered from memory, before any limit
-//!   below, and so is a wrong password sent again (`web::BasicAuth`): a repeated wrong password
+//!   below, and so is a wrong password sent again (`webconfig::BasicAuth`): a repeated wrong password
 //!   costs one bcrypt check in all and nothing of its address's allowance;
 //! - at most [`BCRYPT_WORKERS`] checks run at once, and [`BCRYPT_WAITING`] more may wait; a
 //!   request beyond that is answered 503 at once;
@@ -41,8 +41,8 @@ use hyper::header::HeaderValue;
 use tokio::sync::{Notify, Semaphore};
 
 #[cfg(doc)]
-use crate::web::VERIFIED_TTL;
-use crate::web::{self, WebConfig};
+use crate::webconfig::VERIFIED_TTL;
+use crate::webconfig::{self, WebConfig};
 
 /// bcrypt checks running at once: one core's worth, so the other keeps serving and sampling.
 pub const BCRYPT_WORKERS: usize = 1;
@@ -226,7 +226,7 @@ impl AuthGate {
     /// CPU to speak of, but may wait (up to [`LINE_WAIT`]) for the address's turn.
     pub async fn enter(&self, web: &Arc<WebConfig>, header: Option<&HeaderValue>, peer: IpAddr) -> Entry<'_> {
         let Some(users) = &web.users else { return Entry::Decided(Verdict::Allowed) };
-        let Some((user, password)) = header.and_then(|h| web::parse_basic_authorization(h.as_bytes())) else {
+        let Some((user, password)) = header.and_then(|h| webconfig::parse_basic_authorization(h.as_bytes())) else {
             return Entry::Decided(Verdict::Denied);
         };
         match users.cached(&user, &password) {
@@ -413,7 +413,7 @@ mod tests {
 
     fn web(hash: &str) -> Arc<WebConfig> {
         Arc::new(WebConfig {
-            users: Some(web::BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), hash.to_owned())]))),
+            users: Some(webconfig::BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), hash.to_owned())]))),
             ..WebConfig::default()
         })
     }
