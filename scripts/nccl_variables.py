@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates src/preflight/nccl/variables.rs, the NCCL environment variables `check` knows, from NCCL's source.
+"""Generates crates/preflight/src/nccl/variables.rs, the NCCL environment variables `check` knows, from NCCL's source.
 
     /usr/bin/python3 scripts/nccl_variables.py --git-dir /path/to/nccl.git --commit 5067397c
 

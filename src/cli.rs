@@ -4,7 +4,7 @@
 
 use clap::{Parser, Subcommand};
 
-pub use crate::serve::args::{CollectorToggles, ServeArgs};
+pub use crate::daemon::args::ServeArgs;
 
 #[derive(Debug, Parser)]
 #[command(

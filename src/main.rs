@@ -1,26 +1,38 @@
+//! memlock-exporter: samples locked and pinned memory against every limit that can make an RDMA
+//! registration (`ibv_reg_mr`) or `mlock` fail, exports it to Prometheus, and pages before a job
+//! fails. The binary is the command line ([`cli`]), the daemon's wiring ([`daemon`]: its own
+//! metrics, reload, systemd's watchdog), [`reload`]'s file watch, [`sdnotify`], [`logging`] and
+//! [`heap`]; the work is in the member crates (crates/: kernel, core, http, preflight).
+
+mod cli;
+mod daemon;
+mod heap;
+mod logging;
+mod reload;
+mod sdnotify;
+
 use std::process::ExitCode;
 
 use clap::Parser;
+use cli::{Cli, Command, ServeArgs};
 use memlock_core::exit;
-use memlock_exporter::cli::{Cli, Command, ServeArgs};
-use memlock_exporter::{logging, serve};
 use memlock_preflight::{check, drill, estimate};
 
 /// Runs before Rust's runtime and `main`: the daemon's stop signals are held from the first
-/// instruction that is ours until its handlers are in place (see `serve::hold_stop_signals`).
+/// instruction that is ours until its handlers are in place (see `daemon::hold_stop_signals`).
 #[used]
 #[link_section = ".init_array"]
-static HOLD_STOP_SIGNALS: extern "C" fn() = serve::hold_stop_signals;
+static HOLD_STOP_SIGNALS: extern "C" fn() = daemon::hold_stop_signals;
 
 /// Counts the heap in use for `memlock_exporter_heap_allocated_bytes` (see `heap`).
 #[global_allocator]
-static ALLOCATOR: memlock_exporter::heap::CountingAllocator = memlock_exporter::heap::CountingAllocator;
+static ALLOCATOR: heap::CountingAllocator = heap::CountingAllocator;
 
 fn main() -> ExitCode {
-    memlock_exporter::heap::mark_installed();
+    heap::mark_installed();
     let cli = Cli::parse();
     if !matches!(cli.command, None | Some(Command::Serve(_))) {
-        serve::release_stop_signals();
+        daemon::release_stop_signals();
     }
     match cli.command {
         None => run_serve(cli.serve),
@@ -42,7 +54,7 @@ fn run_drill(args: &drill::DrillArgs) -> ExitCode {
 }
 
 fn run_serve(args: ServeArgs) -> ExitCode {
-    let config = match serve::load_config(&args) {
+    let config = match daemon::load_config(&args) {
         Ok(config) => config,
         Err(err) => {
             eprintln!("memlock-exporter: {err}");
@@ -50,7 +62,7 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         }
     };
     logging::init(config.log_level, config.log_format);
-    match serve::run(config, &args) {
+    match daemon::run(config, &args) {
         Ok(()) => ExitCode::from(exit::OK),
         Err(err) => {
             tracing::error!(error = %err, "exiting");

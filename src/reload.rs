@@ -21,7 +21,6 @@ pub const SETTLE: Duration = Duration::from_millis(300);
 /// Watches the directories of a set of files and sends `()` on `events` when something in them
 /// may have changed.
 pub struct FileWatch {
-    files: Vec<PathBuf>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
 
@@ -30,7 +29,7 @@ impl FileWatch {
         let names: BTreeSet<OsString> = files.iter().filter_map(|f| f.file_name().map(|n| n.to_owned())).collect();
         let dirs: BTreeSet<PathBuf> = files.iter().map(|f| directory_of(f)).collect();
         if files.is_empty() {
-            return FileWatch { files, _watcher: None };
+            return FileWatch { _watcher: None };
         }
         let handler = move |event: notify::Result<notify::Event>| {
             let relevant = match &event {
@@ -48,7 +47,7 @@ impl FileWatch {
             Ok(watcher) => watcher,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot watch configuration files; reload with SIGHUP");
-                return FileWatch { files, _watcher: None };
+                return FileWatch { _watcher: None };
             }
         };
         for dir in &dirs {
@@ -57,11 +56,7 @@ impl FileWatch {
             }
         }
         tracing::debug!(files = ?files, "watching configuration files");
-        FileWatch { files, _watcher: Some(watcher) }
-    }
-
-    pub fn files(&self) -> &[PathBuf] {
-        &self.files
+        FileWatch { _watcher: Some(watcher) }
     }
 }
 

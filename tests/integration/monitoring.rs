@@ -45,14 +45,14 @@ fn every_alert_has_a_runbook_section_and_a_name_the_fast_path_does_not_use() {
     for alert in &alerts {
         assert!(runbooks.lines().any(|l| l == format!("## {alert}")), "docs/runbooks.md has no `## {alert}`");
     }
-    // The fast path (src/alerting/, its alert names per trend scope in src/scopes.rs) links its
+    // The fast path (crates/core/src/alerting/, its alert names per trend scope in crates/core/src/scopes.rs) links its
     // own alerts to the same document.
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repository().join("src/alerting"))
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repository().join("crates/core/src/alerting"))
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|e| e == "rs"))
         .collect();
-    files.push(repository().join("src/scopes.rs"));
+    files.push(repository().join("crates/core/src/scopes.rs"));
     let fast_path = files.iter().map(|f| std::fs::read_to_string(f).unwrap()).collect::<Vec<_>>().join("\n");
     let fast: Vec<&str> = fast_path
         .split('"')
@@ -68,7 +68,7 @@ fn every_alert_has_a_runbook_section_and_a_name_the_fast_path_does_not_use() {
     }
 }
 
-/// The fast path's defaults (src/config/, and the scopes' floors in src/scopes.rs) against
+/// The fast path's defaults (crates/core/src/config/, and the scopes' floors in crates/core/src/scopes.rs) against
 /// alerts/thresholds.yml: a fast-path alert and the Prometheus rule it stands beside must not
 /// call one condition at two levels, unless the difference is listed below with its reason.
 #[test]

@@ -18,7 +18,7 @@
 //! file; lowering it takes a restart.
 
 pub mod args;
-mod daemon;
+mod lifecycle;
 mod own_metrics;
 mod page;
 mod watchdog;
@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use crate::reload;
 use crate::sdnotify::{self, Notifier};
 use args::ServeArgs;
-use daemon::{Daemon, Running};
+use lifecycle::{Daemon, Running};
 use memlock_core::config::{self, split_listen_address, Config, ConfigError, Sources};
 use memlock_http::server::{self, AppState};
 use memlock_http::webconfig::{self, WebConfigError};
@@ -108,21 +108,22 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     let (host, port) = split_listen_address(&config.listen_address)
         .map_err(|message| bind_error(std::io::Error::new(std::io::ErrorKind::InvalidInput, message)))?;
     let listener = server::bind(host.as_deref(), port).await.map_err(bind_error)?;
-    let (sampler, snapshots, enabled) = daemon::start_sampler(&config, &own)?;
+    let (sampler, snapshots, enabled) = lifecycle::start_sampler(&config, &own)?;
     let address = server::local_address(&listener).map(|a| a.to_string()).unwrap_or_default();
     tracing::info!(
         address = %address,
         telemetry_path = %config.telemetry_path,
-        collectors = %daemon::names(&enabled),
+        collectors = %lifecycle::names(&enabled),
         procfs = %config.roots.procfs.display(),
         sysfs = %config.roots.sysfs.display(),
         web = %web.summary(),
         version = env!("CARGO_PKG_VERSION"),
         "listening"
     );
-    let alert_task = daemon::start_alerting(&config, &snapshots, &own);
+    let alert_task = lifecycle::start_alerting(&config, &snapshots, &own);
     own.loaded(true);
-    let state = Arc::new(AppState::new(daemon::site(&config, snapshots.clone(), enabled, web), own.registry.clone()));
+    let state =
+        Arc::new(AppState::new(lifecycle::site(&config, snapshots.clone(), enabled, web), own.registry.clone()));
 
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let server_task = tokio::spawn(server::serve(
