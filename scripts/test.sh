@@ -98,8 +98,9 @@ format_and_lint() {
 
 # MEMLOCK_TESTS_REQUIRE_ALL: a test whose requirement (root, a v1 memory hierarchy) is unmet
 # fails here instead of skipping itself as it does in a contributor's plain `cargo test`.
+# MEMLOCK_SCALE_TESTS: the generated-host scale tests, opt-in for a contributor, run here.
 unit_and_integration() {
-    MEMLOCK_TESTS_REQUIRE_ALL=1 cargo test --locked --workspace --no-fail-fast -- --test-threads=2
+    MEMLOCK_SCALE_TESTS=1 MEMLOCK_TESTS_REQUIRE_ALL=1 cargo test --locked --workspace --no-fail-fast -- --test-threads=2
 }
 
 unit_only() {

@@ -59,6 +59,13 @@ macro_rules! require {
     };
 }
 
+/// Whether the scale tests run: they generate hosts of tens of thousands of processes and take
+/// minutes, so a contributor's `cargo test` leaves them out unless MEMLOCK_SCALE_TESTS=1;
+/// scripts/test.sh (and so CI) sets it.
+pub fn scale_tests_enabled() -> bool {
+    std::env::var_os("MEMLOCK_SCALE_TESTS").is_some_and(|v| v == "1")
+}
+
 /// What [`require!`] does with an unmet requirement: panics under MEMLOCK_TESTS_REQUIRE_ALL,
 /// else prints "skipped: WHY".
 pub fn unmet(why: &str) {

@@ -95,6 +95,7 @@ impl Drop for Churn {
 
 #[test]
 fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
+    crate::require!(crate::util::scale_tests_enabled(), "a scale test: MEMLOCK_SCALE_TESTS=1 runs it");
     const PROCESSES: u32 = 600;
     const PODS: usize = 100;
     let samples: f64 = env_or("SCALE_CHURN_SAMPLES", 600.0);

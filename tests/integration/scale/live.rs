@@ -46,6 +46,7 @@ impl Drop for LiveChurn {
 
 #[test]
 fn live_churn_of_real_processes_and_cgroups() {
+    crate::require!(crate::util::scale_tests_enabled(), "a scale test: MEMLOCK_SCALE_TESTS=1 runs it");
     crate::require!(is_root(), "the live churn needs root (it creates memory cgroups)");
     crate::require!(
         Path::new(MEMORY).join("memory.usage_in_bytes").exists(),

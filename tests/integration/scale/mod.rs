@@ -273,6 +273,7 @@ fn promtool_check(text: &str, context: &str) {
 
 #[test]
 fn a_generated_host_of_20000_processes_and_10000_cgroups() {
+    crate::require!(crate::util::scale_tests_enabled(), "a scale test: MEMLOCK_SCALE_TESTS=1 runs it");
     const PROCESSES: u32 = 20_000;
     // 4 + pods * (1 pod + 3 containers) = 10,000 cgroups.
     const PODS: usize = 2_499;
