@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Candidate, Labels};
-use crate::collect::failures::{Cause, FailuresStats, Figures, Series, SeriesKey};
+use crate::collect::failures::{Cause, Figures, Series, SeriesKey};
 use crate::config::AlertingConfig;
 use crate::snapshot::Snapshot;
 use crate::units::bytes;
@@ -21,17 +21,11 @@ pub const ALERTNAME: &str = "MemlockRegistrationFailed";
 
 /// One candidate per failure series refused within [`HOLD`] of `now`.
 pub fn candidates(snapshot: &Snapshot, config: &AlertingConfig, now: Instant) -> Vec<Candidate> {
-    let Some(stats) = snapshot
-        .report("failures")
-        .and_then(|r| r.data.as_ref())
-        .and_then(|d| d.as_any().downcast_ref::<FailuresStats>())
-    else {
-        return Vec::new();
-    };
-    stats
-        .book
-        .series
+    snapshot
+        .reports
         .iter()
+        .filter_map(|r| r.data.as_ref()?.refusals())
+        .flat_map(|book| book.series.iter())
         .filter(|(_, s)| now.saturating_duration_since(s.last_at) <= HOLD)
         .map(|(key, series)| candidate(key, series, config))
         .collect()

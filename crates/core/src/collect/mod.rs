@@ -54,7 +54,13 @@ pub trait Stats: std::fmt::Debug + Send + Sync + 'static {
         &[]
     }
 
-    /// For readers that need the collector's own type (the failures collector's page, tests).
+    /// The refusals the kernel gave registrations and locks, by series (the failures collector's
+    /// data): what the fast path pages on.
+    fn refusals(&self) -> Option<&failures::Book> {
+        None
+    }
+
+    /// For readers that need the collector's own type (tests).
     fn as_any(&self) -> &dyn Any;
 }
 

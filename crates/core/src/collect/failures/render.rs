@@ -4,7 +4,7 @@ use crate::budget::{Claim, Grants, Tier};
 use crate::exposition::{Exposition, Kind};
 
 use super::cause::SeriesKey;
-use super::series::{Series, MAX_SERIES};
+use super::series::{Book, Series, MAX_SERIES};
 use super::FailuresStats;
 
 /// The budget's class of the per-process failure series.
@@ -160,6 +160,10 @@ impl crate::collect::Stats for FailuresStats {
         }]
     }
 
+    fn refusals(&self) -> Option<&Book> {
+        Some(&self.book)
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
@@ -169,7 +173,7 @@ impl crate::collect::Stats for FailuresStats {
 mod tests {
     use std::time::Instant;
 
-    use super::super::{Book, Cause, Figures, Mode, Unsupported, CALLS};
+    use super::super::{Cause, Figures, Mode, Unsupported, CALLS};
     use super::*;
 
     fn key(pid: u32) -> SeriesKey {
