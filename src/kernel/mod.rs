@@ -7,6 +7,7 @@ pub mod memcg;
 pub mod meminfo;
 pub mod nldev;
 pub mod pid_cgroup;
+pub mod pid_creds;
 pub mod pid_limits;
 pub mod pid_stat;
 pub mod pid_status;
