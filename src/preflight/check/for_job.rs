@@ -233,3 +233,7 @@ fn nccl_mapped(roots: &Roots, pid: &str) -> Option<String> {
         None => "not mapped by the checked process".into(),
     })
 }
+
+#[cfg(test)]
+#[path = "for_job_tests.rs"]
+mod tests;

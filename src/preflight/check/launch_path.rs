@@ -583,4 +583,4 @@ fn covers(path: &LaunchPath, other: &str) -> bool {
 
 #[cfg(test)]
 #[path = "launch_path_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -646,4 +646,6 @@ pub mod for_job;
 pub mod launch_path;
 
 #[cfg(test)]
+mod policy_parity;
+#[cfg(test)]
 mod tests;
