@@ -58,7 +58,10 @@ impl Proc {
         self.identity.launcher().map(|l| l.name)
     }
     fn shown(&self) -> String {
-        format!("{} (pid {}, memlock {})", self.comm, self.pid, show_limits(self.limits))
+        format!("{} ({})", self.comm, self.figures())
+    }
+    fn figures(&self) -> String {
+        format!("pid {}, memlock {}", self.pid, show_limits(self.limits))
     }
 }
 
@@ -437,7 +440,7 @@ fn remedy(path: &LaunchPath, etc: &Path, errors: &mut Vec<String>) -> (String, S
             let fix_unit = format!(
                 "slurmd{} hands every step its limit: {}{at}, then `systemctl daemon-reload && systemctl restart \
                     slurmd`",
-                slurmd.as_ref().map(|p| format!(" {}", p.shown())).unwrap_or_default(),
+                slurmd.as_ref().map(|p| format!(" ({})", p.figures())).unwrap_or_default(),
                 dropin("slurmd.service")
             );
             let fix_propagation = |at: &str| {
@@ -477,7 +480,7 @@ fn remedy(path: &LaunchPath, etc: &Path, errors: &mut Vec<String>) -> (String, S
         }
         LaunchPath::Kubernetes { runtime } => {
             let runtime_name = runtime.as_ref().and_then(|r| r.name()).unwrap_or("containerd");
-            let shown = runtime.as_ref().map(|r| format!(" {}", r.shown())).unwrap_or_default();
+            let shown = runtime.as_ref().map(|r| format!(" ({})", r.figures())).unwrap_or_default();
             if runtime_name == "crio" {
                 (
                     format!(
@@ -502,7 +505,7 @@ fn remedy(path: &LaunchPath, etc: &Path, errors: &mut Vec<String>) -> (String, S
             }
         }
         LaunchPath::Containerd { engine } => {
-            let shown = engine.as_ref().map(|e| format!(" {}", e.shown())).unwrap_or_default();
+            let shown = engine.as_ref().map(|e| format!(" ({})", e.figures())).unwrap_or_default();
             (
                 format!(
                     "containers inherit the limit of containerd's shims{shown}: {}, then `systemctl daemon-reload && \
