@@ -12,13 +12,13 @@
 //!   unit's `LimitMEMLOCK`), then slurmstepd applies the submit host's soft limit when
 //!   `PropagateResourceLimits` covers MEMLOCK, its default `ALL` included
 //!   (src/slurmd/slurmstepd/ulimits.c, `set_user_limits()` and `_set_limit()`).
-//! - Docker: rlimits in the container's OCI spec come from `docker run --ulimit` or dockerd's
-//!   `default-ulimits` (daemon.json); without them runc sets none and the container inherits its
-//!   shim's, which containerd started (the shim's limit is containerd's, docker.service's when
-//!   dockerd runs its own containerd).
-//! - Kubernetes: a pod spec has no ulimit field; containerd's CRI spec sets only RLIMIT_NOFILE,
-//!   so pods inherit the shim's limit, containerd's unit's `LimitMEMLOCK`. CRI-O sets
-//!   `default_ulimits` from crio.conf.
+//! - Docker: rlimits in the container's OCI spec are `docker run --ulimit` merged with dockerd's
+//!   `default-ulimits` from daemon.json (moby daemon/oci_linux.go, `WithRlimits()` and
+//!   `mergeUlimits()`); without either, runc sets none and the container inherits its shim's,
+//!   which containerd started (docker.service's limit when dockerd runs its own containerd).
+//! - Kubernetes: a pod spec has no ulimit field and containerd's default spec sets RLIMIT_NOFILE
+//!   only (containerd oci/spec.go, `populateDefaultUnixSpec()`), so pods inherit the shim's
+//!   limit, containerd's unit's `LimitMEMLOCK`. CRI-O sets `default_ulimits` from crio.conf.
 //! - ssh (mpirun, orted, prted, Hydra): the session's limits are set at login by pam_limits
 //!   from /etc/security/limits.conf and limits.d; a session that started before a change keeps
 //!   the old ones, as do the daemons it started.
@@ -493,6 +493,11 @@ fn remedy(path: &LaunchPath, etc: &Path, errors: &mut Vec<String>) -> (String, S
             } else {
                 let set = unit_limit_lines(etc, "containerd.service", errors);
                 let at = if set.is_empty() { String::new() } else { format!(" (now: {})", set.join(", ")) };
+                others.push(
+                    "also, same path, per container: containerd's NRI ulimit-adjuster plugin and its pod annotation \
+                        `ulimits.noderesource.dev/container.NAME`"
+                        .to_owned(),
+                );
                 (
                     format!(
                         "pods have no ulimit field and inherit the containerd-shim's limit, which is containerd's\
