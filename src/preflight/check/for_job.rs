@@ -20,6 +20,7 @@ pub const DEFAULT_COMMUNICATORS: u64 = 4;
 pub const ALERT_AVAILABLE_LOW: &str = "MemlockNodeMemoryAvailableLow's condition";
 pub const ALERT_HUGEPAGES: &str = "MemlockNodeHugepagesUnusedWhileMemoryLow's condition";
 pub const ALERT_CGROUP_NEAR: &str = "MemlockCgroupNearMemoryLimit's condition";
+pub const ALERT_OVERCOMMIT: &str = "MemlockNodeStrictOvercommitWithRdma's condition";
 
 /// MemAvailable below `node_available_low_ratio` of MemTotal (MemlockNodeMemoryAvailableLow).
 pub fn available_low(m: &Meminfo) -> bool {

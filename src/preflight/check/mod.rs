@@ -474,8 +474,11 @@ fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
         return;
     };
     let room = limit.saturating_sub(committed);
-    let measured =
+    let mut measured =
         format!("2 (strict): {} of CommitLimit left, estimated need {}", human(room as f64), human(node_need as f64));
+    if !m.rdma.is_empty() {
+        measured.push_str(&format!(", on a node with RDMA devices: {}", for_job::ALERT_OVERCOMMIT));
+    }
     out.push(if room < node_need {
         Finding::new(
             "vm.overcommit_memory",

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::for_job::{ALERT_AVAILABLE_LOW, ALERT_CGROUP_NEAR, ALERT_HUGEPAGES};
+use super::for_job::{ALERT_AVAILABLE_LOW, ALERT_CGROUP_NEAR, ALERT_HUGEPAGES, ALERT_OVERCOMMIT};
 use super::*;
 use crate::preflight::nccl::model::{self, Inputs};
 
@@ -31,6 +31,8 @@ struct Figures {
     /// Soft = hard RLIMIT_MEMLOCK; `None`: unlimited.
     memlock: Option<u64>,
     pinned: u64,
+    /// vm.overcommit_memory, and whether the node has an RDMA device.
+    overcommit: (u64, bool),
 }
 
 /// The field guide's incident: a 128 GiB node, 32 GiB of hugepages reserved for another service
@@ -44,6 +46,7 @@ const INCIDENT: Figures = Figures {
     cgroup: (15 * GIB + 900 * MIB, 100 * MIB, 16 * GIB),
     memlock: None,
     pinned: GIB,
+    overcommit: (0, true),
 };
 
 const HOSTS: &[Figures] = &[
@@ -57,6 +60,7 @@ const HOSTS: &[Figures] = &[
         cgroup: (GIB, 0, 200 * GIB),
         memlock: None,
         pinned: 100 * MIB,
+        overcommit: (0, true),
     },
     // Memory is short, but the pool is in use: the squeeze stays silent, the floor does not.
     Figures {
@@ -68,6 +72,7 @@ const HOSTS: &[Figures] = &[
         cgroup: (8 * GIB, 2 * GIB, 16 * GIB),
         memlock: Some(2 * GIB),
         pinned: GIB,
+        overcommit: (2, true),
     },
     // An RDMA process under the rules' floor, though above one communicator's need.
     Figures {
@@ -79,6 +84,7 @@ const HOSTS: &[Figures] = &[
         cgroup: (20 * GIB, 15 * GIB, 32 * GIB),
         memlock: Some(512 * MIB),
         pinned: 64 * MIB,
+        overcommit: (2, false),
     },
     // Working set at the cgroup threshold exactly: the rule's `>=` fires, so does check.
     Figures {
@@ -90,6 +96,7 @@ const HOSTS: &[Figures] = &[
         cgroup: (9 * GIB, 0, 10 * GIB),
         memlock: Some(8 * MIB),
         pinned: 4 * MIB,
+        overcommit: (0, false),
     },
 ];
 
@@ -136,7 +143,7 @@ fn tree(f: &Figures) -> Tree {
     let root = std::env::temp_dir().join(format!("memlock-parity-{}-{}", f.name, std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     write(&root, "proc/meminfo", &meminfo(f));
-    write(&root, "proc/sys/vm/overcommit_memory", "0\n");
+    write(&root, "proc/sys/vm/overcommit_memory", &format!("{}\n", f.overcommit.0));
     write(&root, "proc/sys/vm/max_map_count", "65530\n");
     let value = f.memlock.map_or("unlimited".to_owned(), |b| b.to_string());
     let limits = LIMITS.replace(
@@ -181,6 +188,7 @@ fn check_says(findings: &[Finding]) -> Vec<(&'static str, bool)> {
         ("MemlockNodeHugepagesUnusedWhileMemoryLow", names(ALERT_HUGEPAGES)),
         ("MemlockCgroupNearMemoryLimit", names(ALERT_CGROUP_NEAR)),
         ("MemlockProcessLimitTooLowForRdma", soft.is_some_and(|s| s != Status::Pass)),
+        ("MemlockNodeStrictOvercommitWithRdma", names(ALERT_OVERCOMMIT)),
     ]
 }
 
@@ -197,6 +205,13 @@ fn series(instance: &str, m: &Machine, pinned: u64) -> String {
     add("memlock_node_memory_total_bytes", "", i.mem_total.unwrap());
     add("memlock_node_memory_available_bytes", "", i.mem_available.unwrap());
     add("memlock_node_hugetlb_bytes", "", i.hugetlb.unwrap());
+    add("memlock_node_overcommit_mode", "", m.overcommit_mode.unwrap());
+    add("memlock_node_commit_limit_bytes", "", i.commit_limit.unwrap());
+    add("memlock_node_committed_bytes", "", i.committed_as.unwrap());
+    for device in &m.rdma {
+        let info = format!(",device=\"{}\",fw_ver=\"28.39.1002\",hca_type=\"MT4129\",node_type=\"CA\"", device.name);
+        add("memlock_rdma_device_info", &info, 1);
+    }
     let size = i.hugepage_size.unwrap();
     for (state, pages) in [("total", i.hugepages_total), ("free", i.hugepages_free), ("reserved", i.hugepages_reserved)]
     {
@@ -228,7 +243,12 @@ fn check_and_the_rules_agree_on_every_fixture_host() {
     for f in HOSTS {
         let t = tree(f);
         let roots = crate::fsroot::Roots { procfs: t.root.join("proc"), sysfs: t.root.join("sys") };
-        let m = read_machine(&roots, &PID.to_string(), Default::default()).unwrap();
+        let mut m = read_machine(&roots, &PID.to_string(), Default::default()).unwrap();
+        // The RDMA device is the one figure not in the tree: sysfs's device layout is the RDMA
+        // collector's own fixture's business (tests/fixtures/sys).
+        if f.overcommit.1 {
+            m.rdma = vec![crate::collect::rdma_sysfs::SysfsDevice { name: "mlx5_0".into(), ..Default::default() }];
+        }
         assert!(m.cgroup.as_ref().is_some_and(|c| c.limit_bytes.is_some()), "{}: cgroup not read: {m:?}", f.name);
         let findings = evaluate(&m, &e, 2.0);
         let instance = format!("{}:9478", f.name);
@@ -254,6 +274,7 @@ fn check_and_the_rules_agree_on_every_fixture_host() {
     for alert in ["MemlockNodeMemoryAvailableLow", "MemlockNodeHugepagesUnusedWhileMemoryLow"]
         .into_iter()
         .chain(["MemlockCgroupNearMemoryLimit", "MemlockProcessLimitTooLowForRdma"])
+        .chain(["MemlockNodeStrictOvercommitWithRdma"])
     {
         let fired: Vec<bool> = verdicts.iter().filter(|v| v.1 == alert).map(|v| v.2).collect();
         assert!(fired.contains(&true) && fired.contains(&false), "{alert}: {verdicts:?}");
