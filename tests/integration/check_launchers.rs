@@ -1,6 +1,7 @@
-//! `check --pid` through the binary on fixture hosts with a real launch chain: /proc trees in
-//! the kernel's formats (status, comm, the exe link, limits, cgroup, meminfo) and the /etc files
-//! the fix is read from. The first remedy is the launcher's own; the wrong causes are absent.
+//! `check --pid` through the binary on the fixture hosts of tests/fixtures/hosts, each with a real
+//! launch chain: /proc trees in the kernel's formats (status, comm, the exe link, limits, cgroup,
+//! meminfo) and the /etc files the fix is read from. The first remedy is the launcher's own; the
+//! wrong causes are absent.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -8,7 +9,6 @@ use std::process::Command;
 use crate::util::{binary, fixtures};
 
 const MIB: u64 = 1 << 20;
-const HEX: &str = "3f2b6c1d8e9a0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c";
 
 struct Host {
     dir: PathBuf,
@@ -21,13 +21,12 @@ impl Drop for Host {
 }
 
 impl Host {
-    fn new(name: &str) -> Host {
+    /// A copy of tests/fixtures/hosts/NAME, the exe links kept as links.
+    fn fixture(name: &str) -> Host {
         let dir = std::env::temp_dir().join(format!("memlock-check-launchers-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("proc/sys/vm")).unwrap();
+        copy_tree(&fixtures().join("hosts").join(name), &dir);
         std::fs::create_dir_all(dir.join("sys")).unwrap();
-        std::fs::copy(fixtures().join("proc/meminfo"), dir.join("proc/meminfo")).unwrap();
-        std::fs::write(dir.join("proc/sys/vm/overcommit_memory"), "0\n").unwrap();
         Host { dir }
     }
 
@@ -54,12 +53,6 @@ impl Host {
         std::fs::write(dir.join("cgroup"), format!("0::{cgroup}\n")).unwrap();
     }
 
-    fn etc(&self, rel: &str, text: &str) {
-        let path = self.dir.join("etc").join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    }
-
     fn check(&self, pid: u32) -> serde_json::Value {
         let path = |rel: &str| self.dir.join(rel).into_os_string();
         let out = Command::new(binary())
@@ -77,6 +70,22 @@ impl Host {
     }
 }
 
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (source, dest) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type().unwrap();
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&source).unwrap(), dest).unwrap();
+        } else if kind.is_dir() {
+            copy_tree(&source, &dest);
+        } else {
+            std::fs::copy(&source, dest).unwrap();
+        }
+    }
+}
+
 fn soft_fix(report: &serde_json::Value) -> String {
     let findings = report["findings"].as_array().unwrap();
     let soft = findings.iter().find(|f| f["id"] == "memlock.soft").unwrap();
@@ -84,20 +93,9 @@ fn soft_fix(report: &serde_json::Value) -> String {
     soft["fix"].as_str().unwrap().to_owned()
 }
 
-fn base(host: &Host) {
-    host.process(1, 0, 0, "systemd", "/usr/lib/systemd/systemd", 8 * MIB, "/init.scope");
-    host.process(700, 1, 0, "sshd", "/usr/sbin/sshd", 8 * MIB, "/system.slice/ssh.service");
-}
-
 #[test]
 fn slurm_under_systemd_at_64_kib_names_slurmds_unit() {
-    let host = Host::new("slurm");
-    base(&host);
-    host.process(800, 1, 0, "slurmd", "/usr/sbin/slurmd", 64 << 10, "/system.slice/slurmd.service");
-    let step = "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0";
-    host.process(4000, 1, 0, "slurmstepd", "/usr/sbin/slurmstepd", 64 << 10, step);
-    host.process(4010, 4000, 1000, "python3", "/usr/bin/python3.11", 64 << 10, step);
-    host.etc("slurm/slurm.conf", "ClusterName=c\nPropagateResourceLimitsExcept=MEMLOCK\n");
+    let host = Host::fixture("slurm");
     let report = host.check(4010);
     let fix = soft_fix(&report);
     assert!(fix.starts_with("slurmd (pid 800, memlock 64.0 KiB) hands every step its limit"), "{fix}");
@@ -106,32 +104,18 @@ fn slurm_under_systemd_at_64_kib_names_slurmds_unit() {
         assert!(!fix.contains(wrong), "{wrong}: {fix}");
     }
     assert_eq!(report["launch"]["path"], "Slurm (slurmd, slurmstepd)");
-    let others = report["launch"]["others"].as_array().unwrap();
-    assert!(others.iter().all(|o| o.as_str().unwrap().starts_with("other path")), "{others:?}");
+    // slurm.conf leaves PropagateResourceLimits at ALL: the next fix on the same path, then the
+    // other paths, each marked.
+    let others: Vec<&str> = report["launch"]["others"].as_array().unwrap().iter().filter_map(|o| o.as_str()).collect();
+    assert!(others[0].starts_with("then, same path:") && others[0].contains("PropagateResourceLimitsExcept=MEMLOCK"));
+    assert!(others[1..].iter().all(|o| o.starts_with("other path") && !o.contains("Slurm")), "{others:?}");
 }
 
 #[test]
 fn docker_with_a_64_mib_default_names_daemon_json_and_the_line() {
-    let host = Host::new("docker");
-    base(&host);
-    host.process(600, 1, 0, "containerd", "/usr/bin/containerd", 8 * MIB, "/system.slice/containerd.service");
-    host.process(610, 1, 0, "dockerd", "/usr/sbin/dockerd", 8 * MIB, "/system.slice/docker.service");
-    host.process(3000, 1, 0, "containerd-shim", "/usr/bin/containerd-shim-runc-v2", 8 * MIB, "/system.slice");
-    host.process(
-        3010,
-        3000,
-        1000,
-        "python3",
-        "/usr/bin/python3",
-        64 * MIB,
-        &format!("/system.slice/docker-{HEX}.scope"),
-    );
+    let host = Host::fixture("docker-64mib");
     // A user's process calling itself slurmd is not a Slurm node.
     host.process(900, 1, 1000, "slurmd", "/usr/bin/python3", 8 * MIB, "/user.slice");
-    host.etc(
-        "docker/daemon.json",
-        r#"{"default-ulimits": {"memlock": {"Name": "memlock", "Hard": 67108864, "Soft": 67108864}}}"#,
-    );
     let report = host.check(3010);
     let fix = soft_fix(&report);
     assert!(fix.starts_with("dockerd's default for every container"), "{fix}");

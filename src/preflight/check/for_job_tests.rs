@@ -1,6 +1,6 @@
 //! Judging for the job: the rank's capability sets and the three memlock levels.
 
-use super::super::launch_path::tests::{kubernetes_host, Host};
+use super::super::launch_path::tests::Host;
 use super::*;
 use crate::kernel::pid_limits::{Limit, MemlockLimits};
 use crate::preflight::check::evaluate;
@@ -14,14 +14,11 @@ fn cap_finding() -> Vec<Finding> {
 
 #[test]
 fn a_non_root_pod_given_ipc_lock_holds_it_in_bounding_only() {
-    let host = Host::new("k8s-cap");
-    kubernetes_host(&host);
-    // securityContext.capabilities.add: [IPC_LOCK] with runAsUser 1000: Docker's default
-    // bounding set plus bit 14; permitted and effective cleared at the exec.
-    let status = std::fs::read_to_string(host.procfs().join("3010/status"))
-        .unwrap()
-        .replace("CapBnd:\t000001ffffffffff", "CapBnd:\t00000000a80465fb");
-    std::fs::write(host.procfs().join("3010/status"), status).unwrap();
+    // Pid 3010 runs with securityContext.capabilities.add: [IPC_LOCK] and runAsUser 1000: the
+    // default bounding set plus bit 14 (00000000a80465fb), permitted and effective cleared at the
+    // exec.
+    let host = Host::fixture("kubernetes");
+    assert!(std::fs::read_to_string(host.procfs().join("3010/status")).unwrap().contains("CapBnd:\t00000000a80465fb"));
     let roots = Roots { procfs: host.procfs(), sysfs: host.dir.join("sys") };
     let mut m = Machine { ipc_lock: Some(false), ..Default::default() };
     let judged = judge_capability(&roots, "3010", true, false, &mut m);
@@ -43,8 +40,7 @@ fn a_non_root_pod_given_ipc_lock_holds_it_in_bounding_only() {
 
 #[test]
 fn root_is_judged_without_its_capability_unless_as_root_or_a_pid() {
-    let host = Host::new("root-cap");
-    kubernetes_host(&host);
+    let host = Host::fixture("kubernetes");
     let roots = Roots { procfs: host.procfs(), sysfs: host.dir.join("sys") };
     // pid 5001 is root's shell: CapEff holds CAP_IPC_LOCK.
     let mut m = Machine { ipc_lock: Some(true), ..Default::default() };

@@ -1,11 +1,11 @@
-//! Fixture hosts with the real launch chain of each path: /proc trees in the kernel's formats
-//! (status, comm, the exe link, limits, cgroup) and the /etc files the remedies read.
+//! Fixture hosts with the real launch chain of each path, under tests/fixtures/hosts/NAME: /proc
+//! trees in the kernel's formats (status, comm, the exe link, limits, cgroup, meminfo) and the
+//! /etc files the remedies read. Each test works on a copy; the hostile trees are built here.
 
 use super::*;
+use std::path::Path;
 
-const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
-const HEX: &str = "3f2b6c1d8e9a0b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c";
 const CAPTURE: &str = include_str!("../../../tests/fixtures/captures/proc_self_limits");
 const ROOT_CAPS: &str = "CapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\nCapEff:\t000001ffffffffff\n\
     CapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\n";
@@ -18,11 +18,21 @@ pub(crate) struct Host {
 
 impl Host {
     pub fn new(name: &str) -> Host {
-        let dir = std::env::temp_dir().join(format!("memlock-launch-{name}-{}", std::process::id()));
+        // Tests run in parallel, several on one fixture: each gets its own copy.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("memlock-launch-{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("proc")).unwrap();
         std::fs::create_dir_all(dir.join("etc")).unwrap();
         Host { dir }
+    }
+    /// A copy of tests/fixtures/hosts/NAME, the exe links kept as links.
+    pub fn fixture(name: &str) -> Host {
+        let host = Host::new(name);
+        let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hosts").join(name);
+        copy_tree(&from, &host.dir);
+        host
     }
     pub fn procfs(&self) -> PathBuf {
         self.dir.join("proc")
@@ -65,6 +75,22 @@ impl Drop for Host {
     }
 }
 
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (source, dest) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type().unwrap();
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&source).unwrap(), dest).unwrap();
+        } else if kind.is_dir() {
+            copy_tree(&source, &dest);
+        } else {
+            std::fs::copy(&source, dest).unwrap();
+        }
+    }
+}
+
 pub(crate) fn limits_text(memlock: Option<u64>) -> String {
     let value = memlock.map_or("unlimited".to_owned(), |b| b.to_string());
     CAPTURE.replace(
@@ -81,21 +107,6 @@ pub(crate) fn base(host: &Host) {
     host.process(5001, 5000, 0, "bash", "/usr/bin/bash", Some(8 * MIB), "/user.slice/user-0.slice/session-3.scope");
 }
 
-pub(crate) fn slurm_host(host: &Host) {
-    base(host);
-    let unit = "/system.slice/slurmd.service";
-    host.process(800, 1, 0, "slurmd", "/usr/sbin/slurmd", Some(64 * KIB), unit);
-    let step = "/system.slice/slurmstepd.scope/job_42/step_0/user/task_0";
-    host.process(4000, 1, 0, "slurmstepd", "/usr/sbin/slurmstepd", Some(64 * KIB), step);
-    host.process(4010, 4000, 1000, "python3", "/usr/bin/python3.11", Some(64 * KIB), step);
-    host.etc_file(
-        "systemd/system/slurmd.service",
-        "[Unit]\nDescription=Slurm node daemon\n[Service]\nType=simple\n\
-        ExecStart=/usr/sbin/slurmd --systemd $SLURMD_OPTIONS\nLimitNOFILE=131072\nLimitMEMLOCK=64K\n",
-    );
-    host.etc_file("slurm/slurm.conf", "ClusterName=c\nSlurmctldHost=head\nProctrackType=proctrack/cgroup\n");
-}
-
 fn assert_first(d: &Diagnosis, wants: &[&str], never: &[&str]) {
     for want in wants {
         assert!(d.first.contains(want), "first remedy lacks {want:?}: {d:#?}");
@@ -107,8 +118,7 @@ fn assert_first(d: &Diagnosis, wants: &[&str], never: &[&str]) {
 
 #[test]
 fn slurm_under_systemd_names_slurmds_unit() {
-    let host = Host::new("slurm");
-    slurm_host(&host);
+    let host = Host::fixture("slurm");
     let d = host.diagnose(4010, false);
     assert!(matches!(&d.path, LaunchPath::Slurm { slurmd: Some(p) } if p.pid == 800), "{d:#?}");
     assert_first(
@@ -131,8 +141,7 @@ fn slurm_under_systemd_names_slurmds_unit() {
 
 #[test]
 fn slurm_with_an_unlimited_slurmd_blames_propagation() {
-    let host = Host::new("slurm-prop");
-    slurm_host(&host);
+    let host = Host::fixture("slurm");
     host.process(800, 1, 0, "slurmd", "/usr/sbin/slurmd", None, "/system.slice/slurmd.service");
     host.etc_file("slurm/slurm.conf", "ClusterName=c\nPropagateResourceLimits=MEMLOCK,NOFILE  # from login nodes\n");
     let d = host.diagnose(4010, false);
@@ -143,20 +152,9 @@ fn slurm_with_an_unlimited_slurmd_blames_propagation() {
     assert_first(&d, &["LimitMEMLOCK=infinity"], &["PropagateResourceLimitsExcept"]);
 }
 
-fn docker_host(host: &Host, memlock: u64) {
-    base(host);
-    host.process(600, 1, 0, "containerd", "/usr/bin/containerd", Some(8 * MIB), "/system.slice/containerd.service");
-    host.process(610, 1, 0, "dockerd", "/usr/sbin/dockerd", Some(8 * MIB), "/system.slice/docker.service");
-    let shim = "/usr/bin/containerd-shim-runc-v2";
-    host.process(3000, 1, 0, "containerd-shim", shim, Some(8 * MIB), "/system.slice/containerd.service");
-    let scope = format!("/system.slice/docker-{HEX}.scope");
-    host.process(3010, 3000, 1000, "python3", "/usr/local/bin/python3.10", Some(memlock), &scope);
-}
-
 #[test]
 fn docker_at_the_kernel_default_names_daemon_json() {
-    let host = Host::new("docker8");
-    docker_host(&host, 8 * MIB);
+    let host = Host::fixture("docker-8mib");
     let d = host.diagnose(3010, false);
     assert!(matches!(d.path, LaunchPath::Docker { containerd_under_dockerd: false, .. }), "{d:#?}");
     assert_first(&d, &["/etc/docker/daemon.json", "default-ulimits", "unset", "8.0 MiB"], &["slurm", "limits.d"]);
@@ -167,13 +165,7 @@ fn docker_at_the_kernel_default_names_daemon_json() {
 
 #[test]
 fn docker_with_a_64_mib_default_names_the_line_that_sets_it() {
-    let host = Host::new("docker64");
-    docker_host(&host, 64 * MIB);
-    host.etc_file(
-        "docker/daemon.json",
-        "{\n  \"default-ulimits\": {\n    \"memlock\": \
-        {\"Name\": \"memlock\", \"Hard\": 67108864, \"Soft\": 67108864}\n  }\n}\n",
-    );
+    let host = Host::fixture("docker-64mib");
     let d = host.diagnose(3010, false);
     assert_first(&d, &["daemon.json", "now:", "67108864"], &["unset", "slurm"]);
     // A daemon.json that is not JSON: said, naming the file, and the fix still given.
@@ -183,23 +175,9 @@ fn docker_with_a_64_mib_default_names_the_line_that_sets_it() {
     assert_first(&d, &["default-ulimits"], &[]);
 }
 
-pub(crate) fn kubernetes_host(host: &Host) {
-    base(host);
-    host.process(600, 1, 0, "containerd", "/usr/bin/containerd", Some(8 * MIB), "/system.slice/containerd.service");
-    host.process(620, 1, 0, "kubelet", "/usr/bin/kubelet", Some(8 * MIB), "/system.slice/kubelet.service");
-    let shim = "/usr/bin/containerd-shim-runc-v2";
-    host.process(3000, 1, 0, "containerd-shim", shim, Some(8 * MIB), "/system.slice/containerd.service");
-    let pod =
-        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f6f4e2a_9b7c_4d3e_8f2a_1b2c3d4e5f60.slice";
-    host.process(3005, 3000, 65535, "pause", "/pause", Some(8 * MIB), &format!("{pod}/cri-containerd-{HEX}.scope"));
-    let rank = format!("{pod}/cri-containerd-{}.scope", HEX.replace('3', "4"));
-    host.process(3010, 3000, 1000, "python3", "/usr/bin/python3", Some(8 * MIB), &rank);
-}
-
 #[test]
 fn kubernetes_with_containerd_names_containerds_unit() {
-    let host = Host::new("k8s");
-    kubernetes_host(&host);
+    let host = Host::fixture("kubernetes");
     let d = host.diagnose(3010, false);
     assert!(matches!(&d.path, LaunchPath::Kubernetes { runtime: Some(r) } if r.pid == 600), "{d:#?}");
     assert_first(
@@ -215,15 +193,7 @@ fn kubernetes_with_containerd_names_containerds_unit() {
 
 #[test]
 fn mpirun_over_ssh_before_a_new_login_says_log_in_again() {
-    let host = Host::new("ssh");
-    base(&host);
-    host.process(6000, 700, 0, "sshd", "/usr/sbin/sshd", Some(8 * MIB), "/user.slice/user-1000.slice/session-9.scope");
-    let session = "/user.slice/user-1000.slice/session-9.scope";
-    host.process(6001, 6000, 1000, "sshd", "/usr/sbin/sshd", Some(8 * MIB), session);
-    host.process(6002, 6001, 1000, "orted", "/opt/openmpi/bin/orted", Some(8 * MIB), session);
-    host.process(6010, 6002, 1000, "python3", "/usr/bin/python3", Some(8 * MIB), session);
-    host.etc_file("security/limits.conf", "# /etc/security/limits.conf\n#<domain> <type> <item> <value>\n");
-    host.etc_file("security/limits.d/90-rdma.conf", "*   soft   memlock   unlimited\n*   hard   memlock   unlimited\n");
+    let host = Host::fixture("mpirun-ssh");
     let d = host.diagnose(6010, false);
     assert!(matches!(&d.path, LaunchPath::Ssh { mpi: Some(m), session: Some(_) } if m == "orted"), "{d:#?}");
     assert_first(
@@ -240,11 +210,7 @@ fn mpirun_over_ssh_before_a_new_login_says_log_in_again() {
 
 #[test]
 fn a_systemd_unit_names_its_own_limit() {
-    let host = Host::new("unit");
-    base(&host);
-    host.process(3000, 1, 1000, "python3", "/usr/bin/python3", Some(8 * MIB), "/system.slice/trainer.service");
-    host.etc_file("systemd/system/trainer.service", "[Service]\nUser=train\nExecStart=/opt/train/run\n");
-    host.etc_file("systemd/system/trainer.service.d/limits.conf", "[Service]\nLimitMEMLOCK=8M\n");
+    let host = Host::fixture("systemd-unit");
     let d = host.diagnose(3000, false);
     assert_eq!(d.path, LaunchPath::Service { unit: "trainer.service".into() });
     assert_first(&d, &["trainer.service.d/memlock.conf", "limits.conf:2 `LimitMEMLOCK=8M`"], &["slurmd", "docker"]);
