@@ -6,6 +6,7 @@
 mod attacks;
 mod cgroup_fixtures;
 mod check_exec;
+mod check_launchers;
 mod faults;
 mod golden;
 mod hostile_input;

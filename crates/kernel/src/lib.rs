@@ -4,10 +4,12 @@
 
 pub mod cgroup_path;
 pub mod fsroot;
+pub mod launchers;
 pub mod memcg;
 pub mod meminfo;
 pub mod nldev;
 pub mod pid_cgroup;
+pub mod pid_creds;
 pub mod pid_limits;
 pub mod pid_stat;
 pub mod pid_status;

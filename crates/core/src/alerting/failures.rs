@@ -132,7 +132,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::collect::failures::{Book, CALLS};
+    use crate::collect::failures::{Book, FailuresStats, CALLS};
     use crate::snapshot::Report;
 
     fn config() -> AlertingConfig {

@@ -448,6 +448,8 @@ fn assert_printed(findings: Vec<Finding>, id: &str, status: Status, fix: &str) {
         need_per_node_host_bytes: 0,
         model: ModelSummary::default(),
         findings,
+        launch: None,
+        facts: Vec::new(),
     };
     let text = render_text(&report);
     let line = text
@@ -560,6 +562,8 @@ fn exit_codes_and_text() {
         need_per_node_host_bytes: e.per_node_host_bytes,
         model: ModelSummary::default(),
         findings: evaluate(&low, &e, 2.0),
+        launch: None,
+        facts: Vec::new(),
     };
     assert_eq!(exit_code(&report, false), 1);
     let text = render_text(&report);

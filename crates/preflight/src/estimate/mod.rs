@@ -43,9 +43,10 @@ pub struct ModelArgs {
     /// "Pattern 4, crossNic ., nChannels S"; default: one per NIC, doubled when at most 4).
     #[arg(long = "search-channels")]
     pub search_channels: Option<u64>,
-    /// Communicators per process (each registers its own buffers).
-    #[arg(long, default_value_t = 1)]
-    pub communicators: u64,
+    /// Communicators per process (each registers its own buffers). Default: 1 for `estimate`;
+    /// `check` assumes several (crate::check::for_job::DEFAULT_COMMUNICATORS).
+    #[arg(long)]
+    pub communicators: Option<u64>,
     /// NCCL_BUFFSIZE (Simple protocol buffer, bytes).
     #[arg(long)]
     pub buffsize: Option<u64>,
@@ -198,7 +199,7 @@ pub fn validate(args: &ModelArgs) -> Result<(), String> {
             model::MAX_CHANNELS / 2,
             " (the ring graph's maxChannels, MAXCHANNELS/2)",
         ),
-        ("--communicators", Some(args.communicators), 1 << 16, ""),
+        ("--communicators", args.communicators, 1 << 16, ""),
         ("--p2p-channels", args.p2p_channels, model::MAX_CHANNELS, " (MAXCHANNELS)"),
         (
             "--devices-per-connection",
@@ -259,7 +260,7 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
         },
     };
     let mut i = Inputs::new(args.nodes, args.ranks_per_node, nics);
-    i.communicators = args.communicators;
+    i.communicators = args.communicators.unwrap_or(1);
     let buffer = |r: &mut Reader, name, flag: Option<u64>, default: u64| match flag {
         Some(v) => v,
         // comm->buffSizes is an int: values outside 1..INT_MAX are findings of `check`; the model
