@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::charge::Charge;
 use crate::fsroot;
 use crate::kernel::pid_limits::MemlockLimits;
+use crate::kernel::registrants::RdmaLibrary;
 use crate::kernel::versions::NcclMapping;
 use crate::kernel::{uid_map, ParseError};
 use crate::trend::{Observation, Scope};
@@ -52,6 +53,9 @@ pub struct ProcessSample {
     /// is first seen holding pinned memory (NCCL's registrations are what pins it). `None` until
     /// then, or when no `libnccl.so*` is mapped (NCCL linked statically, or not used).
     pub nccl: Option<Arc<NcclMapping>>,
+    /// The other libraries that register memory with an RDMA device, one per family, read from
+    /// `maps` in the same pass as [`ProcessSample::nccl`]; empty until then or when none is mapped.
+    pub rdma_libraries: Vec<RdmaLibrary>,
 }
 
 /// The trend analyser's id for one counter of a process (the comm guards against pid reuse
