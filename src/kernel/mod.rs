@@ -2,6 +2,7 @@
 //! performs I/O. A value the kernel did not print is `None` (absent is not zero).
 
 pub mod cgroup_path;
+pub mod launchers;
 pub mod memcg;
 pub mod meminfo;
 pub mod nldev;
