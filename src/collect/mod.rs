@@ -6,6 +6,7 @@ pub mod cgroup;
 mod example;
 pub mod failures;
 pub mod hugepages;
+pub mod launchers;
 pub mod node;
 pub mod numa;
 pub mod process;
@@ -129,6 +130,13 @@ pub const REGISTRY: &[Registration] = &[
         default_interval: "30s",
         default_enabled: true,
         settings: &Plain(|cx| Box::new(software::SoftwareCollector::new(cx.roots.clone()))),
+    },
+    Registration {
+        name: "launchers",
+        reads: "the memlock limits of the launchers that start jobs (slurmd, containerd, dockerd, sshd...)",
+        default_interval: "15s",
+        default_enabled: true,
+        settings: of::<launchers::LaunchersCollector>(),
     },
     Registration {
         name: "failures",
