@@ -10,6 +10,7 @@ pub mod launchers;
 pub mod node;
 pub mod numa;
 pub mod process;
+pub mod rdma_caps;
 pub mod rdma_filter;
 pub mod rdma_netlink;
 pub mod rdma_sysfs;
@@ -123,6 +124,13 @@ pub const REGISTRY: &[Registration] = &[
         default_interval: "5s",
         default_enabled: true,
         settings: of::<rdma_netlink::RdmaNetlinkCollector>(),
+    },
+    Registration {
+        name: "rdma_caps",
+        reads: "RDMA device caps (max_mr, max_mr_size) with ibv_query_device, libibverbs loaded at run time",
+        default_interval: "60s",
+        default_enabled: true,
+        settings: &Plain(|_| Box::new(rdma_caps::RdmaCapsCollector::new(rdma_caps::LIBIBVERBS))),
     },
     Registration {
         name: "software",

@@ -18,6 +18,7 @@ mod live_launchers;
 mod live_node;
 mod live_process;
 mod live_rdma;
+mod live_rdma_caps;
 mod modcycles_script;
 mod monitoring;
 mod nccl_variables_script;
