@@ -3,10 +3,12 @@
 //! them is taken as an RDMA registrant: the memlock floor of the alert rules applies to it, while
 //! a process that pins memory without any (an io_uring user with fixed buffers) is left alone.
 //!
-//! Every one of them registers through libibverbs (UCX's uct_ib, libfabric's verbs and efa
-//! providers, Open MPI's and MPICH's UCX and OFI paths, NVSHMEM's ibrc/ibgda transports, cuFile's
-//! RDMA mode), mostly after a dlopen of it made at run time: mapping the family's own library says
-//! which stack registers, and reaches a process before its first registration maps libibverbs.
+//! Every one of them registers through libibverbs: UCX's IB memory domain, with its registration
+//! cache (openucx/ucx src/uct/ib/base/ib_md.c), libfabric's verbs and efa providers
+//! (ofiwg/libfabric prov/verbs/src/fi_verbs.c, prov/efa), the MPIs through UCX or libfabric, and
+//! NVSHMEM's and cuFile's RDMA transports. NCCL itself dlopens libibverbs at run time
+//! (NVIDIA/nccl src/misc/ibvsymbols.cc), so a process that has registered through it maps
+//! libibverbs; the family's own library says which stack registers.
 
 use super::versions::module_version;
 
