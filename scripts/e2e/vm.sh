@@ -145,6 +145,26 @@ if exported_mrs != len(mrs) or exported_mr_bytes != rdma_bytes:
                   f"!= rdma resource show mr {len(mrs)}/{rdma_bytes} B")
 if rdma_bytes != vmpin:
     errors.append(f"MR bytes {rdma_bytes} != VmPin {vmpin}")
+# The rdma_caps collector: ibv_query_device through the dlopened libibverbs, against ibv_devinfo
+# (rdma-core's libibverbs/examples/devinfo.c prints max_mr_size in hex, max_mr and max_pd in
+# decimal), and the MRs in use (RDMA netlink) below the cap.
+devinfo = open(f"{d}/devinfo.txt").read()
+def cap(name):
+    found = re.search(rf"^\s*{name}:\s*(\S+)\s*$", devinfo, re.M)
+    return int(found.group(1), 0) if found else None
+supported = value("memlock_rdma_device_caps_supported", reason="")
+caps = {n: value(f"memlock_rdma_device_{m}", device="rxe0")
+        for n, m in (("max_mr", "max_mr"), ("max_mr_size", "max_mr_size_bytes"), ("max_pd", "max_pd"))}
+in_use = value("memlock_rdma_resources", device="rxe0", type="mr")
+print(f"rxe0 caps: exported {caps}, ibv_devinfo max_mr {cap('max_mr')} max_mr_size {cap('max_mr_size')} "
+      f"max_pd {cap('max_pd')}; MRs in use {in_use:.0f}")
+if supported != 1:
+    errors.append(f"memlock_rdma_device_caps_supported is {supported}")
+for name, exported in caps.items():
+    if cap(name) is None or float(cap(name)) != exported:
+        errors.append(f"exported {name} {exported} != ibv_devinfo's {cap(name)}")
+if not 0 < in_use < caps["max_mr"]:
+    errors.append(f"MRs in use {in_use} not between 0 and max_mr {caps['max_mr']}")
 sys.exit("; ".join(errors) or None)
 PY
 }

@@ -261,6 +261,20 @@ pub const TARGETS: &[Target] = &[
         },
         check: check_maps_nccl,
     },
+    // /proc/PID/maps, line by line, for the RDMA registrant libraries a process maps.
+    Target {
+        name: "maps_registrants",
+        expect: Expect::BothPaths,
+        seeds: || {
+            strings(&[
+                "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 4721980 \
+                 /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0\n",
+                "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/hpcx/ucx/lib/libucp.so.0.0.0 (deleted)\n",
+                "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/mvapich2/lib64/libmpi.so.12.1.1\n",
+            ])
+        },
+        check: check_maps_registrants,
+    },
     // A tracefs trace_pipe line of the failures collector's kprobe and synthetic events (hostile
     // comms).
     Target {

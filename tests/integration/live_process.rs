@@ -354,12 +354,15 @@ fn the_nccl_library_a_pinning_process_maps_is_exported() {
     std::fs::create_dir_all(&dir).unwrap();
     let library = dir.join("libnccl.so.2.21.5");
     std::fs::copy("/bin/true", &library).unwrap();
+    // And a verbs library, found by the same read (this machine has no rdma-core either).
+    let verbs = dir.join("libibverbs.so.1.14.50.0");
+    std::fs::copy("/bin/true", &verbs).unwrap();
     let exporter = start_exporter(FAST_SCANS);
-    let mapper = "import mmap as _m, sys as _s\n_f = open(_s.argv[2], 'rb')\n\
-        _keep = _m.mmap(_f.fileno(), 0, prot=_m.PROT_READ)\n";
+    let mapper = "import mmap as _m, sys as _s\n_fs = [open(_p, 'rb') for _p in _s.argv[2:]]\n\
+        _keep = [_m.mmap(_f.fileno(), 0, prot=_m.PROT_READ) for _f in _fs]\n";
     let script = format!("{mapper}{PINNER}");
     let mut command = Command::new(unprivileged_python());
-    command.args(["-I", "-c", &script, &PIN_STEP.to_string(), library.to_str().unwrap()]);
+    command.args(["-I", "-c", &script, &PIN_STEP.to_string(), library.to_str().unwrap(), verbs.to_str().unwrap()]);
     let mut pinner = Held::spawn(command);
     assert_eq!(pinner.line(), "ready");
     let pid = pinner.child.id();
@@ -383,6 +386,11 @@ fn the_nccl_library_a_pinning_process_maps_is_exported() {
     let series = series.unwrap_or_else(|| panic!("no memlock_process_nccl_info for {pid}:\n{}", m.text));
     assert!(series.contains("comm=\"memlock-uring\""), "{series}");
     assert!(series.ends_with(",version=\"2.21.5\",library=\"libnccl.so.2.21.5\"}"), "{series}");
+    let libraries = m.family("memlock_process_rdma_library_info");
+    let mine: Vec<&str> =
+        libraries.iter().filter(|(k, _)| k.contains(&format!("pid=\"{pid}\""))).map(|(k, _)| *k).collect();
+    assert_eq!(mine.len(), 1, "{}", m.text);
+    assert!(mine[0].ends_with(",library=\"libibverbs\",file=\"libibverbs.so.1.14.50.0\"}"), "{mine:?}");
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
     drop(pinner);
     let _ = std::fs::remove_dir_all(&dir);

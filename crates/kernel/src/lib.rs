@@ -17,6 +17,7 @@ pub mod proc_cgroups;
 pub mod quote;
 pub mod rdma_cgroup;
 pub mod rdma_sysfs;
+pub mod registrants;
 pub mod sysvm;
 pub mod tasks;
 pub mod trace_pipe;

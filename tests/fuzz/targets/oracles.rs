@@ -77,6 +77,35 @@ pub(super) fn check_maps_nccl(bytes: &[u8]) -> Result<Verdict, String> {
     Ok(Verdict::Accepted)
 }
 
+pub(super) fn check_maps_registrants(bytes: &[u8]) -> Result<Verdict, String> {
+    use memlock_kernel::{registrants, versions};
+    let text = text(bytes);
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let Some(library) = registrants::rdma_library(line) else { continue };
+        if !registrants::FAMILIES.contains(&library.library) {
+            return Err(format!("family {:?}", library.library));
+        }
+        // The file label is the start of the line's last path component, bounded.
+        let name = line.rsplit('/').next().unwrap_or("");
+        if library.file.is_empty()
+            || library.file.len() > versions::MAX_VERSION_BYTES
+            || !name.starts_with(&library.file)
+        {
+            return Err(format!("file {:?} of {line:?}", library.file));
+        }
+        registrants::add(&mut found, library);
+    }
+    let families: Vec<&str> = found.iter().map(|l| l.library).collect();
+    let mut sorted = families.clone();
+    sorted.sort_by_key(|f| registrants::FAMILIES.iter().position(|k| k == f));
+    sorted.dedup();
+    if sorted != families {
+        return Err(format!("families {families:?} not one each in order"));
+    }
+    Ok(if found.is_empty() { Verdict::Rejected } else { Verdict::Accepted })
+}
+
 pub(super) fn check_meminfo(bytes: &[u8]) -> Result<Verdict, String> {
     let text = text(bytes);
     let parsed = meminfo::parse(&text);

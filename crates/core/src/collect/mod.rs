@@ -6,9 +6,11 @@ pub mod cgroup;
 mod example;
 pub mod failures;
 pub mod hugepages;
+pub mod launchers;
 pub mod node;
 pub mod numa;
 pub mod process;
+pub mod rdma_caps;
 pub mod rdma_filter;
 pub mod rdma_netlink;
 pub mod rdma_sysfs;
@@ -130,11 +132,25 @@ pub const REGISTRY: &[Registration] = &[
         settings: of::<rdma_netlink::RdmaNetlinkCollector>(),
     },
     Registration {
+        name: "rdma_caps",
+        reads: "RDMA device caps (max_mr, max_mr_size) with ibv_query_device, libibverbs loaded at run time",
+        default_interval: "60s",
+        default_enabled: true,
+        settings: &Plain(|_| Box::new(rdma_caps::RdmaCapsCollector::new(rdma_caps::LIBIBVERBS))),
+    },
+    Registration {
         name: "software",
         reads: "kernel, NVIDIA driver and RDMA module versions, GPUDirect mode",
         default_interval: "30s",
         default_enabled: true,
         settings: &Plain(|cx| Box::new(software::SoftwareCollector::new(cx.roots.clone()))),
+    },
+    Registration {
+        name: "launchers",
+        reads: "the memlock limits of the launchers that start jobs (slurmd, containerd, dockerd, sshd...)",
+        default_interval: "15s",
+        default_enabled: true,
+        settings: of::<launchers::LaunchersCollector>(),
     },
     Registration {
         name: "failures",

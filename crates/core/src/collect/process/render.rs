@@ -39,6 +39,7 @@ impl ProcessSample {
             + limits
             + ratios
             + usize::from(self.nccl.is_some())
+            + self.rdma_libraries.len()
             + trends
     }
 }
@@ -210,6 +211,23 @@ impl ProcessStats {
             let mut labels = labels.clone();
             labels.extend([("version", nccl.version.as_deref().unwrap_or("")), ("library", nccl.library.as_str())]);
             out.sample(&labels, 1u64);
+        }
+
+        out.family(
+            "memlock_process_rdma_library_info",
+            "Always 1, one series per family of library that registers memory with an RDMA device that the process has \
+                mapped (/proc/PID/maps, read with the NCCL library): library is libibverbs, libmlx5, libefa, ucx, \
+                libfabric, openmpi, mpich, mvapich, nvshmem or cufile; file is the first such file name mapped. \
+                The alert rules apply the memlock floor to processes with one of these (or MRs in RDMA netlink) only. \
+                Absent as memlock_process_nccl_info is; collector.process.nccl_version turns both off.",
+            Kind::Gauge,
+        );
+        for (process, labels) in processes.iter().zip(&labels) {
+            for library in &process.rdma_libraries {
+                let mut labels = labels.clone();
+                labels.extend([("library", library.library), ("file", library.file.as_str())]);
+                out.sample(&labels, 1u64);
+            }
         }
 
         let cgroup_labels: Vec<Vec<(&str, &str)>> =

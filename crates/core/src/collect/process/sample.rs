@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::charge::Charge;
-use crate::trend::{Observation, Scope};
 use memlock_kernel::fsroot;
 use memlock_kernel::pid_limits::MemlockLimits;
+use memlock_kernel::registrants::RdmaLibrary;
 use memlock_kernel::versions::NcclMapping;
 use memlock_kernel::{uid_map, ParseError};
+use crate::trend::{Observation, Scope};
 
 use super::ProcessStats;
 
@@ -52,6 +53,9 @@ pub struct ProcessSample {
     /// is first seen holding pinned memory (NCCL's registrations are what pins it). `None` until
     /// then, or when no `libnccl.so*` is mapped (NCCL linked statically, or not used).
     pub nccl: Option<Arc<NcclMapping>>,
+    /// The other libraries that register memory with an RDMA device, one per family, read from
+    /// `maps` in the same pass as [`ProcessSample::nccl`]; empty until then or when none is mapped.
+    pub rdma_libraries: Vec<RdmaLibrary>,
 }
 
 /// The trend analyser's id for one counter of a process (the comm guards against pid reuse

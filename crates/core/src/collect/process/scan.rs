@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use memlock_kernel::fsroot::{self, SourceError};
 use memlock_kernel::pid_limits;
+use memlock_kernel::registrants::{self, RdmaLibrary};
 use memlock_kernel::versions::{self, NcclMapping};
 use memlock_kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, ParseError};
 
@@ -245,6 +246,7 @@ impl Scanner {
                 cap_ipc_lock: None,
                 ipc_lock_exempt: None,
                 nccl: None,
+                rdma_libraries: Vec::new(),
             },
             comm_matches: false,
             nccl_read: false,
@@ -339,6 +341,7 @@ impl Scanner {
             // exec or pid reuse: another program, maybe another NCCL.
             record.nccl_read = false;
             record.sample.nccl = None;
+            record.sample.rdma_libraries.clear();
             record.comm_matches = self.config.comm_pattern.as_ref().is_some_and(|re| re.is_match(&name));
         }
         record.sample.locked_bytes = status.locked_bytes;
@@ -378,7 +381,7 @@ impl Scanner {
         {
             self.maps_reads_left -= 1;
             record.nccl_read = true;
-            record.sample.nccl = self.read_nccl(pid, errors);
+            (record.sample.nccl, record.sample.rdma_libraries) = self.read_maps(pid, errors);
         }
         Outcome::Read(changed)
     }
@@ -450,31 +453,42 @@ impl Scanner {
         none_live(failed)
     }
 
-    /// The first `libnccl.so*` mapping of the process, read line by line from `maps` and stopping
-    /// there. A refusal (reading another user's maps needs ptrace access: PTRACE_MODE_READ in
-    /// proc_maps_open) is counted, not a failure.
-    fn read_nccl(&mut self, pid: u32, errors: &mut Vec<SourceError>) -> Option<Arc<NcclMapping>> {
+    /// The first `libnccl.so*` mapping of the process and the RDMA registrant libraries it maps
+    /// ([`registrants::rdma_library`]), read line by line from `maps`. A refusal (reading another
+    /// user's maps needs ptrace access: PTRACE_MODE_READ in proc_maps_open) is counted, not a failure.
+    fn read_maps(&mut self, pid: u32, errors: &mut Vec<SourceError>) -> (Option<Arc<NcclMapping>>, Vec<RdmaLibrary>) {
         self.reader.resolve(pid, "maps");
-        match fsroot::find_line(&self.reader.path, MAX_MAPS_BYTES, versions::nccl_mapping) {
-            Ok(found) => {
-                let found = found?;
-                // Every rank of a job maps the same library: one copy.
-                if let Some(known) = self.nccl_libraries.iter().find(|k| ***k == found) {
-                    return Some(known.clone());
-                }
-                let found = Arc::new(found);
-                if self.nccl_libraries.len() < 64 {
-                    self.nccl_libraries.push(found.clone());
-                }
-                Some(found)
+        let mut nccl = None;
+        let mut libraries = Vec::new();
+        // The whole file: a registrant maps its libraries anywhere among the rank's areas.
+        let read = fsroot::find_line(&self.reader.path, MAX_MAPS_BYTES, |line| {
+            if nccl.is_none() {
+                nccl = versions::nccl_mapping(line);
             }
+            if let Some(found) = registrants::rdma_library(line) {
+                registrants::add(&mut libraries, found);
+            }
+            None::<()>
+        });
+        match read {
+            Ok(_) => {}
             // Gone meanwhile: the next pass drops it.
-            Err(err) if err.is_not_found() => None,
+            Err(err) if err.is_not_found() => return (None, Vec::new()),
             Err(err) => {
                 self.tally.note::<()>(err, errors);
-                None
+                return (None, Vec::new());
             }
         }
+        let Some(found) = nccl else { return (None, libraries) };
+        // Every rank of a job maps the same library: one copy.
+        if let Some(known) = self.nccl_libraries.iter().find(|k| ***k == found) {
+            return (Some(known.clone()), libraries);
+        }
+        let found = Arc::new(found);
+        if self.nccl_libraries.len() < 64 {
+            self.nccl_libraries.push(found.clone());
+        }
+        (Some(found), libraries)
     }
 
     /// Whether a process holding CAP_IPC_LOCK is in the initial user namespace, where the

@@ -123,6 +123,51 @@ fn nccl_is_read_from_maps_once_per_process() {
     assert!(stats.processes.iter().all(|p| p.nccl.is_none()));
 }
 
+/// The registrant libraries come from the same maps read as NCCL, one series per family; an
+/// io_uring user that pins memory with none of them has none.
+#[test]
+fn rdma_libraries_are_read_with_nccl() {
+    let tree = Tree::new("registrants");
+    tree.process(90, "ucx_perftest", 0, 4096, "8388608", "/job").process(91, "uring", 0, 4096, "8388608", "/io");
+    let area = |path: &str| format!("7f3a1c000000-7f3a1e4f1000 r-xp 00006000 fd:01 5377114          {path}\n");
+    let ucx =
+        ["/opt/hpcx/ucx/lib/libucs.so.0.0.0", "/opt/hpcx/ucx/lib/libucp.so.0.0.0", "/opt/hpcx/ucx/lib/libuct.so.0"]
+            .map(area)
+            .concat();
+    let verbs = area("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0")
+        + &area("/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav34.so");
+    std::fs::write(tree.root.join("90/maps"), ucx + &verbs).unwrap();
+    std::fs::write(tree.root.join("91/maps"), area("/usr/lib/x86_64-linux-gnu/liburing.so.2.3")).unwrap();
+    let mut errors = Vec::new();
+    let stats = tree.collector(0, "", 10).full_scan(&mut errors).unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    let families = |pid: u32| -> Vec<(&str, String)> {
+        let process = stats.processes.iter().find(|p| p.pid == pid).unwrap();
+        process.rdma_libraries.iter().map(|l| (l.library, l.file.clone())).collect()
+    };
+    assert_eq!(
+        families(90),
+        [
+            ("libibverbs", "libibverbs.so.1.14.50.0".to_owned()),
+            ("libmlx5", "libmlx5-rdmav34.so".to_owned()),
+            ("ucx", "libucp.so.0.0.0".to_owned())
+        ]
+    );
+    assert!(families(91).is_empty(), "liburing registers nothing with an RDMA device");
+    let mut out = Exposition::new();
+    stats.render(&mut out);
+    let text = out.finish();
+    let series: Vec<&str> = text.lines().filter(|l| l.starts_with("memlock_process_rdma_library_info{")).collect();
+    assert_eq!(series.len(), 3, "{text}");
+    assert!(
+        series.contains(
+            &"memlock_process_rdma_library_info{pid=\"90\",comm=\"ucx_perftest\",cgroup=\"/job\",\
+        library=\"ucx\",file=\"libucp.so.0.0.0\"} 1"
+        ),
+        "{text}"
+    );
+}
+
 /// Under a series budget the processes nearest an enforced limit are exported (an exempt one
 /// far over its limit is not urgent), with their trend ids; the aggregates by worst ratio.
 #[test]
