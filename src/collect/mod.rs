@@ -6,6 +6,7 @@ pub mod cgroup;
 mod example;
 pub mod failures;
 pub mod hugepages;
+pub mod nccl_version;
 pub mod node;
 pub mod numa;
 pub mod process;

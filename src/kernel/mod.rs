@@ -4,6 +4,7 @@
 pub mod cgroup_path;
 pub mod memcg;
 pub mod meminfo;
+pub mod nccl_library;
 pub mod nldev;
 pub mod pid_cgroup;
 pub mod pid_limits;

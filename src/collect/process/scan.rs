@@ -6,9 +6,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::collect::nccl_version;
 use crate::fsroot::{self, SourceError};
 use crate::kernel::pid_limits;
-use crate::kernel::versions::{self, NcclMapping};
+use crate::kernel::versions::NcclMapping;
 use crate::kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, ParseError};
 
 use super::sample::{ipc_lock_exempts, CgroupInfo, ProcessSample, UserNamespaceView};
@@ -44,7 +45,7 @@ pub(super) const LIMITS_REFRESH: std::time::Duration = std::time::Duration::from
 /// Builds `<procfs>/<pid>/<file>` paths in one reused buffer and reads them into one reused
 /// text buffer: a full scan reads three files per process.
 pub(super) struct PidReader {
-    procfs: OsString,
+    pub(super) procfs: OsString,
     pub(super) path: PathBuf,
     text: String,
     /// Where this exporter stands for judging user namespaces.
@@ -213,6 +214,8 @@ pub(super) struct Scanner {
     pub(super) config: ProcessConfig,
     /// NCCL libraries seen, shared by the processes that map them (bounded).
     pub(super) nccl_libraries: Vec<Arc<NcclMapping>>,
+    /// What each NCCL library file says of its version, by file identity.
+    pub(super) nccl_versions: nccl_version::Cache,
     /// `maps` files this pass may still read ([`MAPS_READS_PER_PASS`]).
     pub(super) maps_reads_left: usize,
 }
@@ -455,9 +458,12 @@ impl Scanner {
     /// proc_maps_open) is counted, not a failure.
     fn read_nccl(&mut self, pid: u32, errors: &mut Vec<SourceError>) -> Option<Arc<NcclMapping>> {
         self.reader.resolve(pid, "maps");
-        match fsroot::find_line(&self.reader.path, MAX_MAPS_BYTES, versions::nccl_mapping) {
+        match fsroot::find_line(&self.reader.path, MAX_MAPS_BYTES, nccl_version::mapped) {
             Ok(found) => {
-                let found = found?;
+                // A name without the version: the library and its dist-info, read once per file.
+                let mapped = found?;
+                let procfs = std::path::PathBuf::from(&self.reader.procfs);
+                let found = self.nccl_versions.resolve(&procfs, pid, &mapped).mapping(&mapped.name);
                 // Every rank of a job maps the same library: one copy.
                 if let Some(known) = self.nccl_libraries.iter().find(|k| ***k == found) {
                     return Some(known.clone());

@@ -1,0 +1,345 @@
+//! The NCCL version a process runs, wherever it got NCCL: from the mapped file's name when it
+//! carries one (conda, system packages, NGC containers: `libnccl.so.2.21.5`); else from the
+//! library's own `NCCL version X+cudaY` string and the wheel's `*.dist-info/METADATA` beside it
+//! (`site-packages/nvidia/nccl/lib/libnccl.so.2`, the nvidia-nccl-cuXX wheels PyTorch installs).
+//! When both answer, the library wins: it is what the process runs, the dist-info only what pip
+//! recorded. Both are kept, so that `check` can say both when they disagree.
+//!
+//! The library is read through the process's root (`/proc/PID/root`, so a container's path
+//! resolves in its own mount namespace), or through `/proc/PID/map_files` once it was replaced
+//! on disk (`(deleted)` in maps). Reading is bounded (the section headers and at most
+//! [`nccl_library::MAX_RODATA_SCAN`] of `.rodata`, in 64 KiB chunks) and done once per file
+//! identity (device, inode, size, mtime): every rank of a job maps the same file.
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::kernel::nccl_library::{self as lib, Scan};
+use crate::kernel::versions::{self, NcclMapping};
+
+/// Where a version came from; the `source` label of `memlock_process_nccl_info`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    FileName,
+    DistInfo,
+    Library,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::FileName => "file_name",
+            Source::DistInfo => "dist_info",
+            Source::Library => "library",
+        }
+    }
+}
+
+/// A `libnccl.so*` line of `/proc/PID/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapped {
+    /// The file name and the version it carries.
+    pub name: NcclMapping,
+    /// The path as the process sees it, without ` (deleted)`.
+    pub path: String,
+    /// Replaced or removed on disk since it was mapped.
+    pub deleted: bool,
+    /// `start-end` of the mapping: its name under `/proc/PID/map_files`.
+    pub range: String,
+}
+
+/// The first line of a maps text that maps a `libnccl.so*` file
+/// ([`versions::nccl_mapping`] decides which lines are).
+pub fn mapped(line: &str) -> Option<Mapped> {
+    let name = versions::nccl_mapping(line)?;
+    let mut fields = line.splitn(6, |c: char| c.is_ascii_whitespace());
+    let range = fields.next()?.to_owned();
+    for _ in 0..4 {
+        fields.next()?;
+    }
+    let path = fields.next()?.trim();
+    let (path, deleted) = match path.strip_suffix(" (deleted)") {
+        Some(path) => (path, true),
+        None => (path, false),
+    };
+    Some(Mapped { name, path: path.to_owned(), deleted, range })
+}
+
+/// The wheel's record of its version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DistInfo {
+    /// `site-packages/nvidia_nccl_cu12-2.23.4.dist-info/METADATA`, as the process sees it.
+    pub path: String,
+    pub version: String,
+}
+
+/// What was found about one mapped NCCL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NcclVersion {
+    /// The mapped path (as the process sees it).
+    pub path: String,
+    /// The release the process runs: `2.23.4`.
+    pub version: Option<String>,
+    pub source: Option<Source>,
+    /// The library's string after `NCCL version `: `2.23.4+cuda12.6`.
+    pub library_string: Option<String>,
+    pub dist_info: Option<DistInfo>,
+    /// Why the library or the dist-info could not tell, each naming the file.
+    pub reasons: Vec<String>,
+}
+
+impl NcclVersion {
+    /// The dist-info names another release than the library (the library is what runs).
+    pub fn disagreement(&self) -> Option<(&str, &str)> {
+        let library = self.library_string.as_deref().and_then(lib::release)?;
+        let recorded = self.dist_info.as_ref()?.version.as_str();
+        // A wheel's version may add a post-release (`2.26.2.post1`) to the library's release.
+        let same = recorded == library || recorded.strip_prefix(library).is_some_and(|r| r.starts_with(".post"));
+        (!same).then_some((library, recorded))
+    }
+
+    /// The label set the process collector exports.
+    pub fn mapping(&self, name: &NcclMapping) -> NcclMapping {
+        NcclMapping {
+            library: name.library.clone(),
+            version: self.version.clone(),
+            source: self.source.map_or("", Source::as_str),
+        }
+    }
+}
+
+/// A file's identity: a replaced or rewritten library is read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+/// The libraries already read, by identity and mapped path (the dist-info depends on the path).
+#[derive(Debug, Default)]
+pub struct Cache {
+    entries: Vec<((Identity, String), Arc<NcclVersion>)>,
+}
+
+/// Libraries remembered: a node runs a handful of NCCL builds.
+const CACHE_ENTRIES: usize = 32;
+
+/// Bytes read from the library per call.
+const CHUNK: usize = 64 << 10;
+
+/// The longest `METADATA` read: the wheels' carry a short description.
+const MAX_METADATA_BYTES: u64 = 64 << 10;
+
+/// The most site-packages entries looked through for the dist-info.
+const MAX_DIR_ENTRIES: usize = 100_000;
+
+impl Cache {
+    /// The version of the NCCL `mapped` in process `pid`, read under `procfs`.
+    pub fn resolve(&mut self, procfs: &Path, pid: u32, mapped: &Mapped) -> Arc<NcclVersion> {
+        if let Some(version) = &mapped.name.version {
+            return Arc::new(NcclVersion {
+                path: mapped.path.clone(),
+                version: Some(version.clone()),
+                source: Some(Source::FileName),
+                library_string: None,
+                dist_info: None,
+                reasons: Vec::new(),
+            });
+        }
+        let root = procfs.join(pid.to_string());
+        let file = if mapped.deleted {
+            root.join("map_files").join(&mapped.range)
+        } else {
+            root.join("root").join(mapped.path.trim_start_matches('/'))
+        };
+        let mut found = NcclVersion {
+            path: mapped.path.clone(),
+            version: None,
+            source: None,
+            library_string: None,
+            dist_info: None,
+            reasons: Vec::new(),
+        };
+        let opened = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&file)
+            .and_then(|f| f.metadata().map(|m| (f, m)));
+        let (library, meta) = match opened {
+            Ok(opened) => opened,
+            Err(err) => {
+                found.reasons.push(format!("library {}: {err}", file.display()));
+                if !mapped.deleted {
+                    found.dist_info = self.dist_info(&root, mapped, &mut found.reasons);
+                }
+                found.decide();
+                return Arc::new(found);
+            }
+        };
+        let key = (
+            Identity { dev: meta.dev(), ino: meta.ino(), size: meta.size(), mtime: (meta.mtime(), meta.mtime_nsec()) },
+            mapped.path.clone(),
+        );
+        if let Some((_, known)) = self.entries.iter().find(|(k, _)| *k == key) {
+            return known.clone();
+        }
+        if !meta.is_file() {
+            found.reasons.push(format!("library {}: not a regular file", file.display()));
+        } else {
+            match library_string(&library, meta.len()) {
+                Ok(text) => found.library_string = Some(text),
+                Err(why) => found.reasons.push(format!("library {}: {why}", file.display())),
+            }
+        }
+        if mapped.deleted {
+            found.reasons.push("no dist-info: the library was replaced on disk since it was mapped".into());
+        } else {
+            found.dist_info = self.dist_info(&root, mapped, &mut found.reasons);
+        }
+        found.decide();
+        let found = Arc::new(found);
+        if self.entries.len() >= CACHE_ENTRIES {
+            self.entries.remove(0);
+        }
+        self.entries.push((key, found.clone()));
+        found
+    }
+
+    /// The nvidia-nccl wheel's `METADATA`: the library is `<site-packages>/nvidia/nccl/lib/<file>`,
+    /// the record `<site-packages>/nvidia_nccl_cuXX-<version>.dist-info/METADATA`.
+    fn dist_info(&self, root: &Path, mapped: &Mapped, reasons: &mut Vec<String>) -> Option<DistInfo> {
+        let lib_dir = Path::new(&mapped.path).parent()?;
+        if !lib_dir.ends_with("nvidia/nccl/lib") {
+            return None;
+        }
+        let site = lib_dir.parent()?.parent()?.parent()?;
+        let under_root = |p: &Path| root.join("root").join(p.strip_prefix("/").unwrap_or(p));
+        let entries = match std::fs::read_dir(under_root(site)) {
+            Ok(entries) => entries,
+            Err(err) => {
+                reasons.push(format!("dist-info: {}: {err}", under_root(site).display()));
+                return None;
+            }
+        };
+        let names: Vec<String> = entries
+            .take(MAX_DIR_ENTRIES)
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| lib::is_nccl_dist_info(n))
+            .take(8)
+            .collect();
+        let name = match names.as_slice() {
+            [] => {
+                reasons.push(format!("dist-info: no nvidia_nccl_cu*.dist-info in {}", site.display()));
+                return None;
+            }
+            [one] => one,
+            several => {
+                reasons.push(format!(
+                    "dist-info: {} in {}: cannot tell which is mapped",
+                    several.join(", "),
+                    site.display()
+                ));
+                return None;
+            }
+        };
+        let metadata = site.join(name).join("METADATA");
+        let text = match crate::fsroot::read_regular_text(&under_root(&metadata), MAX_METADATA_BYTES) {
+            Ok(text) => text,
+            Err(err) => {
+                reasons.push(format!("dist-info: {}", err.detail()));
+                return None;
+            }
+        };
+        match lib::dist_info_version(&text) {
+            Some(version) => Some(DistInfo { path: metadata.display().to_string(), version: version.to_owned() }),
+            None => {
+                reasons.push(format!("dist-info {}: no plausible Version: header", metadata.display()));
+                None
+            }
+        }
+    }
+}
+
+impl NcclVersion {
+    /// The library wins over the dist-info.
+    fn decide(&mut self) {
+        if let Some(text) = &self.library_string {
+            match lib::release(text) {
+                Some(release) => {
+                    self.version = Some(release.to_owned());
+                    self.source = Some(Source::Library);
+                    return;
+                }
+                None => self.reasons.push(format!("library: `NCCL version {text}` names no release")),
+            }
+        }
+        if let Some(d) = &self.dist_info {
+            self.version = Some(d.version.clone());
+            self.source = Some(Source::DistInfo);
+        }
+    }
+}
+
+/// The library's `NCCL version` text, from `.rodata` located through the section headers.
+fn library_string(file: &File, size: u64) -> Result<String, String> {
+    let read = |offset: u64, len: u64| -> Result<Vec<u8>, String> {
+        let mut buf = vec![0u8; usize::try_from(len).map_err(|_| "too large")?];
+        file.read_exact_at(&mut buf, offset).map_err(|err| match err.kind() {
+            std::io::ErrorKind::UnexpectedEof => format!("truncated: {len} bytes at {offset} beyond its end"),
+            _ => err.to_string(),
+        })?;
+        Ok(buf)
+    };
+    let header = read(0, (lib::ELF_HEADER_BYTES as u64).min(size))?;
+    let table = lib::section_table(&header, size)?;
+    let headers = read(table.offset, table.bytes())?;
+    let names = lib::section(&headers, table.names).ok_or("no section name table")?;
+    if names.size > lib::MAX_SECTION_NAMES {
+        return Err(format!("section name table of {} bytes", names.size));
+    }
+    let names = read(names.offset, names.size)?;
+    let rodata = lib::find_section(&headers, &names, ".rodata").ok_or("no .rodata section")?;
+    if rodata.nobits || rodata.offset.checked_add(rodata.size).is_none_or(|end| end > size) {
+        return Err(format!("truncated: .rodata ends beyond the file's {size} bytes"));
+    }
+    scan_section(file, rodata.offset, rodata.size.min(lib::MAX_RODATA_SCAN))
+}
+
+/// Scans `len` bytes at `offset` for the version string, one chunk at a time: memory is one
+/// chunk and the carried tail of the last.
+fn scan_section(file: &File, offset: u64, len: u64) -> Result<String, String> {
+    let mut window: Vec<u8> = Vec::with_capacity(CHUNK + lib::MAX_VERSION_TEXT + 16);
+    let mut done = 0u64;
+    while done < len {
+        let want = (len - done).min(CHUNK as u64) as usize;
+        let keep = window.len();
+        window.resize(keep + want, 0);
+        file.read_exact_at(&mut window[keep..], offset + done).map_err(|err| format!("reading .rodata: {err}"))?;
+        done += want as u64;
+        match lib::scan(&window) {
+            Scan::Found(text) => return Ok(text),
+            Scan::Bad(why) => return Err(why),
+            Scan::Partial(from) => {
+                window.drain(..from);
+            }
+            Scan::Absent => {
+                let tail = window.len().saturating_sub(lib::CARRY);
+                window.drain(..tail);
+            }
+        }
+    }
+    match lib::scan(&window) {
+        Scan::Bad(why) => Err(why),
+        _ => Err(format!("no `NCCL version` string in the first {len} bytes of .rodata")),
+    }
+}
+
+#[cfg(test)]
+mod tests;
