@@ -40,6 +40,19 @@ impl Source {
     }
 }
 
+/// How much of `/proc/PID/maps` is read looking for NCCL: a PyTorch rank maps a few thousand
+/// areas (a few hundred KiB of text); the rest of a larger file is not read.
+pub const MAX_MAPS_BYTES: u64 = 16 << 20;
+
+/// The NCCL process `pid` has mapped, for the preflight (`check`, `estimate --pid`): `None` when
+/// no `libnccl.so*` is mapped. Reading another user's maps needs ptrace access
+/// (PTRACE_MODE_READ in fs/proc/task_mmu.c proc_maps_open).
+pub fn of_process(procfs: &Path, pid: u32) -> Result<Option<NcclVersion>, crate::fsroot::SourceError> {
+    let maps = procfs.join(pid.to_string()).join("maps");
+    let Some(mapped) = crate::fsroot::find_line(&maps, MAX_MAPS_BYTES, mapped)? else { return Ok(None) };
+    Ok(Some(Cache::default().resolve(procfs, pid, &mapped).as_ref().clone()))
+}
+
 /// A `libnccl.so*` line of `/proc/PID/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapped {

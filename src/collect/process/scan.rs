@@ -225,10 +225,6 @@ pub(super) struct Scanner {
 /// core, and the 8 ranks of a job starting together are labelled within 4 passes.
 pub(super) const MAPS_READS_PER_PASS: usize = 2;
 
-/// How much of `/proc/PID/maps` is read looking for NCCL: a PyTorch rank maps a few thousand
-/// areas (a few hundred KiB of text); the rest of a larger file is not read.
-const MAX_MAPS_BYTES: u64 = 16 << 20;
-
 impl Scanner {
     /// Reads `status`, `limits` and `cgroup` of one process.
     pub(super) fn read_process(
@@ -458,7 +454,7 @@ impl Scanner {
     /// proc_maps_open) is counted, not a failure.
     fn read_nccl(&mut self, pid: u32, errors: &mut Vec<SourceError>) -> Option<Arc<NcclMapping>> {
         self.reader.resolve(pid, "maps");
-        match fsroot::find_line(&self.reader.path, MAX_MAPS_BYTES, nccl_version::mapped) {
+        match fsroot::find_line(&self.reader.path, nccl_version::MAX_MAPS_BYTES, nccl_version::mapped) {
             Ok(found) => {
                 // A name without the version: the library and its dist-info, read once per file.
                 let mapped = found?;

@@ -532,6 +532,13 @@ pub fn run(args: &CheckArgs) -> u8 {
     if let Some(err) = env_error {
         environment_unreadable(&mut findings, &err);
     }
+    // The checker itself maps no NCCL: only a checked process has a version to state.
+    if let Some(pid) = args.pid {
+        findings.push(crate::preflight::nccl::library::finding(&crate::preflight::nccl::library::of_process(
+            &roots.procfs,
+            pid,
+        )));
+    }
     crate::preflight::job_context::adjust_findings(&args.job, &adjusted, &mut findings);
     let report = Report {
         pid,
