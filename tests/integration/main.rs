@@ -14,6 +14,7 @@ mod live_cgroup;
 mod live_check;
 mod live_drill;
 mod live_failures;
+mod live_nccl;
 mod live_node;
 mod live_process;
 mod live_rdma;
