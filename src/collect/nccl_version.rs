@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::kernel::nccl_library::{self as lib, Scan};
+use crate::kernel::nccl_library as lib;
 use crate::kernel::versions::{self, NcclMapping};
 
 /// Where a version came from; the `source` label of `memlock_process_nccl_info`.
@@ -143,9 +143,6 @@ pub struct Cache {
 
 /// Libraries remembered: a node runs a handful of NCCL builds.
 const CACHE_ENTRIES: usize = 32;
-
-/// Bytes read from the library per call.
-const CHUNK: usize = 64 << 10;
 
 /// The longest `METADATA` read: the wheels' carry a short description.
 const MAX_METADATA_BYTES: u64 = 64 << 10;
@@ -300,58 +297,16 @@ impl NcclVersion {
     }
 }
 
-/// The library's `NCCL version` text, from `.rodata` located through the section headers.
+/// The library's `NCCL version` text ([`lib::library_version`]), read with `pread`.
 fn library_string(file: &File, size: u64) -> Result<String, String> {
-    let read = |offset: u64, len: u64| -> Result<Vec<u8>, String> {
+    lib::library_version(size, |offset, len| {
         let mut buf = vec![0u8; usize::try_from(len).map_err(|_| "too large")?];
         file.read_exact_at(&mut buf, offset).map_err(|err| match err.kind() {
             std::io::ErrorKind::UnexpectedEof => format!("truncated: {len} bytes at {offset} beyond its end"),
             _ => err.to_string(),
         })?;
         Ok(buf)
-    };
-    let header = read(0, (lib::ELF_HEADER_BYTES as u64).min(size))?;
-    let table = lib::section_table(&header, size)?;
-    let headers = read(table.offset, table.bytes())?;
-    let names = lib::section(&headers, table.names).ok_or("no section name table")?;
-    if names.size > lib::MAX_SECTION_NAMES {
-        return Err(format!("section name table of {} bytes", names.size));
-    }
-    let names = read(names.offset, names.size)?;
-    let rodata = lib::find_section(&headers, &names, ".rodata").ok_or("no .rodata section")?;
-    if rodata.nobits || rodata.offset.checked_add(rodata.size).is_none_or(|end| end > size) {
-        return Err(format!("truncated: .rodata ends beyond the file's {size} bytes"));
-    }
-    scan_section(file, rodata.offset, rodata.size.min(lib::MAX_RODATA_SCAN))
-}
-
-/// Scans `len` bytes at `offset` for the version string, one chunk at a time: memory is one
-/// chunk and the carried tail of the last.
-fn scan_section(file: &File, offset: u64, len: u64) -> Result<String, String> {
-    let mut window: Vec<u8> = Vec::with_capacity(CHUNK + lib::MAX_VERSION_TEXT + 16);
-    let mut done = 0u64;
-    while done < len {
-        let want = (len - done).min(CHUNK as u64) as usize;
-        let keep = window.len();
-        window.resize(keep + want, 0);
-        file.read_exact_at(&mut window[keep..], offset + done).map_err(|err| format!("reading .rodata: {err}"))?;
-        done += want as u64;
-        match lib::scan(&window) {
-            Scan::Found(text) => return Ok(text),
-            Scan::Bad(why) => return Err(why),
-            Scan::Partial(from) => {
-                window.drain(..from);
-            }
-            Scan::Absent => {
-                let tail = window.len().saturating_sub(lib::CARRY);
-                window.drain(..tail);
-            }
-        }
-    }
-    match lib::scan(&window) {
-        Scan::Bad(why) => Err(why),
-        _ => Err(format!("no `NCCL version` string in the first {len} bytes of .rodata")),
-    }
+    })
 }
 
 #[cfg(test)]

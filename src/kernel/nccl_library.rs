@@ -178,6 +178,48 @@ pub fn scan(window: &[u8]) -> Scan {
     Scan::Absent
 }
 
+/// Bytes read from the library per call.
+pub const CHUNK: usize = 64 << 10;
+
+/// The library's `NCCL version` text, from `.rodata` located through the section headers, for a
+/// file of `size` bytes that `read(offset, len)` reads (the caller's I/O: `pread` on the file, or
+/// a slice). At most [`MAX_RODATA_SCAN`] bytes of the section are read, [`CHUNK`] at a time, and
+/// memory is one chunk and the carried tail of the last. The error says why, for the operator.
+pub fn library_version(size: u64, mut read: impl FnMut(u64, u64) -> Result<Vec<u8>, String>) -> Result<String, String> {
+    let header = read(0, (ELF_HEADER_BYTES as u64).min(size))?;
+    let table = section_table(&header, size)?;
+    let headers = read(table.offset, table.bytes())?;
+    let names = section(&headers, table.names).ok_or("no section name table")?;
+    if names.size > MAX_SECTION_NAMES || names.offset.checked_add(names.size).is_none_or(|end| end > size) {
+        return Err(format!("section name table of {} bytes at {}", names.size, names.offset));
+    }
+    let names = read(names.offset, names.size)?;
+    let rodata = find_section(&headers, &names, ".rodata").ok_or("no .rodata section")?;
+    if rodata.nobits || rodata.offset.checked_add(rodata.size).is_none_or(|end| end > size) {
+        return Err(format!("truncated: .rodata ends beyond the file's {size} bytes"));
+    }
+    let len = rodata.size.min(MAX_RODATA_SCAN);
+    let mut window: Vec<u8> = Vec::with_capacity(CHUNK + MARKER.len() + MAX_VERSION_TEXT + 1);
+    let mut done = 0u64;
+    while done < len {
+        let want = (len - done).min(CHUNK as u64);
+        window.extend_from_slice(&read(rodata.offset + done, want)?);
+        done += want;
+        match scan(&window) {
+            Scan::Found(text) => return Ok(text),
+            Scan::Bad(why) => return Err(why),
+            Scan::Partial(from) => {
+                window.drain(..from);
+            }
+            Scan::Absent => {
+                let tail = window.len().saturating_sub(CARRY);
+                window.drain(..tail);
+            }
+        }
+    }
+    Err(format!("no `NCCL version` string in the first {len} bytes of .rodata"))
+}
+
 /// The release in a library's version text: `2.21.5` of `2.21.5+cuda12.4` (NCCL_SUFFIX, empty in
 /// releases, stays: `2.19.0a0`). `None` when it does not start as a dotted version.
 pub fn release(text: &str) -> Option<&str> {
@@ -206,48 +248,49 @@ pub fn is_nccl_dist_info(name: &str) -> bool {
     name.starts_with("nvidia_nccl_cu") && name.ends_with(".dist-info")
 }
 
+#[doc(hidden)]
+/// An ELF64 file with the named sections laid out after the header, then the section header
+/// table: what a linker writes, reduced to the fields read here. For tests and fuzz seeds.
+pub fn elf(sections: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut names = vec![0u8];
+    let mut bodies = Vec::new();
+    let mut out = vec![0u8; ELF_HEADER_BYTES];
+    let name_of = |name: &str, names: &mut Vec<u8>| {
+        let at = names.len() as u32;
+        names.extend_from_slice(name.as_bytes());
+        names.push(0);
+        at
+    };
+    for (name, body) in sections {
+        let at = name_of(name, &mut names);
+        bodies.push((at, out.len() as u64, body.len() as u64));
+        out.extend_from_slice(body);
+    }
+    let shstrtab = name_of(".shstrtab", &mut names);
+    bodies.push((shstrtab, out.len() as u64, names.len() as u64));
+    out.extend_from_slice(&names);
+    let table = out.len() as u64;
+    out.extend_from_slice(&[0u8; SECTION_HEADER_BYTES]);
+    for (name, offset, size) in &bodies {
+        let mut entry = [0u8; SECTION_HEADER_BYTES];
+        entry[..4].copy_from_slice(&name.to_le_bytes());
+        entry[4..8].copy_from_slice(&1u32.to_le_bytes());
+        entry[0x18..0x20].copy_from_slice(&offset.to_le_bytes());
+        entry[0x20..0x28].copy_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&entry);
+    }
+    out[..6].copy_from_slice(b"\x7fELF\x02\x01");
+    out[0x28..0x30].copy_from_slice(&table.to_le_bytes());
+    out[0x3a..0x3c].copy_from_slice(&(SECTION_HEADER_BYTES as u16).to_le_bytes());
+    let count = bodies.len() as u16 + 1;
+    out[0x3c..0x3e].copy_from_slice(&count.to_le_bytes());
+    out[0x3e..0x40].copy_from_slice(&(count - 1).to_le_bytes());
+    out
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-
-    /// An ELF64 file with the named sections laid out after the header, then the section header
-    /// table: what a linker writes, reduced to the fields read here.
-    pub(crate) fn elf(sections: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut names = vec![0u8];
-        let mut bodies = Vec::new();
-        let mut out = vec![0u8; ELF_HEADER_BYTES];
-        let name_of = |name: &str, names: &mut Vec<u8>| {
-            let at = names.len() as u32;
-            names.extend_from_slice(name.as_bytes());
-            names.push(0);
-            at
-        };
-        for (name, body) in sections {
-            let at = name_of(name, &mut names);
-            bodies.push((at, out.len() as u64, body.len() as u64));
-            out.extend_from_slice(body);
-        }
-        let shstrtab = name_of(".shstrtab", &mut names);
-        bodies.push((shstrtab, out.len() as u64, names.len() as u64));
-        out.extend_from_slice(&names);
-        let table = out.len() as u64;
-        out.extend_from_slice(&[0u8; SECTION_HEADER_BYTES]);
-        for (name, offset, size) in &bodies {
-            let mut entry = [0u8; SECTION_HEADER_BYTES];
-            entry[..4].copy_from_slice(&name.to_le_bytes());
-            entry[4..8].copy_from_slice(&1u32.to_le_bytes());
-            entry[0x18..0x20].copy_from_slice(&offset.to_le_bytes());
-            entry[0x20..0x28].copy_from_slice(&size.to_le_bytes());
-            out.extend_from_slice(&entry);
-        }
-        out[..6].copy_from_slice(b"\x7fELF\x02\x01");
-        out[0x28..0x30].copy_from_slice(&table.to_le_bytes());
-        out[0x3a..0x3c].copy_from_slice(&(SECTION_HEADER_BYTES as u16).to_le_bytes());
-        let count = bodies.len() as u16 + 1;
-        out[0x3c..0x3e].copy_from_slice(&count.to_le_bytes());
-        out[0x3e..0x40].copy_from_slice(&(count - 1).to_le_bytes());
-        out
-    }
 
     fn rodata_of(file: &[u8]) -> Result<Option<Section>, String> {
         let t = section_table(&file[..ELF_HEADER_BYTES.min(file.len())], file.len() as u64)?;
@@ -267,6 +310,37 @@ pub(crate) mod tests {
         assert_eq!(scan(bytes), Scan::Found("2.23.4+cuda12.6".into()), "the format string is skipped");
         assert_eq!(release("2.23.4+cuda12.6"), Some("2.23.4"));
         assert_eq!(rodata_of(&elf(&[(".text", b"x")])).unwrap(), None, "no .rodata");
+    }
+
+    fn reader<'a>(file: &'a [u8], total: &'a mut u64) -> impl FnMut(u64, u64) -> Result<Vec<u8>, String> + 'a {
+        let total = std::cell::Cell::from_mut(total);
+        move |offset, len| {
+            total.set(total.get() + len);
+            file.get(offset as usize..(offset + len) as usize).map(<[u8]>::to_vec).ok_or_else(|| "beyond".into())
+        }
+    }
+
+    #[test]
+    fn the_version_is_found_across_chunks_and_only_within_the_bound() {
+        for pad in [0, CHUNK - 20, CHUNK - 13, CHUNK - 5, CHUNK - 1, CHUNK, 3 * CHUNK + 7] {
+            let rodata = [vec![b'x'; pad], b"NCCL version 2.23.4+cuda12.6\0".to_vec()].concat();
+            let file = elf(&[(".text", b"\x90"), (".rodata", &rodata)]);
+            let mut read = 0;
+            let found = library_version(file.len() as u64, reader(&file, &mut read));
+            assert_eq!(found, Ok("2.23.4+cuda12.6".into()), "{pad} bytes before it");
+        }
+        // Past the bound: not read, and no more than the bound is.
+        let rodata = [vec![b'x'; MAX_RODATA_SCAN as usize], b"NCCL version 2.23.4+cuda12.6\0".to_vec()].concat();
+        let file = elf(&[(".rodata", &rodata)]);
+        let mut read = 0;
+        let found = library_version(file.len() as u64, reader(&file, &mut read));
+        assert_eq!(found, Err(format!("no `NCCL version` string in the first {MAX_RODATA_SCAN} bytes of .rodata")));
+        assert!(read < MAX_RODATA_SCAN + 4096, "{read} bytes read");
+        // A truncated .rodata, or one of no bytes in the file.
+        let cut = &file[..file.len() / 2];
+        let mut read = 0;
+        let found = library_version(cut.len() as u64, reader(cut, &mut read));
+        assert!(found.unwrap_err().starts_with("truncated"));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::kernel::nccl_library::tests::elf;
+use crate::kernel::nccl_library::elf;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("memlock-nccl-version-{}-{name}", std::process::id()));
