@@ -351,3 +351,80 @@ fn nccl_format_fixtures_match_the_cached_libraries() {
         assert_eq!(String::from_utf8_lossy(&out.stdout), fixture, "{}: regenerate with formats", r.release);
     }
 }
+
+/// A process that maps `library` (mmap, as the loader does; these fakes cannot be dlopened) and
+/// holds it until dropped.
+fn map_and_hold(library: &Path) -> Child {
+    let mapper = "import mmap, sys\nf = open(sys.argv[1], 'rb')\nm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n\
+        print('mapped', flush=True)\nsys.stdin.read()\n";
+    let mut child = Command::new(unprivileged_python())
+        .args(["-I", "-c", mapper])
+        .arg(library)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the mapper");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line).expect("read the mapper");
+    assert_eq!(line.trim(), "mapped");
+    child
+}
+
+/// `check --pid`'s nccl.version line for a process that maps each hostile library in a wheel's
+/// layout: a clear reason naming the file, no version made up, and the check still runs.
+#[test]
+fn hostile_libraries_give_check_a_reason() {
+    use memlock_exporter::kernel::nccl_library::elf;
+    crate::require!(is_root(), "live tests need root (to read another process's maps)");
+    let dir = std::env::temp_dir().join(format!("memlock-nccl-hostile-{}", std::process::id()));
+    let long = [b"\0NCCL version 2".as_slice(), &vec![b'1'; 10 << 20], b"\0"].concat();
+    let mut cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("long", elf(&[(".rodata", &long)]), "its `NCCL version` string is longer than 64 bytes"),
+        ("binary", elf(&[(".rodata", b"NCCL version 2.\xff\xfe+cuda\0")]), "its `NCCL version` string is not UTF-8"),
+        ("script", b"#!/bin/sh\nexit 0\n".to_vec(), ": not an ELF file"),
+    ];
+    // The real library cut short (an interrupted copy): its section headers are at the end.
+    let releases = cached();
+    if let Some(r) = releases.first() {
+        let mut head = vec![0u8; 1 << 20];
+        std::io::Read::read_exact(&mut std::fs::File::open(&r.library).unwrap(), &mut head).unwrap();
+        cases.push(("truncated", head, "truncated: section headers end beyond the file's 1048576 bytes"));
+    }
+    for (name, bytes, why) in cases {
+        let site = dir.join(name).join("site-packages");
+        let lib_dir = site.join("nvidia/nccl/lib");
+        std::fs::create_dir_all(&lib_dir).unwrap();
+        let library = lib_dir.join("libnccl.so.2");
+        std::fs::write(&library, &bytes).unwrap();
+        let mut child = map_and_hold(&library);
+        let check = run(&["check", "--pid", &child.id().to_string()]);
+        let line = check.lines().find(|l| l.contains("nccl.version")).unwrap_or_else(|| panic!("{name}: {check}"));
+        assert!(line.contains(&format!("unknown in {}", library.display())), "{name}: {line}");
+        assert!(line.contains(why), "{name}: {line}");
+        assert!(line.contains("no nvidia_nccl_cu*.dist-info in"), "{name}: {line}");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    // The real library beside a dist-info that names another release: the library wins, and
+    // check says both.
+    crate::require!(!releases.is_empty(), "{NO_CACHE}");
+    let r = &releases[0];
+    let site = Site::of(r);
+    for entry in std::fs::read_dir(site.0.join("site-packages")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with(".dist-info") {
+            let metadata = path.join("METADATA");
+            let text = std::fs::read_to_string(&metadata).unwrap();
+            std::fs::remove_file(&metadata).unwrap();
+            std::fs::write(&metadata, text.replace(&format!("Version: {}", r.version), "Version: 2.99.9")).unwrap();
+        }
+    }
+    let mut rank = Rank::spawn(&site.library());
+    let got = release_of(rank.version());
+    let check = run(&["check", "--pid", &rank.pid().to_string()]);
+    let line = check.lines().find(|l| l.contains("nccl.version")).unwrap_or_else(|| panic!("{check}"));
+    assert!(line.starts_with("WARN"), "{line}");
+    assert!(line.contains(&format!("the library is {got}, its wheel's dist-info says 2.99.9")), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
