@@ -190,6 +190,9 @@ impl Cache {
                     found.dist_info = self.dist_info(&root, mapped, &mut found.reasons);
                 }
                 found.decide();
+                // Not cached (no identity): each new process mapping it is read again, so only
+                // at debug level.
+                tracing::debug!(library = %mapped.path, pid, reasons = %found.reasons.join("; "), "NCCL version");
                 return Arc::new(found);
             }
         };
@@ -214,6 +217,18 @@ impl Cache {
             found.dist_info = self.dist_info(&root, mapped, &mut found.reasons);
         }
         found.decide();
+        // Once per file: the reasons are what an operator needs to see why `version` is empty.
+        if found.version.is_none() || found.disagreement().is_some() {
+            tracing::info!(
+                library = %mapped.path,
+                pid,
+                reasons = %found.reasons.join("; "),
+                library_says = found.library_string.as_deref().unwrap_or(""),
+                dist_info_says = found.dist_info.as_ref().map_or("", |d| d.version.as_str()),
+                "NCCL version: {}",
+                if found.version.is_none() { "unknown" } else { "the wheel's dist-info disagrees with the library" }
+            );
+        }
         let found = Arc::new(found);
         if self.entries.len() >= CACHE_ENTRIES {
             self.entries.remove(0);
