@@ -23,8 +23,9 @@ pub fn of_process(procfs: &std::path::Path, pid: u32) -> Mapped {
     }
 }
 
-/// One line on the version and its source: `2.23.4 (from the library: NCCL version
-/// 2.23.4+cuda12.6; dist-info 2.23.4) in /venv/.../libnccl.so.2`.
+/// One line on the version and its source: `2.23.4 (from the library) in /venv/.../libnccl.so.2;
+/// the library says NCCL version 2.23.4+cuda12.6, its dist-info /venv/.../METADATA says 2.23.4`,
+/// then the reasons when something could not be read.
 pub fn describe(m: &Mapped) -> String {
     if let Some(err) = &m.error {
         return format!("unknown: maps not readable ({err})");
