@@ -8,7 +8,7 @@
 //! The library is read through the process's root (`/proc/PID/root`, so a container's path
 //! resolves in its own mount namespace), or through `/proc/PID/map_files` once it was replaced
 //! on disk (`(deleted)` in maps). Reading is bounded (the section headers and at most
-//! [`nccl_library::MAX_RODATA_SCAN`] of `.rodata`, in 64 KiB chunks) and done once per file
+//! [`lib::MAX_RODATA_SCAN`] of `.rodata`, in 64 KiB chunks) and done once per file
 //! identity (device, inode, size, mtime): every rank of a job maps the same file.
 
 use std::fs::File;
