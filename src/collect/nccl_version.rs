@@ -177,12 +177,7 @@ impl Cache {
             dist_info: None,
             reasons: Vec::new(),
         };
-        let opened = File::options()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&file)
-            .and_then(|f| f.metadata().map(|m| (f, m)));
-        let (library, meta) = match opened {
+        let (library, meta) = match open_regular(&file) {
             Ok(opened) => opened,
             Err(err) => {
                 found.reasons.push(format!("library {}: {err}", file.display()));
@@ -203,13 +198,9 @@ impl Cache {
         if let Some((_, known)) = self.entries.iter().find(|(k, _)| *k == key) {
             return known.clone();
         }
-        if !meta.is_file() {
-            found.reasons.push(format!("library {}: not a regular file", file.display()));
-        } else {
-            match library_string(&library, meta.len()) {
-                Ok(text) => found.library_string = Some(text),
-                Err(why) => found.reasons.push(format!("library {}: {why}", file.display())),
-            }
+        match library_string(&library, meta.len()) {
+            Ok(text) => found.library_string = Some(text),
+            Err(why) => found.reasons.push(format!("library {}: {why}", file.display())),
         }
         if mapped.deleted {
             found.reasons.push("no dist-info: the library was replaced on disk since it was mapped".into());
@@ -275,10 +266,16 @@ impl Cache {
             }
         };
         let metadata = site.join(name).join("METADATA");
-        let text = match crate::fsroot::read_regular_text(&under_root(&metadata), MAX_METADATA_BYTES) {
+        let text = open_regular(&under_root(&metadata)).and_then(|(file, _)| {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_METADATA_BYTES), &mut text)
+                .map_err(|err| std::io::Error::new(err.kind(), format!("not UTF-8 text: {err}")))?;
+            Ok(text)
+        });
+        let text = match text {
             Ok(text) => text,
             Err(err) => {
-                reasons.push(format!("dist-info: {}", err.detail()));
+                reasons.push(format!("dist-info {}: {err}", under_root(&metadata).display()));
                 return None;
             }
         };
@@ -310,6 +307,26 @@ impl NcclVersion {
             self.source = Some(Source::DistInfo);
         }
     }
+}
+
+/// Opens a file the process's maps or directories name, only if it is a regular file. The path
+/// is the process's to change (a symbolic link put in the library's place between the maps read
+/// and this open), and opening a device has effects of its own (a watchdog starts, a tape
+/// rewinds): so the path is resolved with O_PATH, which calls no driver's open (fs/open.c
+/// do_dentry_open returns before `f_op->open` for O_PATH), checked with fstat, and only a regular
+/// file is opened, through `/proc/self/fd`, the inode already resolved.
+fn open_regular(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
+    use std::os::fd::AsRawFd;
+    let handle = File::options().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(path)?;
+    if !handle.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))?;
+    let meta = file.metadata()?;
+    Ok((file, meta))
 }
 
 /// The library's `NCCL version` text ([`lib::library_version`]), read with `pread`.

@@ -133,7 +133,8 @@ impl Drop for Rank {
 
 /// The rank's `memlock_process_nccl_info` series, once exported.
 fn nccl_info(exporter: &crate::util::Exporter, pid: u32) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // Generous: on a loaded machine a debug exporter's passes lag; the loop ends at the series.
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let m: Metrics = exporter.metrics();
         let needle = format!("pid=\"{pid}\",");

@@ -128,6 +128,27 @@ fn hostile_libraries_give_a_reason_naming_the_file() {
     let _ = std::fs::remove_dir_all(site.parent().unwrap());
 }
 
+/// A FIFO or a device put where the library or its METADATA was (a link the process controls)
+/// is never opened: O_PATH resolves it, fstat says it is no regular file.
+#[test]
+fn only_regular_files_are_opened() {
+    let site = scratch("fifo").join("site-packages");
+    let path = wheel(&site, b"", Some("2.21.5"));
+    std::fs::remove_file(&path).unwrap();
+    let fifo = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path this test owns.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let metadata = site.join("nvidia_nccl_cu12-2.21.5.dist-info/METADATA");
+    std::fs::remove_file(&metadata).unwrap();
+    std::os::unix::fs::symlink("/dev/null", &metadata).unwrap();
+    let found = resolve(&mut Cache::default(), &path);
+    let reasons = found.reasons.join("; ");
+    assert!(reasons.contains(&format!("{}: not a regular file", path.display())), "{reasons}");
+    assert!(reasons.contains("METADATA: not a regular file"), "{reasons}");
+    assert_eq!(found.version, None);
+    let _ = std::fs::remove_dir_all(site.parent().unwrap());
+}
+
 #[test]
 fn a_missing_library_is_a_reason_not_a_failure() {
     let found = resolve(&mut Cache::default(), Path::new("/nonexistent/site-packages/nvidia/nccl/lib/libnccl.so.2"));
