@@ -46,6 +46,8 @@ install_tools() {
     # libfuzzer-sys builds libFuzzer's C++ sources.
     command -v g++ >/dev/null || missing+=(g++)
     command -v python3 >/dev/null || missing+=(python3)
+    # scripts/nccl_wheels.py downloads the NCCL wheels with pip.
+    python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
     command -v curl >/dev/null || missing+=(curl)
     # The nccl_variables_script test builds a small git repository for scripts/nccl_variables.py.
     command -v git >/dev/null || missing+=(git)
@@ -83,6 +85,13 @@ install_tools() {
 
 build() {
     cargo build --locked --workspace --all-targets
+}
+
+# The real NCCL for tests/integration/live_nccl.rs: the pinned nvidia-nccl wheels, downloaded
+# once into the cache (pip, from PyPI), checked against their sha256 and unpacked. Without them
+# those tests fail under MEMLOCK_TESTS_REQUIRE_ALL instead of skipping.
+nccl_wheels() {
+    python3 scripts/nccl_wheels.py fetch
 }
 
 # Format and lint gates: rustfmt.toml's style in this crate and in the fuzz crate (its own
@@ -168,6 +177,7 @@ else
     step "module graph (scripts/modcycles.py)" python3 scripts/modcycles.py
     # The golden test writes this; a copy left by an earlier run must not pass for this one.
     rm -f "${TMPDIR:-/tmp}/memlock-exporter-e2e-full.txt"
+    step "NCCL wheels (scripts/nccl_wheels.py fetch)" nccl_wheels
     step "cargo test (unit, integration, live)" unit_and_integration
     step "promtool check metrics (golden output)" promtool_metrics
     step "promtool rules" promtool_rules

@@ -275,6 +275,20 @@ pub const TARGETS: &[Target] = &[
         },
         check: check_maps_registrants,
     },
+    // A libnccl.so whose name has no version: its ELF section headers and `.rodata` string.
+    Target {
+        name: "nccl_library",
+        expect: Expect::BothPaths,
+        seeds: || {
+            use memlock_kernel::nccl_library::elf;
+            vec![
+                elf(&[(".text", b"\x90\xc3"), (".rodata", b"\0NCCL version %s\0NCCL version 2.23.4+cuda12.6\0")]),
+                elf(&[(".rodata", b"NCCL version 2.32.3+cuda12.9\0NCCL version 2.32.3 compiled with CUDA 12.9\0")]),
+                elf(&[(".nv_fatbin", b"\0\0"), (".rodata", b"xNCCL version 2.19.0a0+cuda12.2\0")]),
+            ]
+        },
+        check: check_nccl_library,
+    },
     // A tracefs trace_pipe line of the failures collector's kprobe and synthetic events (hostile
     // comms).
     Target {

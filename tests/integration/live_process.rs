@@ -26,13 +26,13 @@ const PIN_HARD_LIMIT: u64 = 8 << 20;
 const PINNER_UID: &str = "64434";
 
 /// Scans fast so the test does not wait on the 5 s default, and catches the children by comm.
-const FAST_SCANS: &[(&str, &str)] = &[
+pub(crate) const FAST_SCANS: &[(&str, &str)] = &[
     ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__INTERVAL", "200ms"),
     ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL", "500ms"),
     ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__COMM_PATTERN", "^memlock-"),
 ];
 
-fn start_exporter(env: &[(&str, &str)]) -> Exporter {
+pub(crate) fn start_exporter(env: &[(&str, &str)]) -> Exporter {
     Exporter::start_with_env(
         &["--no-collector.numa", "--no-collector.cgroup", "--no-collector.rdma_sysfs", "--no-collector.rdma_netlink"],
         env,
@@ -40,7 +40,7 @@ fn start_exporter(env: &[(&str, &str)]) -> Exporter {
 }
 
 /// A python3 an unprivileged user may run: a pyenv shim under /root is out of its reach.
-fn unprivileged_python() -> &'static str {
+pub(crate) fn unprivileged_python() -> &'static str {
     ["/usr/bin/python3", "/usr/local/bin/python3"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
@@ -625,7 +625,7 @@ fn a_burst_of_short_lived_processes_is_not_an_error() {
 /// On each "pin" line: a new io_uring (a ring registers buffers once) with one fresh
 /// `argv[1]`-byte buffer registered (IORING_REGISTER_BUFFERS), which pins it and charges
 /// mm->pinned_vm (VmPin). Rings and buffers are held until stdin closes.
-const PINNER: &str = r#"
+pub(crate) const PINNER: &str = r#"
 import ctypes, mmap, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long

@@ -16,6 +16,7 @@ mod live_check;
 mod live_drill;
 mod live_failures;
 mod live_launchers;
+mod live_nccl;
 mod live_node;
 mod live_process;
 mod live_rdma;

@@ -7,6 +7,7 @@ pub mod fsroot;
 pub mod launchers;
 pub mod memcg;
 pub mod meminfo;
+pub mod nccl_library;
 pub mod nldev;
 pub mod pid_cgroup;
 pub mod pid_creds;

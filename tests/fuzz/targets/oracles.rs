@@ -106,6 +106,40 @@ pub(super) fn check_maps_registrants(bytes: &[u8]) -> Result<Verdict, String> {
     Ok(if found.is_empty() { Verdict::Rejected } else { Verdict::Accepted })
 }
 
+pub(super) fn check_nccl_library(bytes: &[u8]) -> Result<Verdict, String> {
+    use memlock_kernel::nccl_library::{self as lib, library_version, release};
+    let size = bytes.len() as u64;
+    let (mut total, mut beyond) = (0u64, None);
+    let largest = (lib::CHUNK as u64).max(lib::MAX_SECTION_NAMES).max(u64::from(lib::MAX_SECTIONS) * 64);
+    let found = library_version(size, |offset, len| {
+        total += len;
+        if len > largest || offset.checked_add(len).is_none_or(|end| end > size) {
+            beyond = Some((offset, len));
+        }
+        bytes.get(offset as usize..(offset + len) as usize).map(<[u8]>::to_vec).ok_or_else(|| "beyond".into())
+    });
+    if let Some((offset, len)) = beyond {
+        return Err(format!("read {len} bytes at {offset} of a {size}-byte file"));
+    }
+    let bound = 64 + u64::from(lib::MAX_SECTIONS) * 64 + lib::MAX_SECTION_NAMES + lib::MAX_RODATA_SCAN;
+    if total > bound {
+        return Err(format!("read {total} bytes, more than {bound}"));
+    }
+    match found {
+        Ok(text) => {
+            if text.len() > lib::MAX_VERSION_TEXT || !text.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+                return Err(format!("version text {text:?}"));
+            }
+            if !text.starts_with(|c: char| c.is_ascii_digit()) || release(&text).is_some_and(|r| !text.starts_with(r)) {
+                return Err(format!("release of {text:?}"));
+            }
+            Ok(Verdict::Accepted)
+        }
+        Err(why) if why.is_empty() => Err("an empty reason".into()),
+        Err(_) => Ok(Verdict::Rejected),
+    }
+}
+
 pub(super) fn check_meminfo(bytes: &[u8]) -> Result<Verdict, String> {
     let text = text(bytes);
     let parsed = meminfo::parse(&text);

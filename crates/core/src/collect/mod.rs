@@ -7,6 +7,7 @@ mod example;
 pub mod failures;
 pub mod hugepages;
 pub mod launchers;
+pub mod nccl_version;
 pub mod node;
 pub mod numa;
 pub mod process;

@@ -595,6 +595,10 @@ pub fn run(args: &CheckArgs) -> u8 {
     if let Some(err) = env_error {
         environment_unreadable(&mut findings, &err);
     }
+    // The checker itself maps no NCCL: only a checked process has a version to state.
+    if let Some(pid) = args.pid {
+        findings.push(crate::nccl::library::finding(&crate::nccl::library::of_process(&roots.procfs, pid)));
+    }
     crate::job_context::adjust_findings(&args.job, &adjusted, &mut findings);
     for_job::explain_capability(&cap, &mut findings);
     let launch =

@@ -415,6 +415,9 @@ pub struct Verdict {
     pub memory_available_bytes: Option<u64>,
     /// The busiest node's host memory fits in MemAvailable.
     pub fits_memory_available: Option<bool>,
+    /// The NCCL the process maps, with `--pid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<crate::nccl::library::Mapped>,
 }
 
 pub fn verdict(e: &Estimate, m: &Machine) -> Verdict {
@@ -429,6 +432,7 @@ pub fn verdict(e: &Estimate, m: &Machine) -> Verdict {
         fits_memlock_limit: exempt || soft.bytes().is_none_or(|limit| e.per_rank_max_bytes <= limit),
         memory_available_bytes: available,
         fits_memory_available: available.map(|a| e.per_node_host_bytes <= a),
+        nccl: None,
     }
 }
 
@@ -460,7 +464,8 @@ pub fn run(args: &EstimateArgs) -> u8 {
     derived.conf_files = conf_files;
     derived.environment_error = env_error;
     let e = model::estimate(&derived.inputs);
-    let v = verdict(&e, &machine);
+    let mut v = verdict(&e, &machine);
+    v.nccl = args.pid.map(|pid| crate::nccl::library::of_process(&roots.procfs, pid));
     let text = if args.json {
         match render_json(&derived, &e, &v) {
             Ok(text) => text,

@@ -6,6 +6,7 @@
 
 pub mod env;
 pub mod grammar;
+pub mod library;
 pub mod model;
 pub mod param;
 pub mod variables;

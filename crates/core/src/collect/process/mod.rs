@@ -179,6 +179,7 @@ impl ProcessCollector {
                 interner: Interner::default(),
                 config,
                 nccl_libraries: Vec::new(),
+                nccl_versions: Default::default(),
                 maps_reads_left: 0,
             },
             interval,

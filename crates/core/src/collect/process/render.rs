@@ -200,8 +200,10 @@ impl ProcessStats {
         out.family(
             "memlock_process_nccl_info",
             "Always 1: the NCCL library the process has mapped (the first libnccl.so* in /proc/PID/maps), read once, \
-                when the process is first seen holding pinned memory. version is X.Y.Z when the file name carries \
-                it (libnccl.so.2.21.5), empty for libnccl.so.2 (the nvidia-nccl wheels); library is the file name. \
+                when the process is first seen holding pinned memory. version is X.Y.Z from the file name when it \
+                carries it (libnccl.so.2.21.5), else from the library's own `NCCL version` string, else from the \
+                nvidia-nccl wheel's dist-info METADATA beside it; source says which (file_name, library, dist_info), \
+                both empty when none told; library is the file name. \
                 Absent when no libnccl.so is mapped (NCCL linked statically, or not used) or maps could not be read \
                 (another user's process without ptrace access). collector.process.nccl_version turns it off.",
             Kind::Gauge,
@@ -209,7 +211,11 @@ impl ProcessStats {
         for (process, labels) in processes.iter().zip(&labels) {
             let Some(nccl) = &process.nccl else { continue };
             let mut labels = labels.clone();
-            labels.extend([("version", nccl.version.as_deref().unwrap_or("")), ("library", nccl.library.as_str())]);
+            labels.extend([
+                ("source", nccl.source),
+                ("version", nccl.version.as_deref().unwrap_or("")),
+                ("library", nccl.library.as_str()),
+            ]);
             out.sample(&labels, 1u64);
         }
 

@@ -6,10 +6,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::collect::nccl_version;
 use memlock_kernel::fsroot::{self, SourceError};
 use memlock_kernel::pid_limits;
 use memlock_kernel::registrants::{self, RdmaLibrary};
-use memlock_kernel::versions::{self, NcclMapping};
+use memlock_kernel::versions::NcclMapping;
 use memlock_kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, ParseError};
 
 use super::sample::{ipc_lock_exempts, CgroupInfo, ProcessSample, UserNamespaceView};
@@ -45,7 +46,7 @@ pub(super) const LIMITS_REFRESH: std::time::Duration = std::time::Duration::from
 /// Builds `<procfs>/<pid>/<file>` paths in one reused buffer and reads them into one reused
 /// text buffer: a full scan reads three files per process.
 pub(super) struct PidReader {
-    procfs: OsString,
+    pub(super) procfs: OsString,
     pub(super) path: PathBuf,
     text: String,
     /// Where this exporter stands for judging user namespaces.
@@ -214,6 +215,8 @@ pub(super) struct Scanner {
     pub(super) config: ProcessConfig,
     /// NCCL libraries seen, shared by the processes that map them (bounded).
     pub(super) nccl_libraries: Vec<Arc<NcclMapping>>,
+    /// What each NCCL library file says of its version, by file identity.
+    pub(super) nccl_versions: nccl_version::Cache,
     /// `maps` files this pass may still read ([`MAPS_READS_PER_PASS`]).
     pub(super) maps_reads_left: usize,
 }
@@ -222,10 +225,6 @@ pub(super) struct Scanner {
 /// CPU (benches/process_scan.rs), so a churn of new pinning processes costs at most about 1% of a
 /// core, and the 8 ranks of a job starting together are labelled within 4 passes.
 pub(super) const MAPS_READS_PER_PASS: usize = 2;
-
-/// How much of `/proc/PID/maps` is read looking for NCCL: a PyTorch rank maps a few thousand
-/// areas (a few hundred KiB of text); the rest of a larger file is not read.
-const MAX_MAPS_BYTES: u64 = 16 << 20;
 
 impl Scanner {
     /// Reads `status`, `limits` and `cgroup` of one process.
@@ -461,9 +460,9 @@ impl Scanner {
         let mut nccl = None;
         let mut libraries = Vec::new();
         // The whole file: a registrant maps its libraries anywhere among the rank's areas.
-        let read = fsroot::find_line(&self.reader.path, MAX_MAPS_BYTES, |line| {
+        let read = fsroot::find_line(&self.reader.path, nccl_version::MAX_MAPS_BYTES, |line| {
             if nccl.is_none() {
-                nccl = versions::nccl_mapping(line);
+                nccl = nccl_version::mapped(line);
             }
             if let Some(found) = registrants::rdma_library(line) {
                 registrants::add(&mut libraries, found);
@@ -479,7 +478,10 @@ impl Scanner {
                 return (None, Vec::new());
             }
         }
-        let Some(found) = nccl else { return (None, libraries) };
+        let Some(mapped) = nccl else { return (None, libraries) };
+        // A name without the version: the library and its dist-info, read once per file.
+        let procfs = std::path::PathBuf::from(&self.reader.procfs);
+        let found = self.nccl_versions.resolve(&procfs, pid, &mapped).mapping(&mapped.name);
         // Every rank of a job maps the same library: one copy.
         if let Some(known) = self.nccl_libraries.iter().find(|k| ***k == found) {
             return (Some(known.clone()), libraries);

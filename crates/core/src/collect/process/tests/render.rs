@@ -86,8 +86,8 @@ fn nccl_is_read_from_maps_once_per_process() {
     let text = out.finish();
     assert!(
         text.contains(
-            "memlock_process_nccl_info{pid=\"70\",comm=\"pt_main_thread\",cgroup=\"/job\",version=\"2.21.5\",\
-                library=\"libnccl.so.2.21.5\"} 1"
+            "memlock_process_nccl_info{pid=\"70\",comm=\"pt_main_thread\",cgroup=\"/job\",source=\"file_name\",\
+                version=\"2.21.5\",library=\"libnccl.so.2.21.5\"} 1"
         ),
         "{text}"
     );
@@ -106,7 +106,7 @@ fn nccl_is_read_from_maps_once_per_process() {
     maps(72, "/venv/site-packages/nvidia/nccl/lib/libnccl.so.2");
     maps(73, "/usr/lib/x86_64-linux-gnu/libc.so.6");
     let stats = collector.full_scan(&mut errors).unwrap();
-    assert_eq!(nccl(&stats, 72).map(|n| (n.version, n.library)), Some((None, "libnccl.so.2".into())));
+    assert_eq!(nccl(&stats, 72).map(|n| (n.version, n.library, n.source)), Some((None, "libnccl.so.2".into(), "")));
     assert_eq!(nccl(&stats, 73), None);
     // Two maps per pass at most: a third new pinning process waits for the next pass.
     for pid in [74, 75, 76] {
