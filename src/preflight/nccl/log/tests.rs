@@ -313,3 +313,98 @@ fn state_is_bounded_however_many_processes_and_connections() {
     assert_eq!((l.failures.len(), l.dropped.failures), (MAX_FAILURES, 3));
     assert_eq!(l.failures[0].errno, Some(14));
 }
+
+fn fixture(name: &str) -> NcclLog {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nccl-logs").join(name);
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    read(io::BufReader::new(file)).unwrap()
+}
+
+/// (host, pid, cuda_dev, net_send, net_recv, gdr)
+type Row<'a> = (&'a str, u32, Option<i32>, u64, u64, Option<bool>);
+
+fn rows(l: &NcclLog) -> Vec<Row<'_>> {
+    l.ranks.iter().map(|r| (r.host.as_str(), r.pid, r.cuda_dev, r.net_send, r.net_recv, r.gdr)).collect()
+}
+
+/// The written logs (scripts/nccl_log_fixtures.py, from NCCL's rules) and the model agree on
+/// every rank's network connections: 2 nodes x 8 GPUs x 8 NICs, 16 channels, ring and tree.
+#[test]
+fn written_logs_of_reference_layouts_agree_with_the_model() {
+    use crate::preflight::nccl::model::{estimate, Inputs};
+    let l = fixture("2x8x8-ring-tree-v2.21.log");
+    assert_eq!(l.nccl_version.as_deref(), Some("2.21.5+cuda12.4"));
+    assert_eq!((l.communicators, l.ranks.len(), l.failures.len()), (1, 16, 0));
+    assert_eq!(l.nics.len(), 8);
+    assert_eq!(l.env.get("NCCL_IB_HCA").map(String::as_str), Some("mlx5"));
+    let model = estimate(&Inputs::new(2, 8, 8));
+    assert_eq!(model.inputs.channels.count, 16);
+    for r in &l.ranks {
+        let Some(dev) = r.cuda_dev else { panic!("{r:?}") };
+        let m = &model.ranks[dev as usize];
+        let (sends, receives) = (m.ring.sends + m.tree.sends, m.ring.receives + m.tree.receives);
+        assert_eq!((r.net_send, r.net_recv), (sends, receives), "{r:?} against the model's {m:?}");
+        assert_eq!((r.net_send, r.net_recv, r.gdr, r.repeated), (4, 4, Some(false), 0));
+        assert_eq!(r.rank, Some(u32::from(r.host == "gpu-a02") * 8 + dev as u32));
+    }
+    // The same job stopped by rank 13's first registration: its ring connectors were set up
+    // (the log prints them at setup, the proxy registers at connect), the tree's never were.
+    let l = fixture("2x8x8-enomem-v2.21.log");
+    assert_eq!(l.failures.len(), 1);
+    let f = &l.failures[0];
+    assert_eq!(
+        (f.host.as_str(), f.pid, f.cuda_dev, f.call.as_str(), f.error.as_deref(), f.errno),
+        ("gpu-a02", 41105, Some(5), "ibv_reg_mr_iova2", Some("Cannot allocate memory"), Some(12))
+    );
+    for r in &l.ranks {
+        let m = &model.ranks[r.cuda_dev.unwrap_or_default() as usize];
+        assert_eq!((r.net_send, r.net_recv), (m.ring.sends, m.ring.receives), "{r:?}");
+    }
+    assert_eq!(l.communicators, 0, "no Init COMPLETE");
+}
+
+#[test]
+fn public_logs_parse_exactly() {
+    // NVIDIA/nccl issue 707: one process, four GPUs, each its own (host, pid, device).
+    let l = fixture("public-nccl-707-a100-gdrdma.log");
+    let h = "10-90-43-152";
+    assert_eq!(
+        rows(&l),
+        vec![
+            (h, 120890, Some(0), 2, 2, Some(true)),
+            (h, 120890, Some(1), 0, 1, Some(true)),
+            (h, 120890, Some(2), 2, 2, Some(true)),
+            (h, 120890, Some(3), 2, 1, Some(true)),
+        ]
+    );
+    assert_eq!(l.ranks[0].nics, vec![4, 5]);
+    assert_eq!(l.ranks.iter().map(|r| r.rank).collect::<Vec<_>>(), vec![Some(0), Some(1), Some(2), Some(3)]);
+    assert_eq!((l.nccl_version.as_deref(), l.nccl_lines, l.lines), (None, 12, 14));
+
+    // NVIDIA/nccl issue 563: pdsh's tag twice, aws-ofi-nccl's registration failure.
+    let l = fixture("public-nccl-563-ofi-enomem.log");
+    assert_eq!(l.failures.len(), 1);
+    let f = &l.failures[0];
+    assert_eq!(
+        (f.host.as_str(), f.pid, f.cuda_dev, f.call.as_str(), f.error.as_deref(), f.errno),
+        ("ip-10-0-87-143", 149, Some(5), "fi_mr_regattr", Some("Cannot allocate memory"), Some(12))
+    );
+    assert_eq!(rows(&l), vec![("ip-10-0-87-143", 149, Some(5), 0, 0, None)]);
+
+    // deepseek-ai/DeepEP issue 143: two ranks' ibv_create_cq ENOMEM; the proxy's WARNs are no calls.
+    let l = fixture("public-deepep-143-create-cq.log");
+    let got: Vec<_> = l.failures.iter().map(|f| (f.pid, f.cuda_dev, f.call.as_str(), f.errno)).collect();
+    assert_eq!(got, vec![(4016, Some(7), "ibv_create_cq", Some(12)), (4009, Some(0), "ibv_create_cq", Some(12))]);
+
+    // aws/aws-ofi-nccl issue 141: a plugin name with a space; P2P lines are not network ones.
+    let l = fixture("public-aws-ofi-nccl-141-libfabric.log");
+    let h = "ip-10-216-179-87";
+    assert_eq!(rows(&l), vec![(h, 718888, Some(3), 2, 0, Some(true)), (h, 718890, Some(5), 1, 0, Some(true))]);
+    assert_eq!(l.networks, vec!["AWS Libfabric".to_owned()]);
+
+    // NVIDIA/nccl issue 1814: Init COMPLETE of one communicator in four processes.
+    let l = fixture("public-nccl-1814-init-complete.log");
+    assert_eq!(l.communicators, 1);
+    let got: Vec<_> = l.ranks.iter().map(|r| (r.pid, r.rank, r.gdr)).collect();
+    assert_eq!(got, vec![(980, Some(32), None), (982, Some(34), None), (983, Some(35), None), (984, Some(36), None)]);
+}
