@@ -408,3 +408,17 @@ fn public_logs_parse_exactly() {
     let got: Vec<_> = l.ranks.iter().map(|r| (r.pid, r.rank, r.gdr)).collect();
     assert_eq!(got, vec![(980, Some(32), None), (982, Some(34), None), (983, Some(35), None), (984, Some(36), None)]);
 }
+
+#[test]
+fn a_ten_megabyte_line_and_binary_noise_are_skipped_whole() {
+    let mut text = b"h:1:2 [0] NCCL INFO NCCL version 2.27.7+cuda12.9\n".to_vec();
+    text.extend(std::iter::repeat_n(b'\xfe', 10 << 20));
+    text.extend_from_slice(b" NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0\n");
+    text.extend((0..=255u8).cycle().take(1 << 16));
+    text.extend_from_slice(b"\nh:1:2 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[0] [send] via NET/IB/1\n");
+    let l = read(&text[..]).unwrap();
+    assert_eq!(l.nccl_version.as_deref(), Some("2.27.7+cuda12.9"));
+    assert_eq!(l.cut_lines, 1, "the 10 MiB line, not its tail");
+    assert_eq!(l.ranks.len(), 1);
+    assert_eq!(l.ranks[0].net_send, 1, "only the whole line after the noise");
+}
