@@ -15,6 +15,7 @@ use crate::preflight::machine::{self, Machine};
 use crate::preflight::nccl::env::{self, param_value, ConfFile, Environment};
 use crate::preflight::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
 
+pub mod from_log;
 mod render;
 
 use render::{render_json, render_text};
@@ -90,6 +91,10 @@ pub struct EstimateArgs {
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// The job's NCCL_DEBUG=INFO log (a file, or - for standard input): each process's network
+    /// connections counted from it, beside the model (the `nccl_log` key of --json).
+    #[arg(long = "nccl-log", value_name = "FILE")]
+    pub nccl_log: Option<String>,
 }
 
 pub const COVERS: &[&str] = &[
@@ -441,6 +446,10 @@ pub fn run(args: &EstimateArgs) -> u8 {
     if let Err(message) = validate(&args.model) {
         return fail(message, crate::exit::USAGE);
     }
+    let log = match args.nccl_log.as_deref().map(from_log::load).transpose() {
+        Ok(log) => log,
+        Err(message) => return fail(message, crate::exit::USAGE),
+    };
     let roots = Roots { procfs: PathBuf::from(&args.procfs), sysfs: PathBuf::from(&args.sysfs) };
     let pid = args.pid.map(|p| p.to_string()).unwrap_or_else(|| "self".into());
     // Another user's environ needs ptrace access: estimate with NCCL's defaults, and say so.
@@ -460,13 +469,17 @@ pub fn run(args: &EstimateArgs) -> u8 {
     derived.environment_error = env_error;
     let e = model::estimate(&derived.inputs);
     let v = verdict(&e, &machine);
+    let logged = log.map(|l| from_log::report(&derived.inputs, &e, &l, &v));
     let text = if args.json {
-        match render_json(&derived, &e, &v) {
+        match render_json(&derived, &e, &v).and_then(|t| match &logged {
+            Some(r) => from_log::with_log(&t, r),
+            None => Ok(t),
+        }) {
             Ok(text) => text,
             Err(err) => return fail(err.to_string(), crate::exit::RUNTIME),
         }
     } else {
-        render_text(&derived, &e, &v)
+        render_text(&derived, &e, &v) + &logged.as_ref().map(from_log::render_text).unwrap_or_default()
     };
     if let Err(err) = crate::preflight::print_report(&text) {
         return fail(format!("writing the report: {err}"), crate::exit::RUNTIME);

@@ -86,8 +86,13 @@ pub struct Rank {
     /// buffers are host memory the NIC pins; null: no network line.
     pub gdr: Option<bool>,
     pub gdr_connections: u64,
+    /// Of the sends and receives, those with GPUDirect.
+    pub net_send_gdr: u64,
+    pub net_recv_gdr: u64,
     /// NIC indices (the `%d` after the plugin's name) of its connections.
     pub nics: Vec<u32>,
+    /// Its connections on each of `nics`, in the same order.
+    pub nic_connections: Vec<u64>,
     /// Connection lines seen again (the same key): a log captured twice, or a second
     /// communicator over the same ranks and channels.
     pub repeated: u64,
@@ -161,8 +166,9 @@ struct Proc {
     send: u64,
     recv: u64,
     proxied: u64,
-    gdr: u64,
-    nics: Vec<u32>,
+    send_gdr: u64,
+    recv_gdr: u64,
+    nics: Vec<(u32, u64)>,
     repeated: u64,
 }
 
@@ -306,14 +312,16 @@ impl Summary {
         if p.rank.is_none() {
             p.rank = Some(conn.me());
         }
+        let gdr = u64::from(conn.gdr);
         match conn.direction {
-            Direction::Send => p.send += 1,
-            Direction::Recv => p.recv += 1,
+            Direction::Send => (p.send, p.send_gdr) = (p.send + 1, p.send_gdr + gdr),
+            Direction::Recv => (p.recv, p.recv_gdr) = (p.recv + 1, p.recv_gdr + gdr),
         }
         p.proxied += u64::from(conn.proxy.is_some_and(|r| r != conn.from));
-        p.gdr += u64::from(conn.gdr);
-        if !p.nics.contains(&conn.dev) && p.nics.len() < MAX_NICS {
-            p.nics.push(conn.dev);
+        match p.nics.iter().position(|(d, _)| *d == conn.dev) {
+            Some(at) => p.nics[at].1 += 1,
+            None if p.nics.len() < MAX_NICS => p.nics.push((conn.dev, 1)),
+            None => {}
         }
         self.connections += added;
         // Past the cap a connection cannot be told from one seen before: counted, and the
@@ -327,6 +335,7 @@ impl Summary {
             .into_iter()
             .map(|((host, pid, cuda_dev), p)| {
                 let total = p.send + p.recv;
+                let gdr = p.send_gdr + p.recv_gdr;
                 let mut nics = p.nics;
                 nics.sort_unstable();
                 Rank {
@@ -337,9 +346,12 @@ impl Summary {
                     net_send: p.send,
                     net_recv: p.recv,
                     net_send_proxied: p.proxied,
-                    gdr: (total > 0).then_some(p.gdr == total),
-                    gdr_connections: p.gdr,
-                    nics,
+                    gdr: (total > 0).then_some(gdr == total),
+                    gdr_connections: gdr,
+                    net_send_gdr: p.send_gdr,
+                    net_recv_gdr: p.recv_gdr,
+                    nics: nics.iter().map(|(d, _)| *d).collect(),
+                    nic_connections: nics.iter().map(|(_, n)| *n).collect(),
                     repeated: p.repeated,
                 }
             })

@@ -387,6 +387,19 @@ fn rank_need(i: &Inputs, h: &Held, algorithms: &[Algorithm]) -> Bytes {
     total.plus(Bytes { memlock: db, host: db }).scale(i.communicators)
 }
 
+/// One process's need for connections counted in the job's own NCCL_DEBUG=INFO log rather than
+/// placed by the model: each with dedicated buffers as a ring connection has, `per_nic` of them on
+/// each NIC (one device context per NIC for the doorbell pages), charged as [`estimate`] charges a
+/// placed rank's, per communicator in `i`.
+pub fn logged_need(i: &Inputs, counts: Counts, per_nic: &[u64]) -> Bytes {
+    let mut slots = vec![[0; 4]; per_nic.len()];
+    for (slot, n) in slots.iter_mut().zip(per_nic) {
+        slot[Algorithm::Ring.index()] = *n;
+    }
+    let held = Held { ring: counts, per_nic: slots, ..Default::default() };
+    rank_need(i, &held, &[Algorithm::Ring])
+}
+
 /// What makes one node's connections differ from another's: per tree, its parent and children
 /// (whether each exists and whether it is the next node, the previous one, or a power of two
 /// away, the peers ring and PAT also connect to) and its child type. Nodes with the same key hold
