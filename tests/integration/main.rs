@@ -19,6 +19,7 @@ mod live_process;
 mod live_rdma;
 mod modcycles_script;
 mod monitoring;
+mod nccl_log;
 mod nccl_variables_script;
 mod process_fixtures;
 mod reload;
