@@ -537,7 +537,9 @@ pub fn run(args: &CheckArgs) -> u8 {
         Ok(d) => d,
         Err(message) => return fail(message),
     };
-    let e = crate::preflight::nccl::model::estimate(&derived.inputs);
+    let mut e = crate::preflight::nccl::model::estimate(&derived.inputs);
+    let span = estimate::range::range(&args.model, &env, &roots, &machine.rdma, &derived, &e);
+    estimate::range::judge_high(&mut e, &span);
     let mut findings = evaluate(&machine, &e, args.safety_factor);
     if let Some(err) = env_error {
         environment_unreadable(&mut findings, &err);
@@ -570,10 +572,13 @@ pub fn run(args: &CheckArgs) -> u8 {
         return crate::preflight::job_context::exec_or_refuse(&args.job, &report, args.strict);
     }
     let text = if args.json {
-        let json = serde_json::to_string_pretty(&report).and_then(|t| match &logged {
-            Some(r) => estimate::from_log::with_log(&t, r),
-            None => Ok(t + "\n"),
-        });
+        let json =
+            serde_json::to_string_pretty(&report).and_then(|t| estimate::range::with_range(&t, &span)).and_then(|t| {
+                match &logged {
+                    Some(r) => estimate::from_log::with_log(&t, r),
+                    None => Ok(t),
+                }
+            });
         match json {
             Ok(text) => text,
             Err(err) => return fail(err.to_string()),

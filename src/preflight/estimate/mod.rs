@@ -16,6 +16,7 @@ use crate::preflight::nccl::env::{self, param_value, ConfFile, Environment};
 use crate::preflight::nccl::model::{self, ChannelLimits, Channels, Estimate, Inputs, P2p};
 
 pub mod from_log;
+pub mod range;
 mod render;
 
 use render::{render_json, render_text};
@@ -467,19 +468,25 @@ pub fn run(args: &EstimateArgs) -> u8 {
     };
     derived.conf_files = conf_files;
     derived.environment_error = env_error;
-    let e = model::estimate(&derived.inputs);
+    let mut e = model::estimate(&derived.inputs);
+    let span = range::range(&args.model, &env, &roots, &machine.rdma, &derived, &e);
+    range::judge_high(&mut e, &span);
     let v = verdict(&e, &machine);
     let logged = log.map(|l| from_log::report(&derived.inputs, &e, &l, &v));
     let text = if args.json {
-        match render_json(&derived, &e, &v).and_then(|t| match &logged {
-            Some(r) => from_log::with_log(&t, r),
-            None => Ok(t),
-        }) {
+        let json =
+            render_json(&derived, &e, &v).and_then(|t| range::with_range(&t, &span)).and_then(|t| match &logged {
+                Some(r) => from_log::with_log(&t, r),
+                None => Ok(t),
+            });
+        match json {
             Ok(text) => text,
             Err(err) => return fail(err.to_string(), crate::exit::RUNTIME),
         }
     } else {
-        render_text(&derived, &e, &v) + &logged.as_ref().map(from_log::render_text).unwrap_or_default()
+        render_text(&derived, &e, &v)
+            + &range::render_text(&span)
+            + &logged.as_ref().map(from_log::render_text).unwrap_or_default()
     };
     if let Err(err) = crate::preflight::print_report(&text) {
         return fail(format!("writing the report: {err}"), crate::exit::RUNTIME);
