@@ -43,9 +43,12 @@ pub struct LogRank {
     pub rank: Option<u32>,
     pub net_send: u64,
     pub net_recv: u64,
-    /// Sends whose buffers another rank's proxy registers (PXN): charged here to the sender, so
-    /// the per-node figure is exact and the sender's own can be high.
+    /// Sends whose buffers another rank's proxy registers (PXN, src/transport/net.cc sendSetup:
+    /// the proxy's process registers them): charged to the process of that rank on the same
+    /// host when the log names it (its first communicator's rank), else to the sender.
     pub net_send_proxied: u64,
+    /// Of the sends charged here, those the process proxies for other ranks.
+    pub net_send_for_others: u64,
     pub gdr: Option<bool>,
     pub nics: Vec<u32>,
     /// Charged to VmPin for its connections.
@@ -112,6 +115,9 @@ fn logged_size(l: &NcclLog, name: &str) -> Option<u64> {
     }
 }
 
+/// A process's connections as charged: counts, (NIC, connections) pairs, sends for others.
+type Charged = (Counts, Vec<(u32, u64)>, u64);
+
 pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogReport {
     let mut i = inputs.clone();
     let mut assumed = Vec::new();
@@ -137,17 +143,44 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
                 .to_owned(),
         );
     }
-    let ranks: Vec<LogRank> = l
+    // Per process: its counts, then PXN sends moved to the proxy's process.
+    let mut counts: Vec<Charged> = l
         .ranks
         .iter()
         .map(|r| {
-            let counts = Counts {
+            let c = Counts {
                 sends: r.net_send - r.net_send_gdr,
                 sends_gdr: r.net_send_gdr,
                 receives: r.net_recv - r.net_recv_gdr,
                 receives_gdr: r.net_recv_gdr,
             };
-            let need = model::logged_need(&i, counts, &r.nic_connections);
+            (c, r.nics.iter().copied().zip(r.nic_connections.iter().copied()).collect(), 0)
+        })
+        .collect();
+    for (from, r) in l.ranks.iter().enumerate() {
+        for (proxy, n, gdr, dev) in &r.proxied_to {
+            let Some(to) = l.ranks.iter().position(|k| k.host == r.host && k.rank == Some(*proxy)) else { continue };
+            let (plain, gdr) = (n - gdr.min(n), *gdr.min(n));
+            let c = &mut counts[from];
+            (c.0.sends, c.0.sends_gdr) = (c.0.sends.saturating_sub(plain), c.0.sends_gdr.saturating_sub(gdr));
+            if let Some(slot) = c.1.iter_mut().find(|(d, _)| d == dev) {
+                slot.1 = slot.1.saturating_sub(*n);
+            }
+            let c = &mut counts[to];
+            (c.0.sends, c.0.sends_gdr, c.2) = (c.0.sends + plain, c.0.sends_gdr + gdr, c.2 + n);
+            match c.1.iter_mut().find(|(d, _)| d == dev) {
+                Some(slot) => slot.1 += n,
+                None => c.1.push((*dev, *n)),
+            }
+        }
+    }
+    let ranks: Vec<LogRank> = l
+        .ranks
+        .iter()
+        .zip(&counts)
+        .map(|(r, (c, nics, for_others))| {
+            let per_nic: Vec<u64> = nics.iter().map(|(_, n)| *n).collect();
+            let need = model::logged_need(&i, *c, &per_nic);
             LogRank {
                 host: r.host.clone(),
                 pid: r.pid,
@@ -156,6 +189,7 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
                 net_send: r.net_send,
                 net_recv: r.net_recv,
                 net_send_proxied: r.net_send_proxied,
+                net_send_for_others: *for_others,
                 gdr: r.gdr,
                 nics: r.nics.clone(),
                 memlock_bytes: need.memlock,
@@ -339,6 +373,28 @@ mod tests {
         dmabuf.gdr = GdrMode::Dmabuf;
         let low = report(&dmabuf, &model::estimate(&dmabuf), &l, &verdict(None));
         assert!(low.per_rank_max_bytes < r.per_rank_max_bytes, "{} {}", low.per_rank_max_bytes, r.per_rank_max_bytes);
+    }
+
+    #[test]
+    fn pxn_sends_are_charged_to_the_proxys_process() {
+        // src/transport/net.cc sendSetup: "%d(%d)" is the NIC and the proxy's rank. Rank 1 sends
+        // on NIC 0 through rank 0's proxy, which registers the buffers.
+        let text = "\
+h:10:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 2[0] [send] via NET/IB/0/GDRDMA
+h:10:1 [0] NCCL INFO Channel 00/0 : 2[0] -> 0[0] [receive] via NET/IB/0/GDRDMA
+h:11:1 [1] NCCL INFO Channel 00/0 : 1[1] -> 3[1] [send] via NET/IB/0(0)/GDRDMA
+h:11:1 [1] NCCL INFO Channel 00/0 : 3[1] -> 1[1] [receive] via NET/IB/1/GDRDMA
+";
+        let l = log::read(text.as_bytes()).unwrap();
+        assert_eq!(l.ranks[1].proxied_to, vec![(0, 1, 1, 0)]);
+        let mut i = Inputs::new(2, 2, 2);
+        i.gdr = GdrMode::Peermem;
+        let r = report(&i, &model::estimate(&i), &l, &verdict(None));
+        assert_eq!((r.ranks[0].net_send_for_others, r.ranks[1].net_send_proxied), (1, 1));
+        let one = model::logged_need(&i, Counts { sends_gdr: 1, receives_gdr: 1, ..Default::default() }, &[2]);
+        assert!(r.ranks[0].memlock_bytes > one.memlock, "rank 0 registers rank 1's send too");
+        assert!(r.ranks[1].memlock_bytes < one.memlock, "rank 1 registers its receive only");
+        assert_eq!(r.per_node_bytes, r.ranks[0].memlock_bytes + r.ranks[1].memlock_bytes);
     }
 
     #[test]

@@ -82,6 +82,8 @@ pub struct Rank {
     pub net_recv: u64,
     /// Of its sends, those another rank's proxy set up and registers (PXN, `NET/IB/0(8)`).
     pub net_send_proxied: u64,
+    /// Those sends by the proxy's rank: (rank, sends, of them with GPUDirect, NIC).
+    pub proxied_to: Vec<(u32, u64, u64, u32)>,
     /// true: every connection with GPUDirect (`/GDRDMA`); false: at least one without, so its
     /// buffers are host memory the NIC pins; null: no network line.
     pub gdr: Option<bool>,
@@ -166,6 +168,7 @@ struct Proc {
     send: u64,
     recv: u64,
     proxied: u64,
+    proxied_to: Vec<(u32, u64, u64, u32)>,
     send_gdr: u64,
     recv_gdr: u64,
     nics: Vec<(u32, u64)>,
@@ -317,7 +320,16 @@ impl Summary {
             Direction::Send => (p.send, p.send_gdr) = (p.send + 1, p.send_gdr + gdr),
             Direction::Recv => (p.recv, p.recv_gdr) = (p.recv + 1, p.recv_gdr + gdr),
         }
-        p.proxied += u64::from(conn.proxy.is_some_and(|r| r != conn.from));
+        if let Some(proxy) = conn.proxy.filter(|r| *r != conn.from) {
+            p.proxied += 1;
+            match p.proxied_to.iter().position(|(r, _, _, d)| *r == proxy && *d == conn.dev) {
+                Some(at) => {
+                    (p.proxied_to[at].1, p.proxied_to[at].2) = (p.proxied_to[at].1 + 1, p.proxied_to[at].2 + gdr)
+                }
+                None if p.proxied_to.len() < MAX_NICS => p.proxied_to.push((proxy, 1, gdr, conn.dev)),
+                None => {}
+            }
+        }
         match p.nics.iter().position(|(d, _)| *d == conn.dev) {
             Some(at) => p.nics[at].1 += 1,
             None if p.nics.len() < MAX_NICS => p.nics.push((conn.dev, 1)),
@@ -346,6 +358,7 @@ impl Summary {
                     net_send: p.send,
                     net_recv: p.recv,
                     net_send_proxied: p.proxied,
+                    proxied_to: p.proxied_to,
                     gdr: (total > 0).then_some(gdr == total),
                     gdr_connections: gdr,
                     net_send_gdr: p.send_gdr,
