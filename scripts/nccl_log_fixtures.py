@@ -5,13 +5,14 @@ give, derived here independently of the model (src/preflight/nccl/model) so a te
 two against each other.
 
 Layout rules (NVIDIA/nccl, as cited in the model and docs/check.md):
-- Channels: 8 NICs, one search channel per NIC, doubled by ncclTopoPostset: 16 channels; channel c
-  uses NIC c % 8 (src/graph/search.cc, src/graph/connect.cc).
-- Ring (connect.cc ncclTopoPreset): channel c enters a node at GPU k = c % 8 (the NIC's GPU) and
-  leaves it from GPU k + 1, which sends to the next node's GPU k.
-- Tree (connect.cc ncclTopoPostset, src/graph/trees.cc ncclGetDtree): channels c < 8 follow tree 0,
-  the rest tree 1; on 2 nodes node 0 is tree 0's root and tree 1's child; each edge joins GPU k of
-  both nodes (treeIntra[0]), a send and a receive each way.
+- Channels: one search channel per NIC, doubled by ncclTopoDupChannels when at most 4, then by
+  ncclTopoPostset: 16 channels on 8 NICs, 4 on 1; channel c uses NIC c % S % N (src/graph/search.cc,
+  src/graph/connect.cc). A NIC's GPUs: ranks kG/N .. (k+1)G/N - 1, the first its closest.
+- Ring (connect.cc ncclTopoPreset): a channel enters a node at its NIC's first GPU and leaves it from
+  the NIC's last GPU (with one GPU per NIC, the next GPU), which sends to the next node's entry GPU.
+- Tree (connect.cc ncclTopoPostset, src/graph/trees.cc ncclGetDtree): channels c < S follow tree 0,
+  the rest tree 1; on 2 nodes node 0 is tree 0's root and tree 1's child; each edge joins the NIC's
+  first GPU of both nodes (treeIntra[0]), a send and a receive each way.
 - A connector is set up once per channel, peer and connIndex (src/transport.cc), each printed by
   net.cc sendSetup / recvSetup: "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s".
 
@@ -21,7 +22,9 @@ Run from the repository root: /usr/bin/python3 scripts/nccl_log_fixtures.py
 import os
 
 OUT = "tests/fixtures/nccl-logs"
-NODES, GPUS, NICS, CHANNELS = 2, 8, 8, 16
+NODES, GPUS = 2, 8
+# Set per layout by main(): NICs per node and the channels NCCL runs on them.
+NICS, CHANNELS = 8, 16
 HOSTS = ["gpu-a01", "gpu-a02"]
 
 
@@ -48,15 +51,26 @@ def net(c, frm, to, direction, dev):
     return f"Channel {c:02d}/0 : {rank(fn, fg)}[{fg}] -> {rank(tn, tg)}[{tg}] [{direction}] via NET/IB/{dev}"
 
 
+def search():
+    return NICS * 2 if NICS <= 4 else NICS
+
+
+def entry_exit(c):
+    """The channel's NIC, the GPU the ring enters at and the one it leaves from."""
+    k = c % search() % NICS
+    first, end = k * GPUS // NICS, max((k + 1) * GPUS // NICS, k * GPUS // NICS + 1)
+    last = end - 1 if end - first >= 2 else (first + 1) % GPUS
+    return k, first, last
+
+
 def ring(node):
     """Per GPU of `node`, the ring's lines in the order recvSetup then sendSetup."""
     other = 1 - node
     lines = {g: [] for g in range(GPUS)}
     for c in range(CHANNELS):
-        k = c % NICS
-        exit_gpu = (k + 1) % GPUS
-        lines[k].append(net(c, (other, exit_gpu), (node, k), "receive", k))
-        lines[exit_gpu].append(net(c, (node, exit_gpu), (other, k), "send", k))
+        k, first, last = entry_exit(c)
+        lines[first].append(net(c, (other, last), (node, first), "receive", k))
+        lines[last].append(net(c, (node, last), (other, first), "send", k))
     return lines
 
 
@@ -64,9 +78,9 @@ def tree(node):
     other = 1 - node
     lines = {g: [] for g in range(GPUS)}
     for c in range(CHANNELS):
-        k = c % NICS
-        lines[k].append(net(c, (other, k), (node, k), "receive", k))
-        lines[k].append(net(c, (node, k), (other, k), "send", k))
+        k, first, _ = entry_exit(c)
+        lines[first].append(net(c, (other, first), (node, first), "receive", k))
+        lines[first].append(net(c, (node, first), (other, first), "send", k))
     return lines
 
 
@@ -144,8 +158,12 @@ def enomem_log():
 
 
 def main():
+    global NICS, CHANNELS
     os.makedirs(OUT, exist_ok=True)
-    for name, lines in [("2x8x8-ring-tree-v2.21.log", ok_log()), ("2x8x8-enomem-v2.21.log", enomem_log())]:
+    written = [("2x8x8-ring-tree-v2.21.log", ok_log()), ("2x8x8-enomem-v2.21.log", enomem_log())]
+    NICS, CHANNELS = 1, 4
+    written.append(("2x8x1-ring-tree-v2.21.log", ok_log()))
+    for name, lines in written:
         with open(os.path.join(OUT, name), "w") as f:
             f.write(f"# Written by scripts/nccl_log_fixtures.py from NCCL's format strings; {name}\n")
             f.write("\n".join(lines) + "\n")

@@ -346,6 +346,11 @@ mod tests {
         assert!(!r.fits_memlock_limit, "{} over 8 MiB", r.per_rank_max_bytes);
         assert_eq!(r.remaining_by_model_bytes, None, "no failure");
         assert!(r.assumed.is_empty());
+        let l = load(&fixture("2x8x1-ring-tree-v2.21.log")).unwrap();
+        let i = Inputs::new(2, 8, 1);
+        let e = model::estimate(&i);
+        let r = report(&i, &e, &l, &verdict(None));
+        assert_eq!((r.per_rank_max_bytes, r.per_node_bytes), (e.per_rank_max_bytes, e.per_node_bytes));
     }
 
     #[test]

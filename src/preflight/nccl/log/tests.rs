@@ -361,6 +361,23 @@ fn written_logs_of_reference_layouts_agree_with_the_model() {
         assert_eq!((r.net_send, r.net_recv), (m.ring.sends, m.ring.receives), "{r:?}");
     }
     assert_eq!(l.communicators, 0, "no Init COMPLETE");
+    // One NIC for 8 GPUs, 4 channels: the ring enters at GPU 0 and leaves from GPU 7, the tree
+    // joins the GPU 0s; the other GPUs have no network connection.
+    let l = fixture("2x8x1-ring-tree-v2.21.log");
+    let model = estimate(&Inputs::new(2, 8, 1));
+    assert_eq!((model.inputs.channels.count, l.ranks.len()), (4, 16));
+    for r in &l.ranks {
+        let dev = r.cuda_dev.unwrap_or_default() as usize;
+        let m = &model.ranks[dev];
+        let (sends, receives) = (m.ring.sends + m.tree.sends, m.ring.receives + m.tree.receives);
+        assert_eq!((r.net_send, r.net_recv), (sends, receives), "{r:?} against the model's {m:?}");
+        let want = match dev {
+            0 => (4, 8),
+            7 => (4, 0),
+            _ => (0, 0),
+        };
+        assert_eq!((r.net_send, r.net_recv), want, "{r:?}");
+    }
 }
 
 #[test]
