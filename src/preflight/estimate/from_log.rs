@@ -149,9 +149,9 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
         .iter()
         .map(|r| {
             let c = Counts {
-                sends: r.net_send - r.net_send_gdr,
+                sends: r.net_send.saturating_sub(r.net_send_gdr),
                 sends_gdr: r.net_send_gdr,
-                receives: r.net_recv - r.net_recv_gdr,
+                receives: r.net_recv.saturating_sub(r.net_recv_gdr),
                 receives_gdr: r.net_recv_gdr,
             };
             (c, r.nics.iter().copied().zip(r.nic_connections.iter().copied()).collect(), 0)
@@ -160,16 +160,17 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
     for (from, r) in l.ranks.iter().enumerate() {
         for (proxy, n, gdr, dev) in &r.proxied_to {
             let Some(to) = l.ranks.iter().position(|k| k.host == r.host && k.rank == Some(*proxy)) else { continue };
-            let (plain, gdr) = (n - gdr.min(n), *gdr.min(n));
+            let (plain, gdr) = (n.saturating_sub(*gdr), *gdr.min(n));
             let c = &mut counts[from];
             (c.0.sends, c.0.sends_gdr) = (c.0.sends.saturating_sub(plain), c.0.sends_gdr.saturating_sub(gdr));
             if let Some(slot) = c.1.iter_mut().find(|(d, _)| d == dev) {
                 slot.1 = slot.1.saturating_sub(*n);
             }
             let c = &mut counts[to];
-            (c.0.sends, c.0.sends_gdr, c.2) = (c.0.sends + plain, c.0.sends_gdr + gdr, c.2 + n);
+            (c.0.sends, c.0.sends_gdr, c.2) =
+                (c.0.sends.saturating_add(plain), c.0.sends_gdr.saturating_add(gdr), c.2.saturating_add(*n));
             match c.1.iter_mut().find(|(d, _)| d == dev) {
-                Some(slot) => slot.1 += n,
+                Some(slot) => slot.1 = slot.1.saturating_add(*n),
                 None => c.1.push((*dev, *n)),
             }
         }
