@@ -118,6 +118,7 @@ pub fn explain(r: &LogReport, m: &Machine, this_host: &str) -> Vec<Finding> {
         }
         out.push(Finding::new(format!("nccl.log.{call}"), Status::Fail, measured, fix));
     }
+    out.push(memlock_need(r, m));
     if !r.exact {
         out.push(Finding::new(
             "nccl.log.bounds",
@@ -127,6 +128,35 @@ pub fn explain(r: &LogReport, m: &Machine, this_host: &str) -> Vec<Finding> {
         ));
     }
     out
+}
+
+/// The log's busiest process against the memlock limit `check` judges (the checked process's,
+/// as for the model's need): what the job's own connections charge to VmPin.
+fn memlock_need(r: &LogReport, m: &Machine) -> Finding {
+    let busiest = r.ranks.iter().max_by_key(|k| k.memlock_bytes);
+    let who = busiest.map_or(String::new(), |k| {
+        let rank = k.rank.map_or(String::new(), |x| format!("rank {x} "));
+        format!(" ({rank}{}:{})", k.host, k.pid)
+    });
+    let need = human(r.per_rank_max_bytes as f64);
+    let limit = match m.limits.map(|l| l.soft) {
+        Some(pid_limits::Limit::Bytes(b)) => human(b as f64),
+        _ => "unlimited".to_owned(),
+    };
+    let exempt = if memlock_exempt(m) { ", not enforced (CAP_IPC_LOCK)" } else { "" };
+    if r.fits_memlock_limit {
+        let measured = format!(
+            "the log's busiest process{who} sets up connections charging {need} to VmPin; \
+            memlock soft limit {limit}{exempt}"
+        );
+        Finding::new("nccl.log.memlock", Status::Pass, measured, "")
+    } else {
+        let measured = format!(
+            "the log's busiest process{who} sets up connections charging {need} to VmPin > \
+            memlock soft limit {limit}"
+        );
+        Finding::new("nccl.log.memlock", Status::Fail, measured, MEMLOCK_FIX)
+    }
 }
 
 #[cfg(test)]
@@ -167,7 +197,7 @@ mod tests {
     fn enomem_from_registration_names_the_rank_the_limits_and_this_nodes_figures() {
         let r = report("2x8x8-enomem-v2.21.log");
         let f = explain(&r, &machine(), "gpu-a02");
-        assert_eq!(f.len(), 1);
+        assert_eq!(f.len(), 2);
         assert_eq!((f[0].id.as_str(), f[0].status), ("nccl.log.ibv_reg_mr_iova2", Status::Fail));
         let m = &f[0].measured;
         assert!(
@@ -190,12 +220,32 @@ mod tests {
     fn each_call_and_errno_is_one_finding_and_other_errnos_are_no_memlock_limit() {
         let r = report("public-deepep-143-create-cq.log");
         let f = explain(&r, &machine(), "elsewhere");
-        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f.len(), 2, "{f:?}");
         assert!(f[0].measured.contains("in 2 process(es): (msm-h200-2:4016, GPU 7"), "{}", f[0].measured);
         let r = report("public-nccl-563-ofi-enomem.log");
         assert_eq!(explain(&r, &machine(), "x")[0].id, "nccl.log.fi_mr_regattr");
         assert!(limit("ibv_reg_mr_iova2", Some(22)).0.starts_with("a bad address"));
         assert!(limit("ibv_reg_dmabuf_mr", Some(12)).0.contains("no memlock charge"));
         assert!(limit("posix_fallocate", None).0.contains("not one of the limits"));
+    }
+
+    #[test]
+    fn the_logs_busiest_process_is_judged_against_the_limit() {
+        // 2 x 8 x 8: 76.4 MiB per process against 8 MiB.
+        let r = report("2x8x8-ring-tree-v2.21.log");
+        let f = explain(&r, &machine(), "");
+        assert_eq!(f.len(), 1, "no failure in the log: {f:?}");
+        assert_eq!((f[0].id.as_str(), f[0].status), ("nccl.log.memlock", Status::Fail));
+        assert!(f[0].measured.starts_with("the log's busiest process (rank "), "{}", f[0].measured);
+        assert!(
+            f[0].measured.ends_with("charging 76.4 MiB to VmPin > memlock soft limit 8.0 MiB"),
+            "{}",
+            f[0].measured
+        );
+        assert_eq!(f[0].fix, MEMLOCK_FIX);
+        // A process with no network line (NVIDIA/nccl issue 1814's excerpt) charges nothing.
+        let r = report("public-nccl-1814-init-complete.log");
+        let f = explain(&r, &machine(), "");
+        assert_eq!(f[0].status, Status::Pass, "{f:?}");
     }
 }
