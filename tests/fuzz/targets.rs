@@ -310,6 +310,27 @@ pub const TARGETS: &[Target] = &[
         },
         check: check_trace_pipe,
     },
+    // A job's NCCL_DEBUG=INFO log as `estimate --nccl-log` and `check --nccl-log` read it: the
+    // written and public logs of tests/fixtures/nccl-logs, and hostile prefixes, cut lines and
+    // interleaved writers.
+    Target {
+        name: "nccl_log",
+        expect: Expect::BothPaths,
+        seeds: || {
+            let mut seeds = corpus(|n| n.ends_with(".log"));
+            seeds.extend(strings(&[
+                "[1,3]<stdout>:h:1:2 [3] NCCL INFO Channel 03/1 : 11[3] -> 2[3] [send] via \
+                 NET/IB/3(1)/GDRDMA(PCI)/Shared\n",
+                "3: h:1:2 [0] NCCL INFO Channel 00 : 0[1000] -> 1[2000] [receive] via NET/AWS Libfabric/0\r\n",
+                "[rank3]:h:1:2 [0] x.cc:1 (f) NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot \
+                 allocate memory\n",
+                "h: h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [seh:3:4 [1] NCCL INFO NCCL version \
+                 2.30.7+cuda12.9",
+            ]));
+            seeds
+        },
+        check: check_nccl_log,
+    },
 ];
 
 pub fn find(name: &str) -> Option<&'static Target> {

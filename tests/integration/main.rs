@@ -23,6 +23,7 @@ mod live_rdma;
 mod live_rdma_caps;
 mod modcycles_script;
 mod monitoring;
+mod nccl_log;
 mod nccl_variables_script;
 mod process_fixtures;
 mod reload;

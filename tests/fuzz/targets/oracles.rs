@@ -494,7 +494,13 @@ pub(super) fn check_nccl_environment(bytes: &[u8]) -> Result<Verdict, String> {
     // few whose values are range-checked.
     for e in env.effective() {
         let Some(var) = std::str::from_utf8(&e.name).ok().and_then(env::variable) else { continue };
-        let checked = ["NCCL_IB_QPS_PER_CONNECTION", "NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE"];
+        let checked = [
+            "NCCL_IB_QPS_PER_CONNECTION",
+            "NCCL_BUFFSIZE",
+            "NCCL_LL_BUFFSIZE",
+            "NCCL_LL128_BUFFSIZE",
+            "NCCL_CROSS_NIC",
+        ];
         if var.parse == Parse::Strtoll
             && !checked.contains(&var.name)
             && matches!(strtoll(&e.value, 0), Strtoll::Whole(_))
@@ -603,4 +609,34 @@ pub(super) fn parse_sample(line: &str) -> Result<Vec<String>, String> {
             return Err(format!("junk after a label value in {line:?}"));
         }
     }
+}
+
+pub(super) fn check_nccl_log(bytes: &[u8]) -> Result<Verdict, String> {
+    use memlock_preflight::nccl::log;
+    let l = log::read(bytes).map_err(|e| e.to_string())?;
+    // Every line counted once, whatever its length: the newlines, and a last line without one.
+    let lines = bytes.iter().filter(|b| **b == b'\n').count() + usize::from(bytes.last().is_some_and(|b| *b != b'\n'));
+    if l.lines != lines as u64 || l.cut_lines > l.lines || l.nccl_lines + l.cut_lines > l.lines {
+        return Err(format!("{} lines read, {lines} in the input: {l:?}", l.lines));
+    }
+    let long = bytes.split(|b| *b == b'\n').filter(|line| line.len() > log::MAX_LINE).count();
+    if l.cut_lines != long as u64 {
+        return Err(format!("{} cut, {long} longer than {}", l.cut_lines, log::MAX_LINE));
+    }
+    // Nothing is taken from a file without NCCL's lines; what is taken is bounded.
+    if l.nccl_lines == 0 && (!l.ranks.is_empty() || !l.failures.is_empty() || l.nccl_version.is_some()) {
+        return Err(format!("no NCCL line, yet {l:?}"));
+    }
+    if l.ranks.len() > log::MAX_PROCESSES || l.failures.len() > log::MAX_FAILURES || l.env.len() > log::MAX_ENV {
+        return Err("a cap was exceeded".into());
+    }
+    for r in &l.ranks {
+        if r.host.is_empty() || r.host.len() > log::MAX_TEXT || r.gdr_connections > r.net_send + r.net_recv {
+            return Err(format!("{r:?}"));
+        }
+        if r.gdr != (r.net_send + r.net_recv > 0).then_some(r.gdr_connections == r.net_send + r.net_recv) {
+            return Err(format!("gdr does not follow the counts: {r:?}"));
+        }
+    }
+    Ok(if l.nccl_lines > 0 { Verdict::Accepted } else { Verdict::Rejected })
 }

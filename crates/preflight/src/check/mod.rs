@@ -20,6 +20,8 @@ use crate::nccl::param::{show_bytes, Severity};
 use crate::policy;
 use memlock_core::units::bytes as human;
 
+mod nccl_log;
+
 #[derive(Debug, Args, Default, Clone)]
 pub struct CheckArgs {
     #[command(flatten)]
@@ -49,6 +51,10 @@ pub struct CheckArgs {
     /// Job-context flags and `--exec` (src/preflight/job_context.rs).
     #[command(flatten)]
     pub job: crate::job_context::JobContextArgs,
+    /// The job's NCCL_DEBUG=INFO log (a file, or - for standard input): each failed call
+    /// explained (the `nccl_log` key of --json, findings nccl.log.*).
+    #[arg(long = "nccl-log", value_name = "FILE")]
+    pub nccl_log: Option<String>,
 }
 
 /// NCCL_SOCKET_IFNAME that matches none of the job's interfaces: the bootstrap finds no socket
@@ -174,13 +180,7 @@ fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
             limit",
         )
     } else {
-        Finding::new(
-            "cgroup.memory",
-            Status::Fail,
-            measured,
-            "registered buffers are charged to the cgroup: raise its \
-            memory limit (pod limits, Slurm --mem) or run fewer ranks in it",
-        )
+        Finding::new("cgroup.memory", Status::Fail, measured, CGROUP_FIX)
     });
 }
 
@@ -298,11 +298,17 @@ pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
     out
 }
 
+/// How the memlock limit is raised: the memlock.soft finding's fix, and `--nccl-log`'s.
+pub(crate) const MEMLOCK_FIX: &str = "raise it where the ranks get it: `ulimit -l unlimited` via /etc/security/limits.conf \
+    memlock, systemd LimitMEMLOCK=infinity, docker run --ulimit memlock=-1:-1, or the container runtime's default rlimits";
+/// How the cgroup's limit is raised: the cgroup.memory finding's fix, and `--nccl-log`'s.
+pub(crate) const CGROUP_FIX: &str = "registered buffers are charged to the cgroup: raise its memory limit (pod \
+    limits, Slurm --mem) or run fewer ranks in it";
+
 fn memlock(m: &Machine, need: u64, communicators: u64, out: &mut Vec<Finding>) {
     let Some(limits) = m.limits else { return };
     let exempt = memlock_exempt(m);
-    let fix = "raise it where the ranks get it: `ulimit -l unlimited` via /etc/security/limits.conf memlock, \
-        systemd LimitMEMLOCK=infinity, docker run --ulimit memlock=-1:-1, or the container runtime's default rlimits";
+    let fix = MEMLOCK_FIX;
     // The estimate is already the worst case over what it assumed, for every communicator.
     let job_need = need;
     let floor = crate::policy::PROCESS_LIMIT_TOO_LOW_BYTES;
@@ -561,6 +567,10 @@ pub fn run(args: &CheckArgs) -> u8 {
     if let Err(message) = estimate::validate(&args.model) {
         return fail(message);
     }
+    let log = match args.nccl_log.as_deref().map(estimate::from_log::load).transpose() {
+        Ok(log) => log,
+        Err(message) => return fail(message),
+    };
     // Another user's environ needs ptrace access: check the rest without it.
     let (env, env_error) = match Environment::of_process(&roots.procfs, args.pid) {
         Ok((env, _)) => (env, None),
@@ -590,7 +600,9 @@ pub fn run(args: &CheckArgs) -> u8 {
             for_job::DEFAULT_COMMUNICATORS
         ));
     }
-    let e = crate::nccl::model::estimate(&derived.inputs);
+    let mut e = crate::nccl::model::estimate(&derived.inputs);
+    let span = estimate::range::range(&model_args, &env, &roots, &machine.rdma, &derived, &e);
+    estimate::range::judge_high(&mut e, &span);
     let mut findings = evaluate(&machine, &e, args.safety_factor);
     if let Some(err) = env_error {
         environment_unreadable(&mut findings, &err);
@@ -608,6 +620,11 @@ pub fn run(args: &CheckArgs) -> u8 {
         derived.inputs.nodes, derived.inputs.ranks_per_node, derived.inputs.communicators
     );
     let facts = for_job::facts(&machine, &roots, shape);
+    let logged = log.map(|l| {
+        let r = estimate::from_log::report(&derived.inputs, &e, &l, &estimate::verdict(&e, &machine));
+        findings.extend(nccl_log::explain(&r, &machine, &nccl_log::hostname(&roots)));
+        r
+    });
     let report = Report {
         pid,
         need_per_process_bytes: e.per_rank_max_bytes,
@@ -632,8 +649,15 @@ pub fn run(args: &CheckArgs) -> u8 {
         return crate::job_context::exec_or_refuse(&args.job, &report, args.strict);
     }
     let text = if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(text) => text + "\n",
+        let json =
+            serde_json::to_string_pretty(&report).and_then(|t| estimate::range::with_range(&t, &span)).and_then(|t| {
+                match &logged {
+                    Some(r) => estimate::from_log::with_log(&t, r),
+                    None => Ok(t),
+                }
+            });
+        match json {
+            Ok(text) => text,
             Err(err) => return fail(err.to_string()),
         }
     } else if args.job.summary {
