@@ -15,6 +15,9 @@ static HOLD_STOP_SIGNALS: extern "C" fn() = serve::hold_stop_signals;
 #[global_allocator]
 static ALLOCATOR: memlock_exporter::heap::CountingAllocator = memlock_exporter::heap::CountingAllocator;
 
+/// How long the exit waits for queued log lines to reach stderr.
+const LOG_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn main() -> ExitCode {
     memlock_exporter::heap::mark_installed();
     let cli = Cli::parse();
@@ -49,12 +52,16 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         }
     };
     logging::init(config.log_level, config.log_format);
-    match serve::run(config, &args) {
+    let code = match serve::run(config, &args) {
         Ok(()) => ExitCode::from(exit::OK),
         Err(err) => {
             tracing::error!(error = %err, "exiting");
             eprintln!("memlock-exporter: {err}");
             ExitCode::from(err.exit_code())
         }
-    }
+    };
+    // The log's last lines are queued (logging never waits for stderr's reader): give them a
+    // moment to be written, not longer, as a reader that stopped never takes them.
+    logging::flush(LOG_FLUSH);
+    code
 }

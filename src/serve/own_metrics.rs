@@ -44,6 +44,7 @@ impl SelfMetrics {
         if let Some(heap) = crate::heap::HeapCollector::new() {
             registry.register(Box::new(heap))?;
         }
+        registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
         let alerts = AlertMetrics {
             sent: IntCounterVec::new(
                 Opts::new(
