@@ -24,7 +24,7 @@ use crate::units::bytes;
 #[cfg(test)]
 use book::MAX_RESOLVED;
 pub use book::{AlertBook, PostableAlert, Transitions, MAX_PER_NAME};
-pub use deliver::{run, AlertMetrics, LogLimiter, LogLine, Suppressed, LOG_BURST, LOG_WINDOW};
+pub use deliver::{run, AlertMetrics, LogLimiter, LogLine, Suppressed, LOG_BURST, LOG_WINDOW, MAX_BACKOFF};
 
 pub type Labels = BTreeMap<String, String>;
 
