@@ -168,7 +168,9 @@ pub async fn run(mut snapshots: watch::Receiver<Arc<Snapshot>>, config: Alerting
     let mut acks = Vec::new();
     let acked = Arc::new(Notify::new());
     for endpoint in endpoints {
+        // From the start, so that the rule's increase() sees the first failure.
         metrics.last_success.with_label_values(&[&endpoint.base]);
+        metrics.failures.with_label_values(&[&endpoint.base]);
         let (outbox, payloads) = watch::channel(None);
         let delivered = Arc::new(AtomicU64::new(0));
         let (client, ack, acked) = (client.clone(), delivered.clone(), acked.clone());
