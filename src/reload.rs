@@ -6,6 +6,8 @@
 //! too. Events only say "maybe"; a reload happens when the contents actually differ from what
 //! was last loaded, so touching a file or unrelated activity in the directory costs a hash.
 
+mod stable;
+
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,8 @@ use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
+
+pub use stable::{threshold_jumps, JUMP_FACTOR, STABLE};
 
 /// Editors and tools write in bursts (truncate, write, rename); wait this long after the first
 /// event for the burst to end before comparing contents.
