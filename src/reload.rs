@@ -16,7 +16,7 @@ use std::time::Duration;
 use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 
-pub use stable::{threshold_jumps, JUMP_FACTOR, STABLE};
+pub use stable::{threshold_jumps, Arrivals, JUMP_FACTOR, STABLE};
 
 /// Editors and tools write in bursts (truncate, write, rename); wait this long after the first
 /// event for the burst to end before comparing contents.
@@ -27,15 +27,18 @@ pub const SETTLE: Duration = Duration::from_millis(300);
 pub struct FileWatch {
     files: Vec<PathBuf>,
     _watcher: Option<notify::RecommendedWatcher>,
+    arrivals: std::sync::Arc<Arrivals>,
 }
 
 impl FileWatch {
     pub fn new(files: Vec<PathBuf>, events: mpsc::UnboundedSender<()>) -> FileWatch {
         let names: BTreeSet<OsString> = files.iter().filter_map(|f| f.file_name().map(|n| n.to_owned())).collect();
         let dirs: BTreeSet<PathBuf> = files.iter().map(|f| directory_of(f)).collect();
+        let arrivals = std::sync::Arc::new(Arrivals::default());
         if files.is_empty() {
-            return FileWatch { files, _watcher: None };
+            return FileWatch { files, _watcher: None, arrivals };
         }
+        let noted = arrivals.clone();
         let handler = move |event: notify::Result<notify::Event>| {
             let relevant = match &event {
                 Ok(event) => event.paths.iter().any(|p| {
@@ -45,6 +48,7 @@ impl FileWatch {
                 Err(_) => true,
             };
             if relevant {
+                noted.note(event.as_ref().ok().map(|e| &e.kind));
                 let _ = events.send(());
             }
         };
@@ -52,7 +56,7 @@ impl FileWatch {
             Ok(watcher) => watcher,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot watch configuration files; reload with SIGHUP");
-                return FileWatch { files, _watcher: None };
+                return FileWatch { files, _watcher: None, arrivals };
             }
         };
         for dir in &dirs {
@@ -61,7 +65,12 @@ impl FileWatch {
             }
         }
         tracing::debug!(files = ?files, "watching configuration files");
-        FileWatch { files, _watcher: Some(watcher) }
+        FileWatch { files, _watcher: Some(watcher), arrivals }
+    }
+
+    /// Whether every change seen since the last call arrived by rename ([`Arrivals`]); resets.
+    pub fn arrived_whole(&self) -> bool {
+        self.arrivals.take_whole()
     }
 
     pub fn files(&self) -> &[PathBuf] {

@@ -6,10 +6,14 @@
 //! success: the critical page then came 1.1 s before ENOMEM instead of 9.2 s. So a reload reads
 //! the watched files twice, [`STABLE`] apart, and loads only when both reads agree and the load
 //! itself read the same again; otherwise it waits for the next change
-//! (`serve::daemon::Daemon::reload`). A file replaced by rename is whole at once; it waits the
-//! same [`STABLE`], a second's delay on a reload.
+//! (`serve::daemon::Daemon::reload`). A file that arrived by rename (an editor's save, a
+//! Kubernetes ConfigMap's `..data` swap) with no write seen in place is whole at once and is
+//! loaded without the wait ([`Arrivals`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
 
 use crate::config::Config;
 
@@ -19,6 +23,35 @@ pub const STABLE: Duration = Duration::from_secs(1);
 /// A change of a paging threshold by this factor or more, either way, is logged as a warning
 /// naming the key: a torn or mistyped number looks like this, a deliberate tuning seldom does.
 pub const JUMP_FACTOR: f64 = 10.0;
+
+/// How the watched files changed since the last reload took note: by rename, by writes in
+/// place, or both.
+#[derive(Debug, Default)]
+pub struct Arrivals {
+    renamed: AtomicBool,
+    written: AtomicBool,
+}
+
+impl Arrivals {
+    /// Notes one event about a watched file (`None`: the watch failed, what happened is unknown).
+    pub fn note(&self, kind: Option<&EventKind>) {
+        match kind {
+            Some(EventKind::Modify(ModifyKind::Name(_))) => self.renamed.store(true, Ordering::Relaxed),
+            // Creation, removal and metadata say nothing of the contents; data written in place
+            // follows a creation as its own events.
+            Some(EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(ModifyKind::Metadata(_))) => {}
+            Some(EventKind::Access(kind)) if !matches!(kind, AccessKind::Close(AccessMode::Write)) => {}
+            _ => self.written.store(true, Ordering::Relaxed),
+        }
+    }
+
+    /// Whether everything since the last call arrived by rename (and something did); resets.
+    pub fn take_whole(&self) -> bool {
+        let renamed = self.renamed.swap(false, Ordering::Relaxed);
+        let written = self.written.swap(false, Ordering::Relaxed);
+        renamed && !written
+    }
+}
 
 /// The thresholds that decide when the fast path pages, with their values in `old` and `new`,
 /// for those that changed by [`JUMP_FACTOR`] or more (a value of 0 against a non-zero one too).
@@ -56,6 +89,25 @@ mod tests {
 
     fn load(flags: Vec<(String, ::config::Value)>) -> Config {
         config::load(&Sources { file: None, env: Some(Default::default()), flags }).unwrap()
+    }
+
+    #[test]
+    fn only_a_rename_without_writes_in_place_is_whole() {
+        use notify::event::{CreateKind, DataChange, RenameMode};
+        let arrivals = Arrivals::default();
+        assert!(!arrivals.take_whole(), "nothing arrived");
+        arrivals.note(Some(&EventKind::Create(CreateKind::File)));
+        arrivals.note(Some(&EventKind::Modify(ModifyKind::Name(RenameMode::To))));
+        assert!(arrivals.take_whole());
+        assert!(!arrivals.take_whole(), "taken");
+        arrivals.note(Some(&EventKind::Modify(ModifyKind::Name(RenameMode::Both))));
+        arrivals.note(Some(&EventKind::Modify(ModifyKind::Data(DataChange::Any))));
+        assert!(!arrivals.take_whole(), "written in place too");
+        arrivals.note(Some(&EventKind::Modify(ModifyKind::Name(RenameMode::To))));
+        arrivals.note(None);
+        assert!(!arrivals.take_whole(), "the watch failed: unknown");
+        arrivals.note(Some(&EventKind::Access(AccessKind::Close(AccessMode::Write))));
+        assert!(!arrivals.take_whole());
     }
 
     #[test]

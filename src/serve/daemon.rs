@@ -169,13 +169,14 @@ impl Daemon {
             n.notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
         }
         // Two reads STABLE apart must agree (reload::STABLE: a half-written file is not loaded),
-        // and the load must read what they did. No wait when no file has new contents to read
-        // (unchanged on SIGHUP; gone, a directory, a FIFO: the load fails at once naming the
-        // file, as there is nothing half-written to wait for).
+        // and the load must read what they did. No wait when the change arrived by rename, or
+        // when no file has new contents to read (unchanged on SIGHUP; gone, a directory, a FIFO:
+        // the load fails at once naming the file, as there is nothing half-written to wait for).
         let first = reload::fingerprint(&self.watch_files);
+        let whole = self.watch.as_ref().is_some_and(FileWatch::arrived_whole);
         let new_contents =
             first.iter().enumerate().any(|(i, now)| now.is_some() && self.fingerprint.get(i) != Some(now));
-        if new_contents {
+        if new_contents && !whole {
             tokio::time::sleep(reload::STABLE).await;
         }
         let fingerprint = reload::fingerprint(&self.watch_files);
