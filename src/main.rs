@@ -28,6 +28,9 @@ static HOLD_STOP_SIGNALS: extern "C" fn() = daemon::hold_stop_signals;
 #[global_allocator]
 static ALLOCATOR: heap::CountingAllocator = heap::CountingAllocator;
 
+/// How long the exit waits for queued log lines to reach stderr.
+const LOG_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn main() -> ExitCode {
     heap::mark_installed();
     let cli = Cli::parse();
@@ -62,12 +65,16 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         }
     };
     logging::init(config.log_level, config.log_format);
-    match daemon::run(config, &args) {
+    let code = match daemon::run(config, &args) {
         Ok(()) => ExitCode::from(exit::OK),
         Err(err) => {
             tracing::error!(error = %err, "exiting");
             eprintln!("memlock-exporter: {err}");
             ExitCode::from(err.exit_code())
         }
-    }
+    };
+    // The log's last lines are queued (logging never waits for stderr's reader): give them a
+    // moment to be written, not longer, as a reader that stopped never takes them.
+    logging::flush(LOG_FLUSH);
+    code
 }

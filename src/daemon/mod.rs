@@ -53,6 +53,9 @@ pub enum ServeError {
     Io { context: &'static str, source: std::io::Error },
     #[error("metrics registry: {0}")]
     Registry(#[from] prometheus::Error),
+    /// The configuration files changed between two reads: nothing was loaded.
+    #[error("the configuration files changed while they were read")]
+    Unsettled,
 }
 
 impl ServeError {

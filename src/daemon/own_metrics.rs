@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use prometheus::{Gauge, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{Gauge, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use memlock_core::alerting::AlertMetrics;
 
@@ -44,6 +44,7 @@ impl SelfMetrics {
         if let Some(heap) = crate::heap::HeapCollector::new() {
             registry.register(Box::new(heap))?;
         }
+        registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
         let alerts = AlertMetrics {
             sent: IntCounterVec::new(
                 Opts::new(
@@ -68,11 +69,20 @@ impl SelfMetrics {
                 ),
                 &["severity"],
             )?,
+            last_success: GaugeVec::new(
+                Opts::new(
+                    "memlock_exporter_alertmanager_last_success_timestamp_seconds",
+                    "Unix time of the latest successful delivery to this Alertmanager (0: none yet). Each \
+                        --alertmanager.url is posted on its own, with its own backoff.",
+                ),
+                &["alertmanager"],
+            )?,
         };
         registry.register(Box::new(alerts.sent.clone()))?;
         registry.register(Box::new(alerts.failures.clone()))?;
         registry.register(Box::new(alerts.active.clone()))?;
         registry.register(Box::new(alerts.resolutions_dropped.clone()))?;
+        registry.register(Box::new(alerts.last_success.clone()))?;
         for severity in ["warning", "critical"] {
             alerts.resolutions_dropped.with_label_values(&[severity]);
         }

@@ -407,3 +407,85 @@ fn neighbour_flood_in_a_namespace_of_its_own() {
     drop(exporter);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 33 item 4: wrong passwords rotated over many loopback addresses held every place of
+/// the bcrypt queue (one running, four waiting), so a scraper whose credentials the exporter had
+/// not verified yet (the exporter restarted) got 503, 0 of 42 scrapes. Here 20 clients rotate
+/// over ATTACK_ADDRESSES (40) addresses of 127.0.2.0/24 with ever-new wrong passwords; once each
+/// address has failed a check, the scraper starts from 127.0.0.1. Its address has no failure,
+/// so it goes ahead of theirs: its first 200 within a few checks' time, every scrape after it
+/// from memory while the flood goes on.
+#[test]
+fn wrong_passwords_rotated_over_many_addresses_do_not_hold_every_place_of_the_bcrypt_queue() {
+    let _live = live_lock();
+    let dir = temp_dir("auth-many-addresses");
+    let hash = bcrypt::hash("right", env_or("ATTACK_BCRYPT_COST", 8) as u32).unwrap();
+    let web = dir.join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
+    let mut args = fixture_args();
+    args.extend(["--web.config.file".into(), web.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let exporter = Exporter::spawn(&args, &[]);
+    let address = exporter.address.clone();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while request(&address, "/-/ready", "", SCRAPE_DEADLINE) != 401 {
+        assert!(Instant::now() < deadline, "never ready:\n{}", exporter.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let addresses = env_or("ATTACK_ADDRESSES", 40).min(254);
+    let stop = Arc::new(AtomicBool::new(false));
+    let next = Arc::new(AtomicUsize::new(0));
+    let answers: Arc<Mutex<std::collections::BTreeMap<u16, usize>>> = Arc::default();
+    let failed: Arc<Mutex<std::collections::BTreeSet<usize>>> = Arc::default();
+    let attackers: Vec<_> = (0..20)
+        .map(|_| {
+            let (address, stop, next, answers, failed) =
+                (address.clone(), stop.clone(), next.clone(), answers.clone(), failed.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let host = n % addresses;
+                    let Ok(mut stream) = connect_from([127, 0, 2, host as u8 + 1], &address) else { continue };
+                    let wrong = basic("prometheus", &format!("guess-{n}"));
+                    let sent = stream.write_all(format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{wrong}\r\n").as_bytes());
+                    let mut head = [0u8; 12];
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(15)));
+                    let status = match (sent, stream.read_exact(&mut head)) {
+                        (Ok(()), Ok(())) => {
+                            std::str::from_utf8(&head[9..12]).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
+                        }
+                        _ => 0,
+                    };
+                    if status == 401 {
+                        failed.lock().unwrap().insert(host);
+                    }
+                    *answers.lock().unwrap().entry(status).or_default() += 1;
+                }
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while failed.lock().unwrap().len() < addresses {
+        assert!(Instant::now() < deadline, "not every address failed a check: {:?}", answers.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let busy_before = answers.lock().unwrap().get(&503).copied().unwrap_or(0);
+    let credentials = basic("prometheus", "right");
+    let (first_200, statuses, after) =
+        scrape_until_admitted(10, |deadline| request(&address, "/metrics", &credentials, deadline));
+    stop.store(true, Ordering::Relaxed);
+    for attacker in attackers {
+        attacker.join().unwrap();
+    }
+    let answers = answers.lock().unwrap().clone();
+    eprintln!(
+        "{addresses} addresses rotating wrong passwords: scraper's first 200 after {first_200:?} (statuses before it \
+            {statuses:?}); after it {after:?}; attackers' answers {answers:?} ({busy_before} 503 before the scraper \
+            started: the queue was full)"
+    );
+    assert!(busy_before > 0, "the flood never filled the bcrypt queue: {answers:?}");
+    let first_200 = first_200.unwrap_or_else(|| panic!("the scraper never got in: {statuses:?}"));
+    assert!(first_200 <= FIRST_SCRAPE_SLACK + Duration::from_secs(2), "the scraper got in after {first_200:?}");
+    assert!(after.iter().all(|(s, t)| *s == 200 && *t <= SCRAPE_DEADLINE), "{after:?}");
+    assert!(!answers.contains_key(&200), "a wrong password got in: {answers:?}");
+}

@@ -5,8 +5,9 @@
 //! - [`evaluate`] (here): pure; which alerts the snapshot's trend points call for, in the words of
 //!   [`crate::scopes`].
 //! - [`AlertBook`] (`book.rs`): the state machine; when alerts start, resolve and must be (re)sent.
-//! - [`run`] (`deliver.rs`): an async task reading snapshots from the sampler's watch channel and
-//!   delivering with retries and backoff. The sampler only ever replaces the latest snapshot.
+//! - [`run`] (`deliver.rs`): an async task reading snapshots from the sampler's watch channel, and
+//!   one task per Alertmanager URL delivering with its own retries, timeout and backoff. The
+//!   sampler only ever replaces the latest snapshot.
 
 mod book;
 mod deliver;
@@ -24,7 +25,7 @@ use crate::units::bytes;
 #[cfg(test)]
 use book::MAX_RESOLVED;
 pub use book::{AlertBook, PostableAlert, Transitions, MAX_PER_NAME};
-pub use deliver::{run, AlertMetrics, LogLimiter, LogLine, Suppressed, LOG_BURST, LOG_WINDOW};
+pub use deliver::{run, AlertMetrics, LogLimiter, LogLine, Suppressed, LOG_BURST, LOG_WINDOW, MAX_BACKOFF};
 
 pub type Labels = BTreeMap<String, String>;
 

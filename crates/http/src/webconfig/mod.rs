@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hyper::header::{HeaderName, HeaderValue};
 use rustls::crypto::CryptoProvider;
@@ -573,8 +573,9 @@ pub const MAX_PASSWORD_BYTES: usize = 72;
 /// as fast for a name that does not exist as for one that does.
 pub struct BasicAuth {
     users: BTreeMap<String, String>,
-    /// Right credentials and when bcrypt last said so. Within [`VERIFIED_TTL`] they pass
-    /// without a check; after it they are checked again, but never limited (`server::auth`).
+    /// Right credentials and when bcrypt last said so. They pass without a check until the
+    /// users change (a reload that changes them starts a new `BasicAuth`, see [`Self::carry_over`]):
+    /// an expiry sent a known scraper back into the bcrypt queue, where an attack could keep it.
     verified: Mutex<HashMap<[u8; 32], Instant>>,
     refused: Mutex<Refused>,
     /// Checked for user names that do not exist, at the cost of the real hashes.
@@ -595,10 +596,6 @@ const AUTH_CACHE_ENTRIES: usize = 1024;
 /// overhead). A flood of distinct wrong passwords pushes out the oldest, nothing else: the
 /// table is for the same wrong password sent again, which it answers without bcrypt.
 const REFUSED_ENTRIES: usize = 16 * 1024;
-/// How long a verified credential passes without bcrypt: one check per scraper per interval,
-/// and a credential stays in memory, as a keyed digest, no longer than this since bcrypt
-/// last confirmed it.
-pub const VERIFIED_TTL: Duration = Duration::from_secs(10 * 60);
 
 /// The HMAC key of this process's credential digests, drawn once from the system's random
 /// source. Should that ever fail, a key is derived from the clock, the process id and an
@@ -672,14 +669,14 @@ impl BasicAuth {
         }
         let key = self.key_of(user, password);
         let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner).get(&key).copied();
-        if verified.is_some_and(|at| at.elapsed() < VERIFIED_TTL) && self.users.contains_key(user) {
+        if verified.is_some() && self.users.contains_key(user) {
             return Some(true);
         }
         self.refused.lock().unwrap_or_else(PoisonError::into_inner).keys.contains(&key).then_some(false)
     }
 
-    /// Whether bcrypt has said these credentials are right since the users were loaded (also
-    /// longer ago than [`VERIFIED_TTL`]). Only right passwords can make this true.
+    /// Whether bcrypt has said these credentials are right since the users were loaded. Only
+    /// right passwords can make this true.
     pub fn verified_before(&self, user: &str, password: &str) -> bool {
         let key = self.key_of(user, password);
         self.users.contains_key(user) && self.verified.lock().unwrap_or_else(PoisonError::into_inner).contains_key(&key)
