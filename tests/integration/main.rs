@@ -21,7 +21,7 @@ mod live_node;
 mod live_process;
 mod live_rdma;
 mod live_rdma_caps;
-mod modcycles_script;
+
 mod monitoring;
 mod nccl_log;
 mod nccl_variables_script;
@@ -35,3 +35,4 @@ mod systemd_notify;
 mod trend_cap;
 mod util;
 mod web_security;
+mod workspace_layers;
