@@ -240,6 +240,16 @@ impl Stats for LaunchersStats {
     }
 }
 
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "launchers",
+    reads: "the memlock limits of the launchers that start jobs (slurmd, containerd, dockerd, sshd...)",
+    default_interval: "15s",
+    default_enabled: true,
+    settings: super::settings::of::<LaunchersCollector>(),
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -239,3 +239,16 @@ impl super::Stats for NodeStats {
         self
     }
 }
+
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "node",
+    reads: "/proc/meminfo, vmstat, vm sysctls, hugepages",
+    default_interval: "1s",
+    default_enabled: true,
+    settings: &super::settings::Plain(|cx| {
+        let floor = cx.trend.node_memory_available_floor_ratio;
+        Box::new(NodeCollector::new(cx.roots.clone(), procfs::page_size(), floor))
+    }),
+};

@@ -171,3 +171,13 @@ impl super::Stats for NumaStats {
         self
     }
 }
+
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "numa",
+    reads: "per NUMA node memory and hugepages",
+    default_interval: "1s",
+    default_enabled: true,
+    settings: &super::settings::Plain(|cx| Box::new(NumaCollector::new(cx.roots.clone(), procfs::page_size()))),
+};

@@ -316,6 +316,16 @@ impl Stats for RdmaCapsStats {
     }
 }
 
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "rdma_caps",
+    reads: "RDMA device caps (max_mr, max_mr_size) with ibv_query_device, libibverbs loaded at run time",
+    default_interval: "60s",
+    default_enabled: true,
+    settings: &super::settings::Plain(|_| Box::new(RdmaCapsCollector::new(LIBIBVERBS))),
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

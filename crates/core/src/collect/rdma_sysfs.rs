@@ -525,6 +525,16 @@ impl Configured for RdmaSysfsCollector {
     }
 }
 
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "rdma_sysfs",
+    reads: "/sys/class/infiniband devices, ports, counters",
+    default_interval: "5s",
+    default_enabled: true,
+    settings: super::settings::of::<RdmaSysfsCollector>(),
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -145,6 +145,16 @@ impl super::Stats for SoftwareStats {
     }
 }
 
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "software",
+    reads: "kernel, NVIDIA driver and RDMA module versions, GPUDirect mode",
+    default_interval: "30s",
+    default_enabled: true,
+    settings: &super::settings::Plain(|cx| Box::new(SoftwareCollector::new(cx.roots.clone()))),
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,14 +2,14 @@
 //! the alert rules' policy on the node's figures, how many communicators a training job runs,
 //! the launcher's own fix, and the facts of the checklist.
 
-use memlock_kernel::fsroot::{self, Roots};
-use memlock_kernel::meminfo::Meminfo;
-use memlock_kernel::pid_creds::{self, CapHeld, CAP_IPC_LOCK};
 use crate::check::launch_path::{self, LaunchPath};
 use crate::findings::{Fact, Finding, Launch, Status};
 use crate::machine::Machine;
 use crate::policy;
 use memlock_core::units::bytes as human;
+use memlock_kernel::fsroot::{self, Roots};
+use memlock_kernel::meminfo::Meminfo;
+use memlock_kernel::pid_creds::{self, CapHeld, CAP_IPC_LOCK};
 
 /// Communicators per rank assumed when `--communicators` is not given. A training job rarely
 /// runs one: PyTorch's default process group plus the data, tensor and pipeline parallel groups

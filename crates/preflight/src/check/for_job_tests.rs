@@ -2,9 +2,9 @@
 
 use super::super::launch_path::tests::Host;
 use super::*;
-use memlock_kernel::pid_limits::{Limit, MemlockLimits};
 use crate::check::evaluate;
 use crate::nccl::model::{self, Inputs};
+use memlock_kernel::pid_limits::{Limit, MemlockLimits};
 
 const MIB: u64 = 1 << 20;
 

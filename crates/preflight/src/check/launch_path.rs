@@ -27,11 +27,11 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
+use memlock_core::units::bytes as human;
 use memlock_kernel::fsroot::{self, SourceError};
 use memlock_kernel::launchers::{self, Identity, Kind};
 use memlock_kernel::pid_limits::{self, Limit, MemlockLimits};
 use memlock_kernel::{pid_cgroup, pid_creds};
-use memlock_core::units::bytes as human;
 
 /// Ancestors followed at most: a real chain is a handful deep; a longer one is a cycle or a
 /// hostile tree.

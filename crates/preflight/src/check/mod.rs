@@ -7,10 +7,6 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use memlock_core::collect::cgroup::working_set_charge;
-use memlock_core::collect::rdma_sysfs::SysfsDevice;
-use memlock_kernel::fsroot::Roots;
-use memlock_kernel::pid_limits;
 use crate::estimate;
 use crate::findings::{exit_code, render_text, Finding, ModelSummary, Report, Status};
 use crate::machine::{ib_hca_selects, memlock_exempt, nccl_opens, read_machine, Machine};
@@ -18,7 +14,11 @@ use crate::nccl::env::{self as nccl_env, Environment};
 use crate::nccl::model::Estimate;
 use crate::nccl::param::{show_bytes, Severity};
 use crate::policy;
+use memlock_core::collect::cgroup::working_set_charge;
+use memlock_core::collect::rdma_sysfs::SysfsDevice;
 use memlock_core::units::bytes as human;
+use memlock_kernel::fsroot::Roots;
+use memlock_kernel::pid_limits;
 
 mod nccl_log;
 

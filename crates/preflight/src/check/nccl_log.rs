@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use memlock_kernel::fsroot::Roots;
-use memlock_kernel::pid_limits;
 use crate::estimate::from_log::{LogFailure, LogReport};
 use crate::findings::{Finding, Status};
 use crate::machine::{memlock_exempt, Machine};
 use memlock_core::units::bytes as human;
+use memlock_kernel::fsroot::Roots;
+use memlock_kernel::pid_limits;
 
 use super::{CGROUP_FIX, MEMLOCK_FIX};
 
@@ -167,7 +167,8 @@ mod tests {
     use crate::nccl::model::{estimate, Inputs};
 
     fn report(name: &str) -> LogReport {
-        let l = from_log::load(&format!("{}/../../tests/fixtures/nccl-logs/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let l =
+            from_log::load(&format!("{}/../../tests/fixtures/nccl-logs/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
         let i = Inputs::new(2, 8, 8);
         let e = estimate(&i);
         let m = machine();

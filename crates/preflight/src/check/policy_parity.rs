@@ -230,6 +230,9 @@ fn series(instance: &str, m: &Machine, pinned: u64) -> String {
     }
     add("memlock_process_pinned_bytes", &process, pinned);
     add("memlock_process_ipc_lock", &process, u64::from(m.ipc_lock == Some(true)));
+    // The rank check judges is an NCCL rank, which registers its buffers: the daemon sees its
+    // verbs library mapped, which is what the floor rule asks of a process.
+    add("memlock_process_rdma_library_info", &format!("{process},library=\"libibverbs\",file=\"libibverbs.so.1\""), 1);
     out
 }
 
@@ -247,7 +250,8 @@ fn check_and_the_rules_agree_on_every_fixture_host() {
         // The RDMA device is the one figure not in the tree: sysfs's device layout is the RDMA
         // collector's own fixture's business (tests/fixtures/sys).
         if f.overcommit.1 {
-            m.rdma = vec![memlock_core::collect::rdma_sysfs::SysfsDevice { name: "mlx5_0".into(), ..Default::default() }];
+            m.rdma =
+                vec![memlock_core::collect::rdma_sysfs::SysfsDevice { name: "mlx5_0".into(), ..Default::default() }];
         }
         assert!(m.cgroup.as_ref().is_some_and(|c| c.limit_bytes.is_some()), "{}: cgroup not read: {m:?}", f.name);
         let findings = evaluate(&m, &e, 2.0);

@@ -7,10 +7,10 @@ use std::io::{self, BufReader};
 
 use serde::Serialize;
 
-use memlock_core::gdr::GdrMode;
 use crate::nccl::log::{self, NcclLog};
 use crate::nccl::model::{self, Counts, Estimate, Inputs};
 use crate::nccl::param::{strtoll, Strtoll};
+use memlock_core::gdr::GdrMode;
 use memlock_core::units::bytes as human;
 
 use super::Verdict;

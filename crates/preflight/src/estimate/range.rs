@@ -7,11 +7,11 @@
 
 use serde::Serialize;
 
-use memlock_core::collect::rdma_sysfs::SysfsDevice;
-use memlock_kernel::fsroot::Roots;
-use memlock_core::gdr::GdrMode;
 use crate::nccl::env::Environment;
 use crate::nccl::model::{self, Estimate};
+use memlock_core::collect::rdma_sysfs::SysfsDevice;
+use memlock_core::gdr::GdrMode;
+use memlock_kernel::fsroot::Roots;
 
 use super::{derive, Derived, ModelArgs};
 

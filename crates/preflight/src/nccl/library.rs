@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 
-use memlock_core::collect::nccl_version::{self, NcclVersion, Source};
 use crate::findings::{Finding, Status};
+use memlock_core::collect::nccl_version::{self, NcclVersion, Source};
 
 /// What the preflight found of the process's NCCL.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

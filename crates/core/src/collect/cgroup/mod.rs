@@ -180,6 +180,16 @@ impl Configured for CgroupCollector {
     }
 }
 
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "cgroup",
+    reads: "memory usage and limits per cgroup",
+    default_interval: "1s",
+    default_enabled: true,
+    settings: super::settings::of::<CgroupCollector>(),
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -105,6 +105,18 @@ impl Collector for FailuresCollector {
     }
 }
 
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "failures",
+    reads: "refused registrations and locks, traced with kprobes in tracefs instances of its own (needs root)",
+    default_interval: "1s",
+    // Opt-in: it defines kprobes in the running kernel, which needs write access to tracefs
+    // (root's) that the default unit does not grant (README.md, the failures collector).
+    default_enabled: false,
+    settings: &super::settings::Plain(|cx| Box::new(FailuresCollector::new(cx.roots.clone()))),
+};
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};

@@ -601,5 +601,15 @@ impl super::Stats for ProcessStats {
     }
 }
 
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "process",
+    reads: "VmLck, VmPin, memlock limits per process",
+    default_interval: "1s",
+    default_enabled: true,
+    settings: super::settings::of::<ProcessCollector>(),
+};
+
 #[cfg(test)]
 mod tests;

@@ -666,5 +666,15 @@ impl Configured for RdmaNetlinkCollector {
     }
 }
 
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "rdma_netlink",
+    reads: "RDMA resources and registered memory",
+    default_interval: "5s",
+    default_enabled: true,
+    settings: super::settings::of::<RdmaNetlinkCollector>(),
+};
+
 #[cfg(test)]
 mod tests;
