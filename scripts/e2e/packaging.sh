@@ -47,9 +47,11 @@ expected=(
     usr/lib/memlock-exporter/slurm/healthcheck.sh
     usr/lib/memlock-exporter/slurm/prolog.sh
     usr/lib/memlock-exporter/slurm/memlock-check-lib.sh
+    usr/lib/memlock-exporter/slurm/nhc.conf
     etc/memlock-exporter/slurm-check.conf
     usr/share/doc/memlock-exporter/web-config.example.yml
     usr/share/doc/memlock-exporter/README.md
+    usr/share/doc/memlock-exporter/slurm.md
 )
 for dashboard in dashboards/*.json; do
     expected+=("usr/share/memlock-exporter/dashboards/$(basename "$dashboard")")
