@@ -21,6 +21,7 @@
 //! - [`serve`]: the daemon (its own metrics, reload, systemd watchdog); [`reload`] watches the
 //!   configuration files, [`sdnotify`] speaks systemd's notify protocol, [`logging`] sets up
 //!   tracing, [`heap`] counts the heap in use for `memlock_exporter_heap_allocated_bytes`.
+//! - [`manpages`]: the man pages the packages install, rendered from the command line.
 //! - [`preflight`]: the commands a job launcher or an operator runs (`check`, `estimate`,
 //!   `drill`) and NCCL's registrations modelled from its source. It stands on the layers above
 //!   and only [`cli`] imports it: the daemon's modules never do (scripts/modcycles.py says so).
@@ -44,6 +45,7 @@ pub mod gzip;
 pub mod heap;
 pub mod kernel;
 pub mod logging;
+pub mod manpages;
 pub mod preflight;
 pub mod reload;
 pub mod sampler;

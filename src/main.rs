@@ -1,9 +1,9 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use memlock_exporter::cli::{Cli, Command, ServeArgs};
 use memlock_exporter::preflight::{check, drill, estimate};
-use memlock_exporter::{exit, logging, serve};
+use memlock_exporter::{exit, logging, manpages, serve};
 
 /// Runs before Rust's runtime and `main`: the daemon's stop signals are held from the first
 /// instruction that is ours until its handlers are in place (see `serve::hold_stop_signals`).
@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Some(Command::Estimate(args)) => ExitCode::from(estimate::run(&args)),
         Some(Command::Check(args)) => ExitCode::from(check::run(&args)),
         Some(Command::Drill(args)) => run_drill(&args),
+        Some(Command::Manpages(args)) => ExitCode::from(manpages::run(Cli::command(), &args)),
     }
 }
 
