@@ -135,7 +135,7 @@ pub const REGISTRY: &[Registration] = &[
         reads: "refused registrations and locks, traced with kprobes in tracefs instances of its own (needs root)",
         default_interval: "1s",
         // Opt-in: it defines kprobes in the running kernel, which needs write access to tracefs
-        // (root's) that the default unit does not grant (README.md, the failures collector).
+        // (root's) that the default unit does not grant (docs/systemd.md, the failures collector).
         default_enabled: false,
         settings: &Plain(|cx| Box::new(failures::FailuresCollector::new(cx.roots.clone()))),
     },
