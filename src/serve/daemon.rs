@@ -86,6 +86,7 @@ pub fn site(
         max_requests: config.max_requests,
         max_response_bytes: config.max_response_bytes,
         rendered: Default::default(),
+        alertmanagers: config.alerting.alertmanager_urls.clone(),
     }
 }
 

@@ -44,6 +44,7 @@ mod body;
 mod budget;
 mod connections;
 mod guard;
+mod landing;
 mod listen;
 mod render;
 
@@ -83,6 +84,8 @@ pub struct Site {
     pub max_response_bytes: usize,
     /// The latest snapshot a scrape rendered.
     pub rendered: Renders,
+    /// The fast path's Alertmanagers (`alerting.alertmanager_urls`), for the landing page; empty: off.
+    pub alertmanagers: Vec<String>,
 }
 
 pub struct AppState {
@@ -320,6 +323,7 @@ fn landing(site: &Site) -> Response<Chunks> {
         rows.push_str(&format!("<tr><td>{}</td><td>{status}</td><td>{age}</td></tr>\n", html_escape(name)));
     }
     let path = html_escape(&site.telemetry_path);
+    let enabled: Vec<&str> = site.collectors.iter().map(|(name, _)| *name).collect();
     let page = format!(
         "<!DOCTYPE html>\n<html><head><title>memlock-exporter</title></head><body>\n\
          <h1>memlock-exporter {version}</h1>\n\
@@ -327,8 +331,9 @@ fn landing(site: &Site) -> Response<Chunks> {
          <ul><li><a href=\"{path}\">Metrics</a></li><li><a href=\"/-/healthy\">Health</a></li><li><a \
          href=\"/-/ready\">Readiness</a></li></ul>\n\
          <h2>Collectors</h2>\n<table><tr><th>collector</th><th>last \
-         run</th><th>finished</th></tr>\n{rows}</table>\n</body></html>\n",
+         run</th><th>finished</th></tr>\n{rows}</table>\n{status}</body></html>\n",
         version = env!("CARGO_PKG_VERSION"),
+        status = landing::status(&site.alertmanagers, &enabled, &snapshot),
     );
     let mut response = Response::new(Chunks::new([Bytes::from(page)]));
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
@@ -363,6 +368,7 @@ mod tests {
             max_requests,
             max_response_bytes: 0,
             rendered: Renders::default(),
+            alertmanagers: vec![],
         }
     }
 

@@ -9,6 +9,7 @@ mod check_exec;
 mod faults;
 mod golden;
 mod hostile_input;
+mod landing;
 mod lifecycle;
 mod live_cgroup;
 mod live_check;
