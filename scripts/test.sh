@@ -2,7 +2,8 @@
 # Runs every test of memlock-exporter, installing the tools it needs first.
 #
 #   scripts/test.sh            everything (needs root: apt-get, cgroups, rlimits, mlock)
-#   scripts/test.sh --quick    unit tests, the mutation fuzzer and the golden test only
+#   scripts/test.sh --quick    unit tests, the mutation fuzzer and the golden test only, as any
+#                              user, with nothing installed but cargo
 #
 # Steps run in order; a failing step does not stop the others. The last line says how many
 # steps passed and failed, and the exit status is non-zero when any failed.
@@ -167,12 +168,14 @@ e2e_scripts() {
     return $rc
 }
 
-step "install tools" install_tools
 if [ $QUICK = 1 ]; then
     step "unit and golden tests" unit_only
 else
+    step "install tools" install_tools
     step "build" build
     step "format and lint" format_and_lint
+    # The README's length, sentence and table targets, and every alert name in it.
+    step "README targets (scripts/readme_stats.py)" python3 scripts/readme_stats.py
     # The golden test writes this; a copy left by an earlier run must not pass for this one.
     rm -f "${TMPDIR:-/tmp}/memlock-exporter-e2e-full.txt"
     step "NCCL wheels (scripts/nccl_wheels.py fetch)" nccl_wheels

@@ -160,8 +160,7 @@ impl DroppedLinesCollector {
     pub fn new() -> Result<Self, prometheus::Error> {
         let counter = prometheus::IntCounter::new(
             "memlock_exporter_log_lines_dropped_total",
-            "Log lines dropped because stderr's reader (journald, a container runtime) did not keep up; logging \
-            never waits for it.",
+            "Log lines dropped because the reader of standard error did not keep up.",
         )?;
         Ok(Self { counter })
     }

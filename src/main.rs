@@ -8,12 +8,13 @@ mod cli;
 mod daemon;
 mod heap;
 mod logging;
+mod manpages;
 mod reload;
 mod sdnotify;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use cli::{Cli, Command, ServeArgs};
 use memlock_core::exit;
 use memlock_preflight::{check, drill, estimate};
@@ -43,6 +44,7 @@ fn main() -> ExitCode {
         Some(Command::Estimate(args)) => ExitCode::from(estimate::run(&args)),
         Some(Command::Check(args)) => ExitCode::from(check::run(&args)),
         Some(Command::Drill(args)) => run_drill(&args),
+        Some(Command::Manpages(args)) => ExitCode::from(manpages::run(Cli::command(), &args)),
     }
 }
 

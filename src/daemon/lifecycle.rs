@@ -81,7 +81,7 @@ pub fn site(
     web: Arc<WebConfig>,
 ) -> Site {
     Site {
-        pages: super::page::pages(snapshots),
+        pages: super::page::pages(snapshots, &config.alerting.alertmanager_urls, &collectors),
         telemetry_path: config.telemetry_path.clone(),
         collectors,
         web,

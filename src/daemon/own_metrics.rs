@@ -64,16 +64,14 @@ impl SelfMetrics {
             resolutions_dropped: IntCounterVec::new(
                 Opts::new(
                     "memlock_exporter_alert_resolutions_dropped_total",
-                    "Resolved alerts dropped undelivered from the fast path's full queue (1000, while Alertmanager \
-                        is unreachable), by severity: warnings go first.",
+                    "Resolved alerts dropped from the fast path's full queue, by severity.",
                 ),
                 &["severity"],
             )?,
             last_success: GaugeVec::new(
                 Opts::new(
                     "memlock_exporter_alertmanager_last_success_timestamp_seconds",
-                    "Unix time of the latest successful delivery to this Alertmanager (0: none yet). Each \
-                        --alertmanager.url is posted on its own, with its own backoff.",
+                    "Unix time of the latest successful delivery to this Alertmanager, 0 before the first.",
                 ),
                 &["alertmanager"],
             )?,
@@ -88,8 +86,7 @@ impl SelfMetrics {
         }
         let reload_successful = IntGauge::new(
             "memlock_exporter_config_last_reload_successful",
-            "1 if the latest configuration load (start or reload) succeeded, 0 if it failed and the previous \
-                configuration is still in use.",
+            "1 if the last configuration reload succeeded, else 0.",
         )?;
         let reload_success_timestamp = Gauge::new(
             "memlock_exporter_config_last_reload_success_timestamp_seconds",

@@ -10,6 +10,7 @@ mod check_launchers;
 mod faults;
 mod golden;
 mod hostile_input;
+mod landing;
 mod lifecycle;
 mod live_cgroup;
 mod live_check;

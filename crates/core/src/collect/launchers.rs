@@ -211,9 +211,7 @@ impl Stats for LaunchersStats {
         }
         out.family(
             "memlock_launcher_limit_bytes",
-            "RLIMIT_MEMLOCK of a launcher running on the node (/proc/PID/limits): what the jobs it starts inherit \
-                unless it or something on the way sets another. Only the real launcher: its expected executable \
-                (/proc/PID/exe) run by its expected uid. kind: soft (enforced) or hard; absent when unlimited.",
+            "RLIMIT_MEMLOCK of a job launcher running on the node, which the jobs it starts inherit.",
             Kind::Gauge,
         );
         for (l, pid) in self.launchers.iter().zip(&pids) {

@@ -53,6 +53,12 @@ pub trait Stats: std::fmt::Debug + Send + Sync + 'static {
         None
     }
 
+    /// The collector's state in a few words, when it has one worth showing beside "ok" (the
+    /// landing page): the failures collector says whether it traces, and why not.
+    fn state(&self) -> Option<String> {
+        None
+    }
+
     /// For readers that need the collector's own type (tests).
     fn as_any(&self) -> &dyn Any;
 }

@@ -287,19 +287,17 @@ impl Stats for RdmaCapsStats {
         let families: [Family; 3] = [
             (
                 "memlock_rdma_device_max_mr",
-                "The most memory regions the device holds (ibv_query_device max_mr); compare with \
-                    memlock_rdma_resources{type=\"mr\"}. Read once per device.",
+                "The most memory regions the device holds (ibv_query_device max_mr).",
                 |c| c.max_mr,
             ),
             (
                 "memlock_rdma_device_max_mr_size_bytes",
-                "The largest memory region the device registers (ibv_query_device max_mr_size); EFA's cap on pages per \
-                    MR times the page size. Read once per device.",
+                "The largest memory region the device registers (ibv_query_device max_mr_size).",
                 |c| c.max_mr_size,
             ),
             (
                 "memlock_rdma_device_max_pd",
-                "The most protection domains the device holds (ibv_query_device max_pd). Read once per device.",
+                "The most protection domains the device holds (ibv_query_device max_pd).",
                 |c| c.max_pd,
             ),
         ];

@@ -357,9 +357,7 @@ impl RdmaSysfsStats {
         };
         out.family(
             "memlock_rdma_device_info",
-            "RDMA device from /sys/class/infiniband, always 1; labels carry firmware, HCA type, board id, node type \
-                and node GUID (empty when the driver does not provide the file). Sampled on the rdma_sysfs interval \
-                (default 5s).",
+            "Always 1; labels describe the RDMA device from /sys/class/infiniband.",
             Kind::Gauge,
         );
         for d in &devices {
@@ -379,10 +377,7 @@ impl RdmaSysfsStats {
 
         out.family(
             "memlock_rdma_device_registered_bytes",
-            "Memory registered on the device by user space, from mlx5's reg_pages (pages of every live user memory \
-                registration, host memory and dma-buf GPU memory alike; ODP not counted) times the page size. \
-                dma-buf registrations are here but not in VmPin: compare with memlock_process_pinned_bytes. Absent \
-                for drivers without reg_pages. Sampled on the rdma_sysfs interval.",
+            "Memory registered on the device by user space (mlx5 reg_pages times page size).",
             Kind::Gauge,
         );
         for d in &devices {
@@ -393,25 +388,13 @@ impl RdmaSysfsStats {
             devices.iter().flat_map(|d| d.ports.iter().map(move |p| (*d, p, p.number.to_string()))).collect();
         type Field = fn(&SysfsPort) -> Option<u64>;
         let gauges: [(&'static str, &'static str, Field); 3] = [
-            (
-                "memlock_rdma_port_state",
-                "Logical port state, the kernel's number in ports/N/state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 \
-                    ACTIVE_DEFER. Sampled on the rdma_sysfs interval.",
-                |p| p.state.as_ref().map(|s| u64::from(s.value)),
-            ),
-            (
-                "memlock_rdma_port_phys_state",
-                "Physical port state, the kernel's number in ports/N/phys_state: 1 Sleep, 2 Polling, 3 Disabled, 4 \
-                    PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test. Sampled on the rdma_sysfs \
-                    interval.",
-                |p| p.phys_state.as_ref().map(|s| u64::from(s.value)),
-            ),
-            (
-                "memlock_rdma_port_rate_bytes_per_second",
-                "Port signalling rate from ports/N/rate (\"400 Gb/sec (4X NDR)\" is 5e10 bytes per second). Sampled on \
-                    the rdma_sysfs interval.",
-                |p| p.rate_bytes_per_second,
-            ),
+            ("memlock_rdma_port_state", "Port state, the kernel's enum value (4 is ACTIVE).", |p| {
+                p.state.as_ref().map(|s| u64::from(s.value))
+            }),
+            ("memlock_rdma_port_phys_state", "Physical port state, the kernel's enum value (5 is LinkUp).", |p| {
+                p.phys_state.as_ref().map(|s| u64::from(s.value))
+            }),
+            ("memlock_rdma_port_rate_bytes_per_second", "Port rate in bytes per second.", |p| p.rate_bytes_per_second),
         ];
         for (name, help, field) in gauges {
             out.family(name, help, Kind::Gauge);
@@ -421,8 +404,7 @@ impl RdmaSysfsStats {
         }
         out.family(
             "memlock_rdma_port_info",
-            "RDMA port, always 1; link_layer is InfiniBand, Ethernet (RoCE) or Unknown (EFA). Sampled on the \
-                rdma_sysfs interval.",
+            "Always 1; link_layer is InfiniBand, Ethernet (RoCE) or Unknown (EFA).",
             Kind::Gauge,
         );
         for (d, p, port) in &ports {
@@ -430,13 +412,7 @@ impl RdmaSysfsStats {
                 out.sample(&[("device", &d.name), ("port", port), ("link_layer", link_layer)], 1u64);
             }
         }
-        out.family(
-            "memlock_rdma_port_stat_total",
-            "Port counters from ports/N/counters (IBTA PMA). port_xmit_data and port_rcv_data count 4-byte words in \
-                the kernel file and are exported in bytes as port_xmit_data_bytes and port_rcv_data_bytes; the others \
-                are counts. PMA counters saturate rather than wrap. Sampled on the rdma_sysfs interval.",
-            Kind::Counter,
-        );
+        out.family("memlock_rdma_port_stat_total", "Port counters (IBTA PMA), data counters in bytes.", Kind::Counter);
         for (device, d) in self.devices.iter().enumerate() {
             for (index, p) in d.ports.iter().enumerate() {
                 let port = p.number.to_string();
@@ -461,17 +437,13 @@ impl RdmaSysfsStats {
         if gauges {
             out.family(
                 "memlock_rdma_hw_objects",
-                "Driver hw_counters that are levels, not counts: bnxt_re active_* (verbs objects that exist now, such \
-                    as active_mrs) and watermark_* (their peak). port is empty for device-level files. Sampled on the \
-                    rdma_sysfs interval.",
+                "Driver hw_counters that are levels, not counts (bnxt_re active_* and watermark_*).",
                 Kind::Gauge,
             );
         } else {
             out.family(
                 "memlock_rdma_hw_stat_total",
-                "Driver counters from hw_counters/ by file name (EFA reg_mr_err counts failed memory registrations, \
-                    memlock ENOMEM included). port is empty for device-level counters. Some drivers' 32-bit counters \
-                    wrap. Sampled on the rdma_sysfs interval.",
+                "Driver counters from hw_counters/ by file name (EFA reg_mr_err among them).",
                 Kind::Counter,
             );
         }

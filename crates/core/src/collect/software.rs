@@ -116,12 +116,7 @@ impl SoftwareStats {
     pub fn render(&self, out: &mut Exposition) {
         out.family(
             "memlock_node_software_info",
-            "Always 1. kernel: /proc/sys/kernel/osrelease; nvidia_driver: the version in /proc/driver/nvidia/version, \
-                nvidia_kernel_module open or proprietary; one label per module that takes part in RDMA registration, \
-                from /sys/module/<name>/version (\"unversioned\" for a loaded in-tree module, empty when not loaded); \
-                gdr_mode: the GPUDirect charging mode NCCL would use as check and estimate detect it (peermem when a \
-                peer-memory client is loaded: GPU buffers charged to VmPin; off otherwise). Empty labels are absent \
-                components. Sampled on the software interval (default 30s).",
+            "Always 1; labels give the kernel, NVIDIA driver and RDMA module versions.",
             Kind::Gauge,
         );
         let mut labels: Vec<(&str, &str)> = vec![

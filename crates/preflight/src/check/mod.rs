@@ -299,8 +299,9 @@ pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
 }
 
 /// How the memlock limit is raised: the memlock.soft finding's fix, and `--nccl-log`'s.
-pub(crate) const MEMLOCK_FIX: &str = "raise it where the ranks get it: `ulimit -l unlimited` via /etc/security/limits.conf \
-    memlock, systemd LimitMEMLOCK=infinity, docker run --ulimit memlock=-1:-1, or the container runtime's default rlimits";
+pub(crate) const MEMLOCK_FIX: &str = "raise it where the ranks get it: `ulimit -l unlimited` via \
+    /etc/security/limits.conf memlock, systemd LimitMEMLOCK=infinity, docker run --ulimit memlock=-1:-1, or the \
+    container runtime's default rlimits";
 /// How the cgroup's limit is raised: the cgroup.memory finding's fix, and `--nccl-log`'s.
 pub(crate) const CGROUP_FIX: &str = "registered buffers are charged to the cgroup: raise its memory limit (pod \
     limits, Slurm --mem) or run fewer ranks in it";
