@@ -108,7 +108,7 @@ fn watch(address: &str, seconds: u64) -> Metrics {
 }
 
 /// Every collector every 100 ms, so that a stall shows within a second.
-const FAST: [(&str, &str); 7] = [
+const FAST: [(&str, &str); 9] = [
     ("MEMLOCK_EXPORTER_COLLECTOR__NODE__INTERVAL", "100ms"),
     ("MEMLOCK_EXPORTER_COLLECTOR__NUMA__INTERVAL", "100ms"),
     ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__INTERVAL", "100ms"),
@@ -116,6 +116,8 @@ const FAST: [(&str, &str); 7] = [
     ("MEMLOCK_EXPORTER_COLLECTOR__RDMA_SYSFS__INTERVAL", "100ms"),
     ("MEMLOCK_EXPORTER_COLLECTOR__RDMA_NETLINK__INTERVAL", "100ms"),
     ("MEMLOCK_EXPORTER_COLLECTOR__SOFTWARE__INTERVAL", "100ms"),
+    ("MEMLOCK_EXPORTER_COLLECTOR__RDMA_CAPS__INTERVAL", "100ms"),
+    ("MEMLOCK_EXPORTER_COLLECTOR__LAUNCHERS__INTERVAL", "100ms"),
 ];
 
 #[test]
