@@ -38,6 +38,7 @@ pub mod cli;
 pub mod collect;
 pub mod config;
 pub mod exposition;
+pub mod fair;
 pub mod fsroot;
 pub mod gdr;
 pub mod gzip;

@@ -12,6 +12,7 @@ pub mod pid_status;
 pub mod proc_cgroups;
 pub mod rdma_cgroup;
 pub mod rdma_sysfs;
+pub mod smaps_rollup;
 pub mod sysvm;
 pub mod tasks;
 pub mod trace_pipe;
