@@ -180,6 +180,7 @@ impl ProcessCollector {
                 config,
                 nccl_libraries: Vec::new(),
                 maps_reads_left: 0,
+                share_reads_left: 0,
                 live_thread: None,
             },
             interval,
@@ -290,6 +291,7 @@ impl ProcessCollector {
         let counters = self.task_counters();
         let pids = self.list_pids(counters, errors)?;
         self.scanner.maps_reads_left = scan::MAPS_READS_PER_PASS;
+        self.scanner.share_reads_left = scan::SHARE_READS_PER_PASS;
         self.last_full_scan = Some(started);
         self.full_scans += 1;
 
@@ -411,6 +413,7 @@ impl ProcessCollector {
     /// processes that appeared.
     pub fn tracked_pass(&mut self, errors: &mut Vec<SourceError>) -> ProcessStats {
         self.scanner.maps_reads_left = scan::MAPS_READS_PER_PASS;
+        self.scanner.share_reads_left = scan::SHARE_READS_PER_PASS;
         let mut table = std::mem::take(&mut self.table);
         let mut failed = Vec::new();
         let now = Instant::now();

@@ -218,6 +218,8 @@ pub(super) struct Scanner {
     pub(super) nccl_libraries: Vec<Arc<NcclMapping>>,
     /// `maps` files this pass may still read ([`MAPS_READS_PER_PASS`]).
     pub(super) maps_reads_left: usize,
+    /// `smaps_rollup` files this pass may still read ([`SHARE_READS_PER_PASS`]).
+    pub(super) share_reads_left: usize,
     /// The live thread [`Scanner::read_live_thread`] read for the process being read, when its
     /// leader has exited: its `cgroup` is read through that thread.
     pub(super) live_thread: Option<u32>,
@@ -227,6 +229,14 @@ pub(super) struct Scanner {
 /// CPU (benches/process_scan.rs), so a churn of new pinning processes costs at most about 1% of a
 /// core, and the 8 ranks of a job starting together are labelled within 4 passes.
 pub(super) const MAPS_READS_PER_PASS: usize = 2;
+
+/// At most this many `smaps_rollup` reads per pass. The file walks the page tables of every area
+/// of the mm: for one of 8,300 processes sharing an mm (`clone(CLONE_VM)`) with a 530 MB area of
+/// their stacks it costs 0.75 ms of CPU (docs/benchmarks.md), so an unbounded crowd would cost
+/// seconds per pass. A process not read keeps ranking by its last share, or by VmLck: never
+/// lower than its own share, so a job's rank cannot suffer from the bound, only a crowd's
+/// demotion waits (the turns by owner hold it meanwhile).
+pub(super) const SHARE_READS_PER_PASS: usize = 32;
 
 /// How much of `/proc/PID/maps` is read looking for NCCL: a PyTorch rank maps a few thousand
 /// areas (a few hundred KiB of text); the rest of a larger file is not read.
@@ -484,6 +494,14 @@ impl Scanner {
         if record.share_read.is_some_and(fresh) {
             return;
         }
+        if self.share_reads_left == 0 {
+            // Read on a later pass; meanwhile a share measured for another VmLck is stale.
+            if record.share_read.is_some_and(|(at_bytes, _)| at_bytes != locked) {
+                record.sample.locked_share_bytes = None;
+            }
+            return;
+        }
+        self.share_reads_left -= 1;
         record.share_read = Some((locked, now));
         let pid = record.sample.pid;
         let file: std::borrow::Cow<str> = match self.live_thread {

@@ -58,7 +58,13 @@ fn shared_locked_pages_count_once_for_ranking_and_cgroup_sums() {
         tree.process(pid, "crowd", 8192, 0, "8388608", "/crowd").locked_share(pid, 8192 / 40);
     }
     tree.process(600, "python3", 6144, 0, "8388608", "/slurm/uid_0/job_8").locked_share(600, 6144);
-    let stats = tree.collector(1 << 20, "", 4).full_scan(&mut Vec::new()).unwrap();
+    let mut collector = tree.collector(1 << 20, "", 4);
+    let first = collector.full_scan(&mut Vec::new()).unwrap();
+    let read = first.watched.iter().filter(|p| p.locked_share_bytes.is_some()).count();
+    assert_eq!(read, super::scan::SHARE_READS_PER_PASS, "a bounded number of walks per pass");
+    // The next pass reads the others.
+    let stats = collector.tracked_pass(&mut Vec::new());
+    assert!(stats.watched.iter().all(|p| p.locked_share_bytes.is_some()));
     assert_eq!(pids(&stats)[0], 600, "{:?}", pids(&stats));
     let crowd = stats.cgroups.iter().find(|c| c.cgroup.path == "/crowd").unwrap();
     assert_eq!(crowd.locked_bytes, 40 * ((8192 / 40) << 10), "the 8 MiB once (in whole kB shares)");
