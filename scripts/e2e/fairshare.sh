@@ -9,14 +9,20 @@
 # - arrival: a job holds 7.5 MiB of 8 MiB (93.75 %), its MemlockProcessNearLimitFast fires; then
 #   the crowd arrives and stays 12 s: the job's warning is never sent as resolved meanwhile, and
 #   the flat job never pages critical (a healthy plateau stays silent).
+# - clonevm: CLONEVM_CROWD (8,300) processes of one uid sharing one mm (clone(CLONE_VM)) with 8 MiB
+#   locked at their 8 MiB limit (VmLck / limit 1, and a full share each) push past the fast path's
+#   8,192 watched processes while another user's job ramps mlock 1 MiB/s to its ENOMEM: the job is
+#   still watched and exported; MemlockProcessesUnwatchedFast pages for the crowd's own. Its lead
+#   time is printed (a debug build's passes are too slow at 8,300 processes for an 8 s ramp).
 # - leader: a process whose main thread exited while a thread holds 2 MiB locked, in a v1 memory
 #   cgroup of its own: exported with that cgroup, not "/".
-# `PARTS="memfd arrival leader"` (the default) picks the parts. MEMLOCK_EXPORTER_BIN picks the
-# binary (an older build shows what the script catches). Adds about 45 s.
+# `PARTS="memfd arrival clonevm leader"` (the default) picks the parts. MEMLOCK_EXPORTER_BIN picks the
+# binary (an older build shows what the script catches). Adds about 60 s.
 set -uo pipefail
 source "$(dirname "$0")/lib.bash"
 
-PARTS=${PARTS:-memfd arrival leader}
+PARTS=${PARTS:-memfd arrival clonevm leader}
+CLONEVM_CROWD=${CLONEVM_CROWD:-8300}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 [ "$(id -u)" = 0 ] || fail "needs root (cgroups, setpriv, prlimit)"
 [ -x "$BIN" ] || fail "$BIN not built"
@@ -52,7 +58,7 @@ in_cgroup() {
         prlimit --memlock=8388608:8388608 setpriv --reuid="$uid" --regid="$uid" --clear-groups "$@"
 }
 
-metric() { curl -fsS "$EXPORTER_URL/metrics" | grep -F "$1" | awk '{print $2}' | head -1; }
+metric() { curl -fsS "$EXPORTER_URL/metrics" | grep -v '^#' | grep -F "$1" | awk '{print $NF}' | head -1; }
 
 # start_crowd NAME UID: the memfd crowd in its cgroup; waits until the exporter has seen it.
 start_crowd() {
@@ -147,6 +153,49 @@ print(n)' "$WEBHOOK_OUT")
     [ "$unwatched" = 0 ] || { echo "processes went unwatched"; rc=1; }
     stop_crowd arrival-crowd
     exec {job_in}>&-
+fi
+
+if part clonevm; then
+    cc -O2 -o "$E2E_TMP/clone_vm_crowd" "$ROOT/scripts/e2e/clone_vm_crowd.c" || fail "cannot build clone_vm_crowd.c"
+    chmod 0755 "$E2E_TMP/clone_vm_crowd"
+    exec {cvm_in}> >(in_cgroup clonevm-crowd 64485 "$E2E_TMP/clone_vm_crowd" "$CLONEVM_CROWD" \
+        > "$E2E_TMP/clonevm.out" 2>&1)
+    for _ in $(seq 300); do grep -q "clonevm ready" "$E2E_TMP/clonevm.out" 2>/dev/null && break; sleep 0.1; done
+    grep -q "clonevm ready $CLONEVM_CROWD" "$E2E_TMP/clonevm.out" ||
+        fail "the crowd did not start: $(cat "$E2E_TMP/clonevm.out")"
+    for _ in $(seq 150); do
+        [ "$(metric 'memlock_process_unwatched_processes ')" != 0 ] && break
+        sleep 0.2
+    done
+    unwatched=$(metric 'memlock_process_unwatched_processes ')
+    since=$(date +%s.%N)
+    # While the job ramps: is it among the watched and exported processes?
+    job_series="^memlock_process_locked_bytes{.*cgroup=\"/memlock-e2e-$$-clonevm-job\""
+    ( while :; do
+        curl -fsS "$EXPORTER_URL/metrics" | grep -c "$job_series" >> "$E2E_TMP/clonevm-series.txt"
+        sleep 0.5
+    done ) &
+    scraper=$!
+    E2E_PIDS+=("$scraper")
+    mkdir -p "$CG-clonevm-job"
+    run_drill clonevm-job sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$CG-clonevm-job" \
+        prlimit --memlock=8388608:8388608 setpriv --reuid=64486 --regid=64486 --clear-groups \
+        "$DRILL" drill --mode lock --step-mib 1 --interval-ms 1000 --max-mib 64 --hold-seconds 2
+    kill "$scraper" 2>/dev/null
+    wait "$scraper" 2>/dev/null
+    run_seconds=$(metric 'memlock_scrape_collector_duration_seconds{collector="process"}')
+    exec {cvm_in}>&-
+    for _ in $(seq 100); do grep -q "^done" "$E2E_TMP/clonevm.out" && break; sleep 0.1; done
+    echo "clonevm: $CLONEVM_CROWD processes sharing one mm, memlock_process_unwatched_processes ${unwatched:-absent}"
+    with=$(grep -c '^[1-9]' "$E2E_TMP/clonevm-series.txt")
+    echo "clonevm: scrapes during the ramp with the job's series: $with of $(wc -l < "$E2E_TMP/clonevm-series.txt")"
+    [ "$with" -gt 0 ] || rc=1
+    grep -q '"MemlockProcessesUnwatchedFast"' "$WEBHOOK_OUT" || { echo "clonevm: no unwatched page"; rc=1; }
+    # Reported, not asserted: with 8,300 tracked processes a debug build's pass takes 1.5 to 2.2 s
+    # here, the collector backs off to one sample in 3 to 4 s, and an 8 s ramp gets too few samples.
+    out=$(python3 "$ROOT/scripts/e2e/check_lead.py" "$E2E_TMP/clonevm-job.out" "$WEBHOOK_OUT" \
+        MemlockProcessLimitExhaustionImminent "$since" "$E2E_TMP/exporter.log" 2 counter=locked)
+    echo "clonevm: the job's critical page (process pass ${run_seconds:-?} s): $out"
 fi
 
 if part leader; then
