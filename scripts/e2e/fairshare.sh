@@ -17,7 +17,7 @@
 # - leader: a process whose main thread exited while a thread holds 2 MiB locked, in a v1 memory
 #   cgroup of its own: exported with that cgroup, not "/".
 # `PARTS="memfd arrival clonevm leader"` (the default) picks the parts. MEMLOCK_EXPORTER_BIN picks the
-# binary (an older build shows what the script catches). Adds about 60 s.
+# binary (an older build shows what the script catches). About 80 s here (clonevm: 22 s).
 set -uo pipefail
 source "$(dirname "$0")/lib.bash"
 
