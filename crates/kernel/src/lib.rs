@@ -19,6 +19,7 @@ pub mod quote;
 pub mod rdma_cgroup;
 pub mod rdma_sysfs;
 pub mod registrants;
+pub mod smaps_rollup;
 pub mod sysvm;
 pub mod tasks;
 pub mod trace_pipe;

@@ -12,6 +12,7 @@
 mod book;
 mod deliver;
 pub mod failures;
+pub mod unwatched;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -80,6 +81,7 @@ pub fn evaluate(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> 
         }
     }
     out.extend(failures::candidates(snapshot, config, Instant::now()));
+    out.extend(unwatched::candidates(snapshot, config));
     out
 }
 

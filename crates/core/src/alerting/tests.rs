@@ -463,7 +463,7 @@ fn a_churning_crowd_is_folded_and_the_job_stays_one_by_one() {
 
 /// Review H2 of issue 24: 20 recently ended pages of one name (short-lived processes, inside
 /// resolve_after) held every place, and a job's first page was folded into the aggregated
-/// alert that already existed: Alertmanager heard nothing new. STICKY kept 20 active crowd
+/// alert that already existed: Alertmanager heard nothing new. Stickiness kept 20 active crowd
 /// alerts ahead of a job more urgent than any of them the same way.
 #[test]
 fn ended_or_sticky_crowd_pages_do_not_fold_a_jobs_first_page() {
@@ -498,7 +498,7 @@ fn ended_or_sticky_crowd_pages_do_not_fold_a_jobs_first_page() {
     let t = book.update(evaluate(&snapshot(points), &cfg), t0 + Duration::from_secs(1), wall);
     assert!(job_sent(&book, &t), "{t:?}");
     assert_eq!(t.started.len(), 1, "no newcomer of the crowd: {t:?}");
-    // 25 active crowd pages at 50 %, still called for; the job at 53 % (within STICKY) is sent.
+    // 25 active crowd pages at 50 %, still called for; the job at 53 % (more urgent than all) is sent.
     let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
     book.update(evaluate(&snapshot(crowd(10_000, 25, 4.0 * MIB)), &cfg), t0, wall);
     let mut points = crowd(10_000, 25, 4.0 * MIB);
@@ -563,4 +563,69 @@ fn endpoints() {
     assert!(Endpoint::parse("am:9093").is_err());
     assert!(Endpoint::parse("http://").is_err());
     assert!(Endpoint::parse("http://user:pw@am:9093").is_err());
+}
+
+/// Issue 33: 25 to 40 processes, each at its (lowered) limit, arriving while a job's warning
+/// fired, took its place one by one: its labels were folded away and it was sent as resolved
+/// within 6 s while the job held 93 % of its limit. A warning sent one by one now keeps its
+/// place while called for; the crowd's newcomers fold, in turns by cgroup.
+#[test]
+fn a_crowd_arriving_while_a_jobs_warning_fires_never_resolves_it() {
+    let cfg = config();
+    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let t0 = Instant::now();
+    let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+    let job = counter("locked", 7.44 * MIB, 8.0 * MIB, Some(0.0), None);
+    let t = book.update(evaluate(&snapshot(vec![job.clone()]), &cfg), t0, wall);
+    assert_eq!(t.started.len(), 1);
+    book.delivered();
+    // 40 crowd processes at 100 % of 2 MiB limits, 20 in one cgroup and one in each of 20 others.
+    let crowd: Vec<TrendPoint> = (0..40)
+        .map(|i| {
+            let mut p = counter("locked", 2.0 * MIB, 2.0 * MIB, Some(0.0), None);
+            p.labels[0].1 = (20_000 + i).to_string();
+            p.labels[2].1 = if i < 20 { "/crowd".into() } else { format!("/crowd-{i}") };
+            p
+        })
+        .collect();
+    for second in 1..=12u64 {
+        let mut points = crowd.clone();
+        points.push(job.clone());
+        let at = t0 + Duration::from_secs(second);
+        let t = book.update(evaluate(&snapshot(points), &cfg), at, wall + Duration::from_secs(second));
+        let is_job = |l: &Labels| l.get("pid").is_some_and(|p| p == "4242");
+        assert!(!t.resolved.iter().any(is_job), "second {second}: the job's warning resolved: {t:?}");
+        let payload = book.payload(wall);
+        assert!(payload.iter().any(|a| is_job(&a.labels) && a.ends_at > a.starts_at), "second {second}");
+        assert!(payload.len() <= 2 * MAX_PER_NAME + 1, "{}", payload.len());
+        book.delivered();
+    }
+}
+
+/// Newcomers beyond the places take turns by cgroup: 60 warnings of one cgroup and one in each
+/// of 19 others get one place for the 60 and one for each of the others.
+#[test]
+fn newcomers_beyond_the_places_take_turns_by_cgroup() {
+    let cfg = config();
+    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+    let points: Vec<TrendPoint> = (0..79)
+        .map(|i| {
+            // The crowding cgroup's are the most urgent.
+            let used = if i < 60 { 7.9 } else { 7.5 };
+            let mut p = counter("locked", used * MIB, 8.0 * MIB, Some(0.0), None);
+            p.labels[0].1 = (20_000 + i).to_string();
+            p.labels[2].1 = if i < 60 { "/crowd".into() } else { format!("/job-{i}") };
+            p
+        })
+        .collect();
+    book.update(evaluate(&snapshot(points), &cfg), Instant::now(), wall);
+    let one_by_one: Vec<String> = book
+        .payload(wall)
+        .iter()
+        .filter(|a| !a.labels.contains_key("aggregated"))
+        .map(|a| a.labels["cgroup"].clone())
+        .collect();
+    assert_eq!(one_by_one.len(), MAX_PER_NAME);
+    assert_eq!(one_by_one.iter().filter(|c| *c == "/crowd").count(), 1, "{one_by_one:?}");
 }

@@ -71,6 +71,8 @@ pub struct FailuresStats {
 /// same roots alive at the time.
 pub struct FailuresCollector {
     tracer: Arc<Tracer>,
+    /// Where tracefs is looked for, named by the error that says why the collector cannot run.
+    tracefs: std::path::PathBuf,
 }
 
 /// The running tracers, by the roots they read. A reload that restarts the sampler builds the
@@ -84,14 +86,15 @@ static TRACERS: Mutex<Vec<(Roots, Weak<Tracer>)>> = Mutex::new(Vec::new());
 
 impl FailuresCollector {
     pub fn new(roots: Roots) -> Self {
+        let tracefs = roots.sys("kernel/tracing");
         let mut tracers = TRACERS.lock().unwrap_or_else(PoisonError::into_inner);
         tracers.retain(|(_, tracer)| tracer.strong_count() > 0);
         if let Some(tracer) = tracers.iter().find(|(r, _)| *r == roots).and_then(|(_, t)| t.upgrade()) {
-            return Self { tracer };
+            return Self { tracer, tracefs };
         }
         let tracer = Arc::new(Tracer::start(roots.clone()));
         tracers.push((roots, Arc::downgrade(&tracer)));
-        Self { tracer }
+        Self { tracer, tracefs }
     }
 }
 
@@ -100,8 +103,28 @@ impl Collector for FailuresCollector {
         "failures"
     }
 
-    fn collect(&mut self, _errors: &mut Vec<SourceError>) -> Option<Data> {
-        Some(Arc::new(self.tracer.stats()) as Data)
+    fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
+        let stats = self.tracer.stats();
+        if let Some(reason) = stats.unsupported.filter(|r| *r != Unsupported::Starting) {
+            errors.push(cannot_run(&self.tracefs, reason));
+        }
+        Some(Arc::new(stats) as Data)
+    }
+}
+
+/// The error that fails the collector's run when it cannot trace: the directory and the reason,
+/// as `memlock_failures_supported{reason}` names it.
+fn cannot_run(tracefs: &std::path::Path, reason: Unsupported) -> SourceError {
+    SourceError::Io {
+        path: tracefs.to_owned(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!(
+                "the failures collector cannot run ({}): refused registrations and locks are not traced \
+                    (memlock_failures_supported)",
+                reason.as_str()
+            ),
+        ),
     }
 }
 
@@ -139,6 +162,12 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         };
         assert_eq!(reason, Some(Unsupported::NoTracefs));
+        // Not a successful run: the sampler reports success 0 when a collector returns errors.
+        let mut errors = Vec::new();
+        assert!(collector.collect(&mut errors).is_some());
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let message = errors[0].to_string();
+        assert!(message.contains("kernel/tracing") && message.contains("no_tracefs"), "{message}");
         drop(collector);
         std::fs::remove_dir_all(&dir).unwrap();
     }

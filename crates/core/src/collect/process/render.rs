@@ -73,10 +73,24 @@ impl Ranking {
         // Ties (most cgroups) by the memory held.
         let held = |i: usize| c[i].locked_bytes.saturating_add(c[i].pinned_bytes) as f64;
         Self {
-            processes: budget::ranked(p.len(), |i| p[i].series(), |i| p[i].budget_score()),
+            processes: fair_ranked(p),
             cgroups: budget::ranked(c.len(), series, |i| c[i].budget_score() + held(i) / 1e30),
         }
     }
+}
+
+/// The budget's order of the processes: by score, in turns by owner ([`crate::fair`]), so that
+/// one user's crowd cannot take every place of the budget; the scores capped along it.
+fn fair_ranked(p: &[ProcessSample]) -> budget::Order {
+    let (by_score, _) = budget::ranked(p.len(), |_| 0, |i| p[i].budget_score());
+    let at = |k: usize| &p[by_score[k]];
+    let idle = |k: usize| at(k).budget_score() <= 0.0;
+    let cgroup = |k: usize| at(k).cgroup.as_deref().map(|c| c.path.as_str());
+    let order: Vec<usize> =
+        crate::fair::order(p.len(), idle, |k| at(k).uid, cgroup).into_iter().map(|k| by_score[k]).collect();
+    let scores = crate::fair::capped_scores(order.iter().map(|&i| p[i].budget_score()));
+    let entities = order.iter().zip(scores).map(|(&i, s)| (p[i].series(), s)).collect();
+    (order, entities)
 }
 
 impl ProcessStats {

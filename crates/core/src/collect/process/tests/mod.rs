@@ -2,6 +2,7 @@
 //! ranking and the capability rule here; the passes in [`passes`]; the exported families and
 //! the series budget in [`render`].
 
+mod fairshare;
 mod passes;
 mod render;
 
