@@ -287,8 +287,8 @@ mod tests {
         assert_eq!(text.lines().count() as u64, 1024 - dropped);
     }
 
-    /// Issue 15 item 8, through the real subscriber and formatter the daemon uses: a cgroup path
-    /// with a newline, in the message, in a `%` field and in a `?` field, forges no line.
+    /// Through the real subscriber and formatter the daemon uses: a cgroup path with a newline,
+    /// in the message, in a `%` field and in a `?` field, forges no line.
     #[test]
     fn a_cgroup_name_with_a_newline_forges_no_log_line() {
         let captured = Captured::default();
