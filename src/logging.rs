@@ -8,8 +8,8 @@
 //! Lines go to stderr through a bounded queue and a thread of their own ([`NonBlocking`]): a
 //! reader that stops (journald stalled, a container runtime's log pipe full) holds up only that
 //! thread, and lines beyond the queue are dropped and counted
-//! (`memlock_exporter_log_lines_dropped_total`), never waited for. Before, the fast path wrote
-//! its "firing" line to stderr before posting, and with the pipe full the page never left.
+//! (`memlock_exporter_log_lines_dropped_total`), never waited for: the fast path logs its
+//! "firing" lines, and a full pipe must not keep a page from leaving.
 
 use std::borrow::Cow;
 use std::io::{self, Write};

@@ -102,8 +102,7 @@ fn root_with_cap_ipc_lock_passes_memlock_and_a_bogus_nccl_variable_warns() {
     let strict =
         Command::new(binary()).args(["check", "--as-root", "--strict"]).env("NCCL_IB_MR_RANGE", "1").output().unwrap();
     assert_eq!(strict.status.code(), Some(1));
-    // estimate applies the same rule: root's 8 MiB soft limit is not enforced (it used to call it
-    // too low).
+    // estimate applies the same rule: root's 8 MiB soft limit is not enforced, so not too low.
     let out = nccl_clean(Command::new(binary()).args(["estimate", "--json", "--nics", "8"])).output().unwrap();
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["verdict"]["cap_ipc_lock_exempt"], true, "{}", report["verdict"]);

@@ -104,7 +104,7 @@ pub const RECENT_MIN_SPREAD: f64 = 2.0;
 
 /// A drop counts as memory given back when it is more than this share of what the scope rose
 /// across the recent samples (and more than the noise floor): page-cache jitter on a node or
-/// cgroup working set that is smaller than the ramp is not a deregistration (review M2).
+/// cgroup working set that is smaller than the ramp is not a deregistration.
 pub const GIVEN_BACK_SHARE: f64 = 1.0 / 3.0;
 
 /// The steps of the newest samples, those within [`RECENT_WINDOW_SHARE`] of the trend window.

@@ -374,9 +374,8 @@ impl Drop for InProgress {
 
 /// An accepted stream and its place in the table, in the order they must end: the descriptor
 /// forgotten by everyone who could ask it ([`SocketFd`]), the place out of the table, then the
-/// socket closed. Before (review L1), the task dropped the stream, then the place: for that
-/// instant another worker choosing connections to close could ioctl (`FIONREAD`) a number
-/// already reused.
+/// socket closed. Dropping the stream before the place would leave an instant in which another
+/// worker choosing connections to close could ioctl (`FIONREAD`) a number already reused.
 pub struct OpenStream<S> {
     // Fields drop in order of declaration: the place before the stream.
     place: Connection,

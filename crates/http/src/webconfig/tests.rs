@@ -316,8 +316,8 @@ fn passwords_longer_than_bcrypt_reads_are_refused_without_bcrypt() {
     assert!(!auth.verify("prometheus", &longer));
 }
 
-/// A flood of distinct wrong passwords used to clear the one cache, verified credentials
-/// with it, so the scraper paid bcrypt again in the middle of the flood.
+/// A flood of distinct wrong passwords must not clear the one cache, verified credentials with
+/// it, or the scraper would pay bcrypt again in the middle of the flood.
 #[test]
 fn a_flood_of_wrong_passwords_keeps_verified_credentials() {
     let auth = BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), bcrypt::hash("right", 4).unwrap())]));
