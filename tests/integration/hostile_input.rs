@@ -341,7 +341,7 @@ fn a_hostile_web_config_on_reload_is_refused_and_sigterm_does_not_wait_for_a_par
     let web = dir.join("web.yml");
     let exporter = HostileWebExporter::start(&web);
 
-    // 500 KB of nesting, which took about 80 s to parse: refused at once (the file watch
+    // 500 KB of nesting, quadratic to parse: refused at once (the file watch
     // reloads), the old configuration kept.
     std::fs::write(&web, format!("basic_auth_users: {}{}\n", "[".repeat(250_000), "]".repeat(250_000))).unwrap();
     exporter.wait_count("configuration reload failed", 1);

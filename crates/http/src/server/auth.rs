@@ -29,10 +29,10 @@
 //!   [`LINE_PLACES`] of them (the ones that can be checked within [`LINE_WAIT`]); beyond, 429
 //!   without a check. Waiting costs no CPU and holds no `web.max_requests` slot. Without the
 //!   line, a flood of wrong passwords from the scraper's own address would keep the address at
-//!   429, and a scraper whose credentials were not yet verified (after a restart) would never get
-//!   its check. Now it is checked within a second for each request of its
-//!   address waiting ahead of it; credentials verified before (longer ago than the TTL) skip
-//!   the line and the allowance altogether, as only right passwords can be among them;
+//!   429, and a scraper whose credentials were not yet verified (after a restart) would never
+//!   get its check. It is checked within a second for each request of its address waiting ahead
+//!   of it; credentials verified before (longer ago than the TTL) skip the line and the
+//!   allowance altogether, as only right passwords can be among them;
 //! - an IPv6 /64's line is shared fairly by its hosts (start-time fair queueing by full
 //!   address): a newcomer from a host with nobody waiting goes ahead of a flooding neighbour's
 //!   second and later requests, and takes the place of its last one when the line is full.

@@ -112,12 +112,12 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl F
         let permit = match permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
-                // At the cap: close the connections idle longest to make room for this one and
-                // the next few (one at a time, each accept would wait for a task to end, and a
-                // backlog of a thousand reopened connections took a scrape seconds to get
-                // through). When none can be closed (every one is serving a request or has one
-                // to read), wait for one to finish, looking again every RETRY_CLOSE_IDLEST: a
-                // connection whose request was unread may be idle again by then.
+                // At the cap: close the connections idle longest to make room for this one and the
+                // next few (one at a time, each accept would wait for a task to end, and behind a
+                // backlog of reopened connections a scrape would wait seconds). When none can be
+                // closed (every one is serving a request or has one to read), wait for one to
+                // finish, looking again every RETRY_CLOSE_IDLEST: a connection whose request was
+                // unread may be idle again by then.
                 let permit = loop {
                     let closed = open.close_idlest(CLOSE_AT_CAP);
                     tracing::debug!(%peer, closed, "at the connection cap: closing the connections idle longest");

@@ -255,7 +255,7 @@ const MAX_WEB_CONFIG_BYTES: u64 = 256 << 10;
 /// open flow collection, on every token (`yaml_parser_stale_simple_keys`, called from
 /// `yaml_parser_fetch_more_tokens` and `yaml_parser_fetch_next_token` in libyaml-rs 0.3's
 /// scanner.rs), and yaml_serde scans the whole document before its recursion limit (128)
-/// applies: parsing is quadratic in the nesting, 500 KB of `[` took about 80 s. Every `[` and
+/// applies: parsing is quadratic in the nesting. Every `[` and
 /// `{` is counted, quoted or not: a count cannot be fooled by a quote the scanner would read
 /// differently, and it bounds the depth. Block nesting costs no such walk (its cost grows with
 /// the indentation, bounded by the file size).
