@@ -8,8 +8,8 @@
 //! Lines go to stderr through a bounded queue and a thread of their own ([`NonBlocking`]): a
 //! reader that stops (journald stalled, a container runtime's log pipe full) holds up only that
 //! thread, and lines beyond the queue are dropped and counted
-//! (`memlock_exporter_log_lines_dropped_total`), never waited for. Before, the fast path wrote
-//! its "firing" line to stderr before posting, and with the pipe full the page never left.
+//! (`memlock_exporter_log_lines_dropped_total`), never waited for: the fast path logs its
+//! "firing" lines, and a full pipe must not keep a page from leaving.
 
 use std::borrow::Cow;
 use std::io::{self, Write};
@@ -287,8 +287,8 @@ mod tests {
         assert_eq!(text.lines().count() as u64, 1024 - dropped);
     }
 
-    /// Issue 15 item 8, through the real subscriber and formatter the daemon uses: a cgroup path
-    /// with a newline, in the message, in a `%` field and in a `?` field, forges no line.
+    /// Through the real subscriber and formatter the daemon uses: a cgroup path with a newline,
+    /// in the message, in a `%` field and in a `?` field, forges no line.
     #[test]
     fn a_cgroup_name_with_a_newline_forges_no_log_line() {
         let captured = Captured::default();

@@ -173,9 +173,9 @@ fn broken_node_files_are_named_errors_and_the_rest_keeps_sampling() {
     assert_alive(exporter);
 }
 
-/// Issue 14: one malformed line in /proc/meminfo used to drop every node memory family. Now it
-/// costs its own field: the collector reports the failure (counted, logged with the file, the
-/// line and "out of range" for an overflow) and exports the rest.
+/// One malformed line in /proc/meminfo costs its own field, not every node memory family: the
+/// collector reports the failure (counted, logged with the file, the line and "out of range" for an
+/// overflow) and exports the rest.
 #[test]
 fn a_malformed_meminfo_line_costs_only_its_field() {
     let tree = Tree::new("meminfo-field");
@@ -268,7 +268,7 @@ fn broken_process_files_are_counted_and_the_other_processes_exported() {
     for pid in ["7001", "7002", "7003", "7005", "7006"] {
         assert!(!pids.iter().any(|p| p == pid), "pid {pid} exported: {pids:?}");
     }
-    // The NUL reaches the label value escaped and marked (issue 15 item 10), not raw.
+    // The NUL reaches the label value escaped and marked, not raw.
     assert!(m.text.contains("comm=\"ev\\\\x00il~"), "{}", m.text);
     assert!(!m.text.contains('\0'));
     for collector in ["node", "numa", "cgroup"] {

@@ -102,8 +102,7 @@ fn root_with_cap_ipc_lock_passes_memlock_and_a_bogus_nccl_variable_warns() {
     let strict =
         Command::new(binary()).args(["check", "--as-root", "--strict"]).env("NCCL_IB_MR_RANGE", "1").output().unwrap();
     assert_eq!(strict.status.code(), Some(1));
-    // estimate applies the same rule: root's 8 MiB soft limit is not enforced (it used to call it
-    // too low).
+    // estimate applies the same rule: root's 8 MiB soft limit is not enforced, so not too low.
     let out = nccl_clean(Command::new(binary()).args(["estimate", "--json", "--nics", "8"])).output().unwrap();
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["verdict"]["cap_ipc_lock_exempt"], true, "{}", report["verdict"]);
@@ -180,9 +179,10 @@ fn nccl_clean(cmd: &mut Command) -> &mut Command {
     cmd.env("HOME", "/nonexistent")
 }
 
-/// Issue 15: `env FOO=$'\xff' memlock-exporter check` aborted (a panic in std::env::vars, SIGABRT
-/// in the release build). The environment is bytes: a foreign variable is not NCCL's business,
-/// an NCCL buffer size NCCL reads as 0 is a FAIL naming it, and the exit codes stay 0/1/2.
+/// A variable that is not UTF-8 (`env FOO=$'\xff' memlock-exporter check`) must not abort `check`
+/// (std::env::vars panics on one). The environment is bytes: a foreign variable is not NCCL's
+/// business, an NCCL buffer size NCCL reads as 0 is a FAIL naming it, and the exit codes stay
+/// 0/1/2.
 #[test]
 fn a_variable_that_is_not_utf8_is_read_not_fatal() {
     use std::ffi::OsStr;
@@ -428,11 +428,10 @@ fn a_reader_that_went_away_ends_every_command_quietly_with_its_usual_status() {
     assert_eq!(out.status.code(), Some(0));
 }
 
-/// Issue 24: `check` compared every variable with every earlier one to find the one getenv sees
-/// (100,000 variables: 42 s). Ten times the variables must cost at most about twenty times the
-/// time (linear with headroom for a loaded machine), measured against a baseline of the same run;
-/// half the variables are NCCL_* names NCCL does not read, so every one is also judged and
-/// reported.
+/// `check` finds the variable getenv sees without comparing every variable with every earlier one.
+/// Ten times the variables must cost at most about twenty times the time (linear with headroom for
+/// a loaded machine), measured against a baseline of the same run; half the variables are NCCL_*
+/// names NCCL does not read, so every one is also judged and reported.
 #[test]
 fn check_time_grows_linearly_with_the_environment() {
     let run = |n: usize| {

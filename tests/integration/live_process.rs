@@ -207,8 +207,8 @@ threading.Thread(target=hold).start()
 libc.syscall({"x86_64": 60, "aarch64": 93}[os.uname().machine], 0)  # SYS_exit: this thread only
 "#;
 
-/// Issue 23: a process whose main thread exited while another thread runs on, holding 4 MiB
-/// locked, was taken for a kernel thread (no Vm lines in the leader's status) and not exported.
+/// A process whose main thread exited while another thread runs on, holding 4 MiB locked, has
+/// no Vm lines in the leader's status: it is exported, not taken for a kernel thread.
 #[test]
 fn a_process_whose_main_thread_exited_is_exported_with_its_memory() {
     crate::require!(is_root(), "live tests run as root (the exporter must read every process)");
@@ -247,9 +247,9 @@ fn a_process_whose_main_thread_exited_is_exported_with_its_memory() {
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
 }
 
-/// Issue 23: `prlimit` on a running job (a fix operators apply) showed in the exported limit
-/// only at the next full scan, up to 60 s later. The limits of a process holding memory are
-/// re-read every 2 s: at the default full scan interval the change shows within a few seconds.
+/// `prlimit` on a running job (a fix operators apply) must show in the exported limit before
+/// the next full scan. The limits of a process holding memory are re-read every 2 s: at the
+/// default full scan interval the change shows within a few seconds.
 #[test]
 fn prlimit_on_a_running_holder_shows_within_seconds() {
     crate::require!(is_root(), "live tests run as root (the exporter must read every process)");
@@ -427,10 +427,10 @@ fn cap_ipc_lock_inside_a_user_namespace_is_not_an_exemption() {
     assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some(LOCK as f64 / soft as f64));
 }
 
-/// Issue 23: the exporter itself inside the user namespace (a container without the host's):
-/// it took every process's capability at its word there, so the namespaced root read
-/// `ipc_lock 1` although the kernel refuses it past the limit. `check`, run from the same
-/// namespace, makes the same decision.
+/// The exporter itself inside the user namespace (a container without the host's) must not
+/// take every process's capability at its word: the namespaced root would read `ipc_lock 1`
+/// although the kernel refuses it past the limit. `check`, run from the same namespace, makes
+/// the same decision.
 #[test]
 fn an_exporter_inside_a_user_namespace_does_not_exempt_its_namespaced_root() {
     crate::require!(is_root(), "live tests need root (to drop to an unprivileged uid)");
@@ -487,7 +487,7 @@ fn an_exporter_inside_a_user_namespace_does_not_exempt_its_namespaced_root() {
     assert!(cap["measured"].as_str().unwrap().contains("only inside a user namespace"), "{cap}");
 }
 
-/// Issue 23, the docs against this kernel (docs/metrics.md, "How the kernel checks the limit"):
+/// The docs against this kernel (docs/metrics.md, "How the kernel checks the limit"):
 /// under an 8 MiB soft limit, with nothing locked, `mlockall(MCL_CURRENT)` fails with ENOMEM
 /// because VmSize is over the limit (the mlockall system call, mm/mlock.c, checks
 /// `mm->total_vm`) while a 1 MiB `mlock` passes (VmLck); a perf ring past the per-user

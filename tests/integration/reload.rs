@@ -194,10 +194,10 @@ fn the_log_level_follows_the_file() {
     assert_eq!(text.matches("\"level\":\"INFO\"").count(), info_lines, "no info lines at level warn: {text}");
 }
 
-/// Issue 24, finding 5: an emptied or truncated configuration file reloaded as "all defaults":
-/// the fast path's Alertmanager was gone, the reload gauge said 1, and nothing paged. Now both
-/// are refused (gauge 0, the fast path keeps delivering) and switching the fast path off takes
-/// `alertmanager_urls = []` written in the file.
+/// An emptied or truncated configuration file must not reload as "all defaults": the fast
+/// path's Alertmanager would be gone, the reload gauge would say 1, and nothing would page.
+/// Both are refused (gauge 0, the fast path keeps delivering) and switching the fast path off
+/// takes `alertmanager_urls = []` written in the file.
 #[test]
 fn a_reload_that_would_switch_paging_off_is_refused_unless_the_file_says_so() {
     let receiver = crate::util::AlertReceiver::start();
@@ -238,9 +238,9 @@ fn a_reload_that_would_switch_paging_off_is_refused_unless_the_file_says_so() {
     assert!(status.success(), "{status:?}");
 }
 
-/// Issue 25: the collectors' own settings are compared by value on reload. A change to one of
-/// them (`collector.process.top_n`) restarts the collectors and takes effect; a reload that
-/// changes only a web setting keeps the running sampler.
+/// The collectors' own settings are compared by value on reload. A change to one of them
+/// (`collector.process.top_n`) restarts the collectors and takes effect; a reload that changes only
+/// a web setting keeps the running sampler.
 #[test]
 fn a_collector_setting_restarts_the_collectors_and_a_web_setting_does_not() {
     const PROCESSES: &str = "memlock_process_ipc_lock";
@@ -280,11 +280,11 @@ fn a_collector_setting_restarts_the_collectors_and_a_web_setting_does_not() {
     assert!(status.success(), "{status:?}");
 }
 
-/// A file written in place by a writer that pauses midway (issue 33 item 5): the half written
-/// between its two writes, `exhaustion_critical_seconds = 1` for `= 130`, parses, and used to
-/// be loaded (the critical page then came 1.1 s before ENOMEM instead of 9.2 s). The reload
-/// waits until two reads a second apart agree: the whole file is loaded, once, and the torn one
-/// never (no warning of a tenfold change for it either).
+/// A file written in place by a writer that pauses midway: the half written between its two
+/// writes, `exhaustion_critical_seconds = 1` for `= 130`, parses, and loaded it would bring
+/// the critical page to a second before ENOMEM. The reload waits until two reads a second
+/// apart agree: the whole file is loaded, once, and the torn one never (no warning of a
+/// tenfold change for it either).
 #[test]
 fn a_torn_write_is_not_loaded() {
     use std::io::Write;

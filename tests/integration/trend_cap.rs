@@ -1,5 +1,5 @@
-//! Issue 24, finding 4: past 20,000 trend scopes a new scope got no trend, so a job starting on
-//! a node whose tracker was full got only the 1.5 s warning, not its critical page. Here a
+//! Past the cap of 20,000 trend scopes a new scope still gets its trend, so a job starting on
+//! a node whose tracker is full gets its critical page, not only the warning. Here a
 //! generated host (8,300 processes holding both counters, 4,504 limited cgroups: about 21,000
 //! scopes) fills the tracker, then a job's VmPin ramps towards its 8 MiB limit. The job must get
 //! its trend (its exhaustion series, what the critical page is made of) while the tracker stays

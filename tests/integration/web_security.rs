@@ -364,10 +364,10 @@ fn oversized_headers_are_refused_and_slow_clients_do_not_block_scrapes() {
     );
 }
 
-/// Issue 15: reloading an emptied web configuration, or one whose `cert_file` and `key_file`
-/// were blanked, switched the running TLS port to plain HTTP and dropped basic auth, with the
-/// reload gauge at 1 and an INFO line. Every lowering is refused now: the port keeps TLS,
-/// client certificates and auth, the gauge drops to 0, the error names the setting.
+/// Reloading an emptied web configuration, or one whose `cert_file` and `key_file` were
+/// blanked, must not switch the running TLS port to plain HTTP or drop basic auth. Every
+/// lowering is refused: the port keeps TLS, client certificates and auth, the gauge drops to 0,
+/// the error names the setting.
 #[test]
 fn a_reload_never_lowers_security() {
     let dir = temp_dir("no-lowering");
@@ -433,9 +433,10 @@ fn a_reload_never_lowers_security() {
     }
 }
 
-/// Issue 15 item 10: a 405 without `Allow`; HTTP/2 with prior knowledge closed without a word
-/// (hyper's HTTP/1 server has no response for its preface); and a telemetry path that is served
-/// exactly as configured, percent sign included (ones that can never match are refused at load).
+/// A 405 names the allowed methods in `Allow`; HTTP/2 with prior knowledge is told to use HTTP/1.1,
+/// not closed without a word (hyper's HTTP/1 server has no response for its preface); and a
+/// telemetry path that is served exactly as configured, percent sign included (ones that can never
+/// match are refused at load).
 #[test]
 fn method_not_allowed_names_the_methods_and_http2_is_told_to_use_http1() {
     let mut args = fixture_roots();
@@ -477,10 +478,10 @@ fn method_not_allowed_names_the_methods_and_http2_is_told_to_use_http1() {
     assert_eq!(http_get(&address, "/-/healthy").unwrap().0, 200);
 }
 
-/// Issue 17 item 3: `/metrics` gzipped for clients that accept it, as real clients read it:
-/// curl decompresses it, and Python's zlib reads it as exactly one gzip member (some clients
-/// stop after the first member of a multi-member body) with a valid CRC and length; the
-/// series match an uncompressed scrape's. Clients that do not ask get the text as it is.
+/// `/metrics` gzipped for clients that accept it, as real clients read it: curl decompresses it,
+/// and Python's zlib reads it as exactly one gzip member (some clients stop after the first member
+/// of a multi-member body) with a valid CRC and length; the series match an uncompressed scrape's.
+/// Clients that do not ask get the text as it is.
 #[test]
 fn gzip_for_clients_that_accept_it_as_curl_and_zlib_read_it() {
     let args = fixture_roots();
@@ -538,9 +539,9 @@ fn gzip_for_clients_that_accept_it_as_curl_and_zlib_read_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 24: a reload could lower `min_version` from TLS13 to TLS12, and TLS 1.2 clients got
-/// in. Now it is refused like the other lowerings (gauge 0, the key named, TLS 1.2 still
-/// refused); raising it still reloads.
+/// A reload must not lower `min_version` from TLS13 to TLS12 and let TLS 1.2 clients in: it is
+/// refused like the other lowerings (gauge 0, the key named, TLS 1.2 still refused); raising it
+/// still reloads.
 #[test]
 fn a_reload_never_lowers_the_tls_version() {
     let dir = temp_dir("no-lowering-tls");
@@ -568,9 +569,8 @@ fn a_reload_never_lowers_the_tls_version() {
     }
 }
 
-/// Issue 24: `--web.telemetry-path /-/healthy` was accepted, and the liveness probe got a
-/// scrape (or a 503 when `web.max_requests` were busy). Now the exporter refuses to start,
-/// naming the flag.
+/// `--web.telemetry-path /-/healthy` would give the liveness probe a scrape (or a 503 when
+/// `web.max_requests` are busy): the exporter refuses to start, naming the flag.
 #[test]
 fn a_telemetry_path_on_a_probe_is_refused() {
     for probe in ["/-/healthy", "/-/ready"] {
@@ -584,11 +584,11 @@ fn a_telemetry_path_on_a_probe_is_refused() {
     }
 }
 
-/// Issue 24, finding 9, on reload: a web configuration rewritten with a cost-31 bcrypt hash
-/// (2^31 rounds, about 41 hours of a core per check) reloaded, and the next request with a
-/// password the exporter had not verified under it took a core for hours. Now the reload is
-/// refused (gauge 0, the error names the user and the cost), and the users already loaded keep
-/// answering: the right password gets in, a wrong one gets 401 at once.
+/// On reload: a web configuration rewritten with a cost-31 bcrypt hash (2^31 rounds, hours of a
+/// core per check) would let the next request with a password not yet verified under it take a
+/// core for hours. The reload is refused (gauge 0, the error names the user and the cost), and
+/// the users already loaded keep answering: the right password gets in, a wrong one gets 401 at
+/// once.
 #[test]
 fn a_reload_to_a_bcrypt_cost_that_takes_hours_is_refused_and_the_users_kept() {
     let dir = temp_dir("bcrypt-cost-reload");

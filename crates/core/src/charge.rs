@@ -38,12 +38,11 @@ impl Charge {
     /// a counter past its limit: only lowering the limit does, which any user may do to their own
     /// processes), so no ratio above 1 is more urgent than 1. A charge holding less than
     /// [`SMALL_BYTES`] is least urgent (0), whatever its ratio: a ratio is free to buy with a
-    /// limit a user lowered themselves, and 250 processes each mlocking 64 KiB under a 4 KiB soft
-    /// limit (ratio 16), or 60 KiB under 64 KiB (ratio 0.94), outranked a job ramping to its limit
-    /// (issue 24 item 1). Shared pages are not free urgency either: the ratio and the size are
-    /// those of the scope's own bytes ([`Charge::own_bytes`]), so 40 processes locking one 8 MiB
-    /// memfd under limits lowered to 8 MiB rank as holding 205 KiB each. Ties rank by bytes.
-    /// `None` where the limit is not enforced.
+    /// limit a user lowered themselves, and a crowd of processes each mlocking a few KiB above,
+    /// or just under, a soft limit they set would otherwise outrank a job ramping to its limit.
+    /// Shared pages are not free urgency either: the ratio and the size are those of the scope's
+    /// own bytes ([`Charge::own_bytes`]), so a crowd locking one memfd ranks by its share of it.
+    /// Ties rank by bytes. `None` where the limit is not enforced.
     pub fn urgency(&self) -> Option<f64> {
         let own = self.own_bytes.map_or(self.used_bytes, |own| own.min(self.used_bytes));
         let own = Charge { used_bytes: own, own_bytes: None, ..*self };

@@ -35,7 +35,7 @@ pub struct ScopeDef {
     pub near_limit_alert: Option<&'static str>,
     /// The scope's floor for a page: a predicted exhaustion pages from this share of the limit
     /// (or with fewer than [`EXHAUSTION_HEADROOM_STEPS`] of its newest steps left), so that one
-    /// step far below the limit does not page (issue 23).
+    /// step far below the limit does not page.
     pub page_min_ratio: f64,
 }
 

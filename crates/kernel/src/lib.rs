@@ -171,7 +171,8 @@ mod tests {
         }
     }
 
-    /// Issue 15 item 10: Rust's `str::parse` takes a leading `+`, and the parsers used to.
+    /// Rust's `str::parse` takes a leading `+`, which the kernel never writes: a value with one
+    /// is not the kernel's and is refused.
     #[test]
     fn no_kernel_parser_takes_a_plus_sign() {
         let status = include_str!("../../../tests/fixtures/captures/proc_self_status")

@@ -255,9 +255,9 @@ mod tests {
         assert_eq!(status.kernel_thread(), None);
     }
 
-    /// Issue 23: the leader of a process that called pthread_exit() in main while a thread runs
-    /// on, read on 6.18 while that thread held 4 MiB mlocked: a zombie leader without Vm lines,
-    /// and `Kthread: 0`. It was taken for a kernel thread and the 4 MiB went unseen.
+    /// The leader of a process that called pthread_exit() in main while a thread runs on, read
+    /// on 6.18 while that thread held 4 MiB mlocked: a zombie leader without Vm lines, and
+    /// `Kthread: 0`. Taken for a kernel thread, its locked memory would go unseen.
     #[test]
     fn an_exited_main_thread_is_not_a_kernel_thread() {
         let leader = "Name:\tleader_exit\nState:\tZ (zombie)\nTgid:\t23195\nNgid:\t0\nPid:\t23195\nPPid:\t1\n\
@@ -324,7 +324,8 @@ mod tests {
         assert!(matches!(parse("Name:\tx\nKthread:\t2\n"), Err(ParseError::NotANumber { .. })));
     }
 
-    /// Issue 15: names were escaped twice (the kernel's escaping, then the exposition's).
+    /// Names are unescaped once: the exposition escapes them again, and escaping on top of the
+    /// kernel's escaping would show a name as it never was.
     #[test]
     fn the_kernels_escaping_of_names_is_undone_once() {
         assert_eq!(unescape_name("python3"), "python3");

@@ -1,6 +1,5 @@
-//! Wrong passwords (issue 15 item 3, issue 24 finding 6): a flood that must not lock the
-//! scraper out or outlive itself, from other addresses, from the scraper's own and from its
-//! IPv6 /64.
+//! Wrong passwords: a flood that must not lock the scraper out or outlive itself, from other
+//! addresses, from the scraper's own and from its IPv6 /64.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -12,10 +11,10 @@ use super::{connect_from, cpu_time, env_or, fixture_args, request, scraper, stat
 use super::{SCRAPE_DEADLINE, SCRAPE_INTERVAL};
 use crate::util::{basic, live_lock, unit_memory_max, Exporter};
 
-/// Issue 15 item 3: 50 clients sending wrong passwords locked the scraper out (0 of 20 scrapes)
-/// at 172 % CPU, and 8 clients that hung up right after sending left their bcrypt checks
-/// running: 9 to 520 threads, both cores busy for 35 s after they stopped. Here 25 clients
-/// share the scraper's address and 25 have one each, 8 more hang up after sending, for 8 s.
+/// A flood of wrong passwords must not lock the scraper out, and clients that hang up right
+/// after sending must not leave their bcrypt checks running (threads and cores busy after the
+/// flood stopped). Here 25 clients share the scraper's address and 25 have one each, 8 more
+/// hang up after sending, for 8 s.
 #[test]
 fn a_flood_of_wrong_passwords_does_not_lock_out_the_scraper_or_outlive_itself() {
     let _live = live_lock();
@@ -109,14 +108,14 @@ fn a_flood_of_wrong_passwords_does_not_lock_out_the_scraper_or_outlive_itself() 
     assert!(answers.get(&200).is_none(), "a wrong password got in: {answers:?}");
 }
 
-/// Issue 24, finding 6: a flood of wrong passwords from the scraper's own address kept that
-/// address at 429, so a scraper whose credentials the exporter had not verified yet (the
-/// exporter or the scraper restarted, the password changed) was turned away before bcrypt ever
-/// looked at them: 0 of 14 scrapes. Here 4 clients of 127.0.0.1 send the same wrong password
-/// over and over and 4 more ever-new ones, each on a new connection, from the exporter's start;
-/// once the address has spent its allowance, the scraper starts from 127.0.0.1 too. It must get
-/// its 200 within a second per ever-new client ahead of it, plus slack, and every scrape after
-/// from memory; the exporter's CPU during the flood is printed against the bcrypt it may do.
+/// A flood of wrong passwords from the scraper's own address must not keep that address at 429 so
+/// that a scraper whose credentials the exporter has not verified yet (the exporter or the scraper
+/// restarted, the password changed) is turned away before bcrypt ever looks at them. Here 4 clients
+/// of 127.0.0.1 send the same wrong password over and over and 4 more ever-new ones, each on a new
+/// connection, from the exporter's start; once the address has spent its allowance, the scraper
+/// starts from 127.0.0.1 too. It must get its 200 within a second per ever-new client ahead of it,
+/// plus slack, and every scrape after from memory; the exporter's CPU during the flood is printed
+/// against the bcrypt it may do.
 #[test]
 fn a_wrong_password_flood_from_the_scrapers_address_does_not_keep_its_right_credentials_out() {
     let _live = live_lock();
@@ -298,14 +297,14 @@ fn connect_from_v6(source: std::net::Ipv6Addr, address: std::net::SocketAddr) ->
     }
 }
 
-/// Issue 24, finding 6, "or its IPv6 /64": the exporter limits an IPv6 client by its /64 (a
-/// host is often given one), so a neighbour in the scraper's /64 that keeps the network's line
-/// full of ever-new guesses kept a scraper whose credentials were not verified yet out just as
-/// an attacker on its own address did. Here, in a network namespace of its own with three
-/// addresses of fd64::/64 on lo, 12 clients of the neighbour's address send ever-new wrong
-/// passwords, each as soon as the last was answered (a refused one 20 ms later), so the line
-/// is full whenever the scraper comes. The scraper's host had nobody waiting: it takes the
-/// neighbour's last place and is checked at the next turn or the one after.
+/// The exporter limits an IPv6 client by its /64 (a host is often given one), so a neighbour in the
+/// scraper's /64 that keeps the network's line full of ever-new guesses must not keep a scraper
+/// whose credentials are not verified yet out, as an attacker on its own address would. Here, in a
+/// network namespace of its own with three addresses of fd64::/64 on lo, 12 clients of the
+/// neighbour's address send ever-new wrong passwords, each as soon as the last was answered (a
+/// refused one 20 ms later), so the line is full whenever the scraper comes. The scraper's host had
+/// nobody waiting: it takes the neighbour's last place and is checked at the next turn or the one
+/// after.
 #[test]
 fn a_neighbour_flooding_the_scrapers_ipv6_64_does_not_keep_its_right_credentials_out() {
     crate::require!(crate::util::is_root(), "needs root for a network namespace of its own");
@@ -408,13 +407,13 @@ fn neighbour_flood_in_a_namespace_of_its_own() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 33 item 4: wrong passwords rotated over many loopback addresses held every place of
-/// the bcrypt queue (one running, four waiting), so a scraper whose credentials the exporter had
-/// not verified yet (the exporter restarted) got 503, 0 of 42 scrapes. Here 20 clients rotate
-/// over ATTACK_ADDRESSES (40) addresses of 127.0.2.0/24 with ever-new wrong passwords; once each
-/// address has failed a check, the scraper starts from 127.0.0.1. Its address has no failure,
-/// so it goes ahead of theirs: its first 200 within a few checks' time, every scrape after it
-/// from memory while the flood goes on.
+/// Wrong passwords rotated over many loopback addresses must not hold every place of the bcrypt
+/// queue (one running, four waiting) so that a scraper whose credentials the exporter has not
+/// verified yet (the exporter restarted) gets 503. Here 20 clients rotate over ATTACK_ADDRESSES
+/// (40) addresses of 127.0.2.0/24 with ever-new wrong passwords; once each address has failed a
+/// check, the scraper starts from 127.0.0.1. Its address has no failure, so it goes ahead of
+/// theirs: its first 200 within a few checks' time, every scrape after it from memory while the
+/// flood goes on.
 #[test]
 fn wrong_passwords_rotated_over_many_addresses_do_not_hold_every_place_of_the_bcrypt_queue() {
     let _live = live_lock();

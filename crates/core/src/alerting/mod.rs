@@ -45,8 +45,8 @@ fn urgency(point: &TrendPoint) -> f64 {
 }
 
 /// Whether a predicted exhaustion is a page: the prediction alone reads one step as a ramp for
-/// a whole trend window (issue 23: 1 MiB held, one step of 2 MiB, flat at 37.5 % of the limit,
-/// paged critical for 30 s). The rise must continue in the newest samples
+/// a whole trend window, and would page critical for a scope that stepped once and stayed flat
+/// far below its limit. The rise must continue in the newest samples
 /// ([`crate::trend::Recent::continues`]), and the scope must be high enough that the rise
 /// matters: at its scope's floor ([`ScopeDef::page_min_ratio`](crate::scopes::ScopeDef::page_min_ratio)) of
 /// its limit, or with fewer than [`EXHAUSTION_HEADROOM_STEPS`] of its newest steps left (a large limit

@@ -93,7 +93,7 @@ fn predicted_exhaustion_within_the_threshold_is_critical() {
     );
 }
 
-/// Issue 15 item 6: the fast path's labels are bounded as the scrape's are, so that
+/// The fast path's labels are bounded as the scrape's are, so that
 /// Alertmanager groups and inhibits them with the rules' alerts on the same series.
 #[test]
 fn alert_labels_and_texts_are_bounded_as_the_scrape_bounds_them() {
@@ -134,9 +134,8 @@ fn pages_of(series: &[f64]) -> Vec<usize> {
     pages
 }
 
-/// Issue 23 item 1: the healthy patterns page nothing, the ramps still page in time. Each
-/// healthy pattern paged critical before the guards (checked); the live version is
-/// scripts/e2e/fast_alert.sh.
+/// The healthy patterns page nothing, the ramps still page in time. Each healthy pattern
+/// pages critical without the guards (checked); the live version is scripts/e2e/fast_alert.sh.
 #[test]
 fn healthy_steps_do_not_page_and_ramps_still_do() {
     let flat = |v: f64, n: usize| std::iter::repeat_n(v, n);
@@ -156,7 +155,7 @@ fn healthy_steps_do_not_page_and_ramps_still_do() {
     for (name, series) in &healthy {
         assert_eq!(pages_of(series), Vec::<usize>::new(), "{name} paged");
     }
-    // The ramps of issue 14: 1 MiB/s to 8 MiB (refused at the 8th step, t = 8 s) and 1 MiB
+    // Two ramps: 1 MiB/s to 8 MiB (refused at the 8th step, t = 8 s) and 1 MiB
     // every 2 s (refused at t = 16 s); both page at half the limit, 4 s and 8 s ahead.
     let ramp: Vec<f64> = (0..8).map(|i| i as f64 * MIB).collect();
     assert_eq!(pages_of(&ramp).first(), Some(&4), "{:?}", pages_of(&ramp));
@@ -167,10 +166,10 @@ fn healthy_steps_do_not_page_and_ramps_still_do() {
     assert!(pages_of(&stopped).iter().all(|&i| i <= 9), "{:?}", pages_of(&stopped));
 }
 
-/// Review M1 of issue 23's guard: "the rise continues" counted steps among the newest seven
-/// samples, which hold two steps of a staircase stepping every 3 s: 1 MiB every 3 s (or 4 s)
-/// to an 8 MiB limit never paged before the kernel refused it (t = 24 s, 32 s), and the
-/// Prometheus rule needs 5 minutes of history. Both page at half of the limit now.
+/// "The rise continues" counts steps in a share of the trend window, not among a fixed count of
+/// samples: seven samples hold two steps of a staircase stepping every 3 s, and 1 MiB every
+/// 3 s (or 4 s) to an 8 MiB limit would not page before the kernel refuses it (t = 24 s,
+/// 32 s), while the Prometheus rule needs 5 minutes of history. Both page at half of the limit.
 #[test]
 fn staircases_every_few_seconds_page_before_the_refusal() {
     for every in [3usize, 4] {
@@ -221,11 +220,10 @@ fn scope_pages(scope: Scope, series: &[f64], limit: u64) -> Vec<usize> {
     out
 }
 
-/// Review M2 of issue 23's guard: "nothing given back" allowed drops of 4 KiB for every
-/// scope, and page cache moves MemTotal - MemAvailable and a working set by more than a
-/// ramp adds per second: a node at 9 of 10 GiB rising 8 MiB/s with 16 MiB of jitter paged
-/// in none of 120 samples. Jitter smaller than the ramp is not memory given back; flat
-/// jitter still pages nothing.
+/// "Nothing given back" cannot allow a fixed 4 KiB of drops for every scope: page cache moves
+/// MemTotal - MemAvailable and a working set by more than a ramp adds per second, so a node at
+/// 9 of 10 GiB rising 8 MiB/s with 16 MiB of jitter must page. Jitter smaller than the ramp is
+/// not memory given back; flat jitter still pages nothing.
 #[test]
 fn page_cache_jitter_does_not_hide_a_ramp_nor_make_one() {
     let gib = 1024.0 * MIB;
@@ -410,7 +408,7 @@ fn resolved_alerts_are_bounded_while_undelivered() {
     assert!(book.payload(SystemTime::now()).len() <= MAX_RESOLVED);
 }
 
-/// Issue 24 item 10: 500 short-lived processes each over a 4 KiB limit they lowered call
+/// 500 short-lived processes each over a 4 KiB limit they lowered call
 /// for 500 warnings at once. At most MAX_PER_NAME go one by one, the job's among them, and
 /// the rest as one aggregated alert; the POST stays small.
 #[test]
@@ -461,10 +459,10 @@ fn a_churning_crowd_is_folded_and_the_job_stays_one_by_one() {
     assert!(started_total <= 4 * MAX_PER_NAME, "{started_total}");
 }
 
-/// Review H2 of issue 24: 20 recently ended pages of one name (short-lived processes, inside
-/// resolve_after) held every place, and a job's first page was folded into the aggregated
-/// alert that already existed: Alertmanager heard nothing new. Stickiness kept 20 active crowd
-/// alerts ahead of a job more urgent than any of them the same way.
+/// 20 recently ended pages of one name (short-lived processes, inside resolve_after) must not
+/// hold every place so that a job's first page is folded into the aggregated alert that already
+/// exists, and Alertmanager hears nothing new; nor may 20 active crowd alerts keep a job more
+/// urgent than any of them out.
 #[test]
 fn ended_or_sticky_crowd_pages_do_not_fold_a_jobs_first_page() {
     let cfg = config();
@@ -507,8 +505,8 @@ fn ended_or_sticky_crowd_pages_do_not_fold_a_jobs_first_page() {
     assert!(job_sent(&book, &t), "{t:?}");
 }
 
-/// Issue 24 item 10: the bounded resolved queue dropped the oldest, a page's among them,
-/// when churn resolved more than it holds while Alertmanager was unreachable.
+/// The bounded resolved queue must not drop a page's resolution when churn resolves more than
+/// it holds while Alertmanager is unreachable.
 #[test]
 fn a_flood_of_resolved_warnings_does_not_push_out_a_resolved_page() {
     let cfg = config();
@@ -565,10 +563,10 @@ fn endpoints() {
     assert!(Endpoint::parse("http://user:pw@am:9093").is_err());
 }
 
-/// Issue 33: 25 to 40 processes, each at its (lowered) limit, arriving while a job's warning
-/// fired, took its place one by one: its labels were folded away and it was sent as resolved
-/// within 6 s while the job held 93 % of its limit. A warning sent one by one now keeps its
-/// place while called for; the crowd's newcomers fold, in turns by cgroup.
+/// A crowd of processes, each at its (lowered) limit, arriving while a job's warning fires must
+/// not take its place one by one, fold its labels away and have it sent as resolved while the
+/// job still holds its memory: a warning sent one by one keeps its place while called for, and
+/// the crowd's newcomers fold, in turns by cgroup.
 #[test]
 fn a_crowd_arriving_while_a_jobs_warning_fires_never_resolves_it() {
     let cfg = config();

@@ -23,7 +23,7 @@ use memlock_kernel::launchers::{self, Identity, Launcher};
 use memlock_kernel::pid_limits::{self, MemlockLimits};
 use memlock_kernel::{Limit, ParseError};
 
-/// The launchers watched by default: those issue 36 names, which start a job's ranks directly
+/// The launchers watched by default: those that start a job's ranks directly
 /// (slurmd, slurmstepd, the container engines, kubelet's runtime, an ssh login).
 pub const DEFAULT_LAUNCHERS: [&str; 7] = ["slurmd", "slurmstepd", "containerd", "dockerd", "crio", "sshd", "kubelet"];
 

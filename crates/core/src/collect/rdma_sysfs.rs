@@ -532,8 +532,8 @@ mod tests {
         counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
     }
 
-    /// Issue 15 item 10: port directories `01` and `+1` beside `1` (in a sysfs root someone else
-    /// writes; the kernel names ports "%u") made every series of port 1 three times.
+    /// Port directories `01` and `+1` beside `1` (in a sysfs root someone else writes; the
+    /// kernel names ports "%u") must not make every series of port 1 three times.
     #[test]
     fn port_directories_the_kernel_would_not_name_are_not_ports() {
         let root = std::env::temp_dir().join(format!("memlock-rdma-ports-{}", std::process::id()));

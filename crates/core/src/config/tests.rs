@@ -368,8 +368,8 @@ fn the_example_file_is_valid_and_matches_the_defaults() {
     assert_eq!(Config { file: None, file_keys: BTreeSet::new(), ..from_file }, defaults);
 }
 
-/// Issue 24: an emptied or truncated file reloaded as "all defaults", without the
-/// Alertmanager, and nothing paged.
+/// An emptied or truncated file must not reload as "all defaults", without the
+/// Alertmanager, so that nothing pages.
 #[test]
 fn a_reload_that_would_fail_open_is_refused() {
     let load_text = |name: &str, text: &str| load_with(Some(write_temp(name, text)), &[], vec![]).unwrap();

@@ -1,21 +1,19 @@
 //! Basic auth that a flood of wrong passwords cannot turn against the daemon or its scraper.
 //!
-//! bcrypt costs tens of milliseconds of CPU per check by design. Before this gate, 50 clients
-//! sending wrong passwords took both cores and locked the real scraper out (0 of 20 scrapes),
-//! and clients that hung up right after sending left their checks running on tokio's blocking
-//! pool: 8 of them took the daemon from 9 to 520 threads (issue 15). Now:
+//! bcrypt costs tens of milliseconds of CPU per check by design, so a flood of wrong passwords
+//! could take every core and lock the real scraper out, and checks left running for clients that
+//! hung up would pile up threads on tokio's blocking pool. Hence:
 //! - credentials once verified are answered from memory until the users file changes, before
 //!   any limit below, and so is a wrong password sent again (`webconfig::BasicAuth`): a repeated wrong
-//!   password costs one bcrypt check in all and nothing of its address's allowance. Before,
-//!   verified credentials expired after 10 minutes and sent a running scraper back into the
-//!   queue below, where an attack held every place (33 of 33 scrapes, then 0 of 35);
+//!   password costs one bcrypt check in all and nothing of its address's allowance. A running
+//!   scraper is thus not sent back into the queue below, where an attack can hold every place;
 //! - at most [`BCRYPT_WORKERS`] checks run at once, and [`BCRYPT_WAITING`] more may wait. The
 //!   waiting places are shared fairly by address: an address with no failed check in
 //!   [`FAILED_RANKS_LOWER`] goes ahead of, and when the queue is full takes the place of, one
 //!   with a failure; then an address holding fewer places goes first. A request that cannot
-//!   take a place is answered 503 at once. Before, the places went first come first served, and
-//!   wrong passwords rotated over 200 addresses held all 5: a scraper whose credentials were not
-//!   yet verified (after the exporter restarted) got 0 of 42 scrapes. An address never seen
+//!   take a place is answered 503 at once. First come first served would let wrong passwords
+//!   rotated over many addresses hold every place, and a scraper whose credentials were not yet
+//!   verified (after the exporter restarted) would get no scrape. An address never seen
 //!   before ranks as a scraper's does until its first failure;
 //! - a request whose client is gone is dropped by hyper (its HTTP/1 dispatcher reads the
 //!   connection while the service runs and ends it at end of file: `proto/h1/conn.rs`,
@@ -29,12 +27,12 @@
 //! - an address whose allowance is spent does not turn new credentials away at once: they wait
 //!   in the address's line, first come first checked, one per [`FAILURE_REFILL`], at most
 //!   [`LINE_PLACES`] of them (the ones that can be checked within [`LINE_WAIT`]); beyond, 429
-//!   without a check. Waiting costs no CPU and holds no `web.max_requests` slot. Before (issue
-//!   24, finding 6), a flood of wrong passwords from the scraper's own address kept the address
-//!   at 429, and a scraper whose credentials were not yet verified (after a restart) never got
-//!   its check: 0 of 14 scrapes. Now it is checked within a second for each request of its
-//!   address waiting ahead of it; credentials verified before (longer ago than the TTL) skip
-//!   the line and the allowance altogether, as only right passwords can be among them;
+//!   without a check. Waiting costs no CPU and holds no `web.max_requests` slot. Without the
+//!   line, a flood of wrong passwords from the scraper's own address would keep the address at
+//!   429, and a scraper whose credentials were not yet verified (after a restart) would never
+//!   get its check. It is checked within a second for each request of its address waiting ahead
+//!   of it; credentials verified before (longer ago than the TTL) skip the line and the
+//!   allowance altogether, as only right passwords can be among them;
 //! - an IPv6 /64's line is shared fairly by its hosts (start-time fair queueing by full
 //!   address): a newcomer from a host with nobody waiting goes ahead of a flooding neighbour's
 //!   second and later requests, and takes the place of its last one when the line is full.
@@ -660,8 +658,8 @@ mod tests {
         gate.failures.lock().unwrap().get(&client_key(client)).map_or(f64::NAN, |a| a.tokens)
     }
 
-    /// Issue 24, finding 6: an address out of allowance answered 429 before any check, so the
-    /// right credentials of a scraper sharing the attacker's address were never looked at.
+    /// An address out of allowance must not answer 429 before any check: the right credentials
+    /// of a scraper sharing the attacker's address would never be looked at.
     #[tokio::test]
     async fn new_credentials_wait_their_turn_and_a_repeated_wrong_password_costs_nothing() {
         let gate = Arc::new(AuthGate::default());
@@ -748,8 +746,8 @@ mod tests {
         }
     }
 
-    /// Issue 24, finding 6, "or its IPv6 /64": a neighbour in the scraper's /64 that keeps the
-    /// network's line full does not keep the scraper's own host out of it.
+    /// A neighbour in the scraper's IPv6 /64 that keeps the network's line full does not keep
+    /// the scraper's own host out of it.
     #[tokio::test]
     async fn hosts_of_one_network_share_its_line_fairly() {
         let gate = Arc::new(AuthGate::default());

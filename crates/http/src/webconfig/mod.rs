@@ -210,10 +210,9 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
 }
 
 /// Refuses a reload that would lower security: TLS to plain HTTP, `min_version` from TLS 1.3 to
-/// 1.2 (issue 24), basic auth to none, or client certificates from required to optional or
-/// ignored. A file emptied, truncated or with its
-/// `cert_file` blanked by a bad deploy must not open the port (issue 15); lowering security on
-/// purpose takes a restart. The error names the file and the setting.
+/// 1.2, basic auth to none, or client certificates from required to optional or ignored. A
+/// file emptied, truncated or with its `cert_file` blanked by a bad deploy must not open the
+/// port; lowering security on purpose takes a restart. The error names the file and the setting.
 pub fn refuse_lowering(running: &WebConfig, new: &WebConfig) -> Result<(), WebConfigError> {
     let refuse = |key: &str, what: &str| {
         let path = new.file.clone().or_else(|| running.file.clone()).unwrap_or_default();
@@ -256,7 +255,7 @@ const MAX_WEB_CONFIG_BYTES: u64 = 256 << 10;
 /// open flow collection, on every token (`yaml_parser_stale_simple_keys`, called from
 /// `yaml_parser_fetch_more_tokens` and `yaml_parser_fetch_next_token` in libyaml-rs 0.3's
 /// scanner.rs), and yaml_serde scans the whole document before its recursion limit (128)
-/// applies: parsing is quadratic in the nesting, 500 KB of `[` took about 80 s. Every `[` and
+/// applies: parsing is quadratic in the nesting. Every `[` and
 /// `{` is counted, quoted or not: a count cannot be fooled by a quote the scanner would read
 /// differently, and it bounds the depth. Block nesting costs no such walk (its cost grows with
 /// the indentation, bounded by the file size).
@@ -511,7 +510,7 @@ fn security_headers(given: &BTreeMap<String, String>) -> Result<Vec<(HeaderName,
 
 /// The highest bcrypt cost accepted. Every check of a wrong password costs `2^cost` rounds of
 /// bcrypt's key schedule, and anyone who reaches the port can send one: at cost 31 a single
-/// request keeps a core busy for hours (issue 24). What exporter-toolkit users use is far
+/// request keeps a core busy for hours. What exporter-toolkit users use is far
 /// below: its documentation makes hashes with `htpasswd -nBC 10` (about 70 ms a check, it says;
 /// "a cost of 18 can take up to a few seconds"), htpasswd's own default is 5 and Python's
 /// `bcrypt.gensalt()`, which the Prometheus basic-auth guide uses, makes 12. 14 leaves room

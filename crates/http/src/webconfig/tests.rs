@@ -65,8 +65,8 @@ fn a_fifo_or_a_directory_in_place_of_the_file_is_refused_at_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 15 item 7: 500 KB of nested `[` took about 80 s to parse (quadratic in the
-/// nesting), and a reload waited for it. Refused unparsed, at once, naming the file.
+/// Nested `[` parse in time quadratic in the nesting, and a reload would wait for it: a deep
+/// nesting is refused unparsed, at once, naming the file.
 #[test]
 fn deeply_nested_yaml_is_refused_before_parsing() {
     let dir = temp_dir("nested");
@@ -283,9 +283,8 @@ fn bcrypt_shapes() {
     assert!(check_bcrypt_shape("").is_err());
 }
 
-/// Issue 15: an unknown user was checked against a decoy of cost 10 whatever the users'
-/// cost, so with cost 8 hashes a wrong user name answered four times faster than a wrong
-/// password. The decoy now takes the users' cost.
+/// An unknown user is checked against a decoy of the users' own cost: a decoy of a fixed cost
+/// would let a wrong user name answer faster or slower than a wrong password.
 #[test]
 fn unknown_and_known_users_cost_the_same() {
     let auth = BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), bcrypt::hash("right", 8).unwrap())]));
@@ -317,8 +316,8 @@ fn passwords_longer_than_bcrypt_reads_are_refused_without_bcrypt() {
     assert!(!auth.verify("prometheus", &longer));
 }
 
-/// A flood of distinct wrong passwords used to clear the one cache, verified credentials
-/// with it, so the scraper paid bcrypt again in the middle of the flood.
+/// A flood of distinct wrong passwords must not clear the one cache, verified credentials with
+/// it, or the scraper would pay bcrypt again in the middle of the flood.
 #[test]
 fn a_flood_of_wrong_passwords_keeps_verified_credentials() {
     let auth = BasicAuth::new(BTreeMap::from([("prometheus".to_owned(), bcrypt::hash("right", 4).unwrap())]));

@@ -106,8 +106,8 @@ fn mem_available_comes_from_the_procfs_root() {
     assert!(missing.to_string().contains("/nonexistent-procfs/meminfo"), "{missing}");
 }
 
-/// Issue 15 item 10: a fake meminfo under --path.procfs claiming 10 TB available let the
-/// drill lock 20 GB. The bound comes from the kernel's procfs, and a directory in its place
+/// A fake meminfo under --path.procfs claiming more memory than the host has must not raise
+/// the drill's bound: the bound comes from the kernel's procfs, and a directory in its place
 /// is refused.
 #[test]
 fn the_safety_bound_comes_from_the_kernel_not_from_path_procfs() {

@@ -338,9 +338,9 @@ mod tests {
         assert!(errors.is_empty(), "{errors:?}");
     }
 
-    /// Issue 23: v1 counts an OOM kill only in the victim's own cgroup (memcg_memory_event,
-    /// include/linux/memcontrol.h, walks up only on v2), so a job's cgroup showed 0 kills for a
-    /// rank killed in its step. The figure is summed over the subtree, excluded descendants
+    /// v1 counts an OOM kill only in the victim's own cgroup (memcg_memory_event,
+    /// include/linux/memcontrol.h, walks up only on v2), so a job's cgroup alone would show 0
+    /// kills for a rank killed in its step. The figure is summed over the subtree, excluded descendants
     /// included, and never goes down: not when a step cgroup is removed, nor when a read fails.
     #[test]
     fn v1_oom_kills_are_summed_over_descendants_and_never_go_down() {
@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(kills(&stats), expect(&[("/", 10), ("/job", 8), ("/job/step_1", 0), ("/other", 1)]));
     }
 
-    /// Issue 15: a cgroup directory whose name is not UTF-8 was skipped with its whole subtree,
+    /// A cgroup directory whose name is not UTF-8 must not be skipped with its whole subtree,
     /// silently. It is walked and read under its real name, and exported with the invalid
     /// bytes written as \xNN, counted.
     #[test]

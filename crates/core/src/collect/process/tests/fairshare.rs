@@ -1,4 +1,4 @@
-//! Issue 33: a neighbour can only blind itself. The places of top_n, the watched set and the
+//! A neighbour can only blind itself. The places of top_n, the watched set and the
 //! series budget are shared by owner (uid, then cgroup), and shared locked pages count once
 //! for ranking and for the cgroup sums.
 

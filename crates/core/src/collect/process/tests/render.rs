@@ -208,7 +208,7 @@ fn the_budget_keeps_the_processes_nearest_their_limits() {
     assert_eq!(text.matches("memlock_cgroup_processes{").count(), 1, "{text}");
 }
 
-/// Issue 24 item 1: processes that lowered their own soft limit under the 64 KiB they hold
+/// Processes that lowered their own soft limit under the 64 KiB they hold
 /// (ratio 16) do not outrank a job growing toward a real limit, for top_n, the budget or the
 /// cgroup aggregates; and the fast path watches every process, beyond top_n.
 #[test]
@@ -232,7 +232,7 @@ fn a_crowd_over_limits_it_lowered_does_not_outrank_the_job() {
     let cgroups = stats.claims()[1].entities.iter().map(|(_, s)| *s).collect::<Vec<f64>>();
     assert_eq!(cgroups[0], 2.0_f64.min(1.0), "the job's cgroup first: {cgroups:?}");
     assert!(cgroups[1..].iter().all(|&s| s < 0.5), "{cgroups:?}");
-    // Per counter: 0.75 pinned beside 2.0 locked, both exported (issue 23 item 2).
+    // Per counter: 0.75 pinned beside 2.0 locked, both exported.
     let job = stats.cgroups.iter().find(|c| c.cgroup.path == "/slurm/uid_1000/job_9").unwrap();
     assert_eq!(job.counter_ratio_max, [Some(0.75), Some(2.0)]);
     let mut out = Exposition::new();
@@ -245,8 +245,8 @@ fn a_crowd_over_limits_it_lowered_does_not_outrank_the_job() {
     }
 }
 
-/// Issue 24 item 1, under the limit: a ratio of 0.94 is as free to buy as 16 (60 KiB locked under
-/// a 64 KiB soft limit the crowd set itself), and outranked a job a quarter of the way up.
+/// Under the limit too: a ratio of 0.94 is as free to buy as 16 (60 KiB locked under a 64 KiB
+/// soft limit the crowd set itself), and must not outrank a job a quarter of the way up.
 #[test]
 fn a_crowd_near_limits_it_lowered_does_not_outrank_the_job() {
     let tree = Tree::new("crowd-under");
