@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/nccl-logs/*.log: NCCL_DEBUG=INFO logs of reference layouts, line by line
 from NCCL's format strings (NVIDIA/nccl v2.21.5-1 unless said), for the layouts NCCL's own rules
-give, derived here independently of the model (src/preflight/nccl/model) so a test can hold the
+give, derived here independently of the model (crates/preflight/src/nccl/model) so a test can hold the
 two against each other.
 
 Layout rules (NVIDIA/nccl, as cited in the model and docs/check.md):

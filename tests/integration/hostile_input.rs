@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::synthetic;
 use crate::util::{fixtures, Exporter, Metrics};
 
-/// The exported bound of a label value (src/exposition.rs, `MAX_LABEL_VALUE_BYTES`).
+/// The exported bound of a label value (crates/core/src/exposition.rs, `MAX_LABEL_VALUE_BYTES`).
 const MAX_LABEL_VALUE_BYTES: usize = 512;
 
 /// A copy of the fixture roots, removed on drop.
@@ -317,7 +317,7 @@ fn a_cgroup_named_with_control_characters_forges_no_log_line_and_no_raw_label() 
     drop(exporter);
 }
 
-/// The worst web configuration the checks let parse (src/web/mod.rs): 256 KiB of tokens inside the
+/// The worst web configuration the checks let parse (crates/http/src/webconfig/mod.rs): 256 KiB of tokens inside the
 /// 32 flow collections allowed.
 fn slowest_accepted_web_config() -> String {
     let mut text = format!("basic_auth_users: {}", "[".repeat(32));

@@ -60,7 +60,7 @@ pub struct Report {
     pub facts: Vec<Fact>,
 }
 
-/// The launcher's path and its fix first (src/preflight/check/launch_path.rs).
+/// The launcher's path and its fix first (crates/preflight/src/check/launch_path.rs).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Launch {
     pub path: String,

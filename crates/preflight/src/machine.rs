@@ -118,7 +118,7 @@ fn same_user_namespace(procfs: &Path, proc_dir: &Path) -> Option<bool> {
 
 /// Whether NCCL opens port `port` of `device` as NCCL_IB_HCA reads (net_ib/init.cc
 /// ncclIbInitDevices): per port, `matchIfList(name, port, list) ^ searchNot`, the list parsed
-/// by parseStringList without trimming (src/preflight/nccl/grammar.rs). Unset selects every port. NCCL
+/// by parseStringList without trimming (crates/preflight/src/nccl/grammar.rs). Unset selects every port. NCCL
 /// tests only ACTIVE ports with an InfiniBand or Ethernet link layer: [`nccl_opens`].
 pub fn ib_hca_selects(spec: Option<&[u8]>, device: &str, port: u32) -> bool {
     match spec {

@@ -30,5 +30,5 @@ fn every_generated_constant_is_checked_here() {
     let constants = generated.lines().filter(|l| l.starts_with("pub const ")).count();
     let checked =
         include_str!("policy_drift.rs").lines().filter(|l| l.trim_start().starts_with("assert_eq!(policy::")).count();
-    assert_eq!(constants, checked, "a constant of src/preflight/policy.rs has no drift assertion");
+    assert_eq!(constants, checked, "a constant of crates/preflight/src/policy.rs has no drift assertion");
 }

@@ -102,7 +102,7 @@ mod tests {
     use crate::collect::settings::Refused;
     use crate::trend::TrendConfig;
 
-    /// The registry's macro as src/collect/mod.rs has it, over the example alone.
+    /// The registry's macro as crates/core/src/collect/mod.rs has it, over the example alone.
     macro_rules! collectors {
         ($($name:ident),* $(,)?) => {
             const REGISTRY: &[Registration] = &[$($name::REGISTRATION),*];

@@ -48,7 +48,7 @@ pub struct CheckArgs {
     /// limits.conf, systemd units).
     #[arg(long = "path.etc", default_value = "/etc")]
     pub etc: String,
-    /// Job-context flags and `--exec` (src/preflight/job_context.rs).
+    /// Job-context flags and `--exec` (crates/preflight/src/job_context.rs).
     #[command(flatten)]
     pub job: crate::job_context::JobContextArgs,
     /// The job's NCCL_DEBUG=INFO log (a file, or - for standard input): each failed call

@@ -570,7 +570,7 @@ mod tests {
         assert_eq!(one("NCCL_BUFFSIZE", b"08")[0].severity, Severity::Fail, "reads 0 (octal stops at 8)");
         assert_eq!(one("NCCL_IB_QPS_PER_CONNECTION", b"2 qps")[0].severity, Severity::Warn, "reads 2");
         assert_eq!(one("NCCL_IB_TIMEOUT", b"99999999999999999999")[0].severity, Severity::Warn, "ERANGE: the default");
-        // Grammars of their own (src/preflight/nccl/grammar.rs), through the environment.
+        // Grammars of their own (crates/preflight/src/nccl/grammar.rs), through the environment.
         assert_eq!(one("NCCL_ALGO", b"Ring, Tree")[0].severity, Severity::Fail, "aborts init");
         assert!(one("NCCL_ALGO", b"Ring, Tree")[0].measured.contains("src/graph/tuning.cc parseList"));
         assert_eq!(one("NCCL_DEBUG_SUBSYS", b"INIT,NETWORK")[0].severity, Severity::Warn);

@@ -76,7 +76,7 @@ pub struct FailuresCollector {
 }
 
 /// The running tracers, by the roots they read. A reload that restarts the sampler builds the
-/// new collectors before it stops the old ones (`Daemon::try_reload` in src/serve/daemon.rs), so
+/// new collectors before it stops the old ones (`Daemon::try_reload` in src/daemon/lifecycle.rs), so
 /// the new collector takes the old one's tracer over: its probes, counters, series and the pages
 /// they hold go on, and a counter never goes back to 0 nor a firing page resolves because of a
 /// reload. A reload that disables the collector drops the last handle: the tracer stops, removes
