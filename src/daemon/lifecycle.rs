@@ -79,9 +79,18 @@ pub fn site(
     snapshots: watch::Receiver<Arc<Snapshot>>,
     collectors: Vec<(&'static str, Duration)>,
     web: Arc<WebConfig>,
+    own: &SelfMetrics,
 ) -> Site {
+    let last_success = Some(&own.alerts.last_success);
     Site {
-        pages: super::page::pages(snapshots, &config.alerting.alertmanager_urls, &collectors),
+        pages: super::page::pages(
+            snapshots,
+            super::page::Landing {
+                alertmanagers: config.alerting.alertmanager_urls.clone(),
+                last_success: last_success.cloned(),
+                failures_enabled: collectors.iter().any(|(name, _)| *name == "failures"),
+            },
+        ),
         telemetry_path: config.telemetry_path.clone(),
         collectors,
         web,
@@ -275,14 +284,14 @@ impl Daemon {
             let old_sampler = std::mem::replace(&mut self.running.sampler, sampler);
             changes.push(format!("collectors={}", names(&enabled)));
             self.own.loaded(true);
-            self.state.replace_site(site(&config, snapshots.clone(), enabled, web.clone()));
+            self.state.replace_site(site(&config, snapshots.clone(), enabled, web.clone(), &self.own));
             self.running.snapshots = snapshots;
             stop_sampler(old_sampler).await;
         } else {
             let current = self.state.site();
             self.own.loaded(true);
             let snapshots = self.running.snapshots.clone();
-            self.state.replace_site(site(&config, snapshots, current.collectors.clone(), web.clone()));
+            self.state.replace_site(site(&config, snapshots, current.collectors.clone(), web.clone(), &self.own));
         }
         if resample || config.alerting != old.alerting {
             if let Some(task) = self.running.alert_task.take() {

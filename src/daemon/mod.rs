@@ -126,7 +126,7 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     let alert_task = lifecycle::start_alerting(&config, &snapshots, &own);
     own.loaded(true);
     let state =
-        Arc::new(AppState::new(lifecycle::site(&config, snapshots.clone(), enabled, web), own.registry.clone()));
+        Arc::new(AppState::new(lifecycle::site(&config, snapshots.clone(), enabled, web, &own), own.registry.clone()));
 
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let server_task = tokio::spawn(server::serve(

@@ -22,7 +22,9 @@ fn the_landing_page_says_where_the_fast_path_pages() {
     let exporter = Exporter::start(&args);
     let (status, page) = exporter.get("/");
     assert_eq!(status, 200);
-    assert!(page.contains(&format!("Fast path to Alertmanager: on, to {}</li>", receiver.url)), "{page}");
+    assert!(page.contains(&format!("Fast path to Alertmanager: on, to {} (", receiver.url)), "{page}");
+    // The fixture tree's real slurmd runs at 64 KiB: what a job it starts would get.
+    assert!(page.contains("Memlock limit new jobs get: slurmd (pid 812) hands jobs 64.0 KiB"), "{page}");
     assert!(page.contains("Failures collector: off"), "{page}");
     assert!(page.contains("<td>process</td><td>ok</td>"), "the collectors table is still there: {page}");
 }

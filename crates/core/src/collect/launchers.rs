@@ -233,6 +233,22 @@ impl Stats for LaunchersStats {
         out.sample(&[], self.dropped);
     }
 
+    /// The soft memlock limit each launcher would hand a job it starts now.
+    fn state(&self) -> Option<String> {
+        if self.launchers.is_empty() {
+            return Some("no launcher running".into());
+        }
+        let shown: Vec<String> = self
+            .launchers
+            .iter()
+            .map(|l| {
+                let soft = l.limits.soft.bytes().map_or_else(|| "unlimited".to_owned(), |b| crate::units::bytes(b as f64));
+                format!("{} (pid {}) hands jobs {soft}", l.launcher, l.pid)
+            })
+            .collect();
+        Some(shown.join("; "))
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
