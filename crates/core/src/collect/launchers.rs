@@ -242,7 +242,8 @@ impl Stats for LaunchersStats {
             .launchers
             .iter()
             .map(|l| {
-                let soft = l.limits.soft.bytes().map_or_else(|| "unlimited".to_owned(), |b| crate::units::bytes(b as f64));
+                let soft = l.limits.soft.bytes();
+                let soft = soft.map_or_else(|| "unlimited".to_owned(), |b| crate::units::bytes(b as f64));
                 format!("{} (pid {}) hands jobs {soft}", l.launcher, l.pid)
             })
             .collect();
