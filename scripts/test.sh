@@ -57,6 +57,8 @@ install_tools() {
     command -v slurmctld >/dev/null && command -v slurmd >/dev/null || missing+=(slurm-wlm)
     command -v munged >/dev/null || missing+=(munge)
     command -v shellcheck >/dev/null || missing+=(shellcheck)
+    # live_launchers starts a real containerd under a lowered memlock limit.
+    command -v containerd >/dev/null || missing+=(containerd)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "installing: ${missing[*]}"
         export DEBIAN_FRONTEND=noninteractive
