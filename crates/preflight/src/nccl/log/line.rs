@@ -46,7 +46,8 @@ pub enum Direction {
 /// One network connection, as src/transport/net.cc sendSetup / recvSetup print it:
 /// `Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s` (2.18 to 2.30: channel,
 /// connIndex, rank[nvmlDev] -> rank[nvmlDev], the plugin's name, the NIC, `/GDRDMA`, `(PCI)` since
-/// 2.27, `/Shared`), with `%d(%d)` for a send another rank's proxy sets up (PXN: sendSetup's
+/// 2.27, `/Shared`; 2.32's receive, `%d%s%s%s%s%s`, adds `/flush=None|Always|C2c|Unknown` with
+/// GPUDirect), with `%d(%d)` for a send another rank's proxy sets up (PXN: sendSetup's
 /// proxyRank != myInfo->rank); `%d[%lx]`, the bus id in hex, from 2.12 to 2.17;
 /// `Channel %02d : %d[%lx] -> %d[%lx] [send] via NET/%s/%d%s%s` from 2.7 to 2.11 (no connIndex);
 /// `Ring %02d : %d -> %d [send] via NET/%s/%d%s` in 2.4.
@@ -322,9 +323,16 @@ fn net_conn(msg: &str) -> Option<NetConn> {
     if t.next().is_some() {
         return None;
     }
-    // NET/<name>/<dev>[(<proxy>)][/GDRDMA][(PCI)][/Shared], right to left: a plugin's name may
-    // hold spaces (`AWS Libfabric`).
+    // NET/<name>/<dev>[(<proxy>)][/GDRDMA][(PCI)][/Shared][/flush=<mode>], right to left: a
+    // plugin's name may hold spaces (`AWS Libfabric`).
     let mut v = via;
+    // 2.32's recvSetup prints the GPUDirect flush mode last (its libnccl.so's arguments to the
+    // format); without this cut, every receive with GPUDirect would go uncounted.
+    if let Some((rest, mode)) = v.rsplit_once("/flush=") {
+        if !mode.is_empty() && mode.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            v = rest;
+        }
+    }
     let shared = strip(&mut v, "/Shared");
     strip(&mut v, "(PCI)");
     let gdr = strip(&mut v, "/GDRDMA");
@@ -371,6 +379,14 @@ fn warn(msg: &str) -> Option<Event> {
             return None;
         }
         let tail = tail.trim();
+        // ibvwrap.cc wrap_ibv_modify_qp, in 2.32's library and not 2.23's: "Call to ibv_modify_qp
+        // failed with %d %s, %s", the return, its strerror and the QP's transition.
+        if let Some((n, rest)) = tail.strip_prefix("with ").and_then(|t| t.split_once(' ')) {
+            if let Ok(errno) = n.parse::<i32>() {
+                let error = rest.split_once(", ").map_or(rest, |(e, _)| e).to_owned();
+                return Some(Event::Failure(Failure { call: call.to_owned(), error: Some(error), errno: Some(errno) }));
+            }
+        }
         let text = tail.strip_prefix("with error ").or_else(|| tail.strip_prefix(':')).map(str::trim);
         let (error, errno) = match text {
             None => (None, None),

@@ -400,4 +400,6 @@ pub fn read(reader: impl BufRead) -> io::Result<NcclLog> {
 }
 
 #[cfg(test)]
+mod format_tests;
+#[cfg(test)]
 mod tests;

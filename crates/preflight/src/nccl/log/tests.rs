@@ -112,6 +112,10 @@ fn network_connections_in_every_format_since_2_4() {
     // recvSetup: "... -> %d[%d] [receive] via NET/%s/%d%s%s%s", peer first.
     let c = net("h:1:2 [0] NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0/GDRDMA(PCI)/Shared");
     assert_eq!((c.direction, c.me(), c.peer(), c.gdr, c.shared), (Direction::Recv, 0, 8, true, true));
+    // 2.32.3's recvSetup: "... [receive] via NET/%s/%d%s%s%s%s%s", `/flush=` and the GPUDirect
+    // flush mode after the rest (the arguments in that release's libnccl.so).
+    let c = net("h:1:2 [0] NCCL INFO Channel 00/1 : 8[0] -> 0[0] [receive] via NET/IB/2/GDRDMA/Shared/flush=C2c");
+    assert_eq!((c.direction, c.dev, c.gdr, c.shared), (Direction::Recv, 2, true, true));
     // PXN: "... [send] via NET/%s/%d(%d)%s%s%s", the proxy's rank in parentheses.
     let c = net("h:1:2 [2] NCCL INFO Channel 01/0 : 2[2] -> 10[2] [send] via NET/IB/0(0)/GDRDMA");
     assert_eq!((c.dev, c.proxy, c.gdr), (0, Some(0), true));
@@ -212,6 +216,12 @@ fn failures_as_ibvwrap_checks_and_aws_ofi_nccl_print_them() {
     assert_eq!(
         f("h:1:2 [0] misc/ibvwrap.cc:60 NCCL WARN Call to ibv_modify_qp failed with error Invalid argument errno 22"),
         ("ibv_modify_qp".into(), Some("Invalid argument".into()), Some(22))
+    );
+    // wrap_ibv_modify_qp in 2.32.3's library: "Call to ibv_modify_qp failed with %d %s, %s".
+    assert_eq!(
+        f("h:1:2 [0] misc/ibvwrap.cc:376 NCCL WARN Call to ibv_modify_qp failed with 110 Connection timed out, \
+            INIT to RTR"),
+        ("ibv_modify_qp".into(), Some("Connection timed out".into()), Some(110))
     );
     // IBV_PTR_CHECK (v2.7.8-1): "Call to " name " failed", no errno.
     assert_eq!(
