@@ -73,8 +73,8 @@ mod tests {
 
     #[test]
     fn every_visible_command_gets_a_page_with_its_flags() {
-        let dir = std::env::temp_dir().join(format!("memlock-manpages-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = tempfile::Builder::new().prefix("memlock-manpages-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let written = write(crate::cli::Cli::command(), &dir).unwrap();
         let names: Vec<String> =
             written.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
@@ -94,7 +94,6 @@ mod tests {
         assert!(!main.contains("manpages"), "the packaging step stays hidden");
         assert!(read(&dir.join("memlock-exporter-check.1.gz")).contains("\\-\\-summary"), "check's own flags");
         assert!(read(&dir.join("memlock-exporter-drill.1.gz")).contains(".TH memlock-exporter-drill 1"));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -103,8 +103,8 @@ mod tests {
 
     #[test]
     fn fingerprints_change_with_contents_only() {
-        let dir = std::env::temp_dir().join(format!("memlock-reload-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("memlock-reload-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let file = dir.join("config.toml");
         std::fs::write(&file, "a = 1\n").unwrap();
         let files = vec![file.clone(), dir.join("missing.toml")];
@@ -121,8 +121,8 @@ mod tests {
     /// SIGTERM no longer handled).
     #[test]
     fn a_fifo_in_place_of_a_file_does_not_block() {
-        let dir = std::env::temp_dir().join(format!("memlock-reload-fifo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("memlock-reload-fifo-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let fifo = dir.join("config.toml");
         let _ = std::fs::remove_file(&fifo);
         let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
@@ -135,13 +135,12 @@ mod tests {
         });
         let prints = rx.recv_timeout(Duration::from_secs(10)).expect("fingerprinting a FIFO blocked");
         assert_eq!(prints, vec![None, None], "neither a FIFO nor a directory has contents to compare");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
     async fn changes_to_watched_files_are_reported_and_others_are_not() {
-        let dir = std::env::temp_dir().join(format!("memlock-reload-watch-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("memlock-reload-watch-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let file = dir.join("config.toml");
         std::fs::write(&file, "a = 1\n").unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();

@@ -12,22 +12,18 @@ const MIB: u64 = 1 << 20;
 
 struct Host {
     dir: PathBuf,
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    // Removes the copy when the test drops the host.
+    _tmp: tempfile::TempDir,
 }
 
 impl Host {
     /// A copy of tests/fixtures/hosts/NAME, the exe links kept as links.
     fn fixture(name: &str) -> Host {
-        let dir = std::env::temp_dir().join(format!("memlock-check-launchers-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = tempfile::Builder::new().prefix(&format!("memlock-check-launchers-{name}-")).tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         copy_tree(&fixtures().join("hosts").join(name), &dir);
         std::fs::create_dir_all(dir.join("sys")).unwrap();
-        Host { dir }
+        Host { dir, _tmp: tmp }
     }
 
     /// One process as the kernel shows it: the figures of a row of `ps -o pid,ppid,uid,comm`.

@@ -366,9 +366,8 @@ fn reload_until(exporter: &Exporter, expected: f64) -> Metrics {
 
 #[test]
 fn a_configuration_file_replaced_by_a_directory_or_a_fifo() {
-    let dir = std::env::temp_dir().join(format!("memlock-faults-config-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("memlock-faults-config-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let config = dir.join("config.toml");
 
     // At start: a usage error naming the file, nothing started.
@@ -414,5 +413,4 @@ fn a_configuration_file_replaced_by_a_directory_or_a_fifo() {
     let status = exporter.terminate();
     assert_eq!(status.code(), Some(0), "{status:?}\n{}", log.lock().unwrap().join("\n"));
     assert!(stopping.elapsed() < Duration::from_secs(5), "SIGTERM took {:?}", stopping.elapsed());
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -306,9 +306,8 @@ fn wait_metrics(exporter: &Exporter, what: &str, done: impl Fn(&Metrics) -> bool
 
 #[test]
 fn sighup_storms_keep_the_exporter_serving_with_a_valid_configuration() {
-    let dir = std::env::temp_dir().join(format!("memlock-lifecycle-{}-sighup", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("memlock-lifecycle-sighup-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let config = dir.join("config.toml");
     let numa = |enabled: bool| {
         format!("[collector.numa]\nenabled = {enabled}\n[collector.process]\nfull_scan_interval = \"1s\"\n")
@@ -403,7 +402,6 @@ fn sighup_storms_keep_the_exporter_serving_with_a_valid_configuration() {
     let status = exporter.terminate();
     assert_eq!(status.code(), Some(0), "{status:?}");
     eprintln!("storms: {scrapes} scrapes, all answered; exit {:?} after SIGTERM", term.elapsed());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A supervisor may stop the exporter while it is still starting (binding, first samples,

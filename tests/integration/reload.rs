@@ -4,7 +4,7 @@
 //! watch and through SIGHUP. A collector's own setting restarts the collectors; a web setting
 //! does not.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::util::{fixtures, Exporter, Metrics};
@@ -13,11 +13,8 @@ const NUMA_SERIES: &str = "memlock_scrape_collector_success{collector=\"numa\"}"
 const RELOAD_OK: &str = "memlock_exporter_config_last_reload_successful";
 const RELOAD_TIME: &str = "memlock_exporter_config_last_reload_success_timestamp_seconds";
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memlock-reload-it-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("memlock-reload-it-{name}-")).tempdir().unwrap()
 }
 
 fn start(config: &Path) -> Exporter {
@@ -82,7 +79,8 @@ fn valid_then_invalid_then_fixed(exporter: &Exporter, write: &dyn Fn(&str)) {
 
 #[test]
 fn file_changes_reload_the_configuration() {
-    let dir = temp_dir("watch");
+    let tmp = temp_dir("watch");
+    let dir = tmp.path();
     let config = dir.join("config.toml");
     std::fs::write(&config, "[collector.numa]\nenabled = true\n").unwrap();
     let exporter = start(&config);
@@ -102,7 +100,8 @@ fn file_changes_reload_the_configuration() {
 fn sighup_reloads_the_configuration() {
     // The configuration is a symlink into a directory the exporter does not watch, so only the
     // signal can make it notice the edits.
-    let dir = temp_dir("sighup");
+    let tmp = temp_dir("sighup");
+    let dir = tmp.path();
     let real_dir = dir.join("real");
     std::fs::create_dir_all(&real_dir).unwrap();
     let target = real_dir.join("config.toml");
@@ -134,7 +133,8 @@ fn sighup_reloads_the_configuration() {
 
 #[test]
 fn a_bad_web_config_on_reload_keeps_serving_with_the_old_one() {
-    let dir = temp_dir("web");
+    let tmp = temp_dir("web");
+    let dir = tmp.path();
     let web = dir.join("web.yml");
     std::fs::write(&web, "http_server_config:\n  headers:\n    X-Frame-Options: deny\n").unwrap();
     let config = dir.join("config.toml");
@@ -155,7 +155,8 @@ fn a_bad_web_config_on_reload_keeps_serving_with_the_old_one() {
 fn the_log_level_follows_the_file() {
     use std::process::Command;
 
-    let dir = temp_dir("log-level");
+    let tmp = temp_dir("log-level");
+    let dir = tmp.path();
     let config = dir.join("config.toml");
     std::fs::write(&config, "[log]\nlevel = \"info\"\nformat = \"json\"\n").unwrap();
     let root = fixtures();
@@ -201,7 +202,8 @@ fn the_log_level_follows_the_file() {
 #[test]
 fn a_reload_that_would_switch_paging_off_is_refused_unless_the_file_says_so() {
     let receiver = crate::util::AlertReceiver::start();
-    let dir = temp_dir("fail-open");
+    let tmp = temp_dir("fail-open");
+    let dir = tmp.path();
     let config = dir.join("config.toml");
     // The fixtures hold one process near its limit: one alert firing, resent every second.
     let alerting = format!("[alerting]\nalertmanager_urls = [\"{}\"]\nresend_interval = \"1s\"\n", receiver.url);
@@ -244,7 +246,8 @@ fn a_reload_that_would_switch_paging_off_is_refused_unless_the_file_says_so() {
 #[test]
 fn a_collector_setting_restarts_the_collectors_and_a_web_setting_does_not() {
     const PROCESSES: &str = "memlock_process_ipc_lock";
-    let dir = temp_dir("collector-setting");
+    let tmp = temp_dir("collector-setting");
+    let dir = tmp.path();
     let config = dir.join("config.toml");
     std::fs::write(&config, "[collector.process]\ntop_n = 200\n").unwrap();
     let exporter = start(&config);
@@ -288,7 +291,8 @@ fn a_collector_setting_restarts_the_collectors_and_a_web_setting_does_not() {
 #[test]
 fn a_torn_write_is_not_loaded() {
     use std::io::Write;
-    let dir = temp_dir("torn");
+    let tmp = temp_dir("torn");
+    let dir = tmp.path();
     let config = dir.join("config.toml");
     std::fs::write(&config, "[alerting]\nexhaustion_critical_seconds = 120\n").unwrap();
     let exporter = start(&config);
@@ -316,7 +320,8 @@ fn a_torn_write_is_not_loaded() {
 /// warning that names the key and both values.
 #[test]
 fn a_tenfold_threshold_change_is_loaded_with_a_warning_naming_the_key() {
-    let dir = temp_dir("tenfold");
+    let tmp = temp_dir("tenfold");
+    let dir = tmp.path();
     let config = dir.join("config.toml");
     std::fs::write(&config, "[alerting]\nexhaustion_critical_seconds = 120\n").unwrap();
     let exporter = start(&config);

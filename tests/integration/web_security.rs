@@ -4,17 +4,14 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::util::{basic, fixtures, http_get, Exporter};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memlock-web-it-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("memlock-web-it-{name}-")).tempdir().unwrap()
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -144,8 +141,9 @@ fn last_reload_refusal(exporter: &Exporter) -> Option<String> {
 
 #[test]
 fn tls_with_basic_auth_good_and_bad_credentials_and_plain_http_refused() {
-    let dir = temp_dir("tls-auth");
-    make_pki(&dir);
+    let tmp = temp_dir("tls-auth");
+    let dir = tmp.path();
+    make_pki(dir);
     let hash = bcrypt::hash("s3cret", 4).unwrap();
     let web = dir.join("web.yml");
     std::fs::write(
@@ -194,8 +192,9 @@ fn tls_with_basic_auth_good_and_bad_credentials_and_plain_http_refused() {
 
 #[test]
 fn client_certificates_verified_against_the_client_ca() {
-    let dir = temp_dir("mtls");
-    make_pki(&dir);
+    let tmp = temp_dir("mtls");
+    let dir = tmp.path();
+    make_pki(dir);
     let web = dir.join("web.yml");
     std::fs::write(
         &web,
@@ -296,7 +295,8 @@ fn raw_request(address: &str, path: &str, headers: &str) -> (u16, Duration) {
 
 #[test]
 fn excess_concurrent_requests_get_503_at_once() {
-    let dir = temp_dir("max-requests");
+    let tmp = temp_dir("max-requests");
+    let dir = tmp.path();
     // A deliberately expensive hash: each uncached check keeps its request busy for a while,
     // which is what the request limit bounds.
     let hash = bcrypt::hash("right", 12).unwrap();
@@ -322,7 +322,8 @@ fn excess_concurrent_requests_get_503_at_once() {
 
 #[test]
 fn oversized_headers_are_refused_and_slow_clients_do_not_block_scrapes() {
-    let dir = temp_dir("limits");
+    let tmp = temp_dir("limits");
+    let dir = tmp.path();
     let web = dir.join("web.yml");
     std::fs::write(&web, "# no TLS, no auth\n").unwrap();
     let exporter = spawn(&web, &[]);
@@ -370,8 +371,9 @@ fn oversized_headers_are_refused_and_slow_clients_do_not_block_scrapes() {
 /// the error names the setting.
 #[test]
 fn a_reload_never_lowers_security() {
-    let dir = temp_dir("no-lowering");
-    make_pki(&dir);
+    let tmp = temp_dir("no-lowering");
+    let dir = tmp.path();
+    make_pki(dir);
     let hash = bcrypt::hash("s3cret", 4).unwrap();
     let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
     let mtls = format!("{tls}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n");
@@ -514,7 +516,8 @@ fn gzip_for_clients_that_accept_it_as_curl_and_zlib_read_it() {
     assert_eq!(names(&decoded_body), names(&identity_body));
     assert!(names(&identity_body).len() > 20);
 
-    let dir = temp_dir("gzip");
+    let tmp = temp_dir("gzip");
+    let dir = tmp.path();
     let raw = dir.join("body.gz");
     let (rc, status, _) = curl(&["-H", "Accept-Encoding: gzip", "-o", raw.to_str().unwrap(), &url]);
     assert_eq!((rc, status), (0, 200));
@@ -536,7 +539,6 @@ fn gzip_for_clients_that_accept_it_as_curl_and_zlib_read_it() {
         assert_eq!((rc, status), (0, 200));
         assert!(!text.to_ascii_lowercase().contains("content-encoding"), "{accept}: {text}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A reload must not lower `min_version` from TLS13 to TLS12 and let TLS 1.2 clients in: it is
@@ -544,8 +546,9 @@ fn gzip_for_clients_that_accept_it_as_curl_and_zlib_read_it() {
 /// still reloads.
 #[test]
 fn a_reload_never_lowers_the_tls_version() {
-    let dir = temp_dir("no-lowering-tls");
-    make_pki(&dir);
+    let tmp = temp_dir("no-lowering-tls");
+    let dir = tmp.path();
+    make_pki(dir);
     let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
     let web = dir.join("web.yml");
     std::fs::write(&web, format!("{tls}  min_version: TLS13\n")).unwrap();
@@ -591,7 +594,8 @@ fn a_telemetry_path_on_a_probe_is_refused() {
 /// once.
 #[test]
 fn a_reload_to_a_bcrypt_cost_that_takes_hours_is_refused_and_the_users_kept() {
-    let dir = temp_dir("bcrypt-cost-reload");
+    let tmp = temp_dir("bcrypt-cost-reload");
+    let dir = tmp.path();
     let hash = bcrypt::hash("s3cret", 4).unwrap();
     let web = dir.join("web.yml");
     std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();

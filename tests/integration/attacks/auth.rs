@@ -18,7 +18,8 @@ use crate::util::{basic, live_lock, unit_memory_max, Exporter};
 #[test]
 fn a_flood_of_wrong_passwords_does_not_lock_out_the_scraper_or_outlive_itself() {
     let _live = live_lock();
-    let dir = temp_dir("auth-flood");
+    let tmp = temp_dir("auth-flood");
+    let dir = tmp.path();
     // Cost 8 in this debug build takes about as long as cost 11 in a release build (160 ms);
     // ATTACK_BCRYPT_COST=10 for release figures at htpasswd's usual cost.
     let hash = bcrypt::hash("right", env_or("ATTACK_BCRYPT_COST", 8) as u32).unwrap();
@@ -119,7 +120,8 @@ fn a_flood_of_wrong_passwords_does_not_lock_out_the_scraper_or_outlive_itself() 
 #[test]
 fn a_wrong_password_flood_from_the_scrapers_address_does_not_keep_its_right_credentials_out() {
     let _live = live_lock();
-    let dir = temp_dir("auth-same-address");
+    let tmp = temp_dir("auth-same-address");
+    let dir = tmp.path();
     let cost = env_or("ATTACK_BCRYPT_COST", 8) as u32;
     let hash = bcrypt::hash("right", cost).unwrap();
     let web = dir.join("web.yml");
@@ -333,7 +335,8 @@ fn neighbour_flood_in_a_namespace_of_its_own() {
         ip(&["-6", "addr", "add", &format!("{address}/64"), "dev", "lo", "nodad"]);
     }
 
-    let dir = temp_dir("auth-neighbour");
+    let tmp = temp_dir("auth-neighbour");
+    let dir = tmp.path();
     let hash = bcrypt::hash("right", env_or("ATTACK_BCRYPT_COST", 8) as u32).unwrap();
     let web = dir.join("web.yml");
     std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
@@ -404,7 +407,6 @@ fn neighbour_flood_in_a_namespace_of_its_own() {
     assert!(!answers.contains_key(&200), "a wrong password got in: {answers:?}");
     assert!(checks <= allowed_checks, "{checks} bcrypt checks of the neighbour's guesses: {answers:?}");
     drop(exporter);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Wrong passwords rotated over many loopback addresses must not hold every place of the bcrypt
@@ -417,7 +419,8 @@ fn neighbour_flood_in_a_namespace_of_its_own() {
 #[test]
 fn wrong_passwords_rotated_over_many_addresses_do_not_hold_every_place_of_the_bcrypt_queue() {
     let _live = live_lock();
-    let dir = temp_dir("auth-many-addresses");
+    let tmp = temp_dir("auth-many-addresses");
+    let dir = tmp.path();
     let hash = bcrypt::hash("right", env_or("ATTACK_BCRYPT_COST", 8) as u32).unwrap();
     let web = dir.join("web.yml");
     std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();

@@ -196,11 +196,8 @@ fn fixture_args() -> Vec<String> {
     ]
 }
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("memlock-attacks-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("memlock-attacks-{name}-")).tempdir().unwrap()
 }
 
 /// Lets this test process open `wanted` descriptors (its soft limit may be 1024).
@@ -483,7 +480,8 @@ fn slow_readers_of_a_large_snapshot_stay_within_the_memory_bound() {
 #[test]
 fn a_bcrypt_cost_that_takes_hours_per_check_is_refused() {
     let _live = live_lock();
-    let dir = temp_dir("bcrypt-cost");
+    let tmp = temp_dir("bcrypt-cost");
+    let dir = tmp.path();
     let web = dir.join("web.yml");
     std::fs::write(
         &web,
@@ -700,7 +698,8 @@ fn idle_connections_leave_the_collectors_their_descriptors() {
     cmd.args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--log.level", "debug"]);
     cmd.args(fixture_args());
     // Every collector reads its files every 100 ms, so a shortage shows at once.
-    let config = temp_dir("nofile").join("config.toml");
+    let tmp = temp_dir("nofile");
+    let config = tmp.path().join("config.toml");
     let intervals: String = ["node", "numa", "process", "cgroup", "rdma_sysfs", "software"]
         .iter()
         .map(|c| format!("[collector.{c}]\ninterval = \"100ms\"\n"))

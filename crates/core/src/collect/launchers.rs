@@ -268,7 +268,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     fn config(names: &[&str]) -> LaunchersConfig {
         let raw = RawLaunchersCollector { launchers: names.iter().map(|s| (*s).to_owned()).collect() };
@@ -294,16 +294,14 @@ mod tests {
         )
     }
 
-    fn temp(name: &str) -> PathBuf {
-        let root = std::env::temp_dir().join(format!("memlock-launchers-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
-        root
+    fn temp(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new().prefix(&format!("memlock-launchers-{name}-")).tempdir().unwrap()
     }
 
     #[test]
     fn real_launchers_only_with_their_limits() {
-        let root = temp("real");
+        let tmp = temp("real");
+        let root = tmp.path().to_path_buf();
         process(&root, 812, "slurmd", "/usr/sbin/slurmd", 0, &limits_text("65536", "65536"));
         process(&root, 901, "containerd", "/usr/bin/containerd (deleted)", 0, &limits_text("unlimited", "unlimited"));
         process(&root, 4242, "slurmd", "/usr/bin/python3.11", 1000, &limits_text("8388608", "8388608"));
@@ -328,12 +326,12 @@ mod tests {
             text.contains("memlock_launcher_limit_unlimited{launcher=\"containerd\",pid=\"901\",kind=\"hard\"} 1\n")
         );
         assert!(text.contains("memlock_launcher_limit_unlimited{launcher=\"slurmd\",pid=\"812\",kind=\"soft\"} 0\n"));
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn configuration_adds_launchers_and_refuses_unknown_names() {
-        let root = temp("config");
+        let tmp = temp("config");
+        let root = tmp.path().to_path_buf();
         process(&root, 300, "mpirun", "/opt/openmpi/bin/mpirun", 1000, &limits_text("8388608", "unlimited"));
         process(&root, 301, "containerd-shim", "/usr/bin/containerd-shim-runc-v2", 0, &limits_text("1024", "1024"));
         let roots = Roots { procfs: root.clone(), sysfs: root.clone() };
@@ -346,12 +344,12 @@ mod tests {
         let err = LaunchersCollector::validate(raw).unwrap_err();
         let text = format!("{err:?}");
         assert!(text.contains("launchers") && text.contains("\\\"slurmdd\\\"") && text.contains("kubelet"), "{text}");
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn hostile_files_are_errors_naming_the_file_not_crashes() {
-        let root = temp("hostile");
+        let tmp = temp("hostile");
+        let root = tmp.path().to_path_buf();
         process(&root, 10, "slurmd", "/usr/sbin/slurmd", 0, "Max locked memory         lots      lots      bytes\n");
         process(&root, 11, "containerd", "/usr/bin/containerd", 0, &"x".repeat(1 << 20));
         process(&root, 12, "dockerd", "/usr/bin/dockerd", 0, &limits_text("65536", "65536"));
@@ -370,7 +368,6 @@ mod tests {
         for (pid, file) in [(10, "limits"), (11, "limits"), (12, "status")] {
             assert!(paths.iter().any(|p| p.ends_with(&format!("{pid}/{file}"))), "{pid}/{file} in {paths:?}");
         }
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -536,8 +536,8 @@ mod tests {
     /// kernel names ports "%u") must not make every series of port 1 three times.
     #[test]
     fn port_directories_the_kernel_would_not_name_are_not_ports() {
-        let root = std::env::temp_dir().join(format!("memlock-rdma-ports-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let tmp = tempfile::Builder::new().prefix("memlock-rdma-ports-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         std::fs::create_dir_all(&root).unwrap();
         // cp -a keeps the class symlinks of the fixture, as sysfs has them.
         let copied = std::process::Command::new("cp").arg("-a").arg(fixture_roots().sysfs).arg(&root).status();
@@ -565,7 +565,6 @@ mod tests {
             let key = line.rsplit_once(' ').unwrap().0;
             assert!(seen.insert(key), "duplicate series {key}");
         }
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
@@ -643,7 +642,8 @@ mod tests {
 
     #[test]
     fn broken_files_are_errors_but_the_rest_is_kept() {
-        let root = std::env::temp_dir().join(format!("memlock-rdma-sysfs-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("memlock-rdma-sysfs-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         let port = root.join("class/infiniband/mlx5_9/ports/1");
         std::fs::create_dir_all(port.join("counters")).unwrap();
         std::fs::write(root.join("class/infiniband/mlx5_9/fw_ver"), "1.2.3\n").unwrap();
@@ -655,7 +655,6 @@ mod tests {
         let stats = RdmaSysfsCollector::new(Roots { procfs: root.clone(), sysfs: root.clone() }, RdmaConfig::default())
             .read(&mut errors)
             .unwrap();
-        std::fs::remove_dir_all(&root).unwrap();
         let paths: Vec<String> = errors.iter().map(|e| e.path().display().to_string()).collect();
         assert_eq!(errors.len(), 2, "{paths:?}");
         assert!(paths[0].ends_with("ports/1/state") && paths[1].ends_with("counters/port_rcv_data"), "{paths:?}");

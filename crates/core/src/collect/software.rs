@@ -187,7 +187,8 @@ mod tests {
 
     #[test]
     fn nothing_installed_is_empty_labels_not_errors() {
-        let root = std::env::temp_dir().join(format!("memlock-software-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("memlock-software-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         let roots = Roots { procfs: root.join("proc"), sysfs: root.join("sys") };
         let mut errors = Vec::new();
         let stats = SoftwareCollector::new(roots.clone()).read(&mut errors);
@@ -202,6 +203,5 @@ mod tests {
         let stats = SoftwareCollector::new(roots).read(&mut errors);
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!((module(&stats, "mlx5_core"), stats.nvidia_driver.as_str()), (UNVERSIONED, ""));
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -14,18 +14,18 @@ const USER_CAPS: &str = "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nC
 
 pub(crate) struct Host {
     pub dir: PathBuf,
+    // Removes the copy when the test drops the host.
+    _tmp: tempfile::TempDir,
 }
 
 impl Host {
     pub fn new(name: &str) -> Host {
         // Tests run in parallel, several on one fixture: each gets its own copy.
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("memlock-launch-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = tempfile::Builder::new().prefix(&format!("memlock-launch-{name}-")).tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         std::fs::create_dir_all(dir.join("proc")).unwrap();
         std::fs::create_dir_all(dir.join("etc")).unwrap();
-        Host { dir }
+        Host { dir, _tmp: tmp }
     }
     /// A copy of tests/fixtures/hosts/NAME, the exe links kept as links.
     pub fn fixture(name: &str) -> Host {
@@ -66,12 +66,6 @@ impl Host {
     pub fn diagnose(&self, pid: u32, own: bool) -> Diagnosis {
         let (procfs, etc) = (self.procfs(), self.etc());
         diagnose(&Sources { procfs: &procfs, etc: &etc }, &pid.to_string(), own)
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

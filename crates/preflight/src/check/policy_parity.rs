@@ -102,12 +102,8 @@ const HOSTS: &[Figures] = &[
 
 struct Tree {
     root: PathBuf,
-}
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
+    // Removes the tree when the test drops it.
+    _dir: tempfile::TempDir,
 }
 
 fn write(root: &Path, rel: &str, text: &str) {
@@ -140,8 +136,8 @@ fn meminfo(f: &Figures) -> String {
 }
 
 fn tree(f: &Figures) -> Tree {
-    let root = std::env::temp_dir().join(format!("memlock-parity-{}-{}", f.name, std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let tmp = tempfile::Builder::new().prefix(&format!("memlock-parity-{}-", f.name)).tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
     write(&root, "proc/meminfo", &meminfo(f));
     write(&root, "proc/sys/vm/overcommit_memory", &format!("{}\n", f.overcommit.0));
     write(&root, "proc/sys/vm/max_map_count", "65530\n");
@@ -176,7 +172,7 @@ fn tree(f: &Figures) -> Tree {
     );
     write(&root, &format!("{dir}/memory.failcnt"), "0\n");
     write(&root, &format!("{dir}/memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n");
-    Tree { root }
+    Tree { root, _dir: tmp }
 }
 
 /// Which of the rules' conditions check says hold, by alert name.

@@ -406,8 +406,8 @@ h:11:1 [1] NCCL INFO Channel 00/0 : 3[1] -> 1[1] [receive] via NET/IB/1/GDRDMA
 
     #[test]
     fn files_that_are_not_nccl_logs_say_so() {
-        let dir = std::env::temp_dir().join(format!("memlock-nccl-log-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("memlock-nccl-log-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let path = dir.join("train.out");
         std::fs::write(&path, "epoch 1 loss 0.3\n").unwrap();
         let err = load(path.to_str().unwrap()).unwrap_err();
@@ -416,6 +416,5 @@ h:11:1 [1] NCCL INFO Channel 00/0 : 3[1] -> 1[1] [receive] via NET/IB/1/GDRDMA
         assert!(err.contains("missing: No such file"), "{err}");
         let err = load(dir.to_str().unwrap()).unwrap_err();
         assert!(err.starts_with(&format!("--nccl-log {}", dir.display())), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -651,7 +651,8 @@ mod tests {
 
     #[test]
     fn conf_files_are_read_in_nccls_order_and_never_override() {
-        let root = std::env::temp_dir().join(format!("memlock-nccl-conf-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("memlock-nccl-conf-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         std::fs::create_dir_all(root.join("etc")).unwrap();
         std::fs::create_dir_all(root.join("home/u")).unwrap();
         std::fs::write(root.join("etc/nccl.conf"), "NCCL_BUFFSIZE=1048576\nNCCL_DEBUG=WARN\nNCCL_IB_TIMEOUT=22\n")
@@ -687,7 +688,6 @@ mod tests {
         assert_eq!(e.get("NCCL_DEBUG"), Some(&b"WARN"[..]));
         let p = problems(&e);
         assert!(p.is_empty(), "{p:?}");
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     /// Arbitrary bytes never panic, and a whole decimal number reads back as itself.

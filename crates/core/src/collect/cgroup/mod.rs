@@ -200,15 +200,16 @@ mod tests {
     /// A scratch sysfs/procfs pair, removed on drop.
     struct Scratch {
         root: PathBuf,
+        _dir: tempfile::TempDir,
     }
 
     impl Scratch {
         fn new(name: &str) -> Self {
-            let root = std::env::temp_dir().join(format!("memlock-cgroup-{}-{name}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&root);
+            let tmp = tempfile::Builder::new().prefix(&format!("memlock-cgroup-{name}-")).tempdir().unwrap();
+            let root = tmp.path().to_path_buf();
             std::fs::create_dir_all(root.join("sys/fs/cgroup")).unwrap();
             std::fs::create_dir_all(root.join("proc")).unwrap();
-            Self { root }
+            Self { root, _dir: tmp }
         }
 
         fn cgroup_fs(&self) -> PathBuf {
@@ -244,12 +245,6 @@ mod tests {
                 roots,
                 CgroupConfig { full_scan_interval, include: vec![], exclude: vec![], max_depth: 12 },
             )
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.root);
         }
     }
 

@@ -148,7 +148,8 @@ mod tests {
 
     #[test]
     fn without_tracefs_the_collector_says_so() {
-        let dir = std::env::temp_dir().join(format!("failures-no-tracefs-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("failures-no-tracefs-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         std::fs::create_dir_all(dir.join("sys/kernel/tracing")).unwrap();
         let roots = Roots { procfs: "/proc".into(), sysfs: dir.join("sys") };
         let mut collector = FailuresCollector::new(roots);
@@ -169,14 +170,14 @@ mod tests {
         let message = errors[0].to_string();
         assert!(message.contains("kernel/tracing") && message.contains("no_tracefs"), "{message}");
         drop(collector);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Review finding: a reload that restarted the sampler gave the collector an empty book, so
     /// counters went back to 0 and the pages of refusals resolved.
     #[test]
     fn a_reload_that_keeps_the_collector_keeps_its_refusals_and_disabling_it_forgets_them() {
-        let dir = std::env::temp_dir().join(format!("failures-reload-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("failures-reload-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         std::fs::create_dir_all(dir.join("sys/kernel/tracing")).unwrap();
         let roots = Roots { procfs: "/proc".into(), sysfs: dir.join("sys") };
         let key = SeriesKey {
@@ -205,6 +206,5 @@ mod tests {
         // Disabled (the last collector dropped), then enabled again: nothing is left.
         drop(new);
         assert!(book(&mut FailuresCollector::new(roots)).series.is_empty());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -7,11 +7,8 @@ use std::path::PathBuf;
 use super::*;
 use memlock_kernel::nccl_library::elf;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memlock-nccl-version-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("memlock-nccl-version-{name}-")).tempdir().unwrap()
 }
 
 /// A wheel's layout: `<site>/nvidia/nccl/lib/libnccl.so.2` and, when given, the dist-info.
@@ -65,7 +62,8 @@ fn the_file_name_decides_without_reading_anything() {
 
 #[test]
 fn a_wheel_is_read_from_the_library_and_its_dist_info_and_cached_by_identity() {
-    let site = scratch("wheel").join("site-packages");
+    let tmp = scratch("wheel");
+    let site = tmp.path().join("site-packages");
     let path = wheel(&site, &library(b"2.23.4+cuda12.6"), Some("2.23.4"));
     let mut cache = Cache::default();
     let found = resolve(&mut cache, &path);
@@ -80,22 +78,21 @@ fn a_wheel_is_read_from_the_library_and_its_dist_info_and_cached_by_identity() {
     // Rewritten in place (a new size): read again.
     std::fs::write(&path, library(b"2.23.4.1+cuda12.6")).unwrap();
     assert_eq!(resolve(&mut cache, &path).version.as_deref(), Some("2.23.4.1"));
-    let _ = std::fs::remove_dir_all(site.parent().unwrap());
 }
 
 #[test]
 fn a_dist_info_that_lies_loses_to_the_library() {
-    let site = scratch("lying").join("site-packages");
+    let tmp = scratch("lying");
+    let site = tmp.path().join("site-packages");
     let path = wheel(&site, &library(b"2.21.5+cuda12.4"), Some("2.26.2"));
     let found = resolve(&mut Cache::default(), &path);
     assert_eq!((found.version.as_deref(), found.source), (Some("2.21.5"), Some(Source::Library)));
     assert_eq!(found.disagreement(), Some(("2.21.5", "2.26.2")));
     // A post-release of the same release is no disagreement.
-    let site = scratch("post").join("site-packages");
+    let tmp = scratch("post");
+    let site = tmp.path().join("site-packages");
     let path = wheel(&site, &library(b"2.26.2+cuda12.2"), Some("2.26.2.post1"));
     assert_eq!(resolve(&mut Cache::default(), &path).disagreement(), None);
-    let _ = std::fs::remove_dir_all(scratch("lying"));
-    let _ = std::fs::remove_dir_all(scratch("post"));
 }
 
 #[test]
@@ -108,7 +105,8 @@ fn hostile_libraries_give_a_reason_naming_the_file() {
         ("none", elf(&[(".rodata", b"no version here\0")]), "no `NCCL version` string in the first 16 bytes"),
     ];
     for (name, bytes, why) in cases {
-        let site = scratch(name).join("site-packages");
+        let tmp = scratch(name);
+        let site = tmp.path().join("site-packages");
         let path = wheel(&site, &bytes, Some("2.21.5"));
         let found = resolve(&mut Cache::default(), &path);
         let reason = found.reasons.join("; ");
@@ -116,23 +114,23 @@ fn hostile_libraries_give_a_reason_naming_the_file() {
         assert!(reason.contains(&path.display().to_string()), "{name}: names the file: {reason}");
         // The dist-info still tells.
         assert_eq!((found.version.as_deref(), found.source), (Some("2.21.5"), Some(Source::DistInfo)), "{name}");
-        let _ = std::fs::remove_dir_all(site.parent().unwrap());
     }
     // Neither: no version, both reasons.
-    let site = scratch("nothing").join("site-packages");
+    let tmp = scratch("nothing");
+    let site = tmp.path().join("site-packages");
     let path = wheel(&site, b"", None);
     let found = resolve(&mut Cache::default(), &path);
     assert_eq!((found.version.as_deref(), found.source), (None, None));
     assert!(found.reasons.iter().any(|r| r.contains("not an ELF file")), "{:?}", found.reasons);
     assert!(found.reasons.iter().any(|r| r.contains("no nvidia_nccl_cu*.dist-info in")), "{:?}", found.reasons);
-    let _ = std::fs::remove_dir_all(site.parent().unwrap());
 }
 
 /// A FIFO or a device put where the library or its METADATA was (a link the process controls)
 /// is never opened: O_PATH resolves it, fstat says it is no regular file.
 #[test]
 fn only_regular_files_are_opened() {
-    let site = scratch("fifo").join("site-packages");
+    let tmp = scratch("fifo");
+    let site = tmp.path().join("site-packages");
     let path = wheel(&site, b"", Some("2.21.5"));
     std::fs::remove_file(&path).unwrap();
     let fifo = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
@@ -146,7 +144,6 @@ fn only_regular_files_are_opened() {
     assert!(reasons.contains(&format!("{}: not a regular file", path.display())), "{reasons}");
     assert!(reasons.contains("METADATA: not a regular file"), "{reasons}");
     assert_eq!(found.version, None);
-    let _ = std::fs::remove_dir_all(site.parent().unwrap());
 }
 
 #[test]
@@ -162,7 +159,8 @@ fn a_missing_library_is_a_reason_not_a_failure() {
 /// through `/proc/PID/map_files`, not the new file at the path.
 #[test]
 fn a_library_replaced_while_mapped_is_read_through_map_files() {
-    let site = scratch("replaced").join("site-packages");
+    let tmp = scratch("replaced");
+    let site = tmp.path().join("site-packages");
     let path = wheel(&site, &library(b"2.21.5+cuda12.4"), Some("2.21.5"));
     let file = std::fs::File::open(&path).unwrap();
     let len = file.metadata().unwrap().len() as usize;
@@ -187,7 +185,6 @@ fn a_library_replaced_while_mapped_is_read_through_map_files() {
     assert!(found.reasons.iter().any(|r| r.contains("replaced on disk")), "{:?}", found.reasons);
     // SAFETY: the mapping made above.
     unsafe { libc::munmap(at, len) };
-    let _ = std::fs::remove_dir_all(site.parent().unwrap());
 }
 
 use std::os::fd::AsRawFd;

@@ -18,16 +18,17 @@ const CAPTURED_LIMITS: &str = include_str!("../../../../../../tests/fixtures/cap
 /// A throwaway procfs tree in the real file formats.
 struct Tree {
     root: PathBuf,
+    // Removes the tree when the test drops it.
+    _dir: tempfile::TempDir,
 }
 
 impl Tree {
     fn new(name: &str) -> Tree {
-        let root = std::env::temp_dir().join(format!("memlock-process-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
+        let tmp = tempfile::Builder::new().prefix(&format!("memlock-process-{name}-")).tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         std::fs::write(root.join("meminfo"), "MemTotal: 1 kB\n").unwrap();
         std::fs::create_dir_all(root.join("self")).unwrap();
-        Tree { root }
+        Tree { root, _dir: tmp }
     }
 
     fn process(&self, pid: u32, comm: &str, locked_kib: u64, pinned_kib: u64, soft: &str, cgroup: &str) -> &Self {
@@ -108,12 +109,6 @@ impl Tree {
         };
         let roots = Roots { procfs: self.root.clone(), sysfs: PathBuf::from("/nonexistent") };
         ProcessCollector::new(&roots, config, Duration::from_secs(1))
-    }
-}
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 
