@@ -315,6 +315,41 @@ fn real_large_maps(areas: usize) -> Option<(usize, f64, f64)> {
     Some((lines, median(status) * 1e6, median(maps) * 1e6))
 }
 
+/// A real process holding 8 MiB locked with `areas` more mappings: the CPU time of reading its
+/// `smaps_rollup` for the share of its locked pages (what the scan adds for a process with VmLck
+/// above 0, once per VmLck change or 2 s), against reading its `status`, interleaved.
+fn real_share_cost(areas: usize) -> Option<(f64, f64, u64)> {
+    use std::io::BufRead;
+    let script = "import ctypes, mmap, sys\nkeep = []\nfor i in range(int(sys.argv[1])):\n    \
+        keep.append(mmap.mmap(-1, 4096, prot=mmap.PROT_READ if i % 2 else mmap.PROT_READ | mmap.PROT_WRITE))\n\
+        locked = mmap.mmap(-1, 8 << 20)\nlibc = ctypes.CDLL(None)\n\
+        libc.mlock(ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(locked))), ctypes.c_size_t(8 << 20))\n\
+        print('ready', flush=True)\nsys.stdin.read()\n";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script, &areas.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut()?).read_line(&mut line).ok()?;
+    let dir = PathBuf::from(format!("/proc/{}", child.id()));
+    let mut share = 0;
+    let (mut status, mut rollup) = (Vec::new(), Vec::new());
+    for _ in 0..ITERATIONS {
+        status.push(cpu_time_of(|| {
+            let _ = std::hint::black_box(fsroot::read_string(&dir.join("status")));
+        }));
+        rollup.push(cpu_time_of(|| {
+            let text = fsroot::read_string(&dir.join("smaps_rollup")).unwrap_or_default();
+            share = memlock_kernel::smaps_rollup::pss_locked(&text).ok().flatten().unwrap_or(0);
+        }));
+    }
+    drop(child.stdin.take());
+    let _ = child.wait();
+    Some((median(status) * 1e6, median(rollup) * 1e6, share))
+}
+
 fn numeric_entries(procfs: &Path) -> usize {
     std::fs::read_dir(procfs)
         .map(|dir| {
@@ -383,6 +418,17 @@ fn main() {
             "  a real process of {lines} maps lines: status {status_us:.1} us, maps read through {maps_us:.0} us (the \
             kernel formats each line)"
         );
+    }
+    for areas in [0, MAPS_AREAS] {
+        if let Some((status_us, rollup_us, share)) = real_share_cost(areas) {
+            println!(
+                "locked pages' share (smaps_rollup, read only where VmLck > 0), a real process holding 8 MiB locked \
+                with {areas} more areas, median of {ITERATIONS} runs, CPU time: status {status_us:.1} us, \
+                smaps_rollup {rollup_us:.1} us ({:.1}x; Locked: {} KiB)",
+                rollup_us / status_us,
+                share >> 10
+            );
+        }
     }
     let proc_root = Path::new("/proc");
     let (pids, status_us, maps_us, lines) = real_maps_cost(proc_root);

@@ -1,9 +1,9 @@
-//! Cost of loading a web configuration (issue 15 item 7): nested flow collections make
-//! libyaml's scanner quadratic, so `webconfig::load` refuses text that opens too many of them before
-//! parsing. Measured in the same run: the packaged example (the baseline), what yaml_serde
-//! takes to parse nested `[` of growing size (the cost the check avoids), `webconfig::load` on the
-//! same hostile files and on 500 KB of them, and the worst file the checks let through (the
-//! largest web configuration taken, 256 KiB, at the largest nesting allowed).
+//! Cost of loading a web configuration: nested flow collections make libyaml's scanner quadratic,
+//! so `webconfig::load` refuses text that opens too many of them before parsing. Measured in the
+//! same run: the packaged example (the baseline), what yaml_serde takes to parse nested `[` of
+//! growing size (the cost the check avoids), `webconfig::load` on the same hostile files and on
+//! 500 KB of them, and the worst file the checks let through (the largest web configuration taken,
+//! 256 KiB, at the largest nesting allowed).
 //!
 //! `cargo bench --bench web_config_load`. Exits with status 1 when a refusal takes more than
 //! 10 ms or the worst accepted file more than 200 ms.

@@ -496,6 +496,7 @@ def processes(t):
     too_low_expr = (
         f"({soft} < {too_low})\n"
         f'and on (instance, job, pid) ({m("memlock_process_pinned_bytes")} > 0)\n'
+        f'and on (instance, job, pid) {m("memlock_node:memlock_rdma_registrant:info")}\n'
         f'unless on (instance, job, pid) ({m("memlock_process_ipc_lock")} == 1)'
     )
     yes_no = value_map({0: ("no", "text"), 1: ("yes", "green")})
@@ -528,7 +529,7 @@ def processes(t):
                 hidden=("Time", "__name__", "job", "container_id", "qos_class", "slurm_step", "systemd_unit")), 24, 10),
             (table("Processes that pin memory under a memlock limit too low for RDMA", targets((too_low_expr, ""), table=True),
                    [("instance", "instance"), ("pid", "pid"), ("comm", "comm"), ("cgroup", "cgroup"), ("Value", "soft limit")],
-                   f"VmPin > 0, soft limit below {too_low / 2**30:g} GiB, no CAP_IPC_LOCK (MemlockProcessLimitTooLowForRdma). Empty is good.",
+                   f"VmPin > 0, an RDMA registrant (MRs in RDMA netlink or a verbs, UCX, libfabric, MPI, NVSHMEM or cuFile library mapped), soft limit below {too_low / 2**30:g} GiB, no CAP_IPC_LOCK (MemlockProcessLimitTooLowForRdma). Empty is good.",
                    overrides=[column("soft limit", "bytes", steps("red", (too_low, "green")))]), 24, 6),
             (timeseries("Memlock ratio of the top processes, per counter", targets((f"topk(10, {ratio})", "{{pid}} {{comm}} {{counter}}")), "percentunit",
                         f"VmPin / soft memlock limit (pinned: ibv_reg_mr fails past 1) and VmLck / soft memlock limit (locked: mlock fails past 1), one line per process and counter. Dashed lines: {near:.0%} (MemlockProcessNearLimit) and the limit.",
@@ -643,8 +644,9 @@ def cluster(t):
         ("memlock limit too low for RDMA", "processes",
          f'count by (instance, job) (\n  (max without (kind) ({m("memlock_process_limit_bytes", kind="soft")}) < {too_low})\n'
          f'  and on (instance, job, pid) ({m("memlock_process_pinned_bytes")} > 0)\n'
+         f'  and on (instance, job, pid) {m("memlock_node:memlock_rdma_registrant:info")}\n'
          f'  unless on (instance, job, pid) ({m("memlock_process_ipc_lock")} == 1)\n)',
-         f"Processes that pin memory under a soft memlock limit below {too_low / 2**30:g} GiB without CAP_IPC_LOCK (MemlockProcessLimitTooLowForRdma)."),
+         f"RDMA registrants that pin memory under a soft memlock limit below {too_low / 2**30:g} GiB without CAP_IPC_LOCK (MemlockProcessLimitTooLowForRdma)."),
         ("cgroup near its limit", "cgroups",
          f'count by (instance, job) (\n  ({m("memlock_cgroup_memory_working_set_bytes")} or {m("memlock_cgroup_memory_usage_bytes")})\n'
          f'  / {m("memlock_cgroup_memory_limit_bytes")} >= {near}\n)',
@@ -659,8 +661,9 @@ def cluster(t):
          f'{m("memlock_node_overcommit_mode")} == 2\nand on (instance, job) group by (instance, job) ({m("memlock_rdma_device_info")})',
          "vm.overcommit_memory = 2 on a node with RDMA devices (MemlockNodeStrictOvercommitWithRdma)."),
         ("RDMA port not active", "ports",
-         f'count by (instance, job) ({m("memlock_rdma_port_state")} < 4)',
-         "RDMA ports below ACTIVE: DOWN, INIT or ARMED (MemlockRdmaPortNotActive)."),
+         f'count by (instance, job) (\n  {m("memlock_rdma_port_state")} < 4\n'
+         f'  and on (instance, job, device, port) {m("memlock_node:memlock_rdma_port_in_use:info")}\n)',
+         "RDMA ports in use (link up, or traffic seen) below ACTIVE: DOWN, INIT or ARMED (MemlockRdmaPortNotActive)."),
         ("version skew", "components",
          f'count by (instance, job) (\n  {m("memlock_node:memlock_software_version:info")}\n  * on (job, component, version) group_left ()\n'
          f'  (\n    {r("memlock_fleet:memlock_software_version:nodes")}\n    < on (job, component) group_left ()\n'

@@ -2,7 +2,8 @@
 # Runs every test of memlock-exporter, installing the tools it needs first.
 #
 #   scripts/test.sh            everything (needs root: apt-get, cgroups, rlimits, mlock)
-#   scripts/test.sh --quick    unit tests, the mutation fuzzer and the golden test only
+#   scripts/test.sh --quick    unit tests, the mutation fuzzer and the golden test only, as any
+#                              user, with nothing installed but cargo
 #
 # Steps run in order; a failing step does not stop the others. The last line says how many
 # steps passed and failed, and the exit status is non-zero when any failed.
@@ -46,6 +47,8 @@ install_tools() {
     # libfuzzer-sys builds libFuzzer's C++ sources.
     command -v g++ >/dev/null || missing+=(g++)
     command -v python3 >/dev/null || missing+=(python3)
+    # scripts/nccl_wheels.py downloads the NCCL wheels with pip.
+    python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
     command -v curl >/dev/null || missing+=(curl)
     # The nccl_variables_script test builds a small git repository for scripts/nccl_variables.py.
     command -v git >/dev/null || missing+=(git)
@@ -54,6 +57,8 @@ install_tools() {
     command -v slurmctld >/dev/null && command -v slurmd >/dev/null || missing+=(slurm-wlm)
     command -v munged >/dev/null || missing+=(munge)
     command -v shellcheck >/dev/null || missing+=(shellcheck)
+    # live_launchers starts a real containerd under a lowered memlock limit.
+    command -v containerd >/dev/null || missing+=(containerd)
     if [ ${#missing[@]} -gt 0 ]; then
         echo "installing: ${missing[*]}"
         export DEBIAN_FRONTEND=noninteractive
@@ -83,6 +88,13 @@ install_tools() {
 
 build() {
     cargo build --locked --workspace --all-targets
+}
+
+# The real NCCL for tests/integration/live_nccl.rs: the pinned nvidia-nccl wheels, downloaded
+# once into the cache (pip, from PyPI), checked against their sha256 and unpacked. Without them
+# those tests fail under MEMLOCK_TESTS_REQUIRE_ALL instead of skipping.
+nccl_wheels() {
+    python3 scripts/nccl_wheels.py fetch
 }
 
 # Format and lint gates: rustfmt.toml's style in this crate and in the fuzz crate (its own
@@ -158,16 +170,17 @@ e2e_scripts() {
     return $rc
 }
 
-step "install tools" install_tools
 if [ $QUICK = 1 ]; then
     step "unit and golden tests" unit_only
 else
+    step "install tools" install_tools
     step "build" build
     step "format and lint" format_and_lint
-    # No cycle among sibling modules, and the daemon does not import the preflight half.
-    step "module graph (scripts/modcycles.py)" python3 scripts/modcycles.py
+    # The README's length, sentence and table targets, and every alert name in it.
+    step "README targets (scripts/readme_stats.py)" python3 scripts/readme_stats.py
     # The golden test writes this; a copy left by an earlier run must not pass for this one.
     rm -f "${TMPDIR:-/tmp}/memlock-exporter-e2e-full.txt"
+    step "NCCL wheels (scripts/nccl_wheels.py fetch)" nccl_wheels
     step "cargo test (unit, integration, live)" unit_and_integration
     step "promtool check metrics (golden output)" promtool_metrics
     step "promtool rules" promtool_rules

@@ -35,6 +35,9 @@ pub enum Command {
     /// Ramp real pinned (io_uring) or locked (mlock) memory until the kernel refuses, to prove
     /// the alert pipeline end to end.
     Drill(memlock_preflight::drill::DrillArgs),
+    /// Write the man pages into a directory (a packaging step).
+    #[command(hide = true)]
+    Manpages(crate::manpages::ManpagesArgs),
 }
 
 #[cfg(test)]

@@ -82,8 +82,7 @@ impl HeapCollector {
         allocated_bytes()?;
         let gauge = prometheus::Gauge::new(
             "memlock_exporter_heap_allocated_bytes",
-            "Bytes the exporter has allocated and not freed (its heap in use); resident memory also counts what \
-            the allocator keeps for reuse.",
+            "Heap the exporter has allocated and not freed.",
         )
         .ok()?;
         Some(Self { gauge })

@@ -8,12 +8,13 @@ mod cli;
 mod daemon;
 mod heap;
 mod logging;
+mod manpages;
 mod reload;
 mod sdnotify;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use cli::{Cli, Command, ServeArgs};
 use memlock_core::exit;
 use memlock_preflight::{check, drill, estimate};
@@ -24,9 +25,15 @@ use memlock_preflight::{check, drill, estimate};
 #[link_section = ".init_array"]
 static HOLD_STOP_SIGNALS: extern "C" fn() = daemon::hold_stop_signals;
 
-/// Counts the heap in use for `memlock_exporter_heap_allocated_bytes` (see `heap`).
+/// Counts the heap in use for `memlock_exporter_heap_allocated_bytes` (see `heap`). Not in the
+/// binary's unit tests: `heap`'s own test counts its blocks exactly, which other tests' threads
+/// allocating through the same counter would upset.
+#[cfg(not(test))]
 #[global_allocator]
 static ALLOCATOR: heap::CountingAllocator = heap::CountingAllocator;
+
+/// How long the exit waits for queued log lines to reach stderr.
+const LOG_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn main() -> ExitCode {
     heap::mark_installed();
@@ -40,6 +47,7 @@ fn main() -> ExitCode {
         Some(Command::Estimate(args)) => ExitCode::from(estimate::run(&args)),
         Some(Command::Check(args)) => ExitCode::from(check::run(&args)),
         Some(Command::Drill(args)) => run_drill(&args),
+        Some(Command::Manpages(args)) => ExitCode::from(manpages::run(Cli::command(), &args)),
     }
 }
 
@@ -62,12 +70,16 @@ fn run_serve(args: ServeArgs) -> ExitCode {
         }
     };
     logging::init(config.log_level, config.log_format);
-    match daemon::run(config, &args) {
+    let code = match daemon::run(config, &args) {
         Ok(()) => ExitCode::from(exit::OK),
         Err(err) => {
             tracing::error!(error = %err, "exiting");
             eprintln!("memlock-exporter: {err}");
             ExitCode::from(err.exit_code())
         }
-    }
+    };
+    // The log's last lines are queued (logging never waits for stderr's reader): give them a
+    // moment to be written, not longer, as a reader that stopped never takes them.
+    logging::flush(LOG_FLUSH);
+    code
 }

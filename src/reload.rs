@@ -6,6 +6,8 @@
 //! too. Events only say "maybe"; a reload happens when the contents actually differ from what
 //! was last loaded, so touching a file or unrelated activity in the directory costs a hash.
 
+mod stable;
+
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,8 @@ use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
+
+pub use stable::{threshold_jumps, Arrivals, JUMP_FACTOR, STABLE};
 
 /// Editors and tools write in bursts (truncate, write, rename); wait this long after the first
 /// event for the burst to end before comparing contents.
@@ -22,15 +26,18 @@ pub const SETTLE: Duration = Duration::from_millis(300);
 /// may have changed.
 pub struct FileWatch {
     _watcher: Option<notify::RecommendedWatcher>,
+    arrivals: std::sync::Arc<Arrivals>,
 }
 
 impl FileWatch {
     pub fn new(files: Vec<PathBuf>, events: mpsc::UnboundedSender<()>) -> FileWatch {
         let names: BTreeSet<OsString> = files.iter().filter_map(|f| f.file_name().map(|n| n.to_owned())).collect();
         let dirs: BTreeSet<PathBuf> = files.iter().map(|f| directory_of(f)).collect();
+        let arrivals = std::sync::Arc::new(Arrivals::default());
         if files.is_empty() {
-            return FileWatch { _watcher: None };
+            return FileWatch { _watcher: None, arrivals };
         }
+        let noted = arrivals.clone();
         let handler = move |event: notify::Result<notify::Event>| {
             let relevant = match &event {
                 Ok(event) => event.paths.iter().any(|p| {
@@ -40,6 +47,7 @@ impl FileWatch {
                 Err(_) => true,
             };
             if relevant {
+                noted.note(event.as_ref().ok().map(|e| &e.kind));
                 let _ = events.send(());
             }
         };
@@ -47,7 +55,7 @@ impl FileWatch {
             Ok(watcher) => watcher,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot watch configuration files; reload with SIGHUP");
-                return FileWatch { _watcher: None };
+                return FileWatch { _watcher: None, arrivals };
             }
         };
         for dir in &dirs {
@@ -56,7 +64,12 @@ impl FileWatch {
             }
         }
         tracing::debug!(files = ?files, "watching configuration files");
-        FileWatch { _watcher: Some(watcher) }
+        FileWatch { _watcher: Some(watcher), arrivals }
+    }
+
+    /// Whether every change seen since the last call arrived by rename ([`Arrivals`]); resets.
+    pub fn arrived_whole(&self) -> bool {
+        self.arrivals.take_whole()
     }
 }
 
@@ -90,8 +103,8 @@ mod tests {
 
     #[test]
     fn fingerprints_change_with_contents_only() {
-        let dir = std::env::temp_dir().join(format!("memlock-reload-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("memlock-reload-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let file = dir.join("config.toml");
         std::fs::write(&file, "a = 1\n").unwrap();
         let files = vec![file.clone(), dir.join("missing.toml")];
@@ -108,8 +121,8 @@ mod tests {
     /// SIGTERM no longer handled).
     #[test]
     fn a_fifo_in_place_of_a_file_does_not_block() {
-        let dir = std::env::temp_dir().join(format!("memlock-reload-fifo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("memlock-reload-fifo-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let fifo = dir.join("config.toml");
         let _ = std::fs::remove_file(&fifo);
         let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
@@ -122,13 +135,12 @@ mod tests {
         });
         let prints = rx.recv_timeout(Duration::from_secs(10)).expect("fingerprinting a FIFO blocked");
         assert_eq!(prints, vec![None, None], "neither a FIFO nor a directory has contents to compare");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
     async fn changes_to_watched_files_are_reported_and_others_are_not() {
-        let dir = std::env::temp_dir().join(format!("memlock-reload-watch-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("memlock-reload-watch-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let file = dir.join("config.toml");
         std::fs::write(&file, "a = 1\n").unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();

@@ -164,8 +164,8 @@ mod tests {
 
     #[test]
     fn datagrams_reach_path_and_abstract_sockets() {
-        let dir = std::env::temp_dir().join(format!("memlock-sdnotify-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("memlock-sdnotify-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let path = dir.join("notify.sock");
         let _ = std::fs::remove_file(&path);
         let listener = UnixDatagram::bind(&path).unwrap();

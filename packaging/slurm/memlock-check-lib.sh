@@ -67,12 +67,29 @@ ml_split() {
     [ -z "$words" ] || mapfile -t ML_CHECK_ARGS <<<"$words"
 }
 
+# ml_kv LINE: KEY and VALUE of a settings line into ML_KEY and ML_VALUE; returns 1 for a blank
+# or comment line, 2 for a line without =. The file is read, never sourced: KEY=VALUE lines, #
+# comments, a value may be wrapped in one pair of quotes (which go; what is inside is split later).
+ml_kv() {
+    local line=$1
+    line=${line#"${line%%[![:space:]]*}"}
+    case $line in '' | '#'*) return 1 ;; esac
+    [[ $line == *=* ]] || return 2
+    ML_KEY=${line%%=*}
+    ML_VALUE=${line#*=}
+    # Trailing blanks (and a CRLF file's CR) end the value, as in a shell assignment.
+    ML_VALUE=${ML_VALUE%"${ML_VALUE##*[![:space:]]}"}
+    case $ML_VALUE in
+        \"*\") ML_VALUE=${ML_VALUE#\"} ML_VALUE=${ML_VALUE%\"} ;;
+        \'*\') ML_VALUE=${ML_VALUE#\'} ML_VALUE=${ML_VALUE%\'} ;;
+    esac
+}
+
 # ml_load_settings: the settings file (MEMLOCK_SLURM_SETTINGS, else ML_SETTINGS_DEFAULT; absent
 # means the defaults), then MEMLOCK_EXPORTER_BIN and MEMLOCK_CHECK_ARGS from the environment,
-# which override it. The file is read, never sourced: KEY=VALUE lines, # comments, a value
-# may be wrapped in one pair of quotes (which go; what is inside is split later).
+# which override it.
 ml_load_settings() {
-    local file=${MEMLOCK_SLURM_SETTINGS:-$ML_SETTINGS_DEFAULT} line key value number=0
+    local file=${MEMLOCK_SLURM_SETTINGS:-$ML_SETTINGS_DEFAULT} line number=0 rc
     local args=""
     if [ -e "$file" ]; then
         if [ ! -r "$file" ] || [ -d "$file" ]; then
@@ -81,28 +98,25 @@ ml_load_settings() {
         fi
         while IFS= read -r line || [ -n "$line" ]; do
             number=$((number + 1))
-            line=${line#"${line%%[![:space:]]*}"}
-            case $line in '' | '#'*) continue ;; esac
-            if [[ $line != *=* ]]; then
-                ml_log "$file:$number: expected KEY=VALUE, got: $line"
-                return 1
-            fi
-            key=${line%%=*}
-            value=${line#*=}
-            # Trailing blanks (and a CRLF file's CR) end the value, as in a shell assignment.
-            value=${value%"${value##*[![:space:]]}"}
-            case $value in
-                \"*\") value=${value#\"} value=${value%\"} ;;
-                \'*\') value=${value#\'} value=${value%\'} ;;
+            rc=0
+            ml_kv "$line" || rc=$?
+            case $rc in
+                1) continue ;;
+                2)
+                    ml_log "$file:$number: expected KEY=VALUE, got: $line"
+                    return 1
+                    ;;
             esac
-            case $key in
-                MEMLOCK_EXPORTER_BIN) ML_BIN=$value ;;
-                MEMLOCK_CHECK_ARGS) args=$value ;;
-                MEMLOCK_CHECK_TIMEOUT) ML_CHECK_TIMEOUT=$value ;;
-                MEMLOCK_SLURM_TIMEOUT) ML_SLURM_TIMEOUT=$value ;;
+            case $ML_KEY in
+                MEMLOCK_EXPORTER_BIN) ML_BIN=$ML_VALUE ;;
+                MEMLOCK_CHECK_ARGS) args=$ML_VALUE ;;
+                MEMLOCK_CHECK_TIMEOUT) ML_CHECK_TIMEOUT=$ML_VALUE ;;
+                MEMLOCK_SLURM_TIMEOUT) ML_SLURM_TIMEOUT=$ML_VALUE ;;
+                # Read by ml_site_program, before everything else.
+                MEMLOCK_SITE_PROLOG | MEMLOCK_SITE_HEALTHCHECK) ;;
                 *)
-                    ml_log "$file:$number: unknown key $key (known: MEMLOCK_EXPORTER_BIN, MEMLOCK_CHECK_ARGS," \
-                        "MEMLOCK_CHECK_TIMEOUT, MEMLOCK_SLURM_TIMEOUT)"
+                    ml_log "$file:$number: unknown key $ML_KEY (known: MEMLOCK_EXPORTER_BIN, MEMLOCK_CHECK_ARGS," \
+                        "MEMLOCK_CHECK_TIMEOUT, MEMLOCK_SLURM_TIMEOUT, MEMLOCK_SITE_PROLOG, MEMLOCK_SITE_HEALTHCHECK)"
                     return 1
                     ;;
             esac
@@ -131,6 +145,40 @@ ml_load_settings() {
         return 1
     fi
     ml_split "$args"
+}
+
+# ml_site_program KEY: ML_SITE, the site's own program that KEY (MEMLOCK_SITE_PROLOG or
+# MEMLOCK_SITE_HEALTHCHECK) names in the settings file or, overriding it, the environment; empty
+# when none. Read on its own, so that a mistake elsewhere in the settings never skips the site's
+# program. Returns 1 (logged) when KEY names something that is not an executable file by its
+# absolute path: the site's gate cannot run.
+ml_site_program() {
+    local key=$1 file=${MEMLOCK_SLURM_SETTINGS:-$ML_SETTINGS_DEFAULT} line
+    ML_SITE=""
+    if [ -f "$file" ] && [ -r "$file" ]; then
+        while IFS= read -r line || [ -n "$line" ]; do
+            if ml_kv "$line" && [ "$ML_KEY" = "$key" ]; then ML_SITE=$ML_VALUE; fi
+        done <"$file"
+    fi
+    [ -z "${!key+set}" ] || ML_SITE=${!key}
+    [ -n "$ML_SITE" ] || return 0
+    if [[ $ML_SITE != /* ]] || [ ! -x "$ML_SITE" ] || [ -d "$ML_SITE" ]; then
+        ml_log "$key: '$ML_SITE' is not an executable file by its absolute path"
+        return 1
+    fi
+}
+
+# ml_run_site KEY ARGS...: runs the site's program that KEY names (ml_site_program) with ARGS,
+# in this environment, and returns its exit status: the memlock check only adds to the site's
+# verdict, so a failing site program ends the run with its status.
+ml_run_site() {
+    local key=$1 rc=0
+    shift
+    ml_site_program "$key" || return 1
+    [ -n "$ML_SITE" ] || return 0
+    "$ML_SITE" "$@" || rc=$?
+    [ "$rc" = 0 ] || ml_log "$key $ML_SITE failed (exit $rc): its verdict stands; the memlock check did not run"
+    return "$rc"
 }
 
 # ml_memlock_propagated: whether jobs get the submit host's soft memlock limit, from

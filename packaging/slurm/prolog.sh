@@ -4,15 +4,21 @@
 # memlock limit, which the job gets unless PropagateResourceLimits passes the submit host's).
 # On FAIL it drains the node with the failing checks as the reason (unless someone else
 # drained it) and exits 1, so Slurm does not start the job here; healthcheck.sh resumes the
-# node once the check passes. See "Keeping jobs off bad nodes" in the README.
+# node once the check passes. A site's own Prolog, named by MEMLOCK_SITE_PROLOG in the settings,
+# runs first with the same environment; when it fails, its exit status is this script's and the
+# check does not run. See docs/slurm.md.
 #
-# Exit status: 0 the check passed, or could not run (logged; a broken installation does not
-# drain every node), 1 it failed.
+# Exit status: the site Prolog's when it fails (1 when it cannot be run); else 0 the check
+# passed, or could not run (logged; a broken installation does not drain every node), 1 it
+# failed.
 set -euo pipefail
 case $0 in */*) ML_HERE=${0%/*} ;; *) ML_HERE=. ;; esac
 # shellcheck source-path=SCRIPTDIR source=memlock-check-lib.sh
 source "$ML_HERE/memlock-check-lib.sh"
 ML_NAME=prolog
+site=0
+ml_run_site MEMLOCK_SITE_PROLOG "$@" || site=$?
+[ "$site" = 0 ] || exit "$site"
 
 node=${SLURMD_NODENAME:-}
 uid=${SLURM_JOB_UID:-}

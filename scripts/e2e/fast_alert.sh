@@ -335,11 +335,12 @@ PY
     kill "$scraper" 2>/dev/null
     wait "$scraper" 2>/dev/null
     # Every memlock_process_* and memlock_cgroup_* family a shipped rule reads (not the parts of
-    # recorded names), but the NCCL version the drill does not map, must carry the job's series
-    # in every scrape from 2 s after its first MiB (one pass to read it) to its refusal.
+    # recorded names) must carry the job's series in every scrape from 2 s after its first MiB
+    # (one pass to read it) to its refusal; but the libraries the drill does not map (the NCCL
+    # version, RDMA registrants) and the node's count of unwatched processes (no job label).
     mapfile -t rule_families < <(grep -oE '(^|[^:a-z_])memlock_(process|cgroup)_[a-z_]+' \
-        "$ROOT/alerts/memlock-exporter.rules.yml" | grep -oE 'memlock_[a-z_]+' | grep -vx memlock_process_nccl_info |
-        sort -u)
+        "$ROOT/alerts/memlock-exporter.rules.yml" | grep -oE 'memlock_[a-z_]+' |
+        grep -vxE 'memlock_process_(nccl_info|rdma_library_info|unwatched_processes)' | sort -u)
     python3 - "$E2E_TMP"/crowd-cgroups-{scrapes.jsonl,pin.out} "${rule_families[@]}" <<'PY' || rc=1
 import json, re, sys
 scrapes, drill_out, wanted = sys.argv[1], sys.argv[2], set(sys.argv[3:])

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the .deb (cargo-deb) and the .rpm (cargo-generate-rpm), checks their contents and
-# scripts, installs the .deb on this machine, runs the installed binary as the package's user
-# with the packaged configuration, verifies the installed unit and rules, and purges it again.
+# scripts and man pages, runs lintian on the .deb (no errors allowed), installs the .deb on this
+# machine, runs the installed binary as the package's user with the packaged configuration,
+# verifies the installed unit, rules and man pages, and purges it again.
 #
 # Needs root (dpkg -i). Installs cargo-deb and cargo-generate-rpm with `cargo install --locked`
-# when missing (several minutes on 2 cores, once per machine) and `rpm` (to read the .rpm) with
-# apt-get.
+# when missing (several minutes on 2 cores, once per machine), and `rpm` (to read the .rpm) and
+# `lintian` with apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -21,15 +22,27 @@ for tool in cargo-deb cargo-generate-rpm; do
         cargo install --locked --quiet "$tool"
     fi
 done
-if ! command -v rpm >/dev/null; then
-    echo "--- installing rpm (to read the .rpm)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rpm >/dev/null ||
-        { apt-get update -qq &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rpm >/dev/null; }
-fi
+for tool in rpm lintian; do
+    if ! command -v "$tool" >/dev/null; then
+        echo "--- installing $tool"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$tool" >/dev/null ||
+            { apt-get update -qq &&
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$tool" >/dev/null; }
+    fi
+done
 
 echo "--- release build"
 cargo build --release --locked --quiet --bin memlock-exporter
+echo "--- man pages"
+rm -rf "$TARGET/release/man"
+"$TARGET/release/memlock-exporter" manpages "$TARGET/release/man"
+pages=()
+for page in "$TARGET"/release/man/*.1.gz; do
+    pages+=("$(basename "$page")")
+done
+for command in check estimate drill serve; do
+    [ -f "$TARGET/release/man/memlock-exporter-$command.1.gz" ] || fail "no man page for $command"
+done
 
 echo "--- cargo deb"
 cargo deb --no-build --locked --output "$OUT/" >/dev/null
@@ -47,9 +60,12 @@ expected=(
     usr/lib/memlock-exporter/slurm/healthcheck.sh
     usr/lib/memlock-exporter/slurm/prolog.sh
     usr/lib/memlock-exporter/slurm/memlock-check-lib.sh
+    usr/lib/memlock-exporter/slurm/nhc.conf
     etc/memlock-exporter/slurm-check.conf
     usr/share/doc/memlock-exporter/web-config.example.yml
     usr/share/doc/memlock-exporter/README.md
+    usr/share/doc/memlock-exporter/check.md
+    usr/share/doc/memlock-exporter/slurm.md
 )
 for dashboard in dashboards/*.json; do
     expected+=("usr/share/memlock-exporter/dashboards/$(basename "$dashboard")")
@@ -57,7 +73,8 @@ done
 
 echo "--- .deb contents"
 dpkg-deb -c "$DEB" | awk '{print $NF}' | sed 's|^\./||' > "$OUT/deb-files.txt"
-for path in "${expected[@]}" etc/default/memlock-exporter usr/lib/systemd/system/memlock-exporter.service; do
+for path in "${expected[@]}" etc/default/memlock-exporter usr/lib/systemd/system/memlock-exporter.service \
+    "${pages[@]/#/usr/share/man/man1/}" ; do
     grep -qx "$path" "$OUT/deb-files.txt" || fail ".deb lacks $path"
 done
 # Outputs are captured before grep -q reads them: under pipefail, grep -q leaving at the first
@@ -71,10 +88,31 @@ grep -qx /etc/default/memlock-exporter "$OUT/DEBIAN/conffiles" || fail "the envi
 grep -qx /etc/memlock-exporter/slurm-check.conf "$OUT/DEBIAN/conffiles" || fail "the Slurm settings are not a conffile"
 grep -q systemd-sysusers "$OUT/DEBIAN/postinst" || fail "postinst does not create the user"
 grep -q deb-systemd-helper "$OUT/DEBIAN/postinst" || fail "postinst does not enable the unit"
+# Where systemd is absent (a container image) configure must still succeed and create the user: the
+# postinst runs with every command on PATH but systemd-sysusers.
+nosystemd="$OUT/path-without-systemd"
+mkdir -p "$nosystemd"
+for tool in /usr/sbin/* /usr/bin/*; do
+    case "$(basename "$tool")" in systemd-sysusers) ;; *) ln -sf "$tool" "$nosystemd/" ;; esac
+done
+PATH="$nosystemd" command -v systemd-sysusers >/dev/null && fail "systemd-sysusers is still on the test PATH"
+userdel memlock-exporter >/dev/null 2>&1 || true
+PATH="$nosystemd" sh "$OUT/DEBIAN/postinst" configure || fail "postinst configure fails without systemd-sysusers"
+getent passwd memlock-exporter >/dev/null || fail "postinst created no user without systemd-sysusers"
+
+echo "--- lintian"
+# Errors fail the run (lintian exits non-zero on them, or when it cannot run); warnings and
+# information are printed for the reader.
+lintian_status=0
+lintian --info "$DEB" > "$OUT/lintian.txt" 2>&1 || lintian_status=$?
+cat "$OUT/lintian.txt"
+! grep -q '^E: ' "$OUT/lintian.txt" || fail "lintian reports errors on the .deb"
+[ "$lintian_status" = 0 ] || fail "lintian exited with $lintian_status"
 
 echo "--- .rpm contents"
 rpm -qlp "$RPM" 2>/dev/null | sed 's|^/||' > "$OUT/rpm-files.txt"
-for path in "${expected[@]}" etc/sysconfig/memlock-exporter usr/lib/systemd/system/memlock-exporter.service; do
+for path in "${expected[@]}" etc/sysconfig/memlock-exporter usr/lib/systemd/system/memlock-exporter.service \
+    "${pages[@]/#/usr/share/man/man1/}"; do
     grep -qx "$path" "$OUT/rpm-files.txt" || fail ".rpm lacks $path"
 done
 grep -qx /etc/memlock-exporter/config.toml <<< "$(rpm -qp --configfiles "$RPM" 2>/dev/null)" ||
@@ -103,6 +141,9 @@ dpkg -i "$DEB" >/dev/null
 grep -q '^Status: install ok installed' <<< "$(dpkg -s memlock-exporter)" || fail "not installed"
 getent passwd memlock-exporter >/dev/null || fail "the memlock-exporter user was not created"
 /usr/bin/memlock-exporter --version
+for page in "${pages[@]}"; do
+    grep -q "^\.TH ${page%.1.gz} 1" <<< "$(zcat "/usr/share/man/man1/$page")" || fail "installed man page $page"
+done
 systemd-analyze verify /usr/lib/systemd/system/memlock-exporter.service || fail "the installed unit does not verify"
 if command -v promtool >/dev/null; then
     promtool check rules /usr/share/memlock-exporter/alerts/memlock-exporter.rules.yml >/dev/null ||

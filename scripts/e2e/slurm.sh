@@ -4,7 +4,9 @@
 # munge socket in a temp dir; all stopped at exit): packaging/slurm/healthcheck.sh drains the
 # node at this machine's 8 MiB memlock limit for a job shape that needs more and resumes it when
 # the shape fits, leaves an admin's drain alone, follows PropagateResourceLimits; prolog.sh
-# keeps a job off; `check --exec` refuses a rank and runs one. Holds the live-tests lock.
+# keeps a job off; `check --exec` refuses a rank and runs one; a site's own Prolog and
+# HealthCheckProgram run first and their failures stand; NHC's line judges as the scripts do.
+# Holds the live-tests lock.
 set -euo pipefail
 LOCK=/tmp/memlock-exporter-live-tests.lock
 if [ -z "${MEMLOCK_E2E_SLURM_LOCKED:-}" ]; then
@@ -374,7 +376,8 @@ done
 propagation PropagateResourceLimits=ALL > /dev/null
 : > "$T/healthcheck.log"
 wait_runs healthcheck 2
-grep -q "^PASS (warnings: memlock.propagated)" "$T/healthcheck.log" ||
+# memlock.soft may warn beside it: a finite limit under the policy floor although the shape fits.
+grep -Eq "^PASS \(warnings: ([a-z._]+, )*memlock\.propagated(, [a-z._]+)*\)" "$T/healthcheck.log" ||
     fail "propagated MEMLOCK: no warning: $(cat "$T/healthcheck.log")"
 not_drained "a propagated limit (not the node's fault)"
 log "PropagateResourceLimits: 8 settings read as Slurm does; when MEMLOCK is propagated the soft limit is judged" \
@@ -428,5 +431,98 @@ kill -CONT "$ctld"
 [[ $out == *"sinfo timed out after 2s (MEMLOCK_SLURM_TIMEOUT): is slurmctld answering?"* ]] || fail "$out"
 python3 -c "import sys; sys.exit(0 if $took < 6 else 1)" || fail "slurmctld stopped: the health check took ${took}s"
 log "slurmctld stopped: the health check gave up after ${took}s, exit 2: $(printf '%s' "$out" | head -1)"
+
+# --- 8. beside what the site runs: its own Prolog and HealthCheckProgram, and NHC's line ------
+# A site's programs that log each run (with what slurmd gave them) and exit with the status in
+# their .rc file.
+for site in site-prolog site-healthcheck; do
+    cat > "$T/$site.sh" <<EOF
+#!/bin/bash
+echo "$site ran: job=\${SLURM_JOB_ID:-none} node=\${SLURMD_NODENAME:-none}" >> $T/$site.log
+exit "\$(cat $T/$site.rc)"
+EOF
+    chmod 0755 "$T/$site.sh"
+    echo 0 > "$T/$site.rc"
+    : > "$T/$site.log"
+done
+# chained FILE FLAGS: settings naming both site programs, replaced at once.
+chained() {
+    {
+        printf '# written by scripts/e2e/slurm.sh\nMEMLOCK_EXPORTER_BIN=%s\nMEMLOCK_CHECK_ARGS="%s"\n' "$EXPORTER" "$2"
+        printf 'MEMLOCK_SITE_PROLOG=%s\nMEMLOCK_SITE_HEALTHCHECK=%s\n' "$T/site-prolog.sh" "$T/site-healthcheck.sh"
+    } > "$1.new"
+    mv -f "$1.new" "$1"
+}
+# The site's Prolog fails: the job is kept off with its status, and the memlock check does not run.
+echo 3 > "$T/site-prolog.rc"
+chained "$T/prolog.conf" "${FITS[*]}"
+rc=0
+out=$(cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-groups \
+    srun --nodes=1 --job-name=site-refused /bin/sh -c "touch $T/jobs/site-refused" 2>&1) || rc=$?
+[ "$rc" != 0 ] || fail "the job ran past a failing site Prolog: $out"
+[ ! -e "$T/jobs/site-refused" ] || fail "the job's command ran past a failing site Prolog"
+grep -q "^site-prolog ran: job=[0-9]* node=$NODE$" "$T/site-prolog.log" ||
+    fail "the site Prolog did not run as slurmd runs it: $(cat "$T/site-prolog.log")"
+grep -q "prolog: MEMLOCK_SITE_PROLOG $T/site-prolog.sh failed (exit 3): its verdict stands" "$T/prolog.log" ||
+    fail "the site Prolog's failure is not reported: $(tail -3 "$T/prolog.log")"
+[ "$(tail -1 "$T/prolog.done")" = 3 ] || fail "prolog.sh exit $(tail -1 "$T/prolog.done"), expected the site's 3"
+# Slurm drains a node whose Prolog failed ("Prolog error"): not ours to resume.
+wait_node 'drain*' 'Prolog error*'
+scontrol update NodeName="$NODE" State=RESUME
+wait_node 'idle' 'none'
+# It passes: the job runs, after both the site's Prolog and the check.
+echo 0 > "$T/site-prolog.rc"
+site_runs=$(wc -l < "$T/site-prolog.log")
+out=$(cd / && timeout 60 setpriv --reuid=$JOB_USER --regid=$JOB_USER --clear-groups \
+    srun --nodes=1 --job-name=site-passed /bin/sh -c "touch $T/jobs/site-passed" 2>&1) || fail "srun: $out"
+[ -e "$T/jobs/site-passed" ] || fail "the job did not run after the site Prolog passed"
+[ "$(wc -l < "$T/site-prolog.log")" -gt "$site_runs" ] || fail "the site Prolog did not run"
+settings "$T/prolog.conf" "${FITS[*]}"
+log "site Prolog: its failure (exit 3) keeps the job off, the check not run; passing, the job runs"
+# The site's HealthCheckProgram fails: its status is the health check's, nothing is drained by us.
+echo 1 > "$T/site-healthcheck.rc"
+chained "$T/healthcheck.conf" "${NEEDS_MORE[*]}"
+wait_runs healthcheck 2
+grep -q "^site-healthcheck ran: job=none node=$NODE$" "$T/site-healthcheck.log" ||
+    fail "the site health check did not run: $(cat "$T/site-healthcheck.log")"
+[ "$(tail -1 "$T/healthcheck.done")" = 1 ] || fail "healthcheck.sh exit $(tail -1 "$T/healthcheck.done")"
+grep -q "healthcheck: MEMLOCK_SITE_HEALTHCHECK $T/site-healthcheck.sh failed (exit 1)" "$T/healthcheck.log" ||
+    fail "the site health check's failure is not reported: $(tail -3 "$T/healthcheck.log")"
+not_drained "a failing site health check (the site's program drains, if it wants to)"
+# It passes: the memlock check runs after it and drains for the shape that needs more.
+echo 0 > "$T/site-healthcheck.rc"
+wait_node 'drain*' "memlock-exporter: memlock.soft 8.0 MiB*"
+chained "$T/healthcheck.conf" "${FITS[*]}"
+wait_node 'idle' 'none'
+settings "$T/healthcheck.conf" "${FITS[*]}"
+# A mistake elsewhere in the settings never skips the site's program; a site program that is
+# not an executable by its absolute path cannot run, which fails the script.
+site_runs=$(wc -l < "$T/site-healthcheck.log")
+rc=0
+out=$(by_hand MEMLOCK_SLURM_SETTINGS="$T/typo.conf" MEMLOCK_SITE_HEALTHCHECK="$T/site-healthcheck.sh" \
+    "$T/slurm/healthcheck.sh" 2>&1) || rc=$?
+[ "$rc" = 2 ] || fail "a settings typo beside a site health check: exit $rc: $out"
+[ "$(wc -l < "$T/site-healthcheck.log")" -gt "$site_runs" ] || fail "a settings typo skipped the site's program"
+rc=0
+out=$(by_hand MEMLOCK_SLURM_SETTINGS=/nonexistent MEMLOCK_SITE_PROLOG=site-prolog.sh SLURM_JOB_UID=$JOB_USER \
+    SLURM_JOB_GID=$JOB_USER "$T/slurm/prolog.sh" 2>&1) || rc=$?
+[ "$rc" = 1 ] || fail "a site Prolog named by a relative path: exit $rc: $out"
+[[ $out == *"MEMLOCK_SITE_PROLOG: 'site-prolog.sh' is not an executable file by its absolute path"* ]] ||
+    fail "the site Prolog's path is not named: $out"
+log "site health check: its failure is the script's, passing the check runs; a typo never skips it"
+# NHC's line (packaging/slurm/nhc.conf) as check_cmd_status runs it: the command with its output
+# discarded, within -t seconds, judged against -r. Its shape needs more than this 8 MiB.
+nhc_line=$(sed -e :a -e '/\\$/N; s/\\\n//; ta' "$ROOT/packaging/slurm/nhc.conf" | grep -v '^#')
+read -r -a nhc <<<"$nhc_line"
+[ "${nhc[*]:0:8}" = "* || check_cmd_status -t 20 -r 0 /usr/bin/memlock-exporter" ] ||
+    fail "nhc.conf's line changed shape: $nhc_line"
+[ "${nhc[*]: -4}" = "${NEEDS_MORE[*]}" ] || fail "nhc.conf's shape is not '${NEEDS_MORE[*]}': $nhc_line"
+rc=0
+timeout "${nhc[4]}" "$EXPORTER" "${nhc[@]:8}" </dev/null >/dev/null 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "NHC's line at 8 MiB for '${NEEDS_MORE[*]}': exit $rc, expected 1 (NHC fails the node)"
+rc=0
+timeout "${nhc[4]}" "$EXPORTER" "${nhc[@]:8:${#nhc[@]}-12}" "${FITS[@]}" </dev/null >/dev/null 2>&1 || rc=$?
+[ "$rc" = "${nhc[6]}" ] || fail "NHC's line for '${FITS[*]}': exit $rc, expected ${nhc[6]}"
+log "NHC's check_cmd_status line: exit 1 for '${NEEDS_MORE[*]}' at 8 MiB, ${nhc[6]} for '${FITS[*]}'"
 
 log "slurm: ok"

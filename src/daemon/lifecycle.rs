@@ -79,9 +79,18 @@ pub fn site(
     snapshots: watch::Receiver<Arc<Snapshot>>,
     collectors: Vec<(&'static str, Duration)>,
     web: Arc<WebConfig>,
+    own: &SelfMetrics,
 ) -> Site {
+    let last_success = Some(&own.alerts.last_success);
     Site {
-        pages: super::page::pages(snapshots),
+        pages: super::page::pages(
+            snapshots,
+            super::page::Landing {
+                alertmanagers: config.alerting.alertmanager_urls.clone(),
+                last_success: last_success.cloned(),
+                failures_enabled: collectors.iter().any(|(name, _)| *name == "failures"),
+            },
+        ),
         telemetry_path: config.telemetry_path.clone(),
         collectors,
         web,
@@ -170,13 +179,33 @@ impl Daemon {
         if let Some(n) = notifier {
             n.notify(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()));
         }
-        // The digest is taken before reading, so a change made while loading triggers again.
+        // Two reads STABLE apart must agree (reload::STABLE: a half-written file is not loaded),
+        // and the load must read what they did. No wait when the change arrived by rename, or
+        // when no file has new contents to read (unchanged on SIGHUP; gone, a directory, a FIFO:
+        // the load fails at once naming the file, as there is nothing half-written to wait for).
+        let first = reload::fingerprint(&self.watch_files);
+        let whole = self.watch.as_ref().is_some_and(FileWatch::arrived_whole);
+        let new_contents =
+            first.iter().enumerate().any(|(i, now)| now.is_some() && self.fingerprint.get(i) != Some(now));
+        if new_contents && !whole {
+            tokio::time::sleep(reload::STABLE).await;
+        }
         let fingerprint = reload::fingerprint(&self.watch_files);
-        let result = self.try_reload().await;
-        self.fingerprint = fingerprint;
+        let result =
+            if fingerprint == first { self.try_reload(&fingerprint).await } else { Err(ServeError::Unsettled) };
         match result {
             // try_reload recorded the success when the new configuration went live.
             Ok(changes) => tracing::info!(changes = %changes, "configuration reloaded"),
+            Err(ServeError::Unsettled) => {
+                // The running configuration stays, and nothing failed: the next read decides.
+                tracing::info!(files = ?self.watch_files, stable = ?reload::STABLE, "configuration files still \
+                    changing; loading them once they stay the same");
+                let _ = self.file_events_tx.send(());
+                if let Some(n) = notifier {
+                    n.notify("READY=1");
+                }
+                return;
+            }
             Err(err) => {
                 self.own.loaded(false);
                 tracing::error!(error = %err, "configuration reload failed; keeping the previous configuration");
@@ -191,18 +220,35 @@ impl Daemon {
     /// recorded just before the swap, so a scrape that sees the new configuration sees its
     /// reload time too (stopping the old sampler, after the swap, can take seconds), and
     /// nothing after the swap can fail.
-    async fn try_reload(&mut self) -> Result<String, ServeError> {
+    async fn try_reload(&mut self, settled: &[Option<[u8; 32]>]) -> Result<String, ServeError> {
         let sources = self.sources.clone();
-        let (config, web) = off_the_event_loop(move || -> Result<_, ServeError> {
+        let loaded = off_the_event_loop(move || -> Result<_, ServeError> {
             let config = config::load(&sources)?;
             let web = webconfig::load(config.web_config_file.as_deref())?;
             Ok((config, Arc::new(web)))
         })
         .await
-        .map_err(|source| ServeError::Io { context: "loading the configuration", source })??;
+        .map_err(|source| ServeError::Io { context: "loading the configuration", source })?;
+        // Whatever the load made of them (an error too), files that changed meanwhile may have
+        // been read half-written: the next change reloads them.
+        if reload::fingerprint(&self.watch_files) != settled {
+            return Err(ServeError::Unsettled);
+        }
+        self.fingerprint = settled.to_vec();
+        let (config, web) = loaded?;
         webconfig::refuse_lowering(&self.state.site().web, &web)?;
         config::refuse_failing_open(&self.running.config, &config)?;
         let old = &self.running.config;
+        for (key, before, after) in reload::threshold_jumps(old, &config) {
+            tracing::warn!(
+                key,
+                before,
+                after,
+                "a paging threshold changed {}-fold or more; check the file says what \
+                was meant (a half-written or mistyped number looks like this)",
+                reload::JUMP_FACTOR
+            );
+        }
         for (key, changed) in [
             ("web.listen_address", config.listen_address != old.listen_address),
             ("log.format", config.log_format != old.log_format),
@@ -238,14 +284,14 @@ impl Daemon {
             let old_sampler = std::mem::replace(&mut self.running.sampler, sampler);
             changes.push(format!("collectors={}", names(&enabled)));
             self.own.loaded(true);
-            self.state.replace_site(site(&config, snapshots.clone(), enabled, web.clone()));
+            self.state.replace_site(site(&config, snapshots.clone(), enabled, web.clone(), &self.own));
             self.running.snapshots = snapshots;
             stop_sampler(old_sampler).await;
         } else {
             let current = self.state.site();
             self.own.loaded(true);
             let snapshots = self.running.snapshots.clone();
-            self.state.replace_site(site(&config, snapshots, current.collectors.clone(), web.clone()));
+            self.state.replace_site(site(&config, snapshots, current.collectors.clone(), web.clone(), &self.own));
         }
         if resample || config.alerting != old.alerting {
             if let Some(task) = self.running.alert_task.take() {

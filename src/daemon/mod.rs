@@ -53,6 +53,9 @@ pub enum ServeError {
     Io { context: &'static str, source: std::io::Error },
     #[error("metrics registry: {0}")]
     Registry(#[from] prometheus::Error),
+    /// The configuration files changed between two reads: nothing was loaded.
+    #[error("the configuration files changed while they were read")]
+    Unsettled,
 }
 
 impl ServeError {
@@ -123,7 +126,7 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
     let alert_task = lifecycle::start_alerting(&config, &snapshots, &own);
     own.loaded(true);
     let state =
-        Arc::new(AppState::new(lifecycle::site(&config, snapshots.clone(), enabled, web), own.registry.clone()));
+        Arc::new(AppState::new(lifecycle::site(&config, snapshots.clone(), enabled, web, &own), own.registry.clone()));
 
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let server_task = tokio::spawn(server::serve(
@@ -166,9 +169,9 @@ async fn serve(config: Config, sources: Sources) -> Result<(), ServeError> {
                 changed
             }
         };
-        // A stop signal is handled while a reload runs (issue 15 item 7: SIGTERM waited for an
-        // 80 s parse). The files are parsed off this loop (off_the_event_loop); a stop abandons
-        // the reload, whose outcome the stopping daemon would not use.
+        // A stop signal is handled while a reload runs: a hostile file can take long to parse, and
+        // a stop must not wait for it. The files are parsed off this loop (off_the_event_loop); a
+        // stop abandons the reload, whose outcome the stopping daemon would not use.
         if reload {
             tokio::select! {
                 () = daemon.reload(notifier.as_deref()) => {}
@@ -206,10 +209,10 @@ fn stop_signal_set() -> libc::sigset_t {
 }
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread, so that one arriving before the
-/// daemon's handlers exist stays pending instead of ending the process (issue 15: 33 of 300
-/// starts signalled within their first ~3 ms died). The binary calls it from `.init_array`,
-/// before Rust's runtime and `main`; threads started meanwhile inherit the mask, and a pending
-/// signal goes to a thread that does not block it (signal(7)), here the main thread once
+/// daemon's handlers exist stays pending instead of ending the process: a service manager may
+/// signal a daemon within its first milliseconds. The binary calls it from `.init_array`, before
+/// Rust's runtime and `main`; threads started meanwhile inherit the mask, and a pending signal goes
+/// to a thread that does not block it (signal(7)), here the main thread once
 /// [`release_stop_signals`] ran. Only the libc calls: no allocation, no Rust runtime needed.
 pub extern "C" fn hold_stop_signals() {
     let set = stop_signal_set();

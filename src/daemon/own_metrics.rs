@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use prometheus::{Gauge, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{Gauge, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use memlock_core::alerting::AlertMetrics;
 
@@ -44,6 +44,7 @@ impl SelfMetrics {
         if let Some(heap) = crate::heap::HeapCollector::new() {
             registry.register(Box::new(heap))?;
         }
+        registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
         let alerts = AlertMetrics {
             sent: IntCounterVec::new(
                 Opts::new(
@@ -63,23 +64,29 @@ impl SelfMetrics {
             resolutions_dropped: IntCounterVec::new(
                 Opts::new(
                     "memlock_exporter_alert_resolutions_dropped_total",
-                    "Resolved alerts dropped undelivered from the fast path's full queue (1000, while Alertmanager \
-                        is unreachable), by severity: warnings go first.",
+                    "Resolved alerts dropped from the fast path's full queue, by severity.",
                 ),
                 &["severity"],
+            )?,
+            last_success: GaugeVec::new(
+                Opts::new(
+                    "memlock_exporter_alertmanager_last_success_timestamp_seconds",
+                    "Unix time of the latest successful delivery to this Alertmanager, 0 before the first.",
+                ),
+                &["alertmanager"],
             )?,
         };
         registry.register(Box::new(alerts.sent.clone()))?;
         registry.register(Box::new(alerts.failures.clone()))?;
         registry.register(Box::new(alerts.active.clone()))?;
         registry.register(Box::new(alerts.resolutions_dropped.clone()))?;
+        registry.register(Box::new(alerts.last_success.clone()))?;
         for severity in ["warning", "critical"] {
             alerts.resolutions_dropped.with_label_values(&[severity]);
         }
         let reload_successful = IntGauge::new(
             "memlock_exporter_config_last_reload_successful",
-            "1 if the latest configuration load (start or reload) succeeded, 0 if it failed and the previous \
-                configuration is still in use.",
+            "1 if the last configuration reload succeeded, else 0.",
         )?;
         let reload_success_timestamp = Gauge::new(
             "memlock_exporter_config_last_reload_success_timestamp_seconds",

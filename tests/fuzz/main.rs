@@ -392,7 +392,8 @@ targets! {
     memcg_v1_limit memcg_v2_limit memcg_v1_stat memcg_v2_stat memcg_oom_control memcg_events
     rdma_sysfs_numbered rdma_sysfs_rate rdma_sysfs_counter rdma_sysfs_label thp_choice
     hugepage_dir_name cgroup_path nldev config_file web_config_file duration listen_address
-    alertmanager_url basic_authorization exposition_labels nccl_environment nvidia_version maps_nccl trace_pipe
+    alertmanager_url basic_authorization exposition_labels nccl_environment nvidia_version maps_nccl
+    maps_registrants nccl_library trace_pipe nccl_log
 }
 
 #[test]

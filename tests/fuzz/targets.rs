@@ -261,6 +261,34 @@ pub const TARGETS: &[Target] = &[
         },
         check: check_maps_nccl,
     },
+    // /proc/PID/maps, line by line, for the RDMA registrant libraries a process maps.
+    Target {
+        name: "maps_registrants",
+        expect: Expect::BothPaths,
+        seeds: || {
+            strings(&[
+                "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 4721980 \
+                 /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0\n",
+                "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/hpcx/ucx/lib/libucp.so.0.0.0 (deleted)\n",
+                "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/mvapich2/lib64/libmpi.so.12.1.1\n",
+            ])
+        },
+        check: check_maps_registrants,
+    },
+    // A libnccl.so whose name has no version: its ELF section headers and `.rodata` string.
+    Target {
+        name: "nccl_library",
+        expect: Expect::BothPaths,
+        seeds: || {
+            use memlock_kernel::nccl_library::elf;
+            vec![
+                elf(&[(".text", b"\x90\xc3"), (".rodata", b"\0NCCL version %s\0NCCL version 2.23.4+cuda12.6\0")]),
+                elf(&[(".rodata", b"NCCL version 2.32.3+cuda12.9\0NCCL version 2.32.3 compiled with CUDA 12.9\0")]),
+                elf(&[(".nv_fatbin", b"\0\0"), (".rodata", b"xNCCL version 2.19.0a0+cuda12.2\0")]),
+            ]
+        },
+        check: check_nccl_library,
+    },
     // A tracefs trace_pipe line of the failures collector's kprobe and synthetic events (hostile
     // comms).
     Target {
@@ -281,6 +309,27 @@ pub const TARGETS: &[Target] = &[
             ])
         },
         check: check_trace_pipe,
+    },
+    // A job's NCCL_DEBUG=INFO log as `estimate --nccl-log` and `check --nccl-log` read it: the
+    // written and public logs of tests/fixtures/nccl-logs, and hostile prefixes, cut lines and
+    // interleaved writers.
+    Target {
+        name: "nccl_log",
+        expect: Expect::BothPaths,
+        seeds: || {
+            let mut seeds = corpus(|n| n.ends_with(".log"));
+            seeds.extend(strings(&[
+                "[1,3]<stdout>:h:1:2 [3] NCCL INFO Channel 03/1 : 11[3] -> 2[3] [send] via \
+                 NET/IB/3(1)/GDRDMA(PCI)/Shared\n",
+                "3: h:1:2 [0] NCCL INFO Channel 00 : 0[1000] -> 1[2000] [receive] via NET/AWS Libfabric/0\r\n",
+                "[rank3]:h:1:2 [0] x.cc:1 (f) NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot \
+                 allocate memory\n",
+                "h: h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [seh:3:4 [1] NCCL INFO NCCL version \
+                 2.30.7+cuda12.9",
+            ]));
+            seeds
+        },
+        check: check_nccl_log,
     },
 ];
 

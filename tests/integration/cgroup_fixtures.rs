@@ -283,11 +283,11 @@ fn max_depth_bounds_the_walk_and_counts_what_it_left_out() {
 
 #[test]
 fn a_missing_cgroup_filesystem_is_an_empty_layout_not_an_error() {
-    let empty = std::env::temp_dir().join(format!("memlock-cgroup-none-{}", std::process::id()));
+    let tmp = tempfile::Builder::new().prefix("memlock-cgroup-none-").tempdir().unwrap();
+    let empty = tmp.path().to_path_buf();
     std::fs::create_dir_all(empty.join("sys")).unwrap();
     let (stats, errors) = collect(&empty, config());
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(stats.layout, Layout::None);
     assert!(render(&stats).contains("memlock_cgroup_hierarchy_info{layout=\"none\",memory=\"none\",rdma=\"none\"} 1"));
-    std::fs::remove_dir_all(&empty).unwrap();
 }

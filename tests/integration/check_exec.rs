@@ -113,7 +113,8 @@ fn a_failing_check_prints_the_reasons_and_does_not_run_the_command() {
         assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
         assert!(out.stdout.is_empty(), "the command's stdout is left alone: {:?}", out.stdout);
         assert!(stderr.contains("memlock-exporter check: FAIL  memlock.soft  8.0 MiB"), "{stderr}");
-        assert!(stderr.contains("    fix: raise it"), "{stderr}");
+        // The launcher's own fix, with how to verify it in that path.
+        assert!(stderr.contains("    fix: ") && stderr.contains(" (verify: "), "{stderr}");
         assert!(stderr.lines().last().is_some_and(|l| l.ends_with("; not running sh")), "{stderr}");
         assert!(!marker.exists(), "{extra:?}: the command ran");
     }

@@ -1,6 +1,6 @@
-//! Hostile input (issue 15): what a local user, or whoever writes a root the exporter is pointed
-//! at, can put in front of it. Each test reproduces the attack on loopback, bounded in time, and
-//! checks that it is defused: label values bounded and marked, control characters escaped.
+//! Hostile input: what a local user, or whoever writes a root the exporter is pointed at, can put
+//! in front of it. Each test reproduces the attack on loopback, bounded in time, and checks that it
+//! is defused: label values bounded and marked, control characters escaped.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::synthetic;
 use crate::util::{fixtures, Exporter, Metrics};
 
-/// The exported bound of a label value (src/exposition.rs, `MAX_LABEL_VALUE_BYTES`).
+/// The exported bound of a label value (crates/core/src/exposition.rs, `MAX_LABEL_VALUE_BYTES`).
 const MAX_LABEL_VALUE_BYTES: usize = 512;
 
 /// A copy of the fixture roots, removed on drop.
@@ -83,13 +83,12 @@ fn attack_processes(procfs: &Path, path_of: impl Fn(u32) -> String) {
     }
 }
 
-/// Issue 15 item 6: 50 processes with 1 MB cgroup paths made a 600 MB scrape, every series of a
+/// 50 processes with 1 MB cgroup paths must not make a scrape of hundreds of MB, every series of a
 /// process and of its cgroup repeating the path. A kernel prints at most 4095 bytes of path
 /// (PATH_MAX); longer ones, from a procfs root someone else writes, are refused as not from a
-/// kernel (they also took the daemon to 264 MB of memory). 4095-byte paths, which any user
-/// allowed to create cgroups can make, are cut and marked. The same 50 processes with short
-/// paths, measured in the same run, are the baseline: each rewritten value adds at most the
-/// bound to it.
+/// kernel. 4095-byte paths, which any user allowed to create cgroups can make, are cut and marked.
+/// The same 50 processes with short paths, measured in the same run, are the baseline: each
+/// rewritten value adds at most the bound to it.
 #[test]
 fn long_cgroup_paths_make_a_bounded_scrape() {
     let baseline_tree = Tree::new("label-baseline");
@@ -236,14 +235,13 @@ impl Drop for TextExporter {
     }
 }
 
-/// Issue 15 items 8 and 10 on real cgroups. The kernel refuses a newline in a cgroup name
+/// Control characters in the names of real cgroups. The kernel refuses a newline in a cgroup name
 /// (EINVAL here; `cgroup_mkdir` and `cgroup1_rename` in kernel/cgroup/ reject '\n' to keep
-/// /proc/<pid>/cgroup parsable), so the newline case runs in logging.rs's tests through the
-/// real formatter; every other control character is accepted. A name with a carriage return
-/// (a terminal shows what follows as a line of its own), vertical tab, form feed, NEL and a
-/// terminal escape: the exporter (as nobody, so that the cgroup's memory.stat, mode 0600, is
-/// refused and its path logged) logs the path with each as `\xNN`, and exports it as a label
-/// value escaped and marked.
+/// /proc/<pid>/cgroup parsable), so the newline case runs in logging.rs's tests through the real
+/// formatter; every other control character is accepted. A name with a carriage return (a terminal
+/// shows what follows as a line of its own), vertical tab, form feed, NEL and a terminal escape:
+/// the exporter (as nobody, so that the cgroup's memory.stat, mode 0600, is refused and its path
+/// logged) logs the path with each as `\xNN`, and exports it as a label value escaped and marked.
 #[test]
 fn a_cgroup_named_with_control_characters_forges_no_log_line_and_no_raw_label() {
     crate::require!(crate::util::is_root(), "this test creates real cgroups: run as root");
@@ -319,7 +317,7 @@ fn a_cgroup_named_with_control_characters_forges_no_log_line_and_no_raw_label() 
     drop(exporter);
 }
 
-/// The worst web configuration the checks let parse (src/web/mod.rs): 256 KiB of tokens inside the
+/// The worst web configuration the checks let parse (crates/http/src/webconfig/mod.rs): 256 KiB of tokens inside the
 /// 32 flow collections allowed.
 fn slowest_accepted_web_config() -> String {
     let mut text = format!("basic_auth_users: {}", "[".repeat(32));
@@ -332,9 +330,9 @@ fn slowest_accepted_web_config() -> String {
     text
 }
 
-/// Issue 15 item 7 through the binary: a hostile web configuration on reload is refused
-/// unparsed, the old one keeps serving, and SIGTERM sent while a reload parses the slowest
-/// file allowed stops the daemon cleanly without waiting for the parse. Prints both times.
+/// Through the binary: a hostile web configuration on reload is refused unparsed, the old one keeps
+/// serving, and SIGTERM sent while a reload parses the slowest file allowed stops the daemon
+/// cleanly without waiting for the parse. Prints both times.
 #[test]
 fn a_hostile_web_config_on_reload_is_refused_and_sigterm_does_not_wait_for_a_parse() {
     let dir = std::env::temp_dir().join(format!("memlock-hostile-web-{}", std::process::id()));
@@ -343,7 +341,7 @@ fn a_hostile_web_config_on_reload_is_refused_and_sigterm_does_not_wait_for_a_par
     let web = dir.join("web.yml");
     let exporter = HostileWebExporter::start(&web);
 
-    // 500 KB of nesting, which took about 80 s to parse: refused at once (the file watch
+    // 500 KB of nesting, quadratic to parse: refused at once (the file watch
     // reloads), the old configuration kept.
     std::fs::write(&web, format!("basic_auth_users: {}{}\n", "[".repeat(250_000), "]".repeat(250_000))).unwrap();
     exporter.wait_count("configuration reload failed", 1);
@@ -478,9 +476,9 @@ impl Drop for Delegated {
     }
 }
 
-/// Issue 24, finding 7: a user given a cgroup subtree names directories in it like the
-/// kubelet's and Slurm's, and a process of theirs in it was exported as another user's pod
-/// (`pod_uid`, `container_id`) and Slurm job (`slurm_job`). Real cgroups on this machine's v1
+/// A user given a cgroup subtree may name directories in it like the kubelet's and Slurm's; a
+/// process of theirs in it must not be exported as another user's pod (`pod_uid`,
+/// `container_id`) or Slurm job (`slurm_job`). Real cgroups on this machine's v1
 /// memory hierarchy, made by uid 65534 through setpriv, with real processes of that user.
 #[test]
 fn cgroup_names_made_in_a_delegated_subtree_forge_no_pod_or_job() {
@@ -576,9 +574,9 @@ fn cgroup_names_made_in_a_delegated_subtree_forge_no_pod_or_job() {
     assert_eq!(seen.len(), expected.len() + pids.len(), "one series per cgroup and per process: {seen:?}");
 }
 
-/// Issue 24: a value of 900 KB in the configuration came back whole in the error, 0.9 MB per
-/// line (1.8 MB for a regex, whose message quotes the pattern again); a 200 KB header value
-/// of the web configuration, 0.4 MB. Now each error names the key and quotes 64 characters.
+/// A huge value in the configuration must not come back whole in the error (a regex's message
+/// quotes the pattern again), nor a huge header value of the web configuration: each error
+/// names the key and quotes 64 characters.
 #[test]
 fn huge_values_are_not_echoed_whole_in_errors() {
     let dir = std::env::temp_dir().join(format!("memlock-hostile-{}-huge", std::process::id()));

@@ -373,9 +373,9 @@ fn a_target_above_half_of_mem_available_is_refused_before_anything_is_taken() {
     }
 }
 
-/// Issue 15 item 10: the bound came from `--path.procfs`, and a fake meminfo there let the drill
-/// lock 20 GB. It comes from the kernel's /proc now. Should it not, the drill below would start
-/// and be refused by the kernel at its 1 MiB limit (unprivileged, pin mode): nothing at risk.
+/// The drill's bound comes from the kernel's /proc, not from `--path.procfs`, where a fake meminfo
+/// could raise it. Should it not, the drill below would start and be refused by the kernel at its
+/// 1 MiB limit (unprivileged, pin mode): nothing at risk.
 #[test]
 fn the_safety_bound_ignores_a_fake_meminfo_under_path_procfs() {
     if !require_root() {

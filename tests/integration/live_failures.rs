@@ -1,7 +1,8 @@
 //! The failures collector on this machine: enabled where it cannot run, it says why in
-//! `memlock_failures_supported{reason}` and the scrape stays healthy. (Where it runs, in the
-//! soft-RoCE VM, scripts/e2e/vm_failures.sh with scripts/e2e/vm/scenarios/failures.sh checks the
-//! refusals themselves.)
+//! `memlock_failures_supported{reason}` and fails its own run (`memlock_scrape_collector_success` 0,
+//! an error naming tracefs and the reason), while the other collectors and the scrape stay
+//! healthy. (Where it runs, in the soft-RoCE VM, scripts/e2e/vm_failures.sh with
+//! scripts/e2e/vm/scenarios/failures.sh checks the refusals themselves.)
 
 use std::process::Command;
 
@@ -10,7 +11,10 @@ use crate::util::{binary, command, is_root, Exporter, Metrics};
 fn assert_reports(m: &Metrics, reason: &str) {
     assert_eq!(m.value(&format!("memlock_failures_supported{{reason=\"{reason}\"}}")), 0.0, "{}", m.text);
     assert_eq!(m.family("memlock_failures_supported").len(), 1, "{}", m.text);
-    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"failures\"}"), 1.0, "{}", m.text);
+    // It cannot trace: reporting success would read as "no refusals" on a node where none is seen.
+    assert_eq!(m.value("memlock_scrape_collector_success{collector=\"failures\"}"), 0.0, "{}", m.text);
+    let errors = "memlock_exporter_collector_errors_total{collector=\"failures\",kind=\"io\"}";
+    assert!(m.value(errors) >= 1.0, "{}", m.text);
     for call in ["ib_umem_get", "do_mlock", "__io_account_mem", "user_shm_lock"] {
         assert_eq!(m.value(&format!("memlock_failures_probed{{call=\"{call}\"}}")), 0.0, "{call}");
     }
@@ -52,6 +56,7 @@ fn failures_collector_off_by_default_and_unsupported_here_says_why() {
     assert_reports(&m, reason);
     let log = exporter.log_text();
     assert!(log.contains("failures collector cannot run"), "{log}");
+    assert!(log.contains(&format!("cannot run ({reason})")), "the reason, with tracefs named: {log}");
     assert_eq!(exporter.terminate().code(), Some(0));
 }
 

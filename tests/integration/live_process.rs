@@ -26,13 +26,13 @@ const PIN_HARD_LIMIT: u64 = 8 << 20;
 const PINNER_UID: &str = "64434";
 
 /// Scans fast so the test does not wait on the 5 s default, and catches the children by comm.
-const FAST_SCANS: &[(&str, &str)] = &[
+pub(crate) const FAST_SCANS: &[(&str, &str)] = &[
     ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__INTERVAL", "200ms"),
     ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL", "500ms"),
     ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__COMM_PATTERN", "^memlock-"),
 ];
 
-fn start_exporter(env: &[(&str, &str)]) -> Exporter {
+pub(crate) fn start_exporter(env: &[(&str, &str)]) -> Exporter {
     Exporter::start_with_env(
         &["--no-collector.numa", "--no-collector.cgroup", "--no-collector.rdma_sysfs", "--no-collector.rdma_netlink"],
         env,
@@ -40,7 +40,7 @@ fn start_exporter(env: &[(&str, &str)]) -> Exporter {
 }
 
 /// A python3 an unprivileged user may run: a pyenv shim under /root is out of its reach.
-fn unprivileged_python() -> &'static str {
+pub(crate) fn unprivileged_python() -> &'static str {
     ["/usr/bin/python3", "/usr/local/bin/python3"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
@@ -207,8 +207,8 @@ threading.Thread(target=hold).start()
 libc.syscall({"x86_64": 60, "aarch64": 93}[os.uname().machine], 0)  # SYS_exit: this thread only
 "#;
 
-/// Issue 23: a process whose main thread exited while another thread runs on, holding 4 MiB
-/// locked, was taken for a kernel thread (no Vm lines in the leader's status) and not exported.
+/// A process whose main thread exited while another thread runs on, holding 4 MiB locked, has
+/// no Vm lines in the leader's status: it is exported, not taken for a kernel thread.
 #[test]
 fn a_process_whose_main_thread_exited_is_exported_with_its_memory() {
     crate::require!(is_root(), "live tests run as root (the exporter must read every process)");
@@ -247,9 +247,9 @@ fn a_process_whose_main_thread_exited_is_exported_with_its_memory() {
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
 }
 
-/// Issue 23: `prlimit` on a running job (a fix operators apply) showed in the exported limit
-/// only at the next full scan, up to 60 s later. The limits of a process holding memory are
-/// re-read every 2 s: at the default full scan interval the change shows within a few seconds.
+/// `prlimit` on a running job (a fix operators apply) must show in the exported limit before
+/// the next full scan. The limits of a process holding memory are re-read every 2 s: at the
+/// default full scan interval the change shows within a few seconds.
 #[test]
 fn prlimit_on_a_running_holder_shows_within_seconds() {
     crate::require!(is_root(), "live tests run as root (the exporter must read every process)");
@@ -354,12 +354,15 @@ fn the_nccl_library_a_pinning_process_maps_is_exported() {
     std::fs::create_dir_all(&dir).unwrap();
     let library = dir.join("libnccl.so.2.21.5");
     std::fs::copy("/bin/true", &library).unwrap();
+    // And a verbs library, found by the same read (this machine has no rdma-core either).
+    let verbs = dir.join("libibverbs.so.1.14.50.0");
+    std::fs::copy("/bin/true", &verbs).unwrap();
     let exporter = start_exporter(FAST_SCANS);
-    let mapper = "import mmap as _m, sys as _s\n_f = open(_s.argv[2], 'rb')\n\
-        _keep = _m.mmap(_f.fileno(), 0, prot=_m.PROT_READ)\n";
+    let mapper = "import mmap as _m, sys as _s\n_fs = [open(_p, 'rb') for _p in _s.argv[2:]]\n\
+        _keep = [_m.mmap(_f.fileno(), 0, prot=_m.PROT_READ) for _f in _fs]\n";
     let script = format!("{mapper}{PINNER}");
     let mut command = Command::new(unprivileged_python());
-    command.args(["-I", "-c", &script, &PIN_STEP.to_string(), library.to_str().unwrap()]);
+    command.args(["-I", "-c", &script, &PIN_STEP.to_string(), library.to_str().unwrap(), verbs.to_str().unwrap()]);
     let mut pinner = Held::spawn(command);
     assert_eq!(pinner.line(), "ready");
     let pid = pinner.child.id();
@@ -383,6 +386,11 @@ fn the_nccl_library_a_pinning_process_maps_is_exported() {
     let series = series.unwrap_or_else(|| panic!("no memlock_process_nccl_info for {pid}:\n{}", m.text));
     assert!(series.contains("comm=\"memlock-uring\""), "{series}");
     assert!(series.ends_with(",version=\"2.21.5\",library=\"libnccl.so.2.21.5\"}"), "{series}");
+    let libraries = m.family("memlock_process_rdma_library_info");
+    let mine: Vec<&str> =
+        libraries.iter().filter(|(k, _)| k.contains(&format!("pid=\"{pid}\""))).map(|(k, _)| *k).collect();
+    assert_eq!(mine.len(), 1, "{}", m.text);
+    assert!(mine[0].ends_with(",library=\"libibverbs\",file=\"libibverbs.so.1.14.50.0\"}"), "{mine:?}");
     assert_eq!(m.value("memlock_scrape_collector_success{collector=\"process\"}"), 1.0);
     drop(pinner);
     let _ = std::fs::remove_dir_all(&dir);
@@ -419,10 +427,10 @@ fn cap_ipc_lock_inside_a_user_namespace_is_not_an_exemption() {
     assert_eq!(of(&m, "memlock_process_limit_usage_ratio", pid, LOCKED), Some(LOCK as f64 / soft as f64));
 }
 
-/// Issue 23: the exporter itself inside the user namespace (a container without the host's):
-/// it took every process's capability at its word there, so the namespaced root read
-/// `ipc_lock 1` although the kernel refuses it past the limit. `check`, run from the same
-/// namespace, makes the same decision.
+/// The exporter itself inside the user namespace (a container without the host's) must not
+/// take every process's capability at its word: the namespaced root would read `ipc_lock 1`
+/// although the kernel refuses it past the limit. `check`, run from the same namespace, makes
+/// the same decision.
 #[test]
 fn an_exporter_inside_a_user_namespace_does_not_exempt_its_namespaced_root() {
     crate::require!(is_root(), "live tests need root (to drop to an unprivileged uid)");
@@ -479,7 +487,7 @@ fn an_exporter_inside_a_user_namespace_does_not_exempt_its_namespaced_root() {
     assert!(cap["measured"].as_str().unwrap().contains("only inside a user namespace"), "{cap}");
 }
 
-/// Issue 23, the docs against this kernel (docs/metrics.md, "How the kernel checks the limit"):
+/// The docs against this kernel (docs/metrics.md, "How the kernel checks the limit"):
 /// under an 8 MiB soft limit, with nothing locked, `mlockall(MCL_CURRENT)` fails with ENOMEM
 /// because VmSize is over the limit (the mlockall system call, mm/mlock.c, checks
 /// `mm->total_vm`) while a 1 MiB `mlock` passes (VmLck); a perf ring past the per-user
@@ -617,7 +625,7 @@ fn a_burst_of_short_lived_processes_is_not_an_error() {
 /// On each "pin" line: a new io_uring (a ring registers buffers once) with one fresh
 /// `argv[1]`-byte buffer registered (IORING_REGISTER_BUFFERS), which pins it and charges
 /// mm->pinned_vm (VmPin). Rings and buffers are held until stdin closes.
-const PINNER: &str = r#"
+pub(crate) const PINNER: &str = r#"
 import ctypes, mmap, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long

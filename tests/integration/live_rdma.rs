@@ -137,8 +137,8 @@ fn fixture_sysfs_values_match_the_files() {
 #[test]
 fn device_patterns_from_the_config_file_select_devices() {
     let sysfs = fixtures().join("sys");
-    let dir = std::env::temp_dir().join(format!("memlock-rdma-config-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("memlock-rdma-config-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let config = dir.join("config.toml");
     std::fs::write(&config, "[collector.rdma_sysfs]\ninclude = [\"^mlx5_\", \"^efa\"]\nexclude = [\"^mlx5_1$\"]\n")
         .unwrap();
@@ -159,5 +159,4 @@ fn device_patterns_from_the_config_file_select_devices() {
     devices.sort();
     assert_eq!(devices, ["efa_0", "mlx5_0"]);
     assert!(m.family("memlock_rdma_port_state").iter().all(|(k, _)| !k.contains("mlx5_1") && !k.contains("bnxt_re0")));
-    std::fs::remove_dir_all(&dir).unwrap();
 }

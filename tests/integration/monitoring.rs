@@ -118,9 +118,9 @@ fn the_fast_paths_defaults_agree_with_thresholds_yml() {
     assert_eq!(alerting.runbook_url, thresholds["runbook_base_url"], "alerting.runbook_url");
     // Different on purpose; a change on either side fails here until this list says why.
     let differ = [
-        // One floor for every scope of the fast path (the guard of issue 23, measured with the
-        // healthy patterns in docs/benchmarks.md); the rule's 30m prediction of a cgroup's
-        // working set, which page cache makes noisier, starts higher.
+        // One floor for every scope of the fast path (its guard against one step read as a ramp,
+        // measured with the healthy patterns in docs/benchmarks.md); the rule's 30m prediction of a
+        // cgroup's working set, which page cache makes noisier, starts higher.
         (
             "MemlockCgroupMemoryExhaustionImminent: the cgroup floor",
             floor(Scope::Cgroup),

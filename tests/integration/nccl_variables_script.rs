@@ -29,9 +29,8 @@ fn the_generator_reads_each_kind_of_variable_from_the_source() {
         rustfmt.is_ok_and(|out| out.status.success()),
         "the generator formats its output with rustfmt, which is not on PATH"
     );
-    let dir = std::env::temp_dir().join(format!("memlock-nccl-script-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("memlock-nccl-script-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     git(&dir, &["init", "-q"]);
     write(&dir, "makefiles/version.mk", "NCCL_MAJOR   := 2\nNCCL_MINOR   := 1\nNCCL_PATCH   := 0\n");
     write(&dir, "src/old.cc", "NCCL_PARAM(Gone, \"GONE_VAR\", 0);\n");
@@ -117,5 +116,4 @@ INFO(NCCL_ENV, "NCCL_NOT_READ is only mentioned in a message");
     assert!(text.contains("pub const NCCL_VERSION: &str = \"2.2.3\";"));
     assert!(text.lines().all(|l| l.len() <= 120), "formatted within 120 columns");
     assert!(stderr.contains("10 variables, 2 removed"), "{stderr}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

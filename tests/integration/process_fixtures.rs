@@ -104,7 +104,8 @@ fn exported_processes_have_exact_values() {
     for hidden in [1342, 4102, 2, 4999] {
         assert_eq!(one(&m, "memlock_process_locked_bytes", &[&pid(hidden)]), None, "pid {hidden}");
     }
-    assert_eq!(m.value("memlock_process_scanned_processes"), 6.0, "kernel thread and vanished pid excluded");
+    // The fixture launchers (slurmd 812, containerd 905, a user's "slurmd" 4300) are scanned too.
+    assert_eq!(m.value("memlock_process_scanned_processes"), 9.0, "kernel thread and vanished pid excluded");
     assert_eq!(m.value("memlock_process_exported_processes"), 4.0);
     assert_eq!(m.value("memlock_process_tracked_processes"), 5.0, "all but rsyslogd hold memory or match comm");
     assert_eq!(m.value("memlock_process_dropped_processes"), 0.0);

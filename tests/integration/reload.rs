@@ -4,7 +4,7 @@
 //! watch and through SIGHUP. A collector's own setting restarts the collectors; a web setting
 //! does not.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::util::{fixtures, Exporter, Metrics};
@@ -13,11 +13,8 @@ const NUMA_SERIES: &str = "memlock_scrape_collector_success{collector=\"numa\"}"
 const RELOAD_OK: &str = "memlock_exporter_config_last_reload_successful";
 const RELOAD_TIME: &str = "memlock_exporter_config_last_reload_success_timestamp_seconds";
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memlock-reload-it-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("memlock-reload-it-{name}-")).tempdir().unwrap()
 }
 
 fn start(config: &Path) -> Exporter {
@@ -82,7 +79,8 @@ fn valid_then_invalid_then_fixed(exporter: &Exporter, write: &dyn Fn(&str)) {
 
 #[test]
 fn file_changes_reload_the_configuration() {
-    let dir = temp_dir("watch");
+    let tmp = temp_dir("watch");
+    let dir = tmp.path();
     let config = dir.join("config.toml");
     std::fs::write(&config, "[collector.numa]\nenabled = true\n").unwrap();
     let exporter = start(&config);
@@ -102,7 +100,8 @@ fn file_changes_reload_the_configuration() {
 fn sighup_reloads_the_configuration() {
     // The configuration is a symlink into a directory the exporter does not watch, so only the
     // signal can make it notice the edits.
-    let dir = temp_dir("sighup");
+    let tmp = temp_dir("sighup");
+    let dir = tmp.path();
     let real_dir = dir.join("real");
     std::fs::create_dir_all(&real_dir).unwrap();
     let target = real_dir.join("config.toml");
@@ -134,7 +133,8 @@ fn sighup_reloads_the_configuration() {
 
 #[test]
 fn a_bad_web_config_on_reload_keeps_serving_with_the_old_one() {
-    let dir = temp_dir("web");
+    let tmp = temp_dir("web");
+    let dir = tmp.path();
     let web = dir.join("web.yml");
     std::fs::write(&web, "http_server_config:\n  headers:\n    X-Frame-Options: deny\n").unwrap();
     let config = dir.join("config.toml");
@@ -155,7 +155,8 @@ fn a_bad_web_config_on_reload_keeps_serving_with_the_old_one() {
 fn the_log_level_follows_the_file() {
     use std::process::Command;
 
-    let dir = temp_dir("log-level");
+    let tmp = temp_dir("log-level");
+    let dir = tmp.path();
     let config = dir.join("config.toml");
     std::fs::write(&config, "[log]\nlevel = \"info\"\nformat = \"json\"\n").unwrap();
     let root = fixtures();
@@ -194,14 +195,15 @@ fn the_log_level_follows_the_file() {
     assert_eq!(text.matches("\"level\":\"INFO\"").count(), info_lines, "no info lines at level warn: {text}");
 }
 
-/// Issue 24, finding 5: an emptied or truncated configuration file reloaded as "all defaults":
-/// the fast path's Alertmanager was gone, the reload gauge said 1, and nothing paged. Now both
-/// are refused (gauge 0, the fast path keeps delivering) and switching the fast path off takes
-/// `alertmanager_urls = []` written in the file.
+/// An emptied or truncated configuration file must not reload as "all defaults": the fast
+/// path's Alertmanager would be gone, the reload gauge would say 1, and nothing would page.
+/// Both are refused (gauge 0, the fast path keeps delivering) and switching the fast path off
+/// takes `alertmanager_urls = []` written in the file.
 #[test]
 fn a_reload_that_would_switch_paging_off_is_refused_unless_the_file_says_so() {
     let receiver = crate::util::AlertReceiver::start();
-    let dir = temp_dir("fail-open");
+    let tmp = temp_dir("fail-open");
+    let dir = tmp.path();
     let config = dir.join("config.toml");
     // The fixtures hold one process near its limit: one alert firing, resent every second.
     let alerting = format!("[alerting]\nalertmanager_urls = [\"{}\"]\nresend_interval = \"1s\"\n", receiver.url);
@@ -238,13 +240,14 @@ fn a_reload_that_would_switch_paging_off_is_refused_unless_the_file_says_so() {
     assert!(status.success(), "{status:?}");
 }
 
-/// Issue 25: the collectors' own settings are compared by value on reload. A change to one of
-/// them (`collector.process.top_n`) restarts the collectors and takes effect; a reload that
-/// changes only a web setting keeps the running sampler.
+/// The collectors' own settings are compared by value on reload. A change to one of them
+/// (`collector.process.top_n`) restarts the collectors and takes effect; a reload that changes only
+/// a web setting keeps the running sampler.
 #[test]
 fn a_collector_setting_restarts_the_collectors_and_a_web_setting_does_not() {
     const PROCESSES: &str = "memlock_process_ipc_lock";
-    let dir = temp_dir("collector-setting");
+    let tmp = temp_dir("collector-setting");
+    let dir = tmp.path();
     let config = dir.join("config.toml");
     std::fs::write(&config, "[collector.process]\ntop_n = 200\n").unwrap();
     let exporter = start(&config);
@@ -276,6 +279,66 @@ fn a_collector_setting_restarts_the_collectors_and_a_web_setting_does_not() {
     let log = exporter.log_text();
     assert_eq!(log.matches("collectors=").count(), restarts, "a web setting kept the sampler:\n{log}");
     assert_eq!(exporter.metrics().family(PROCESSES).len(), 1, "top_n still applies");
+    let status = exporter.terminate();
+    assert!(status.success(), "{status:?}");
+}
+
+/// A file written in place by a writer that pauses midway: the half written between its two
+/// writes, `exhaustion_critical_seconds = 1` for `= 130`, parses, and loaded it would bring
+/// the critical page to a second before ENOMEM. The reload waits until two reads a second
+/// apart agree: the whole file is loaded, once, and the torn one never (no warning of a
+/// tenfold change for it either).
+#[test]
+fn a_torn_write_is_not_loaded() {
+    use std::io::Write;
+    let tmp = temp_dir("torn");
+    let dir = tmp.path();
+    let config = dir.join("config.toml");
+    std::fs::write(&config, "[alerting]\nexhaustion_critical_seconds = 120\n").unwrap();
+    let exporter = start(&config);
+    std::thread::sleep(Duration::from_millis(1100));
+    let before = exporter.metrics().value(RELOAD_TIME);
+    let mut file = std::fs::OpenOptions::new().write(true).truncate(true).open(&config).unwrap();
+    file.write_all(b"[alerting]\nexhaustion_critical_seconds = 1").unwrap();
+    file.sync_all().unwrap();
+    // Longer than the watch's settling time (300 ms), shorter than the two reads apart (1 s).
+    std::thread::sleep(Duration::from_millis(600));
+    file.write_all(b"30\n").unwrap();
+    drop(file);
+    wait_until(&exporter, "the completed file reloaded", |m| m.get(RELOAD_TIME).is_some_and(|t| t > before));
+    // Time for a second reload, had the first loaded the torn file.
+    std::thread::sleep(Duration::from_secs(3));
+    let log = exporter.log_text();
+    assert_eq!(log.matches("configuration reloaded").count(), 1, "one reload, of the whole file:\n{log}");
+    assert!(!log.contains("paging threshold"), "the torn value was never loaded:\n{log}");
+    assert_eq!(exporter.metrics().value(RELOAD_OK), 1.0);
+    let status = exporter.terminate();
+    assert!(status.success(), "{status:?}");
+}
+
+/// A whole file (renamed into place) that changes a paging threshold tenfold is loaded, with a
+/// warning that names the key and both values.
+#[test]
+fn a_tenfold_threshold_change_is_loaded_with_a_warning_naming_the_key() {
+    let tmp = temp_dir("tenfold");
+    let dir = tmp.path();
+    let config = dir.join("config.toml");
+    std::fs::write(&config, "[alerting]\nexhaustion_critical_seconds = 120\n").unwrap();
+    let exporter = start(&config);
+    std::thread::sleep(Duration::from_millis(1100));
+    let before = exporter.metrics().value(RELOAD_TIME);
+    let tmp = dir.join(".config.toml.tmp");
+    std::fs::write(&tmp, "[alerting]\nexhaustion_critical_seconds = 12\n").unwrap();
+    std::fs::rename(&tmp, &config).unwrap();
+    wait_until(&exporter, "the reload", |m| m.get(RELOAD_TIME).is_some_and(|t| t > before));
+    wait_until(&exporter, "the warning", |_| exporter.log_text().contains("paging threshold"));
+    let log = exporter.log_text();
+    let line = log.lines().find(|l| l.contains("paging threshold")).unwrap_or_default();
+    assert!(
+        line.contains("WARN") && line.contains("alerting.exhaustion_critical_seconds") && line.contains("120"),
+        "{line}"
+    );
+    assert!(line.contains("\"before\":120.0") && line.contains("\"after\":12.0"), "{line}");
     let status = exporter.terminate();
     assert!(status.success(), "{status:?}");
 }

@@ -88,8 +88,8 @@ fn pings(messages: &[String]) -> usize {
 
 #[test]
 fn ready_after_the_first_sample_watchdog_while_sampling_silence_when_stuck() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("memlock-sdnotify-it-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::Builder::new().prefix("memlock-sdnotify-it-").tempdir().unwrap();
+    let dir: PathBuf = tmp.path().to_path_buf();
     let procfs = dir.join("proc");
     for name in ["meminfo", "vmstat"] {
         std::fs::create_dir_all(&procfs).unwrap();
@@ -140,5 +140,4 @@ fn ready_after_the_first_sample_watchdog_while_sampling_silence_when_stuck() {
     assert!(last.iter().any(|m| m.contains("STOPPING=1")), "{last:?}");
     drop(freezer.stdin.take());
     let _ = freezer.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,5 +1,5 @@
-//! Issue 24, finding 4: past 20,000 trend scopes a new scope got no trend, so a job starting on
-//! a node whose tracker was full got only the 1.5 s warning, not its critical page. Here a
+//! Past the cap of 20,000 trend scopes a new scope still gets its trend, so a job starting on
+//! a node whose tracker is full gets its critical page, not only the warning. Here a
 //! generated host (8,300 processes holding both counters, 4,504 limited cgroups: about 21,000
 //! scopes) fills the tracker, then a job's VmPin ramps towards its 8 MiB limit. The job must get
 //! its trend (its exhaustion series, what the critical page is made of) while the tracker stays
@@ -30,8 +30,8 @@ fn write_job(procfs: &Path, stage: &Path, pinned_kib: u64) {
 
 #[test]
 fn a_job_starting_on_a_node_with_a_full_trend_tracker_gets_its_trend() {
-    let root = std::env::temp_dir().join(format!("memlock-trend-cap-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let tmp = tempfile::Builder::new().prefix("memlock-trend-cap-").tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
     let (procfs, sysfs) = crate::scale::host_with_fixture_node_files(&root);
     synthetic::write_kubepods(&sysfs.join("fs/cgroup/memory"), PODS, 2).unwrap();
     // A crowd holding 64 KiB in each counter: two trend scopes a process.
@@ -87,7 +87,6 @@ fn a_job_starting_on_a_node_with_a_full_trend_tracker_gets_its_trend() {
             (time, KiB pinned); {evicted} more evicted during its ramp; scopes at most {scopes_max}",
         full.value("memlock_trend_scopes")
     );
-    let _ = std::fs::remove_dir_all(&root);
     assert!(trend_seen.is_some(), "the job never got a trend:\n{}", exporter.log_text());
     assert!(scopes_max <= MAX_SCOPES, "the tracker grew past its cap: {scopes_max}");
     assert!(evicted > 0.0, "nothing was evicted while the crowd kept its scopes");

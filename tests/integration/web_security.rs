@@ -4,17 +4,14 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::util::{basic, fixtures, http_get, Exporter};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memlock-web-it-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("memlock-web-it-{name}-")).tempdir().unwrap()
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -144,8 +141,9 @@ fn last_reload_refusal(exporter: &Exporter) -> Option<String> {
 
 #[test]
 fn tls_with_basic_auth_good_and_bad_credentials_and_plain_http_refused() {
-    let dir = temp_dir("tls-auth");
-    make_pki(&dir);
+    let tmp = temp_dir("tls-auth");
+    let dir = tmp.path();
+    make_pki(dir);
     let hash = bcrypt::hash("s3cret", 4).unwrap();
     let web = dir.join("web.yml");
     std::fs::write(
@@ -194,8 +192,9 @@ fn tls_with_basic_auth_good_and_bad_credentials_and_plain_http_refused() {
 
 #[test]
 fn client_certificates_verified_against_the_client_ca() {
-    let dir = temp_dir("mtls");
-    make_pki(&dir);
+    let tmp = temp_dir("mtls");
+    let dir = tmp.path();
+    make_pki(dir);
     let web = dir.join("web.yml");
     std::fs::write(
         &web,
@@ -296,7 +295,8 @@ fn raw_request(address: &str, path: &str, headers: &str) -> (u16, Duration) {
 
 #[test]
 fn excess_concurrent_requests_get_503_at_once() {
-    let dir = temp_dir("max-requests");
+    let tmp = temp_dir("max-requests");
+    let dir = tmp.path();
     // A deliberately expensive hash: each uncached check keeps its request busy for a while,
     // which is what the request limit bounds.
     let hash = bcrypt::hash("right", 12).unwrap();
@@ -322,7 +322,8 @@ fn excess_concurrent_requests_get_503_at_once() {
 
 #[test]
 fn oversized_headers_are_refused_and_slow_clients_do_not_block_scrapes() {
-    let dir = temp_dir("limits");
+    let tmp = temp_dir("limits");
+    let dir = tmp.path();
     let web = dir.join("web.yml");
     std::fs::write(&web, "# no TLS, no auth\n").unwrap();
     let exporter = spawn(&web, &[]);
@@ -364,14 +365,15 @@ fn oversized_headers_are_refused_and_slow_clients_do_not_block_scrapes() {
     );
 }
 
-/// Issue 15: reloading an emptied web configuration, or one whose `cert_file` and `key_file`
-/// were blanked, switched the running TLS port to plain HTTP and dropped basic auth, with the
-/// reload gauge at 1 and an INFO line. Every lowering is refused now: the port keeps TLS,
-/// client certificates and auth, the gauge drops to 0, the error names the setting.
+/// Reloading an emptied web configuration, or one whose `cert_file` and `key_file` were
+/// blanked, must not switch the running TLS port to plain HTTP or drop basic auth. Every
+/// lowering is refused: the port keeps TLS, client certificates and auth, the gauge drops to 0,
+/// the error names the setting.
 #[test]
 fn a_reload_never_lowers_security() {
-    let dir = temp_dir("no-lowering");
-    make_pki(&dir);
+    let tmp = temp_dir("no-lowering");
+    let dir = tmp.path();
+    make_pki(dir);
     let hash = bcrypt::hash("s3cret", 4).unwrap();
     let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
     let mtls = format!("{tls}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n");
@@ -433,9 +435,10 @@ fn a_reload_never_lowers_security() {
     }
 }
 
-/// Issue 15 item 10: a 405 without `Allow`; HTTP/2 with prior knowledge closed without a word
-/// (hyper's HTTP/1 server has no response for its preface); and a telemetry path that is served
-/// exactly as configured, percent sign included (ones that can never match are refused at load).
+/// A 405 names the allowed methods in `Allow`; HTTP/2 with prior knowledge is told to use HTTP/1.1,
+/// not closed without a word (hyper's HTTP/1 server has no response for its preface); and a
+/// telemetry path that is served exactly as configured, percent sign included (ones that can never
+/// match are refused at load).
 #[test]
 fn method_not_allowed_names_the_methods_and_http2_is_told_to_use_http1() {
     let mut args = fixture_roots();
@@ -477,10 +480,10 @@ fn method_not_allowed_names_the_methods_and_http2_is_told_to_use_http1() {
     assert_eq!(http_get(&address, "/-/healthy").unwrap().0, 200);
 }
 
-/// Issue 17 item 3: `/metrics` gzipped for clients that accept it, as real clients read it:
-/// curl decompresses it, and Python's zlib reads it as exactly one gzip member (some clients
-/// stop after the first member of a multi-member body) with a valid CRC and length; the
-/// series match an uncompressed scrape's. Clients that do not ask get the text as it is.
+/// `/metrics` gzipped for clients that accept it, as real clients read it: curl decompresses it,
+/// and Python's zlib reads it as exactly one gzip member (some clients stop after the first member
+/// of a multi-member body) with a valid CRC and length; the series match an uncompressed scrape's.
+/// Clients that do not ask get the text as it is.
 #[test]
 fn gzip_for_clients_that_accept_it_as_curl_and_zlib_read_it() {
     let args = fixture_roots();
@@ -513,7 +516,8 @@ fn gzip_for_clients_that_accept_it_as_curl_and_zlib_read_it() {
     assert_eq!(names(&decoded_body), names(&identity_body));
     assert!(names(&identity_body).len() > 20);
 
-    let dir = temp_dir("gzip");
+    let tmp = temp_dir("gzip");
+    let dir = tmp.path();
     let raw = dir.join("body.gz");
     let (rc, status, _) = curl(&["-H", "Accept-Encoding: gzip", "-o", raw.to_str().unwrap(), &url]);
     assert_eq!((rc, status), (0, 200));
@@ -535,16 +539,16 @@ fn gzip_for_clients_that_accept_it_as_curl_and_zlib_read_it() {
         assert_eq!((rc, status), (0, 200));
         assert!(!text.to_ascii_lowercase().contains("content-encoding"), "{accept}: {text}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Issue 24: a reload could lower `min_version` from TLS13 to TLS12, and TLS 1.2 clients got
-/// in. Now it is refused like the other lowerings (gauge 0, the key named, TLS 1.2 still
-/// refused); raising it still reloads.
+/// A reload must not lower `min_version` from TLS13 to TLS12 and let TLS 1.2 clients in: it is
+/// refused like the other lowerings (gauge 0, the key named, TLS 1.2 still refused); raising it
+/// still reloads.
 #[test]
 fn a_reload_never_lowers_the_tls_version() {
-    let dir = temp_dir("no-lowering-tls");
-    make_pki(&dir);
+    let tmp = temp_dir("no-lowering-tls");
+    let dir = tmp.path();
+    make_pki(dir);
     let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
     let web = dir.join("web.yml");
     std::fs::write(&web, format!("{tls}  min_version: TLS13\n")).unwrap();
@@ -568,9 +572,8 @@ fn a_reload_never_lowers_the_tls_version() {
     }
 }
 
-/// Issue 24: `--web.telemetry-path /-/healthy` was accepted, and the liveness probe got a
-/// scrape (or a 503 when `web.max_requests` were busy). Now the exporter refuses to start,
-/// naming the flag.
+/// `--web.telemetry-path /-/healthy` would give the liveness probe a scrape (or a 503 when
+/// `web.max_requests` are busy): the exporter refuses to start, naming the flag.
 #[test]
 fn a_telemetry_path_on_a_probe_is_refused() {
     for probe in ["/-/healthy", "/-/ready"] {
@@ -584,14 +587,15 @@ fn a_telemetry_path_on_a_probe_is_refused() {
     }
 }
 
-/// Issue 24, finding 9, on reload: a web configuration rewritten with a cost-31 bcrypt hash
-/// (2^31 rounds, about 41 hours of a core per check) reloaded, and the next request with a
-/// password the exporter had not verified under it took a core for hours. Now the reload is
-/// refused (gauge 0, the error names the user and the cost), and the users already loaded keep
-/// answering: the right password gets in, a wrong one gets 401 at once.
+/// On reload: a web configuration rewritten with a cost-31 bcrypt hash (2^31 rounds, hours of a
+/// core per check) would let the next request with a password not yet verified under it take a
+/// core for hours. The reload is refused (gauge 0, the error names the user and the cost), and
+/// the users already loaded keep answering: the right password gets in, a wrong one gets 401 at
+/// once.
 #[test]
 fn a_reload_to_a_bcrypt_cost_that_takes_hours_is_refused_and_the_users_kept() {
-    let dir = temp_dir("bcrypt-cost-reload");
+    let tmp = temp_dir("bcrypt-cost-reload");
+    let dir = tmp.path();
     let hash = bcrypt::hash("s3cret", 4).unwrap();
     let web = dir.join("web.yml");
     std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();

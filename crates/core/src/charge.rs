@@ -20,6 +20,11 @@ pub struct Charge {
     /// Whether exceeding the limit is refused. An exempt scope keeps its ratio (it is still
     /// exported) but has no headroom to run out of.
     pub enforced: bool,
+    /// Of `used_bytes`, what is the scope's own: a process's locked pages counted once among the
+    /// processes that lock them (its proportional share, `kernel::smaps_rollup`). It ranks
+    /// ([`Charge::urgency`]) and is never compared with the limit, which the kernel checks
+    /// against the whole. `None`: all of it.
+    pub own_bytes: Option<u64>,
 }
 
 /// A charge holding less than this is not a job's: one NCCL communicator registers tens of MiB
@@ -33,20 +38,24 @@ impl Charge {
     /// a counter past its limit: only lowering the limit does, which any user may do to their own
     /// processes), so no ratio above 1 is more urgent than 1. A charge holding less than
     /// [`SMALL_BYTES`] is least urgent (0), whatever its ratio: a ratio is free to buy with a
-    /// limit a user lowered themselves, and 250 processes each mlocking 64 KiB under a 4 KiB soft
-    /// limit (ratio 16), or 60 KiB under 64 KiB (ratio 0.94), outranked a job ramping to its limit
-    /// (issue 24 item 1). Ties rank by bytes. `None` where the limit is not enforced.
+    /// limit a user lowered themselves, and a crowd of processes each mlocking a few KiB above,
+    /// or just under, a soft limit they set would otherwise outrank a job ramping to its limit.
+    /// Shared pages are not free urgency either: the ratio and the size are those of the scope's
+    /// own bytes ([`Charge::own_bytes`]), so a crowd locking one memfd ranks by its share of it.
+    /// Ties rank by bytes. `None` where the limit is not enforced.
     pub fn urgency(&self) -> Option<f64> {
-        let ratio = self.enforced_ratio()?;
+        let own = self.own_bytes.map_or(self.used_bytes, |own| own.min(self.used_bytes));
+        let own = Charge { used_bytes: own, own_bytes: None, ..*self };
+        let ratio = own.enforced_ratio()?;
         Some(match ratio {
-            _ if self.used_bytes < SMALL_BYTES => 0.0,
+            _ if own.used_bytes < SMALL_BYTES => 0.0,
             r if r < 1.0 => r,
             _ => 1.0,
         })
     }
 
     pub fn enforced(used_bytes: u64, limit_bytes: Option<u64>) -> Self {
-        Self { used_bytes, limit_bytes, enforced: true }
+        Self { used_bytes, limit_bytes, enforced: true, own_bytes: None }
     }
 
     /// Bytes left before the limit, 0 when at or over it; `None` without an enforced limit.
@@ -96,12 +105,24 @@ mod tests {
     }
 
     #[test]
+    fn shared_pages_rank_by_the_share_and_the_limit_still_sees_the_whole() {
+        // One of 40 processes locking the same 8 MiB memfd, its limit lowered to 8 MiB.
+        let crowd = Charge { own_bytes: Some(8 * MIB / 40), ..Charge::enforced(8 * MIB, Some(8 * MIB)) };
+        assert_eq!(crowd.urgency(), Some(0.0), "205 KiB of its own: not a job's");
+        assert_eq!((crowd.ratio(), crowd.headroom_bytes()), (Some(1.0), Some(0)), "the kernel checks VmLck");
+        let half = Charge { own_bytes: Some(3 * MIB), ..Charge::enforced(6 * MIB, Some(8 * MIB)) };
+        assert_eq!(half.urgency(), Some(0.375));
+        let unshared = Charge { own_bytes: Some(7 * MIB), ..Charge::enforced(6 * MIB, Some(8 * MIB)) };
+        assert_eq!(unshared.urgency(), Some(0.75), "never more than the whole");
+    }
+
+    #[test]
     fn no_limit_a_zero_limit_and_an_exemption() {
         assert_eq!(Charge::enforced(MIB, None).ratio(), None);
         assert_eq!(Charge::enforced(MIB, None).headroom_bytes(), None);
         let zero = Charge::enforced(0, Some(0));
         assert_eq!((zero.ratio(), zero.headroom_bytes()), (None, Some(0)));
-        let exempt = Charge { used_bytes: 16 * MIB, limit_bytes: Some(8 * MIB), enforced: false };
+        let exempt = Charge { used_bytes: 16 * MIB, limit_bytes: Some(8 * MIB), enforced: false, own_bytes: None };
         assert_eq!(exempt.ratio(), Some(2.0), "still exported");
         assert_eq!((exempt.enforced_ratio(), exempt.headroom_bytes()), (None, None));
     }

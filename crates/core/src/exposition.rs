@@ -14,8 +14,8 @@ use std::fmt::Write as _;
 /// The longest label value exported, in bytes. Real values are far shorter: the longest in the
 /// fixtures, a Kubernetes container's cgroup under the systemd driver, is 234 bytes, and the
 /// kernel caps `/proc/<pid>/cgroup` paths at PATH_MAX (4096; `proc_cgroup_show` in
-/// kernel/cgroup/cgroup.c). Unbounded, 50 processes with 1 MB cgroup paths (from a procfs root
-/// someone else writes) made a 600 MB scrape, every series repeating the path.
+/// kernel/cgroup/cgroup.c). Unbounded, huge cgroup paths (from a procfs root someone else writes)
+/// would make a huge scrape, every series repeating the path.
 pub const MAX_LABEL_VALUE_BYTES: usize = 512;
 
 /// Bytes of the mark a rewritten value ends in: `~` and 16 hex digits.

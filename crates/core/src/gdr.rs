@@ -229,7 +229,8 @@ mod tests {
 
     #[test]
     fn each_of_nccls_peermem_files_means_peermem() {
-        let root = std::env::temp_dir().join(format!("memlock-gdr-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("memlock-gdr-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         assert_eq!(detect(&root).mode, GdrMode::Off);
         assert!(detect(&root).why.contains("GPUDirect taken as off"));
         for rel in PEERMEM_FILES {
@@ -244,7 +245,6 @@ mod tests {
         // A module directory without its version file is not loaded as far as NCCL is concerned.
         std::fs::create_dir_all(root.join("module/nvidia_peermem")).unwrap();
         assert_eq!(detect(&root).mode, GdrMode::Off);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     fn open(version: &str) -> Option<NvidiaDriver> {
@@ -309,7 +309,8 @@ mod tests {
 
     #[test]
     fn facts_come_from_procfs_and_sysfs() {
-        let root = std::env::temp_dir().join(format!("memlock-gdr-facts-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("memlock-gdr-facts-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         let roots = Roots { procfs: root.join("proc"), sysfs: root.join("sys") };
         std::fs::create_dir_all(roots.proc("sys/kernel")).unwrap();
         std::fs::create_dir_all(roots.proc("driver/nvidia")).unwrap();
@@ -335,7 +336,6 @@ mod tests {
         assert_eq!(f.nics, vec![("mlx5_0".to_owned(), Some("mlx5_core".to_owned()))]);
         assert_eq!(f.peermem, Some(roots.sys("module/nvidia_peermem/version")));
         assert_eq!(decide(&f).mode, GdrMode::Dmabuf);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod charge;
 pub mod collect;
 pub mod config;
 pub mod exposition;
+pub mod fair;
 pub mod gdr;
 pub mod sampler;
 pub mod scopes;

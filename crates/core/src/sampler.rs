@@ -266,8 +266,8 @@ mod tests {
         }
     }
 
-    /// Issue 15: a collector on a host too large for its interval (100,000 cgroups) ran back to
-    /// back; it now runs at twice its run time, and the snapshot says so.
+    /// A collector on a host too large for its interval must not run back to back; it runs at
+    /// twice its run time, and the snapshot says so.
     #[test]
     fn a_collector_slower_than_its_interval_is_sampled_less_often_and_says_so() {
         let errors_total = IntCounterVec::new(Opts::new("e", "e"), &["collector", "kind"]).unwrap();

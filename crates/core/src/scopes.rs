@@ -35,7 +35,7 @@ pub struct ScopeDef {
     pub near_limit_alert: Option<&'static str>,
     /// The scope's floor for a page: a predicted exhaustion pages from this share of the limit
     /// (or with fewer than [`EXHAUSTION_HEADROOM_STEPS`] of its newest steps left), so that one
-    /// step far below the limit does not page (issue 23).
+    /// step far below the limit does not page.
     pub page_min_ratio: f64,
 }
 
@@ -165,7 +165,8 @@ pub static EXHAUSTION_HELP: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The lines around the table in docs/metrics.md.
-pub const DOC_BEGIN: &str = "<!-- scopes: generated from src/scopes.rs; UPDATE_GOLDEN=1 cargo test --lib scopes -->";
+pub const DOC_BEGIN: &str =
+    "<!-- scopes: generated from crates/core/src/scopes.rs; UPDATE_GOLDEN=1 cargo test -p memlock-core scopes -->";
 pub const DOC_END: &str = "<!-- end of scopes -->";
 
 /// The "Trend scopes" table of docs/metrics.md, markers included.
@@ -248,6 +249,6 @@ mod tests {
             std::fs::write(path, doc.replacen(committed, &table, 1)).unwrap();
             return;
         }
-        assert_eq!(committed, table, "{path} is not what src/scopes.rs says (UPDATE_GOLDEN=1 to rewrite it)");
+        assert_eq!(committed, table, "{path} is not what scopes.rs says (UPDATE_GOLDEN=1 to rewrite it)");
     }
 }

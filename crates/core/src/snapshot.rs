@@ -149,8 +149,7 @@ impl Snapshot {
         self.render_trends(&mut out, grants);
         out.family(
             "memlock_scrape_collector_success",
-            "1 if the collector's latest run read all its sources, 0 if any failed (see the log and \
-                memlock_exporter_collector_errors_total).",
+            "1 if the collector's latest run read all its sources, 0 if any failed.",
             Kind::Gauge,
         );
         for report in &self.reports {
@@ -166,28 +165,19 @@ impl Snapshot {
         }
         out.family(
             "memlock_exporter_collector_interval_seconds",
-            "The interval the collector runs at now: its configured interval, or twice its latest run while a run \
-                takes longer than that (a host too large for the interval; the log says so).",
+            "The interval the collector runs at now, raised while runs take longer.",
             Kind::Gauge,
         );
         for report in &self.reports {
             out.sample(&[("collector", report.collector)], report.interval.as_secs_f64());
         }
         if self.series_limit.limit > 0 {
-            out.family(
-                "memlock_exporter_series_limit",
-                "series.limit: at most this many series per scrape, those that page first (processes and cgroups \
-                    nearest their limits, RDMA port states and errors); the rest is counted in \
-                    memlock_exporter_series_dropped_entities.",
-                Kind::Gauge,
-            )
-            .sample(&[], self.series_limit.limit as u64);
+            out.family("memlock_exporter_series_limit", "series.limit: the most series a scrape carries.", Kind::Gauge)
+                .sample(&[], self.series_limit.limit as u64);
         }
         out.family(
             "memlock_exporter_series_dropped_entities",
-            "Entities (processes, cgroups, RDMA devices and ports, NUMA nodes, RDMA owners) by class whose series \
-                were left out to stay within series.limit; 0 everywhere means full detail. Raise series.limit (0: no \
-                limit) for more.",
+            "Entities by class left out to stay within series.limit.",
             Kind::Gauge,
         );
         for (class, dropped) in &allocation.dropped {
@@ -197,9 +187,7 @@ impl Snapshot {
         let rewritten = out.rewritten_label_values();
         out.family(
             "memlock_exporter_label_values_rewritten",
-            "Label values in this sample that were longer than 512 bytes or held control characters: they are \
-                exported with control characters as \\xNN, cut to 512 bytes and ending in ~ and 16 hex digits of \
-                the SHA-256 of the original value.",
+            "Label values in this sample cut or escaped for length or control characters.",
             Kind::Gauge,
         );
         out.sample(&[], rewritten);
@@ -242,17 +230,11 @@ impl Snapshot {
             }
         }
         if let Some(tracker) = self.tracker {
-            out.family(
-                "memlock_trend_scopes",
-                "Scopes (the node, cgroups, process counters) whose trend is tracked, at most 20,000.",
-                Kind::Gauge,
-            )
-            .sample(&[], tracker.scopes as u64);
+            out.family("memlock_trend_scopes", "Scopes whose trend is tracked, at most 20,000.", Kind::Gauge)
+                .sample(&[], tracker.scopes as u64);
             out.family(
                 "memlock_trend_scopes_evicted_total",
-                "Trend scopes evicted to make room for new ones once 20,000 were tracked: the least urgent go (not \
-                    rising, lowest usage ratio; a counter over a limit while holding under 1 MiB counts as 0), never \
-                    the new scope. Rising: far more scopes hold memory than a node runs jobs (see the log).",
+                "Trend scopes evicted to make room for new ones once 20,000 were tracked.",
                 Kind::Counter,
             )
             .sample(&[], tracker.evicted_total);
@@ -264,8 +246,7 @@ impl Snapshot {
         let mut out = Exposition::new();
         out.family(
             "memlock_exporter_collector_sample_age_seconds",
-            "Seconds since the collector's latest run finished, at scrape time. Grows without bound when a collector \
-                is stuck.",
+            "Seconds since the collector's latest run finished, at scrape time.",
             Kind::Gauge,
         );
         for report in &self.reports {

@@ -92,10 +92,9 @@ pub struct TrendPoint {
 }
 
 /// The share of the trend window whose steps [`Recent`] counts (15 s of the default 30 s): a
-/// fixed count of samples (seven until the review of issue 23's guard, M1) held two steps of a
-/// staircase stepping every 3 s, so 1 MiB every 3 s to an 8 MiB limit never paged before the
-/// kernel refused it at t = 24 s. Half the window holds three steps of a staircase stepping
-/// every 5 s with room for the newest to age.
+/// fixed count of samples would hold too few steps of a slow staircase to see the rise
+/// continue before the kernel refuses it. Half the window holds three steps of a staircase
+/// stepping every 5 s with room for the newest to age.
 pub const RECENT_WINDOW_SHARE: f64 = 0.5;
 
 /// Seconds the rising intervals must spread over (the oldest one's start to the newest one's
@@ -105,7 +104,7 @@ pub const RECENT_MIN_SPREAD: f64 = 2.0;
 
 /// A drop counts as memory given back when it is more than this share of what the scope rose
 /// across the recent samples (and more than the noise floor): page-cache jitter on a node or
-/// cgroup working set that is smaller than the ramp is not a deregistration (review M2).
+/// cgroup working set that is smaller than the ramp is not a deregistration.
 pub const GIVEN_BACK_SHARE: f64 = 1.0 / 3.0;
 
 /// The steps of the newest samples, those within [`RECENT_WINDOW_SHARE`] of the trend window.
@@ -220,8 +219,8 @@ impl Tracker {
 
     /// Makes room for a new scope: evicts the least urgent tracked scopes, a 64th of the cap at
     /// once so that a crowd arriving costs one pass over the table per 64th, not one per scope.
-    /// Never the newcomer: before issue 24 item 4 a full tracker left every new scope without a
-    /// trend, and a job starting on a node with 20,000 scopes tracked got no critical page.
+    /// Never the newcomer: a full tracker that left every new scope without a trend would give
+    /// a job starting on a busy node no critical page.
     fn evict(&mut self, at: f64) {
         let batch = (self.config.max_scopes / 64).max(1).min(self.series.len());
         if batch == 0 {
@@ -549,9 +548,9 @@ mod tests {
         assert_eq!(full.evicted_total(), 1);
     }
 
-    /// Issue 24 item 4: past the cap a new scope got no trend, so a job starting on a node
-    /// whose tracker was full of idle scopes got no critical page. Now the least urgent scopes
-    /// go, never the newcomer nor a scope near its limit, and evictions are counted.
+    /// Past the cap a new scope still gets a trend, so a job starting on a node whose tracker is
+    /// full of idle scopes can page: the least urgent scopes go, never the newcomer nor a scope
+    /// near its limit, and evictions are counted.
     #[test]
     fn a_full_tracker_evicts_the_least_urgent_scope_not_the_newcomer() {
         let max = 640;

@@ -27,6 +27,11 @@ pub trait Page: Send + Sync + 'static {
     /// The last run of the source `name` (a collector): whether it succeeded and when it finished;
     /// `None` until it has run. For readiness and the landing page.
     fn last_run(&self, name: &str) -> Option<(bool, Instant)>;
+
+    /// What the landing page's status list says, as (what, its state) in plain text.
+    fn status(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 /// The compressed form of a page's text, made once for every gzip response that serves it.

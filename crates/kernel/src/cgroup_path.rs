@@ -63,7 +63,7 @@ pub fn labels(path: &str) -> Vec<(&'static str, String)> {
 /// (a container's runtime, on cgroup v1 the job's user: Slurm creates `step_<n>` owned by the
 /// user), and a user may name directories there as they like: `.../step_0/x/slurm/uid_0/job_9`
 /// or `.../kubepods.slice/kubepods-pod<someone else's uid>.slice` made in a delegated subtree
-/// would otherwise be read as another user's job or pod (issue 24). The systemd unit is the
+/// would otherwise be read as another user's job or pod. The systemd unit is the
 /// innermost `.service` or `.scope` that is not a container scope.
 pub fn attribute(path: &str) -> Attribution {
     // A v2 path of a removed cgroup carries this suffix; the owner is the same.
@@ -506,9 +506,9 @@ mod tests {
         assert_eq!(names, ["cgroup", "slurm_job", "slurm_step", "systemd_unit"]);
     }
 
-    /// Issue 24: a user with a delegated subtree named directories so that they read as another
-    /// user's pod or job. Only the layouts the kubelet, the runtimes and Slurm make from the
-    /// root are read, and nothing below a container or a step.
+    /// A user with a delegated subtree may name directories so that they read as another user's
+    /// pod or job. Only the layouts the kubelet, the runtimes and Slurm make from the root are
+    /// read, and nothing below a container or a step.
     #[test]
     fn names_made_in_a_delegated_subtree_are_not_attribution() {
         let forged_pod = format!("kubepods.slice/kubepods-pod{UID_}.slice/cri-containerd-{HEX}.scope");

@@ -276,8 +276,8 @@ mod tests {
 
     #[test]
     fn oversized_files_are_refused_not_read_whole() {
-        let dir = std::env::temp_dir().join(format!("memlock-fsroot-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("memlock-fsroot-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let big = dir.join("big");
         std::fs::write(&big, vec![b'x'; (MAX_FILE_BYTES + 10) as usize]).unwrap();
         let err = read_string(&big).unwrap_err();
@@ -289,13 +289,12 @@ mod tests {
         let binary = dir.join("binary");
         std::fs::write(&binary, b"MemTotal: 1 kB\n\xff\xfe\0\n").unwrap();
         assert!(read_string(&binary).unwrap().starts_with("MemTotal: 1 kB\n"));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn operator_files_are_regular_bounded_and_text() {
-        let dir = std::env::temp_dir().join(format!("memlock-fsroot-regular-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("memlock-fsroot-regular-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let file = dir.join("web.yml");
         std::fs::write(&file, "basic_auth_users: {}\n").unwrap();
         assert_eq!(read_regular_text(&file, 64).unwrap(), "basic_auth_users: {}\n");
@@ -310,7 +309,6 @@ mod tests {
         std::fs::write(&file, b"key: \xff\n").unwrap();
         let err = read_regular_text(&file, 64).unwrap_err();
         assert!(err.to_string().contains("web.yml: stream did not contain valid UTF-8"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -331,8 +329,8 @@ mod tests {
 
     #[test]
     fn special_files_neither_block_nor_run_forever() {
-        let dir = std::env::temp_dir().join(format!("memlock-fsroot-special-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new().prefix("memlock-fsroot-special-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let limit = std::time::Duration::from_secs(10);
         // A FIFO nobody writes to: a blocking open would wait for a writer forever.
         let fifo = dir.join("status");
@@ -354,6 +352,5 @@ mod tests {
         let eio = read_within(Path::new("/proc/self/mem"), limit).unwrap_err();
         assert_eq!(eio.kind(), "io");
         assert!(eio.to_string().contains("/proc/self/mem") && eio.to_string().contains("Input/output error"), "{eio}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -4,10 +4,13 @@
 
 pub mod cgroup_path;
 pub mod fsroot;
+pub mod launchers;
 pub mod memcg;
 pub mod meminfo;
+pub mod nccl_library;
 pub mod nldev;
 pub mod pid_cgroup;
+pub mod pid_creds;
 pub mod pid_limits;
 pub mod pid_stat;
 pub mod pid_status;
@@ -15,6 +18,8 @@ pub mod proc_cgroups;
 pub mod quote;
 pub mod rdma_cgroup;
 pub mod rdma_sysfs;
+pub mod registrants;
+pub mod smaps_rollup;
 pub mod sysvm;
 pub mod tasks;
 pub mod trace_pipe;
@@ -166,7 +171,8 @@ mod tests {
         }
     }
 
-    /// Issue 15 item 10: Rust's `str::parse` takes a leading `+`, and the parsers used to.
+    /// Rust's `str::parse` takes a leading `+`, which the kernel never writes: a value with one
+    /// is not the kernel's and is refused.
     #[test]
     fn no_kernel_parser_takes_a_plus_sign() {
         let status = include_str!("../../../tests/fixtures/captures/proc_self_status")

@@ -159,13 +159,13 @@ mod tests {
         );
         assert_eq!(parse("MemTotal:"), Err(ParseError::MissingValue { line: 1, key: "MemTotal".into() }));
         assert!(matches!(parse("MemTotal: 18446744073709551615 kB"), Err(ParseError::Overflow { .. })));
-        // Issue 14: too many digits is out of range, not "not a number".
+        // Too many digits is out of range, not "not a number".
         assert!(matches!(parse("MemTotal: 99999999999999999999999 kB"), Err(ParseError::Overflow { .. })));
         assert!(matches!(parse("MemTotal: +5 kB"), Err(ParseError::NotANumber { .. })), "no sign");
         assert!(matches!(parse("MemTotal: 1 MB"), Err(ParseError::Format(_))));
     }
 
-    /// Issue 14: one malformed line used to drop every node memory family.
+    /// One malformed line must not drop every node memory family.
     #[test]
     fn a_malformed_field_costs_only_that_field() {
         let text = "MemTotal:       24684084 kB\nMemFree:   lots kB\nMemAvailable:   99999999999999999999 kB\n\

@@ -13,8 +13,8 @@ const DELETED_SUFFIX: &str = " (deleted)";
 /// The kernel formats the path into a PATH_MAX buffer and fails the read with ENAMETOOLONG
 /// when it does not fit (`proc_cgroup_show` in kernel/cgroup/cgroup.c, `cgroup_path_ns_locked`
 /// into `kmalloc(PATH_MAX)`), so a path it prints is at most PATH_MAX - 1 bytes. A longer one
-/// is not from a kernel: 1 MB paths in a procfs root someone else writes took the daemon to
-/// 264 MB of memory, each process holding its path in its labels.
+/// is not from a kernel, and is refused: from a procfs root someone else writes, huge paths
+/// would be held in every label of each process.
 const PATH_MAX: usize = 4096;
 
 /// The path that labels the process: the v1 line listing the `memory` controller if present,

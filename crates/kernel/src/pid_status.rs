@@ -34,6 +34,9 @@ pub struct Status<'a> {
     pub pinned_bytes: Option<u64>,
     /// `CapEff`, the effective capability mask.
     pub cap_eff: Option<u64>,
+    /// The real uid (`Uid:`'s first field): whose process it is, for sharing the places of every
+    /// ranking fairly among owners.
+    pub uid: Option<u32>,
 }
 
 impl Status<'_> {
@@ -72,6 +75,7 @@ pub fn parse_fields(text: &str) -> Result<Parsed<Status<'_>>, ParseError> {
     let mut locked_bytes = None;
     let mut pinned_bytes = None;
     let mut cap_eff = None;
+    let mut uid = None;
     let mut recognised = false;
     let mut field_errors = Vec::new();
     for (index, line) in text.split('\n').enumerate() {
@@ -95,6 +99,13 @@ pub fn parse_fields(text: &str) -> Result<Parsed<Status<'_>>, ParseError> {
                 parse_kb(line_no, key, value).map(|v| pinned_bytes = Some(v))
             }
             "CapEff" => parse_hex(line_no, key, value).map(|v| cap_eff = Some(v)),
+            // `Uid:\treal\teffective\tsaved\tfs` (task_state, fs/proc/array.c).
+            "Uid" => {
+                let real = value.split('\t').next().unwrap_or("");
+                field_u64(line_no, key, real)
+                    .and_then(|v| u32::try_from(v).map_err(|_| ParseError::Overflow { line: line_no, key: key.into() }))
+                    .map(|v| uid = Some(v))
+            }
             _ if key.starts_with("Vm") => {
                 has_vm = true;
                 Ok(())
@@ -116,7 +127,7 @@ pub fn parse_fields(text: &str) -> Result<Parsed<Status<'_>>, ParseError> {
     let Some(name) = name else {
         return Err(ParseError::Format("no Name line".into()));
     };
-    Ok(Parsed { value: Status { name, kthread, has_vm, locked_bytes, pinned_bytes, cap_eff }, field_errors })
+    Ok(Parsed { value: Status { name, kthread, has_vm, locked_bytes, pinned_bytes, cap_eff, uid }, field_errors })
 }
 
 /// The command name as the task has it. `proc_task_name()` (fs/proc/array.c) writes it to
@@ -150,7 +161,7 @@ pub fn unescape_name(raw: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// `   47716 kB` -> bytes.
-fn parse_kb(line: usize, key: &str, value: &str) -> Result<u64, ParseError> {
+pub(crate) fn parse_kb(line: usize, key: &str, value: &str) -> Result<u64, ParseError> {
     let mut fields = value.split_ascii_whitespace();
     let Some(number) = fields.next() else {
         return Err(ParseError::MissingValue { line, key: key.to_owned() });
@@ -216,6 +227,16 @@ mod tests {
         assert_eq!(status.pinned_bytes, Some(0));
         assert_eq!(status.cap_eff, Some(0x000001fffeffffff));
         assert_eq!(status.ipc_lock(), Some(true), "bit 14 is set in 000001fffeffffff");
+        assert_eq!(status.uid, Some(0));
+    }
+
+    #[test]
+    fn the_owner_is_the_real_uid_and_a_malformed_one_costs_only_that_field() {
+        let text = "Name:\tpython3\nUid:\t65534\t0\t0\t0\nVmLck:\t    8192 kB\nVmPin:\t       0 kB\n";
+        assert_eq!(parse(text).unwrap().uid, Some(65534), "real, not effective");
+        let parsed = parse_fields("Name:\tx\nUid:\tx\t0\t0\t0\nVmLck:\t       4 kB\n").unwrap();
+        assert_eq!((parsed.value.uid, parsed.value.locked_bytes), (None, Some(4096)));
+        assert_eq!(parsed.field_errors.len(), 1);
     }
 
     #[test]
@@ -234,9 +255,9 @@ mod tests {
         assert_eq!(status.kernel_thread(), None);
     }
 
-    /// Issue 23: the leader of a process that called pthread_exit() in main while a thread runs
-    /// on, read on 6.18 while that thread held 4 MiB mlocked: a zombie leader without Vm lines,
-    /// and `Kthread: 0`. It was taken for a kernel thread and the 4 MiB went unseen.
+    /// The leader of a process that called pthread_exit() in main while a thread runs on, read
+    /// on 6.18 while that thread held 4 MiB mlocked: a zombie leader without Vm lines, and
+    /// `Kthread: 0`. Taken for a kernel thread, its locked memory would go unseen.
     #[test]
     fn an_exited_main_thread_is_not_a_kernel_thread() {
         let leader = "Name:\tleader_exit\nState:\tZ (zombie)\nTgid:\t23195\nNgid:\t0\nPid:\t23195\nPPid:\t1\n\
@@ -303,7 +324,8 @@ mod tests {
         assert!(matches!(parse("Name:\tx\nKthread:\t2\n"), Err(ParseError::NotANumber { .. })));
     }
 
-    /// Issue 15: names were escaped twice (the kernel's escaping, then the exposition's).
+    /// Names are unescaped once: the exposition escapes them again, and escaping on top of the
+    /// kernel's escaping would show a name as it never was.
     #[test]
     fn the_kernels_escaping_of_names_is_undone_once() {
         assert_eq!(unescape_name("python3"), "python3");

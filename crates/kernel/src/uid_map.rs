@@ -98,7 +98,7 @@ mod tests {
         assert_eq!(is_initial(""), Ok(false));
     }
 
-    /// Issue 23: read from inside a user namespace, the counts still tell a namespace; only the
+    /// Read from inside a user namespace, the counts still tell a namespace; only the
     /// host's own map (every uid) cannot be told, whatever its middle column reads.
     #[test]
     fn a_namespaced_reader_still_tells_a_namespace_by_its_extents() {

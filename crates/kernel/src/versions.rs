@@ -48,6 +48,9 @@ pub struct NcclMapping {
     pub library: String,
     /// `2.21.5` when the file name carries the whole version; `None` for `libnccl.so.2`.
     pub version: Option<String>,
+    /// Where the version came from: `file_name`, or (crate::collect::nccl_version) `library` or
+    /// `dist_info`; empty without a version.
+    pub source: &'static str,
 }
 
 /// The first line of one `/proc/PID/maps` text that maps a `libnccl.so*` file. A line is
@@ -74,7 +77,8 @@ pub fn nccl_mapping(line: &str) -> Option<NcclMapping> {
     // that it is as bounded and is the end of the label beside it.
     let version = (name.len() <= MAX_VERSION_BYTES && suffix.split('.').count() >= 3 && is_version(suffix))
         .then(|| suffix.to_owned());
-    Some(NcclMapping { library: module_version(name), version })
+    let source = if version.is_some() { "file_name" } else { "" };
+    Some(NcclMapping { library: module_version(name), version, source })
 }
 
 #[cfg(test)]
@@ -114,11 +118,18 @@ mod tests {
             /usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5";
         assert_eq!(
             nccl_mapping(line),
-            Some(NcclMapping { library: "libnccl.so.2.21.5".into(), version: Some("2.21.5".into()) })
+            Some(NcclMapping {
+                library: "libnccl.so.2.21.5".into(),
+                version: Some("2.21.5".into()),
+                source: "file_name"
+            })
         );
         let wheel = "7f3a1c000000-7f3a1e4f1000 r--p 00000000 103:02 77 \
             /home/user/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2";
-        assert_eq!(nccl_mapping(wheel), Some(NcclMapping { library: "libnccl.so.2".into(), version: None }));
+        assert_eq!(
+            nccl_mapping(wheel),
+            Some(NcclMapping { library: "libnccl.so.2".into(), version: None, source: "" })
+        );
         let deleted =
             "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5377114 /opt/nccl/lib/libnccl.so.2.23.4 (deleted)";
         assert_eq!(nccl_mapping(deleted).and_then(|m| m.version), Some("2.23.4".into()));

@@ -52,6 +52,30 @@ pub struct Report {
     /// The model's inputs as decided (GPUDirect mode, NICs, channels), for the record.
     pub model: ModelSummary,
     pub findings: Vec<Finding>,
+    /// How the ranks get their memlock limit and the fix for that path, when a memlock finding
+    /// is not PASS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch: Option<Launch>,
+    /// The node as read (job shape, memory, limits, versions), for the record.
+    pub facts: Vec<Fact>,
+}
+
+/// The launcher's path and its fix first (crates/preflight/src/check/launch_path.rs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Launch {
+    pub path: String,
+    pub evidence: String,
+    pub first: String,
+    pub verify: String,
+    pub others: Vec<String>,
+    /// Files that could not be read or parsed on the way, each naming the file.
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fact {
+    pub name: String,
+    pub value: String,
 }
 
 /// What the need was estimated for.
@@ -76,11 +100,56 @@ impl Report {
     }
 }
 
+/// The checklist, verdict first: what failed or warned with its fix, the launcher's fix, the
+/// facts, what passed, and the model's assumptions last.
 pub fn render_text(report: &Report) -> String {
+    let count = |s: Status| report.findings.iter().filter(|f| f.status == s).count();
+    let verdict = report.worst().as_str();
     let mut out = format!(
-        "memlock-exporter check (pid {}): NCCL registers an estimated {} on the busiest rank, {} per node ({} of \
-            host memory; {}, GPUDirect {}, {} NIC(s), {} channel(s))\n\n",
+        "memlock-exporter check (pid {}): {verdict}: {} failed, {} warnings, {} passed\n\n",
         report.pid,
+        count(Status::Fail),
+        count(Status::Warn),
+        count(Status::Pass)
+    );
+    let width = report.findings.iter().map(|f| f.id.len()).max().unwrap_or(0);
+    let line = |out: &mut String, f: &Finding| {
+        out.push_str(&format!("{}  {:<width$}  {}\n", f.status.as_str(), f.id, f.measured));
+        if !f.fix.is_empty() {
+            out.push_str(&format!("      {:<width$}  fix: {}\n", "", f.fix));
+        }
+    };
+    for status in [Status::Fail, Status::Warn] {
+        for f in report.findings.iter().filter(|f| f.status == status) {
+            line(&mut out, f);
+        }
+    }
+    if let Some(launch) = &report.launch {
+        out.push_str(&format!("\nhow the ranks get their memlock limit: {} ({})\n", launch.path, launch.evidence));
+        out.push_str(&format!("  fix first: {}\n  verify: {}\n", launch.first, launch.verify));
+        for other in &launch.others {
+            out.push_str(&format!("  - {other}\n"));
+        }
+        for error in &launch.errors {
+            out.push_str(&format!("  (not read: {error})\n"));
+        }
+    }
+    if !report.facts.is_empty() {
+        out.push_str("\nfacts:\n");
+        let width = report.facts.iter().map(|f| f.name.len()).max().unwrap_or(0);
+        for fact in &report.facts {
+            out.push_str(&format!("  {:<width$}  {}\n", fact.name, fact.value));
+        }
+    }
+    if count(Status::Pass) > 0 {
+        out.push('\n');
+        for f in report.findings.iter().filter(|f| f.status == Status::Pass) {
+            line(&mut out, f);
+        }
+    }
+    out.push_str(&format!(
+        "\nmodel: NCCL registers an estimated {} on the busiest rank, {} per node ({} of host memory; {}, GPUDirect \
+            {}, {} NIC(s), {} channel(s))\n",
         human(report.need_per_process_bytes as f64),
         human(report.need_per_node_bytes as f64),
         human(report.need_per_node_host_bytes as f64),
@@ -88,28 +157,13 @@ pub fn render_text(report: &Report) -> String {
         report.model.gdr,
         report.model.nics,
         report.model.channels,
-    );
+    ));
     if !report.model.assumed.is_empty() {
         out.push_str("assumed (pass the real figures):\n");
         for a in &report.model.assumed {
             out.push_str(&format!("  - {a}\n"));
         }
-        out.push('\n');
     }
-    let width = report.findings.iter().map(|f| f.id.len()).max().unwrap_or(0);
-    for f in &report.findings {
-        out.push_str(&format!("{}  {:<width$}  {}\n", f.status.as_str(), f.id, f.measured));
-        if !f.fix.is_empty() {
-            out.push_str(&format!("      {:<width$}  fix: {}\n", "", f.fix));
-        }
-    }
-    let count = |s: Status| report.findings.iter().filter(|f| f.status == s).count();
-    out.push_str(&format!(
-        "\n{} passed, {} warnings, {} failed\n",
-        count(Status::Pass),
-        count(Status::Warn),
-        count(Status::Fail)
-    ));
     out
 }
 

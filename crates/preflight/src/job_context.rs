@@ -25,8 +25,12 @@ pub const EXIT_NOT_FOUND: u8 = 127;
 pub struct JobContextArgs {
     /// Judge the memlock limit as a process without CAP_IPC_LOCK: user jobs do not hold it,
     /// while a Slurm health check or prolog (root) or a privileged pod does.
-    #[arg(long = "without-cap-ipc-lock")]
+    #[arg(long = "without-cap-ipc-lock", conflicts_with = "as_root")]
     pub without_cap_ipc_lock: bool,
+    /// Without --pid, check judges a normal user's rank, without the checker's CAP_IPC_LOCK:
+    /// this judges a job that really runs as root (with the capability) instead.
+    #[arg(long = "as-root")]
+    pub as_root: bool,
     /// The job's soft memlock limit is set from where it was submitted (Slurm's
     /// PropagateResourceLimits): judge the hard limit, the most it can become, and WARN.
     #[arg(long = "memlock-propagated")]
@@ -224,6 +228,8 @@ mod tests {
             need_per_node_host_bytes: 0,
             model: Default::default(),
             findings,
+            launch: None,
+            facts: Vec::new(),
         }
     }
 

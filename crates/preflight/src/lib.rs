@@ -15,6 +15,9 @@ pub mod findings;
 pub mod job_context;
 pub mod machine;
 pub mod nccl;
+pub mod policy;
+#[cfg(test)]
+mod policy_drift;
 
 use std::io::{self, Write};
 

@@ -118,7 +118,7 @@ fn same_user_namespace(procfs: &Path, proc_dir: &Path) -> Option<bool> {
 
 /// Whether NCCL opens port `port` of `device` as NCCL_IB_HCA reads (net_ib/init.cc
 /// ncclIbInitDevices): per port, `matchIfList(name, port, list) ^ searchNot`, the list parsed
-/// by parseStringList without trimming (src/preflight/nccl/grammar.rs). Unset selects every port. NCCL
+/// by parseStringList without trimming (crates/preflight/src/nccl/grammar.rs). Unset selects every port. NCCL
 /// tests only ACTIVE ports with an InfiniBand or Ethernet link layer: [`nccl_opens`].
 pub fn ib_hca_selects(spec: Option<&[u8]>, device: &str, port: u32) -> bool {
     match spec {
@@ -146,7 +146,8 @@ mod tests {
 
     #[test]
     fn the_user_namespace_is_told_from_uid_map_without_the_namespace_links() {
-        let dir = std::env::temp_dir().join(format!("memlock-check-userns-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("memlock-check-userns-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let (proc_dir, init_dir) = (dir.join("4100"), dir.join("1"));
         std::fs::create_dir_all(&proc_dir).unwrap();
         let captures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/captures");
@@ -169,7 +170,6 @@ mod tests {
         assert_eq!(same_user_namespace(&dir, &proc_dir), Some(false));
         std::fs::remove_file(proc_dir.join("uid_map")).unwrap();
         assert_eq!(same_user_namespace(&dir, &proc_dir), Some(true), "the links alone");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -232,11 +232,14 @@ class Protocol(unittest.TestCase):
         self.assertEqual(CONDITION_STATUS[status], "Unknown")
         self.assertTrue(message.startswith("check could not run: /nonexistent/self/limits"), message)
 
-    def test_without_its_flag_root_would_pass_what_pods_fail(self):
-        # NPD runs privileged; judged with its CAP_IPC_LOCK the same node would look fine.
-        args = [a for a in self.rule["args"] if a != "--without-cap-ipc-lock"]
+    def test_root_is_judged_as_a_pod_unless_told_it_is_the_job(self):
+        # NPD runs privileged: check leaves its CAP_IPC_LOCK out even without the plugin's flag,
+        # and only --as-root (a job that really runs as root) judges the node with it.
         self.assertEqual(os.geteuid(), 0, "run as root (CAP_IPC_LOCK), as scripts/test.sh does")
+        args = [a for a in self.rule["args"] if a != "--without-cap-ipc-lock"]
         status, message, _ = run_like_npd(self.config, self.rule, args, 8 * MIB)
+        self.assertEqual(status, "NonOK", message)
+        status, message, _ = run_like_npd(self.config, self.rule, [*args, "--as-root"], 8 * MIB)
         self.assertEqual(status, "OK", message)
 
 

@@ -135,7 +135,13 @@ for copy in "${copies[@]}"; do
     name=${copy#*:}
     [ "$name" = "$copy" ] && name=$(basename "$src")
     [ -e "$src" ] || harness_fail "--copy $src: no such file"
-    cp -rL "$src" "$run/bin/$name" || harness_fail "--copy $src: cp failed"
+    # A file is copied through its links; a tree keeps its own (fixture trees hold links that
+    # name paths of another host, such as /proc/PID/exe, which dangle here).
+    if [ -d "$src" ]; then
+        cp -rP "$src" "$run/bin/$name" || harness_fail "--copy $src: cp failed"
+    else
+        cp -L "$src" "$run/bin/$name" || harness_fail "--copy $src: cp failed"
+    fi
     [ -f "$src" ] && copy_libs "$src"
 done
 cp "$scenario" "$run/scenario" || harness_fail "cp $scenario"

@@ -77,6 +77,69 @@ pub(super) fn check_maps_nccl(bytes: &[u8]) -> Result<Verdict, String> {
     Ok(Verdict::Accepted)
 }
 
+pub(super) fn check_maps_registrants(bytes: &[u8]) -> Result<Verdict, String> {
+    use memlock_kernel::{registrants, versions};
+    let text = text(bytes);
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let Some(library) = registrants::rdma_library(line) else { continue };
+        if !registrants::FAMILIES.contains(&library.library) {
+            return Err(format!("family {:?}", library.library));
+        }
+        // The file label is the start of the line's last path component, bounded.
+        let name = line.rsplit('/').next().unwrap_or("");
+        if library.file.is_empty()
+            || library.file.len() > versions::MAX_VERSION_BYTES
+            || !name.starts_with(&library.file)
+        {
+            return Err(format!("file {:?} of {line:?}", library.file));
+        }
+        registrants::add(&mut found, library);
+    }
+    let families: Vec<&str> = found.iter().map(|l| l.library).collect();
+    let mut sorted = families.clone();
+    sorted.sort_by_key(|f| registrants::FAMILIES.iter().position(|k| k == f));
+    sorted.dedup();
+    if sorted != families {
+        return Err(format!("families {families:?} not one each in order"));
+    }
+    Ok(if found.is_empty() { Verdict::Rejected } else { Verdict::Accepted })
+}
+
+pub(super) fn check_nccl_library(bytes: &[u8]) -> Result<Verdict, String> {
+    use memlock_kernel::nccl_library::{self as lib, library_version, release};
+    let size = bytes.len() as u64;
+    let (mut total, mut beyond) = (0u64, None);
+    let largest = (lib::CHUNK as u64).max(lib::MAX_SECTION_NAMES).max(u64::from(lib::MAX_SECTIONS) * 64);
+    let found = library_version(size, |offset, len| {
+        total += len;
+        if len > largest || offset.checked_add(len).is_none_or(|end| end > size) {
+            beyond = Some((offset, len));
+        }
+        bytes.get(offset as usize..(offset + len) as usize).map(<[u8]>::to_vec).ok_or_else(|| "beyond".into())
+    });
+    if let Some((offset, len)) = beyond {
+        return Err(format!("read {len} bytes at {offset} of a {size}-byte file"));
+    }
+    let bound = 64 + u64::from(lib::MAX_SECTIONS) * 64 + lib::MAX_SECTION_NAMES + lib::MAX_RODATA_SCAN;
+    if total > bound {
+        return Err(format!("read {total} bytes, more than {bound}"));
+    }
+    match found {
+        Ok(text) => {
+            if text.len() > lib::MAX_VERSION_TEXT || !text.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+                return Err(format!("version text {text:?}"));
+            }
+            if !text.starts_with(|c: char| c.is_ascii_digit()) || release(&text).is_some_and(|r| !text.starts_with(r)) {
+                return Err(format!("release of {text:?}"));
+            }
+            Ok(Verdict::Accepted)
+        }
+        Err(why) if why.is_empty() => Err("an empty reason".into()),
+        Err(_) => Ok(Verdict::Rejected),
+    }
+}
+
 pub(super) fn check_meminfo(bytes: &[u8]) -> Result<Verdict, String> {
     let text = text(bytes);
     let parsed = meminfo::parse(&text);
@@ -431,7 +494,13 @@ pub(super) fn check_nccl_environment(bytes: &[u8]) -> Result<Verdict, String> {
     // few whose values are range-checked.
     for e in env.effective() {
         let Some(var) = std::str::from_utf8(&e.name).ok().and_then(env::variable) else { continue };
-        let checked = ["NCCL_IB_QPS_PER_CONNECTION", "NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE"];
+        let checked = [
+            "NCCL_IB_QPS_PER_CONNECTION",
+            "NCCL_BUFFSIZE",
+            "NCCL_LL_BUFFSIZE",
+            "NCCL_LL128_BUFFSIZE",
+            "NCCL_CROSS_NIC",
+        ];
         if var.parse == Parse::Strtoll
             && !checked.contains(&var.name)
             && matches!(strtoll(&e.value, 0), Strtoll::Whole(_))
@@ -540,4 +609,34 @@ pub(super) fn parse_sample(line: &str) -> Result<Vec<String>, String> {
             return Err(format!("junk after a label value in {line:?}"));
         }
     }
+}
+
+pub(super) fn check_nccl_log(bytes: &[u8]) -> Result<Verdict, String> {
+    use memlock_preflight::nccl::log;
+    let l = log::read(bytes).map_err(|e| e.to_string())?;
+    // Every line counted once, whatever its length: the newlines, and a last line without one.
+    let lines = bytes.iter().filter(|b| **b == b'\n').count() + usize::from(bytes.last().is_some_and(|b| *b != b'\n'));
+    if l.lines != lines as u64 || l.cut_lines > l.lines || l.nccl_lines + l.cut_lines > l.lines {
+        return Err(format!("{} lines read, {lines} in the input: {l:?}", l.lines));
+    }
+    let long = bytes.split(|b| *b == b'\n').filter(|line| line.len() > log::MAX_LINE).count();
+    if l.cut_lines != long as u64 {
+        return Err(format!("{} cut, {long} longer than {}", l.cut_lines, log::MAX_LINE));
+    }
+    // Nothing is taken from a file without NCCL's lines; what is taken is bounded.
+    if l.nccl_lines == 0 && (!l.ranks.is_empty() || !l.failures.is_empty() || l.nccl_version.is_some()) {
+        return Err(format!("no NCCL line, yet {l:?}"));
+    }
+    if l.ranks.len() > log::MAX_PROCESSES || l.failures.len() > log::MAX_FAILURES || l.env.len() > log::MAX_ENV {
+        return Err("a cap was exceeded".into());
+    }
+    for r in &l.ranks {
+        if r.host.is_empty() || r.host.len() > log::MAX_TEXT || r.gdr_connections > r.net_send + r.net_recv {
+            return Err(format!("{r:?}"));
+        }
+        if r.gdr != (r.net_send + r.net_recv > 0).then_some(r.gdr_connections == r.net_send + r.net_recv) {
+            return Err(format!("gdr does not follow the counts: {r:?}"));
+        }
+    }
+    Ok(if l.nccl_lines > 0 { Verdict::Accepted } else { Verdict::Rejected })
 }

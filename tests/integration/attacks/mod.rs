@@ -1,8 +1,8 @@
-//! Hostile clients on loopback (issue 15, items 3 to 5): a flood of wrong passwords, idle
-//! connections that never send a request, and slow readers of a large snapshot. During each a
-//! real scraper scrapes every 200 ms; at least 90 % of its scrapes must succeed within 3 s, and
-//! the exporter's resident memory must stay under the systemd unit's `MemoryMax`. Each attack
-//! lasts seconds. They hold the live lock: they measure CPU and time on a shared machine.
+//! Hostile clients on loopback: a flood of wrong passwords, idle connections that never send a
+//! request, and slow readers of a large snapshot. During each a real scraper scrapes every 200 ms;
+//! at least 90 % of its scrapes must succeed within 3 s, and the exporter's resident memory must
+//! stay under the systemd unit's `MemoryMax`. Each attack lasts seconds. They hold the live lock:
+//! they measure CPU and time on a shared machine.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -196,11 +196,8 @@ fn fixture_args() -> Vec<String> {
     ]
 }
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("memlock-attacks-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("memlock-attacks-{name}-")).tempdir().unwrap()
 }
 
 /// Lets this test process open `wanted` descriptors (its soft limit may be 1024).
@@ -219,10 +216,9 @@ fn open_descriptors(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
-/// Issue 15 item 4: idle TCP connections, reopened whenever the server closed them, filled the
-/// 512-connection cap and the listen backlog: with 600 of them real scrapes waited 4 to 10 s,
-/// with 2,000 none was answered in 12 s. Here 2,000 for 8 s, half silent and half stuck in the
-/// middle of their headers.
+/// Idle TCP connections, reopened whenever the server closes them, must not fill the
+/// 512-connection cap and the listen backlog and keep real scrapes waiting. Here 2,000 for 8 s,
+/// half silent and half stuck in the middle of their headers.
 #[test]
 fn idle_connections_reopened_as_they_close_do_not_starve_scrapes() {
     let _live = live_lock();
@@ -343,18 +339,17 @@ fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// Issue 15 item 5: slow readers held response memory outside `web.max_requests` (the slot is
-/// given back before the body is sent), one snapshot text each: 32 of them, of a 42 MB
-/// snapshot, took the daemon to 966 MB against the unit's `MemoryMax=256M`. Here 64 slow
-/// readers (16 KiB window, 16 KiB every 50 ms: a scrape would take 20 s), one more every 100 ms
-/// so that they start on different snapshots, each reconnecting when the server closes it, for
-/// 10 s, of a generated host whose scrape is about 6 MB (this debug build renders a snapshot's
-/// text at about 5 MB/s, and the scraper must finish within 3 s). The kernel takes up to 4 MiB
-/// of each response into the socket's send buffer, and a new text is rendered at most once a
-/// second, so 10 s make about ten texts held for a few seconds each: the budget is 4 MiB here,
-/// one text at a time, so that every new text must make room. For
-/// the release figures: `ATTACK_SLOW_PODS=2500 ATTACK_SLOW_READERS=32 ATTACK_SLOW_SECONDS=30
-/// ATTACK_SLOW_BUDGET=0` (0: the default budget).
+/// Slow readers hold response memory outside `web.max_requests` (the slot is given back before the
+/// body is sent), one snapshot text each, and together must stay within the unit's `MemoryMax`.
+/// Here 64 slow readers (16 KiB window, 16 KiB every 50 ms: a scrape would take 20 s), one more
+/// every 100 ms so that they start on different snapshots, each reconnecting when the server closes
+/// it, for 10 s, of a generated host whose scrape is about 6 MB (this debug build renders a
+/// snapshot's text at about 5 MB/s, and the scraper must finish within 3 s). The kernel takes up to
+/// 4 MiB of each response into the socket's send buffer, and a new text is rendered at most once a
+/// second, so 10 s make about ten texts held for a few seconds each: the budget is 4 MiB here, one
+/// text at a time, so that every new text must make room. For the release figures:
+/// `ATTACK_SLOW_PODS=2500 ATTACK_SLOW_READERS=32 ATTACK_SLOW_SECONDS=30 ATTACK_SLOW_BUDGET=0` (0:
+/// the default budget).
 #[test]
 fn slow_readers_of_a_large_snapshot_stay_within_the_memory_bound() {
     let _live = live_lock();
@@ -479,13 +474,14 @@ fn slow_readers_of_a_large_snapshot_stay_within_the_memory_bound() {
     assert!(closed.load(Ordering::Relaxed) > 0, "the slowest readers were closed to make room");
 }
 
-/// Issue 24, finding 9: a web configuration with a cost-31 bcrypt hash loaded, and one request
-/// with a wrong password took a core for hours (2^31 rounds). Now the exporter refuses the file
-/// at start (exit 2) naming the user, the cost, the bound and why.
+/// A web configuration with a cost-31 bcrypt hash would let one request with a wrong password
+/// take a core for hours (2^31 rounds): the exporter refuses the file at start (exit 2) naming
+/// the user, the cost, the bound and why.
 #[test]
 fn a_bcrypt_cost_that_takes_hours_per_check_is_refused() {
     let _live = live_lock();
-    let dir = temp_dir("bcrypt-cost");
+    let tmp = temp_dir("bcrypt-cost");
+    let dir = tmp.path();
     let web = dir.join("web.yml");
     std::fs::write(
         &web,
@@ -620,10 +616,10 @@ fn mib(pages: u64) -> f64 {
     (pages * 4096) as f64 / (1 << 20) as f64
 }
 
-/// Issue 24, finding 2: 560 clients that pipeline GETs and never read kept every connection
-/// "busy", so none was closed at the 512 cap: a scraper got 1 answer of 8 in 38 s. Here 160
-/// from one address (more than its share of the table) and 460 spread over 92 addresses (5
-/// each: more than the table holds), with 4 KiB receive buffers, for 10 s.
+/// Clients that pipeline GETs and never read must not keep every connection "busy" so that none is
+/// closed at the 512 cap and the scraper goes unanswered. Here 160 from one address (more than its
+/// share of the table) and 460 spread over 92 addresses (5 each: more than the table holds), with
+/// 4 KiB receive buffers, for 10 s.
 #[test]
 fn pipelining_clients_that_never_read_do_not_starve_scrapes() {
     let _live = live_lock();
@@ -646,10 +642,9 @@ fn pipelining_clients_that_never_read_do_not_starve_scrapes() {
     assert!(attack.peak_rss < unit_memory_max(), "peak VmRSS {} over MemoryMax", attack.peak_rss);
 }
 
-/// Issue 24, finding 3: pipelined responses parked kernel memory, up to 3.9 MB a connection
-/// (400 took the host's TCP memory to 1.15 GB in a second), and connections the exporter closed
-/// stayed as orphans holding what was unsent (376 MiB after 100 closes). Here 32 clients with
-/// the kernel's default buffers, one address each, for 6 s; then the exporter stops with their
+/// Pipelined responses must not park kernel memory (up to a send buffer's worth a connection), nor
+/// may connections the exporter closes stay as orphans holding what was unsent. Here 32 clients
+/// with the kernel's default buffers, one address each, for 6 s; then the exporter stops with their
 /// sockets still open and unread.
 #[test]
 fn pipelining_clients_that_never_read_do_not_park_kernel_memory() {
@@ -690,10 +685,10 @@ fn scrape_body(address: &str) -> Option<String> {
     head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
 
-/// Issue 24, finding 10: with a soft descriptor limit below the connection cap, idle
-/// connections took every descriptor and the collectors failed with EMFILE. Here the exporter
-/// runs with RLIMIT_NOFILE 200 (soft and hard) and 400 connections stay open and silent for
-/// 4 s, reopened as they close, while every scrape must show every collector succeeding.
+/// With a soft descriptor limit below the connection cap, idle connections must not take every
+/// descriptor and make the collectors fail with EMFILE. Here the exporter runs with RLIMIT_NOFILE
+/// 200 (soft and hard) and 400 connections stay open and silent for 4 s, reopened as they close,
+/// while every scrape must show every collector succeeding.
 #[test]
 fn idle_connections_leave_the_collectors_their_descriptors() {
     let _live = live_lock();
@@ -703,7 +698,8 @@ fn idle_connections_leave_the_collectors_their_descriptors() {
     cmd.args(["--web.listen-address", "127.0.0.1:0", "--log.format", "json", "--log.level", "debug"]);
     cmd.args(fixture_args());
     // Every collector reads its files every 100 ms, so a shortage shows at once.
-    let config = temp_dir("nofile").join("config.toml");
+    let tmp = temp_dir("nofile");
+    let config = tmp.path().join("config.toml");
     let intervals: String = ["node", "numa", "process", "cgroup", "rdma_sysfs", "software"]
         .iter()
         .map(|c| format!("[collector.{c}]\ninterval = \"100ms\"\n"))

@@ -84,7 +84,7 @@ fn live_churn_of_real_processes_and_cgroups() {
     let mut next_scrape = Instant::now();
     // At least `seconds` of churn, and then until it is enough churn to judge: on a loaded
     // machine the spawns come slower, and a fixed window would judge the machine, not the
-    // exporter (issue 27). Four times the window is a hang.
+    // exporter. Four times the window is a hang.
     let enough_churn = |spawned: u64, created: u64| spawned > 10 * seconds && created > seconds;
     while started.elapsed() < Duration::from_secs(seconds)
         || (!enough_churn(spawned, created) && started.elapsed() < Duration::from_secs(4 * seconds))

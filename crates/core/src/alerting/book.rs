@@ -74,14 +74,10 @@ pub struct PostableAlert {
 pub(super) const MAX_RESOLVED: usize = 1000;
 
 /// Alerts of one name sent one by one at most; the rest are folded into one alert of that name
-/// with `aggregated="true"`, which says how many and names the first. Process churn (short-lived
-/// processes each over a limit) made 4,000 firing alerts and log lines in 20 s and 0.97 MB
-/// POSTs (issue 24 item 10).
+/// with `aggregated="true"`, which says how many and names the first: process churn
+/// (short-lived processes each over a limit) would otherwise flood Alertmanager and the log
+/// with thousands of alerts and make each POST large.
 pub const MAX_PER_NAME: usize = 20;
-
-/// An alert already sent one by one keeps its place against a newcomer this much more urgent
-/// at most, so that the set sent one by one does not change with every sample.
-const STICKY: f64 = 0.05;
 
 /// Subjects named in an aggregated alert's description at most.
 const AGGREGATE_NAMED: usize = 10;
@@ -118,8 +114,15 @@ impl AlertBook {
         self.dirty
     }
 
-    /// Keeps at most [`MAX_PER_NAME`] candidates of each alert name, the most urgent (those
-    /// active already first, within [`STICKY`]), and folds the rest of that name into one.
+    /// Keeps at most [`MAX_PER_NAME`] candidates of each alert name one by one and folds the
+    /// rest of that name into one.
+    ///
+    /// An alert sent one by one keeps its place for as long as it is called for: folded, its own
+    /// labels would no longer be seen and it would be sent as resolved while its condition
+    /// holds (a crowd arriving while a job's warning fired turned it into a resolution within
+    /// 6 s, the job at 93 % of its limit). Newcomers get the places left, the most urgent first,
+    /// in turns by cgroup (`cgroup` label, [`crate::fair`]), so that one cgroup's crowd takes
+    /// only its own places.
     ///
     /// Alerts still active but no longer called for (a process that exited, inside
     /// `resolve_after`) are "held". They give up their places first: while the candidates of a
@@ -128,8 +131,9 @@ impl AlertBook {
     /// alert whose labels never change (Alertmanager would hear nothing new). Only against a
     /// live crowd beyond [`MAX_PER_NAME`] does a held alert keep its place, and then only against
     /// newcomers no more urgent than it: otherwise churn starts new alerts every sample. A
-    /// candidate more urgent than every alert of its name sent one by one is never folded, so
-    /// [`STICKY`] cannot keep a crowd ahead of it.
+    /// newcomer more urgent than every alert of its name sent one by one is never folded while
+    /// fewer than twice [`MAX_PER_NAME`] are sent one by one, so alerts keeping their places
+    /// cannot keep a more urgent job out; the set sent one by one stays within that bound.
     fn fold(&self, candidates: Vec<Candidate>) -> Vec<Candidate> {
         let mut by_name: BTreeMap<String, Vec<Candidate>> = BTreeMap::new();
         for candidate in candidates {
@@ -137,7 +141,7 @@ impl AlertBook {
             by_name.entry(name).or_default().push(candidate);
         }
         let mut out = Vec::new();
-        for (name, mut group) in by_name {
+        for (name, group) in by_name {
             if group.len() <= MAX_PER_NAME {
                 out.extend(group);
                 continue;
@@ -153,13 +157,24 @@ impl AlertBook {
                     held.push(active.candidate.urgency);
                 }
             }
+            let (mut kept, mut newcomers): (Vec<Candidate>, Vec<Candidate>) =
+                group.into_iter().partition(|c| self.active.contains_key(&c.labels));
             let above_all = |c: &Candidate| c.urgency > top;
-            let key = |c: &Candidate| c.urgency + if self.active.contains_key(&c.labels) { STICKY } else { 0.0 };
-            group.sort_by(|a, b| above_all(b).cmp(&above_all(a)).then(key(b).total_cmp(&key(a))));
-            let (mut kept, mut rest) = (Vec::new(), Vec::new());
-            for candidate in group {
+            newcomers.sort_by(|a, b| above_all(b).cmp(&above_all(a)).then(b.urgency.total_cmp(&a.urgency)));
+            let above: Vec<bool> = newcomers.iter().map(above_all).collect();
+            let cgroup = |i: usize| newcomers[i].labels.get("cgroup").map(String::as_str);
+            // The more urgent than all first, then the others holding a share of a limit, then
+            // the rest; in turns by cgroup within each.
+            let tier = |i: usize| (!above[i], newcomers[i].urgency <= 0.0);
+            let order = crate::fair::order(newcomers.len(), tier, |_| (), cgroup);
+            let mut slots: Vec<Option<Candidate>> = newcomers.into_iter().map(Some).collect();
+            let mut rest = Vec::new();
+            for candidate in order.into_iter().filter_map(|i| slots[i].take()) {
                 let holding = held.iter().filter(|&&h| h >= candidate.urgency).count();
-                let room = kept.len() < MAX_PER_NAME && (above_all(&candidate) || kept.len() + holding < MAX_PER_NAME);
+                // Past the places, only a newcomer more urgent than the alerts keeping theirs.
+                let room = kept.len() + holding < MAX_PER_NAME
+                    || (above_all(&candidate)
+                        && (kept.len() < MAX_PER_NAME || (top.is_finite() && kept.len() < 2 * MAX_PER_NAME)));
                 if room {
                     kept.push(candidate);
                 } else {

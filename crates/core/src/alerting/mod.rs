@@ -5,12 +5,14 @@
 //! - [`evaluate`] (here): pure; which alerts the snapshot's trend points call for, in the words of
 //!   [`crate::scopes`].
 //! - [`AlertBook`] (`book.rs`): the state machine; when alerts start, resolve and must be (re)sent.
-//! - [`run`] (`deliver.rs`): an async task reading snapshots from the sampler's watch channel and
-//!   delivering with retries and backoff. The sampler only ever replaces the latest snapshot.
+//! - [`run`] (`deliver.rs`): an async task reading snapshots from the sampler's watch channel, and
+//!   one task per Alertmanager URL delivering with its own retries, timeout and backoff. The
+//!   sampler only ever replaces the latest snapshot.
 
 mod book;
 mod deliver;
 pub mod failures;
+pub mod unwatched;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -24,7 +26,7 @@ use crate::units::bytes;
 #[cfg(test)]
 use book::MAX_RESOLVED;
 pub use book::{AlertBook, PostableAlert, Transitions, MAX_PER_NAME};
-pub use deliver::{run, AlertMetrics, LogLimiter, LogLine, Suppressed, LOG_BURST, LOG_WINDOW};
+pub use deliver::{run, AlertMetrics, LogLimiter, LogLine, Suppressed, LOG_BURST, LOG_WINDOW, MAX_BACKOFF};
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -43,8 +45,8 @@ fn urgency(point: &TrendPoint) -> f64 {
 }
 
 /// Whether a predicted exhaustion is a page: the prediction alone reads one step as a ramp for
-/// a whole trend window (issue 23: 1 MiB held, one step of 2 MiB, flat at 37.5 % of the limit,
-/// paged critical for 30 s). The rise must continue in the newest samples
+/// a whole trend window, and would page critical for a scope that stepped once and stayed flat
+/// far below its limit. The rise must continue in the newest samples
 /// ([`crate::trend::Recent::continues`]), and the scope must be high enough that the rise
 /// matters: at its scope's floor ([`ScopeDef::page_min_ratio`](crate::scopes::ScopeDef::page_min_ratio)) of
 /// its limit, or with fewer than [`EXHAUSTION_HEADROOM_STEPS`] of its newest steps left (a large limit
@@ -79,6 +81,7 @@ pub fn evaluate(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> 
         }
     }
     out.extend(failures::candidates(snapshot, config, Instant::now()));
+    out.extend(unwatched::candidates(snapshot, config));
     out
 }
 

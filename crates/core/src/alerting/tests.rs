@@ -93,7 +93,7 @@ fn predicted_exhaustion_within_the_threshold_is_critical() {
     );
 }
 
-/// Issue 15 item 6: the fast path's labels are bounded as the scrape's are, so that
+/// The fast path's labels are bounded as the scrape's are, so that
 /// Alertmanager groups and inhibits them with the rules' alerts on the same series.
 #[test]
 fn alert_labels_and_texts_are_bounded_as_the_scrape_bounds_them() {
@@ -134,9 +134,8 @@ fn pages_of(series: &[f64]) -> Vec<usize> {
     pages
 }
 
-/// Issue 23 item 1: the healthy patterns page nothing, the ramps still page in time. Each
-/// healthy pattern paged critical before the guards (checked); the live version is
-/// scripts/e2e/fast_alert.sh.
+/// The healthy patterns page nothing, the ramps still page in time. Each healthy pattern
+/// pages critical without the guards (checked); the live version is scripts/e2e/fast_alert.sh.
 #[test]
 fn healthy_steps_do_not_page_and_ramps_still_do() {
     let flat = |v: f64, n: usize| std::iter::repeat_n(v, n);
@@ -156,7 +155,7 @@ fn healthy_steps_do_not_page_and_ramps_still_do() {
     for (name, series) in &healthy {
         assert_eq!(pages_of(series), Vec::<usize>::new(), "{name} paged");
     }
-    // The ramps of issue 14: 1 MiB/s to 8 MiB (refused at the 8th step, t = 8 s) and 1 MiB
+    // Two ramps: 1 MiB/s to 8 MiB (refused at the 8th step, t = 8 s) and 1 MiB
     // every 2 s (refused at t = 16 s); both page at half the limit, 4 s and 8 s ahead.
     let ramp: Vec<f64> = (0..8).map(|i| i as f64 * MIB).collect();
     assert_eq!(pages_of(&ramp).first(), Some(&4), "{:?}", pages_of(&ramp));
@@ -167,10 +166,10 @@ fn healthy_steps_do_not_page_and_ramps_still_do() {
     assert!(pages_of(&stopped).iter().all(|&i| i <= 9), "{:?}", pages_of(&stopped));
 }
 
-/// Review M1 of issue 23's guard: "the rise continues" counted steps among the newest seven
-/// samples, which hold two steps of a staircase stepping every 3 s: 1 MiB every 3 s (or 4 s)
-/// to an 8 MiB limit never paged before the kernel refused it (t = 24 s, 32 s), and the
-/// Prometheus rule needs 5 minutes of history. Both page at half of the limit now.
+/// "The rise continues" counts steps in a share of the trend window, not among a fixed count of
+/// samples: seven samples hold two steps of a staircase stepping every 3 s, and 1 MiB every
+/// 3 s (or 4 s) to an 8 MiB limit would not page before the kernel refuses it (t = 24 s,
+/// 32 s), while the Prometheus rule needs 5 minutes of history. Both page at half of the limit.
 #[test]
 fn staircases_every_few_seconds_page_before_the_refusal() {
     for every in [3usize, 4] {
@@ -221,11 +220,10 @@ fn scope_pages(scope: Scope, series: &[f64], limit: u64) -> Vec<usize> {
     out
 }
 
-/// Review M2 of issue 23's guard: "nothing given back" allowed drops of 4 KiB for every
-/// scope, and page cache moves MemTotal - MemAvailable and a working set by more than a
-/// ramp adds per second: a node at 9 of 10 GiB rising 8 MiB/s with 16 MiB of jitter paged
-/// in none of 120 samples. Jitter smaller than the ramp is not memory given back; flat
-/// jitter still pages nothing.
+/// "Nothing given back" cannot allow a fixed 4 KiB of drops for every scope: page cache moves
+/// MemTotal - MemAvailable and a working set by more than a ramp adds per second, so a node at
+/// 9 of 10 GiB rising 8 MiB/s with 16 MiB of jitter must page. Jitter smaller than the ramp is
+/// not memory given back; flat jitter still pages nothing.
 #[test]
 fn page_cache_jitter_does_not_hide_a_ramp_nor_make_one() {
     let gib = 1024.0 * MIB;
@@ -410,7 +408,7 @@ fn resolved_alerts_are_bounded_while_undelivered() {
     assert!(book.payload(SystemTime::now()).len() <= MAX_RESOLVED);
 }
 
-/// Issue 24 item 10: 500 short-lived processes each over a 4 KiB limit they lowered call
+/// 500 short-lived processes each over a 4 KiB limit they lowered call
 /// for 500 warnings at once. At most MAX_PER_NAME go one by one, the job's among them, and
 /// the rest as one aggregated alert; the POST stays small.
 #[test]
@@ -461,10 +459,10 @@ fn a_churning_crowd_is_folded_and_the_job_stays_one_by_one() {
     assert!(started_total <= 4 * MAX_PER_NAME, "{started_total}");
 }
 
-/// Review H2 of issue 24: 20 recently ended pages of one name (short-lived processes, inside
-/// resolve_after) held every place, and a job's first page was folded into the aggregated
-/// alert that already existed: Alertmanager heard nothing new. STICKY kept 20 active crowd
-/// alerts ahead of a job more urgent than any of them the same way.
+/// 20 recently ended pages of one name (short-lived processes, inside resolve_after) must not
+/// hold every place so that a job's first page is folded into the aggregated alert that already
+/// exists, and Alertmanager hears nothing new; nor may 20 active crowd alerts keep a job more
+/// urgent than any of them out.
 #[test]
 fn ended_or_sticky_crowd_pages_do_not_fold_a_jobs_first_page() {
     let cfg = config();
@@ -498,7 +496,7 @@ fn ended_or_sticky_crowd_pages_do_not_fold_a_jobs_first_page() {
     let t = book.update(evaluate(&snapshot(points), &cfg), t0 + Duration::from_secs(1), wall);
     assert!(job_sent(&book, &t), "{t:?}");
     assert_eq!(t.started.len(), 1, "no newcomer of the crowd: {t:?}");
-    // 25 active crowd pages at 50 %, still called for; the job at 53 % (within STICKY) is sent.
+    // 25 active crowd pages at 50 %, still called for; the job at 53 % (more urgent than all) is sent.
     let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
     book.update(evaluate(&snapshot(crowd(10_000, 25, 4.0 * MIB)), &cfg), t0, wall);
     let mut points = crowd(10_000, 25, 4.0 * MIB);
@@ -507,8 +505,8 @@ fn ended_or_sticky_crowd_pages_do_not_fold_a_jobs_first_page() {
     assert!(job_sent(&book, &t), "{t:?}");
 }
 
-/// Issue 24 item 10: the bounded resolved queue dropped the oldest, a page's among them,
-/// when churn resolved more than it holds while Alertmanager was unreachable.
+/// The bounded resolved queue must not drop a page's resolution when churn resolves more than
+/// it holds while Alertmanager is unreachable.
 #[test]
 fn a_flood_of_resolved_warnings_does_not_push_out_a_resolved_page() {
     let cfg = config();
@@ -563,4 +561,69 @@ fn endpoints() {
     assert!(Endpoint::parse("am:9093").is_err());
     assert!(Endpoint::parse("http://").is_err());
     assert!(Endpoint::parse("http://user:pw@am:9093").is_err());
+}
+
+/// A crowd of processes, each at its (lowered) limit, arriving while a job's warning fires must
+/// not take its place one by one, fold its labels away and have it sent as resolved while the
+/// job still holds its memory: a warning sent one by one keeps its place while called for, and
+/// the crowd's newcomers fold, in turns by cgroup.
+#[test]
+fn a_crowd_arriving_while_a_jobs_warning_fires_never_resolves_it() {
+    let cfg = config();
+    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let t0 = Instant::now();
+    let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+    let job = counter("locked", 7.44 * MIB, 8.0 * MIB, Some(0.0), None);
+    let t = book.update(evaluate(&snapshot(vec![job.clone()]), &cfg), t0, wall);
+    assert_eq!(t.started.len(), 1);
+    book.delivered();
+    // 40 crowd processes at 100 % of 2 MiB limits, 20 in one cgroup and one in each of 20 others.
+    let crowd: Vec<TrendPoint> = (0..40)
+        .map(|i| {
+            let mut p = counter("locked", 2.0 * MIB, 2.0 * MIB, Some(0.0), None);
+            p.labels[0].1 = (20_000 + i).to_string();
+            p.labels[2].1 = if i < 20 { "/crowd".into() } else { format!("/crowd-{i}") };
+            p
+        })
+        .collect();
+    for second in 1..=12u64 {
+        let mut points = crowd.clone();
+        points.push(job.clone());
+        let at = t0 + Duration::from_secs(second);
+        let t = book.update(evaluate(&snapshot(points), &cfg), at, wall + Duration::from_secs(second));
+        let is_job = |l: &Labels| l.get("pid").is_some_and(|p| p == "4242");
+        assert!(!t.resolved.iter().any(is_job), "second {second}: the job's warning resolved: {t:?}");
+        let payload = book.payload(wall);
+        assert!(payload.iter().any(|a| is_job(&a.labels) && a.ends_at > a.starts_at), "second {second}");
+        assert!(payload.len() <= 2 * MAX_PER_NAME + 1, "{}", payload.len());
+        book.delivered();
+    }
+}
+
+/// Newcomers beyond the places take turns by cgroup: 60 warnings of one cgroup and one in each
+/// of 19 others get one place for the 60 and one for each of the others.
+#[test]
+fn newcomers_beyond_the_places_take_turns_by_cgroup() {
+    let cfg = config();
+    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+    let points: Vec<TrendPoint> = (0..79)
+        .map(|i| {
+            // The crowding cgroup's are the most urgent.
+            let used = if i < 60 { 7.9 } else { 7.5 };
+            let mut p = counter("locked", used * MIB, 8.0 * MIB, Some(0.0), None);
+            p.labels[0].1 = (20_000 + i).to_string();
+            p.labels[2].1 = if i < 60 { "/crowd".into() } else { format!("/job-{i}") };
+            p
+        })
+        .collect();
+    book.update(evaluate(&snapshot(points), &cfg), Instant::now(), wall);
+    let one_by_one: Vec<String> = book
+        .payload(wall)
+        .iter()
+        .filter(|a| !a.labels.contains_key("aggregated"))
+        .map(|a| a.labels["cgroup"].clone())
+        .collect();
+    assert_eq!(one_by_one.len(), MAX_PER_NAME);
+    assert_eq!(one_by_one.iter().filter(|c| *c == "/crowd").count(), 1, "{one_by_one:?}");
 }

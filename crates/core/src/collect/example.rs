@@ -1,6 +1,6 @@
 //! The example of docs/collectors.md, compiled and run: a collector with one setting is one
-//! module plus its entry in the registry. The document quotes this file between the markers
-//! (`the_document_quotes_this_file`).
+//! module (its settings and its `REGISTRATION` included) plus its line in the registry. The
+//! document quotes this file between the markers (`the_document_quotes_this_file`).
 
 // example:begin
 use std::any::Any;
@@ -9,8 +9,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::Grants;
-use crate::collect::settings::{Configured, Context, Invalid};
-use crate::collect::{Collector, Data, Stats};
+use crate::collect::settings::{of, Configured, Context, Invalid};
+use crate::collect::{Collector, Data, Registration, Stats};
 use crate::exposition::{Exposition, Kind};
 use memlock_kernel::fsroot::{self, Roots, SourceError};
 
@@ -81,6 +81,15 @@ impl Stats for LocksStats {
         self
     }
 }
+
+/// Its entry in the registry: the flags `--collector.locks`, the section `[collector.locks]`.
+pub const REGISTRATION: Registration = Registration {
+    name: "locks",
+    reads: "/proc/locks",
+    default_interval: "5s",
+    default_enabled: true,
+    settings: of::<LocksCollector>(),
+};
 // example:end
 
 #[cfg(test)]
@@ -90,26 +99,26 @@ mod tests {
     use ::config::{Map, Value};
 
     use super::*;
-    use crate::collect::settings::{of, Refused};
-    use crate::collect::Registration;
+    use crate::collect::settings::Refused;
     use crate::trend::TrendConfig;
 
-    /// Where src/collect/mod.rs would declare it (`pub mod locks;`).
-    mod locks {
-        pub use super::super::LocksCollector;
+    /// The registry's macro as crates/core/src/collect/mod.rs has it, over the example alone.
+    macro_rules! collectors {
+        ($($name:ident),* $(,)?) => {
+            const REGISTRY: &[Registration] = &[$($name::REGISTRATION),*];
+        };
     }
 
-    const REGISTRY: &[Registration] = &[
+    /// Where the registry would declare it.
+    mod locks {
+        pub use super::super::REGISTRATION;
+    }
+
+    collectors! {
         // registry:begin
-        Registration {
-            name: "locks",
-            reads: "/proc/locks",
-            default_interval: "5s",
-            default_enabled: true,
-            settings: of::<locks::LocksCollector>(),
-        },
+        locks,
         // registry:end
-    ];
+    }
     const ENTRY: &Registration = &REGISTRY[0];
 
     fn section(max_lines: impl Into<Value>) -> Value {

@@ -1,19 +1,12 @@
 //! Collectors: one per source. Each reads through [`memlock_kernel::fsroot`], parses with
 //! [`memlock_kernel`] and returns typed [`Data`]; rendering lives with the data type.
 
-pub mod cgroup;
 #[cfg(test)]
 mod example;
-pub mod failures;
 pub mod hugepages;
-pub mod node;
-pub mod numa;
-pub mod process;
+pub mod nccl_version;
 pub mod rdma_filter;
-pub mod rdma_netlink;
-pub mod rdma_sysfs;
 pub mod settings;
-pub mod software;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -24,7 +17,7 @@ use crate::exposition::Exposition;
 use crate::trend::{Observation, Scope, TrendConfig};
 use memlock_kernel::fsroot::{Roots, SourceError};
 
-use settings::{of, CollectorConfig, Context, Plain};
+use settings::{CollectorConfig, Context};
 
 /// What a collector's run produced, behind one trait so the sampler, the snapshot and the trend
 /// analyser need no list of collectors. Cheap to share: snapshots hold it in an `Arc`.
@@ -60,6 +53,12 @@ pub trait Stats: std::fmt::Debug + Send + Sync + 'static {
         None
     }
 
+    /// The collector's state in a few words, when it has one worth showing beside "ok" (the
+    /// landing page): the failures collector says whether it traces, and why not.
+    fn state(&self) -> Option<String> {
+        None
+    }
+
     /// For readers that need the collector's own type (tests).
     fn as_any(&self) -> &dyn Any;
 }
@@ -82,70 +81,30 @@ pub struct Registration {
     pub settings: &'static dyn settings::Section,
 }
 
-/// Every collector, in output order.
-pub const REGISTRY: &[Registration] = &[
-    Registration {
-        name: "node",
-        reads: "/proc/meminfo, vmstat, vm sysctls, hugepages",
-        default_interval: "1s",
-        default_enabled: true,
-        settings: &Plain(|cx| {
-            let floor = cx.trend.node_memory_available_floor_ratio;
-            Box::new(node::NodeCollector::new(cx.roots.clone(), procfs::page_size(), floor))
-        }),
-    },
-    Registration {
-        name: "numa",
-        reads: "per NUMA node memory and hugepages",
-        default_interval: "1s",
-        default_enabled: true,
-        settings: &Plain(|cx| Box::new(numa::NumaCollector::new(cx.roots.clone(), procfs::page_size()))),
-    },
-    Registration {
-        name: "process",
-        reads: "VmLck, VmPin, memlock limits per process",
-        default_interval: "1s",
-        default_enabled: true,
-        settings: of::<process::ProcessCollector>(),
-    },
-    Registration {
-        name: "cgroup",
-        reads: "memory usage and limits per cgroup",
-        default_interval: "1s",
-        default_enabled: true,
-        settings: of::<cgroup::CgroupCollector>(),
-    },
-    Registration {
-        name: "rdma_sysfs",
-        reads: "/sys/class/infiniband devices, ports, counters",
-        default_interval: "5s",
-        default_enabled: true,
-        settings: of::<rdma_sysfs::RdmaSysfsCollector>(),
-    },
-    Registration {
-        name: "rdma_netlink",
-        reads: "RDMA resources and registered memory",
-        default_interval: "5s",
-        default_enabled: true,
-        settings: of::<rdma_netlink::RdmaNetlinkCollector>(),
-    },
-    Registration {
-        name: "software",
-        reads: "kernel, NVIDIA driver and RDMA module versions, GPUDirect mode",
-        default_interval: "30s",
-        default_enabled: true,
-        settings: &Plain(|cx| Box::new(software::SoftwareCollector::new(cx.roots.clone()))),
-    },
-    Registration {
-        name: "failures",
-        reads: "refused registrations and locks, traced with kprobes in tracefs instances of its own (needs root)",
-        default_interval: "1s",
-        // Opt-in: it defines kprobes in the running kernel, which needs write access to tracefs
-        // (root's) that the default unit does not grant (README.md, the failures collector).
-        default_enabled: false,
-        settings: &Plain(|cx| Box::new(failures::FailuresCollector::new(cx.roots.clone()))),
-    },
-];
+/// Every collector, in output order: each line declares a collector's module and lists its
+/// `REGISTRATION`, so a new collector is one file (its module, with its settings) and one line
+/// here (docs/collectors.md).
+macro_rules! collectors {
+    ($($name:ident),* $(,)?) => {
+        $(pub mod $name;)*
+
+        /// Every collector, in output order.
+        pub const REGISTRY: &[Registration] = &[$($name::REGISTRATION),*];
+    };
+}
+
+collectors! {
+    node,
+    numa,
+    process,
+    cgroup,
+    rdma_sysfs,
+    rdma_netlink,
+    rdma_caps,
+    software,
+    launchers,
+    failures,
+}
 
 /// One source of metrics.
 pub trait Collector: Send {

@@ -106,113 +106,63 @@ impl NodeStats {
     pub fn render(&self, out: &mut Exposition) {
         let m = &self.meminfo;
         let gauges: [(&'static str, &'static str, Option<u64>); 11] = [
-            (
-                "memlock_node_memory_total_bytes",
-                "MemTotal from /proc/meminfo. Sampled on the node interval (default \
-                1s), not at scrape time.",
-                m.mem_total,
-            ),
-            ("memlock_node_memory_free_bytes", "MemFree from /proc/meminfo. Sampled on the node interval.", m.mem_free),
+            ("memlock_node_memory_total_bytes", "MemTotal from /proc/meminfo.", m.mem_total),
+            ("memlock_node_memory_free_bytes", "MemFree from /proc/meminfo.", m.mem_free),
             (
                 "memlock_node_memory_available_bytes",
-                "MemAvailable from /proc/meminfo: memory available for new \
-                allocations without swapping. Sampled on the node interval.",
+                "MemAvailable from /proc/meminfo: memory available without swapping.",
                 m.mem_available,
             ),
             (
                 "memlock_node_memory_available_floor_bytes",
-                "MemAvailable at which the node's memory trend counts as exhausted: \
-                trend.node_memory_available_floor_ratio of MemTotal (memlock_trend_exhaustion_seconds{scope=\"node\"} \
-                is \
-                the time until MemAvailable falls to it). Sampled on the node interval.",
+                "The MemAvailable floor the node's trend and alerts predict against.",
                 self.memory_available_floor_bytes,
             ),
             (
                 "memlock_node_mlocked_bytes",
-                "Mlocked from /proc/meminfo: pages locked with mlock(). RDMA registrations \
-                are not in it (see memlock_node_pinned_bytes). Sampled on the node interval.",
+                "Mlocked from /proc/meminfo: memory locked by mlock() on the node.",
                 m.mlocked,
             ),
-            (
-                "memlock_node_unevictable_bytes",
-                "Unevictable from /proc/meminfo. Sampled on the node \
-                interval.",
-                m.unevictable,
-            ),
-            (
-                "memlock_node_committed_bytes",
-                "Committed_AS from /proc/meminfo. Sampled on the node \
-                interval.",
-                m.committed_as,
-            ),
+            ("memlock_node_unevictable_bytes", "Unevictable from /proc/meminfo.", m.unevictable),
+            ("memlock_node_committed_bytes", "Committed_AS from /proc/meminfo.", m.committed_as),
             (
                 "memlock_node_commit_limit_bytes",
-                "CommitLimit from /proc/meminfo; enforced only when \
-                vm.overcommit_memory is 2. Sampled on the node interval.",
+                "CommitLimit from /proc/meminfo, enforced only when overcommit_memory is 2.",
                 m.commit_limit,
             ),
-            (
-                "memlock_node_cma_total_bytes",
-                "CmaTotal from /proc/meminfo (absent without CONFIG_CMA). Sampled on the \
-                node interval.",
-                m.cma_total,
-            ),
-            (
-                "memlock_node_cma_free_bytes",
-                "CmaFree from /proc/meminfo (absent without CONFIG_CMA). Sampled on the \
-                node interval.",
-                m.cma_free,
-            ),
-            (
-                "memlock_node_hugetlb_bytes",
-                "Hugetlb from /proc/meminfo: memory in hugepage pools of all sizes. Sampled \
-                on the node interval.",
-                m.hugetlb,
-            ),
+            ("memlock_node_cma_total_bytes", "CmaTotal from /proc/meminfo.", m.cma_total),
+            ("memlock_node_cma_free_bytes", "CmaFree from /proc/meminfo.", m.cma_free),
+            ("memlock_node_hugetlb_bytes", "Hugetlb from /proc/meminfo: memory in hugepages of every size.", m.hugetlb),
         ];
         for (name, help, value) in gauges {
             out.family(name, help, Kind::Gauge).maybe(&[], value);
         }
         out.family(
             "memlock_node_pinned_bytes",
-            "FOLL_PIN pin references held (nr_foll_pin_acquired minus nr_foll_pin_released in /proc/vmstat) times the \
-                page size: an upper bound of pinned memory, since a page pinned twice counts twice and O_DIRECT I/O \
-                pins \
-                for a moment. RDMA registrations, io_uring fixed buffers, vfio, cudaHostRegister. Sampled on the node \
-                interval.",
+            "FOLL_PIN references held on the node times the page size, an upper bound of pinned memory.",
             Kind::Gauge,
         )
         .maybe(&[], self.pinned_bytes);
-        out.family(
-            "memlock_node_hugepages",
-            "Hugepages per page size and state (total, free, reserved, surplus), in pages, from \
-                /sys/kernel/mm/hugepages. Sampled on the node interval.",
-            Kind::Gauge,
-        );
+        out.family("memlock_node_hugepages", "Hugepages per page size and state, in pages.", Kind::Gauge);
         hugepages::render(out, &[], &self.hugepages);
         out.family(
             "memlock_node_overcommit_mode",
-            "vm.overcommit_memory: 0 heuristic, 1 always, 2 strict (CommitLimit enforced).",
+            "vm.overcommit_memory (0 heuristic, 1 always, 2 never).",
             Kind::Gauge,
         )
         .maybe(&[], self.overcommit_mode);
-        out.family(
-            "memlock_node_overcommit_ratio",
-            "vm.overcommit_ratio as a fraction (sysctl 50 is 0.5).",
-            Kind::Gauge,
-        )
-        .maybe(&[], self.overcommit_ratio.map(|r| r as f64 / 100.0));
+        out.family("memlock_node_overcommit_ratio", "vm.overcommit_ratio.", Kind::Gauge)
+            .maybe(&[], self.overcommit_ratio.map(|r| r as f64 / 100.0));
         out.family(
             "memlock_node_max_map_areas",
-            "vm.max_map_count: the most memory map areas (VMAs) a process may \
-            have. Named without the _count suffix, which Prometheus reserves for histograms.",
+            "vm.max_map_count: the most memory map areas a process may have.",
             Kind::Gauge,
         )
         .maybe(&[], self.max_map_count);
         if let Some(thp) = &self.thp_enabled {
             out.family(
                 "memlock_node_transparent_hugepage_enabled",
-                "Transparent hugepage mode from /sys/kernel/mm/transparent_hugepage/enabled: 1 for the active mode.",
+                "Transparent hugepage mode: 1 for the active mode.",
                 Kind::Gauge,
             );
             for option in &thp.options {
@@ -239,3 +189,16 @@ impl super::Stats for NodeStats {
         self
     }
 }
+
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "node",
+    reads: "/proc/meminfo, vmstat, vm sysctls, hugepages",
+    default_interval: "1s",
+    default_enabled: true,
+    settings: &super::settings::Plain(|cx| {
+        let floor = cx.trend.node_memory_available_floor_ratio;
+        Box::new(NodeCollector::new(cx.roots.clone(), procfs::page_size(), floor))
+    }),
+};

@@ -119,24 +119,12 @@ impl NumaStats {
         let ids: Vec<String> = nodes.iter().map(|n| n.id.to_string()).collect();
         type Field = fn(&NumaNode) -> Option<u64>;
         let gauges: [(&'static str, &'static str, Field); 4] = [
-            (
-                "memlock_numa_memory_total_bytes",
-                "MemTotal of the NUMA node. Sampled on the numa interval (default \
-                1s).",
-                |n| n.mem_total,
-            ),
-            (
-                "memlock_numa_memory_free_bytes",
-                "MemFree of the NUMA node. Sampled on the numa \
-                interval.",
-                |n| n.mem_free,
-            ),
-            ("memlock_numa_mlocked_bytes", "Mlocked of the NUMA node. Sampled on the numa interval.", |n| n.mlocked),
+            ("memlock_numa_memory_total_bytes", "MemTotal of the NUMA node.", |n| n.mem_total),
+            ("memlock_numa_memory_free_bytes", "MemFree of the NUMA node.", |n| n.mem_free),
+            ("memlock_numa_mlocked_bytes", "Mlocked of the NUMA node.", |n| n.mlocked),
             (
                 "memlock_numa_pinned_bytes",
-                "FOLL_PIN pin references held on the NUMA node (nr_foll_pin_acquired minus \
-                nr_foll_pin_released in its vmstat) times the page size: an upper bound of its pinned memory (a page \
-                pinned twice counts twice). Sampled on the numa interval.",
+                "FOLL_PIN references held on the NUMA node times the page size, an upper bound.",
                 |n| n.pinned_bytes,
             ),
         ];
@@ -148,8 +136,7 @@ impl NumaStats {
         }
         out.family(
             "memlock_numa_hugepages",
-            "Hugepages of the NUMA node per page size and state (total, free, surplus), in pages. Sampled on the numa \
-                interval.",
+            "Hugepages of the NUMA node per page size and state, in pages.",
             Kind::Gauge,
         );
         for (node, id) in nodes.iter().zip(&ids) {
@@ -171,3 +158,13 @@ impl super::Stats for NumaStats {
         self
     }
 }
+
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "numa",
+    reads: "per NUMA node memory and hugepages",
+    default_interval: "1s",
+    default_enabled: true,
+    settings: &super::settings::Plain(|cx| Box::new(NumaCollector::new(cx.roots.clone(), procfs::page_size()))),
+};

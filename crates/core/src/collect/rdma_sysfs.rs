@@ -357,9 +357,7 @@ impl RdmaSysfsStats {
         };
         out.family(
             "memlock_rdma_device_info",
-            "RDMA device from /sys/class/infiniband, always 1; labels carry firmware, HCA type, board id, node type \
-                and node GUID (empty when the driver does not provide the file). Sampled on the rdma_sysfs interval \
-                (default 5s).",
+            "Always 1; labels describe the RDMA device from /sys/class/infiniband.",
             Kind::Gauge,
         );
         for d in &devices {
@@ -379,10 +377,7 @@ impl RdmaSysfsStats {
 
         out.family(
             "memlock_rdma_device_registered_bytes",
-            "Memory registered on the device by user space, from mlx5's reg_pages (pages of every live user memory \
-                registration, host memory and dma-buf GPU memory alike; ODP not counted) times the page size. \
-                dma-buf registrations are here but not in VmPin: compare with memlock_process_pinned_bytes. Absent \
-                for drivers without reg_pages. Sampled on the rdma_sysfs interval.",
+            "Memory registered on the device by user space (mlx5 reg_pages times page size).",
             Kind::Gauge,
         );
         for d in &devices {
@@ -393,25 +388,13 @@ impl RdmaSysfsStats {
             devices.iter().flat_map(|d| d.ports.iter().map(move |p| (*d, p, p.number.to_string()))).collect();
         type Field = fn(&SysfsPort) -> Option<u64>;
         let gauges: [(&'static str, &'static str, Field); 3] = [
-            (
-                "memlock_rdma_port_state",
-                "Logical port state, the kernel's number in ports/N/state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 \
-                    ACTIVE_DEFER. Sampled on the rdma_sysfs interval.",
-                |p| p.state.as_ref().map(|s| u64::from(s.value)),
-            ),
-            (
-                "memlock_rdma_port_phys_state",
-                "Physical port state, the kernel's number in ports/N/phys_state: 1 Sleep, 2 Polling, 3 Disabled, 4 \
-                    PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test. Sampled on the rdma_sysfs \
-                    interval.",
-                |p| p.phys_state.as_ref().map(|s| u64::from(s.value)),
-            ),
-            (
-                "memlock_rdma_port_rate_bytes_per_second",
-                "Port signalling rate from ports/N/rate (\"400 Gb/sec (4X NDR)\" is 5e10 bytes per second). Sampled on \
-                    the rdma_sysfs interval.",
-                |p| p.rate_bytes_per_second,
-            ),
+            ("memlock_rdma_port_state", "Port state, the kernel's enum value (4 is ACTIVE).", |p| {
+                p.state.as_ref().map(|s| u64::from(s.value))
+            }),
+            ("memlock_rdma_port_phys_state", "Physical port state, the kernel's enum value (5 is LinkUp).", |p| {
+                p.phys_state.as_ref().map(|s| u64::from(s.value))
+            }),
+            ("memlock_rdma_port_rate_bytes_per_second", "Port rate in bytes per second.", |p| p.rate_bytes_per_second),
         ];
         for (name, help, field) in gauges {
             out.family(name, help, Kind::Gauge);
@@ -421,8 +404,7 @@ impl RdmaSysfsStats {
         }
         out.family(
             "memlock_rdma_port_info",
-            "RDMA port, always 1; link_layer is InfiniBand, Ethernet (RoCE) or Unknown (EFA). Sampled on the \
-                rdma_sysfs interval.",
+            "Always 1; link_layer is InfiniBand, Ethernet (RoCE) or Unknown (EFA).",
             Kind::Gauge,
         );
         for (d, p, port) in &ports {
@@ -430,13 +412,7 @@ impl RdmaSysfsStats {
                 out.sample(&[("device", &d.name), ("port", port), ("link_layer", link_layer)], 1u64);
             }
         }
-        out.family(
-            "memlock_rdma_port_stat_total",
-            "Port counters from ports/N/counters (IBTA PMA). port_xmit_data and port_rcv_data count 4-byte words in \
-                the kernel file and are exported in bytes as port_xmit_data_bytes and port_rcv_data_bytes; the others \
-                are counts. PMA counters saturate rather than wrap. Sampled on the rdma_sysfs interval.",
-            Kind::Counter,
-        );
+        out.family("memlock_rdma_port_stat_total", "Port counters (IBTA PMA), data counters in bytes.", Kind::Counter);
         for (device, d) in self.devices.iter().enumerate() {
             for (index, p) in d.ports.iter().enumerate() {
                 let port = p.number.to_string();
@@ -461,17 +437,13 @@ impl RdmaSysfsStats {
         if gauges {
             out.family(
                 "memlock_rdma_hw_objects",
-                "Driver hw_counters that are levels, not counts: bnxt_re active_* (verbs objects that exist now, such \
-                    as active_mrs) and watermark_* (their peak). port is empty for device-level files. Sampled on the \
-                    rdma_sysfs interval.",
+                "Driver hw_counters that are levels, not counts (bnxt_re active_* and watermark_*).",
                 Kind::Gauge,
             );
         } else {
             out.family(
                 "memlock_rdma_hw_stat_total",
-                "Driver counters from hw_counters/ by file name (EFA reg_mr_err counts failed memory registrations, \
-                    memlock ENOMEM included). port is empty for device-level counters. Some drivers' 32-bit counters \
-                    wrap. Sampled on the rdma_sysfs interval.",
+                "Driver counters from hw_counters/ by file name (EFA reg_mr_err among them).",
                 Kind::Counter,
             );
         }
@@ -525,6 +497,16 @@ impl Configured for RdmaSysfsCollector {
     }
 }
 
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "rdma_sysfs",
+    reads: "/sys/class/infiniband devices, ports, counters",
+    default_interval: "5s",
+    default_enabled: true,
+    settings: super::settings::of::<RdmaSysfsCollector>(),
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -550,12 +532,12 @@ mod tests {
         counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
     }
 
-    /// Issue 15 item 10: port directories `01` and `+1` beside `1` (in a sysfs root someone else
-    /// writes; the kernel names ports "%u") made every series of port 1 three times.
+    /// Port directories `01` and `+1` beside `1` (in a sysfs root someone else writes; the
+    /// kernel names ports "%u") must not make every series of port 1 three times.
     #[test]
     fn port_directories_the_kernel_would_not_name_are_not_ports() {
-        let root = std::env::temp_dir().join(format!("memlock-rdma-ports-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let tmp = tempfile::Builder::new().prefix("memlock-rdma-ports-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         std::fs::create_dir_all(&root).unwrap();
         // cp -a keeps the class symlinks of the fixture, as sysfs has them.
         let copied = std::process::Command::new("cp").arg("-a").arg(fixture_roots().sysfs).arg(&root).status();
@@ -583,7 +565,6 @@ mod tests {
             let key = line.rsplit_once(' ').unwrap().0;
             assert!(seen.insert(key), "duplicate series {key}");
         }
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
@@ -661,7 +642,8 @@ mod tests {
 
     #[test]
     fn broken_files_are_errors_but_the_rest_is_kept() {
-        let root = std::env::temp_dir().join(format!("memlock-rdma-sysfs-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("memlock-rdma-sysfs-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         let port = root.join("class/infiniband/mlx5_9/ports/1");
         std::fs::create_dir_all(port.join("counters")).unwrap();
         std::fs::write(root.join("class/infiniband/mlx5_9/fw_ver"), "1.2.3\n").unwrap();
@@ -673,7 +655,6 @@ mod tests {
         let stats = RdmaSysfsCollector::new(Roots { procfs: root.clone(), sysfs: root.clone() }, RdmaConfig::default())
             .read(&mut errors)
             .unwrap();
-        std::fs::remove_dir_all(&root).unwrap();
         let paths: Vec<String> = errors.iter().map(|e| e.path().display().to_string()).collect();
         assert_eq!(errors.len(), 2, "{paths:?}");
         assert!(paths[0].ends_with("ports/1/state") && paths[1].ends_with("counters/port_rcv_data"), "{paths:?}");

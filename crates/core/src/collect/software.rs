@@ -116,12 +116,7 @@ impl SoftwareStats {
     pub fn render(&self, out: &mut Exposition) {
         out.family(
             "memlock_node_software_info",
-            "Always 1. kernel: /proc/sys/kernel/osrelease; nvidia_driver: the version in /proc/driver/nvidia/version, \
-                nvidia_kernel_module open or proprietary; one label per module that takes part in RDMA registration, \
-                from /sys/module/<name>/version (\"unversioned\" for a loaded in-tree module, empty when not loaded); \
-                gdr_mode: the GPUDirect charging mode NCCL would use as check and estimate detect it (peermem when a \
-                peer-memory client is loaded: GPU buffers charged to VmPin; off otherwise). Empty labels are absent \
-                components. Sampled on the software interval (default 30s).",
+            "Always 1; labels give the kernel, NVIDIA driver and RDMA module versions.",
             Kind::Gauge,
         );
         let mut labels: Vec<(&str, &str)> = vec![
@@ -144,6 +139,16 @@ impl super::Stats for SoftwareStats {
         self
     }
 }
+
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "software",
+    reads: "kernel, NVIDIA driver and RDMA module versions, GPUDirect mode",
+    default_interval: "30s",
+    default_enabled: true,
+    settings: &super::settings::Plain(|cx| Box::new(SoftwareCollector::new(cx.roots.clone()))),
+};
 
 #[cfg(test)]
 mod tests {
@@ -182,7 +187,8 @@ mod tests {
 
     #[test]
     fn nothing_installed_is_empty_labels_not_errors() {
-        let root = std::env::temp_dir().join(format!("memlock-software-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("memlock-software-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         let roots = Roots { procfs: root.join("proc"), sysfs: root.join("sys") };
         let mut errors = Vec::new();
         let stats = SoftwareCollector::new(roots.clone()).read(&mut errors);
@@ -197,6 +203,5 @@ mod tests {
         let stats = SoftwareCollector::new(roots).read(&mut errors);
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!((module(&stats, "mlx5_core"), stats.nvidia_driver.as_str()), (UNVERSIONED, ""));
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

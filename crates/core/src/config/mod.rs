@@ -114,7 +114,7 @@ impl Config {
     }
 }
 
-/// Refuses a reload that would fail open (issue 24): a configuration file emptied or truncated
+/// Refuses a reload that would fail open: a configuration file emptied or truncated
 /// by a bad deploy loads as "all defaults", and the defaults have no Alertmanager, so the fast
 /// path would stop paging while every gauge looked healthy. Refused:
 /// - a file with no settings left (empty, blanks or comments only) when the running

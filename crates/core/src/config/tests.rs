@@ -8,12 +8,12 @@ use config::Value;
 
 use super::*;
 
-fn write_temp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memlock-config-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("config.toml");
+/// The file and the directory that holds it, removed when the `TempDir` is dropped.
+fn write_temp(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new().prefix(&format!("memlock-config-{name}-")).tempdir().unwrap();
+    let path = dir.path().join("config.toml");
     std::fs::write(&path, text).unwrap();
-    path
+    (dir, path)
 }
 
 fn load_with(file: Option<PathBuf>, env: &[(&str, &str)], flags: Vec<(String, Value)>) -> Result<Config, ConfigError> {
@@ -35,7 +35,7 @@ fn defaults_need_no_file() {
 
 #[test]
 fn layers_override_in_order_file_env_flags() {
-    let path = write_temp(
+    let (_dir, path) = write_temp(
         "layers",
         "[web]\nlisten_address = \"127.0.0.1:1\"\n[log]\nlevel \
         = \"debug\"\n[collector.numa]\nenabled = false\ninterval = \"5s\"\n",
@@ -57,13 +57,13 @@ fn layers_override_in_order_file_env_flags() {
 
 #[test]
 fn unknown_keys_name_the_key_and_the_file() {
-    let path = write_temp("unknown", "[web]\nlisten_adress = \":1\"\n");
+    let (_dir, path) = write_temp("unknown", "[web]\nlisten_adress = \":1\"\n");
     let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
     assert!(err.contains("`web.listen_adress`"), "{err}");
     assert!(err.contains(&path.display().to_string()), "{err}");
     assert!(err.contains("listen_address"), "hint lists the known keys: {err}");
 
-    let path = write_temp("unknown-top", "colector = 1\n");
+    let (_dir, path) = write_temp("unknown-top", "colector = 1\n");
     let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
     assert!(err.contains("`colector`"), "{err}");
 
@@ -73,23 +73,23 @@ fn unknown_keys_name_the_key_and_the_file() {
 
 #[test]
 fn invalid_values_name_the_key_and_where_they_were_set() {
-    let path = write_temp("invalid", "[log]\nlevel = \"loud\"\n");
+    let (_dir, path) = write_temp("invalid", "[log]\nlevel = \"loud\"\n");
     let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
     assert!(err.contains("`log.level`") && err.contains("loud") && err.contains(&path.display().to_string()), "{err}");
 
-    let path = write_temp("badtype", "[collector.node]\nenabled = \"sometimes\"\n");
+    let (_dir, path) = write_temp("badtype", "[collector.node]\nenabled = \"sometimes\"\n");
     let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
     assert!(err.contains("collector.node.enabled"), "{err}");
 
     // A string where a list belongs: serde's error, wrapped by the config crate (found by
     // libFuzzer; it named the key but not the file).
-    let path = write_temp("notalist", "[alerting]\nalertmanager_urls = \"node-1\"\n");
+    let (_dir, path) = write_temp("notalist", "[alerting]\nalertmanager_urls = \"node-1\"\n");
     let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err();
     assert!(matches!(&err, ConfigError::Invalid { key, .. } if key == "alerting.alertmanager_urls"), "{err:?}");
     let err = err.to_string();
     assert!(err.contains(&path.display().to_string()) && err.contains("node-1"), "{err}");
 
-    let path = write_temp("interval", "[collector.node]\ninterval = \"10\"\n");
+    let (_dir, path) = write_temp("interval", "[collector.node]\ninterval = \"10\"\n");
     let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
     assert!(err.contains("collector.node.interval") && err.contains("unit"), "{err}");
 
@@ -112,7 +112,7 @@ fn invalid_values_name_the_key_and_where_they_were_set() {
 
 #[test]
 fn broken_files_name_the_file() {
-    let path = write_temp("syntax", "[web\nlisten_address = 1\n");
+    let (_dir, path) = write_temp("syntax", "[web\nlisten_address = 1\n");
     let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
     assert!(err.contains(&path.display().to_string()), "{err}");
     let err = load_with(Some(PathBuf::from("/nonexistent/memlock.toml")), &[], vec![]).unwrap_err().to_string();
@@ -124,7 +124,7 @@ fn broken_files_name_the_file() {
 
 #[test]
 fn enormous_files_and_fifos_are_refused_without_hanging() {
-    let path = write_temp("enormous", &format!("# {}\n", "x".repeat(2 << 20)));
+    let (_dir, path) = write_temp("enormous", &format!("# {}\n", "x".repeat(2 << 20)));
     let err = load_with(Some(path.clone()), &[], vec![]).unwrap_err().to_string();
     assert!(err.contains(&path.display().to_string()) && err.contains("larger than"), "{err}");
     // A FIFO in place of the file: no writer, so a blocking open would never return.
@@ -144,10 +144,10 @@ fn enormous_files_and_fifos_are_refused_without_hanging() {
 
 #[test]
 fn collector_settings_are_validated() {
-    let path = write_temp("regex", "[collector.cgroup]\nexclude = [\"(unclosed\"]\n");
+    let (_dir, path) = write_temp("regex", "[collector.cgroup]\nexclude = [\"(unclosed\"]\n");
     let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
     assert!(err.contains("collector.cgroup.exclude") && err.contains("regex"), "{err}");
-    let path = write_temp("topn", "[collector.process]\ntop_n = 0\n");
+    let (_dir, path) = write_temp("topn", "[collector.process]\ntop_n = 0\n");
     let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
     assert!(err.contains("collector.process.top_n"), "{err}");
     let cfg = load_with(None, &[("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__MIN_BYTES", "4096")], vec![]).unwrap();
@@ -344,7 +344,7 @@ fn collector_setting_errors_name_the_key_and_the_layer() {
         ),
         ("collector = 3\n", &[], &[], "`collector` (set in FILE): invalid type: integer `3`, expected a map"),
     ];
-    let path = write_temp("collector-errors", "");
+    let (_dir, path) = write_temp("collector-errors", "");
     for (file, env, flags, expected) in cases {
         std::fs::write(&path, file).unwrap();
         let flags = flags.iter().map(|(k, v)| (k.to_string(), Value::from(*v))).collect();
@@ -368,11 +368,14 @@ fn the_example_file_is_valid_and_matches_the_defaults() {
     assert_eq!(Config { file: None, file_keys: BTreeSet::new(), ..from_file }, defaults);
 }
 
-/// Issue 24: an emptied or truncated file reloaded as "all defaults", without the
-/// Alertmanager, and nothing paged.
+/// An emptied or truncated file must not reload as "all defaults", without the
+/// Alertmanager, so that nothing pages.
 #[test]
 fn a_reload_that_would_fail_open_is_refused() {
-    let load_text = |name: &str, text: &str| load_with(Some(write_temp(name, text)), &[], vec![]).unwrap();
+    let load_text = |name: &str, text: &str| {
+        let (_dir, path) = write_temp(name, text);
+        load_with(Some(path), &[], vec![]).unwrap()
+    };
     let running =
         load_text("running", "[web]\nmax_requests = 20\n[alerting]\nalertmanager_urls = [\"http://am:9093\"]\n");
     let refused = |new: &Config| refuse_failing_open(&running, new).map_err(|e| e.to_string());
@@ -407,7 +410,7 @@ fn every_registered_collector_has_its_keys() {
         let config = load_with(None, &[(env.as_str(), "7s")], vec![]).unwrap();
         assert_eq!(config.collector(name).unwrap().interval, Duration::from_secs(7), "{name}");
     }
-    let path = write_temp("unknown-collector", "[collector.nodee]\nenabled = false\n");
+    let (_dir, path) = write_temp("unknown-collector", "[collector.nodee]\nenabled = false\n");
     let err = load_with(Some(path), &[], vec![]).unwrap_err().to_string();
     assert!(err.contains("`collector.nodee`") && err.contains("rdma_netlink"), "{err}");
 }

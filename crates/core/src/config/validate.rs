@@ -135,7 +135,7 @@ pub(super) fn validate(
     }
     if matches!(raw.web.telemetry_path.as_str(), "/-/healthy" | "/-/ready") {
         // The telemetry path is matched first: the probe would be answered with a scrape,
-        // slow and refused under load where a probe must not be (issue 24).
+        // slow and refused under load where a probe must not be.
         return Err(invalid(
             "web.telemetry_path",
             format!("{} is the liveness or readiness probe's path: choose another", shown(&raw.web.telemetry_path)),
@@ -253,7 +253,7 @@ impl Endpoint {
 /// Whether a request can reach `path`: the server compares it with the path of the request
 /// target as hyper has it, parsed by the `http` crate (a `PathAndQuery`, without the query;
 /// a fragment is cut off, spaces and control characters are refused), so it must be exactly
-/// such a path (issue 15: "/metrics?x" or "/a b" were accepted and never served).
+/// such a path: "/metrics?x" or "/a b" would be accepted and never served.
 fn matchable_path(path: &str) -> bool {
     path.parse::<hyper::http::uri::PathAndQuery>().is_ok_and(|parsed| parsed.path() == path && parsed.query().is_none())
 }

@@ -1,47 +1,57 @@
 //! Basic auth that a flood of wrong passwords cannot turn against the daemon or its scraper.
 //!
-//! bcrypt costs tens of milliseconds of CPU per check by design. Before this gate, 50 clients
-//! sending wrong passwords took both cores and locked the real scraper out (0 of 20 scrapes),
-//! and clients that hung up right after sending left their checks running on tokio's blocking
-//! pool: 8 of them took the daemon from 9 to 520 threads (issue 15). Now:
-//! - credentials verified within [`VERIFIED_TTL`] are answered from memory, before any limit
-//!   below, and so is a wrong password sent again (`webconfig::BasicAuth`): a repeated wrong password
-//!   costs one bcrypt check in all and nothing of its address's allowance;
-//! - at most [`BCRYPT_WORKERS`] checks run at once, and [`BCRYPT_WAITING`] more may wait; a
-//!   request beyond that is answered 503 at once;
+//! bcrypt costs tens of milliseconds of CPU per check by design, so a flood of wrong passwords
+//! could take every core and lock the real scraper out, and checks left running for clients that
+//! hung up would pile up threads on tokio's blocking pool. Hence:
+//! - credentials once verified are answered from memory until the users file changes, before
+//!   any limit below, and so is a wrong password sent again (`webconfig::BasicAuth`): a repeated wrong
+//!   password costs one bcrypt check in all and nothing of its address's allowance. A running
+//!   scraper is thus not sent back into the queue below, where an attack can hold every place;
+//! - at most [`BCRYPT_WORKERS`] checks run at once, and [`BCRYPT_WAITING`] more may wait. The
+//!   waiting places are shared fairly by address: an address with no failed check in
+//!   [`FAILED_RANKS_LOWER`] goes ahead of, and when the queue is full takes the place of, one
+//!   with a failure; then an address holding fewer places goes first. A request that cannot
+//!   take a place is answered 503 at once. First come first served would let wrong passwords
+//!   rotated over many addresses hold every place, and a scraper whose credentials were not yet
+//!   verified (after the exporter restarted) would get no scrape. An address never seen
+//!   before ranks as a scraper's does until its first failure;
 //! - a request whose client is gone is dropped by hyper (its HTTP/1 dispatcher reads the
 //!   connection while the service runs and ends it at end of file: `proto/h1/conn.rs`,
 //!   `mid_message_detect_eof`), so its place in the queue is given back and its check never
 //!   starts; a check already running finishes, but only [`BCRYPT_WORKERS`] can;
 //! - each client address may fail [`FAILURE_BURST`] times, then once every
 //!   [`FAILURE_REFILL`]. A check is paid for when it is let in and refunded when it succeeds,
-//!   so abandoned checks count as failures;
+//!   so abandoned checks count as failures; one that finds no place in the bcrypt queue is
+//!   refunded too, unless its address failed lately: knocking on a full queue after failing
+//!   spends the allowance as failing does;
 //! - an address whose allowance is spent does not turn new credentials away at once: they wait
 //!   in the address's line, first come first checked, one per [`FAILURE_REFILL`], at most
 //!   [`LINE_PLACES`] of them (the ones that can be checked within [`LINE_WAIT`]); beyond, 429
-//!   without a check. Waiting costs no CPU and holds no `web.max_requests` slot. Before (issue
-//!   24, finding 6), a flood of wrong passwords from the scraper's own address kept the address
-//!   at 429, and a scraper whose credentials were not yet verified (after a restart) never got
-//!   its check: 0 of 14 scrapes. Now it is checked within a second for each request of its
-//!   address waiting ahead of it; credentials verified before (longer ago than the TTL) skip
-//!   the line and the allowance altogether, as only right passwords can be among them;
+//!   without a check. Waiting costs no CPU and holds no `web.max_requests` slot. Without the
+//!   line, a flood of wrong passwords from the scraper's own address would keep the address at
+//!   429, and a scraper whose credentials were not yet verified (after a restart) would never
+//!   get its check. It is checked within a second for each request of its address waiting ahead
+//!   of it; credentials verified before (longer ago than the TTL) skip the line and the
+//!   allowance altogether, as only right passwords can be among them;
 //! - an IPv6 /64's line is shared fairly by its hosts (start-time fair queueing by full
 //!   address): a newcomer from a host with nobody waiting goes ahead of a flooding neighbour's
 //!   second and later requests, and takes the place of its last one when the line is full.
 //!   From one address the line is first come first checked, as before: the same host's
-//!   guesses and right credentials cannot be told apart before bcrypt has looked at them.
+//!   guesses and right credentials cannot be told apart before bcrypt has looked at them. A
+//!   scraper that shares its address with an attacker (a NAT, a proxy, the same host) is told
+//!   apart only by a client certificate (`tls_server_config.client_auth_type` in the web
+//!   configuration): with `RequireAndVerifyClientCert`, a client without one never reaches
+//!   basic auth.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use hyper::header::HeaderValue;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 
-#[cfg(doc)]
-use crate::webconfig::VERIFIED_TTL;
 use crate::webconfig::{self, WebConfig};
 
 /// bcrypt checks running at once: one core's worth, so the other keeps serving and sampling.
@@ -60,6 +70,8 @@ pub const LINE_WAIT: Duration = Duration::from_secs(10);
 pub const LINE_PLACES: usize = 10;
 /// Addresses whose failures are tracked; beyond this the one that failed longest ago is forgotten.
 const TRACKED_ADDRESSES: usize = 4096;
+/// How long an address with a failed check ranks below the others in the bcrypt queue.
+pub const FAILED_RANKS_LOWER: Duration = Duration::from_secs(10 * 60);
 
 /// What the gate decided for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +101,8 @@ pub struct Turn<'a> {
     password: String,
     /// The address whose allowance paid, if it did (credentials verified before do not pay).
     paid_by: Option<IpAddr>,
+    /// The client's address as it is limited ([`client_key`]).
+    client: IpAddr,
 }
 
 impl Drop for Turn<'_> {
@@ -100,9 +114,10 @@ impl Drop for Turn<'_> {
 }
 
 pub struct AuthGate {
-    workers: Arc<Semaphore>,
     /// Checks running or waiting for a worker.
-    queued: AtomicUsize,
+    queue: Arc<Mutex<BcryptQueue>>,
+    /// Told whenever a worker is given or a place taken.
+    queue_moved: Arc<Notify>,
     failures: Mutex<HashMap<IpAddr, Allowance>>,
     /// Told whenever a request leaves a line, so the next in it looks again.
     line_moved: Notify,
@@ -174,8 +189,8 @@ impl Allowance {
 impl Default for AuthGate {
     fn default() -> Self {
         Self {
-            workers: Arc::new(Semaphore::new(BCRYPT_WORKERS)),
-            queued: AtomicUsize::new(0),
+            queue: Arc::default(),
+            queue_moved: Arc::new(Notify::new()),
             failures: Mutex::default(),
             line_moved: Notify::new(),
             tickets: AtomicUsize::new(0),
@@ -183,12 +198,142 @@ impl Default for AuthGate {
     }
 }
 
-/// Gives back a place in the queue, also when the request is dropped while it waits.
-struct Queued<'a>(&'a AtomicUsize);
+/// The bcrypt checks running and waiting, and which addresses failed lately.
+#[derive(Default)]
+struct BcryptQueue {
+    running: usize,
+    waiting: Vec<QueuedCheck>,
+    /// Waiting checks given a worker that have not taken it yet.
+    granted: HashSet<usize>,
+    /// Addresses by their latest failed check.
+    failed: HashMap<IpAddr, Instant>,
+    /// Checks running per address.
+    running_by: HashMap<IpAddr, usize>,
+    next_ticket: usize,
+}
 
-impl Drop for Queued<'_> {
+#[derive(Debug, Clone, Copy)]
+struct QueuedCheck {
+    ticket: usize,
+    client: IpAddr,
+}
+
+impl BcryptQueue {
+    fn failed_lately(&self, client: IpAddr, now: Instant) -> bool {
+        self.failed.get(&client).is_some_and(|at| now.saturating_duration_since(*at) < FAILED_RANKS_LOWER)
+    }
+
+    /// Places (running or waiting) `client` holds.
+    fn places(&self, client: IpAddr) -> usize {
+        self.running_by.get(&client).copied().unwrap_or(0) + self.waiting.iter().filter(|w| w.client == client).count()
+    }
+
+    /// The order in which waiting checks are served, the least first: an address without a
+    /// recent failure, then one holding fewer places, then the earlier.
+    fn rank(&self, check: &QueuedCheck, now: Instant) -> (bool, usize, usize) {
+        (self.failed_lately(check.client, now), self.places(check.client), check.ticket)
+    }
+
+    /// Gives free workers to the best-ranked waiting checks.
+    fn dispatch(&mut self, now: Instant) {
+        while self.running < BCRYPT_WORKERS && !self.waiting.is_empty() {
+            let best = (0..self.waiting.len()).min_by_key(|&i| self.rank(&self.waiting[i], now));
+            let Some(best) = best else { break };
+            let check = self.waiting.remove(best);
+            self.start(check.client);
+            self.granted.insert(check.ticket);
+        }
+    }
+
+    fn start(&mut self, client: IpAddr) {
+        self.running += 1;
+        *self.running_by.entry(client).or_default() += 1;
+    }
+
+    fn finish(&mut self, client: IpAddr) {
+        self.running = self.running.saturating_sub(1);
+        if let Some(n) = self.running_by.get_mut(&client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.running_by.remove(&client);
+            }
+        }
+    }
+
+    fn record_failure(&mut self, client: IpAddr, now: Instant) {
+        if self.failed.len() >= TRACKED_ADDRESSES && !self.failed.contains_key(&client) {
+            self.failed.retain(|_, at| now.saturating_duration_since(*at) < FAILED_RANKS_LOWER);
+            if self.failed.len() >= TRACKED_ADDRESSES {
+                if let Some(oldest) = self.failed.iter().min_by_key(|(_, at)| **at).map(|(ip, _)| *ip) {
+                    self.failed.remove(&oldest);
+                }
+            }
+        }
+        self.failed.insert(client, now);
+    }
+
+    /// Takes a place for a check of `client`: a worker at once, a waiting place, or the place
+    /// of the worst-ranked waiting check when this one ranks better (that one is refused).
+    fn join(&mut self, client: IpAddr, now: Instant) -> Option<Joined> {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        if self.running < BCRYPT_WORKERS && self.waiting.is_empty() {
+            self.start(client);
+            return Some(Joined::Running);
+        }
+        let newcomer = QueuedCheck { ticket, client };
+        if self.waiting.len() >= BCRYPT_WAITING {
+            let (lately, places) = (self.failed_lately(client, now), self.places(client) + 1);
+            let worst = (0..self.waiting.len()).max_by_key(|&i| self.rank(&self.waiting[i], now))?;
+            let victim = self.waiting[worst];
+            let victim_rank = (self.failed_lately(victim.client, now), self.places(victim.client));
+            if (lately, places) >= victim_rank {
+                return None;
+            }
+            self.waiting.remove(worst);
+        }
+        self.waiting.push(newcomer);
+        Some(Joined::Waiting(ticket))
+    }
+}
+
+enum Joined {
+    Running,
+    Waiting(usize),
+}
+
+/// A check's hold on the queue: its waiting place or its worker, given back when dropped (a
+/// client gone while it waits, or bcrypt done).
+struct QueueHold {
+    queue: Arc<Mutex<BcryptQueue>>,
+    moved: Arc<Notify>,
+    client: IpAddr,
+    /// Waiting (its ticket) or running (`None`).
+    ticket: Option<usize>,
+}
+
+impl QueueHold {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BcryptQueue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for QueueHold {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        match self.ticket {
+            Some(ticket) => {
+                queue.waiting.retain(|w| w.ticket != ticket);
+                // Given a worker it never took: the worker goes to the next.
+                if queue.granted.remove(&ticket) {
+                    queue.finish(self.client);
+                }
+            }
+            None => queue.finish(self.client),
+        }
+        queue.dispatch(Instant::now());
+        drop(queue);
+        self.moved.notify_waiters();
     }
 }
 
@@ -235,11 +380,11 @@ impl AuthGate {
             Some(false) => return Entry::Decided(Verdict::Denied),
             None => {}
         }
-        let mut turn = Turn { gate: self, web: web.clone(), user, password, paid_by: None };
+        let client = client_key(peer);
+        let mut turn = Turn { gate: self, web: web.clone(), user, password, paid_by: None, client };
         if users.verified_before(&turn.user, &turn.password) {
             return Entry::Check(turn);
         }
-        let client = client_key(peer);
         // An attempt is paid for before its check and refunded if it succeeds (or never runs),
         // so failures and checks abandoned midway both count.
         if let Err(wait) = self.take_turn(client, peer.to_canonical()).await {
@@ -251,31 +396,84 @@ impl AuthGate {
 
     /// Runs the check `turn` was given, on the bounded bcrypt pool.
     pub async fn verify(&self, mut turn: Turn<'_>) -> Verdict {
-        if self.queued.fetch_add(1, Ordering::SeqCst) >= BCRYPT_WORKERS + BCRYPT_WAITING {
-            self.queued.fetch_sub(1, Ordering::SeqCst);
-            // Dropping the turn refunds it: no check ran.
+        let client = turn.client;
+        let (joined, failed_lately) = {
+            let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            (queue.join(client, now), queue.failed_lately(client, now))
+        };
+        // Refused for want of a place: the attempt is refunded (dropping the turn), but not to an
+        // address that failed lately, so that one knocking on a full queue spends its allowance
+        // (and is then told 429) as if its checks had run.
+        let Some(joined) = joined else {
+            if failed_lately {
+                turn.paid_by = None;
+            }
             return Verdict::Busy;
+        };
+        let mut hold = QueueHold {
+            queue: self.queue.clone(),
+            moved: self.queue_moved.clone(),
+            client,
+            ticket: match joined {
+                Joined::Running => None,
+                Joined::Waiting(ticket) => Some(ticket),
+            },
+        };
+        // A place taken from a worse-ranked check: that one looks and leaves.
+        self.queue_moved.notify_waiters();
+        while let Some(ticket) = hold.ticket {
+            let moved = self.queue_moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            {
+                let mut queue = hold.lock();
+                if queue.granted.remove(&ticket) {
+                    drop(queue);
+                    hold.ticket = None;
+                    break;
+                }
+                if !queue.waiting.iter().any(|w| w.ticket == ticket) {
+                    // Its place went to a better-ranked check: refused as above.
+                    if queue.failed_lately(client, Instant::now()) {
+                        turn.paid_by = None;
+                    }
+                    return Verdict::Busy;
+                }
+            }
+            moved.await;
         }
-        // From here a request dropped (its client gone) keeps its attempt paid for.
+        // From here a request dropped (its client gone) keeps its attempt paid for, and the
+        // worker is held until bcrypt returns, wherever the request is.
         let paid_by = turn.paid_by.take();
-        let _queued = Queued(&self.queued);
-        // The semaphore is never closed; an error would mean it was: refuse rather than check.
-        let Ok(worker) = self.workers.clone().acquire_owned().await else { return Verdict::Busy };
         let (web, user, password) =
             (turn.web.clone(), std::mem::take(&mut turn.user), std::mem::take(&mut turn.password));
         let ok = tokio::task::spawn_blocking(move || {
-            let _worker = worker;
+            let _worker = hold;
             web.users.as_ref().is_some_and(|u| u.verify(&user, &password))
         })
         .await
         .unwrap_or(false);
         if !ok {
+            self.queue.lock().unwrap_or_else(PoisonError::into_inner).record_failure(client, Instant::now());
             return Verdict::Denied;
         }
         if let Some(client) = paid_by {
             self.refund(client);
         }
         Verdict::Allowed
+    }
+
+    /// Checks running or waiting for a worker.
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.running + queue.waiting.len()
+    }
+
+    #[cfg(test)]
+    fn running(&self) -> usize {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner).running
     }
 
     /// Takes one attempt from `client`'s allowance now, without waiting.
@@ -460,8 +658,8 @@ mod tests {
         gate.failures.lock().unwrap().get(&client_key(client)).map_or(f64::NAN, |a| a.tokens)
     }
 
-    /// Issue 24, finding 6: an address out of allowance answered 429 before any check, so the
-    /// right credentials of a scraper sharing the attacker's address were never looked at.
+    /// An address out of allowance must not answer 429 before any check: the right credentials
+    /// of a scraper sharing the attacker's address would never be looked at.
     #[tokio::test]
     async fn new_credentials_wait_their_turn_and_a_repeated_wrong_password_costs_nothing() {
         let gate = Arc::new(AuthGate::default());
@@ -548,8 +746,8 @@ mod tests {
         }
     }
 
-    /// Issue 24, finding 6, "or its IPv6 /64": a neighbour in the scraper's /64 that keeps the
-    /// network's line full does not keep the scraper's own host out of it.
+    /// A neighbour in the scraper's IPv6 /64 that keeps the network's line full does not keep
+    /// the scraper's own host out of it.
     #[tokio::test]
     async fn hosts_of_one_network_share_its_line_fairly() {
         let gate = Arc::new(AuthGate::default());
@@ -628,7 +826,7 @@ mod tests {
             })
         };
         let waiting: Vec<_> = (0..(BCRYPT_WORKERS + BCRYPT_WAITING) as u8).map(check).collect();
-        while gate.queued.load(Ordering::SeqCst) < BCRYPT_WORKERS + BCRYPT_WAITING {
+        while gate.queued() < BCRYPT_WORKERS + BCRYPT_WAITING {
             tokio::task::yield_now().await;
         }
         let started = Instant::now();
@@ -640,8 +838,32 @@ mod tests {
         for task in waiting {
             let _ = task.await;
         }
-        assert_eq!(gate.queued.load(Ordering::SeqCst), 0, "abandoned checks give their place back");
-        assert_eq!(gate.workers.available_permits(), 0, "the running check keeps its worker until bcrypt returns");
+        assert_eq!(gate.queued(), 1, "abandoned checks give their place back, but the one running");
+        assert_eq!(gate.running(), BCRYPT_WORKERS, "the running check keeps its worker until bcrypt returns");
+    }
+
+    /// Many addresses cannot hold every place: one without a recent failure takes the place of
+    /// the worst-ranked waiting check and is served first; an address as bad as those waiting is
+    /// refused; a failure stops counting after FAILED_RANKS_LOWER.
+    #[test]
+    fn the_bcrypt_queue_puts_addresses_without_failures_first() {
+        let mut queue = BcryptQueue::default();
+        let now = Instant::now();
+        let ip = |n: u8| IpAddr::from([192, 0, 2, n]);
+        assert!(matches!(queue.join(ip(1), now), Some(Joined::Running)));
+        for n in 2..2 + BCRYPT_WAITING as u8 {
+            queue.record_failure(ip(n), now);
+            assert!(matches!(queue.join(ip(n), now), Some(Joined::Waiting(_))), "{n}");
+        }
+        queue.record_failure(ip(100), now);
+        assert!(queue.join(ip(100), now).is_none(), "as bad as every waiting one: refused");
+        let Some(Joined::Waiting(scraper)) = queue.join(ip(200), now) else { panic!("the scraper found no place") };
+        assert_eq!(queue.waiting.len(), BCRYPT_WAITING);
+        assert!(!queue.waiting.iter().any(|w| w.client == ip(1 + BCRYPT_WAITING as u8)), "the latest failed one left");
+        queue.finish(ip(1));
+        queue.dispatch(now);
+        assert!(queue.granted.contains(&scraper), "served first");
+        assert!(queue.failed_lately(ip(2), now) && !queue.failed_lately(ip(2), now + FAILED_RANKS_LOWER));
     }
 
     #[test]

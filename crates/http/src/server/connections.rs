@@ -1,33 +1,29 @@
 //! Open connections, and which of them may be closed to make room.
 //!
-//! The server holds at most [`super::MAX_CONNECTIONS`]. Before this table, connections that
-//! never sent a request held their place until the header timeout (10 s), and a client that
-//! reopened each one as it closed kept the server full: with 600 of them real scrapes waited 4
-//! to 10 s, with 2,000 none was answered in 12 s (issue 15). Now, when a new connection arrives
+//! The server holds at most [`super::MAX_CONNECTIONS`]. Connections that never send a request
+//! would hold their place until the header timeout, and a client that reopens each one as it
+//! closes would keep the server full and real scrapes waiting. So when a new connection arrives
 //! at the cap, the connection that has been idle longest (no request in progress: a TLS
 //! handshake, headers not yet complete, or keep-alive between requests) is closed for it. A
 //! connection serving a request, its response body included, is never closed this way, nor is
 //! one whose socket holds bytes the server has not read yet: a scrape accepted while the
-//! workers were busy is idle in the table until its task first runs, and under 2,000 reopened
-//! connections one lives a few hundred milliseconds. With two CPUs busy beside the test, 12 of
-//! 213 scrapes failed in six runs of `attacks::idle_connections_…` before, none of 61 in five
-//! after. What this cannot save: when the listen queue overflows the kernel drops the
-//! handshake's last ACK (`ListenOverflows` in nstat), the server accepts the connection when the
-//! client retransmits, and the request follows after its retransmission timeout, looking
-//! meanwhile like one of the silent connections.
+//! workers were busy is idle in the table until its task first runs, and under a flood of
+//! reopened connections one lives only briefly. What this cannot save: when the listen queue
+//! overflows the kernel drops the handshake's last ACK (`ListenOverflows` in nstat), the server
+//! accepts the connection when the client retransmits, and the request follows after its
+//! retransmission timeout, looking meanwhile like one of the silent connections.
 //!
-//! Clients that pipeline requests and never read (issue 24) kept every connection "busy": each
-//! response went into the kernel's send buffer (autotuned to 4 MiB), the next request was read
-//! at once, and none could be closed at the cap: a scraper got 3 answers of 5 in 10 s, and the
-//! host's TCP memory reached 1.06 GB. Now the server reads a connection's next request only once
+//! Clients that pipeline requests and never read would keep every connection "busy": each
+//! response would go into the kernel's send buffer (autotuned to megabytes), the next request
+//! would be read at once, and none could be closed at the cap, starving the scraper and filling
+//! the host's TCP memory. So the server reads a connection's next request only once
 //! its client has acknowledged the response before (`guard.rs`), a connection whose client has
 //! left a response unacknowledged for [`STALLED`] is closed at the cap like an idle one, with a
 //! reset (what it holds in the kernel goes at once, no orphan), and once fewer places than a
 //! quarter of the table are free, one client address (an IPv6 /64) holds at most a quarter of
 //! its connections: a new one from an address at its share closes that address's own idlest or
 //! stalled connection, or is refused. Below that the table is not contested and an address may
-//! hold more (load.sh's 200 scrapers from 127.0.0.1 lost 30,864 of 31,996 answers to a share
-//! enforced at all times).
+//! hold more (a share enforced at all times would refuse most scrapers that share an address).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -378,9 +374,8 @@ impl Drop for InProgress {
 
 /// An accepted stream and its place in the table, in the order they must end: the descriptor
 /// forgotten by everyone who could ask it ([`SocketFd`]), the place out of the table, then the
-/// socket closed. Before (review L1), the task dropped the stream, then the place: for that
-/// instant another worker choosing connections to close could ioctl (`FIONREAD`) a number
-/// already reused.
+/// socket closed. Dropping the stream before the place would leave an instant in which another
+/// worker choosing connections to close could ioctl (`FIONREAD`) a number already reused.
 pub struct OpenStream<S> {
     // Fields drop in order of declaration: the place before the stream.
     place: Connection,

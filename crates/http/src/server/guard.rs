@@ -16,7 +16,7 @@ use tokio::time::Sleep;
 /// Fails a write (or flush) that has made no progress for `limit`: a client that stops reading
 /// must not hold its connection, buffers and request slot forever.
 ///
-/// Reads wait while the socket holds bytes the client has not acknowledged (issue 24): a client
+/// Reads wait while the socket holds bytes the client has not acknowledged: a client
 /// that pipelines requests and never reads would otherwise have each response written into the
 /// kernel's send buffer and its next request read at once, parking up to the buffer's size per
 /// connection. The wait looks again after 5 ms, doubling to [`READ_GATE_MAX`]; once the client

@@ -2,9 +2,9 @@
 //!
 //! A scrape serves the snapshot's text without copying it, and holds it until the last byte is
 //! in the socket. Each new snapshot has a new text, so readers that started on different
-//! snapshots hold one text each: 32 slow readers of a 42 MB text (100,000 cgroups) took the
-//! daemon to 966 MB, against the unit's `MemoryMax=256M` (issue 15); `web.max_requests` did not
-//! bound it, its slot is given back when the body starts. Here every text held by a response
+//! snapshots hold one text each: a few slow readers of a large host's text could hold many
+//! times the unit's `MemoryMax`, and `web.max_requests` does not bound them, its slot is given
+//! back when the body starts. Here every text held by a response
 //! is counted once, however many responses share it, and their sum stays within
 //! `web.max_response_bytes` (64 MiB by default):
 //! - a response whose text is already held, or fits, is served;

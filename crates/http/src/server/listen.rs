@@ -29,8 +29,8 @@ const RESERVED_DESCRIPTORS: u64 = 64;
 /// The connection cap for this process's descriptor limit. The soft RLIMIT_NOFILE is raised to
 /// the hard one first (as Go's runtime does for node_exporter); what remains below it after the
 /// descriptors open now and [`RESERVED_DESCRIPTORS`] is the cap, at most [`MAX_CONNECTIONS`].
-/// Before (issue 24), with a soft limit of 200 the idle connections took every descriptor:
-/// the collectors failed with EMFILE (36,701 errors in 4 s) and no scrape got through.
+/// Without it, idle connections under a low soft limit would take every descriptor: the
+/// collectors would fail with EMFILE and no scrape would get through.
 pub fn connection_cap() -> usize {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit and setrlimit read and write the struct we own.
@@ -112,12 +112,12 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>, shutdown: impl F
         let permit = match permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => {
-                // At the cap: close the connections idle longest to make room for this one and
-                // the next few (one at a time, each accept would wait for a task to end, and a
-                // backlog of a thousand reopened connections took a scrape seconds to get
-                // through). When none can be closed (every one is serving a request or has one
-                // to read), wait for one to finish, looking again every RETRY_CLOSE_IDLEST: a
-                // connection whose request was unread may be idle again by then.
+                // At the cap: close the connections idle longest to make room for this one and the
+                // next few (one at a time, each accept would wait for a task to end, and behind a
+                // backlog of reopened connections a scrape would wait seconds). When none can be
+                // closed (every one is serving a request or has one to read), wait for one to
+                // finish, looking again every RETRY_CLOSE_IDLEST: a connection whose request was
+                // unread may be idle again by then.
                 let permit = loop {
                     let closed = open.close_idlest(CLOSE_AT_CAP);
                     tracing::debug!(%peer, closed, "at the connection cap: closing the connections idle longest");
@@ -161,9 +161,9 @@ const SEND_BUFFER_BYTES: libc::c_int = 256 << 10;
 /// The receive buffer: requests are a few hundred bytes, pipelined ones wait in it unread.
 const RECEIVE_BUFFER_BYTES: libc::c_int = 64 << 10;
 
-/// Bounds the kernel's buffers of an accepted connection (issue 24: 3.9 MiB a connection, and
-/// none of it charged to the unit's memory on cgroup v1). A failure leaves the kernel's
-/// defaults, as before.
+/// Bounds the kernel's buffers of an accepted connection: autotuned, they grow to megabytes a
+/// connection, none of it charged to the unit's memory on cgroup v1. A failure leaves the
+/// kernel's defaults.
 fn bound_socket_buffers(stream: &TcpStream) {
     let fd = stream.as_raw_fd();
     let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;

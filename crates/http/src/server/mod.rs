@@ -320,19 +320,30 @@ fn landing(site: &Site) -> Response<Chunks> {
         rows.push_str(&format!("<tr><td>{}</td><td>{status}</td><td>{age}</td></tr>\n", html_escape(name)));
     }
     let path = html_escape(&site.telemetry_path);
-    let page = format!(
+    let html = format!(
         "<!DOCTYPE html>\n<html><head><title>memlock-exporter</title></head><body>\n\
          <h1>memlock-exporter {version}</h1>\n\
          <p>Locked and pinned memory against the limits that stop RDMA registration.</p>\n\
          <ul><li><a href=\"{path}\">Metrics</a></li><li><a href=\"/-/healthy\">Health</a></li><li><a \
          href=\"/-/ready\">Readiness</a></li></ul>\n\
          <h2>Collectors</h2>\n<table><tr><th>collector</th><th>last \
-         run</th><th>finished</th></tr>\n{rows}</table>\n</body></html>\n",
+         run</th><th>finished</th></tr>\n{rows}</table>\n{status}</body></html>\n",
         version = env!("CARGO_PKG_VERSION"),
+        status = status_list(&page.status()),
     );
-    let mut response = Response::new(Chunks::new([Bytes::from(page)]));
+    let mut response = Response::new(Chunks::new([Bytes::from(html)]));
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     response
+}
+
+/// The landing page's status list, each line escaped; nothing when the page has none.
+fn status_list(lines: &[(String, String)]) -> String {
+    if lines.is_empty() {
+        return String::new();
+    }
+    let items: String =
+        lines.iter().map(|(what, state)| format!("<li>{}: {}</li>\n", html_escape(what), html_escape(state))).collect();
+    format!("<h2>Status</h2>\n<ul>{items}</ul>\n")
 }
 
 fn plain(status: StatusCode, text: &str) -> Response<Chunks> {
@@ -450,6 +461,13 @@ mod tests {
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
         drop(Chunks::new([]).holding(Flag(dropped.clone())));
         assert_eq!(dropped.load(Ordering::SeqCst), 2, "an empty body holds it itself");
+    }
+
+    #[test]
+    fn the_status_list_is_escaped_and_absent_when_empty() {
+        assert_eq!(status_list(&[]), "");
+        let list = status_list(&[("Fast path".into(), "on, to http://am:9093/<x>".into())]);
+        assert_eq!(list, "<h2>Status</h2>\n<ul><li>Fast path: on, to http://am:9093/&lt;x&gt;</li>\n</ul>\n");
     }
 
     #[test]

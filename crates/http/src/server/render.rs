@@ -16,8 +16,8 @@ pub enum Encoding {
 /// Which snapshot's text scrapes are served, so that clients cannot make the daemon render every
 /// snapshot. One is published after every collector run, several a second, and its text is
 /// rendered at its first scrape: with 10,000 cgroups that is tens of MB, and a client that
-/// connected a few times a second kept both workers rendering (issue 15, found with the slow
-/// readers). A scrape gets the latest snapshot when it is rendered already, or when the last
+/// connected a few times a second would keep both workers rendering. A scrape gets the latest
+/// snapshot when it is rendered already, or when the last
 /// render is at least [`RENDER_INTERVAL`] old (it then renders it, off the async workers);
 /// otherwise the snapshot rendered last, at most that much older than the latest. Reset with
 /// the site on reload.

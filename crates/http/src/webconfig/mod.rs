@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hyper::header::{HeaderName, HeaderValue};
 use rustls::crypto::CryptoProvider;
@@ -210,10 +210,9 @@ pub fn load(path: Option<&Path>) -> Result<WebConfig, WebConfigError> {
 }
 
 /// Refuses a reload that would lower security: TLS to plain HTTP, `min_version` from TLS 1.3 to
-/// 1.2 (issue 24), basic auth to none, or client certificates from required to optional or
-/// ignored. A file emptied, truncated or with its
-/// `cert_file` blanked by a bad deploy must not open the port (issue 15); lowering security on
-/// purpose takes a restart. The error names the file and the setting.
+/// 1.2, basic auth to none, or client certificates from required to optional or ignored. A
+/// file emptied, truncated or with its `cert_file` blanked by a bad deploy must not open the
+/// port; lowering security on purpose takes a restart. The error names the file and the setting.
 pub fn refuse_lowering(running: &WebConfig, new: &WebConfig) -> Result<(), WebConfigError> {
     let refuse = |key: &str, what: &str| {
         let path = new.file.clone().or_else(|| running.file.clone()).unwrap_or_default();
@@ -256,7 +255,7 @@ const MAX_WEB_CONFIG_BYTES: u64 = 256 << 10;
 /// open flow collection, on every token (`yaml_parser_stale_simple_keys`, called from
 /// `yaml_parser_fetch_more_tokens` and `yaml_parser_fetch_next_token` in libyaml-rs 0.3's
 /// scanner.rs), and yaml_serde scans the whole document before its recursion limit (128)
-/// applies: parsing is quadratic in the nesting, 500 KB of `[` took about 80 s. Every `[` and
+/// applies: parsing is quadratic in the nesting. Every `[` and
 /// `{` is counted, quoted or not: a count cannot be fooled by a quote the scanner would read
 /// differently, and it bounds the depth. Block nesting costs no such walk (its cost grows with
 /// the indentation, bounded by the file size).
@@ -511,7 +510,7 @@ fn security_headers(given: &BTreeMap<String, String>) -> Result<Vec<(HeaderName,
 
 /// The highest bcrypt cost accepted. Every check of a wrong password costs `2^cost` rounds of
 /// bcrypt's key schedule, and anyone who reaches the port can send one: at cost 31 a single
-/// request keeps a core busy for hours (issue 24). What exporter-toolkit users use is far
+/// request keeps a core busy for hours. What exporter-toolkit users use is far
 /// below: its documentation makes hashes with `htpasswd -nBC 10` (about 70 ms a check, it says;
 /// "a cost of 18 can take up to a few seconds"), htpasswd's own default is 5 and Python's
 /// `bcrypt.gensalt()`, which the Prometheus basic-auth guide uses, makes 12. 14 leaves room
@@ -573,8 +572,9 @@ pub const MAX_PASSWORD_BYTES: usize = 72;
 /// as fast for a name that does not exist as for one that does.
 pub struct BasicAuth {
     users: BTreeMap<String, String>,
-    /// Right credentials and when bcrypt last said so. Within [`VERIFIED_TTL`] they pass
-    /// without a check; after it they are checked again, but never limited (`server::auth`).
+    /// Right credentials and when bcrypt last said so. They pass without a check until the
+    /// users change (a reload that changes them starts a new `BasicAuth`, see [`Self::carry_over`]):
+    /// an expiry sent a known scraper back into the bcrypt queue, where an attack could keep it.
     verified: Mutex<HashMap<[u8; 32], Instant>>,
     refused: Mutex<Refused>,
     /// Checked for user names that do not exist, at the cost of the real hashes.
@@ -595,10 +595,6 @@ const AUTH_CACHE_ENTRIES: usize = 1024;
 /// overhead). A flood of distinct wrong passwords pushes out the oldest, nothing else: the
 /// table is for the same wrong password sent again, which it answers without bcrypt.
 const REFUSED_ENTRIES: usize = 16 * 1024;
-/// How long a verified credential passes without bcrypt: one check per scraper per interval,
-/// and a credential stays in memory, as a keyed digest, no longer than this since bcrypt
-/// last confirmed it.
-pub const VERIFIED_TTL: Duration = Duration::from_secs(10 * 60);
 
 /// The HMAC key of this process's credential digests, drawn once from the system's random
 /// source. Should that ever fail, a key is derived from the clock, the process id and an
@@ -672,14 +668,14 @@ impl BasicAuth {
         }
         let key = self.key_of(user, password);
         let verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner).get(&key).copied();
-        if verified.is_some_and(|at| at.elapsed() < VERIFIED_TTL) && self.users.contains_key(user) {
+        if verified.is_some() && self.users.contains_key(user) {
             return Some(true);
         }
         self.refused.lock().unwrap_or_else(PoisonError::into_inner).keys.contains(&key).then_some(false)
     }
 
-    /// Whether bcrypt has said these credentials are right since the users were loaded (also
-    /// longer ago than [`VERIFIED_TTL`]). Only right passwords can make this true.
+    /// Whether bcrypt has said these credentials are right since the users were loaded. Only
+    /// right passwords can make this true.
     pub fn verified_before(&self, user: &str, password: &str) -> bool {
         let key = self.key_of(user, password);
         self.users.contains_key(user) && self.verified.lock().unwrap_or_else(PoisonError::into_inner).contains_key(&key)

@@ -42,7 +42,7 @@ pub fn done(seq: u32, error: i32) -> Vec<u8> {
     message(msg::DONE, flags::MULTI, seq, &error.to_ne_bytes())
 }
 
-/// Issue 23: a reply part in the captures' format (sample 5's layout, x86_64) with the
+/// A reply part in the captures' format (sample 5's layout, x86_64) with the
 /// implicit ODP MR UCX registers (MRLEN 2^64 - 1, mrn 6) beside a 2 MiB MR (mrn 7), both of
 /// pid 4243, as an unprivileged reader gets them from fill_res_mr_entry.
 pub const IMPLICIT_ODP_PART: &str = "

@@ -13,11 +13,14 @@ use crate::machine::{ib_hca_selects, memlock_exempt, nccl_opens, read_machine, M
 use crate::nccl::env::{self as nccl_env, Environment};
 use crate::nccl::model::Estimate;
 use crate::nccl::param::{show_bytes, Severity};
+use crate::policy;
 use memlock_core::collect::cgroup::working_set_charge;
 use memlock_core::collect::rdma_sysfs::SysfsDevice;
 use memlock_core::units::bytes as human;
 use memlock_kernel::fsroot::Roots;
 use memlock_kernel::pid_limits;
+
+mod nccl_log;
 
 #[derive(Debug, Args, Default, Clone)]
 pub struct CheckArgs {
@@ -41,9 +44,17 @@ pub struct CheckArgs {
     /// JSON instead of the table (the format is documented in docs/check.md).
     #[arg(long)]
     pub json: bool,
-    /// Job-context flags and `--exec` (src/preflight/job_context.rs).
+    /// Root of the configuration files the launcher's fix is read from (slurm.conf, daemon.json,
+    /// limits.conf, systemd units).
+    #[arg(long = "path.etc", default_value = "/etc")]
+    pub etc: String,
+    /// Job-context flags and `--exec` (crates/preflight/src/job_context.rs).
     #[command(flatten)]
     pub job: crate::job_context::JobContextArgs,
+    /// The job's NCCL_DEBUG=INFO log (a file, or - for standard input): each failed call
+    /// explained (the `nccl_log` key of --json, findings nccl.log.*).
+    #[arg(long = "nccl-log", value_name = "FILE")]
+    pub nccl_log: Option<String>,
 }
 
 /// NCCL_SOCKET_IFNAME that matches none of the job's interfaces: the bootstrap finds no socket
@@ -84,7 +95,7 @@ pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
     let need = e.per_rank_max_bytes;
     let node_need = e.per_node_host_bytes;
     let mut out = Vec::new();
-    memlock(m, need, &mut out);
+    memlock(m, need, e.inputs.communicators, &mut out);
     memory(m, node_need, safety, &mut out);
     cgroup(m, node_need, safety, &mut out);
     hugepages(m, node_need, safety, &mut out);
@@ -142,7 +153,7 @@ fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
     };
     let (limit, used) = (charge.limit_bytes.unwrap_or(0), charge.used_bytes);
     let room = charge.headroom_bytes().unwrap_or(0);
-    let measured = format!(
+    let mut measured = format!(
         "{}: {} of its {} limit free ({what} {}), estimated need {} (x{safety} wanted)",
         c.path,
         human(room as f64),
@@ -150,7 +161,15 @@ fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
         human(used as f64),
         human(need as f64)
     );
-    out.push(if room as f64 >= need as f64 * safety {
+    let near = limit > 0 && used as f64 / limit as f64 >= policy::CGROUP_NEAR_LIMIT_RATIO;
+    if near {
+        measured.push_str(&format!(
+            ", {what} at or above {} of the limit: {}",
+            percent(policy::CGROUP_NEAR_LIMIT_RATIO),
+            for_job::ALERT_CGROUP_NEAR
+        ));
+    }
+    out.push(if room as f64 >= need as f64 * safety && !near {
         Finding::new("cgroup.memory", Status::Pass, measured, "")
     } else if room >= need {
         Finding::new(
@@ -161,13 +180,7 @@ fn cgroup(m: &Machine, need: u64, safety: f64, out: &mut Vec<Finding>) {
             limit",
         )
     } else {
-        Finding::new(
-            "cgroup.memory",
-            Status::Fail,
-            measured,
-            "registered buffers are charged to the cgroup: raise its \
-            memory limit (pod limits, Slurm --mem) or run fewer ranks in it",
-        )
+        Finding::new("cgroup.memory", Status::Fail, measured, CGROUP_FIX)
     });
 }
 
@@ -285,11 +298,22 @@ pub fn rdma(devices: &[SysfsDevice], env: &Environment) -> Vec<Finding> {
     out
 }
 
-fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
+/// How the memlock limit is raised: the memlock.soft finding's fix, and `--nccl-log`'s.
+pub(crate) const MEMLOCK_FIX: &str = "raise it where the ranks get it: `ulimit -l unlimited` via \
+    /etc/security/limits.conf memlock, systemd LimitMEMLOCK=infinity, docker run --ulimit memlock=-1:-1, or the \
+    container runtime's default rlimits";
+/// How the cgroup's limit is raised: the cgroup.memory finding's fix, and `--nccl-log`'s.
+pub(crate) const CGROUP_FIX: &str = "registered buffers are charged to the cgroup: raise its memory limit (pod \
+    limits, Slurm --mem) or run fewer ranks in it";
+
+fn memlock(m: &Machine, need: u64, communicators: u64, out: &mut Vec<Finding>) {
     let Some(limits) = m.limits else { return };
     let exempt = memlock_exempt(m);
-    let fix = "raise it: `ulimit -l unlimited` via /etc/security/limits.conf memlock, systemd LimitMEMLOCK=infinity, \
-        docker run --ulimit memlock=-1, or the container runtime's default rlimits";
+    let fix = MEMLOCK_FIX;
+    // The estimate is already the worst case over what it assumed, for every communicator.
+    let job_need = need;
+    let floor = crate::policy::PROCESS_LIMIT_TOO_LOW_BYTES;
+    let needs = format!("the busiest rank's estimated need {} ({communicators} communicator(s))", human(need as f64));
     let soft = match limits.soft {
         pid_limits::Limit::Unlimited => Finding::new("memlock.soft", Status::Pass, "unlimited", ""),
         _ if exempt => Finding::new(
@@ -301,18 +325,26 @@ fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
         pid_limits::Limit::Bytes(0) => {
             Finding::new("memlock.soft", Status::Fail, "0 bytes: every registration fails with EPERM", fix)
         }
-        pid_limits::Limit::Bytes(limit) if limit < need => Finding::new(
+        pid_limits::Limit::Bytes(limit) if limit < job_need => {
+            Finding::new("memlock.soft", Status::Fail, format!("{} < {needs}", human(limit as f64)), fix)
+        }
+        // The model covers one library (NCCL) and what it could infer; the floor is the alert
+        // rules' (MemlockProcessLimitTooLowForRdma), so check and the page agree.
+        pid_limits::Limit::Bytes(limit) if limit < floor => Finding::new(
             "memlock.soft",
-            Status::Fail,
-            format!("{} < the busiest rank's estimated need {}", human(limit as f64), human(need as f64)),
+            Status::Warn,
+            format!(
+                "{} >= {needs}, but below the policy floor {} that MemlockProcessLimitTooLowForRdma pages on: more \
+                    communicators or process groups than assumed, all-to-all, NCCL user buffer registration, and \
+                    UCX, libfabric, MPI or NVSHMEM register beyond the model",
+                human(limit as f64),
+                human(floor as f64)
+            ),
             fix,
         ),
-        pid_limits::Limit::Bytes(limit) => Finding::new(
-            "memlock.soft",
-            Status::Pass,
-            format!("{} >= the busiest rank's estimated need {}", human(limit as f64), human(need as f64)),
-            "",
-        ),
+        pid_limits::Limit::Bytes(limit) => {
+            Finding::new("memlock.soft", Status::Pass, format!("{} >= {needs}", human(limit as f64)), "")
+        }
     };
     out.push(soft);
     let hard = match limits.hard {
@@ -320,10 +352,10 @@ fn memlock(m: &Machine, need: u64, out: &mut Vec<Finding>) {
         _ if exempt => {
             Finding::new("memlock.hard", Status::Pass, format!("{} (CAP_IPC_LOCK)", show_limit(limits.hard)), "")
         }
-        pid_limits::Limit::Bytes(limit) if limit < need => Finding::new(
+        pid_limits::Limit::Bytes(limit) if limit < job_need => Finding::new(
             "memlock.hard",
             Status::Warn,
-            format!("{} < the busiest rank's estimated need {}", human(limit as f64), human(need as f64)),
+            format!("{} < {needs}", human(limit as f64)),
             "the job cannot raise its own soft limit past this; raise the hard limit where the job is started",
         ),
         pid_limits::Limit::Bytes(limit) => Finding::new("memlock.hard", Status::Pass, human(limit as f64), ""),
@@ -362,14 +394,28 @@ fn show_limit(limit: pid_limits::Limit) -> String {
 fn memory(m: &Machine, node_need: u64, safety: f64, out: &mut Vec<Finding>) {
     let Some(available) = m.meminfo.mem_available else { return };
     let wanted = node_need as f64 * safety;
-    let measured = format!(
+    let mut measured = format!(
         "MemAvailable {} for an estimated {} per node (x{safety} wanted)",
         human(available as f64),
         human(node_need as f64)
     );
-    out.push(if (available as f64) >= wanted {
-        Finding::new("memory.available", Status::Pass, measured, "")
-    } else if available >= node_need {
+    let low = for_job::available_low(&m.meminfo);
+    if low {
+        measured.push_str(&format!(
+            ", below {} of MemTotal {}: {}",
+            percent(policy::NODE_AVAILABLE_LOW_RATIO),
+            human(m.meminfo.mem_total.unwrap_or(0) as f64),
+            for_job::ALERT_AVAILABLE_LOW
+        ));
+    }
+    out.push(if available < node_need {
+        Finding::new(
+            "memory.available",
+            Status::Fail,
+            measured,
+            "not enough memory for the registrations: free memory or run fewer ranks on this node",
+        )
+    } else if (available as f64) < wanted || low {
         Finding::new(
             "memory.available",
             Status::Warn,
@@ -377,15 +423,18 @@ fn memory(m: &Machine, node_need: u64, safety: f64, out: &mut Vec<Finding>) {
             "little margin: free memory (drop caches, stop other services, release hugepages) before the job",
         )
     } else {
-        Finding::new(
-            "memory.available",
-            Status::Fail,
-            measured,
-            "not enough memory for the registrations: free memory or run fewer ranks on this node",
-        )
+        Finding::new("memory.available", Status::Pass, measured, "")
     });
 }
 
+fn percent(ratio: f64) -> String {
+    format!("{}%", (ratio * 1000.0).round() / 10.0)
+}
+
+/// The alert rule's hugepage squeeze, on the same thresholds: a pool of at least
+/// `hugepages_min_pool_ratio` of MemTotal, more than `hugepages_unused_ratio` of it neither used
+/// nor reserved, while MemAvailable is below `node_available_low_ratio` of MemTotal. A WARN, as
+/// the alert is; a FAIL when the job's memory does not fit either.
 fn hugepages(m: &Machine, node_need: u64, safety: f64, out: &mut Vec<Finding>) {
     let i = &m.meminfo;
     let (Some(total), Some(free), Some(size)) = (i.hugepages_total, i.hugepages_free, i.hugepage_size) else { return };
@@ -395,17 +444,22 @@ fn hugepages(m: &Machine, node_need: u64, safety: f64, out: &mut Vec<Finding>) {
     }
     let unused = free.saturating_sub(i.hugepages_reserved.unwrap_or(0)).saturating_mul(size);
     let available = i.mem_available.unwrap_or(0);
-    let measured =
-        format!("{} of hugepages reserved and unused, MemAvailable {}", human(unused as f64), human(available as f64));
-    let short = (available as f64) < node_need as f64 * safety;
-    out.push(if unused > 0 && short {
-        Finding::new(
-            "memory.hugepages",
-            Status::Fail,
-            measured,
-            "hugepages reserved for other services squeeze normal memory: lower vm.nr_hugepages (sysctl -w \
-                vm.nr_hugepages=N) if they are not needed",
-        )
+    let mut measured = format!(
+        "{} of {} of hugepages neither used nor reserved, MemAvailable {}",
+        human(unused as f64),
+        human(total.saturating_mul(size) as f64),
+        human(available as f64)
+    );
+    let squeeze = for_job::hugepage_squeeze(i);
+    let fix = "hugepages reserved for other services squeeze normal memory: lower vm.nr_hugepages (sysctl -w \
+        vm.nr_hugepages=N) if they are not needed";
+    if squeeze {
+        measured.push_str(&format!(": {}", for_job::ALERT_HUGEPAGES));
+    }
+    out.push(if squeeze && (available as f64) < node_need as f64 * safety {
+        Finding::new("memory.hugepages", Status::Fail, measured, fix)
+    } else if squeeze {
+        Finding::new("memory.hugepages", Status::Warn, measured, fix)
     } else {
         Finding::new("memory.hugepages", Status::Pass, measured, "")
     });
@@ -427,8 +481,11 @@ fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
         return;
     };
     let room = limit.saturating_sub(committed);
-    let measured =
+    let mut measured =
         format!("2 (strict): {} of CommitLimit left, estimated need {}", human(room as f64), human(node_need as f64));
+    if !m.rdma.is_empty() {
+        measured.push_str(&format!(", on a node with RDMA devices: {}", for_job::ALERT_OVERCOMMIT));
+    }
     out.push(if room < node_need {
         Finding::new(
             "vm.overcommit_memory",
@@ -511,6 +568,10 @@ pub fn run(args: &CheckArgs) -> u8 {
     if let Err(message) = estimate::validate(&args.model) {
         return fail(message);
     }
+    let log = match args.nccl_log.as_deref().map(estimate::from_log::load).transpose() {
+        Ok(log) => log,
+        Err(message) => return fail(message),
+    };
     // Another user's environ needs ptrace access: check the rest without it.
     let (env, env_error) = match Environment::of_process(&roots.procfs, args.pid) {
         Ok((env, _)) => (env, None),
@@ -520,19 +581,51 @@ pub fn run(args: &CheckArgs) -> u8 {
         Ok(m) => m,
         Err(err) => return fail(err.to_string()),
     };
+    // `--exec` checks the rank's own process, which becomes the job: its capability is the job's.
+    let is_the_job = args.pid.is_some() || args.job.exec;
+    let cap = for_job::judge_capability(&roots, &pid, is_the_job, args.job.as_root, &mut machine);
     let adjusted = crate::job_context::adjust_machine(&args.job, &mut machine);
+    // A job runs several communicators: judged for them unless told how many.
+    let mut model_args = args.model.clone();
+    let communicators_assumed = model_args.communicators.is_none();
+    model_args.communicators.get_or_insert(for_job::DEFAULT_COMMUNICATORS);
     // NCCL's reading of the environment is what the model takes (values it reads otherwise than
     // written are findings, not a reason to stop).
-    let derived = match estimate::derive(&args.model, &env, &roots, &machine.rdma) {
+    let mut derived = match estimate::derive(&model_args, &env, &roots, &machine.rdma) {
         Ok(d) => d,
         Err(message) => return fail(message),
     };
-    let e = crate::nccl::model::estimate(&derived.inputs);
+    if communicators_assumed {
+        derived.assumed.push(format!(
+            "{} communicators per rank, as common training stacks run: pass --communicators",
+            for_job::DEFAULT_COMMUNICATORS
+        ));
+    }
+    let mut e = crate::nccl::model::estimate(&derived.inputs);
+    let span = estimate::range::range(&model_args, &env, &roots, &machine.rdma, &derived, &e);
+    estimate::range::judge_high(&mut e, &span);
     let mut findings = evaluate(&machine, &e, args.safety_factor);
     if let Some(err) = env_error {
         environment_unreadable(&mut findings, &err);
     }
+    // The checker itself maps no NCCL: only a checked process has a version to state.
+    if let Some(pid) = args.pid {
+        findings.push(crate::nccl::library::finding(&crate::nccl::library::of_process(&roots.procfs, pid)));
+    }
     crate::job_context::adjust_findings(&args.job, &adjusted, &mut findings);
+    for_job::explain_capability(&cap, &mut findings);
+    let launch =
+        for_job::launcher_fix(&roots, std::path::Path::new(&args.etc), &pid, args.pid.is_none(), &mut findings);
+    let shape = format!(
+        "{} node(s) x {} rank(s), {} communicator(s) per rank",
+        derived.inputs.nodes, derived.inputs.ranks_per_node, derived.inputs.communicators
+    );
+    let facts = for_job::facts(&machine, &roots, shape);
+    let logged = log.map(|l| {
+        let r = estimate::from_log::report(&derived.inputs, &e, &l, &estimate::verdict(&e, &machine));
+        findings.extend(nccl_log::explain(&r, &machine, &nccl_log::hostname(&roots)));
+        r
+    });
     let report = Report {
         pid,
         need_per_process_bytes: e.per_rank_max_bytes,
@@ -550,13 +643,22 @@ pub fn run(args: &CheckArgs) -> u8 {
             assumed: derived.assumed.clone(),
         },
         findings,
+        launch,
+        facts,
     };
     if args.job.exec {
         return crate::job_context::exec_or_refuse(&args.job, &report, args.strict);
     }
     let text = if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(text) => text + "\n",
+        let json =
+            serde_json::to_string_pretty(&report).and_then(|t| estimate::range::with_range(&t, &span)).and_then(|t| {
+                match &logged {
+                    Some(r) => estimate::from_log::with_log(&t, r),
+                    None => Ok(t),
+                }
+            });
+        match json {
+            Ok(text) => text,
             Err(err) => return fail(err.to_string()),
         }
     } else if args.job.summary {
@@ -572,5 +674,10 @@ pub fn run(args: &CheckArgs) -> u8 {
     exit_code(&report, args.strict)
 }
 
+pub mod for_job;
+pub mod launch_path;
+
+#[cfg(test)]
+mod policy_parity;
 #[cfg(test)]
 mod tests;

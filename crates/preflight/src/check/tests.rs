@@ -366,7 +366,7 @@ fn every_failure_mode_gives_its_status_and_fix() {
         (
             with(|m| m.environment = env(&[("NCCL_DEBUG", "WARN"), ("NCCL_BUFFSIZE", "4M")])),
             "nccl.env.NCCL_BUFFSIZE",
-            Status::Warn,
+            Status::Fail,
             "write the whole number in bytes (4194304, or 0x400000, not 4M)",
         ),
         (
@@ -448,6 +448,8 @@ fn assert_printed(findings: Vec<Finding>, id: &str, status: Status, fix: &str) {
         need_per_node_host_bytes: 0,
         model: ModelSummary::default(),
         findings,
+        launch: None,
+        facts: Vec::new(),
     };
     let text = render_text(&report);
     let line = text
@@ -533,6 +535,7 @@ fn nccl_variables() {
     let findings = nccl_environment(&env(&[
         ("NCCL_IB_MR_RANGE", "1"),
         ("NCCL_BUFFSIZE", "4M"),
+        ("NCCL_LL_BUFFSIZE", "512K"),
         ("NCCL_IB_HCAA", "mlx5_0"),
         ("NCCL_REGISTER_FOO", "1"),
         ("NCCL_IB_HCA", "mlx5_0"),
@@ -540,7 +543,8 @@ fn nccl_variables() {
     ]));
     assert_eq!(find(&findings, "nccl.env.NCCL_IB_MR_RANGE").status, Status::Warn);
     assert!(find(&findings, "nccl.env.NCCL_IB_MR_RANGE").fix.contains("not an NCCL variable"));
-    assert_eq!(find(&findings, "nccl.env.NCCL_BUFFSIZE").status, Status::Warn, "NCCL reads 4: a WARN");
+    assert_eq!(find(&findings, "nccl.env.NCCL_BUFFSIZE").status, Status::Fail, "NCCL reads 4: no data moves");
+    assert_eq!(find(&findings, "nccl.env.NCCL_LL_BUFFSIZE").status, Status::Warn, "NCCL reads 512: a WARN");
     assert!(find(&findings, "nccl.env.NCCL_IB_HCAA").fix.contains("spelling"));
     assert_eq!(find(&findings, "nccl.env.NCCL_REGISTER_FOO").status, Status::Warn);
     assert!(!findings.iter().any(|f| f.id == "nccl.env.NCCL_IB_HCA"));
@@ -560,6 +564,8 @@ fn exit_codes_and_text() {
         need_per_node_host_bytes: e.per_node_host_bytes,
         model: ModelSummary::default(),
         findings: evaluate(&low, &e, 2.0),
+        launch: None,
+        facts: Vec::new(),
     };
     assert_eq!(exit_code(&report, false), 1);
     let text = render_text(&report);

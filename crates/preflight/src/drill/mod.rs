@@ -332,7 +332,7 @@ pub fn mem_available(procfs: &Path) -> Result<u64, DrillError> {
 }
 
 /// MemAvailable of the kernel that hands out the memory the drill locks or pins: this
-/// machine's, whatever `--path.procfs` points at (a fake meminfo there let it lock 20 GB).
+/// machine's, whatever `--path.procfs` points at (a fake meminfo there could raise the bound).
 /// Read from `procfs`, after checking with statfs(2) that it is procfs (PROC_SUPER_MAGIC) and
 /// not a directory standing in for it; the CLI passes /proc.
 pub fn kernel_mem_available(procfs: &Path) -> Result<u64, DrillError> {

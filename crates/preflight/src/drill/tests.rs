@@ -106,13 +106,13 @@ fn mem_available_comes_from_the_procfs_root() {
     assert!(missing.to_string().contains("/nonexistent-procfs/meminfo"), "{missing}");
 }
 
-/// Issue 15 item 10: a fake meminfo under --path.procfs claiming 10 TB available let the
-/// drill lock 20 GB. The bound comes from the kernel's procfs, and a directory in its place
+/// A fake meminfo under --path.procfs claiming more memory than the host has must not raise
+/// the drill's bound: the bound comes from the kernel's procfs, and a directory in its place
 /// is refused.
 #[test]
 fn the_safety_bound_comes_from_the_kernel_not_from_path_procfs() {
-    let dir = std::env::temp_dir().join(format!("memlock-drill-fake-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("memlock-drill-fake-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     std::fs::write(dir.join("meminfo"), "MemTotal: 10737418240 kB\nMemAvailable: 10737418240 kB\n").unwrap();
     let err = kernel_mem_available(&dir).unwrap_err();
     assert!(matches!(err, DrillError::NotProcfs { .. }), "{err}");
@@ -121,17 +121,15 @@ fn the_safety_bound_comes_from_the_kernel_not_from_path_procfs() {
     let real = kernel_mem_available(Path::new("/proc")).unwrap();
     let total = fsroot::read_parsed(Path::new("/proc/meminfo"), meminfo::parse).unwrap().mem_total.unwrap();
     assert!(real > 0 && real <= total, "{real} of {total}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_meminfo_without_mem_available_is_a_runtime_error() {
-    let dir = std::env::temp_dir().join(format!("memlock-drill-meminfo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("memlock-drill-meminfo-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     // Kernels before 3.14 have no MemAvailable line.
     std::fs::write(dir.join("meminfo"), "MemTotal:       24684084 kB\nMemFree:        20000000 kB\n").unwrap();
     let err = mem_available(&dir).unwrap_err();
-    std::fs::remove_dir_all(&dir).unwrap();
     assert!(matches!(err, DrillError::NoMemAvailable(_)), "{err}");
     assert_eq!(err.exit_code(), 1);
 }

@@ -15,6 +15,8 @@ use memlock_core::gdr::{self, Detected, GdrMode};
 use memlock_kernel::fsroot::Roots;
 use memlock_kernel::pid_limits;
 
+pub mod from_log;
+pub mod range;
 mod render;
 
 use render::{render_json, render_text};
@@ -43,9 +45,10 @@ pub struct ModelArgs {
     /// "Pattern 4, crossNic ., nChannels S"; default: one per NIC, doubled when at most 4).
     #[arg(long = "search-channels")]
     pub search_channels: Option<u64>,
-    /// Communicators per process (each registers its own buffers).
-    #[arg(long, default_value_t = 1)]
-    pub communicators: u64,
+    /// Communicators per process (each registers its own buffers). Default: 1 for `estimate`;
+    /// `check` assumes several (crate::check::for_job::DEFAULT_COMMUNICATORS).
+    #[arg(long)]
+    pub communicators: Option<u64>,
     /// NCCL_BUFFSIZE (Simple protocol buffer, bytes).
     #[arg(long)]
     pub buffsize: Option<u64>,
@@ -90,6 +93,10 @@ pub struct EstimateArgs {
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// The job's NCCL_DEBUG=INFO log (a file, or - for standard input): each process's network
+    /// connections counted from it, beside the model (the `nccl_log` key of --json).
+    #[arg(long = "nccl-log", value_name = "FILE")]
+    pub nccl_log: Option<String>,
 }
 
 pub const COVERS: &[&str] = &[
@@ -198,7 +205,7 @@ pub fn validate(args: &ModelArgs) -> Result<(), String> {
             model::MAX_CHANNELS / 2,
             " (the ring graph's maxChannels, MAXCHANNELS/2)",
         ),
-        ("--communicators", Some(args.communicators), 1 << 16, ""),
+        ("--communicators", args.communicators, 1 << 16, ""),
         ("--p2p-channels", args.p2p_channels, model::MAX_CHANNELS, " (MAXCHANNELS)"),
         (
             "--devices-per-connection",
@@ -244,6 +251,41 @@ pub fn validate(args: &ModelArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// NCCL_ALGO under runtime connect: an algorithm disabled for every collective that runs on it
+/// is never chosen (src/graph/tuning.cc ncclTopoTuneModel sets its bandwidth to 0; tree runs
+/// only AllReduce, PAT only AllGather and ReduceScatter) and so never connected (src/group.cc
+/// ncclCollPreconnect connects what enqueue chose). At communicator init everything is connected
+/// whatever NCCL_ALGO says (src/init.cc). A value NCCL refuses is check's FAIL: defaults here.
+fn allowed_algorithms(env: &Environment, i: &mut Inputs, read: &mut Vec<String>) {
+    use crate::nccl::grammar::{parse_list, ALGORITHMS, FUNCTIONS};
+    let Some(value) = env.get("NCCL_ALGO") else { return };
+    let Ok(enabled) = parse_list(value, ALGORITHMS) else { return };
+    let at = |list: &[&str], name: &str| list.iter().position(|n| *n == name);
+    let on = |f: &str, a: &str| match (at(FUNCTIONS, f), at(ALGORITHMS, a)) {
+        (Some(f), Some(a)) => enabled[f][a],
+        _ => true,
+    };
+    let ring = FUNCTIONS.iter().any(|f| on(f, "Ring"));
+    let tree = on("AllReduce", "Tree");
+    if !ring && !tree {
+        return;
+    }
+    let pat = on("AllGather", "PAT") || on("ReduceScatter", "PAT");
+    let off: Vec<&str> = [(ring, "ring"), (tree, "tree"), (pat || !i.pat || i.ranks_per_node != 1, "PAT")]
+        .iter()
+        .filter(|(on, _)| !on)
+        .map(|(_, n)| *n)
+        .collect();
+    (i.ring, i.tree, i.pat) = (ring, tree, i.pat && pat);
+    if !off.is_empty() {
+        read.push(format!(
+            "NCCL_ALGO={}: {} never chosen, so never connected (runtime connect)",
+            crate::nccl::param::show_bytes(value),
+            off.join(" and ")
+        ));
+    }
+}
+
 /// Builds the model inputs from the flags, the environment (as NCCL reads it) and the node.
 pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[SysfsDevice]) -> Result<Derived, String> {
     validate(args)?;
@@ -259,7 +301,7 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
         },
     };
     let mut i = Inputs::new(args.nodes, args.ranks_per_node, nics);
-    i.communicators = args.communicators;
+    i.communicators = args.communicators.unwrap_or(1);
     let buffer = |r: &mut Reader, name, flag: Option<u64>, default: u64| match flag {
         Some(v) => v,
         // comm->buffSizes is an int: values outside 1..INT_MAX are findings of `check`; the model
@@ -351,6 +393,9 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
     i.page_size = procfs::page_size();
     let runtime = r.int("NCCL_RUNTIME_CONNECT", i64::MIN).is_none_or(|v| v != 0)
         && r.int("NCCL_CUMEM_ENABLE", -2).is_none_or(|v| v != 0);
+    if runtime {
+        allowed_algorithms(env, &mut i, &mut r.read);
+    }
     let connect = if runtime {
         "runtime connect (NCCL_RUNTIME_CONNECT=1, the default with cuMem, src/init.cc): nothing at communicator \
             init; ring at the first collective that runs on ring, tree at the first on tree (src/enqueue.cc)"
@@ -414,6 +459,9 @@ pub struct Verdict {
     pub memory_available_bytes: Option<u64>,
     /// The busiest node's host memory fits in MemAvailable.
     pub fits_memory_available: Option<bool>,
+    /// The NCCL the process maps, with `--pid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<crate::nccl::library::Mapped>,
 }
 
 pub fn verdict(e: &Estimate, m: &Machine) -> Verdict {
@@ -428,6 +476,7 @@ pub fn verdict(e: &Estimate, m: &Machine) -> Verdict {
         fits_memlock_limit: exempt || soft.bytes().is_none_or(|limit| e.per_rank_max_bytes <= limit),
         memory_available_bytes: available,
         fits_memory_available: available.map(|a| e.per_node_host_bytes <= a),
+        nccl: None,
     }
 }
 
@@ -441,6 +490,10 @@ pub fn run(args: &EstimateArgs) -> u8 {
     if let Err(message) = validate(&args.model) {
         return fail(message, memlock_core::exit::USAGE);
     }
+    let log = match args.nccl_log.as_deref().map(from_log::load).transpose() {
+        Ok(log) => log,
+        Err(message) => return fail(message, memlock_core::exit::USAGE),
+    };
     let roots = Roots { procfs: PathBuf::from(&args.procfs), sysfs: PathBuf::from(&args.sysfs) };
     let pid = args.pid.map(|p| p.to_string()).unwrap_or_else(|| "self".into());
     // Another user's environ needs ptrace access: estimate with NCCL's defaults, and say so.
@@ -458,15 +511,26 @@ pub fn run(args: &EstimateArgs) -> u8 {
     };
     derived.conf_files = conf_files;
     derived.environment_error = env_error;
-    let e = model::estimate(&derived.inputs);
-    let v = verdict(&e, &machine);
+    let mut e = model::estimate(&derived.inputs);
+    let span = range::range(&args.model, &env, &roots, &machine.rdma, &derived, &e);
+    range::judge_high(&mut e, &span);
+    let mut v = verdict(&e, &machine);
+    v.nccl = args.pid.map(|pid| crate::nccl::library::of_process(&roots.procfs, pid));
+    let logged = log.map(|l| from_log::report(&derived.inputs, &e, &l, &v));
     let text = if args.json {
-        match render_json(&derived, &e, &v) {
+        let json =
+            render_json(&derived, &e, &v).and_then(|t| range::with_range(&t, &span)).and_then(|t| match &logged {
+                Some(r) => from_log::with_log(&t, r),
+                None => Ok(t),
+            });
+        match json {
             Ok(text) => text,
             Err(err) => return fail(err.to_string(), memlock_core::exit::RUNTIME),
         }
     } else {
         render_text(&derived, &e, &v)
+            + &range::render_text(&span)
+            + &logged.as_ref().map(from_log::render_text).unwrap_or_default()
     };
     if let Err(err) = crate::print_report(&text) {
         return fail(format!("writing the report: {err}"), memlock_core::exit::RUNTIME);
@@ -699,5 +763,44 @@ mod tests {
         assert!(verdict(&e, &held).fits_memlock_limit && verdict(&e, &held).cap_ipc_lock_exempt);
         let userns = Machine { ipc_lock: Some(true), initial_user_ns: Some(false), ..m };
         assert!(!verdict(&e, &userns).fits_memlock_limit, "a user namespace's CAP_IPC_LOCK does not exempt");
+    }
+
+    #[test]
+    fn an_algorithm_nccl_algo_rules_out_is_never_connected_at_runtime() {
+        let flags = ["--nodes", "2", "--nics", "8", "--gdr", "off"];
+        let both = model::estimate(&derive_with(&flags, &[]).inputs);
+        // NCCL_ALGO=Ring: tree never chosen, never connected; the need is the ring's alone, half
+        // of ring + tree on 2 x 8 x 8.
+        let d = derive_with(&flags, &[("NCCL_ALGO", "Ring")]);
+        assert_eq!((d.inputs.ring, d.inputs.tree), (true, false));
+        assert!(
+            d.environment.iter().any(|v| v
+                == "NCCL_ALGO=Ring: tree never chosen, so never connected (runtime \
+            connect)"),
+            "{:?}",
+            d.environment
+        );
+        let ring = model::estimate(&d.inputs);
+        assert_eq!(ring.per_rank_max_bytes, both.scenarios[0].per_rank_max_bytes);
+        // Twice the connections; the doorbell pages they share round up once (2 pages fewer).
+        assert_eq!(both.per_rank_max_bytes, 2 * ring.per_rank_max_bytes - 2 * 4096);
+        // Tree only (a job that runs only AllReduce): no ring connection.
+        let d = derive_with(&flags, &[("NCCL_ALGO", "allreduce:tree;^tree")]);
+        assert_eq!((d.inputs.ring, d.inputs.tree), (true, true), "the ring still runs the other collectives");
+        let d = derive_with(&flags, &[("NCCL_ALGO", "tree")]);
+        assert_eq!((d.inputs.ring, d.inputs.tree), (false, true));
+        assert_eq!(model::estimate(&d.inputs).scenarios[0].algorithms, "tree");
+        // At communicator init NCCL connects ring and tree whatever NCCL_ALGO says.
+        let d = derive_with(&flags, &[("NCCL_ALGO", "Ring"), ("NCCL_RUNTIME_CONNECT", "0")]);
+        assert_eq!((d.inputs.ring, d.inputs.tree), (true, true));
+        // A value NCCL refuses, or one leaving nothing: NCCL's defaults (check FAILs the value).
+        for bad in ["Ring, Tree", "^ring,tree,pat,nvls,nvlstree,collnetdirect,collnetchain"] {
+            let d = derive_with(&flags, &[("NCCL_ALGO", bad)]);
+            assert_eq!((d.inputs.ring, d.inputs.tree), (true, true), "{bad}");
+        }
+        // PAT, with one rank per node, goes with it.
+        let one = ["--nodes", "4", "--ranks-per-node", "1", "--nics", "1", "--gdr", "off"];
+        assert!(derive_with(&one, &[]).inputs.pat);
+        assert!(!derive_with(&one, &[("NCCL_ALGO", "^pat")]).inputs.pat);
     }
 }

@@ -122,6 +122,9 @@ pub fn render_text(d: &Derived, e: &Estimate, v: &Verdict) -> String {
         out.push_str(&format!("per rank (node {}, {all}): {}\n", e.busiest_node, per_rank.join(", ")));
     }
     out.push_str(&format!("\nagainst this machine (pid {}):\n", v.pid));
+    if let Some(nccl) = &v.nccl {
+        out.push_str(&format!("  NCCL: {}\n", crate::nccl::library::describe(nccl)));
+    }
     match v.soft_limit_bytes {
         _ if v.cap_ipc_lock_exempt => out.push_str(&format!(
             "  soft memlock limit {}: not enforced (CAP_IPC_LOCK in the initial user namespace)\n",

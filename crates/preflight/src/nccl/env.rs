@@ -365,7 +365,19 @@ fn from(entry: &Entry) -> String {
 pub const QPS_PER_CONNECTION: std::ops::RangeInclusive<i64> = 1..=128;
 
 /// Buffer sizes live in an int (comm->buffSizes, src/init.cc computeBuffSizes) and -2 means unset.
-const BUFFER_SIZES: &[&str] = &["NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE"];
+/// Each buffer is cut into NCCL_STEPS (8, src/include/device.h) steps, and a step must hold one
+/// unit of its protocol or NCCL moves no data: Simple an element of up to 8 bytes (prims_simple.h
+/// Primitives: stepSize = buffSizes / NCCL_STEPS / sizeof(T)), LL a 16-byte FIFO line (prims_ll.h
+/// stepLines), LL128 a 128-byte line (primitives.h ProtoLL128, NCCL_LL128_LINESIZE). The least
+/// size each can move data with, and the unit.
+const BUFFER_SIZES: &[(&str, i64, &str)] = &[
+    ("NCCL_BUFFSIZE", 8 * 8, "8-byte element (Simple protocol, src/device/prims_simple.h)"),
+    ("NCCL_LL_BUFFSIZE", 8 * 16, "16-byte line (LL protocol, src/device/prims_ll.h)"),
+    ("NCCL_LL128_BUFFSIZE", 8 * 128, "128-byte line (LL128 protocol, src/device/primitives.h)"),
+];
+
+/// NCCL_CROSS_NIC's readings: NCCL checks no range (src/graph/search.cc NCCL_PARAM CrossNic).
+const CROSS_NIC: std::ops::RangeInclusive<i64> = 0..=2;
 
 fn judge_number(var: &Variable, value: &[u8], shown: &str) -> Option<Problem> {
     if value.is_empty() {
@@ -375,6 +387,13 @@ fn judge_number(var: &Variable, value: &[u8], shown: &str) -> Option<Problem> {
     // says what it reads; a FAIL only when NCCL cannot run with the number it reads.
     let (number, note) = match strtoll(value, 0) {
         Strtoll::Whole(v) => (v, None),
+        // A value captured with its line's end (`$(cat file)` keeps none, a here-string or a
+        // CRLF file does): strtoll stops there, having read the number as written.
+        Strtoll::Prefix { value: v, rest }
+            if rest.ends_with(b"\n") && rest.iter().all(|b| matches!(b, b'\n' | b'\r')) =>
+        {
+            (v, None)
+        }
         Strtoll::Prefix { value: v, rest } => (
             v,
             Some((
@@ -421,11 +440,34 @@ fn judge_number(var: &Variable, value: &[u8], shown: &str) -> Option<Problem> {
             ),
         );
     }
-    if BUFFER_SIZES.contains(&var.name) && number != -2 && !(1..=i64::from(i32::MAX)).contains(&number) {
-        return fail(
-            format!("{read}: NCCL keeps buffer sizes in an int and registers a buffer of that many bytes"),
-            format!("give a size from 1 to {} bytes, or unset it for the default{read_fix}", i32::MAX),
-        );
+    if let Some((_, least, unit)) = BUFFER_SIZES.iter().find(|(n, _, _)| *n == var.name) {
+        if number != -2 && !(1..=i64::from(i32::MAX)).contains(&number) {
+            return fail(
+                format!("{read}: NCCL keeps buffer sizes in an int and registers a buffer of that many bytes"),
+                format!("give a size from {least} to {} bytes, or unset it for the default{read_fix}", i32::MAX),
+            );
+        }
+        if number != -2 && number < *least {
+            return fail(
+                format!(
+                    "{read}: a step (1/8 of the buffer, NCCL_STEPS) holds no {unit}, so NCCL cannot move data with it"
+                ),
+                format!("give at least {least} bytes, or unset it for the default{read_fix}"),
+            );
+        }
+    }
+    if var.name == "NCCL_CROSS_NIC" && !CROSS_NIC.contains(&number) {
+        return Some(Problem {
+            name: var.name.to_owned(),
+            severity: Severity::Warn,
+            measured: format!(
+                "{read}: outside 0 to 2, which NCCL does not check; the topology search reads it as 0 (rings and \
+                    trees keep to one NIC: src/graph/search.cc ncclTopoCompute, `crossNic == 1 ? 1 : 0`, and the \
+                    retry only for 2), the p2p NIC choice and init as not 0 (search.cc ncclTopoGetNetDev and \
+                    ncclTopoCheckCrossNicSupport, `ncclParamCrossNic() != 0`)"
+            ),
+            fix: format!("give 0, 1 or 2 (unset: the default, 2){read_fix}"),
+        });
     }
     note.map(|(measured, fix)| Problem { name: var.name.to_owned(), severity: Severity::Warn, measured, fix })
 }
@@ -488,10 +530,13 @@ mod tests {
 
     #[test]
     fn values_nccl_reads_otherwise_warn_and_say_what_nccl_reads() {
-        // NCCL runs with what it reads: a WARN naming it, never a FAIL (issue 22).
+        // NCCL runs with what it reads: a WARN naming it, never a FAIL for the grammar alone; a
+        // FAIL when NCCL cannot run with the number read (4 bytes: a step of half a byte).
         let p = one("NCCL_BUFFSIZE", b"4M");
-        assert_eq!(p[0].severity, Severity::Warn);
+        assert_eq!(p[0].severity, Severity::Fail);
         assert!(p[0].measured.starts_with("NCCL_BUFFSIZE=4M: NCCL reads 4 (strtoll"), "{p:?}");
+        assert!(p[0].fix.contains("give at least 64 bytes"), "{p:?}");
+        assert!(p[0].fix.contains("write the whole number in bytes (4194304, or 0x400000, not 4M)"), "{p:?}");
         assert!(p[0].measured.contains("src/init.cc:814"), "{p:?}");
         let p = one("NCCL_BUFFSIZE", b"\xff");
         assert_eq!(
@@ -511,16 +556,21 @@ mod tests {
         assert_eq!(one("NCCL_P2P_LEVEL", b"nvl")[0].severity, Severity::Warn, "ncclGetLevel compares with strcmp");
         // The leading number, as strtoll(s, NULL, 0) reads it: "4 " is 4, a conf file's
         // "4194304 # 4 MiB" is 4194304.
-        for (value, reads) in [(&b"4 "[..], "4"), (b"4194304 # 4 MiB", "4194304"), (b"0x10kB", "16")] {
+        for (value, reads, severity) in [
+            (&b"4 "[..], "4", Severity::Fail),
+            (b"4194304 # 4 MiB", "4194304", Severity::Warn),
+            (b"0x10kB", "16", Severity::Fail),
+            (b"0x10000kB", "65536", Severity::Warn),
+        ] {
             let p = one("NCCL_BUFFSIZE", value);
-            assert_eq!(p[0].severity, Severity::Warn, "{value:?}");
+            assert_eq!(p[0].severity, severity, "{value:?}");
             assert!(p[0].measured.contains(&format!("NCCL reads {reads} (strtoll")), "{p:?}");
         }
         assert_eq!(one("NCCL_IB_TIMEOUT", b"abc")[0].severity, Severity::Warn, "no digits: 0");
         assert_eq!(one("NCCL_BUFFSIZE", b"08")[0].severity, Severity::Fail, "reads 0 (octal stops at 8)");
         assert_eq!(one("NCCL_IB_QPS_PER_CONNECTION", b"2 qps")[0].severity, Severity::Warn, "reads 2");
         assert_eq!(one("NCCL_IB_TIMEOUT", b"99999999999999999999")[0].severity, Severity::Warn, "ERANGE: the default");
-        // Grammars of their own (src/preflight/nccl/grammar.rs), through the environment.
+        // Grammars of their own (crates/preflight/src/nccl/grammar.rs), through the environment.
         assert_eq!(one("NCCL_ALGO", b"Ring, Tree")[0].severity, Severity::Fail, "aborts init");
         assert!(one("NCCL_ALGO", b"Ring, Tree")[0].measured.contains("src/graph/tuning.cc parseList"));
         assert_eq!(one("NCCL_DEBUG_SUBSYS", b"INIT,NETWORK")[0].severity, Severity::Warn);
@@ -563,8 +613,8 @@ mod tests {
 
     #[test]
     fn the_first_of_a_name_is_the_one_getenv_finds() {
-        let e = Environment::from_environ(b"NCCL_BUFFSIZE=1\0NCCL_BUFFSIZE=4M\0NOEQUALS\0X=\xff\0");
-        assert_eq!(e.get("NCCL_BUFFSIZE"), Some(&b"1"[..]));
+        let e = Environment::from_environ(b"NCCL_BUFFSIZE=1048576\0NCCL_BUFFSIZE=4M\0NOEQUALS\0X=\xff\0");
+        assert_eq!(e.get("NCCL_BUFFSIZE"), Some(&b"1048576"[..]));
         assert_eq!(e.get("X"), Some(&b"\xff"[..]));
         assert_eq!(e.effective().count(), 2);
         assert!(problems(&e).is_empty(), "the shadowed 4M is never read");
@@ -601,15 +651,17 @@ mod tests {
 
     #[test]
     fn conf_files_are_read_in_nccls_order_and_never_override() {
-        let root = std::env::temp_dir().join(format!("memlock-nccl-conf-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("memlock-nccl-conf-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         std::fs::create_dir_all(root.join("etc")).unwrap();
         std::fs::create_dir_all(root.join("home/u")).unwrap();
-        std::fs::write(root.join("etc/nccl.conf"), "NCCL_BUFFSIZE=1\nNCCL_DEBUG=WARN\nNCCL_IB_TIMEOUT=22\n").unwrap();
+        std::fs::write(root.join("etc/nccl.conf"), "NCCL_BUFFSIZE=1048576\nNCCL_DEBUG=WARN\nNCCL_IB_TIMEOUT=22\n")
+            .unwrap();
         std::fs::write(root.join("home/u/.nccl.conf"), "NCCL_DEBUG=INFO\nNCCL_IB_TIMEOUT=21\n").unwrap();
         std::fs::write(root.join("job.conf"), "NCCL_IB_TIMEOUT=23\n").unwrap();
-        let base = env(&[("HOME", b"/home/u"), ("NCCL_BUFFSIZE", b"2")]);
+        let base = env(&[("HOME", b"/home/u"), ("NCCL_BUFFSIZE", b"2097152")]);
         let (e, files) = base.clone().with_conf_files(&root);
-        assert_eq!(e.get("NCCL_BUFFSIZE"), Some(&b"2"[..]), "the process's variable wins");
+        assert_eq!(e.get("NCCL_BUFFSIZE"), Some(&b"2097152"[..]), "the process's variable wins");
         assert_eq!(e.get("NCCL_DEBUG"), Some(&b"INFO"[..]), "~/.nccl.conf before /etc/nccl.conf");
         assert_eq!(e.get("NCCL_IB_TIMEOUT"), Some(&b"21"[..]));
         assert_eq!(files.len(), 2);
@@ -636,10 +688,62 @@ mod tests {
         assert_eq!(e.get("NCCL_DEBUG"), Some(&b"WARN"[..]));
         let p = problems(&e);
         assert!(p.is_empty(), "{p:?}");
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     /// Arbitrary bytes never panic, and a whole decimal number reads back as itself.
+    #[test]
+    fn buffers_too_small_to_move_data_fail_as_zero_does() {
+        // strtoll reads 1e6 as 1: a step of 1/8 byte.
+        let p = one("NCCL_BUFFSIZE", b"1e6");
+        assert_eq!(p[0].severity, Severity::Fail, "{p:?}");
+        assert!(p[0].measured.starts_with("NCCL_BUFFSIZE=1e6: NCCL reads 1 (strtoll"), "{p:?}");
+        assert!(p[0].measured.contains("holds no 8-byte element"), "{p:?}");
+        // The least size that moves data, per protocol: 8 steps of one unit each.
+        for (name, least) in [("NCCL_BUFFSIZE", 64), ("NCCL_LL_BUFFSIZE", 128), ("NCCL_LL128_BUFFSIZE", 1024)] {
+            assert_eq!(one(name, (least - 1).to_string().as_bytes())[0].severity, Severity::Fail, "{name}");
+            assert_eq!(one(name, least.to_string().as_bytes()), vec![], "{name}={least}");
+            assert_eq!(one(name, b"1")[0].fix, format!("give at least {least} bytes, or unset it for the default"));
+        }
+        assert_eq!(one("NCCL_BUFFSIZE", b"-2"), vec![], "NCCL's unset");
+        assert_eq!(one("NCCL_LL_BUFFSIZE", b"512K")[0].severity, Severity::Warn, "512 bytes move data");
+    }
+
+    #[test]
+    fn cross_nic_outside_its_range_gives_both_readings() {
+        for value in [&b"3"[..], b"-1", b"0x10"] {
+            let p = one("NCCL_CROSS_NIC", value);
+            assert_eq!(p.len(), 1, "{value:?}");
+            assert_eq!(p[0].severity, Severity::Warn);
+            assert!(p[0].measured.contains("the topology search reads it as 0"), "{p:?}");
+            assert!(p[0].measured.contains("ncclTopoGetNetDev"), "{p:?}");
+            assert!(p[0].measured.contains("as not 0"), "{p:?}");
+            assert_eq!(p[0].fix, "give 0, 1 or 2 (unset: the default, 2)");
+        }
+        for value in [&b"0"[..], b"1", b"2", b""] {
+            assert_eq!(one("NCCL_CROSS_NIC", value), vec![], "{value:?}");
+        }
+        // What strtoll reads decides: "3x" is 3, both notes in one finding.
+        let p = one("NCCL_CROSS_NIC", b"3x");
+        assert!(p[0].measured.starts_with("NCCL_CROSS_NIC=3x: NCCL reads 3 (strtoll"), "{p:?}");
+        assert!(p[0].fix.ends_with("; write the whole number"), "{p:?}");
+    }
+
+    #[test]
+    fn a_trailing_newline_is_read_as_written() {
+        for (name, value) in [
+            ("NCCL_BUFFSIZE", &b"4194304\n"[..]),
+            ("NCCL_BUFFSIZE", b"0x400000\r\n"),
+            ("NCCL_IB_TIMEOUT", b"22\n"),
+            ("NCCL_CROSS_NIC", b"1\n"),
+        ] {
+            assert_eq!(one(name, value), vec![], "{name}={value:?}");
+        }
+        // Anything else after the number still says what NCCL reads.
+        assert_eq!(one("NCCL_IB_TIMEOUT", b"22\n#")[0].severity, Severity::Warn);
+        assert_eq!(one("NCCL_IB_TIMEOUT", b"22\r")[0].severity, Severity::Warn, "no line end");
+        assert_eq!(one("NCCL_BUFFSIZE", b"8\n")[0].severity, Severity::Fail, "read as written, and too small");
+    }
+
     #[test]
     fn any_bytes_are_judged_without_panicking() {
         let mut state: u64 = 0x9e37_79b9_7f4a_7c15;

@@ -745,7 +745,8 @@ mod tests {
 
     #[test]
     fn topo_and_conf_files_are_opened_in_the_jobs_root() {
-        let root = std::env::temp_dir().join(format!("memlock-grammar-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("memlock-grammar-").tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         std::fs::create_dir_all(root.join("etc")).unwrap();
         std::fs::write(root.join("etc/topo.xml"), "<system/>").unwrap();
         assert_eq!(judge("NCCL_TOPO_FILE", b"/etc/topo.xml", Some(&root)), Some(None));
@@ -756,6 +757,5 @@ mod tests {
         assert!(v.measured.contains("skips ~/.nccl.conf too"), "{}", v.measured);
         assert_eq!(judge("NCCL_CONF_FILE", b"relative.conf", Some(&root)), Some(None), "not judged");
         assert_eq!(judge("NCCL_TOPO_FILE", b"/etc/missing.xml", None), Some(None), "no root: not judged");
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -3,9 +3,10 @@
 # over an up dummy0 (port ACTIVE) and rxe1 over dummy1, which is down (port DOWN). Reports are
 # left in /vm/out for scripts/e2e/vm.sh to check:
 #   check-user.json      uid 1000 under an 8 MiB RLIMIT_MEMLOCK, NCCL_IB_HCA=rxe0
-#   check-hca-down.json  as root, NCCL_IB_HCA=rxe1 (the DOWN port selected)
+#   check-hca-down.json  as root judging a root job (--as-root), NCCL_IB_HCA=rxe1 (the DOWN
+#                        port selected)
 #   check-hca-down-ib.json  the same with NCCL_NET=IB (no socket fallback)
-#   check-all.json       as root, no NCCL_IB_HCA (every port)
+#   check-all.json       as root judging a root job, no NCCL_IB_HCA (every port)
 #   exec-user.*          check --exec as uid 1000: refused, the command must not run
 #   exec-root.*          check --exec as root with NCCL_IB_HCA=rxe0: the command runs
 set -uo pipefail
@@ -26,10 +27,14 @@ run() {
     echo "$?" > "$VM_OUT/$name.rc"
 }
 run check-user as_user env NCCL_IB_HCA=rxe0 NCCL_DEBUG=WARN "$EXPORTER" check --nodes 2 --ranks-per-node 1 --json
-run check-hca-down env NCCL_IB_HCA=rxe1 NCCL_DEBUG=WARN "$EXPORTER" check --nodes 2 --ranks-per-node 1 --json
-run check-hca-down-ib env NCCL_IB_HCA=rxe1 NCCL_NET=IB NCCL_DEBUG=WARN "$EXPORTER" check --nodes 2 --ranks-per-node 1 \
-    --json
-run check-all env NCCL_DEBUG=WARN "$EXPORTER" check --nodes 2 --ranks-per-node 1 --json
+# Root's own CAP_IPC_LOCK counts only for a job that really runs as root (--as-root): these
+# runs are about the ports, so the memlock limit must not be what fails them.
+run check-hca-down env NCCL_IB_HCA=rxe1 NCCL_DEBUG=WARN "$EXPORTER" check --as-root --nodes 2 --ranks-per-node 1 --json
+run check-hca-down-ib env NCCL_IB_HCA=rxe1 NCCL_NET=IB NCCL_DEBUG=WARN "$EXPORTER" check --as-root --nodes 2 \
+    --ranks-per-node 1 --json
+run check-all env NCCL_DEBUG=WARN "$EXPORTER" check --as-root --nodes 2 --ranks-per-node 1 --json
+# Without --as-root, root is judged as a normal user's rank would be: its CAP_IPC_LOCK left out.
+run check-root-as-user env NCCL_IB_HCA=rxe0 NCCL_DEBUG=WARN "$EXPORTER" check --nodes 2 --ranks-per-node 1 --json
 run exec-user as_user env NCCL_IB_HCA=rxe0 NCCL_DEBUG=WARN "$EXPORTER" check --nodes 2 --ranks-per-node 1 --exec -- \
     sh -c 'echo ran > /tmp/exec-user-ran; exit 7'
 [ -e /tmp/exec-user-ran ] && echo yes > "$VM_OUT/exec-user.ran"

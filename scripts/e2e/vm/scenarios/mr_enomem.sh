@@ -39,6 +39,9 @@ grep -E '^(VmPin|VmLck)' "/proc/$pid/status" > "$VM_OUT/status.txt"
 rdma -j resource show mr > "$VM_OUT/rdma_mr.json"
 rdma resource show mr > "$VM_OUT/rdma_mr.txt"
 scrape "$VM_OUT/metrics.txt"
+# The device's caps as rdma-core's own tool reads them (ibv_query_device), for the rdma_caps
+# collector's figures.
+ibv_devinfo -v -d rxe0 > "$VM_OUT/devinfo.txt" 2>&1
 cat "$VM_OUT/status.txt" "$VM_OUT/rdma_mr.txt"
 touch /tmp/release
 wait "$ramp"

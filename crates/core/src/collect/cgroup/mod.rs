@@ -180,6 +180,16 @@ impl Configured for CgroupCollector {
     }
 }
 
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "cgroup",
+    reads: "memory usage and limits per cgroup",
+    default_interval: "1s",
+    default_enabled: true,
+    settings: super::settings::of::<CgroupCollector>(),
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,15 +200,16 @@ mod tests {
     /// A scratch sysfs/procfs pair, removed on drop.
     struct Scratch {
         root: PathBuf,
+        _dir: tempfile::TempDir,
     }
 
     impl Scratch {
         fn new(name: &str) -> Self {
-            let root = std::env::temp_dir().join(format!("memlock-cgroup-{}-{name}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&root);
+            let tmp = tempfile::Builder::new().prefix(&format!("memlock-cgroup-{name}-")).tempdir().unwrap();
+            let root = tmp.path().to_path_buf();
             std::fs::create_dir_all(root.join("sys/fs/cgroup")).unwrap();
             std::fs::create_dir_all(root.join("proc")).unwrap();
-            Self { root }
+            Self { root, _dir: tmp }
         }
 
         fn cgroup_fs(&self) -> PathBuf {
@@ -234,12 +245,6 @@ mod tests {
                 roots,
                 CgroupConfig { full_scan_interval, include: vec![], exclude: vec![], max_depth: 12 },
             )
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.root);
         }
     }
 
@@ -328,9 +333,9 @@ mod tests {
         assert!(errors.is_empty(), "{errors:?}");
     }
 
-    /// Issue 23: v1 counts an OOM kill only in the victim's own cgroup (memcg_memory_event,
-    /// include/linux/memcontrol.h, walks up only on v2), so a job's cgroup showed 0 kills for a
-    /// rank killed in its step. The figure is summed over the subtree, excluded descendants
+    /// v1 counts an OOM kill only in the victim's own cgroup (memcg_memory_event,
+    /// include/linux/memcontrol.h, walks up only on v2), so a job's cgroup alone would show 0
+    /// kills for a rank killed in its step. The figure is summed over the subtree, excluded descendants
     /// included, and never goes down: not when a step cgroup is removed, nor when a read fails.
     #[test]
     fn v1_oom_kills_are_summed_over_descendants_and_never_go_down() {
@@ -390,7 +395,7 @@ mod tests {
         assert_eq!(kills(&stats), expect(&[("/", 10), ("/job", 8), ("/job/step_1", 0), ("/other", 1)]));
     }
 
-    /// Issue 15: a cgroup directory whose name is not UTF-8 was skipped with its whole subtree,
+    /// A cgroup directory whose name is not UTF-8 must not be skipped with its whole subtree,
     /// silently. It is walked and read under its real name, and exported with the invalid
     /// bytes written as \xNN, counted.
     #[test]

@@ -134,47 +134,37 @@ impl CgroupStats {
         let gauges: [(&'static str, &'static str, Field); 7] = [
             (
                 "memlock_cgroup_memory_usage_bytes",
-                "Memory charged to the cgroup and its descendants (v1 memory.usage_in_bytes, v2 memory.current), page \
-                    cache included. Sampled on the cgroup interval (default 1s), not at scrape time.",
+                "Memory charged to the cgroup and its descendants, page cache included.",
                 |c| c.usage_bytes,
             ),
             (
                 "memlock_cgroup_memory_working_set_bytes",
-                "Usage minus inactive page cache (v1 total_inactive_file, v2 inactive_file in memory.stat), floored at \
-                    0, as kubelet and cAdvisor compute it: memory the kernel cannot reclaim without swapping or \
-                    killing. Locked and pinned pages are always in it. Sampled on the cgroup interval.",
+                "Usage minus inactive page cache, as kubelet computes the working set.",
                 |c| c.working_set_bytes,
             ),
             (
                 "memlock_cgroup_memory_limit_bytes",
-                "Effective memory limit: the lowest limit on the path to the root (v1 hierarchical_memory_limit, v2 \
-                    the lowest memory.max of the cgroup and its ancestors). Absent when unlimited. Sampled on the \
-                    cgroup interval.",
+                "The cgroup's effective memory limit: the lowest on its path to the root.",
                 |c| c.limit?.bytes(),
             ),
             (
                 "memlock_cgroup_memory_limit_unlimited",
-                "1 when no memory limit applies on the cgroup's path to the root, 0 when \
-                    memlock_cgroup_memory_limit_bytes is set. Sampled on the cgroup interval.",
+                "1 when no cgroup on the path to the root sets a memory limit, else 0.",
                 |c| c.limit.map(|l| u64::from(l.is_unlimited())),
             ),
             (
                 "memlock_cgroup_memory_high_bytes",
-                "memory.high of the cgroup (v2): above it the cgroup is throttled and reclaimed. Absent when not set. \
-                    Sampled on the cgroup interval.",
+                "memory.high of the cgroup (v2): above it the kernel throttles and reclaims.",
                 |c| c.high?.bytes(),
             ),
             (
                 "memlock_cgroup_memory_swap_limit_bytes",
-                "Effective swap limit: v1 hierarchical_memsw_limit (memory plus swap), v2 the lowest memory.swap.max \
-                    on the path to the root (swap only). Absent when unlimited or without swap accounting. Sampled on \
-                    the cgroup interval.",
+                "The cgroup's swap limit (memory.swap.max on v2, memsw on v1).",
                 |c| c.swap_limit?.bytes(),
             ),
             (
                 "memlock_cgroup_memory_unevictable_bytes",
-                "Unevictable (mlocked) memory of the cgroup and its descendants (v1 total_unevictable, v2 unevictable \
-                    in memory.stat). RDMA-pinned pages are not in it. Sampled on the cgroup interval.",
+                "Unevictable (mlocked) memory of the cgroup and its descendants.",
                 |c| c.unevictable_bytes,
             ),
         ];
@@ -186,10 +176,7 @@ impl CgroupStats {
         }
         out.family(
             "memlock_cgroup_memory_events_total",
-            "Memory events of the cgroup and its descendants: max (usage hit the limit; on v1 memory.failcnt, hits of \
-                this cgroup's own limit only), oom (the OOM path was entered; v2 only), oom_kill (processes killed by \
-                the OOM killer; on v1, where the kernel counts a kill in the victim's cgroup only, summed here over \
-                the descendants). Sampled on the cgroup interval.",
+            "Memory events of the cgroup and its descendants by event: max, oom, oom_kill.",
             Kind::Counter,
         );
         for (cgroup, labels) in memory.iter().zip(&base) {
@@ -208,10 +195,7 @@ impl CgroupStats {
         let mask = grants.mask(RDMA, &self.ranking().rdma.0, self.rdma.len());
         out.family(
             "memlock_cgroup_rdma",
-            "rdma cgroup controller per device: open verbs contexts (resource hca_handle) and uverbs objects such as \
-                MRs and QPs (hca_object); kind current (rdma.current) or max (rdma.max; a max of \"max\" is not \
-                exported). Counts, not bytes. Only devices the cgroup uses or has a limit for. Sampled on the cgroup \
-                interval.",
+            "rdma cgroup controller counts per device, resource and kind (current or max).",
             Kind::Gauge,
         );
         for cgroup in self.rdma.iter().zip(mask).filter_map(|(c, shown)| shown.then_some(c)) {
@@ -245,25 +229,19 @@ impl CgroupStats {
         };
         out.family(
             "memlock_cgroup_hierarchy_info",
-            "Always 1. layout: how <sysfs>/fs/cgroup is mounted (v1, v2, hybrid, none); memory and rdma: the hierarchy \
-                version of each controller (v1, v2, none, or disabled at boot).",
+            "Always 1; labels give the cgroup layout and each controller's hierarchy version.",
             Kind::Gauge,
         )
         .sample(&[("layout", self.layout.as_str()), ("memory", memory), ("rdma", version(self.rdma_version))], 1u64);
         out.family(
             "memlock_cgroup_scan_cgroups_walked",
-            "Cgroup directories found by the latest walk of the memory and rdma hierarchies (walks run every \
-                full_scan_interval; between them only known cgroups are read).",
+            "Cgroup directories found by the latest walk of the memory and rdma hierarchies.",
             Kind::Gauge,
         )
         .sample(&[], self.scan.walked);
         out.family(
             "memlock_cgroup_scan_cgroups_skipped",
-            "Cgroups not exported, or exported in part, by reason: filtered (include/exclude patterns) and too_deep \
-                (subdirectories below max_depth, not walked) in the latest walk; in the latest run vanished (removed \
-                while being read), permission_denied (a file or directory the exporter may not read; logged, not a \
-                collector failure) and read_error (a file that could not be read or parsed; see \
-                memlock_exporter_collector_errors_total).",
+            "Cgroups not exported, or exported in part, by reason.",
             Kind::Gauge,
         );
         let s = &self.scan;
@@ -279,8 +257,7 @@ impl CgroupStats {
         }
         out.family(
             "memlock_cgroup_scan_cgroups_renamed",
-            "Cgroups of the latest walk whose directory name is not UTF-8: walked and exported all the same, with \
-                each byte that is not UTF-8 written as \\xNN in the cgroup label.",
+            "Cgroups whose directory name is not UTF-8, exported with those bytes escaped.",
             Kind::Gauge,
         )
         .sample(&[], s.renamed);

@@ -71,10 +71,12 @@ pub struct FailuresStats {
 /// same roots alive at the time.
 pub struct FailuresCollector {
     tracer: Arc<Tracer>,
+    /// Where tracefs is looked for, named by the error that says why the collector cannot run.
+    tracefs: std::path::PathBuf,
 }
 
 /// The running tracers, by the roots they read. A reload that restarts the sampler builds the
-/// new collectors before it stops the old ones (`Daemon::try_reload` in src/serve/daemon.rs), so
+/// new collectors before it stops the old ones (`Daemon::try_reload` in src/daemon/lifecycle.rs), so
 /// the new collector takes the old one's tracer over: its probes, counters, series and the pages
 /// they hold go on, and a counter never goes back to 0 nor a firing page resolves because of a
 /// reload. A reload that disables the collector drops the last handle: the tracer stops, removes
@@ -84,14 +86,15 @@ static TRACERS: Mutex<Vec<(Roots, Weak<Tracer>)>> = Mutex::new(Vec::new());
 
 impl FailuresCollector {
     pub fn new(roots: Roots) -> Self {
+        let tracefs = roots.sys("kernel/tracing");
         let mut tracers = TRACERS.lock().unwrap_or_else(PoisonError::into_inner);
         tracers.retain(|(_, tracer)| tracer.strong_count() > 0);
         if let Some(tracer) = tracers.iter().find(|(r, _)| *r == roots).and_then(|(_, t)| t.upgrade()) {
-            return Self { tracer };
+            return Self { tracer, tracefs };
         }
         let tracer = Arc::new(Tracer::start(roots.clone()));
         tracers.push((roots, Arc::downgrade(&tracer)));
-        Self { tracer }
+        Self { tracer, tracefs }
     }
 }
 
@@ -100,10 +103,42 @@ impl Collector for FailuresCollector {
         "failures"
     }
 
-    fn collect(&mut self, _errors: &mut Vec<SourceError>) -> Option<Data> {
-        Some(Arc::new(self.tracer.stats()) as Data)
+    fn collect(&mut self, errors: &mut Vec<SourceError>) -> Option<Data> {
+        let stats = self.tracer.stats();
+        if let Some(reason) = stats.unsupported.filter(|r| *r != Unsupported::Starting) {
+            errors.push(cannot_run(&self.tracefs, reason));
+        }
+        Some(Arc::new(stats) as Data)
     }
 }
+
+/// The error that fails the collector's run when it cannot trace: the directory and the reason,
+/// as `memlock_failures_supported{reason}` names it.
+fn cannot_run(tracefs: &std::path::Path, reason: Unsupported) -> SourceError {
+    SourceError::Io {
+        path: tracefs.to_owned(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!(
+                "the failures collector cannot run ({}): refused registrations and locks are not traced \
+                    (memlock_failures_supported)",
+                reason.as_str()
+            ),
+        ),
+    }
+}
+
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "failures",
+    reads: "refused registrations and locks, traced with kprobes in tracefs instances of its own (needs root)",
+    default_interval: "1s",
+    // Opt-in: it defines kprobes in the running kernel, which needs write access to tracefs
+    // (root's) that the default unit does not grant (README.md, the failures collector).
+    default_enabled: false,
+    settings: &super::settings::Plain(|cx| Box::new(FailuresCollector::new(cx.roots.clone()))),
+};
 
 #[cfg(test)]
 mod tests {
@@ -113,7 +148,8 @@ mod tests {
 
     #[test]
     fn without_tracefs_the_collector_says_so() {
-        let dir = std::env::temp_dir().join(format!("failures-no-tracefs-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("failures-no-tracefs-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         std::fs::create_dir_all(dir.join("sys/kernel/tracing")).unwrap();
         let roots = Roots { procfs: "/proc".into(), sysfs: dir.join("sys") };
         let mut collector = FailuresCollector::new(roots);
@@ -127,15 +163,21 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         };
         assert_eq!(reason, Some(Unsupported::NoTracefs));
+        // Not a successful run: the sampler reports success 0 when a collector returns errors.
+        let mut errors = Vec::new();
+        assert!(collector.collect(&mut errors).is_some());
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let message = errors[0].to_string();
+        assert!(message.contains("kernel/tracing") && message.contains("no_tracefs"), "{message}");
         drop(collector);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Review finding: a reload that restarted the sampler gave the collector an empty book, so
     /// counters went back to 0 and the pages of refusals resolved.
     #[test]
     fn a_reload_that_keeps_the_collector_keeps_its_refusals_and_disabling_it_forgets_them() {
-        let dir = std::env::temp_dir().join(format!("failures-reload-{}", std::process::id()));
+        let tmp = tempfile::Builder::new().prefix("failures-reload-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         std::fs::create_dir_all(dir.join("sys/kernel/tracing")).unwrap();
         let roots = Roots { procfs: "/proc".into(), sysfs: dir.join("sys") };
         let key = SeriesKey {
@@ -164,6 +206,5 @@ mod tests {
         // Disabled (the last collector dropped), then enabled again: nothing is left.
         drop(new);
         assert!(book(&mut FailuresCollector::new(roots)).series.is_empty());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

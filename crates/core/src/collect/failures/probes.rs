@@ -638,8 +638,8 @@ mod tests {
     /// were removed as leftovers, and two exporters that are each pid 1 used the same names.
     #[test]
     fn leftovers_are_those_no_running_exporter_holds_in_any_pid_namespace() {
-        let tracefs = std::env::temp_dir().join(format!("failures-leftovers-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tracefs);
+        let tmp = tempfile::Builder::new().prefix("failures-leftovers-").tempdir().unwrap();
+        let tracefs = tmp.path().to_path_buf();
         // 4194303 is above the default pid_max: running in no namespace of this one.
         let live = "memlock_exporter_4194303_0_0a1b2c3d";
         let dead = "memlock_exporter_4194303_0_3d2c1b0a";
@@ -674,7 +674,6 @@ mod tests {
         drop(held);
         assert_eq!(remove_leftovers(&roots, &tracefs), 1);
         assert!(fsroot::list_dir(&tracefs.join("instances")).unwrap().is_empty());
-        std::fs::remove_dir_all(&tracefs).unwrap();
     }
 
     /// Review finding: ib_umem_get of a module loaded after the exporter started was never

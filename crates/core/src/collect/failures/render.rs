@@ -21,11 +21,7 @@ impl FailuresStats {
     pub fn render(&self, out: &mut Exposition, grants: &Grants) {
         out.family(
             "memlock_failures_supported",
-            "1 when the failures collector traces refused registrations and locks; 0 with the reason it cannot: \
-                no_tracefs (not mounted), no_kprobe_events (kernel without CONFIG_KPROBE_EVENTS), no_permission \
-                (tracefs is root's: run as root, no capability needed), no_such_function (none of the probed \
-                functions in available_filter_functions), setup_failed (see the log), starting (setting up, the \
-                first second).",
+            "1 when the failures collector traces refusals, 0 with the reason it cannot.",
             Kind::Gauge,
         );
         match self.unsupported {
@@ -34,9 +30,7 @@ impl FailuresStats {
         };
         out.family(
             "memlock_failures_probed",
-            "1 for each kernel function the failures collector probes, 0 for one the running kernel does not have \
-                (ib_umem_get: ibv_reg_mr, in ib_uverbs or ib_core, loaded; do_mlock: mlock/mlock2; \
-                __io_account_mem: io_uring buffers; user_shm_lock: SHM_LOCK).",
+            "1 per kernel function the failures collector probes, 0 when the kernel lacks it.",
             Kind::Gauge,
         );
         for (call, probed) in &self.probed {
@@ -44,9 +38,7 @@ impl FailuresStats {
         }
         out.family(
             "memlock_failures_pairing",
-            "1 with the way the failures collector learns a refused call's size: kernel (hist triggers and a synthetic \
-                event pair each entry with its return in the kernel; nothing but failures is traced), userspace \
-                (a kernel without CONFIG_HIST_TRIGGERS or CONFIG_SYNTH_EVENTS: every entry is traced and read).",
+            "1 with how the failures collector pairs a refusal with its size: kernel or userspace.",
             Kind::Gauge,
         );
         if let Some(mode) = self.mode {
@@ -54,9 +46,7 @@ impl FailuresStats {
         }
         out.family(
             "memlock_node_registration_failures_total",
-            "Refused registrations and locks on the node, every one (no per-process bound): call is the kernel \
-                function, errno its error, cause memlock (the request passed the soft RLIMIT_MEMLOCK), cgroup_memory \
-                (the memory cgroup at its limit) or other.",
+            "Refused registrations and locks on the node by call, errno and cause.",
             Kind::Counter,
         );
         for ((call, errno, cause), count) in &self.book.totals {
@@ -67,10 +57,7 @@ impl FailuresStats {
         let shown = &ordered[..granted.min(ordered.len())];
         out.family(
             "memlock_registration_failures_total",
-            "Refused registrations and locks per process, traced in the kernel (kprobes on ib_umem_get, do_mlock, \
-                __io_account_mem, user_shm_lock): pid, comm and cgroup of the process, call the kernel function, \
-                errno its error, cause memlock, cgroup_memory or other. At most 64 series; later ones are counted \
-                in memlock_registration_failures_overflow_total.",
+            "Refused registrations and locks per process by call, errno and cause (at most 64 series).",
             Kind::Counter,
         );
         let mut pids = Vec::with_capacity(shown.len());
@@ -82,8 +69,7 @@ impl FailuresStats {
         }
         out.family(
             "memlock_registration_failure_requested_bytes",
-            "The size the last refused request of the series asked for, in bytes (0 when its entry event was not \
-                seen).",
+            "The size the series' last refused request asked for (0 when unknown).",
             Kind::Gauge,
         );
         for ((key, series), pid) in shown.iter().zip(&pids) {
@@ -91,8 +77,7 @@ impl FailuresStats {
         }
         out.family(
             "memlock_registration_failure_last_timestamp_seconds",
-            "Unix time of the series' last refusal. The rule MemlockKernelRefusedRegistration pages while it is \
-                less than 10 minutes old.",
+            "Unix time of the series' last refusal.",
             Kind::Gauge,
         );
         for ((key, series), pid) in shown.iter().zip(&pids) {
@@ -100,34 +85,31 @@ impl FailuresStats {
         }
         out.family(
             "memlock_registration_failures_overflow_total",
-            "Refusals not given a series of their own (past the 64 kept); the node total still counts them.",
+            "Refusals not given a series because 64 were already exported.",
             Kind::Counter,
         );
         out.sample(&[], self.book.overflow);
         out.family(
             "memlock_failures_trace_lost_events_total",
-            "Events the kernel's ring buffer overwrote before the collector read them (trace_pipe's LOST EVENTS \
-                markers): refusals may have been missed.",
+            "Trace events the kernel dropped before the failures collector read them.",
             Kind::Counter,
         );
         out.sample(&[], self.book.lost_events);
         out.family(
             "memlock_failures_trace_unparsed_lines_total",
-            "trace_pipe lines the collector could not read (a comm with a newline splits its event in two).",
+            "Trace lines the failures collector could not parse.",
             Kind::Counter,
         );
         out.sample(&[], self.book.unparsed_lines);
         out.family(
             "memlock_failures_forgotten_entries_total",
-            "Entry events dropped unpaired because the table of calls in progress was full (tasks that exited \
-                between entry and return).",
+            "Traced call entries dropped before their return was seen.",
             Kind::Counter,
         );
         out.sample(&[], self.book.forgotten_entries);
         out.family(
             "memlock_failures_pending_tasks",
-            "Tasks whose latest entry events wait for a return (at most 4,096; a successful return is filtered out \
-                in the kernel, so the tasks that called recently stay here until forgotten).",
+            "Traced calls whose return the failures collector is waiting for.",
             Kind::Gauge,
         );
         out.sample(&[], self.book.pending);
@@ -162,6 +144,16 @@ impl crate::collect::Stats for FailuresStats {
 
     fn refusals(&self) -> Option<&Book> {
         Some(&self.book)
+    }
+
+    fn state(&self) -> Option<String> {
+        Some(match (&self.unsupported, self.mode) {
+            (Some(reason), _) => format!("not tracing: {}", reason.as_str()),
+            (None, mode) => {
+                let pairing = mode.map_or("starting", |m| m.as_str());
+                format!("tracing refused registrations and locks (pairing: {pairing})")
+            }
+        })
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

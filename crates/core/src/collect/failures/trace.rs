@@ -188,7 +188,8 @@ impl Drop for Unremoved {
 /// Waits up to `timeout` for every tracing thread to have removed its probes; false when some
 /// have not. The daemon's exit waits on it: stopping the sampler gives up on a slow collector
 /// after 2 s, and removing the probes (each kprobe's unregistration waits for an RCU grace
-/// period) took longer than that in the TCG guest, so the process exited with its probes left.
+/// period) can take longer than that (in a TCG guest), and the process must not exit with its
+/// probes left.
 pub fn wait_removed(timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     let mut count = UNREMOVED.0.lock().unwrap_or_else(PoisonError::into_inner);

@@ -68,10 +68,10 @@ impl ReadErrors {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProcessStats {
     /// The exported processes: those passing the filter, the highest usage ratio first (ties:
-    /// more bytes first, then lower pid), at most `top_n`.
+    /// more bytes first, then lower pid), in turns by owner ([`crate::fair`]), at most `top_n`.
     pub processes: Vec<ProcessSample>,
-    /// Every process holding locked or pinned memory or passing the filter, most urgent first,
-    /// at most [`MAX_WATCHED`]: the trend scopes, which the fast path evaluates (whatever top_n
+    /// Every process holding locked or pinned memory or passing the filter, most urgent first in
+    /// turns by owner, at most [`MAX_WATCHED`]: the trend scopes, which the fast path evaluates (whatever top_n
     /// and the series budget export).
     pub watched: Vec<ProcessSample>,
     /// Processes left out of `watched` by [`MAX_WATCHED`] (the least urgent).
@@ -179,7 +179,10 @@ impl ProcessCollector {
                 interner: Interner::default(),
                 config,
                 nccl_libraries: Vec::new(),
+                nccl_versions: Default::default(),
                 maps_reads_left: 0,
+                share_reads_left: 0,
+                live_thread: None,
             },
             interval,
             procfs: roots.procfs.clone(),
@@ -289,6 +292,7 @@ impl ProcessCollector {
         let counters = self.task_counters();
         let pids = self.list_pids(counters, errors)?;
         self.scanner.maps_reads_left = scan::MAPS_READS_PER_PASS;
+        self.scanner.share_reads_left = scan::SHARE_READS_PER_PASS;
         self.last_full_scan = Some(started);
         self.full_scans += 1;
 
@@ -410,6 +414,7 @@ impl ProcessCollector {
     /// processes that appeared.
     pub fn tracked_pass(&mut self, errors: &mut Vec<SourceError>) -> ProcessStats {
         self.scanner.maps_reads_left = scan::MAPS_READS_PER_PASS;
+        self.scanner.share_reads_left = scan::SHARE_READS_PER_PASS;
         let mut table = std::mem::take(&mut self.table);
         let mut failed = Vec::new();
         let now = Instant::now();
@@ -464,7 +469,8 @@ impl ProcessCollector {
         let mut watched: Vec<&Record> =
             self.table.iter().filter(|r| passes_filter(r, config) || r.sample.held_bytes() > 0).collect();
         watched.sort_by(|a, b| rank(&a.sample, &b.sample));
-        let mut candidates: Vec<&Record> = watched.iter().copied().filter(|r| passes_filter(r, config)).collect();
+        let mut candidates = fair_order(watched.iter().copied().filter(|r| passes_filter(r, config)).collect());
+        let mut watched = fair_order(watched);
         let dropped = candidates.len().saturating_sub(config.top_n);
         candidates.truncate(config.top_n);
         let unwatched = watched.len().saturating_sub(MAX_WATCHED);
@@ -512,6 +518,15 @@ impl Collector for ProcessCollector {
     }
 }
 
+/// `ranked` (most urgent first) in the order that shares places fairly by owner: uid, then
+/// cgroup ([`crate::fair`]), for `top_n` and the watched set.
+fn fair_order(ranked: Vec<&Record>) -> Vec<&Record> {
+    let idle = |i: usize| ranked[i].sample.rank_urgency().is_none_or(|u| u <= 0.0);
+    let cgroup = |i: usize| ranked[i].sample.cgroup.as_deref().map(|c| c.path.as_str());
+    let order = crate::fair::order(ranked.len(), idle, |i| ranked[i].sample.uid, cgroup);
+    order.into_iter().map(|i| ranked[i]).collect()
+}
+
 fn passes_filter(record: &Record, config: &ProcessConfig) -> bool {
     record.comm_matches || record.sample.held_bytes() >= config.min_bytes
 }
@@ -550,7 +565,7 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
         });
         let agg = &mut out[slot];
         agg.processes += 1;
-        agg.locked_bytes = agg.locked_bytes.saturating_add(record.sample.locked_bytes.unwrap_or(0));
+        agg.locked_bytes = agg.locked_bytes.saturating_add(record.sample.locked_own_bytes());
         agg.pinned_bytes = agg.pinned_bytes.saturating_add(record.sample.pinned_bytes.unwrap_or(0));
         // The worst ratio is there to alert on processes the per-process series do not cover;
         // an exempt process (opensm with CAP_IPC_LOCK, far over its 8 MiB limit) is never
@@ -599,6 +614,16 @@ impl super::Stats for ProcessStats {
         self
     }
 }
+
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "process",
+    reads: "VmLck, VmPin, memlock limits per process",
+    default_interval: "1s",
+    default_enabled: true,
+    settings: super::settings::of::<ProcessCollector>(),
+};
 
 #[cfg(test)]
 mod tests;

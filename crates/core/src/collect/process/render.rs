@@ -39,6 +39,7 @@ impl ProcessSample {
             + limits
             + ratios
             + usize::from(self.nccl.is_some())
+            + self.rdma_libraries.len()
             + trends
     }
 }
@@ -72,10 +73,24 @@ impl Ranking {
         // Ties (most cgroups) by the memory held.
         let held = |i: usize| c[i].locked_bytes.saturating_add(c[i].pinned_bytes) as f64;
         Self {
-            processes: budget::ranked(p.len(), |i| p[i].series(), |i| p[i].budget_score()),
+            processes: fair_ranked(p),
             cgroups: budget::ranked(c.len(), series, |i| c[i].budget_score() + held(i) / 1e30),
         }
     }
+}
+
+/// The budget's order of the processes: by score, in turns by owner ([`crate::fair`]), so that
+/// one user's crowd cannot take every place of the budget; the scores capped along it.
+fn fair_ranked(p: &[ProcessSample]) -> budget::Order {
+    let (by_score, _) = budget::ranked(p.len(), |_| 0, |i| p[i].budget_score());
+    let at = |k: usize| &p[by_score[k]];
+    let idle = |k: usize| at(k).budget_score() <= 0.0;
+    let cgroup = |k: usize| at(k).cgroup.as_deref().map(|c| c.path.as_str());
+    let order: Vec<usize> =
+        crate::fair::order(p.len(), idle, |k| at(k).uid, cgroup).into_iter().map(|k| by_score[k]).collect();
+    let scores = crate::fair::capped_scores(order.iter().map(|&i| p[i].budget_score()));
+    let entities = order.iter().zip(scores).map(|(&i, s)| (p[i].series(), s)).collect();
+    (order, entities)
 }
 
 impl ProcessStats {
@@ -130,29 +145,20 @@ impl ProcessStats {
 
         out.family(
             "memlock_process_locked_bytes",
-            "VmLck of the process (/proc/PID/status): memory locked with mlock() or mlockall(), and vfio type1's \
-                pins, checked by mlock and vfio against the soft memlock limit separately from VmPin \
-                (mlockall(MCL_CURRENT) checks VmSize instead). Sampled on the process interval (default 1s), only \
-                for processes passing the filter.",
+            "VmLck of the process: memory locked with mlock() or mlockall(), and vfio pins.",
             Kind::Gauge,
         );
         each(out, &|p| p.locked_bytes.map(Into::into));
         out.family(
             "memlock_process_pinned_bytes",
-            "VmPin of the process (/proc/PID/status): long-term pinned memory (RDMA registrations of host memory, \
-                and of GPU memory through nvidia-peermem; verbs queue rings; io_uring fixed buffers; iommufd pins), \
-                checked by ibv_reg_mr against the soft memlock limit separately from VmLck. io_uring and iommufd \
-                check the user's locked_vm instead (every process of the uid), so for them the ratio is a lower \
-                bound. dma-buf registrations are not in it. Sampled on the process interval.",
+            "VmPin of the process: memory pinned by RDMA registrations, io_uring and iommufd.",
             Kind::Gauge,
         );
         each(out, &|p| p.pinned_bytes.map(Into::into));
 
         out.family(
             "memlock_process_limit_bytes",
-            "RLIMIT_MEMLOCK of the process (/proc/PID/limits), soft (enforced) and hard (the ceiling for raising it); \
-                absent when unlimited. Re-read every 2s for processes holding locked or pinned memory (a prlimit shows \
-                within seconds), on the full scan interval (default 60s) for the others.",
+            "RLIMIT_MEMLOCK of the process by kind (soft is enforced); absent when unlimited.",
             Kind::Gauge,
         );
         for (process, labels) in processes.iter().zip(&labels) {
@@ -163,8 +169,7 @@ impl ProcessStats {
         }
         out.family(
             "memlock_process_limit_unlimited",
-            "1 when the process's RLIMIT_MEMLOCK (soft or hard, by kind) is unlimited, else 0. Sampled as \
-                memlock_process_limit_bytes.",
+            "1 when the process's RLIMIT_MEMLOCK of that kind is unlimited, else 0.",
             Kind::Gauge,
         );
         for (process, labels) in processes.iter().zip(&labels) {
@@ -175,18 +180,13 @@ impl ProcessStats {
         }
         out.family(
             "memlock_process_ipc_lock",
-            "1 when the process holds CAP_IPC_LOCK (CapEff bit 14) in the initial user namespace: the memlock limit is \
-                not enforced. 0 when it holds it only inside a user namespace (ns/user, uid_map), where it does not \
-                exempt, also when the exporter itself runs in one. Sampled on the process interval.",
+            "1 when the process has CAP_IPC_LOCK in the initial user namespace, exempting it.",
             Kind::Gauge,
         );
         each(out, &|p| p.ipc_lock_exempt.map(Into::into));
         out.family(
             "memlock_process_limit_usage_ratio",
-            "VmPin / soft RLIMIT_MEMLOCK (counter=\"pinned\") and VmLck / soft RLIMIT_MEMLOCK \
-                (counter=\"locked\"): the kernel checks each counter on its own, so at 1 the next RDMA registration \
-                (pinned) or mlock (locked) that would pass it fails with ENOMEM (unless ipc_lock is 1). Above 1 for an \
-                exempt process. Absent when the limit is unlimited or 0. Sampled on the process interval.",
+            "VmPin or VmLck (by counter) over the soft RLIMIT_MEMLOCK; at 1 the next charge fails.",
             Kind::Gauge,
         );
         for (process, labels) in processes.iter().zip(&labels) {
@@ -198,18 +198,31 @@ impl ProcessStats {
 
         out.family(
             "memlock_process_nccl_info",
-            "Always 1: the NCCL library the process has mapped (the first libnccl.so* in /proc/PID/maps), read once, \
-                when the process is first seen holding pinned memory. version is X.Y.Z when the file name carries \
-                it (libnccl.so.2.21.5), empty for libnccl.so.2 (the nvidia-nccl wheels); library is the file name. \
-                Absent when no libnccl.so is mapped (NCCL linked statically, or not used) or maps could not be read \
-                (another user's process without ptrace access). collector.process.nccl_version turns it off.",
+            "Always 1; labels give the NCCL library the process has mapped.",
             Kind::Gauge,
         );
         for (process, labels) in processes.iter().zip(&labels) {
             let Some(nccl) = &process.nccl else { continue };
             let mut labels = labels.clone();
-            labels.extend([("version", nccl.version.as_deref().unwrap_or("")), ("library", nccl.library.as_str())]);
+            labels.extend([
+                ("source", nccl.source),
+                ("version", nccl.version.as_deref().unwrap_or("")),
+                ("library", nccl.library.as_str()),
+            ]);
             out.sample(&labels, 1u64);
+        }
+
+        out.family(
+            "memlock_process_rdma_library_info",
+            "Always 1; labels name a library the process maps that registers memory with RDMA devices.",
+            Kind::Gauge,
+        );
+        for (process, labels) in processes.iter().zip(&labels) {
+            for library in &process.rdma_libraries {
+                let mut labels = labels.clone();
+                labels.extend([("library", library.library), ("file", library.file.as_str())]);
+                out.sample(&labels, 1u64);
+            }
         }
 
         let cgroup_labels: Vec<Vec<(&str, &str)>> =
@@ -222,25 +235,19 @@ impl ProcessStats {
             };
         out.family(
             "memlock_cgroup_locked_bytes",
-            "Sum of VmLck over every scanned process in the cgroup (not only the exported ones). Sampled on the \
-                process interval.",
+            "Sum of VmLck over every scanned process in the cgroup.",
             Kind::Gauge,
         );
         each_cgroup(out, &|c| Some(c.locked_bytes.into()));
         out.family(
             "memlock_cgroup_pinned_bytes",
-            "Sum of VmPin over every scanned process in the cgroup. Sampled on the process interval.",
+            "Sum of VmPin over every scanned process in the cgroup.",
             Kind::Gauge,
         );
         each_cgroup(out, &|c| Some(c.pinned_bytes.into()));
         out.family(
             "memlock_cgroup_limit_usage_ratio_max",
-            "Per counter, the highest VmPin / soft RLIMIT_MEMLOCK (counter=\"pinned\") or VmLck / soft \
-                RLIMIT_MEMLOCK (counter=\"locked\") among the cgroup's processes that the limit applies to (those \
-                with CAP_IPC_LOCK in the initial user namespace are left out; they still count in the byte sums), \
-                exported or not: the kernel checks each counter on its own, so each has its own worst process. \
-                Absent for a counter that none of them holds, or when none has a finite, non-zero limit. Sampled on \
-                the process interval.",
+            "Per counter, the highest process usage ratio in the cgroup among non-exempt processes.",
             Kind::Gauge,
         );
         for (cgroup, labels) in cgroups.iter().zip(&cgroup_labels) {
@@ -250,7 +257,7 @@ impl ProcessStats {
         }
         out.family(
             "memlock_cgroup_processes",
-            "User processes in the cgroup seen by the latest full process scan. Sampled on the process interval.",
+            "User processes in the cgroup seen by the latest full process scan.",
             Kind::Gauge,
         );
         each_cgroup(out, &|c| Some(c.processes.into()));
@@ -258,35 +265,23 @@ impl ProcessStats {
         let gauges = [
             (
                 "memlock_process_scanned_processes",
-                "User processes covered by the latest process sample (kernel threads \
-                excluded); the cgroup aggregates sum over them. Sampled on the process interval.",
+                "User processes read by the latest full scan of procfs.",
                 self.scanned,
             ),
-            (
-                "memlock_process_tracked_processes",
-                "Processes re-read on every process interval (holding locked or \
-                pinned memory, or matching comm_pattern); the others are read on full scans. Sampled on the process \
-                interval.",
-                self.tracked,
-            ),
+            ("memlock_process_tracked_processes", "Processes re-read on every process interval.", self.tracked),
             (
                 "memlock_process_exported_processes",
-                "Processes exported with per-process series (passing the filter, \
-                within top_n and the series budget). Sampled on the process interval.",
+                "Processes exported with per-process series.",
                 processes.len() as u64,
             ),
             (
                 "memlock_process_unwatched_processes",
-                "Processes holding locked or pinned memory (or passing the filter) that the fast path and the \
-                trends did not follow in the latest sample: beyond the 8,192 most urgent. Above 0, far more \
-                processes hold memory than a node runs ranks; those that hold least are left out.",
+                "Processes holding memory that the trend and fast path skip, past their bound.",
                 self.unwatched,
             ),
             (
                 "memlock_process_dropped_processes",
-                "Processes that passed the filter but were not exported: beyond top_n, or \
-                beyond the series budget (series.limit; the processes nearest their limits are kept). Sampled on the \
-                process interval.",
+                "Processes passing the filter but left out of the per-process series.",
                 self.dropped_by_top_n + (self.processes.len() - processes.len()) as u64,
             ),
         ];
@@ -297,37 +292,31 @@ impl ProcessStats {
             .sample(&[], self.full_scans_total);
         out.family(
             "memlock_process_early_full_scans_total",
-            "Full scans started before full_scan_interval because node-wide pinned (nr_foll_pin_*) or mlocked \
-                (nr_mlock) memory grew by more than the re-read processes account for: a process that was not \
-                re-read started pinning or locking.",
+            "Full scans started early because node-wide pinned or mlocked memory grew unexplained.",
             Kind::Counter,
         )
         .sample(&[], self.early_full_scans_total);
         out.family(
             "memlock_process_discovered_total",
-            "Processes found by the procfs listing of a tracked pass, between full scans: a new process is sampled \
-                within one process interval of appearing, and re-read on every pass for its first 10 s.",
+            "Processes found by the procfs listing between full scans.",
             Kind::Counter,
         )
         .sample(&[], self.discovered_total);
         out.family(
             "memlock_process_listings_skipped_total",
-            "Tracked passes that did not list procfs because the node's task counters (processes in /proc/stat, \
-                the task count in /proc/loadavg) were unchanged since the last listing: no process appeared or \
-                exited in between.",
+            "Passes that skipped listing procfs because no task appeared or exited.",
             Kind::Counter,
         )
         .sample(&[], self.listings_skipped_total);
         out.family(
             "memlock_process_vanished_total",
-            "Processes that exited between being listed and being read (skipped silently).",
+            "Processes that exited between being listed and being read.",
             Kind::Counter,
         )
         .sample(&[], self.vanished_total);
         out.family(
             "memlock_process_read_errors_total",
-            "Per-process files that could not be read or parsed, by kind (permission, io, parse, too_large). \
-                Permission errors do not fail the collector; the others do.",
+            "Per-process files that could not be read or parsed, by kind.",
             Kind::Counter,
         );
         for (kind, count) in self.read_errors_total.kinds() {

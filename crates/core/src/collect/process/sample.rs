@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::charge::Charge;
-use crate::trend::{Observation, Scope};
 use memlock_kernel::fsroot;
 use memlock_kernel::pid_limits::MemlockLimits;
+use memlock_kernel::registrants::RdmaLibrary;
 use memlock_kernel::versions::NcclMapping;
 use memlock_kernel::{uid_map, ParseError};
+use crate::trend::{Observation, Scope};
 
 use super::ProcessStats;
 
@@ -52,6 +53,18 @@ pub struct ProcessSample {
     /// is first seen holding pinned memory (NCCL's registrations are what pins it). `None` until
     /// then, or when no `libnccl.so*` is mapped (NCCL linked statically, or not used).
     pub nccl: Option<Arc<NcclMapping>>,
+    /// The other libraries that register memory with an RDMA device, one per family, read from
+    /// `maps` in the same pass as [`ProcessSample::nccl`]; empty until then or when none is mapped.
+    pub rdma_libraries: Vec<RdmaLibrary>,
+    /// The real uid (`status`): whose process it is. Every ranking shares its places fairly
+    /// among owners ([`crate::fair`]), so one user's crowd displaces only that user's processes.
+    pub uid: Option<u32>,
+    /// The proportional share of its locked pages (`Locked:` of `smaps_rollup`, see
+    /// [`memlock_kernel::smaps_rollup`]): a page locked by n processes counts 1/n in each. Read
+    /// only while `VmLck` is above 0; `None` then when unreadable (another user's process read
+    /// without ptrace access, a kernel before 4.14). Ranks and sums per cgroup; the limit check
+    /// is `VmLck`'s.
+    pub locked_share_bytes: Option<u64>,
 }
 
 /// The trend analyser's id for one counter of a process (the comm guards against pid reuse
@@ -79,6 +92,11 @@ impl ProcessSample {
             // An unknown CapEff counts as enforced: missing a real refusal costs more than a
             // false warning.
             enforced: self.ipc_lock_exempt != Some(true),
+            own_bytes: match counter {
+                Counter::Locked => self.locked_share_bytes,
+                // Pins are counted per mm by the kernel; no per-page share is printed for them.
+                Counter::Pinned => None,
+            },
         })
     }
 
@@ -106,9 +124,17 @@ impl ProcessSample {
         Counter::ALL.iter().filter_map(|&c| Charge { enforced: true, ..self.charge(c)? }.urgency()).reduce(f64::max)
     }
 
-    /// The larger of the two counters, for ranking by bytes (never for the limit check).
+    /// The larger of the two counters, for ranking by bytes (never for the limit check), shared
+    /// locked pages counted once ([`ProcessSample::locked_own_bytes`]).
     pub fn larger_counter_bytes(&self) -> u64 {
-        self.locked_bytes.unwrap_or(0).max(self.pinned_bytes.unwrap_or(0))
+        self.locked_own_bytes().max(self.pinned_bytes.unwrap_or(0))
+    }
+
+    /// `VmLck` with the pages it shares counted once among the processes that lock them: its
+    /// share where known, else `VmLck`. What the cgroup sums add up.
+    pub fn locked_own_bytes(&self) -> u64 {
+        let locked = self.locked_bytes.unwrap_or(0);
+        self.locked_share_bytes.map_or(locked, |share| share.min(locked))
     }
 
     /// `VmPin + VmLck`: how much memory the process holds out of reach of reclaim, for the
@@ -264,6 +290,7 @@ pub fn user_namespace_of(view: &UserNamespaceView, proc_dir: &Path) -> Option<bo
 pub struct CgroupAggregate {
     pub cgroup: Arc<CgroupInfo>,
     /// Every process counts in the byte sums, CAP_IPC_LOCK or not: the memory is held either way.
+    /// Locked pages shared by processes count once ([`ProcessSample::locked_own_bytes`]).
     pub locked_bytes: u64,
     pub pinned_bytes: u64,
     /// The highest usage ratio over both counters among its processes whose limit the kernel

@@ -6,10 +6,12 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::collect::nccl_version;
 use memlock_kernel::fsroot::{self, SourceError};
 use memlock_kernel::pid_limits;
-use memlock_kernel::versions::{self, NcclMapping};
-use memlock_kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, ParseError};
+use memlock_kernel::registrants::{self, RdmaLibrary};
+use memlock_kernel::versions::NcclMapping;
+use memlock_kernel::{cgroup_path, pid_cgroup, pid_stat, pid_status, smaps_rollup, ParseError};
 
 use super::sample::{ipc_lock_exempts, CgroupInfo, ProcessSample, UserNamespaceView};
 use super::settings::ProcessConfig;
@@ -33,6 +35,9 @@ pub(super) struct Record {
     /// When `limits` was last read: re-read every [`LIMITS_REFRESH`] while the process holds
     /// memory, on full scans otherwise.
     pub(super) limits_read_at: Option<std::time::Instant>,
+    /// `VmLck` when `smaps_rollup` was last read, and when: read again when `VmLck` changes, or
+    /// every [`LIMITS_REFRESH`] (other processes mapping or unmapping the pages change the share).
+    pub(super) share_read: Option<(u64, std::time::Instant)>,
 }
 
 /// How often the limits of a process holding locked or pinned memory are re-read between full
@@ -44,7 +49,7 @@ pub(super) const LIMITS_REFRESH: std::time::Duration = std::time::Duration::from
 /// Builds `<procfs>/<pid>/<file>` paths in one reused buffer and reads them into one reused
 /// text buffer: a full scan reads three files per process.
 pub(super) struct PidReader {
-    procfs: OsString,
+    pub(super) procfs: OsString,
     pub(super) path: PathBuf,
     text: String,
     /// Where this exporter stands for judging user namespaces.
@@ -213,8 +218,15 @@ pub(super) struct Scanner {
     pub(super) config: ProcessConfig,
     /// NCCL libraries seen, shared by the processes that map them (bounded).
     pub(super) nccl_libraries: Vec<Arc<NcclMapping>>,
+    /// What each NCCL library file says of its version, by file identity.
+    pub(super) nccl_versions: nccl_version::Cache,
     /// `maps` files this pass may still read ([`MAPS_READS_PER_PASS`]).
     pub(super) maps_reads_left: usize,
+    /// `smaps_rollup` files this pass may still read ([`SHARE_READS_PER_PASS`]).
+    pub(super) share_reads_left: usize,
+    /// The live thread [`Scanner::read_live_thread`] read for the process being read, when its
+    /// leader has exited: its `cgroup` is read through that thread.
+    pub(super) live_thread: Option<u32>,
 }
 
 /// At most this many `maps` reads per pass: reading a rank's 4,000-area maps costs about 5 ms of
@@ -222,9 +234,13 @@ pub(super) struct Scanner {
 /// core, and the 8 ranks of a job starting together are labelled within 4 passes.
 pub(super) const MAPS_READS_PER_PASS: usize = 2;
 
-/// How much of `/proc/PID/maps` is read looking for NCCL: a PyTorch rank maps a few thousand
-/// areas (a few hundred KiB of text); the rest of a larger file is not read.
-const MAX_MAPS_BYTES: u64 = 16 << 20;
+/// At most this many `smaps_rollup` reads per pass. The file walks the page tables of every area
+/// of the mm: for one of 8,300 processes sharing an mm (`clone(CLONE_VM)`) with a 530 MB area of
+/// their stacks it costs 0.75 ms of CPU (docs/benchmarks.md), so an unbounded crowd would cost
+/// seconds per pass. A process not read keeps ranking by its last share, or by VmLck: never
+/// lower than its own share, so a job's rank cannot suffer from the bound, only a crowd's
+/// demotion waits (the turns by owner hold it meanwhile).
+pub(super) const SHARE_READS_PER_PASS: usize = 32;
 
 impl Scanner {
     /// Reads `status`, `limits` and `cgroup` of one process.
@@ -245,7 +261,11 @@ impl Scanner {
                 cap_ipc_lock: None,
                 ipc_lock_exempt: None,
                 nccl: None,
+                rdma_libraries: Vec::new(),
+                uid: None,
+                locked_share_bytes: None,
             },
+            share_read: None,
             comm_matches: false,
             nccl_read: false,
             tracked: false,
@@ -309,6 +329,7 @@ impl Scanner {
         errors: &mut Vec<SourceError>,
     ) -> Outcome<bool> {
         let pid = record.sample.pid;
+        self.live_thread = None;
         let text = match self.reader.read(pid, "status") {
             // A task reaped after the open reads as an empty file.
             Ok("") => {
@@ -339,11 +360,13 @@ impl Scanner {
             // exec or pid reuse: another program, maybe another NCCL.
             record.nccl_read = false;
             record.sample.nccl = None;
+            record.sample.rdma_libraries.clear();
             record.comm_matches = self.config.comm_pattern.as_ref().is_some_and(|re| re.is_match(&name));
         }
         record.sample.locked_bytes = status.locked_bytes;
         record.sample.pinned_bytes = status.pinned_bytes;
         record.sample.cap_ipc_lock = status.ipc_lock();
+        record.sample.uid = status.uid;
         let mut failed = false;
         for err in field_errors {
             let err = self.reader.parse_error(err);
@@ -371,6 +394,7 @@ impl Scanner {
             None
         };
         record.sample.ipc_lock_exempt = ipc_lock_exempts(cap, initial);
+        self.read_share(record, errors);
         if self.config.nccl_version
             && !record.nccl_read
             && record.sample.pinned_bytes.unwrap_or(0) > 0
@@ -378,7 +402,7 @@ impl Scanner {
         {
             self.maps_reads_left -= 1;
             record.nccl_read = true;
-            record.sample.nccl = self.read_nccl(pid, errors);
+            (record.sample.nccl, record.sample.rdma_libraries) = self.read_maps(pid, errors);
         }
         Outcome::Read(changed)
     }
@@ -391,8 +415,9 @@ impl Scanner {
     /// VmLck, VmPin and its own CapEff (capabilities are per thread; the leader's are no longer
     /// used by anything). `Read` when such a thread was read into the record; else `Failed` when
     /// a read failed (reported), `KernelThread` for kernel threads, zombies, processes gone
-    /// meanwhile and a task directory that cannot be listed. Limits (`signal->rlim`) and the
-    /// cgroup stay readable through the leader's pid.
+    /// meanwhile and a task directory that cannot be listed. Limits (`signal->rlim`) stay
+    /// readable through the leader's pid; the cgroup does not (see [`Scanner::read_cgroup`]), so
+    /// the thread read is remembered in `live_thread`.
     fn read_live_thread(
         &mut self,
         record: &mut Record,
@@ -445,36 +470,102 @@ impl Scanner {
                 let err = self.reader.parse_error(err);
                 self.tally.note::<()>(err, errors);
             }
+            self.live_thread = Some(tid);
             return Outcome::Read(());
         }
         none_live(failed)
     }
 
-    /// The first `libnccl.so*` mapping of the process, read line by line from `maps` and stopping
-    /// there. A refusal (reading another user's maps needs ptrace access: PTRACE_MODE_READ in
-    /// proc_maps_open) is counted, not a failure.
-    fn read_nccl(&mut self, pid: u32, errors: &mut Vec<SourceError>) -> Option<Arc<NcclMapping>> {
-        self.reader.resolve(pid, "maps");
-        match fsroot::find_line(&self.reader.path, MAX_MAPS_BYTES, versions::nccl_mapping) {
-            Ok(found) => {
-                let found = found?;
-                // Every rank of a job maps the same library: one copy.
-                if let Some(known) = self.nccl_libraries.iter().find(|k| ***k == found) {
-                    return Some(known.clone());
-                }
-                let found = Arc::new(found);
-                if self.nccl_libraries.len() < 64 {
-                    self.nccl_libraries.push(found.clone());
-                }
-                Some(found)
+    /// Reads the share of its locked pages (`smaps_rollup`, through the live thread when the
+    /// leader has exited) for a process with `VmLck` above 0, when `VmLck` changed since the last
+    /// read or that read is [`LIMITS_REFRESH`] old. The file walks every area's page tables, so
+    /// a process locking nothing is never read. Not found (exited, a kernel without the file)
+    /// and refused (another user's process without ptrace access: PTRACE_MODE_READ in
+    /// `proc_maps_open`) leave it unknown, ranked by `VmLck`; other failures are reported.
+    fn read_share(&mut self, record: &mut Record, errors: &mut Vec<SourceError>) {
+        let locked = record.sample.locked_bytes.unwrap_or(0);
+        if locked == 0 {
+            record.sample.locked_share_bytes = None;
+            record.share_read = None;
+            return;
+        }
+        let now = std::time::Instant::now();
+        let fresh = |(at_bytes, at): (u64, std::time::Instant)| {
+            at_bytes == locked && now.saturating_duration_since(at) < LIMITS_REFRESH
+        };
+        if record.share_read.is_some_and(fresh) {
+            return;
+        }
+        if self.share_reads_left == 0 {
+            // Read on a later pass; meanwhile a share measured for another VmLck is stale.
+            if record.share_read.is_some_and(|(at_bytes, _)| at_bytes != locked) {
+                record.sample.locked_share_bytes = None;
             }
-            // Gone meanwhile: the next pass drops it.
-            Err(err) if err.is_not_found() => None,
+            return;
+        }
+        self.share_reads_left -= 1;
+        record.share_read = Some((locked, now));
+        let pid = record.sample.pid;
+        let file: std::borrow::Cow<str> = match self.live_thread {
+            Some(tid) => format!("task/{tid}/smaps_rollup").into(),
+            None => "smaps_rollup".into(),
+        };
+        record.sample.locked_share_bytes = match self.reader.read(pid, &file) {
+            Ok(text) => match smaps_rollup::pss_locked(text) {
+                Ok(share) => share,
+                Err(err) => {
+                    let err = self.reader.parse_error(err);
+                    self.tally.note::<()>(err, errors);
+                    None
+                }
+            },
+            Err(err) if err.is_not_found() || err.kind() == "permission" => None,
             Err(err) => {
                 self.tally.note::<()>(err, errors);
                 None
             }
+        };
+    }
+
+    /// The first `libnccl.so*` mapping of the process and the RDMA registrant libraries it maps
+    /// ([`registrants::rdma_library`]), read line by line from `maps`. A refusal (reading another
+    /// user's maps needs ptrace access: PTRACE_MODE_READ in proc_maps_open) is counted, not a failure.
+    fn read_maps(&mut self, pid: u32, errors: &mut Vec<SourceError>) -> (Option<Arc<NcclMapping>>, Vec<RdmaLibrary>) {
+        self.reader.resolve(pid, "maps");
+        let mut nccl = None;
+        let mut libraries = Vec::new();
+        // The whole file: a registrant maps its libraries anywhere among the rank's areas.
+        let read = fsroot::find_line(&self.reader.path, nccl_version::MAX_MAPS_BYTES, |line| {
+            if nccl.is_none() {
+                nccl = nccl_version::mapped(line);
+            }
+            if let Some(found) = registrants::rdma_library(line) {
+                registrants::add(&mut libraries, found);
+            }
+            None::<()>
+        });
+        match read {
+            Ok(_) => {}
+            // Gone meanwhile: the next pass drops it.
+            Err(err) if err.is_not_found() => return (None, Vec::new()),
+            Err(err) => {
+                self.tally.note::<()>(err, errors);
+                return (None, Vec::new());
+            }
         }
+        let Some(mapped) = nccl else { return (None, libraries) };
+        // A name without the version: the library and its dist-info, read once per file.
+        let procfs = std::path::PathBuf::from(&self.reader.procfs);
+        let found = self.nccl_versions.resolve(&procfs, pid, &mapped).mapping(&mapped.name);
+        // Every rank of a job maps the same library: one copy.
+        if let Some(known) = self.nccl_libraries.iter().find(|k| ***k == found) {
+            return (Some(known.clone()), libraries);
+        }
+        let found = Arc::new(found);
+        if self.nccl_libraries.len() < 64 {
+            self.nccl_libraries.push(found.clone());
+        }
+        (Some(found), libraries)
     }
 
     /// Whether a process holding CAP_IPC_LOCK is in the initial user namespace, where the
@@ -559,10 +650,17 @@ impl Scanner {
     }
 
     /// Reads `cgroup` into the record (a process that exited meanwhile is dropped by the next
-    /// pass). Always true.
+    /// pass). Always true. A process whose leader has exited is read through the live thread its
+    /// memory came from: the leader is PF_EXITING, and `proc_cgroup_show` (kernel/cgroup/cgroup.c)
+    /// prints `/` for an exiting task on every cgroup v1 hierarchy, which put the job's process
+    /// in the root cgroup, without its job's aggregate and labels.
     fn read_cgroup(&mut self, record: &mut Record, errors: &mut Vec<SourceError>) -> bool {
         let pid = record.sample.pid;
-        record.sample.cgroup = match self.reader.read(pid, "cgroup") {
+        let file: std::borrow::Cow<str> = match self.live_thread {
+            Some(tid) => format!("task/{tid}/cgroup").into(),
+            None => "cgroup".into(),
+        };
+        record.sample.cgroup = match self.reader.read(pid, &file) {
             // Exiting mid-read, as for limits; the next pass drops it.
             Ok("") => None,
             Ok(text) => match pid_cgroup::memory_path(text) {

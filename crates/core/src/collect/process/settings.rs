@@ -22,7 +22,8 @@ pub struct RawProcessCollector {
     pub comm_pattern: String,
     /// At most this many processes, the highest usage ratios first.
     pub top_n: u64,
-    /// Read `/proc/PID/maps` once per process holding pinned memory for the NCCL it mapped.
+    /// Read `/proc/PID/maps` once per process holding pinned memory for the NCCL and the RDMA
+    /// registrant libraries it mapped.
     pub nccl_version: bool,
 }
 

@@ -570,16 +570,13 @@ impl RdmaNetlinkStats {
             .collect();
         out.family(
             "memlock_rdma_netlink_supported",
-            "1 if the kernel answers RDMA netlink (NETLINK_RDMA), 0 if it has no RDMA support at all (socket() fails \
-                with EPROTONOSUPPORT). Tells \"no RDMA here\" from a broken collector. Sampled on the rdma_netlink \
-                interval (default 5s).",
+            "1 if the kernel answers RDMA netlink, 0 if it has no RDMA support.",
             Kind::Gauge,
         )
         .sample(&[], self.supported);
         out.family(
             "memlock_rdma_resources",
-            "RDMA objects that exist now per device and type (pd, cq, qp, cm_id, mr, ctx, srq), the summary of `rdma \
-                resource show`. Sampled on the rdma_netlink interval.",
+            "RDMA objects per device and type, as `rdma resource show` summarises them.",
             Kind::Gauge,
         );
         for d in &devices {
@@ -589,10 +586,7 @@ impl RdmaNetlinkStats {
         }
         out.family(
             "memlock_rdma_mr_registered_bytes",
-            "Sum of the lengths of all memory regions registered on the device (RES_MR_GET), user and kernel. dma-buf \
-                and explicit ODP MRs are included although neither is charged to VmPin; implicit ODP MRs (MRLEN \
-                2^64-1, the whole address space) are not: see memlock_rdma_mr_implicit_odp. Sampled on the \
-                rdma_netlink interval.",
+            "Sum of the lengths of the memory regions registered on the device.",
             Kind::Gauge,
         );
         for d in &devices {
@@ -600,9 +594,7 @@ impl RdmaNetlinkStats {
         }
         out.family(
             "memlock_rdma_mr_implicit_odp",
-            "Implicit ODP memory regions on the device (registered with address 0 and length 2^64-1, as UCX does; \
-                RES_MR_GET reports that length): counted here and left out of every byte sum, since they cover the \
-                whole address space and pin nothing up front. Sampled on the rdma_netlink interval.",
+            "Implicit ODP memory regions on the device, left out of every byte sum.",
             Kind::Gauge,
         );
         for d in &devices {
@@ -610,18 +602,10 @@ impl RdmaNetlinkStats {
         }
         type Field = fn(&OwnerMrs) -> u64;
         let per_owner: [(&'static str, &'static str, Field); 2] = [
-            (
-                "memlock_rdma_process_mrs",
-                "Memory regions per owning process and device. pid is empty for kernel MRs \
-                    (comm \"[nvme_rdma]\"), \"unknown\" for owners outside the exporter's PID namespace, \"other\" for \
-                    the smallest owners past the series limit. Sampled on the rdma_netlink interval.",
-                |o| o.mrs,
-            ),
+            ("memlock_rdma_process_mrs", "Memory regions per owning process and device.", |o| o.mrs),
             (
                 "memlock_rdma_process_mr_bytes",
-                "Sum of the lengths of the memory regions per owning process and device, implicit ODP MRs left out: \
-                    the kernel's record of what a process registered (compare with memlock_process_pinned_bytes). \
-                    Labels as memlock_rdma_process_mrs. Sampled on the rdma_netlink interval.",
+                "Sum of the lengths of the memory regions per owning process and device.",
                 |o| o.bytes,
             ),
         ];
@@ -665,6 +649,16 @@ impl Configured for RdmaNetlinkCollector {
         RdmaNetlinkCollector::new(context.roots.clone(), settings.clone())
     }
 }
+
+/// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
+/// default interval and settings.
+pub const REGISTRATION: super::Registration = super::Registration {
+    name: "rdma_netlink",
+    reads: "RDMA resources and registered memory",
+    default_interval: "5s",
+    default_enabled: true,
+    settings: super::settings::of::<RdmaNetlinkCollector>(),
+};
 
 #[cfg(test)]
 mod tests;

@@ -59,9 +59,9 @@ fn byte_sums_saturate() {
     assert_eq!(usage.owners[0].bytes, u64::MAX);
 }
 
-/// Issue 23: UCX's implicit ODP MR reports MRLEN 2^64 - 1, so the device's and the owner's
-/// byte sums saturated at 2^64 - 1 as soon as one existed. Decoded from a reply part in the
-/// captures' byte format, it is counted apart and left out of the sums.
+/// UCX's implicit ODP MR reports MRLEN 2^64 - 1, so summed in, the device's and the owner's
+/// byte sums would saturate at 2^64 - 1 as soon as one existed. Decoded from a reply part in
+/// the captures' byte format, it is counted apart and left out of the sums.
 #[test]
 fn implicit_odp_mrs_are_counted_apart_and_left_out_of_the_byte_sums() {
     use memlock_kernel::nldev::testing::{hex_dump, IMPLICIT_ODP_PART};
@@ -374,7 +374,7 @@ fn renders_per_process_series_and_device_totals() {
 }
 
 /// The budget keeps the largest owners of any device, rendered in device order whatever their
-/// rank (issue 25: the order is made once per stats, the granted owners taken through the mask).
+/// rank (the order is made once per stats, the granted owners taken through the mask).
 #[test]
 fn a_budget_keeps_the_largest_owners_in_device_order() {
     let owner = |pid: &str, bytes| OwnerMrs { pid: pid.into(), comm: String::new(), mrs: 1, bytes };

@@ -100,8 +100,14 @@ pub struct Inputs {
     pub gdr_read: bool,
     /// The receive side's GPUDirect flush word and loopback QP (NCCL_GDR_FLUSH_DISABLE unset).
     pub gdr_flush: bool,
-    /// PAT for one rank per node (NCCL_PAT_ENABLE not 0).
+    /// PAT for one rank per node (NCCL_PAT_ENABLE not 0, and NCCL_ALGO allowing it under
+    /// runtime connect).
     pub pat: bool,
+    /// Ring and tree may be connected: under runtime connect an algorithm NCCL_ALGO disables for
+    /// every collective that could run on it is never chosen, so never connected
+    /// (src/graph/tuning.cc ncclTopoTuneModel: bandwidth 0; src/group.cc ncclCollPreconnect).
+    pub ring: bool,
+    pub tree: bool,
     pub qps_per_connection: u64,
     /// Devices of a merged virtual NIC: every registration and queue is made on each.
     pub devices_per_nic: u64,
@@ -142,6 +148,8 @@ impl Inputs {
             gdr_read: true,
             gdr_flush: true,
             pat: true,
+            ring: true,
+            tree: true,
             qps_per_connection: 1,
             devices_per_nic: 1,
             p2p: None,
@@ -387,6 +395,19 @@ fn rank_need(i: &Inputs, h: &Held, algorithms: &[Algorithm]) -> Bytes {
     total.plus(Bytes { memlock: db, host: db }).scale(i.communicators)
 }
 
+/// One process's need for connections counted in the job's own NCCL_DEBUG=INFO log rather than
+/// placed by the model: each with dedicated buffers as a ring connection has, `per_nic` of them on
+/// each NIC (one device context per NIC for the doorbell pages), charged as [`estimate`] charges a
+/// placed rank's, per communicator in `i`.
+pub fn logged_need(i: &Inputs, counts: Counts, per_nic: &[u64]) -> Bytes {
+    let mut slots = vec![[0; 4]; per_nic.len()];
+    for (slot, n) in slots.iter_mut().zip(per_nic) {
+        slot[Algorithm::Ring.index()] = *n;
+    }
+    let held = Held { ring: counts, per_nic: slots, ..Default::default() };
+    rank_need(i, &held, &[Algorithm::Ring])
+}
+
 /// What makes one node's connections differ from another's: per tree, its parent and children
 /// (whether each exists and whether it is the next node, the previous one, or a power of two
 /// away, the peers ring and PAT also connect to) and its child type. Nodes with the same key hold
@@ -412,8 +433,18 @@ fn node_key(nodes: u64, node: u64) -> (NodeKey, [i64; 2]) {
 /// The algorithms of the full figure: ring and tree, PAT with one rank per node (enabled by
 /// default then, graph/tuning.cc ncclPatEnable), p2p when asked.
 fn algorithms(i: &Inputs) -> (Vec<Algorithm>, Vec<Algorithm>) {
-    let mut ring_only = vec![Algorithm::Ring];
-    let mut all = vec![Algorithm::Ring, Algorithm::Tree];
+    let mut all: Vec<Algorithm> = [(i.ring, Algorithm::Ring), (i.tree, Algorithm::Tree)]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, a)| a)
+        .collect();
+    // Neither: NCCL_ALGO leaves no algorithm and communicator init fails (check's FAIL); the
+    // model keeps NCCL's default rather than estimate nothing.
+    if all.is_empty() {
+        all = vec![Algorithm::Ring, Algorithm::Tree];
+    }
+    // The first scenario is the ring alone, or what is allowed when the ring is not.
+    let mut ring_only = if all.contains(&Algorithm::Ring) { vec![Algorithm::Ring] } else { all.clone() };
     if i.pat && i.ranks_per_node == 1 {
         all.push(Algorithm::Pat);
     }

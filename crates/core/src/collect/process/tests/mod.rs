@@ -2,6 +2,7 @@
 //! ranking and the capability rule here; the passes in [`passes`]; the exported families and
 //! the series budget in [`render`].
 
+mod fairshare;
 mod passes;
 mod render;
 
@@ -17,16 +18,17 @@ const CAPTURED_LIMITS: &str = include_str!("../../../../../../tests/fixtures/cap
 /// A throwaway procfs tree in the real file formats.
 struct Tree {
     root: PathBuf,
+    // Removes the tree when the test drops it.
+    _dir: tempfile::TempDir,
 }
 
 impl Tree {
     fn new(name: &str) -> Tree {
-        let root = std::env::temp_dir().join(format!("memlock-process-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
+        let tmp = tempfile::Builder::new().prefix(&format!("memlock-process-{name}-")).tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
         std::fs::write(root.join("meminfo"), "MemTotal: 1 kB\n").unwrap();
         std::fs::create_dir_all(root.join("self")).unwrap();
-        Tree { root }
+        Tree { root, _dir: tmp }
     }
 
     fn process(&self, pid: u32, comm: &str, locked_kib: u64, pinned_kib: u64, soft: &str, cgroup: &str) -> &Self {
@@ -110,12 +112,6 @@ impl Tree {
     }
 }
 
-impl Drop for Tree {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
 /// `PID/task/TID`, relative to the tree's root.
 fn tid_dir(pid: u32, tid: u32) -> String {
     format!("{pid}/task/{tid}")
@@ -167,9 +163,9 @@ fn filter_rank_and_top_n() {
     assert_eq!(b.cgroup.labels[0], ("cgroup", "/b".to_owned()));
 }
 
-/// Issue 23: the main thread called pthread_exit() while a thread holding 4 MiB locked runs
-/// on. The leader's status has no Vm lines (fs/proc/array.c prints them only with an mm) and
-/// the process was taken for a kernel thread: invisible. It is read through its live
+/// The main thread called pthread_exit() while a thread holding 4 MiB locked runs on. The
+/// leader's status has no Vm lines (fs/proc/array.c prints them only with an mm), and taken for
+/// a kernel thread the process would be invisible. It is read through its live
 /// thread, with `Kthread:` (6.x) or, without that line, `stat`'s flags telling it from a
 /// kernel thread, which is still skipped either way.
 #[test]
@@ -205,7 +201,7 @@ fn a_process_whose_main_thread_exited_is_read_through_a_live_thread() {
     }
 }
 
-/// Issue 3 review: opensm (CAP_IPC_LOCK, 64 MiB locked under 8 MiB) made its cgroup's
+/// A process with CAP_IPC_LOCK (opensm, 64 MiB locked under 8 MiB) must not make its cgroup's
 /// worst ratio 8, which the kernel never refuses: a page that cannot be fixed.
 #[test]
 fn exempt_processes_count_in_the_sums_but_not_in_the_worst_ratio() {
@@ -290,7 +286,7 @@ fn cap_ipc_lock_inside_a_user_namespace_does_not_exempt() {
     assert_eq!(stats.processes[0].ipc_lock_exempt, Some(false), "held inside a user namespace, now read");
 }
 
-/// Issue 14: `ns/user` against pid 1's decides where it can be read. A child namespace may
+/// `ns/user` against pid 1's decides where it can be read. A child namespace may
 /// carry a full identity map (`0 0 4294967295`, which only a privileged process can write),
 /// which uid_map alone takes for the initial one; different links prove otherwise. Equal
 /// links do not outweigh a map that shows a namespace (pid 1 may be a container's init).
@@ -338,9 +334,9 @@ fn the_capability_rule_in_one_place() {
     assert_eq!(initial_user_namespace(None, None), None);
 }
 
-/// Issue 23: an exporter inside a user namespace (a container without the host's) took the
-/// capability of every process at its word, so a namespaced root, whose limit the kernel
-/// enforces, read `ipc_lock 1`. From there the kernel shows uid_map's middle column relative
+/// An exporter inside a user namespace (a container without the host's) must not take the
+/// capability of every process at its word: a namespaced root, whose limit the kernel
+/// enforces, would read `ipc_lock 1`. From there the kernel shows uid_map's middle column relative
 /// to the reader, but the extents still tell a namespace: only a map of every uid (the
 /// host's, as seen from a namespace) cannot be told, and is taken at its word.
 #[test]

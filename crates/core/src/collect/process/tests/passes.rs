@@ -35,9 +35,9 @@ fn tracked_pass_rereads_only_tracked_status() {
     assert!(errors.is_empty(), "{errors:?}");
 }
 
-/// Issue 23: `prlimit` on a running job showed up to one full scan (60 s) late. The limits
-/// of processes holding memory are re-read once they are LIMITS_REFRESH old; an idle
-/// process's wait for the full scan (the idle-cost target).
+/// `prlimit` on a running job must show before the next full scan. The limits of processes
+/// holding memory are re-read once they are LIMITS_REFRESH old; an idle process's wait for
+/// the full scan (the idle-cost target).
 #[test]
 fn limits_of_holders_are_reread_between_full_scans() {
     let tree = Tree::new("limits-refresh");
@@ -68,7 +68,7 @@ fn limits_of_holders_are_reread_between_full_scans() {
     assert!(errors.is_empty(), "{errors:?}");
 }
 
-/// Issue 14: a process that appears is sampled within one interval, not at the next full
+/// A process that appears is sampled within one interval, not at the next full
 /// scan; it is re-read on every pass while on probation, and kernel threads are read once.
 #[test]
 fn new_processes_are_found_by_the_next_pass_and_watched_on_probation() {
@@ -153,7 +153,7 @@ fn unchanged_task_counters_skip_the_listing_and_any_change_lists_again() {
     assert!(errors.is_empty(), "{errors:?}");
 }
 
-/// Issue 14: a process that was seen holding nothing and is not re-read (not tracked, off
+/// A process that was seen holding nothing and is not re-read (not tracked, off
 /// probation) starts pinning: the node's FOLL_PIN count grows beyond what the table shows,
 /// and a full scan comes early (once the last one is 5 s old) instead of after
 /// full_scan_interval.
@@ -202,8 +202,8 @@ fn untracked_pinning_on_the_node_brings_the_full_scan_forward() {
     assert!(errors.is_empty(), "{errors:?}");
 }
 
-/// Issue 15: a comm with a newline or a backslash was escaped by the kernel in `status`, then
-/// again by the exposition. The sample holds the name itself.
+/// A comm with a newline or a backslash is escaped by the kernel in `status`, and escaped
+/// again by the exposition: the sample holds the name itself.
 #[test]
 fn names_are_unescaped_once() {
     let tree = Tree::new("names");
@@ -236,7 +236,7 @@ fn vanished_and_broken_processes() {
     // Listed, but its files are gone: exited mid-scan.
     std::fs::create_dir_all(tree.root.join("41")).unwrap();
     // A status field the parser refuses: an error of that field, the process still sampled
-    // (issue 14: a malformed field costs only that field).
+    // (a malformed field costs only that field).
     tree.process(42, "bad", 0, 2048, "8388608", "/x");
     std::fs::write(tree.root.join("42/status"), "Name:\tbad\nVmLck:\t  many kB\nVmPin:\t    2048 kB\n").unwrap();
     // A status without its Name is no process at all: an error, skipped.
@@ -322,7 +322,7 @@ fn broken_files_fail_every_pass_until_fixed_or_gone() {
     assert!(collector.tracked_pass(&mut errors).processes.len() == 2 && errors.is_empty());
 }
 
-/// Issue 25: what reading a pid gave is the scanner's answer, not a flag cleared beforehand
+/// What reading a pid gave is the scanner's answer, not a flag cleared beforehand
 /// and the error list's length compared afterwards.
 #[test]
 fn each_read_says_what_it_found() {
@@ -347,7 +347,7 @@ fn each_read_says_what_it_found() {
     assert_eq!((collector.retry.clone(), collector.others.clone()), (vec![41], vec![2]));
 }
 
-/// Issue 25: a process without an address space and without a live thread is a zombie, not
+/// A process without an address space and without a live thread is a zombie, not
 /// retried, unless reading its threads failed: then it is reported and retried, as the
 /// scanner's answer says (not the failure counter compared before and after).
 #[test]

@@ -86,8 +86,8 @@ fn nccl_is_read_from_maps_once_per_process() {
     let text = out.finish();
     assert!(
         text.contains(
-            "memlock_process_nccl_info{pid=\"70\",comm=\"pt_main_thread\",cgroup=\"/job\",version=\"2.21.5\",\
-                library=\"libnccl.so.2.21.5\"} 1"
+            "memlock_process_nccl_info{pid=\"70\",comm=\"pt_main_thread\",cgroup=\"/job\",source=\"file_name\",\
+                version=\"2.21.5\",library=\"libnccl.so.2.21.5\"} 1"
         ),
         "{text}"
     );
@@ -106,7 +106,7 @@ fn nccl_is_read_from_maps_once_per_process() {
     maps(72, "/venv/site-packages/nvidia/nccl/lib/libnccl.so.2");
     maps(73, "/usr/lib/x86_64-linux-gnu/libc.so.6");
     let stats = collector.full_scan(&mut errors).unwrap();
-    assert_eq!(nccl(&stats, 72).map(|n| (n.version, n.library)), Some((None, "libnccl.so.2".into())));
+    assert_eq!(nccl(&stats, 72).map(|n| (n.version, n.library, n.source)), Some((None, "libnccl.so.2".into(), "")));
     assert_eq!(nccl(&stats, 73), None);
     // Two maps per pass at most: a third new pinning process waits for the next pass.
     for pid in [74, 75, 76] {
@@ -121,6 +121,51 @@ fn nccl_is_read_from_maps_once_per_process() {
     let roots = Roots { procfs: tree.root.clone(), sysfs: PathBuf::from("/nonexistent") };
     let stats = ProcessCollector::new(&roots, config, Duration::from_secs(1)).full_scan(&mut errors).unwrap();
     assert!(stats.processes.iter().all(|p| p.nccl.is_none()));
+}
+
+/// The registrant libraries come from the same maps read as NCCL, one series per family; an
+/// io_uring user that pins memory with none of them has none.
+#[test]
+fn rdma_libraries_are_read_with_nccl() {
+    let tree = Tree::new("registrants");
+    tree.process(90, "ucx_perftest", 0, 4096, "8388608", "/job").process(91, "uring", 0, 4096, "8388608", "/io");
+    let area = |path: &str| format!("7f3a1c000000-7f3a1e4f1000 r-xp 00006000 fd:01 5377114          {path}\n");
+    let ucx =
+        ["/opt/hpcx/ucx/lib/libucs.so.0.0.0", "/opt/hpcx/ucx/lib/libucp.so.0.0.0", "/opt/hpcx/ucx/lib/libuct.so.0"]
+            .map(area)
+            .concat();
+    let verbs = area("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0")
+        + &area("/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav34.so");
+    std::fs::write(tree.root.join("90/maps"), ucx + &verbs).unwrap();
+    std::fs::write(tree.root.join("91/maps"), area("/usr/lib/x86_64-linux-gnu/liburing.so.2.3")).unwrap();
+    let mut errors = Vec::new();
+    let stats = tree.collector(0, "", 10).full_scan(&mut errors).unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    let families = |pid: u32| -> Vec<(&str, String)> {
+        let process = stats.processes.iter().find(|p| p.pid == pid).unwrap();
+        process.rdma_libraries.iter().map(|l| (l.library, l.file.clone())).collect()
+    };
+    assert_eq!(
+        families(90),
+        [
+            ("libibverbs", "libibverbs.so.1.14.50.0".to_owned()),
+            ("libmlx5", "libmlx5-rdmav34.so".to_owned()),
+            ("ucx", "libucp.so.0.0.0".to_owned())
+        ]
+    );
+    assert!(families(91).is_empty(), "liburing registers nothing with an RDMA device");
+    let mut out = Exposition::new();
+    stats.render(&mut out);
+    let text = out.finish();
+    let series: Vec<&str> = text.lines().filter(|l| l.starts_with("memlock_process_rdma_library_info{")).collect();
+    assert_eq!(series.len(), 3, "{text}");
+    assert!(
+        series.contains(
+            &"memlock_process_rdma_library_info{pid=\"90\",comm=\"ucx_perftest\",cgroup=\"/job\",\
+        library=\"ucx\",file=\"libucp.so.0.0.0\"} 1"
+        ),
+        "{text}"
+    );
 }
 
 /// Under a series budget the processes nearest an enforced limit are exported (an exempt one
@@ -163,7 +208,7 @@ fn the_budget_keeps_the_processes_nearest_their_limits() {
     assert_eq!(text.matches("memlock_cgroup_processes{").count(), 1, "{text}");
 }
 
-/// Issue 24 item 1: processes that lowered their own soft limit under the 64 KiB they hold
+/// Processes that lowered their own soft limit under the 64 KiB they hold
 /// (ratio 16) do not outrank a job growing toward a real limit, for top_n, the budget or the
 /// cgroup aggregates; and the fast path watches every process, beyond top_n.
 #[test]
@@ -187,7 +232,7 @@ fn a_crowd_over_limits_it_lowered_does_not_outrank_the_job() {
     let cgroups = stats.claims()[1].entities.iter().map(|(_, s)| *s).collect::<Vec<f64>>();
     assert_eq!(cgroups[0], 2.0_f64.min(1.0), "the job's cgroup first: {cgroups:?}");
     assert!(cgroups[1..].iter().all(|&s| s < 0.5), "{cgroups:?}");
-    // Per counter: 0.75 pinned beside 2.0 locked, both exported (issue 23 item 2).
+    // Per counter: 0.75 pinned beside 2.0 locked, both exported.
     let job = stats.cgroups.iter().find(|c| c.cgroup.path == "/slurm/uid_1000/job_9").unwrap();
     assert_eq!(job.counter_ratio_max, [Some(0.75), Some(2.0)]);
     let mut out = Exposition::new();
@@ -200,8 +245,8 @@ fn a_crowd_over_limits_it_lowered_does_not_outrank_the_job() {
     }
 }
 
-/// Issue 24 item 1, under the limit: a ratio of 0.94 is as free to buy as 16 (60 KiB locked under
-/// a 64 KiB soft limit the crowd set itself), and outranked a job a quarter of the way up.
+/// Under the limit too: a ratio of 0.94 is as free to buy as 16 (60 KiB locked under a 64 KiB
+/// soft limit the crowd set itself), and must not outrank a job a quarter of the way up.
 #[test]
 fn a_crowd_near_limits_it_lowered_does_not_outrank_the_job() {
     let tree = Tree::new("crowd-under");

@@ -1,0 +1,594 @@
+//! How the job's ranks get their RLIMIT_MEMLOCK, and the one fix that belongs to that path.
+//!
+//! A rank inherits its limits from whatever forked it, up to the launcher that set them: the
+//! process ancestry (`PPid` in `/proc/PID/status`), each ancestor identified by
+//! [`memlock_kernel::launchers`] (expected executable and uid, never the comm alone), the cgroup
+//! (`/proc/PID/cgroup`: a Kubernetes pod, a Docker container, a systemd service) and the
+//! launchers running on the node, whose own `/proc/PID/limits` is what they hand on. Without
+//! `--pid` the checker's own ancestry is an operator's shell, so the node's launchers decide.
+//!
+//! Where the limit is set, per path:
+//! - Slurm: slurmd forks slurmstepd, which forks the tasks: both inherit slurmd's limits (its
+//!   unit's `LimitMEMLOCK`), then slurmstepd applies the submit host's soft limit when
+//!   `PropagateResourceLimits` covers MEMLOCK, its default `ALL` included
+//!   (src/slurmd/slurmstepd/ulimits.c, `set_user_limits()` and `_set_limit()`).
+//! - Docker: rlimits in the container's OCI spec are `docker run --ulimit` merged with dockerd's
+//!   `default-ulimits` from daemon.json (moby daemon/oci_linux.go, `WithRlimits()` and
+//!   `mergeUlimits()`); without either, runc sets none and the container inherits its shim's,
+//!   which containerd started (docker.service's limit when dockerd runs its own containerd).
+//! - Kubernetes: a pod spec has no ulimit field and containerd's default spec sets RLIMIT_NOFILE
+//!   only (containerd oci/spec.go, `populateDefaultUnixSpec()`), so pods inherit the shim's
+//!   limit, containerd's unit's `LimitMEMLOCK`. CRI-O sets `default_ulimits` from crio.conf.
+//! - ssh (mpirun, orted, prted, Hydra): the session's limits are set at login by pam_limits
+//!   from /etc/security/limits.conf and limits.d; a session that started before a change keeps
+//!   the old ones, as do the daemons it started.
+//! - a systemd service: its own `LimitMEMLOCK`.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use memlock_core::units::bytes as human;
+use memlock_kernel::fsroot::{self, SourceError};
+use memlock_kernel::launchers::{self, Identity, Kind};
+use memlock_kernel::pid_limits::{self, Limit, MemlockLimits};
+use memlock_kernel::{pid_cgroup, pid_creds};
+
+/// Ancestors followed at most: a real chain is a handful deep; a longer one is a cycle or a
+/// hostile tree.
+const MAX_DEPTH: usize = 64;
+/// Process directories looked at for the node's launchers.
+const MAX_SCAN: usize = 200_000;
+
+/// One process as read for the walk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proc {
+    pub pid: u32,
+    pub ppid: Option<u32>,
+    pub uid: Option<u32>,
+    pub comm: String,
+    pub identity: Identity,
+    pub limits: Option<MemlockLimits>,
+}
+
+impl Proc {
+    fn kind(&self) -> Option<Kind> {
+        self.identity.launcher().map(|l| l.kind)
+    }
+    fn name(&self) -> Option<&'static str> {
+        self.identity.launcher().map(|l| l.name)
+    }
+    fn shown(&self) -> String {
+        format!("{} ({})", self.comm, self.figures())
+    }
+    fn figures(&self) -> String {
+        format!("pid {}, memlock {}", self.pid, show_limits(self.limits))
+    }
+}
+
+/// How the ranks are launched, as far as it could be told.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LaunchPath {
+    Slurm { slurmd: Option<Proc> },
+    Docker { engine: Option<Proc>, shim: Option<Proc>, containerd_under_dockerd: bool },
+    Kubernetes { runtime: Option<Proc> },
+    Containerd { engine: Option<Proc> },
+    Ssh { mpi: Option<String>, session: Option<Proc> },
+    Service { unit: String },
+    Login,
+    Unknown,
+}
+
+/// What was found: the path, the remedy for it first, and the files that could not be read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Diagnosis {
+    pub path: LaunchPath,
+    /// How the path was told, for the report.
+    pub evidence: String,
+    pub first: String,
+    pub verify: String,
+    pub others: Vec<String>,
+    /// Files that vanished or would not parse, each naming the file: reported, never fatal.
+    pub errors: Vec<String>,
+}
+
+/// The files the remedies look at (slurm.conf, daemon.json, limits.conf, units) under `etc`.
+pub struct Sources<'a> {
+    pub procfs: &'a Path,
+    pub etc: &'a Path,
+}
+
+/// Reads one process: status (PPid, Uid), comm, the exe link and limits. `None` when it
+/// vanished or its status cannot be read; the reason goes to `errors`.
+pub fn read_proc(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Proc> {
+    let dir = procfs.join(pid.to_string());
+    let creds = match fsroot::read_parsed(&dir.join("status"), pid_creds::parse) {
+        Ok(creds) => creds,
+        Err(err) => {
+            errors.push(err.to_string());
+            return None;
+        }
+    };
+    let comm = fsroot::read_string(&dir.join("comm")).map(|c| c.trim_end_matches('\n').to_owned()).unwrap_or_default();
+    let exe = std::fs::read_link(dir.join("exe")).ok().map(|p| p.to_string_lossy().into_owned());
+    let identity = match creds.uid {
+        Some(uid) => launchers::identify(&comm, exe.as_deref(), uid),
+        None => Identity::Other,
+    };
+    let limits = match fsroot::read_parsed(&dir.join("limits"), pid_limits::parse) {
+        Ok(limits) => Some(limits),
+        Err(err) => {
+            if identity.launcher().is_some() {
+                errors.push(err.to_string());
+            }
+            None
+        }
+    };
+    Some(Proc { pid, ppid: creds.ppid, uid: creds.uid, comm, identity, limits })
+}
+
+/// The process and its ancestors, nearest first, stopping at pid 1, a cycle, a vanished
+/// process or [`MAX_DEPTH`].
+pub fn ancestry(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Vec<Proc> {
+    let mut chain = Vec::new();
+    let mut seen = HashSet::new();
+    let mut next = Some(pid);
+    while let Some(pid) = next {
+        if pid == 0 || chain.len() >= MAX_DEPTH {
+            break;
+        }
+        if !seen.insert(pid) {
+            errors
+                .push(format!("{}: the parent chain loops back to pid {pid}", procfs.join(pid.to_string()).display()));
+            break;
+        }
+        let Some(proc_) = read_proc(procfs, pid, errors) else { break };
+        next = proc_.ppid.filter(|_| pid != 1);
+        chain.push(proc_);
+    }
+    chain
+}
+
+/// The real launchers running on the node (processes named like one but not one are left out).
+pub fn node_launchers(procfs: &Path, errors: &mut Vec<String>) -> Vec<Proc> {
+    let Ok(entries) = std::fs::read_dir(procfs) else { return Vec::new() };
+    let mut found = Vec::new();
+    for entry in entries.take(MAX_SCAN).flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(memlock_kernel::name_number::<u32>) else { continue };
+        let comm = fsroot::read_string(&entry.path().join("comm")).unwrap_or_default();
+        if launchers::by_comm(comm.trim_end_matches('\n')).is_none() {
+            continue;
+        }
+        let mut own = Vec::new();
+        if let Some(p) = read_proc(procfs, pid, &mut own) {
+            if p.identity.launcher().is_some() {
+                errors.extend(own);
+                found.push(p);
+            }
+        }
+    }
+    found.sort_by_key(|p| p.pid);
+    found
+}
+
+/// Tells the path from the target's ancestry and cgroup and the node's launchers.
+/// `own` is true when the target is the checker itself (no `--pid`): its ancestry is then an
+/// operator's session unless it runs inside a launcher's (`check --exec` in a job).
+pub fn diagnose(src: &Sources, target: &str, own: bool) -> Diagnosis {
+    let mut errors = Vec::new();
+    let pid = match target {
+        "self" => std::fs::read_link(src.procfs.join("self"))
+            .ok()
+            .and_then(|p| p.to_str().and_then(memlock_kernel::name_number::<u32>)),
+        pid => pid.parse().ok(),
+    };
+    let chain = pid.map(|p| ancestry(src.procfs, p, &mut errors)).unwrap_or_default();
+    let cgroup = fsroot::read_string(&src.procfs.join(target).join("cgroup"))
+        .ok()
+        .and_then(|t| pid_cgroup::memory_path(&t).ok().flatten().map(str::to_owned))
+        .unwrap_or_default();
+    let node = node_launchers(src.procfs, &mut errors);
+    let (path, evidence) = tell(&chain, &cgroup, &node, own);
+    let (first, verify, others) = remedy(&path, src.etc, &mut errors);
+    Diagnosis { path, evidence, first, verify, others, errors }
+}
+
+fn on_node<'a>(node: &'a [Proc], name: &str) -> Option<&'a Proc> {
+    node.iter().find(|p| p.name() == Some(name))
+}
+
+fn tell(chain: &[Proc], cgroup: &str, node: &[Proc], own: bool) -> (LaunchPath, String) {
+    let in_chain = |kind: Kind| chain.iter().find(|p| p.kind() == Some(kind));
+    let ancestors = chain.get(1..).unwrap_or(&[]);
+    let ancestor = |kind: Kind| ancestors.iter().find(|p| p.kind() == Some(kind));
+    let shown: Vec<String> = chain.iter().take(8).map(|p| format!("{}({})", p.comm, p.pid)).collect();
+    let chain_text = format!("ancestry {}", shown.join(" <- "));
+    // The job's own launcher in the ancestry decides.
+    if let Some(step) = ancestor(Kind::SlurmStep) {
+        let slurmd = on_node(node, "slurmd").cloned();
+        return (LaunchPath::Slurm { slurmd }, format!("{chain_text}: under slurmstepd (pid {})", step.pid));
+    }
+    let containerd_under_dockerd = on_node(node, "containerd")
+        .zip(on_node(node, "dockerd"))
+        .is_some_and(|(containerd, dockerd)| containerd.ppid == Some(dockerd.pid));
+    let container_engine = || on_node(node, "containerd").or_else(|| on_node(node, "dockerd")).cloned();
+    let in_container = ancestor(Kind::ContainerShim).is_some() || is_container_cgroup(cgroup);
+    if in_container {
+        let evidence = format!("{chain_text}, cgroup {cgroup}");
+        if cgroup.contains("kubepods") {
+            let runtime = on_node(node, "crio").or_else(|| on_node(node, "containerd")).cloned();
+            return (LaunchPath::Kubernetes { runtime }, evidence);
+        }
+        if cgroup.contains("docker") || on_node(node, "dockerd").is_some() {
+            let engine = on_node(node, "dockerd").cloned();
+            let shim = ancestor(Kind::ContainerShim).cloned();
+            return (LaunchPath::Docker { engine, shim, containerd_under_dockerd }, evidence);
+        }
+        return (LaunchPath::Containerd { engine: container_engine() }, evidence);
+    }
+    if let Some(mpi) = ancestor(Kind::MpiLauncher).or_else(|| in_chain(Kind::MpiLauncher).filter(|_| !own)) {
+        let session = ancestor(Kind::RemoteLogin).cloned();
+        let how = if session.is_some() { "started over ssh" } else { "started by a login" };
+        return (LaunchPath::Ssh { mpi: mpi.name().map(str::to_owned), session }, format!("{chain_text}: {how}"));
+    }
+    if let Some(unit) = service_unit(cgroup).filter(|_| ancestor(Kind::RemoteLogin).is_none()) {
+        if !own || !unit.starts_with("user@") {
+            return (LaunchPath::Service { unit: unit.clone() }, format!("{chain_text}, cgroup {cgroup}"));
+        }
+    }
+    // The checker's own session says nothing of the jobs: the node's launchers do.
+    if let Some(slurmd) = on_node(node, "slurmd") {
+        return (
+            LaunchPath::Slurm { slurmd: Some(slurmd.clone()) },
+            format!("slurmd runs on this node (pid {})", slurmd.pid),
+        );
+    }
+    if let Some(kubelet) = on_node(node, "kubelet") {
+        let runtime = on_node(node, "crio").or_else(|| on_node(node, "containerd")).cloned();
+        return (LaunchPath::Kubernetes { runtime }, format!("kubelet runs on this node (pid {})", kubelet.pid));
+    }
+    if let Some(dockerd) = on_node(node, "dockerd") {
+        let engine = Some(dockerd.clone());
+        let evidence = format!("dockerd runs on this node (pid {})", dockerd.pid);
+        return (LaunchPath::Docker { engine, shim: None, containerd_under_dockerd }, evidence);
+    }
+    if let Some(containerd) = on_node(node, "containerd") {
+        let engine = Some(containerd.clone());
+        return (LaunchPath::Containerd { engine }, format!("containerd runs on this node (pid {})", containerd.pid));
+    }
+    if let Some(session) = ancestor(Kind::RemoteLogin) {
+        return (
+            LaunchPath::Ssh { mpi: None, session: Some(session.clone()) },
+            format!("{chain_text}: an ssh login, no job launcher on this node"),
+        );
+    }
+    if chain.iter().any(|p| p.comm == "login") {
+        return (LaunchPath::Login, format!("{chain_text}: a console login"));
+    }
+    (LaunchPath::Unknown, chain_text)
+}
+
+fn is_container_cgroup(cgroup: &str) -> bool {
+    cgroup.contains("kubepods")
+        || cgroup.contains("/docker-")
+        || cgroup.starts_with("/docker/")
+        || cgroup.contains("/cri-containerd-")
+        || cgroup.contains("/crio-")
+}
+
+/// `system.slice/NAME.service` (or a user's `user@UID.service`): the unit whose limits apply.
+fn service_unit(cgroup: &str) -> Option<String> {
+    cgroup.split('/').rfind(|part| part.ends_with(".service")).map(str::to_owned)
+}
+
+fn show_limits(limits: Option<MemlockLimits>) -> String {
+    match limits {
+        Some(MemlockLimits { soft, hard }) if soft == hard => show(soft),
+        Some(MemlockLimits { soft, hard }) => format!("{} soft, {} hard", show(soft), show(hard)),
+        None => "unknown".into(),
+    }
+}
+
+fn show(limit: Limit) -> String {
+    match limit {
+        Limit::Unlimited => "unlimited".into(),
+        Limit::Bytes(bytes) => human(bytes as f64),
+    }
+}
+
+/// A systemd drop-in that sets the unit's limit; systemd reads drop-ins after the unit file, so
+/// this line wins over one in the unit (systemd.unit(5), "drop-in").
+fn dropin(unit: &str) -> String {
+    format!("/etc/systemd/system/{unit}.d/memlock.conf: `[Service]` then `LimitMEMLOCK=infinity`")
+}
+
+/// `LimitMEMLOCK=` lines already set for `unit` under `etc` (the unit and its drop-ins).
+fn unit_limit_lines(etc: &Path, unit: &str, errors: &mut Vec<String>) -> Vec<String> {
+    let mut files = vec![etc.join("systemd/system").join(unit)];
+    if let Ok(entries) = std::fs::read_dir(etc.join("systemd/system").join(format!("{unit}.d"))) {
+        let mut dropins: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        dropins.sort();
+        files.extend(dropins);
+    }
+    let mut found = Vec::new();
+    for file in files {
+        match fsroot::read_string(&file) {
+            Ok(text) => {
+                for (number, line) in text.lines().enumerate() {
+                    if line.trim_start().starts_with("LimitMEMLOCK=") {
+                        found.push(format!("{}:{} `{}`", file.display(), number + 1, line.trim()));
+                    }
+                }
+            }
+            Err(SourceError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => errors.push(err.to_string()),
+        }
+    }
+    found
+}
+
+/// `PropagateResourceLimits` as slurm.conf sets it: whether the submit host's MEMLOCK is
+/// applied to the tasks. Unset means `ALL` (slurm.conf(5)). `None` when slurm.conf is not
+/// readable.
+fn slurm_propagates_memlock(etc: &Path, errors: &mut Vec<String>) -> Option<(bool, String)> {
+    let file = etc.join("slurm/slurm.conf");
+    let text = match fsroot::read_string(&file) {
+        Ok(text) => text,
+        Err(SourceError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(err) => {
+            errors.push(err.to_string());
+            return None;
+        }
+    };
+    let mut propagates = (true, format!("{}: PropagateResourceLimits unset (ALL)", file.display()));
+    for (number, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let Some((key, value)) = line.split_once('=') else { continue };
+        let listed = value.split(',').any(|v| v.trim().eq_ignore_ascii_case("MEMLOCK"));
+        let all = value.split(',').any(|v| v.trim().eq_ignore_ascii_case("ALL"));
+        let at = format!("{}:{} `{line}`", file.display(), number + 1);
+        match key.trim().to_ascii_lowercase().as_str() {
+            "propagateresourcelimits" => propagates = (listed || all, at),
+            "propagateresourcelimitsexcept" => propagates = (!(listed || all), at),
+            _ => {}
+        }
+    }
+    Some(propagates)
+}
+
+/// dockerd's `default-ulimits` memlock entry in daemon.json, as written.
+fn docker_default_memlock(etc: &Path, errors: &mut Vec<String>) -> Option<String> {
+    let file = etc.join("docker/daemon.json");
+    let text = match fsroot::read_string(&file) {
+        Ok(text) => text,
+        Err(SourceError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(err) => {
+            errors.push(err.to_string());
+            return None;
+        }
+    };
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(json) => {
+            json.get("default-ulimits")?.get("memlock").map(|m| format!("{}: \"memlock\": {m}", file.display()))
+        }
+        Err(err) => {
+            errors.push(format!("{}: not JSON: {err}", file.display()));
+            None
+        }
+    }
+}
+
+/// memlock lines of pam_limits' files: limits.conf, then limits.d/*.conf in order.
+fn pam_memlock_lines(etc: &Path, errors: &mut Vec<String>) -> Vec<String> {
+    let mut files = vec![etc.join("security/limits.conf")];
+    if let Ok(entries) = std::fs::read_dir(etc.join("security/limits.d")) {
+        let mut more: Vec<PathBuf> =
+            entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "conf")).collect();
+        more.sort();
+        files.extend(more);
+    }
+    let mut found = Vec::new();
+    for file in files {
+        match fsroot::read_string(&file) {
+            Ok(text) => {
+                for (number, line) in text.lines().enumerate() {
+                    let fields: Vec<&str> = line.split('#').next().unwrap_or("").split_whitespace().collect();
+                    if fields.get(2) == Some(&"memlock") {
+                        found.push(format!("{}:{} `{}`", file.display(), number + 1, fields.join(" ")));
+                    }
+                }
+            }
+            Err(SourceError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => errors.push(err.to_string()),
+        }
+    }
+    found
+}
+
+/// dockerd's setting for every new container (dockerd(8), "Default ulimits").
+const DOCKER_DEFAULT_ULIMITS: &str = r#""default-ulimits": {"memlock": {"Name": "memlock", "Soft": -1, "Hard": -1}}"#;
+
+const OTHER: &str = "other path, if the ranks are started otherwise:";
+
+fn all_paths() -> Vec<String> {
+    vec![
+        format!(
+            "{OTHER} Slurm: {} (systemctl restart slurmd); verify `srun sh -c 'ulimit -l'`",
+            dropin("slurmd.service")
+        ),
+        format!(
+            "{OTHER} Docker: /etc/docker/daemon.json `{DOCKER_DEFAULT_ULIMITS}` (systemctl restart docker) or \
+                `docker run --ulimit memlock=-1:-1`"
+        ),
+        format!("{OTHER} Kubernetes with containerd: {} (systemctl restart containerd)", dropin("containerd.service")),
+        format!("{OTHER} ssh, mpirun: /etc/security/limits.d/memlock.conf `* - memlock unlimited`, then a new login"),
+        format!("{OTHER} a systemd service: {}", dropin("NAME.service")),
+    ]
+}
+
+fn remedy(path: &LaunchPath, etc: &Path, errors: &mut Vec<String>) -> (String, String, Vec<String>) {
+    let mut others = Vec::new();
+    let (first, verify) = match path {
+        LaunchPath::Slurm { slurmd } => {
+            let propagation = slurm_propagates_memlock(etc, errors);
+            let slurmd_low = slurmd
+                .as_ref()
+                .and_then(|p| p.limits)
+                .is_some_and(|l| l.soft != Limit::Unlimited || l.hard != Limit::Unlimited);
+            let set = unit_limit_lines(etc, "slurmd.service", errors);
+            let at = if set.is_empty() { String::new() } else { format!(" (now: {})", set.join(", ")) };
+            let fix_unit = format!(
+                "slurmd{} hands every step its limit: {}{at}, then `systemctl daemon-reload && systemctl restart \
+                    slurmd`",
+                slurmd.as_ref().map(|p| format!(" ({})", p.figures())).unwrap_or_default(),
+                dropin("slurmd.service")
+            );
+            let fix_propagation = |at: &str| {
+                format!(
+                    "the tasks get the submit host's soft limit ({at}): set `PropagateResourceLimitsExcept=MEMLOCK` \
+                        in slurm.conf, then `scontrol reconfigure`"
+                )
+            };
+            let first = match propagation {
+                Some((true, at)) if !slurmd_low => fix_propagation(&at),
+                Some((true, at)) => {
+                    others.push(format!("then, same path: {}", fix_propagation(&at)));
+                    fix_unit
+                }
+                _ => fix_unit,
+            };
+            (first, "`srun -w $(hostname) sh -c 'ulimit -l'` prints unlimited".to_owned())
+        }
+        LaunchPath::Docker { engine, shim, containerd_under_dockerd } => {
+            let current = docker_default_memlock(etc, errors);
+            let now = current.map(|c| format!(" (now: {c})")).unwrap_or_else(|| {
+                format!(
+                    " (unset: containers inherit the limit of the containerd-shim that starts them, {})",
+                    shim.as_ref().or(engine.as_ref()).map(|p| p.shown()).unwrap_or_else(|| "unknown".into())
+                )
+            });
+            let unit = if *containerd_under_dockerd { "docker.service" } else { "containerd.service" };
+            others.push(format!("also, same path: {} for new shims (systemctl restart {})", dropin(unit), unit));
+            others.push("also, same path, per container: `docker run --ulimit memlock=-1:-1`".into());
+            (
+                format!(
+                    "dockerd's default for every container: /etc/docker/daemon.json `{DOCKER_DEFAULT_ULIMITS}`{now}, \
+                        then `systemctl restart docker` and recreate the containers"
+                ),
+                "`docker exec CONTAINER sh -c 'ulimit -l'` prints unlimited".to_owned(),
+            )
+        }
+        LaunchPath::Kubernetes { runtime } => {
+            let runtime_name = runtime.as_ref().and_then(|r| r.name()).unwrap_or("containerd");
+            let shown = runtime.as_ref().map(|r| format!(" ({})", r.figures())).unwrap_or_default();
+            if runtime_name == "crio" {
+                (
+                    format!(
+                        "pods have no ulimit field; CRI-O{shown} sets them: /etc/crio/crio.conf `[crio.runtime]` \
+                            `default_ulimits = [\"memlock=-1:-1\"]`, then `systemctl restart crio` and recreate the \
+                            pods"
+                    ),
+                    "`kubectl exec POD -- sh -c 'ulimit -l'` prints unlimited".to_owned(),
+                )
+            } else {
+                let set = unit_limit_lines(etc, "containerd.service", errors);
+                let at = if set.is_empty() { String::new() } else { format!(" (now: {})", set.join(", ")) };
+                others.push(
+                    "also, same path, per container: containerd's NRI ulimit-adjuster plugin and its pod annotation \
+                        `ulimits.noderesource.dev/container.NAME`"
+                        .to_owned(),
+                );
+                (
+                    format!(
+                        "pods have no ulimit field and inherit the containerd-shim's limit, which is containerd's\
+                            {shown}: {}{at}, then `systemctl daemon-reload && systemctl restart containerd`; running \
+                            pods keep their shim's limit until recreated",
+                        dropin("containerd.service")
+                    ),
+                    "`kubectl exec POD -- sh -c 'ulimit -l'` prints unlimited".to_owned(),
+                )
+            }
+        }
+        LaunchPath::Containerd { engine } => {
+            let shown = engine.as_ref().map(|e| format!(" ({})", e.figures())).unwrap_or_default();
+            (
+                format!(
+                    "containers inherit the limit of containerd's shims{shown}: {}, then `systemctl daemon-reload && \
+                        systemctl restart containerd`",
+                    dropin("containerd.service")
+                ),
+                "`ctr task exec --exec-id check CONTAINER sh -c 'ulimit -l'` prints unlimited".to_owned(),
+            )
+        }
+        LaunchPath::Ssh { mpi, session } => {
+            let lines = pam_memlock_lines(etc, errors);
+            let granted = lines.iter().any(|l| l.contains("unlimited"));
+            let held = session.as_ref().map(|s| format!(" (the session's sshd {})", s.shown())).unwrap_or_default();
+            let launcher = mpi.as_deref().map(|m| format!("{m} and its ranks")).unwrap_or_else(|| "the ranks".into());
+            others.push(
+                "also, same path: sshd must run with `UsePAM yes` and /etc/pam.d/sshd include \
+                `session required pam_limits.so`"
+                    .to_owned(),
+            );
+            let first = if granted {
+                format!(
+                    "{launcher} run in an ssh session that started before pam_limits granted it ({}){held}: start a \
+                        new login (and restart the MPI daemons it started)",
+                    lines.join(", ")
+                )
+            } else {
+                let now = if lines.is_empty() { String::new() } else { format!(" (now: {})", lines.join(", ")) };
+                format!(
+                    "{launcher} get the limit pam_limits sets at ssh login{held}: /etc/security/limits.d/memlock.conf \
+                        `* - memlock unlimited`{now}, then a new login"
+                )
+            };
+            (first, "`ssh $(hostname) sh -c 'ulimit -l'` prints unlimited".to_owned())
+        }
+        LaunchPath::Service { unit } => {
+            let set = unit_limit_lines(etc, unit, errors);
+            let at = if set.is_empty() { String::new() } else { format!(" (now: {})", set.join(", ")) };
+            (
+                format!(
+                    "the service's own limit: {}{at}, then `systemctl daemon-reload && systemctl restart {unit}`",
+                    dropin(unit)
+                ),
+                format!("`systemctl show -p LimitMEMLOCK {unit}` prints infinity"),
+            )
+        }
+        LaunchPath::Login => (
+            "a login's limit comes from pam_limits: /etc/security/limits.d/memlock.conf `* - memlock unlimited`, \
+                then a new login"
+                .to_owned(),
+            "`ulimit -l` in a new login prints unlimited".to_owned(),
+        ),
+        LaunchPath::Unknown => {
+            return (
+                "could not tell how the ranks are launched (no launcher in the ancestry or on this node): the fix \
+                    depends on the path; run `check --pid RANK` or `check --exec` inside the job, or apply the one \
+                    that fits"
+                    .to_owned(),
+                "`ulimit -l` inside the job prints unlimited".to_owned(),
+                all_paths().into_iter().map(|p| p.replacen(OTHER, "possible path:", 1)).collect(),
+            );
+        }
+    };
+    others.extend(all_paths().into_iter().filter(|p| !covers(path, p)));
+    (first, verify, others)
+}
+
+fn covers(path: &LaunchPath, other: &str) -> bool {
+    let label = match path {
+        LaunchPath::Slurm { .. } => "Slurm:",
+        LaunchPath::Docker { .. } => "Docker:",
+        LaunchPath::Kubernetes { .. } | LaunchPath::Containerd { .. } => "Kubernetes",
+        LaunchPath::Ssh { .. } | LaunchPath::Login => "ssh, mpirun:",
+        LaunchPath::Service { .. } => "a systemd service:",
+        LaunchPath::Unknown => return false,
+    };
+    other.contains(label)
+}
+
+#[cfg(test)]
+#[path = "launch_path_tests.rs"]
+pub(crate) mod tests;

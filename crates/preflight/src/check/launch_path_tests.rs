@@ -1,0 +1,260 @@
+//! Fixture hosts with the real launch chain of each path, under tests/fixtures/hosts/NAME: /proc
+//! trees in the kernel's formats (status, comm, the exe link, limits, cgroup, meminfo) and the
+//! /etc files the remedies read. Each test works on a copy; the hostile trees are built here.
+
+use super::*;
+use std::path::Path;
+
+const MIB: u64 = 1 << 20;
+const CAPTURE: &str = include_str!("../../../../tests/fixtures/captures/proc_self_limits");
+const ROOT_CAPS: &str = "CapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\nCapEff:\t000001ffffffffff\n\
+    CapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\n";
+const USER_CAPS: &str = "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n\
+    CapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\n";
+
+pub(crate) struct Host {
+    pub dir: PathBuf,
+    // Removes the copy when the test drops the host.
+    _tmp: tempfile::TempDir,
+}
+
+impl Host {
+    pub fn new(name: &str) -> Host {
+        // Tests run in parallel, several on one fixture: each gets its own copy.
+        let tmp = tempfile::Builder::new().prefix(&format!("memlock-launch-{name}-")).tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        std::fs::create_dir_all(dir.join("proc")).unwrap();
+        std::fs::create_dir_all(dir.join("etc")).unwrap();
+        Host { dir, _tmp: tmp }
+    }
+    /// A copy of tests/fixtures/hosts/NAME, the exe links kept as links.
+    pub fn fixture(name: &str) -> Host {
+        let host = Host::new(name);
+        let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hosts").join(name);
+        copy_tree(&from, &host.dir);
+        host
+    }
+    pub fn procfs(&self) -> PathBuf {
+        self.dir.join("proc")
+    }
+    pub fn etc(&self) -> PathBuf {
+        self.dir.join("etc")
+    }
+    /// One process as the kernel shows it; `memlock` in bytes, `None` for unlimited.
+    #[allow(clippy::too_many_arguments)]
+    pub fn process(&self, pid: u32, ppid: u32, uid: u32, comm: &str, exe: &str, memlock: Option<u64>, cgroup: &str) {
+        let dir = self.procfs().join(pid.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let caps = if uid == 0 { ROOT_CAPS } else { USER_CAPS };
+        let status = format!(
+            "Name:\t{comm}\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t{pid}\nNgid:\t0\nPid:\t{pid}\nPPid:\t{ppid}\n\
+                TracerPid:\t0\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\n\
+                {caps}NoNewPrivs:\t0\n"
+        );
+        std::fs::write(dir.join("status"), status).unwrap();
+        std::fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+        let _ = std::fs::remove_file(dir.join("exe"));
+        std::os::unix::fs::symlink(exe, dir.join("exe")).unwrap();
+        std::fs::write(dir.join("limits"), limits_text(memlock)).unwrap();
+        std::fs::write(dir.join("cgroup"), format!("12:memory:{cgroup}\n0::{cgroup}\n")).unwrap();
+    }
+    pub fn etc_file(&self, path: &str, text: &str) {
+        let file = self.etc().join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, text).unwrap();
+    }
+    pub fn diagnose(&self, pid: u32, own: bool) -> Diagnosis {
+        let (procfs, etc) = (self.procfs(), self.etc());
+        diagnose(&Sources { procfs: &procfs, etc: &etc }, &pid.to_string(), own)
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (source, dest) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type().unwrap();
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&source).unwrap(), dest).unwrap();
+        } else if kind.is_dir() {
+            copy_tree(&source, &dest);
+        } else {
+            std::fs::copy(&source, dest).unwrap();
+        }
+    }
+}
+
+pub(crate) fn limits_text(memlock: Option<u64>) -> String {
+    let value = memlock.map_or("unlimited".to_owned(), |b| b.to_string());
+    CAPTURE.replace(
+        "Max locked memory         8388608              8388608              bytes     ",
+        &format!("Max locked memory         {value:<21}{value:<21}bytes     "),
+    )
+}
+
+/// systemd as PID 1, and an operator's ssh login (pid 5001) on the node.
+pub(crate) fn base(host: &Host) {
+    host.process(1, 0, 0, "systemd", "/usr/lib/systemd/systemd", Some(8 * MIB), "/init.scope");
+    host.process(700, 1, 0, "sshd", "/usr/sbin/sshd", Some(8 * MIB), "/system.slice/ssh.service");
+    host.process(5000, 700, 0, "sshd", "/usr/sbin/sshd", Some(8 * MIB), "/user.slice/user-0.slice/session-3.scope");
+    host.process(5001, 5000, 0, "bash", "/usr/bin/bash", Some(8 * MIB), "/user.slice/user-0.slice/session-3.scope");
+}
+
+fn assert_first(d: &Diagnosis, wants: &[&str], never: &[&str]) {
+    for want in wants {
+        assert!(d.first.contains(want), "first remedy lacks {want:?}: {d:#?}");
+    }
+    for wrong in never {
+        assert!(!d.first.contains(wrong), "first remedy names {wrong:?}: {d:#?}");
+    }
+}
+
+#[test]
+fn slurm_under_systemd_names_slurmds_unit() {
+    let host = Host::fixture("slurm");
+    let d = host.diagnose(4010, false);
+    assert!(matches!(&d.path, LaunchPath::Slurm { slurmd: Some(p) } if p.pid == 800), "{d:#?}");
+    assert_first(
+        &d,
+        &["slurmd.service.d/memlock.conf", "LimitMEMLOCK=infinity", "64.0 KiB", "slurmd.service:7 `LimitMEMLOCK=64K`"],
+        &["limits.conf", "docker", "containerd", "PropagateResourceLimitsExcept"],
+    );
+    assert!(d.verify.contains("srun"), "{}", d.verify);
+    // slurm.conf leaves propagation at ALL: the next fix on the same path, before the other paths.
+    assert!(
+        d.others[0].starts_with("then, same path:") && d.others[0].contains("PropagateResourceLimitsExcept=MEMLOCK")
+    );
+    assert!(d.others[1..].iter().all(|o| o.starts_with(OTHER) && !o.contains("Slurm:")), "{:#?}", d.others);
+    assert!(d.errors.is_empty(), "{:?}", d.errors);
+    // The operator's own shell on the node: the node's slurmd decides, not the ssh login.
+    let own = host.diagnose(5001, true);
+    assert!(matches!(own.path, LaunchPath::Slurm { .. }), "{own:#?}");
+    assert_first(&own, &["slurmd.service.d"], &["limits.d"]);
+}
+
+#[test]
+fn slurm_with_an_unlimited_slurmd_blames_propagation() {
+    let host = Host::fixture("slurm");
+    host.process(800, 1, 0, "slurmd", "/usr/sbin/slurmd", None, "/system.slice/slurmd.service");
+    host.etc_file("slurm/slurm.conf", "ClusterName=c\nPropagateResourceLimits=MEMLOCK,NOFILE  # from login nodes\n");
+    let d = host.diagnose(4010, false);
+    assert_first(&d, &["PropagateResourceLimitsExcept=MEMLOCK", "slurm.conf:2"], &["LimitMEMLOCK"]);
+    // Excepted: back to slurmd's unit.
+    host.etc_file("slurm/slurm.conf", "PropagateResourceLimitsExcept=MEMLOCK\n");
+    let d = host.diagnose(4010, false);
+    assert_first(&d, &["LimitMEMLOCK=infinity"], &["PropagateResourceLimitsExcept"]);
+}
+
+#[test]
+fn docker_at_the_kernel_default_names_daemon_json() {
+    let host = Host::fixture("docker-8mib");
+    let d = host.diagnose(3010, false);
+    assert!(matches!(d.path, LaunchPath::Docker { containerd_under_dockerd: false, .. }), "{d:#?}");
+    assert_first(&d, &["/etc/docker/daemon.json", "default-ulimits", "unset", "8.0 MiB"], &["slurm", "limits.d"]);
+    assert!(d.verify.starts_with("`docker exec"), "{}", d.verify);
+    assert!(d.others.iter().any(|o| o.contains("containerd.service.d") && o.starts_with("also, same path")));
+    assert!(d.others.iter().any(|o| o.contains("--ulimit memlock=-1:-1")));
+}
+
+#[test]
+fn docker_with_a_64_mib_default_names_the_line_that_sets_it() {
+    let host = Host::fixture("docker-64mib");
+    let d = host.diagnose(3010, false);
+    assert_first(&d, &["daemon.json", "now:", "67108864"], &["unset", "slurm"]);
+    // A daemon.json that is not JSON: said, naming the file, and the fix still given.
+    host.etc_file("docker/daemon.json", "{\"default-ulimits\": ");
+    let d = host.diagnose(3010, false);
+    assert!(d.errors.iter().any(|e| e.contains("daemon.json: not JSON")), "{:?}", d.errors);
+    assert_first(&d, &["default-ulimits"], &[]);
+}
+
+#[test]
+fn kubernetes_with_containerd_names_containerds_unit() {
+    let host = Host::fixture("kubernetes");
+    let d = host.diagnose(3010, false);
+    assert!(matches!(&d.path, LaunchPath::Kubernetes { runtime: Some(r) } if r.pid == 600), "{d:#?}");
+    assert_first(
+        &d,
+        &["pods have no ulimit field", "containerd.service.d/memlock.conf", "LimitMEMLOCK=infinity", "recreated"],
+        &["daemon.json", "limits.d", "slurm"],
+    );
+    assert!(d.verify.contains("kubectl exec"));
+    // From the operator's shell: kubelet on the node.
+    let own = host.diagnose(5001, true);
+    assert!(matches!(own.path, LaunchPath::Kubernetes { .. }), "{own:#?}");
+}
+
+#[test]
+fn mpirun_over_ssh_before_a_new_login_says_log_in_again() {
+    let host = Host::fixture("mpirun-ssh");
+    let d = host.diagnose(6010, false);
+    assert!(matches!(&d.path, LaunchPath::Ssh { mpi: Some(m), session: Some(_) } if m == "orted"), "{d:#?}");
+    assert_first(
+        &d,
+        &["started before pam_limits granted it", "90-rdma.conf:1", "new login"],
+        &["LimitMEMLOCK", "docker"],
+    );
+    assert!(d.verify.contains("ssh"));
+    // Before anyone granted it: the pam_limits line to add.
+    std::fs::remove_file(host.etc().join("security/limits.d/90-rdma.conf")).unwrap();
+    let d = host.diagnose(6010, false);
+    assert_first(&d, &["/etc/security/limits.d/memlock.conf", "memlock unlimited"], &["started before"]);
+}
+
+#[test]
+fn a_systemd_unit_names_its_own_limit() {
+    let host = Host::fixture("systemd-unit");
+    let d = host.diagnose(3000, false);
+    assert_eq!(d.path, LaunchPath::Service { unit: "trainer.service".into() });
+    assert_first(&d, &["trainer.service.d/memlock.conf", "limits.conf:2 `LimitMEMLOCK=8M`"], &["slurmd", "docker"]);
+}
+
+#[test]
+fn nothing_to_tell_by_lists_every_path() {
+    let host = Host::new("unknown");
+    host.process(1, 0, 0, "init", "/sbin/init", Some(8 * MIB), "/");
+    host.process(50, 1, 1000, "python3", "/usr/bin/python3", Some(8 * MIB), "/");
+    let d = host.diagnose(50, false);
+    assert_eq!(d.path, LaunchPath::Unknown);
+    assert!(d.first.starts_with("could not tell"), "{}", d.first);
+    assert_eq!(d.others.len(), 5);
+    assert!(d.others.iter().all(|o| o.starts_with("possible path:")));
+}
+
+#[test]
+fn hostile_trees_give_errors_naming_the_file_not_a_crash() {
+    let host = Host::new("hostile");
+    base(&host);
+    // A user's process named like slurmd, and a user's copy of the real binary: no Slurm path.
+    host.process(900, 1, 1000, "slurmd", "/usr/bin/python3", Some(8 * MIB), "/user.slice");
+    host.process(901, 1, 1000, "slurmd", "/home/alice/slurmd", Some(8 * MIB), "/user.slice");
+    let d = host.diagnose(5001, true);
+    assert!(matches!(d.path, LaunchPath::Ssh { .. }), "named like slurmd is not slurmd: {d:#?}");
+    // A ppid cycle.
+    host.process(7000, 7001, 1000, "a", "/usr/bin/a", Some(8 * MIB), "/");
+    host.process(7001, 7000, 1000, "b", "/usr/bin/b", Some(8 * MIB), "/");
+    let d = host.diagnose(7000, false);
+    assert!(d.errors.iter().any(|e| e.contains("loops back to pid 7000")), "{:?}", d.errors);
+    // An ancestor that vanished mid-walk: its status is gone; the walk stops there.
+    host.process(7100, 7101, 1000, "python3", "/usr/bin/python3", Some(8 * MIB), "/");
+    let d = host.diagnose(7100, false);
+    assert!(d.errors.iter().any(|e| e.contains("7101/status")), "{:?}", d.errors);
+    // A launcher whose limits file is huge or malformed: named, and the walk goes on.
+    host.process(610, 1, 0, "dockerd", "/usr/sbin/dockerd", Some(8 * MIB), "/system.slice/docker.service");
+    std::fs::write(host.procfs().join("610/limits"), vec![b'x'; 3 << 20]).unwrap();
+    host.process(600, 1, 0, "containerd", "/usr/bin/containerd", Some(8 * MIB), "/system.slice/containerd.service");
+    std::fs::write(host.procfs().join("600/limits"), "Max locked memory         lots                 8 bytes\n")
+        .unwrap();
+    let d = host.diagnose(5001, true);
+    assert!(d.errors.iter().any(|e| e.contains("610/limits") && e.contains("larger than")), "{:?}", d.errors);
+    assert!(d.errors.iter().any(|e| e.contains("600/limits") && e.contains("lots")), "{:?}", d.errors);
+    assert!(matches!(&d.path, LaunchPath::Docker { engine: Some(e), .. } if e.limits.is_none()), "{d:#?}");
+    // Garbage status and an exe link to nowhere.
+    std::fs::write(host.procfs().join("5000/status"), "PPid:\tzz\n").unwrap();
+    let d = host.diagnose(5001, true);
+    assert!(d.errors.iter().any(|e| e.contains("5000/status")), "{:?}", d.errors);
+    // A target that does not exist at all.
+    let d = host.diagnose(99999, false);
+    assert!(d.errors.iter().any(|e| e.contains("99999/status")), "{:?}", d.errors);
+}

@@ -1,0 +1,420 @@
+//! `--nccl-log FILE|-` for `estimate` and `check`: the job's own NCCL_DEBUG=INFO log
+//! ([`crate::nccl::log`]), each process's network connections charged as the model
+//! charges a connection, instead of the connections the model places.
+
+use std::collections::BTreeMap;
+use std::io::{self, BufReader};
+
+use serde::Serialize;
+
+use crate::nccl::log::{self, NcclLog};
+use crate::nccl::model::{self, Counts, Estimate, Inputs};
+use crate::nccl::param::{strtoll, Strtoll};
+use memlock_core::gdr::GdrMode;
+use memlock_core::units::bytes as human;
+
+use super::Verdict;
+
+/// Reads FILE, or standard input for `-`. `Err` is the message of an exit 2, naming the file.
+pub fn load(path: &str) -> Result<NcclLog, String> {
+    let (name, read) = if path == "-" {
+        ("standard input".to_owned(), log::read(io::stdin().lock()))
+    } else {
+        let file = std::fs::File::open(path).map_err(|e| format!("--nccl-log {path}: {e}"))?;
+        (path.to_owned(), log::read(BufReader::new(file)))
+    };
+    let l = read.map_err(|e| format!("--nccl-log {name}: {e}"))?;
+    if l.nccl_lines == 0 {
+        return Err(format!(
+            "--nccl-log {name}: not an NCCL log: none of its {} line(s) has NCCL's `host:pid:tid [dev] NCCL INFO` \
+                prefix or an `NCCL version` line (run the job with NCCL_DEBUG=INFO)",
+            l.lines
+        ));
+    }
+    Ok(l)
+}
+
+/// One process of the log, with what it registers.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogRank {
+    pub host: String,
+    pub pid: u32,
+    pub cuda_dev: Option<i32>,
+    pub rank: Option<u32>,
+    pub net_send: u64,
+    pub net_recv: u64,
+    /// Sends whose buffers another rank's proxy registers (PXN, src/transport/net.cc sendSetup:
+    /// the proxy's process registers them): charged to the process of that rank on the same
+    /// host when the log names it (its first communicator's rank), else to the sender.
+    pub net_send_proxied: u64,
+    /// Of the sends charged here, those the process proxies for other ranks.
+    pub net_send_for_others: u64,
+    pub gdr: Option<bool>,
+    pub nics: Vec<u32>,
+    /// Charged to VmPin for its connections.
+    pub memlock_bytes: u64,
+    pub host_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LogFailure {
+    pub host: String,
+    pub pid: u32,
+    pub cuda_dev: Option<i32>,
+    /// The failing process's rank, when its lines name one.
+    pub rank: Option<u32>,
+    pub call: String,
+    pub error: Option<String>,
+    pub errno: Option<i32>,
+    /// ENOMEM, EPERM...: the errno's name.
+    pub errno_name: Option<&'static str>,
+    /// 1-based line number in the log.
+    pub line: u64,
+}
+
+/// The `nccl_log` key of `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogReport {
+    pub nccl_version: Option<String>,
+    pub other_versions: Vec<String>,
+    pub lines: u64,
+    pub nccl_lines: u64,
+    pub cut_lines: u64,
+    /// false when a cap of the reader was hit: counts are lower bounds.
+    pub exact: bool,
+    pub communicators: u64,
+    pub nics: Vec<String>,
+    pub networks: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub ranks: Vec<LogRank>,
+    pub failures: Vec<LogFailure>,
+    /// The busiest process of the log, and the busiest host's processes together.
+    pub per_rank_max_bytes: u64,
+    pub per_node_bytes: u64,
+    /// The model's busiest rank for the same inputs.
+    pub model_per_rank_max_bytes: u64,
+    /// For a log that stops at a failure: what the model says the busiest rank needs beyond what
+    /// the log shows set up (0 when the log shows as much).
+    pub remaining_by_model_bytes: Option<u64>,
+    /// The log's busiest process under the memlock limit the verdict compares with.
+    pub fits_memlock_limit: bool,
+    /// Inputs the log does not give, and what was taken.
+    pub assumed: Vec<String>,
+}
+
+pub fn errno_name(errno: i32) -> Option<&'static str> {
+    log::line::ERRNOS.iter().find(|(n, _, _)| *n == errno).map(|(_, name, _)| *name)
+}
+
+/// Buffer sizes the log says were set (ncclLoadParam prints them), within what NCCL can use.
+fn logged_size(l: &NcclLog, name: &str) -> Option<u64> {
+    let value = l.env.get(name)?;
+    match strtoll(value.as_bytes(), 0) {
+        Strtoll::Whole(v) if (1..=i64::from(i32::MAX)).contains(&v) => u64::try_from(v).ok(),
+        _ => None,
+    }
+}
+
+/// A process's connections as charged: counts, (NIC, connections) pairs, sends for others.
+type Charged = (Counts, Vec<(u32, u64)>, u64);
+
+pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogReport {
+    let mut i = inputs.clone();
+    let mut assumed = Vec::new();
+    // The log lists every communicator's connections itself.
+    i.communicators = 1;
+    for (name, slot) in [
+        ("NCCL_BUFFSIZE", &mut i.buffsize_simple),
+        ("NCCL_LL_BUFFSIZE", &mut i.buffsize_ll),
+        ("NCCL_LL128_BUFFSIZE", &mut i.buffsize_ll128),
+    ] {
+        if let Some(size) = logged_size(l, name) {
+            *slot = size;
+        }
+    }
+    let any_gdr = l.ranks.iter().any(|r| r.gdr_connections > 0);
+    if any_gdr && i.gdr == GdrMode::Off {
+        // The log proves GPUDirect; whether nvidia-peermem or dma-buf registers the GPU buffers
+        // it does not say, and peermem charges them to VmPin: the high end.
+        i.gdr = GdrMode::Peermem;
+        assumed.push(
+            "GPUDirect (/GDRDMA in the log) charged as nvidia-peermem, the high end: pass --gdr dmabuf if the \
+                job's nodes register through dma-buf"
+                .to_owned(),
+        );
+    }
+    // Per process: its counts, then PXN sends moved to the proxy's process.
+    let mut counts: Vec<Charged> = l
+        .ranks
+        .iter()
+        .map(|r| {
+            let c = Counts {
+                sends: r.net_send.saturating_sub(r.net_send_gdr),
+                sends_gdr: r.net_send_gdr,
+                receives: r.net_recv.saturating_sub(r.net_recv_gdr),
+                receives_gdr: r.net_recv_gdr,
+            };
+            (c, r.nics.iter().copied().zip(r.nic_connections.iter().copied()).collect(), 0)
+        })
+        .collect();
+    for (from, r) in l.ranks.iter().enumerate() {
+        for (proxy, n, gdr, dev) in &r.proxied_to {
+            let Some(to) = l.ranks.iter().position(|k| k.host == r.host && k.rank == Some(*proxy)) else { continue };
+            let (plain, gdr) = (n.saturating_sub(*gdr), *gdr.min(n));
+            let c = &mut counts[from];
+            (c.0.sends, c.0.sends_gdr) = (c.0.sends.saturating_sub(plain), c.0.sends_gdr.saturating_sub(gdr));
+            if let Some(slot) = c.1.iter_mut().find(|(d, _)| d == dev) {
+                slot.1 = slot.1.saturating_sub(*n);
+            }
+            let c = &mut counts[to];
+            (c.0.sends, c.0.sends_gdr, c.2) =
+                (c.0.sends.saturating_add(plain), c.0.sends_gdr.saturating_add(gdr), c.2.saturating_add(*n));
+            match c.1.iter_mut().find(|(d, _)| d == dev) {
+                Some(slot) => slot.1 = slot.1.saturating_add(*n),
+                None => c.1.push((*dev, *n)),
+            }
+        }
+    }
+    let ranks: Vec<LogRank> = l
+        .ranks
+        .iter()
+        .zip(&counts)
+        .map(|(r, (c, nics, for_others))| {
+            let per_nic: Vec<u64> = nics.iter().map(|(_, n)| *n).collect();
+            let need = model::logged_need(&i, *c, &per_nic);
+            LogRank {
+                host: r.host.clone(),
+                pid: r.pid,
+                cuda_dev: r.cuda_dev,
+                rank: r.rank,
+                net_send: r.net_send,
+                net_recv: r.net_recv,
+                net_send_proxied: r.net_send_proxied,
+                net_send_for_others: *for_others,
+                gdr: r.gdr,
+                nics: r.nics.clone(),
+                memlock_bytes: need.memlock,
+                host_bytes: need.host,
+            }
+        })
+        .collect();
+    let per_rank_max_bytes = ranks.iter().map(|r| r.memlock_bytes).max().unwrap_or(0);
+    let mut per_host: BTreeMap<&str, u64> = BTreeMap::new();
+    for r in &ranks {
+        let sum = per_host.entry(&r.host).or_default();
+        *sum = sum.saturating_add(r.memlock_bytes);
+    }
+    let per_node_bytes = per_host.values().copied().max().unwrap_or(0);
+    let rank_of = |host: &str, pid: u32, dev: Option<i32>| {
+        l.ranks.iter().find(|r| r.host == host && r.pid == pid && r.cuda_dev == dev).and_then(|r| r.rank)
+    };
+    let failures: Vec<LogFailure> = l
+        .failures
+        .iter()
+        .map(|f| LogFailure {
+            host: f.host.clone(),
+            pid: f.pid,
+            cuda_dev: f.cuda_dev,
+            rank: rank_of(&f.host, f.pid, f.cuda_dev),
+            call: f.call.clone(),
+            error: f.error.clone(),
+            errno: f.errno,
+            errno_name: f.errno.and_then(errno_name),
+            line: f.line,
+        })
+        .collect();
+    let fits_memlock_limit = v.cap_ipc_lock_exempt
+        || v.soft_limit_unlimited
+        || v.soft_limit_bytes.is_none_or(|limit| per_rank_max_bytes <= limit);
+    LogReport {
+        nccl_version: l.nccl_version.clone(),
+        other_versions: l.other_versions.clone(),
+        lines: l.lines,
+        nccl_lines: l.nccl_lines,
+        cut_lines: l.cut_lines,
+        exact: l.exact,
+        communicators: l.communicators,
+        nics: l.nics.clone(),
+        networks: l.networks.clone(),
+        env: l.env.clone(),
+        remaining_by_model_bytes: (!failures.is_empty())
+            .then(|| e.per_rank_max_bytes.saturating_sub(per_rank_max_bytes)),
+        ranks,
+        failures,
+        per_rank_max_bytes,
+        per_node_bytes,
+        model_per_rank_max_bytes: e.per_rank_max_bytes,
+        fits_memlock_limit,
+        assumed,
+    }
+}
+
+/// Adds the `nccl_log` key to a JSON report.
+pub fn with_log(json: &str, r: &LogReport) -> Result<String, serde_json::Error> {
+    let mut value: serde_json::Value = serde_json::from_str(json)?;
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert("nccl_log".into(), serde_json::to_value(r)?);
+    }
+    serde_json::to_string_pretty(&value).map(|t| t + "\n")
+}
+
+pub fn render_text(r: &LogReport) -> String {
+    let mut out = format!(
+        "\nfrom the NCCL log (NCCL {}, {} NCCL line(s) of {}, {} communicator(s){}):\n",
+        r.nccl_version.as_deref().unwrap_or("version not logged"),
+        r.nccl_lines,
+        r.lines,
+        r.communicators,
+        if r.exact { "" } else { "; a reader cap was hit, counts are lower bounds" }
+    );
+    out += &format!(
+        "  busiest process {} (the model: {}), busiest host {}{}\n",
+        human(r.per_rank_max_bytes as f64),
+        human(r.model_per_rank_max_bytes as f64),
+        human(r.per_node_bytes as f64),
+        if r.fits_memlock_limit { "" } else { ": above the memlock limit" }
+    );
+    for a in &r.assumed {
+        out += &format!("  assumed: {a}\n");
+    }
+    for k in &r.ranks {
+        let dev = k.cuda_dev.map_or("-".to_owned(), |d| d.to_string());
+        let rank = k.rank.map_or("-".to_owned(), |d| d.to_string());
+        let gdr = match k.gdr {
+            Some(true) => "GDR",
+            Some(false) => "no GDR",
+            None => "no network",
+        };
+        out += &format!(
+            "  {}:{} GPU {dev} rank {rank}: {} send(s), {} receive(s), {gdr}, {}\n",
+            k.host,
+            k.pid,
+            k.net_send,
+            k.net_recv,
+            human(k.memlock_bytes as f64)
+        );
+    }
+    for f in &r.failures {
+        out += &format!(
+            "  FAILED {}:{} GPU {}: {} {} (log line {})\n",
+            f.host,
+            f.pid,
+            f.cuda_dev.map_or("-".to_owned(), |d| d.to_string()),
+            f.call,
+            f.error.as_deref().unwrap_or("(no error text)"),
+            f.line
+        );
+    }
+    if let Some(rest) = r.remaining_by_model_bytes {
+        out += &format!(
+            "  the log stops at a failure: the model's busiest rank needs {} more than the log shows set up\n",
+            human(rest as f64)
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> String {
+        format!("{}/../../tests/fixtures/nccl-logs/{name}", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn verdict(limit: Option<u64>) -> Verdict {
+        Verdict {
+            pid: "self".into(),
+            soft_limit_bytes: limit,
+            soft_limit_unlimited: limit.is_none(),
+            cap_ipc_lock_exempt: false,
+            fits_memlock_limit: true,
+            memory_available_bytes: None,
+            fits_memory_available: None,
+            nccl: None,
+        }
+    }
+
+    #[test]
+    fn the_log_charges_what_the_model_charges_for_the_same_connections() {
+        let l = load(&fixture("2x8x8-ring-tree-v2.21.log")).unwrap();
+        let i = Inputs::new(2, 8, 8);
+        let e = model::estimate(&i);
+        let r = report(&i, &e, &l, &verdict(Some(8 << 20)));
+        assert_eq!(r.ranks.len(), 16);
+        // Same connections, same charges: the log's busiest process is the model's busiest rank.
+        assert_eq!(r.per_rank_max_bytes, e.per_rank_max_bytes);
+        assert_eq!(r.per_node_bytes, e.per_node_bytes);
+        assert!(!r.fits_memlock_limit, "{} over 8 MiB", r.per_rank_max_bytes);
+        assert_eq!(r.remaining_by_model_bytes, None, "no failure");
+        assert!(r.assumed.is_empty());
+        let l = load(&fixture("2x8x1-ring-tree-v2.21.log")).unwrap();
+        let i = Inputs::new(2, 8, 1);
+        let e = model::estimate(&i);
+        let r = report(&i, &e, &l, &verdict(None));
+        assert_eq!((r.per_rank_max_bytes, r.per_node_bytes), (e.per_rank_max_bytes, e.per_node_bytes));
+    }
+
+    #[test]
+    fn a_log_that_stops_at_the_failure_says_what_the_rest_adds() {
+        let l = load(&fixture("2x8x8-enomem-v2.21.log")).unwrap();
+        let i = Inputs::new(2, 8, 8);
+        let e = model::estimate(&i);
+        let r = report(&i, &e, &l, &verdict(Some(8 << 20)));
+        let f = &r.failures[0];
+        assert_eq!((f.rank, f.call.as_str(), f.errno_name), (Some(13), "ibv_reg_mr_iova2", Some("ENOMEM")));
+        // Ring only: 2 of the 4 sends and receives; the model's tree adds the rest.
+        assert!(r.per_rank_max_bytes > 0 && r.per_rank_max_bytes < e.per_rank_max_bytes);
+        assert_eq!(r.remaining_by_model_bytes, Some(e.per_rank_max_bytes - r.per_rank_max_bytes));
+        assert!(render_text(&r).contains("FAILED gpu-a02:41105 GPU 5: ibv_reg_mr_iova2 Cannot allocate memory"));
+    }
+
+    #[test]
+    fn gpudirect_in_the_log_is_charged_at_the_high_end_when_the_node_shows_none() {
+        let l = load(&fixture("public-nccl-707-a100-gdrdma.log")).unwrap();
+        let i = Inputs::new(2, 8, 8);
+        let r = report(&i, &model::estimate(&i), &l, &verdict(None));
+        assert_eq!(r.assumed.len(), 1, "{:?}", r.assumed);
+        assert!(r.fits_memlock_limit, "unlimited");
+        let mut dmabuf = i.clone();
+        dmabuf.gdr = GdrMode::Dmabuf;
+        let low = report(&dmabuf, &model::estimate(&dmabuf), &l, &verdict(None));
+        assert!(low.per_rank_max_bytes < r.per_rank_max_bytes, "{} {}", low.per_rank_max_bytes, r.per_rank_max_bytes);
+    }
+
+    #[test]
+    fn pxn_sends_are_charged_to_the_proxys_process() {
+        // src/transport/net.cc sendSetup: "%d(%d)" is the NIC and the proxy's rank. Rank 1 sends
+        // on NIC 0 through rank 0's proxy, which registers the buffers.
+        let text = "\
+h:10:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 2[0] [send] via NET/IB/0/GDRDMA
+h:10:1 [0] NCCL INFO Channel 00/0 : 2[0] -> 0[0] [receive] via NET/IB/0/GDRDMA
+h:11:1 [1] NCCL INFO Channel 00/0 : 1[1] -> 3[1] [send] via NET/IB/0(0)/GDRDMA
+h:11:1 [1] NCCL INFO Channel 00/0 : 3[1] -> 1[1] [receive] via NET/IB/1/GDRDMA
+";
+        let l = log::read(text.as_bytes()).unwrap();
+        assert_eq!(l.ranks[1].proxied_to, vec![(0, 1, 1, 0)]);
+        let mut i = Inputs::new(2, 2, 2);
+        i.gdr = GdrMode::Peermem;
+        let r = report(&i, &model::estimate(&i), &l, &verdict(None));
+        assert_eq!((r.ranks[0].net_send_for_others, r.ranks[1].net_send_proxied), (1, 1));
+        let one = model::logged_need(&i, Counts { sends_gdr: 1, receives_gdr: 1, ..Default::default() }, &[2]);
+        assert!(r.ranks[0].memlock_bytes > one.memlock, "rank 0 registers rank 1's send too");
+        assert!(r.ranks[1].memlock_bytes < one.memlock, "rank 1 registers its receive only");
+        assert_eq!(r.per_node_bytes, r.ranks[0].memlock_bytes + r.ranks[1].memlock_bytes);
+    }
+
+    #[test]
+    fn files_that_are_not_nccl_logs_say_so() {
+        let tmp = tempfile::Builder::new().prefix("memlock-nccl-log-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let path = dir.join("train.out");
+        std::fs::write(&path, "epoch 1 loss 0.3\n").unwrap();
+        let err = load(path.to_str().unwrap()).unwrap_err();
+        assert!(err.contains("train.out: not an NCCL log: none of its 1 line(s)"), "{err}");
+        let err = load(dir.join("missing").to_str().unwrap()).unwrap_err();
+        assert!(err.contains("missing: No such file"), "{err}");
+        let err = load(dir.to_str().unwrap()).unwrap_err();
+        assert!(err.starts_with(&format!("--nccl-log {}", dir.display())), "{err}");
+    }
+}

@@ -1,0 +1,196 @@
+//! The estimate's low and high ends where it rests on assumptions: the GPUDirect mode when no
+//! `--gdr` was given (off, dma-buf and nvidia-peermem charge VmPin differently), and the channel
+//! count when neither `--channels` nor `--search-channels` was (ncclTopoDupChannels doubles the
+//! search's channels only above a bandwidth the model assumes: src/graph/search.cc). Each
+//! alternative is derived and estimated as the assumed inputs are; `check` and the verdict judge
+//! the high end.
+
+use serde::Serialize;
+
+use crate::nccl::env::Environment;
+use crate::nccl::model::{self, Estimate};
+use memlock_core::collect::rdma_sysfs::SysfsDevice;
+use memlock_core::gdr::GdrMode;
+use memlock_kernel::fsroot::Roots;
+
+use super::{derive, Derived, ModelArgs};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Range {
+    pub per_rank_low_bytes: u64,
+    pub per_rank_high_bytes: u64,
+    pub per_node_low_bytes: u64,
+    pub per_node_high_bytes: u64,
+    pub per_node_host_high_bytes: u64,
+    /// The alternatives taken, each as the flags that give it.
+    pub alternatives: Vec<String>,
+}
+
+/// The flags of each alternative to what was assumed: every GPUDirect mode but the assumed one,
+/// and S not doubled when the topology rule doubled it.
+fn alternatives(args: &ModelArgs, d: &Derived) -> Vec<(String, ModelArgs)> {
+    let mut gdr: Vec<Option<&str>> = vec![None];
+    if args.gdr.is_none() {
+        for mode in [GdrMode::Off, GdrMode::Dmabuf, GdrMode::Peermem] {
+            if mode != d.inputs.gdr {
+                gdr.push(Some(mode.as_str()));
+            }
+        }
+    }
+    let mut search: Vec<Option<u64>> = vec![None];
+    let (s, doubled) = model::search_channels(d.inputs.nics);
+    if args.channels.is_none() && args.search_channels.is_none() && doubled {
+        search.push(Some((s / 2).max(1)));
+    }
+    let mut out = Vec::new();
+    for g in &gdr {
+        for s in &search {
+            if g.is_none() && s.is_none() {
+                continue;
+            }
+            let mut a = args.clone();
+            let mut flags = Vec::new();
+            if let Some(g) = g {
+                a.gdr = Some((*g).to_owned());
+                flags.push(format!("--gdr {g}"));
+            }
+            if let Some(s) = s {
+                a.search_channels = Some(*s);
+                flags.push(format!("--search-channels {s}"));
+            }
+            out.push((flags.join(" "), a));
+        }
+    }
+    out
+}
+
+/// The range over the alternatives, the assumed inputs' estimate `e` included.
+pub fn range(
+    args: &ModelArgs,
+    env: &Environment,
+    roots: &Roots,
+    devices: &[SysfsDevice],
+    d: &Derived,
+    e: &Estimate,
+) -> Range {
+    let mut r = Range {
+        per_rank_low_bytes: e.per_rank_max_bytes,
+        per_rank_high_bytes: e.per_rank_max_bytes,
+        per_node_low_bytes: e.per_node_bytes,
+        per_node_high_bytes: e.per_node_bytes,
+        per_node_host_high_bytes: e.per_node_host_bytes,
+        alternatives: Vec::new(),
+    };
+    for (flags, a) in alternatives(args, d) {
+        // The flags were validated for the assumed inputs; an alternative derive cannot fail on
+        // its own two flags, and one that did is left out rather than guessed.
+        let Ok(alt) = derive(&a, env, roots, devices) else { continue };
+        let x = model::estimate(&alt.inputs);
+        r.per_rank_low_bytes = r.per_rank_low_bytes.min(x.per_rank_max_bytes);
+        r.per_rank_high_bytes = r.per_rank_high_bytes.max(x.per_rank_max_bytes);
+        r.per_node_low_bytes = r.per_node_low_bytes.min(x.per_node_bytes);
+        r.per_node_high_bytes = r.per_node_high_bytes.max(x.per_node_bytes);
+        r.per_node_host_high_bytes = r.per_node_host_high_bytes.max(x.per_node_host_bytes);
+        r.alternatives.push(flags);
+    }
+    r
+}
+
+/// The estimate judged at the high end: `per_rank_max_bytes` and the per-node figures become the
+/// range's high end (the scenarios and the per-rank detail stay those of the assumed inputs).
+pub fn judge_high(e: &mut Estimate, r: &Range) {
+    e.per_rank_max_bytes = r.per_rank_high_bytes;
+    e.per_node_bytes = r.per_node_high_bytes;
+    e.per_node_host_bytes = r.per_node_host_high_bytes;
+}
+
+/// Adds `range` to a JSON report: into its `estimate` object when it has one, else at the top.
+pub fn with_range(json: &str, r: &Range) -> Result<String, serde_json::Error> {
+    let mut value: serde_json::Value = serde_json::from_str(json)?;
+    let range = serde_json::to_value(r)?;
+    match value.get_mut("estimate").and_then(serde_json::Value::as_object_mut) {
+        Some(estimate) => {
+            estimate.insert("range".into(), range);
+        }
+        None => {
+            if let serde_json::Value::Object(map) = &mut value {
+                map.insert("range".into(), range);
+            }
+        }
+    }
+    serde_json::to_string_pretty(&value).map(|t| t + "\n")
+}
+
+pub fn render_text(r: &Range) -> String {
+    if r.alternatives.is_empty() {
+        return String::new();
+    }
+    let h = |b: u64| memlock_core::units::bytes(b as f64);
+    format!(
+        "\nrange over what was assumed ({}): busiest rank {} to {}, per node {} to {}; judged at the high end\n",
+        r.alternatives.join("; "),
+        h(r.per_rank_low_bytes),
+        h(r.per_rank_high_bytes),
+        h(r.per_node_low_bytes),
+        h(r.per_node_high_bytes)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memlock_core::gdr::GdrMode;
+
+    fn roots() -> Roots {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+        Roots { procfs: fixtures.join("proc"), sysfs: fixtures.join("sys") }
+    }
+
+    fn run(flags: &[&str]) -> (Estimate, Range) {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            model: ModelArgs,
+        }
+        let args = Cli::try_parse_from(std::iter::once("x").chain(flags.iter().copied())).unwrap().model;
+        let env = Environment::default();
+        let d = derive(&args, &env, &roots(), &[]).unwrap();
+        let e = model::estimate(&d.inputs);
+        let r = range(&args, &env, &roots(), &[], &d, &e);
+        (e, r)
+    }
+
+    #[test]
+    fn given_inputs_have_no_range() {
+        let (e, r) = run(&["--nics", "8", "--gdr", "off", "--channels", "16", "--search-channels", "8"]);
+        assert!(r.alternatives.is_empty());
+        assert_eq!((r.per_rank_low_bytes, r.per_rank_high_bytes), (e.per_rank_max_bytes, e.per_rank_max_bytes));
+        assert_eq!(render_text(&r), "");
+    }
+
+    #[test]
+    fn an_assumed_gpudirect_mode_and_doubling_span_low_to_high() {
+        // 2 NICs: S = 2 doubled to 4 by the rule; GPUDirect not given.
+        let (e, r) = run(&["--nics", "2"]);
+        // The fixture node's GPUDirect mode as detected, the two others, each with S doubled and not.
+        assert_eq!(r.alternatives.len(), 5, "{:?}", r.alternatives);
+        assert!(r.alternatives.contains(&"--search-channels 2".to_owned()), "{:?}", r.alternatives);
+        for mode in [GdrMode::Off, GdrMode::Dmabuf, GdrMode::Peermem].into_iter().filter(|m| *m != e.inputs.gdr) {
+            assert!(r.alternatives.contains(&format!("--gdr {} --search-channels 2", mode.as_str())), "{r:?}");
+        }
+        // dma-buf keeps GPU buffers off VmPin and half the channels halve the connections: the low
+        // end is below the assumed inputs' figure, which is never above the high end.
+        assert!(r.per_rank_low_bytes < e.per_rank_max_bytes, "{r:?}");
+        assert!(r.per_rank_high_bytes >= e.per_rank_max_bytes, "{r:?}");
+        assert!(r.per_node_low_bytes < r.per_node_high_bytes);
+        let mut judged = e.clone();
+        judge_high(&mut judged, &r);
+        assert_eq!(judged.per_rank_max_bytes, r.per_rank_high_bytes);
+        assert!(render_text(&r).contains("judged at the high end"));
+        // Channels given: only the GPUDirect modes vary.
+        let (_, r) = run(&["--nics", "2", "--channels", "4"]);
+        assert_eq!(r.alternatives.len(), 2, "{:?}", r.alternatives);
+        assert!(r.alternatives.iter().all(|a| a.starts_with("--gdr ")), "{:?}", r.alternatives);
+    }
+}

@@ -1,0 +1,405 @@
+//! The job's own NCCL_DEBUG=INFO log, read: which process set up which network connection, with
+//! or without GPUDirect, over which NIC, in how many communicators, and which call failed.
+//! [`line`] parses one line (pure); [`read`] streams any reader through it with bounded memory:
+//! lines are cut at [`MAX_LINE`] bytes, and every set the summary keeps has a cap, past which it
+//! counts what it dropped and says the figures are no longer exact.
+
+pub mod line;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{self, BufRead};
+
+use serde::Serialize;
+
+pub use line::{parse, Comm, Direction, Event, Failure, Level, Line, NetConn, Prefix};
+
+/// A line longer than NCCL's 1024-byte buffer (debug.cc ncclDebugLog) plus a launcher's tag and
+/// a timestamp is not one NCCL line: it is kept to this length, counted as cut and not parsed.
+pub const MAX_LINE: usize = 16 * 1024;
+/// Processes (host, pid, device) the summary tracks.
+pub const MAX_PROCESSES: usize = 16_384;
+/// Distinct connections kept to count each once, over all processes: 2^21 keys of 20 bytes
+/// (and the hash set's overhead) stay below 100 MiB however large the log.
+pub const MAX_CONNECTIONS: usize = 1 << 21;
+pub const MAX_FAILURES: usize = 1024;
+pub const MAX_ENV: usize = 512;
+pub const MAX_NICS: usize = 256;
+pub const MAX_COMMUNICATORS: usize = 65_536;
+/// Longest value kept of a variable or a failure's error text.
+pub const MAX_TEXT: usize = 1024;
+
+/// Reads lines of at most [`MAX_LINE`] bytes from any reader, whatever the input's line lengths.
+pub struct LineReader<R> {
+    inner: R,
+}
+
+impl<R: BufRead> LineReader<R> {
+    pub fn new(inner: R) -> Self {
+        Self { inner }
+    }
+
+    /// The next line, without its newline, in `buf`: `Some(true)` when it was longer than
+    /// [`MAX_LINE`] and was cut; `None` at the end.
+    pub fn next_line(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<bool>> {
+        buf.clear();
+        let (mut any, mut cut) = (false, false);
+        loop {
+            let chunk = match self.inner.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if chunk.is_empty() {
+                return Ok(any.then_some(cut));
+            }
+            any = true;
+            let newline = chunk.iter().position(|b| *b == b'\n');
+            let take = newline.unwrap_or(chunk.len());
+            let room = MAX_LINE - buf.len();
+            if take > room {
+                cut = true;
+            }
+            buf.extend_from_slice(&chunk[..take.min(room)]);
+            self.inner.consume(take + usize::from(newline.is_some()));
+            if newline.is_some() {
+                return Ok(Some(cut));
+            }
+        }
+    }
+}
+
+/// One process of the job as the log shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rank {
+    pub host: String,
+    pub pid: u32,
+    /// The `[dev]` of its lines: the CUDA device it logged from.
+    pub cuda_dev: Option<i32>,
+    /// Its rank in the first communicator it initialised (or connected in, without Init lines).
+    pub rank: Option<u32>,
+    /// Network connections it set up, each (own rank, channel, connIndex, peer, direction) once.
+    pub net_send: u64,
+    pub net_recv: u64,
+    /// Of its sends, those another rank's proxy set up and registers (PXN, `NET/IB/0(8)`).
+    pub net_send_proxied: u64,
+    /// Those sends by the proxy's rank: (rank, sends, of them with GPUDirect, NIC).
+    pub proxied_to: Vec<(u32, u64, u64, u32)>,
+    /// true: every connection with GPUDirect (`/GDRDMA`); false: at least one without, so its
+    /// buffers are host memory the NIC pins; null: no network line.
+    pub gdr: Option<bool>,
+    pub gdr_connections: u64,
+    /// Of the sends and receives, those with GPUDirect.
+    pub net_send_gdr: u64,
+    pub net_recv_gdr: u64,
+    /// NIC indices (the `%d` after the plugin's name) of its connections.
+    pub nics: Vec<u32>,
+    /// Its connections on each of `nics`, in the same order.
+    pub nic_connections: Vec<u64>,
+    /// Connection lines seen again (the same key): a log captured twice, or a second
+    /// communicator over the same ranks and channels.
+    pub repeated: u64,
+}
+
+/// A failed call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureAt {
+    pub host: String,
+    pub pid: u32,
+    pub cuda_dev: Option<i32>,
+    pub call: String,
+    pub error: Option<String>,
+    pub errno: Option<i32>,
+    /// 1-based line number in the log.
+    pub line: u64,
+}
+
+/// What hit a cap.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Dropped {
+    pub processes: u64,
+    pub connections: u64,
+    pub failures: u64,
+    pub env: u64,
+    pub nics: u64,
+    pub communicators: u64,
+}
+
+impl Dropped {
+    fn any(&self) -> bool {
+        *self != Self::default()
+    }
+}
+
+/// The log, summarised.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NcclLog {
+    /// The first `NCCL version` line's version (`2.18.6+cuda12.1`).
+    pub nccl_version: Option<String>,
+    /// Other versions in the same log (several jobs, or mismatched libraries).
+    pub other_versions: Vec<String>,
+    pub lines: u64,
+    /// Lines with NCCL's prefix (or its version line): 0 means the file is not an NCCL log.
+    pub nccl_lines: u64,
+    pub cut_lines: u64,
+    pub ranks: Vec<Rank>,
+    pub failures: Vec<FailureAt>,
+    /// NCCL_* values the log says were set by environment, the first one printed of each.
+    pub env: BTreeMap<String, String>,
+    /// Devices the network transports list as in use (`NET/IB : Using [0]mlx5_0:1/IB`).
+    pub nics: Vec<String>,
+    /// Network plugins of the connection lines (`IB`, `Socket`, `AWS Libfabric`).
+    pub networks: Vec<String>,
+    /// Communicators whose init completed: distinct commIds, or (host, pid, comm address) for
+    /// NCCL before 2.18, which prints no commId.
+    pub communicators: u64,
+    /// false when a cap was hit (see `dropped`): counts are then lower bounds.
+    pub exact: bool,
+    pub dropped: Dropped,
+}
+
+type ProcKey = (String, u32, Option<i32>);
+/// (own rank, channel, connIndex, peer, direction).
+type ConnKey = (u32, u32, u32, u32, Direction);
+
+#[derive(Default)]
+struct Proc {
+    rank: Option<u32>,
+    seen: HashSet<ConnKey>,
+    send: u64,
+    recv: u64,
+    proxied: u64,
+    proxied_to: Vec<(u32, u64, u64, u32)>,
+    send_gdr: u64,
+    recv_gdr: u64,
+    nics: Vec<(u32, u64)>,
+    repeated: u64,
+}
+
+/// The state of a log being read; every part bounded.
+#[derive(Default)]
+pub struct Summary {
+    version: Option<String>,
+    other_versions: Vec<String>,
+    lines: u64,
+    nccl_lines: u64,
+    cut_lines: u64,
+    procs: HashMap<ProcKey, Proc>,
+    connections: usize,
+    failures: Vec<FailureAt>,
+    env: BTreeMap<String, String>,
+    nics: Vec<String>,
+    networks: Vec<String>,
+    comms: HashSet<String>,
+    dropped: Dropped,
+}
+
+fn bounded(s: &str) -> String {
+    let mut end = s.len().min(MAX_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+impl Summary {
+    /// Takes one line (without its newline); `cut` when the reader cut it short.
+    pub fn feed(&mut self, bytes: &[u8], cut: bool) {
+        self.lines += 1;
+        if cut {
+            self.cut_lines += 1;
+            return;
+        }
+        let Some(line) = parse(bytes) else { return };
+        self.nccl_lines += 1;
+        let Some(event) = line.event else { return };
+        if let Event::Version(v) = event {
+            match &self.version {
+                None => self.version = Some(bounded(&v)),
+                Some(first) if *first != v && self.other_versions.len() < 16 && !self.other_versions.contains(&v) => {
+                    self.other_versions.push(bounded(&v))
+                }
+                Some(_) => {}
+            }
+            return;
+        }
+        let Some(prefix) = line.prefix else { return };
+        match event {
+            Event::Version(_) => {}
+            Event::Env { name, value } => {
+                if self.env.contains_key(&name) {
+                } else if self.env.len() < MAX_ENV {
+                    self.env.insert(bounded(&name), bounded(&value));
+                } else {
+                    self.dropped.env += 1;
+                }
+            }
+            Event::Nics { devices, .. } => {
+                for d in devices {
+                    if self.nics.contains(&d) {
+                    } else if self.nics.len() < MAX_NICS {
+                        self.nics.push(bounded(&d));
+                    } else {
+                        self.dropped.nics += 1;
+                    }
+                }
+            }
+            Event::Comm(c) => {
+                let key = match &c.comm_id {
+                    Some(id) => id.clone(),
+                    None => format!("{}:{}:{}", prefix.host, prefix.pid, c.comm),
+                };
+                if let Some(p) = self.proc(&prefix) {
+                    if p.rank.is_none() {
+                        p.rank = c.rank;
+                    }
+                }
+                if c.complete && !self.comms.contains(&key) {
+                    if self.comms.len() < MAX_COMMUNICATORS {
+                        self.comms.insert(bounded(&key));
+                    } else {
+                        self.dropped.communicators += 1;
+                    }
+                }
+            }
+            Event::Net(conn) => self.net(&prefix, conn),
+            Event::Failure(f) => {
+                if line.level != Level::Warn {
+                    return;
+                }
+                self.proc(&prefix);
+                if self.failures.len() < MAX_FAILURES {
+                    self.failures.push(FailureAt {
+                        host: bounded(&prefix.host),
+                        pid: prefix.pid,
+                        cuda_dev: prefix.cuda_dev,
+                        call: bounded(&f.call),
+                        error: f.error.as_deref().map(bounded),
+                        errno: f.errno,
+                        line: self.lines,
+                    });
+                } else {
+                    self.dropped.failures += 1;
+                }
+            }
+        }
+    }
+
+    fn proc(&mut self, prefix: &Prefix) -> Option<&mut Proc> {
+        let key = (prefix.host.clone(), prefix.pid, prefix.cuda_dev);
+        if !self.procs.contains_key(&key) {
+            if self.procs.len() >= MAX_PROCESSES {
+                self.dropped.processes += 1;
+                return None;
+            }
+            self.procs.insert((bounded(&prefix.host), prefix.pid, prefix.cuda_dev), Proc::default());
+        }
+        self.procs.get_mut(&key)
+    }
+
+    fn net(&mut self, prefix: &Prefix, conn: NetConn) {
+        if !self.networks.contains(&conn.net) && self.networks.len() < MAX_NICS {
+            self.networks.push(bounded(&conn.net));
+        }
+        let room = self.connections < MAX_CONNECTIONS;
+        let Some(p) = self.proc(prefix) else { return };
+        let key = (conn.me(), conn.channel, conn.conn_index, conn.peer(), conn.direction);
+        if p.seen.contains(&key) {
+            p.repeated += 1;
+            return;
+        }
+        let mut added = 0;
+        if room {
+            p.seen.insert(key);
+            added = 1;
+        }
+        if p.rank.is_none() {
+            p.rank = Some(conn.me());
+        }
+        let gdr = u64::from(conn.gdr);
+        match conn.direction {
+            Direction::Send => (p.send, p.send_gdr) = (p.send + 1, p.send_gdr + gdr),
+            Direction::Recv => (p.recv, p.recv_gdr) = (p.recv + 1, p.recv_gdr + gdr),
+        }
+        if let Some(proxy) = conn.proxy.filter(|r| *r != conn.from) {
+            p.proxied += 1;
+            match p.proxied_to.iter().position(|(r, _, _, d)| *r == proxy && *d == conn.dev) {
+                Some(at) => {
+                    (p.proxied_to[at].1, p.proxied_to[at].2) = (p.proxied_to[at].1 + 1, p.proxied_to[at].2 + gdr)
+                }
+                None if p.proxied_to.len() < MAX_NICS => p.proxied_to.push((proxy, 1, gdr, conn.dev)),
+                None => {}
+            }
+        }
+        match p.nics.iter().position(|(d, _)| *d == conn.dev) {
+            Some(at) => p.nics[at].1 += 1,
+            None if p.nics.len() < MAX_NICS => p.nics.push((conn.dev, 1)),
+            None => {}
+        }
+        self.connections += added;
+        // Past the cap a connection cannot be told from one seen before: counted, and the
+        // figures are marked as not exact.
+        self.dropped.connections += 1 - added as u64;
+    }
+
+    pub fn finish(self) -> NcclLog {
+        let mut ranks: Vec<Rank> = self
+            .procs
+            .into_iter()
+            .map(|((host, pid, cuda_dev), p)| {
+                let total = p.send + p.recv;
+                let gdr = p.send_gdr + p.recv_gdr;
+                let mut nics = p.nics;
+                nics.sort_unstable();
+                Rank {
+                    host,
+                    pid,
+                    cuda_dev,
+                    rank: p.rank,
+                    net_send: p.send,
+                    net_recv: p.recv,
+                    net_send_proxied: p.proxied,
+                    proxied_to: p.proxied_to,
+                    gdr: (total > 0).then_some(gdr == total),
+                    gdr_connections: gdr,
+                    net_send_gdr: p.send_gdr,
+                    net_recv_gdr: p.recv_gdr,
+                    nics: nics.iter().map(|(d, _)| *d).collect(),
+                    nic_connections: nics.iter().map(|(_, n)| *n).collect(),
+                    repeated: p.repeated,
+                }
+            })
+            .collect();
+        ranks.sort_by(|a, b| (&a.host, a.pid, a.cuda_dev).cmp(&(&b.host, b.pid, b.cuda_dev)));
+        NcclLog {
+            nccl_version: self.version,
+            other_versions: self.other_versions,
+            lines: self.lines,
+            nccl_lines: self.nccl_lines,
+            cut_lines: self.cut_lines,
+            ranks,
+            failures: self.failures,
+            env: self.env,
+            nics: self.nics,
+            networks: self.networks,
+            communicators: self.comms.len() as u64 + self.dropped.communicators,
+            exact: !self.dropped.any(),
+            dropped: self.dropped,
+        }
+    }
+}
+
+/// Reads a whole log from any reader, streaming.
+pub fn read(reader: impl BufRead) -> io::Result<NcclLog> {
+    let mut lines = LineReader::new(reader);
+    let mut summary = Summary::default();
+    let mut buf = Vec::with_capacity(1024);
+    while let Some(cut) = lines.next_line(&mut buf)? {
+        summary.feed(&buf, cut);
+    }
+    Ok(summary.finish())
+}
+
+#[cfg(test)]
+mod format_tests;
+#[cfg(test)]
+mod tests;
