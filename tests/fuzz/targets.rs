@@ -271,6 +271,10 @@ pub const TARGETS: &[Target] = &[
                  /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0\n",
                 "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/hpcx/ucx/lib/libucp.so.0.0.0 (deleted)\n",
                 "7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 /opt/mvapich2/lib64/libmpi.so.12.1.1\n",
+                // A form feed splits a field: what follows is no absolute path, and names no library;
+                // the next line's does.
+                "0 1 2 3 4/libf-\u{c}libmpi.so.12.1\n7f3a1c000000-7f3a1e4f1000 r-xp 00000000 103:02 5 \
+                 /usr/lib/x86_64-linux-gnu/libibverbs.so.1\n",
             ])
         },
         check: check_maps_registrants,

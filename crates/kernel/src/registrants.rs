@@ -81,6 +81,11 @@ pub fn rdma_library(line: &str) -> Option<RdmaLibrary> {
     }
     let path = fields.next()?.trim();
     let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    // A file mapping's path is absolute; anything else ([heap], a field split by other
+    // whitespace) names no library.
+    if !path.starts_with('/') {
+        return None;
+    }
     let name = path.rsplit('/').next()?;
     let library = family(path, name)?;
     Some(RdmaLibrary { library, file: module_version(name) })

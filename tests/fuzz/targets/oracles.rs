@@ -87,7 +87,7 @@ pub(super) fn check_maps_registrants(bytes: &[u8]) -> Result<Verdict, String> {
             return Err(format!("family {:?}", library.library));
         }
         // The file label is the start of the line's last path component, bounded.
-        let name = line.rsplit('/').next().unwrap_or("");
+        let name = line.rsplit('/').next().unwrap_or("").trim_start();
         if library.file.is_empty()
             || library.file.len() > versions::MAX_VERSION_BYTES
             || !name.starts_with(&library.file)

@@ -107,7 +107,9 @@ fn churn_of_a_generated_host_keeps_memory_series_and_trends_flat() {
     let cgroups = 4 + PODS * 4;
 
     let mut env: Vec<(String, String)> = Vec::new();
-    for name in ["NODE", "NUMA", "PROCESS", "CGROUP", "RDMA_SYSFS", "RDMA_NETLINK", "SOFTWARE"] {
+    for name in
+        ["NODE", "NUMA", "PROCESS", "CGROUP", "RDMA_SYSFS", "RDMA_NETLINK", "RDMA_CAPS", "SOFTWARE", "LAUNCHERS"]
+    {
         env.push((format!("MEMLOCK_EXPORTER_COLLECTOR__{name}__INTERVAL"), "100ms".into()));
     }
     for name in ["PROCESS", "CGROUP"] {

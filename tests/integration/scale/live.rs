@@ -69,9 +69,11 @@ fn live_churn_of_real_processes_and_cgroups() {
         ("MEMLOCK_EXPORTER_COLLECTOR__PROCESS__FULL_SCAN_INTERVAL", "100ms"),
         ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__INTERVAL", "100ms"),
         ("MEMLOCK_EXPORTER_COLLECTOR__CGROUP__FULL_SCAN_INTERVAL", "100ms"),
-        // Their default 5 s and 30 s intervals would let a healthy sample reach the 5 s stall bound below.
+        // Their default 5 s to 60 s intervals would let a healthy sample reach the 5 s stall bound below.
         ("MEMLOCK_EXPORTER_COLLECTOR__RDMA_SYSFS__INTERVAL", "1s"),
         ("MEMLOCK_EXPORTER_COLLECTOR__SOFTWARE__INTERVAL", "1s"),
+        ("MEMLOCK_EXPORTER_COLLECTOR__RDMA_CAPS__INTERVAL", "1s"),
+        ("MEMLOCK_EXPORTER_COLLECTOR__LAUNCHERS__INTERVAL", "1s"),
     ];
     let exporter = Exporter::start_with_env(&["--no-collector.rdma_netlink"], &env);
     let pid = exporter.child.id();
