@@ -168,14 +168,10 @@ fn mlock_by_root_reports_exact_vmlck_limits_and_ratio() {
         .0
         .to_owned();
     let cgroup_label = cgroup.split("cgroup=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
-    let sum = m
-        .family("memlock_cgroup_locked_bytes")
-        .into_iter()
-        .find(|(k, _)| k.contains(&format!("cgroup=\"{cgroup_label}\"")))
-        .unwrap()
-        .1;
     // The aggregate counts each process's share of its locked pages once (`Locked:` of
-    // smaps_rollup, the resident locked pages, shared ones split): at least this process's.
+    // smaps_rollup, the resident locked pages, shared ones split): at least this process's. The
+    // share is re-read every few seconds, and one read while mlock was still faulting the pages
+    // in saw part of them: wait for a read after the lock is resident.
     let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
     let share_kb: u64 = rollup
         .lines()
@@ -183,6 +179,18 @@ fn mlock_by_root_reports_exact_vmlck_limits_and_ratio() {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
     assert!(share_kb > 0, "the lock is resident: {rollup}");
+    let sum_of = |m: &Metrics| {
+        m.family("memlock_cgroup_locked_bytes")
+            .into_iter()
+            .find(|(k, _)| k.contains(&format!("cgroup=\"{cgroup_label}\"")))
+            .map_or(0.0, |(_, v)| v)
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut sum = sum_of(&m);
+    while sum < (share_kb << 10) as f64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        sum = sum_of(&exporter.metrics());
+    }
     assert!(
         sum >= (share_kb << 10) as f64,
         "cgroup {cgroup_label} locked sum {sum}, this process's share {share_kb} kB"
