@@ -97,13 +97,14 @@ nccl_wheels() {
     python3 scripts/nccl_wheels.py fetch
 }
 
-# Format and lint gates: rustfmt.toml's style in this crate and in the fuzz crate (its own
-# manifest, not a workspace member, so `cargo fmt` here leaves fuzz/fuzz_targets/ out), clippy's
-# default lints as errors, and no line of src/, tests/, scripts/ or fuzz/ over 120 columns
-# (rustfmt does not break string literals, and formats no script).
+# Format and lint gates: rustfmt.toml's style in this workspace and in the fuzz crates (the
+# fuzz workspace's members, fuzz/*/: outside this workspace, so `cargo fmt` here leaves their
+# files out; `--all`, as fuzz/Cargo.toml is a virtual manifest), clippy's default lints as
+# errors, and no line of src/, crates/, tests/, scripts/ or fuzz/ over 120 columns (rustfmt does
+# not break string literals, and formats no script).
 format_and_lint() {
     cargo fmt --all --check || return 1
-    cargo fmt --manifest-path fuzz/Cargo.toml --check || return 1
+    cargo fmt --all --manifest-path fuzz/Cargo.toml --check || return 1
     cargo clippy --locked --workspace --all-targets -- -D warnings || return 1
     bash scripts/columns.sh
 }

@@ -1,6 +1,6 @@
 //! The stable fuzzing engine: a deterministic mutation fuzzer over the targets of
 //! [`targets`] (every parser, its seed corpus from the fixture trees and the real captures, and
-//! its oracle). `fuzz/` runs the same targets under libFuzzer.
+//! its oracle). The cargo-fuzz crates in `fuzz/` run the same targets under libFuzzer.
 //!
 //! Each target checks that every seed parses, then mutates seeds for a time budget: bit flips,
 //! truncations, splices of two seeds, numbers replaced by huge or malformed ones, NUL bytes,
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 mod targets;
 
-use targets::{Expect, Target, Verdict, TARGETS};
+use targets::{Expect, Target, Verdict};
 
 /// splitmix64: tiny, fast and deterministic, so a case number reproduces its input.
 #[derive(Clone)]
@@ -364,25 +364,27 @@ macro_rules! targets {
         #[test]
         fn every_registered_target_has_a_test() {
             let tested = [$(stringify!($name)),*];
-            let registered: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
+            let registered: Vec<&str> = targets::all().map(|t| t.name).collect();
             assert_eq!(registered, tested);
         }
 
-        /// And a libFuzzer binary: fuzz/Cargo.toml lists one per target.
+        /// And a libFuzzer binary in its crate's fuzz crate, whose manifest lists one per target.
         #[test]
         fn every_registered_target_has_a_libfuzzer_binary() {
-            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/Cargo.toml");
-            let manifest = std::fs::read_to_string(path).expect("fuzz/Cargo.toml");
-            let mut binaries: Vec<&str> = manifest
-                .split("[[bin]]")
-                .skip(1)
-                .filter_map(|section| section.lines().find_map(|l| l.trim().strip_prefix("name \
-                    = ")).map(|n| n.trim_matches('"')))
-                .collect();
-            let mut registered: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
-            binaries.sort_unstable();
-            registered.sort_unstable();
-            assert_eq!(binaries, registered);
+            for layer in targets::LAYERS {
+                let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(layer.fuzz_crate).join("Cargo.toml");
+                let manifest = std::fs::read_to_string(&path).expect("the fuzz crate's manifest");
+                let mut binaries: Vec<&str> = manifest
+                    .split("[[bin]]")
+                    .skip(1)
+                    .filter_map(|section| section.lines().find_map(|l| l.trim().strip_prefix("name \
+                        = ")).map(|n| n.trim_matches('"')))
+                    .collect();
+                let mut registered: Vec<&str> = layer.targets.iter().map(|t| t.name).collect();
+                binaries.sort_unstable();
+                registered.sort_unstable();
+                assert_eq!(binaries, registered, "{}", path.display());
+            }
         }
     };
 }
@@ -391,31 +393,37 @@ targets! {
     meminfo vmstat single_numbers pid_status pid_limits uid_map pid_cgroup proc_cgroups rdma_cgroup
     memcg_v1_limit memcg_v2_limit memcg_v1_stat memcg_v2_stat memcg_oom_control memcg_events
     rdma_sysfs_numbered rdma_sysfs_rate rdma_sysfs_counter rdma_sysfs_label thp_choice
-    hugepage_dir_name cgroup_path nldev config_file web_config_file duration listen_address
-    alertmanager_url basic_authorization exposition_labels nccl_environment nvidia_version maps_nccl
-    maps_registrants nccl_library trace_pipe nccl_log
+    hugepage_dir_name cgroup_path nldev nvidia_version maps_nccl maps_registrants nccl_library trace_pipe
+    config_file duration listen_address alertmanager_url exposition_labels
+    web_config_file basic_authorization
+    nccl_environment nccl_log
 }
 
 #[test]
 fn the_corpus_has_a_directory_of_seeds_per_target() {
     let dir = std::env::temp_dir().join(format!("memlock-fuzz-corpus-{}", std::process::id()));
     let written = targets::write_corpus(&dir).expect("write the corpus");
-    for target in TARGETS {
-        let seeds = std::fs::read_dir(dir.join(target.name)).map(|d| d.count()).unwrap_or(0);
-        assert_eq!(seeds, (target.seeds)().len(), "{}", target.name);
-        assert!(seeds > 0, "{}: no seeds", target.name);
+    for layer in targets::LAYERS {
+        for target in layer.targets {
+            let seeds = std::fs::read_dir(dir.join(layer.fuzz_crate).join("corpus").join(target.name))
+                .map(|d| d.count())
+                .unwrap_or(0);
+            assert_eq!(seeds, (target.seeds)().len(), "{}", target.name);
+            assert!(seeds > 0, "{}: no seeds", target.name);
+        }
     }
-    assert!(written > TARGETS.len());
+    assert!(written > targets::all().count());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Writes the seed corpora for the libFuzzer runs: `FUZZ_CORPUS_DIR=<dir> cargo test --test
-/// fuzz write_corpus -- --ignored` (scripts/fuzz.sh does).
+/// Writes the seed corpora for the libFuzzer runs, each in its fuzz crate under the given root
+/// (the repository for scripts/fuzz.sh): `FUZZ_CORPUS_ROOT=<dir> cargo test --test fuzz
+/// write_corpus -- --ignored`.
 #[test]
 #[ignore = "a tool, not a test: run by scripts/fuzz.sh"]
 fn write_corpus() {
-    let dir = std::env::var("FUZZ_CORPUS_DIR").expect("FUZZ_CORPUS_DIR names the directory to write");
-    targets::write_corpus(std::path::Path::new(&dir)).expect("write the corpus");
+    let root = std::env::var("FUZZ_CORPUS_ROOT").expect("FUZZ_CORPUS_ROOT names the directory to write under");
+    targets::write_corpus(std::path::Path::new(&root)).expect("write the corpus");
 }
 
 /// Netlink's own mutations besides the targets': a message or attribute length rewritten to an
