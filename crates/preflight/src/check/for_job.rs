@@ -21,12 +21,24 @@ pub const ALERT_AVAILABLE_LOW: &str = "MemlockNodeMemoryAvailableLow's condition
 pub const ALERT_HUGEPAGES: &str = "MemlockNodeHugepagesUnusedWhileMemoryLow's condition";
 pub const ALERT_CGROUP_NEAR: &str = "MemlockCgroupNearMemoryLimit's condition";
 pub const ALERT_OVERCOMMIT: &str = "MemlockNodeStrictOvercommitWithRdma's condition";
+pub const ALERT_COMMIT_HEADROOM: &str = "MemlockNodeCommitHeadroomLow's condition";
 
 /// MemAvailable below `node_available_low_ratio` of MemTotal (MemlockNodeMemoryAvailableLow).
 pub fn available_low(m: &Meminfo) -> bool {
     match (m.mem_available, m.mem_total) {
         (Some(available), Some(total)) if total > 0 => {
             (available as f64) < policy::NODE_AVAILABLE_LOW_RATIO * total as f64
+        }
+        _ => false,
+    }
+}
+
+/// MemlockNodeCommitHeadroomLow's condition, mode 2 aside: CommitLimit - Committed_AS below
+/// `overcommit_headroom_low_ratio` of CommitLimit.
+pub fn commit_headroom_low(m: &Meminfo) -> bool {
+    match (m.commit_limit, m.committed_as) {
+        (Some(limit), Some(committed)) => {
+            (limit.saturating_sub(committed) as f64) < policy::OVERCOMMIT_HEADROOM_LOW_RATIO * limit as f64
         }
         _ => false,
     }
