@@ -59,6 +59,8 @@ impl Host {
             .arg(path("sys"))
             .arg("--path.etc")
             .arg(path("etc"))
+            .arg("--path.rootfs")
+            .arg(path(""))
             .output()
             .expect("run check");
         assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
@@ -105,6 +107,20 @@ fn slurm_under_systemd_at_64_kib_names_slurmds_unit() {
     let others: Vec<&str> = report["launch"]["others"].as_array().unwrap().iter().filter_map(|o| o.as_str()).collect();
     assert!(others[0].starts_with("then, same path:") && others[0].contains("PropagateResourceLimitsExcept=MEMLOCK"));
     assert!(others[1..].iter().all(|o| o.starts_with("other path") && !o.contains("Slurm")), "{others:?}");
+    // The RDMA user space, from the node's files: the libibverbs the loader resolves, the
+    // MLNX_OFED installer's ofed_info.
+    let fact = |name: &str| {
+        report["facts"].as_array().unwrap().iter().find(|f| f["name"] == name).unwrap()["value"].as_str().unwrap()
+    };
+    assert_eq!(fact("rdma-core"), "2410mlnx54.0 (/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.2410mlnx54.0)");
+    assert_eq!(fact("OFED"), "MLNX_OFED_LINUX-24.10-1.1.4.0 (/usr/bin/ofed_info)");
+    // Another host has neither: not found, and the check still runs.
+    let docker = Host::fixture("docker-8mib").check(3010);
+    let value = |r: &serde_json::Value, name: &str| {
+        r["facts"].as_array().unwrap().iter().find(|f| f["name"] == name).unwrap()["value"].as_str().unwrap().to_owned()
+    };
+    assert!(value(&docker, "rdma-core").starts_with("not found"), "{docker}");
+    assert!(value(&docker, "OFED").starts_with("not found"), "{docker}");
 }
 
 #[test]

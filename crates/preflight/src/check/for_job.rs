@@ -173,7 +173,7 @@ fn path_name(path: &LaunchPath) -> &'static str {
 }
 
 /// The checklist's facts, as read.
-pub fn facts(m: &Machine, roots: &Roots, shape: String) -> Vec<Fact> {
+pub fn facts(m: &Machine, roots: &Roots, stack: &super::rdma_stack::Roots, shape: String) -> Vec<Fact> {
     let mut facts = vec![Fact { name: "job shape".into(), value: shape }];
     let mut push = |name: &str, value: Option<String>| {
         facts.push(Fact { name: name.into(), value: value.unwrap_or_else(|| "not read".into()) })
@@ -213,10 +213,8 @@ pub fn facts(m: &Machine, roots: &Roots, shape: String) -> Vec<Fact> {
     let modules: Vec<String> =
         software.modules.iter().filter(|(_, v)| !v.is_empty()).map(|(name, v)| format!("{name} {v}")).collect();
     push("RDMA modules", Some(if modules.is_empty() { "none loaded".into() } else { modules.join(", ") }));
-    push(
-        "rdma-core / OFED",
-        Some("not read by check: `ofed_info -s`, `dpkg -s rdma-core` or `rpm -q rdma-core`".into()),
-    );
+    push("rdma-core", Some(super::rdma_stack::rdma_core(stack, &m.pid)));
+    push("OFED", Some(super::rdma_stack::ofed(stack)));
     push("NCCL", nccl_mapped(roots, &m.pid));
     facts
 }

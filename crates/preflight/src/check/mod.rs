@@ -48,6 +48,10 @@ pub struct CheckArgs {
     /// limits.conf, systemd units).
     #[arg(long = "path.etc", default_value = "/etc")]
     pub etc: String,
+    /// Root of the rest of the node's file system: systemd's units under /usr/lib and /run, and
+    /// the RDMA user space (libibverbs, /usr/bin/ofed_info) whose versions are reported.
+    #[arg(long = "path.rootfs", default_value = "/")]
+    pub rootfs: String,
     /// Job-context flags and `--exec` (crates/preflight/src/job_context.rs).
     #[command(flatten)]
     pub job: crate::job_context::JobContextArgs,
@@ -640,7 +644,12 @@ pub fn run(args: &CheckArgs) -> u8 {
         "{} node(s) x {} rank(s), {} communicator(s) per rank",
         derived.inputs.nodes, derived.inputs.ranks_per_node, derived.inputs.communicators
     );
-    let facts = for_job::facts(&machine, &roots, shape);
+    let stack = rdma_stack::Roots {
+        rootfs: std::path::Path::new(&args.rootfs),
+        etc: std::path::Path::new(&args.etc),
+        procfs: &roots.procfs,
+    };
+    let facts = for_job::facts(&machine, &roots, &stack, shape);
     let logged = log.map(|l| {
         let r = estimate::from_log::report(&derived.inputs, &e, &l, &estimate::verdict(&e, &machine));
         findings.extend(nccl_log::explain(&r, &machine, &nccl_log::hostname(&roots)));
@@ -696,6 +705,7 @@ pub fn run(args: &CheckArgs) -> u8 {
 
 pub mod for_job;
 pub mod launch_path;
+pub mod rdma_stack;
 
 #[cfg(test)]
 mod policy_parity;
