@@ -129,7 +129,7 @@ pub fn explain_capability(judged: &CapJudged, findings: &mut [Finding]) {
 /// diagnosis for the report. `None` when the memlock limit passes.
 pub fn launcher_fix(
     roots: &Roots,
-    etc: &std::path::Path,
+    files: &super::rdma_stack::Roots,
     pid: &str,
     own: bool,
     findings: &mut [Finding],
@@ -139,7 +139,8 @@ pub fn launcher_fix(
     if !findings.iter().any(failing) {
         return None;
     }
-    let d = launch_path::diagnose(&launch_path::Sources { procfs: &roots.procfs, etc }, pid, own);
+    let sources = launch_path::Sources { procfs: &roots.procfs, etc: files.etc, rootfs: files.rootfs };
+    let d = launch_path::diagnose(&sources, pid, own);
     let mut first = true;
     for f in findings.iter_mut().filter(|f| failing(f)) {
         f.fix = if first {

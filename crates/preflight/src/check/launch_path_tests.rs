@@ -65,7 +65,7 @@ impl Host {
     }
     pub fn diagnose(&self, pid: u32, own: bool) -> Diagnosis {
         let (procfs, etc) = (self.procfs(), self.etc());
-        diagnose(&Sources { procfs: &procfs, etc: &etc }, &pid.to_string(), own)
+        diagnose(&Sources { procfs: &procfs, etc: &etc, rootfs: &self.dir }, &pid.to_string(), own)
     }
 }
 
@@ -200,6 +200,83 @@ fn mpirun_over_ssh_before_a_new_login_says_log_in_again() {
     std::fs::remove_file(host.etc().join("security/limits.d/90-rdma.conf")).unwrap();
     let d = host.diagnose(6010, false);
     assert_first(&d, &["/etc/security/limits.d/memlock.conf", "memlock unlimited"], &["started before"]);
+}
+
+#[test]
+fn over_ssh_without_pam_limits_says_limits_conf_has_no_effect() {
+    let host = Host::fixture("mpirun-ssh");
+    // pam_limits granted unlimited, but sshd does not run it: a new login would not help.
+    host.etc_file("ssh/sshd_config", "Include /etc/ssh/sshd_config.d/*.conf\nPort 22\n");
+    host.etc_file("ssh/sshd_config.d/50-site.conf", "UsePAM no\n");
+    host.etc_file("pam.d/sshd", "@include common-session\nsession required pam_limits.so\n");
+    host.etc_file("pam.d/common-session", "session required pam_unix.so\n");
+    let d = host.diagnose(6010, false);
+    assert_first(
+        &d,
+        &["without PAM", "50-site.conf:1 `UsePAM no`", "limits.conf has no effect over ssh", "`UsePAM yes`"],
+        &["started before", "new login (and restart"],
+    );
+    // sshd's own limit is what the sessions get: its unit, named as it is installed.
+    host.etc_file("systemd/system/ssh.service", "[Service]\nExecStart=/usr/sbin/sshd -D\n");
+    let d = host.diagnose(6010, false);
+    assert_first(&d, &["ssh.service.d/memlock.conf"], &[]);
+    // PAM on, but the session stack has no pam_limits (Red Hat's layout, through an include).
+    host.etc_file("ssh/sshd_config.d/50-site.conf", "UsePAM yes\n");
+    host.etc_file("pam.d/sshd", "auth substack password-auth\nsession include password-auth\n");
+    host.etc_file("pam.d/password-auth", "session required pam_unix.so\n");
+    let d = host.diagnose(6010, false);
+    assert_first(
+        &d,
+        &["pam_limits is not in sshd's PAM session stack", "session required pam_limits.so", "no effect over ssh"],
+        &["started before"],
+    );
+    // With pam_limits in the stack, the granted limit needs a new login, and the others say
+    // what was checked.
+    host.etc_file("pam.d/password-auth", "session required pam_unix.so\n-session optional pam_limits.so\n");
+    let d = host.diagnose(6010, false);
+    assert_first(&d, &["started before pam_limits granted it", "new login"], &["without PAM"]);
+    assert!(d.others.iter().any(|o| o.starts_with("checked, same path:") && o.contains("password-auth:2")), "{d:#?}");
+}
+
+#[test]
+fn a_vendor_unit_and_its_drop_ins_decide_the_file_to_write() {
+    let host = Host::fixture("kubernetes");
+    // containerd's vendor unit under /usr/lib, and an /etc drop-in that sorts after memlock.conf.
+    let vendor = host.dir.join("usr/lib/systemd/system/containerd.service");
+    std::fs::create_dir_all(vendor.parent().unwrap()).unwrap();
+    std::fs::write(&vendor, "[Service]\nExecStart=/usr/bin/containerd\nLimitMEMLOCK=8M\n").unwrap();
+    let d = host.diagnose(3010, false);
+    assert_first(&d, &["containerd.service.d/memlock.conf", "usr/lib/systemd/system/containerd.service:3"], &[]);
+    host.etc_file("systemd/system/containerd.service.d/override.conf", "[Service]\nLimitMEMLOCK=16M\n");
+    let d = host.diagnose(3010, false);
+    assert_first(
+        &d,
+        &["containerd.service.d/zz-memlock.conf", "override.conf:2 `LimitMEMLOCK=16M`", "the last applies"],
+        &["containerd.service.d/memlock.conf"],
+    );
+    // The unit already grants it and containerd (8 MiB) did not restart: restart it.
+    host.etc_file("systemd/system/containerd.service.d/override.conf", "[Service]\nLimitMEMLOCK=infinity\n");
+    let d = host.diagnose(3010, false);
+    assert_first(&d, &["started before the change", "systemctl restart containerd", "override.conf:2"], &["zz-"]);
+}
+
+#[test]
+fn cri_o_names_default_ulimits_where_it_is_set() {
+    let host = Host::new("crio");
+    base(&host);
+    let pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f6f4e2a.slice/crio-4f2b6c1d.scope";
+    host.process(650, 1, 0, "crio", "/usr/bin/crio", Some(8 * MIB), "/system.slice/crio.service");
+    host.process(620, 1, 0, "kubelet", "/usr/bin/kubelet", Some(8 * MIB), "/system.slice/kubelet.service");
+    host.process(3000, 1, 0, "conmon", "/usr/libexec/crio/conmon", Some(8 * MIB), "/system.slice/crio-conmon-4f.scope");
+    host.process(3010, 3000, 1000, "python3", "/usr/bin/python3", Some(8 * MIB), pod);
+    let d = host.diagnose(3010, false);
+    assert!(matches!(&d.path, LaunchPath::Kubernetes { runtime: Some(r) } if r.pid == 650), "{d:#?}");
+    assert_first(&d, &["crio.conf.d/99-memlock.conf", "memlock=-1:-1", "unset now"], &["containerd", "limits.d"]);
+    host.etc_file("crio/crio.conf", "[crio.runtime]\ndefault_ulimits = [\"memlock=8388608:8388608\"]\n");
+    host.etc_file("crio/crio.conf.d/10-site.conf", "[crio.runtime]\ndefault_ulimits = [\"nofile=65536:65536\"]\n");
+    let d = host.diagnose(3010, false);
+    assert_first(&d, &["10-site.conf:2", "without memlock", "keeping its other entries"], &["99-memlock.conf"]);
+    assert!(d.others.iter().any(|o| o.contains("crio.service.d/memlock.conf")), "{d:#?}");
 }
 
 #[test]

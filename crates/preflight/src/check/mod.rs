@@ -638,17 +638,16 @@ pub fn run(args: &CheckArgs) -> u8 {
     }
     crate::job_context::adjust_findings(&args.job, &adjusted, &mut findings);
     for_job::explain_capability(&cap, &mut findings);
-    let launch =
-        for_job::launcher_fix(&roots, std::path::Path::new(&args.etc), &pid, args.pid.is_none(), &mut findings);
-    let shape = format!(
-        "{} node(s) x {} rank(s), {} communicator(s) per rank",
-        derived.inputs.nodes, derived.inputs.ranks_per_node, derived.inputs.communicators
-    );
     let stack = rdma_stack::Roots {
         rootfs: std::path::Path::new(&args.rootfs),
         etc: std::path::Path::new(&args.etc),
         procfs: &roots.procfs,
     };
+    let launch = for_job::launcher_fix(&roots, &stack, &pid, args.pid.is_none(), &mut findings);
+    let shape = format!(
+        "{} node(s) x {} rank(s), {} communicator(s) per rank",
+        derived.inputs.nodes, derived.inputs.ranks_per_node, derived.inputs.communicators
+    );
     let facts = for_job::facts(&machine, &roots, &stack, shape);
     let logged = log.map(|l| {
         let r = estimate::from_log::report(&derived.inputs, &e, &l, &estimate::verdict(&e, &machine));
@@ -705,6 +704,7 @@ pub fn run(args: &CheckArgs) -> u8 {
 
 pub mod for_job;
 pub mod launch_path;
+pub mod launcher_config;
 pub mod rdma_stack;
 
 #[cfg(test)]
