@@ -137,3 +137,25 @@ fn docker_with_a_64_mib_default_names_daemon_json_and_the_line() {
     }
     assert!(report["launch"]["errors"].as_array().unwrap().is_empty(), "{}", report["launch"]);
 }
+
+#[test]
+fn hostile_trees_through_the_binary_are_named_errors_not_a_crash() {
+    let host = Host::fixture("slurm");
+    // A ppid cycle for the checked process, a user's process named like dockerd, and slurmd's own
+    // limits file grown past the bound, then malformed.
+    host.process(7000, 7001, 1000, "python3", "/usr/bin/python3", 8 * MIB, "/user.slice");
+    host.process(7001, 7000, 1000, "bash", "/usr/bin/bash", 8 * MIB, "/user.slice");
+    host.process(900, 1, 1000, "dockerd", "/home/alice/dockerd", 8 * MIB, "/user.slice");
+    let limits = host.dir.join("proc/800/limits");
+    std::fs::write(&limits, vec![b'7'; 3 << 20]).unwrap();
+    let report = host.check(7000);
+    let errors: Vec<&str> = report["launch"]["errors"].as_array().unwrap().iter().filter_map(|e| e.as_str()).collect();
+    assert!(errors.iter().any(|e| e.contains("loops back to pid 7000")), "{errors:?}");
+    assert!(errors.iter().any(|e| e.contains("800/limits") && e.contains("larger than")), "{errors:?}");
+    assert_eq!(report["launch"]["path"], "Slurm (slurmd, slurmstepd)", "the named-like dockerd is not dockerd");
+    std::fs::write(&limits, "Limit Soft Limit Hard Limit Units\nMax locked memory 65536 lots bytes\n").unwrap();
+    let report = host.check(7000);
+    let errors = report["launch"]["errors"].to_string();
+    assert!(errors.contains("800/limits") && errors.contains("lots"), "{errors}");
+    assert!(soft_fix(&report).contains("slurmd (pid 800, memlock unknown)"), "{}", soft_fix(&report));
+}

@@ -106,8 +106,21 @@ pub struct Sources<'a> {
 }
 
 /// Reads one process: status (PPid, Uid), comm, the exe link and limits. `None` when it
-/// vanished or its status cannot be read; the reason goes to `errors`.
+/// vanished or its status cannot be read; the reason goes to `errors`. A process may exit
+/// between any two of these reads: what was read stays, what was not is absent, and only a
+/// launcher's missing limits are worth an error.
 pub fn read_proc(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Proc> {
+    let mut proc_ = read_identity(procfs, pid, errors)?;
+    let mut own = Vec::new();
+    read_limits(procfs, &mut proc_, &mut own);
+    if proc_.identity.launcher().is_some() {
+        errors.extend(own);
+    }
+    Some(proc_)
+}
+
+/// The first reads of [`read_proc`]: status, comm and the exe link, without the limits.
+pub fn read_identity(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Proc> {
     let dir = procfs.join(pid.to_string());
     let creds = match fsroot::read_parsed(&dir.join("status"), pid_creds::parse) {
         Ok(creds) => creds,
@@ -122,16 +135,20 @@ pub fn read_proc(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Pr
         Some(uid) => launchers::identify(&comm, exe.as_deref(), uid),
         None => Identity::Other,
     };
-    let limits = match fsroot::read_parsed(&dir.join("limits"), pid_limits::parse) {
-        Ok(limits) => Some(limits),
+    Some(Proc { pid, ppid: creds.ppid, uid: creds.uid, comm, identity, limits: None })
+}
+
+/// The last read of [`read_proc`]: `/proc/PID/limits`, each failure an error naming the file
+/// (gone since the status was read, too large, torn or malformed).
+pub fn read_limits(procfs: &Path, proc_: &mut Proc, errors: &mut Vec<String>) {
+    let file = procfs.join(proc_.pid.to_string()).join("limits");
+    match fsroot::read_parsed(&file, pid_limits::parse) {
+        Ok(limits) => proc_.limits = Some(limits),
         Err(err) => {
-            if identity.launcher().is_some() {
-                errors.push(err.to_string());
-            }
-            None
+            proc_.limits = None;
+            errors.push(err.to_string());
         }
-    };
-    Some(Proc { pid, ppid: creds.ppid, uid: creds.uid, comm, identity, limits })
+    }
 }
 
 /// The process and its ancestors, nearest first, stopping at pid 1, a cycle, a vanished
@@ -455,11 +472,13 @@ fn remedy(path: &LaunchPath, src: &Sources, errors: &mut Vec<String>) -> (String
     let (first, verify) = match path {
         LaunchPath::Slurm { slurmd } => {
             let propagation = slurm_propagates_memlock(etc, errors);
-            let slurmd_low = slurmd
-                .as_ref()
-                .and_then(|p| p.limits)
-                .is_some_and(|l| l.soft != Limit::Unlimited || l.hard != Limit::Unlimited);
             let found = unit("slurmd.service", errors);
+            // slurmd's limit unread (gone, unreadable, malformed): its unit says what it gets, and
+            // a unit that does not grant infinity leaves it the manager's finite default.
+            let slurmd_low = match slurmd.as_ref().and_then(|p| p.limits) {
+                Some(l) => l.soft != Limit::Unlimited || l.hard != Limit::Unlimited,
+                None => !found.effective().is_some_and(|l| l.value == "infinity" || l.value == "unlimited"),
+            };
             let shown = slurmd.as_ref().map(|p| format!(" ({})", p.figures())).unwrap_or_default();
             let fix_unit = match unit_grants_but_daemon_holds(&found, slurmd.as_ref()) {
                 Some(at) => format!("slurmd{shown} hands every step its limit, and {}", restart("slurmd", at, "it")),

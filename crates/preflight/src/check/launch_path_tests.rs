@@ -335,3 +335,81 @@ fn hostile_trees_give_errors_naming_the_file_not_a_crash() {
     let d = host.diagnose(99999, false);
     assert!(d.errors.iter().any(|e| e.contains("99999/status")), "{:?}", d.errors);
 }
+
+#[test]
+fn a_real_process_that_exits_between_the_reads_is_named_not_a_crash() {
+    // A real child in the real /proc: its status is read, then it is killed and reaped, then its
+    // limits are read: the file is gone, and the error names it.
+    let procfs = Path::new("/proc");
+    let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id();
+    let mut errors = Vec::new();
+    let mut p = read_identity(procfs, pid, &mut errors).expect("the live child's status");
+    assert_eq!((p.ppid, p.comm.as_str()), (Some(std::process::id()), "sleep"), "{p:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    read_limits(procfs, &mut p, &mut errors);
+    assert_eq!(p.limits, None);
+    let named = format!("/proc/{pid}/limits");
+    assert!(errors.iter().any(|e| e.starts_with(&named)), "{errors:?}");
+    // The walk from it and the whole diagnosis: gone, named, no crash.
+    let mut errors = Vec::new();
+    assert!(ancestry(procfs, pid, &mut errors).is_empty());
+    assert!(errors.iter().any(|e| e.starts_with(&format!("/proc/{pid}/status"))), "{errors:?}");
+    let etc = tempfile::tempdir().unwrap();
+    let d = diagnose(&Sources { procfs, etc: etc.path(), rootfs: etc.path() }, &pid.to_string(), false);
+    assert!(d.errors.iter().any(|e| e.contains(&format!("{pid}/status"))), "{:?}", d.errors);
+}
+
+#[test]
+fn a_limits_file_rewritten_and_truncated_under_the_reader_is_a_value_or_an_error() {
+    // The file changes between the stat and the read, and between reads: rewritten in place
+    // (truncate, then write), cut short, emptied, grown past the bound. Every read gives one of
+    // the values written or an error naming the file; never a torn value, never a panic.
+    let host = Host::new("torn");
+    host.process(610, 1, 0, "dockerd", "/usr/sbin/dockerd", Some(64 * MIB), "/system.slice/docker.service");
+    let file = host.procfs().join("610/limits");
+    let (a, b) = (limits_text(Some(64 * MIB)), limits_text(None));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (file, stop) = (file.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut round = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let text = match round % 5 {
+                    0 => a.clone(),
+                    1 => b.clone(),
+                    2 => a[..a.find("Max locked memory").unwrap() + 40 + round % 30].to_owned(),
+                    3 => String::new(),
+                    _ => "x".repeat(2 << 20),
+                };
+                let _ = std::fs::write(&file, text);
+                round += 1;
+            }
+        })
+    };
+    let (mut values, mut failures) = (0, 0);
+    for _ in 0..3000 {
+        let mut errors = Vec::new();
+        let Some(p) = read_proc(&host.procfs(), 610, &mut errors) else {
+            panic!("status is not rewritten: {errors:?}")
+        };
+        match p.limits {
+            Some(l) => {
+                assert!(
+                    l == MemlockLimits { soft: Limit::Bytes(64 * MIB), hard: Limit::Bytes(64 * MIB) }
+                        || l == MemlockLimits { soft: Limit::Unlimited, hard: Limit::Unlimited },
+                    "a torn read became a limit: {l:?}"
+                );
+                values += 1;
+            }
+            None => {
+                assert!(errors.iter().any(|e| e.contains("610/limits")), "{errors:?}");
+                failures += 1;
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(values + failures == 3000 && failures > 0, "{values} values, {failures} errors");
+}
