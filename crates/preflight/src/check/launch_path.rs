@@ -438,6 +438,35 @@ fn pam_memlock_lines(etc: &Path, errors: &mut Vec<String>) -> Vec<String> {
     found
 }
 
+/// The values of dockerd's `--default-ulimit` flags (`memlock=65536:65536`), from its command
+/// line (`/proc/PID/cmdline`, NUL-separated): `--default-ulimit VALUE` or `--default-ulimit=VALUE`.
+fn dockerd_ulimit_flags(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Vec<String> {
+    let file = procfs.join(pid.to_string()).join("cmdline");
+    let bytes = match fsroot::read_regular(&file, 1 << 20) {
+        Ok(bytes) => bytes,
+        Err(SourceError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(err) => {
+            errors.push(err.to_string());
+            return Vec::new();
+        }
+    };
+    let args: Vec<String> = bytes.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < args.len() && found.len() < 32 {
+        if let Some(value) = args[i].strip_prefix("--default-ulimit=") {
+            found.push(value.to_owned());
+        } else if args[i] == "--default-ulimit" {
+            if let Some(value) = args.get(i + 1) {
+                found.push(value.clone());
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
 /// dockerd's setting for every new container (dockerd(8), "Default ulimits").
 const DOCKER_DEFAULT_ULIMITS: &str = r#""default-ulimits": {"memlock": {"Name": "memlock", "Soft": -1, "Hard": -1}}"#;
 
@@ -517,13 +546,31 @@ fn remedy(path: &LaunchPath, src: &Sources, errors: &mut Vec<String>) -> (String
             others
                 .push(format!("also, same path: {} for new shims (systemctl restart {name})", unit_fix(name, &found)));
             others.push("also, same path, per container: `docker run --ulimit memlock=-1:-1`".into());
-            (
+            let flags = engine.as_ref().map(|e| dockerd_ulimit_flags(src.procfs, e.pid, errors)).unwrap_or_default();
+            let first = if flags.is_empty() {
                 format!(
                     "dockerd's default for every container: /etc/docker/daemon.json `{DOCKER_DEFAULT_ULIMITS}`{now}, \
                         then `systemctl restart docker` and recreate the containers"
-                ),
-                "`docker exec CONTAINER sh -c 'ulimit -l'` prints unlimited".to_owned(),
-            )
+                )
+            } else {
+                // dockerd refuses to start when a flag and daemon.json both set a directive (moby
+                // daemon/config/config.go `findConfigurationConflicts`): default-ulimits set on the
+                // command line is changed there, never added to daemon.json.
+                let memlock = flags.iter().find(|f| f.starts_with("memlock="));
+                let change = match memlock {
+                    Some(flag) => format!("change `--default-ulimit {flag}` to `--default-ulimit memlock=-1:-1`"),
+                    None => "add `--default-ulimit memlock=-1:-1` beside them".to_owned(),
+                };
+                format!(
+                    "dockerd's default for every container is set on its command line ({}: `--default-ulimit {}`): \
+                        {change} where docker.service starts it (its ExecStart, or the EnvironmentFile it reads, such \
+                        as /etc/sysconfig/docker OPTIONS), then `systemctl daemon-reload && systemctl restart docker` \
+                        and recreate the containers; not in daemon.json as well, or dockerd refuses to start",
+                    engine.as_ref().map(|e| format!("pid {}", e.pid)).unwrap_or_default(),
+                    flags.join("`, `--default-ulimit ")
+                )
+            };
+            (first, "`docker exec CONTAINER sh -c 'ulimit -l'` prints unlimited".to_owned())
         }
         LaunchPath::Kubernetes { runtime } => {
             let runtime_name = runtime.as_ref().and_then(|r| r.name()).unwrap_or("containerd");

@@ -280,6 +280,43 @@ fn cri_o_names_default_ulimits_where_it_is_set() {
 }
 
 #[test]
+fn dockerds_default_ulimit_flag_is_changed_where_it_is_set_not_in_daemon_json() {
+    let host = Host::fixture("docker-8mib");
+    let d = host.diagnose(3010, false);
+    assert_first(&d, &["/etc/docker/daemon.json", "default-ulimits"], &["command line"]);
+    // The distribution starts dockerd with the flag (Amazon Linux's /etc/sysconfig/docker OPTIONS):
+    // default-ulimits in daemon.json too would stop dockerd from starting.
+    std::fs::write(
+        host.procfs().join("610/cmdline"),
+        "/usr/bin/dockerd\0--default-ulimit\0nofile=32768:65536\0-H\0fd://\0",
+    )
+    .unwrap();
+    let d = host.diagnose(3010, false);
+    assert_first(
+        &d,
+        &[
+            "command line",
+            "`--default-ulimit nofile=32768:65536`",
+            "add `--default-ulimit memlock=-1:-1`",
+            "not in daemon.json",
+        ],
+        &["`\"default-ulimits\""],
+    );
+    std::fs::write(
+        host.procfs().join("610/cmdline"),
+        "/usr/bin/dockerd\0--default-ulimit=nofile=1024:4096\0--default-ulimit\0memlock=65536:65536\0",
+    )
+    .unwrap();
+    let d = host.diagnose(3010, false);
+    assert_first(&d, &["change `--default-ulimit memlock=65536:65536` to `--default-ulimit memlock=-1:-1`"], &[]);
+    // A huge command line is an error naming it; the remedy falls back to daemon.json.
+    std::fs::write(host.procfs().join("610/cmdline"), vec![b'x'; 2 << 20]).unwrap();
+    let d = host.diagnose(3010, false);
+    assert!(d.errors.iter().any(|e| e.contains("610/cmdline")), "{:?}", d.errors);
+    assert_first(&d, &["/etc/docker/daemon.json"], &[]);
+}
+
+#[test]
 fn a_systemd_unit_names_its_own_limit() {
     let host = Host::fixture("systemd-unit");
     let d = host.diagnose(3000, false);
