@@ -251,7 +251,14 @@ fn tell(chain: &[Proc], cgroup: &str, node: &[Proc], own: bool) -> (LaunchPath, 
         }
         return (LaunchPath::Containerd { engine: container_engine() }, evidence);
     }
-    if let Some(mpi) = ancestor(Kind::MpiLauncher).or_else(|| in_chain(Kind::MpiLauncher).filter(|_| !own)) {
+    // An MPI launcher sets no limit: its ranks have what it was started with. Under a session's
+    // sshd that is pam_limits'; in a service's cgroup with no sshd above (mpirun in a batch job of
+    // a scheduler that runs as a systemd service, such as Torque's pbs_mom) it is the service's.
+    let service = service_unit(cgroup).filter(|u| !u.starts_with("user@"));
+    let mpi_in_service = ancestor(Kind::RemoteLogin).is_none() && service.is_some();
+    if let Some(mpi) =
+        ancestor(Kind::MpiLauncher).or_else(|| in_chain(Kind::MpiLauncher).filter(|_| !own)).filter(|_| !mpi_in_service)
+    {
         let session = ancestor(Kind::RemoteLogin).cloned();
         let how = if session.is_some() { "started over ssh" } else { "started by a login" };
         return (LaunchPath::Ssh { mpi: mpi.name().map(str::to_owned), session }, format!("{chain_text}: {how}"));

@@ -317,6 +317,27 @@ fn dockerds_default_ulimit_flag_is_changed_where_it_is_set_not_in_daemon_json() 
 }
 
 #[test]
+fn mpirun_inside_a_service_launchers_job_is_the_services_limit_not_pam() {
+    // Intel MPI's Hydra started in a Torque interactive job: pbs_mom, a systemd service, hands
+    // the job its limit; no sshd above, so pam_limits plays no part.
+    let host = Host::new("torque");
+    base(&host);
+    host.etc_file("security/limits.d/90-memlock.conf", "* soft memlock unlimited\n* hard memlock unlimited\n");
+    let cg = "/system.slice/pbs_mom.service";
+    host.process(960, 1, 0, "pbs_mom", "/usr/local/sbin/pbs_mom", Some(64 << 10), cg);
+    host.process(4005, 960, 1000, "bash", "/usr/bin/bash", Some(64 << 10), cg);
+    host.process(4006, 4005, 1000, "mpiexec.hydra", "/opt/intel/bin/mpiexec.hydra", Some(64 << 10), cg);
+    host.process(4007, 4006, 1000, "hydra_pmi_proxy", "/opt/intel/bin/hydra_pmi_proxy", Some(64 << 10), cg);
+    host.process(4010, 4007, 1000, "IMB-MPI1", "/opt/intel/imb/IMB-MPI1", Some(64 << 10), cg);
+    let d = host.diagnose(4010, false);
+    assert_eq!(d.path, LaunchPath::Service { unit: "pbs_mom.service".into() }, "{d:#?}");
+    assert_first(&d, &["pbs_mom.service.d/memlock.conf", "LimitMEMLOCK=infinity"], &["limits.d", "new login"]);
+    // The same ranks under a session's sshd are the ssh path, whatever the cgroup says.
+    let d = Host::fixture("mpirun-ssh").diagnose(6010, false);
+    assert!(matches!(d.path, LaunchPath::Ssh { .. }), "{d:#?}");
+}
+
+#[test]
 fn a_systemd_unit_names_its_own_limit() {
     let host = Host::fixture("systemd-unit");
     let d = host.diagnose(3000, false);
