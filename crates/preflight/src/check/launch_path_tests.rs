@@ -471,3 +471,38 @@ fn a_limits_file_rewritten_and_truncated_under_the_reader_is_a_value_or_an_error
     writer.join().unwrap();
     assert!(values + failures == 3000 && failures > 0, "{values} values, {failures} errors");
 }
+
+#[test]
+fn a_real_users_process_named_like_a_launcher_is_not_taken_for_it() {
+    // A real process whose executable is named slurmd, run by a normal user (nobody when the test
+    // runs as root): its comm says slurmd, its uid does not, so the node has no slurmd.
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("slurmd");
+    std::fs::copy("/bin/sleep", &exe).unwrap();
+    let mut command = std::process::Command::new(&exe);
+    command.arg("60");
+    // SAFETY: geteuid has no preconditions and only reads the caller's credentials.
+    if unsafe { libc::geteuid() } == 0 {
+        command.uid(65534).gid(65534);
+    }
+    let mut child = command.spawn().unwrap();
+    let pid = child.id();
+    let procfs = Path::new("/proc");
+    // The exec may not have happened yet: wait for the comm to say slurmd.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read_to_string(procfs.join(format!("{pid}/comm"))).unwrap_or_default() != "slurmd\n" {
+        assert!(std::time::Instant::now() < deadline, "the child never became slurmd");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut errors = Vec::new();
+    let p = read_proc(procfs, pid, &mut errors).expect("the live child");
+    let named_like = matches!(p.identity, memlock_kernel::launchers::Identity::NamedLike { .. });
+    let on_node = node_launchers(procfs, &mut errors).iter().any(|l| l.pid == pid);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(named_like, "{p:?}");
+    assert!(!on_node, "a user's slurmd is not the node's");
+}
