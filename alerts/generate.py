@@ -38,6 +38,7 @@ RUST_POLICY_NAMES = (
     "hugepages_min_pool_ratio",
     "hugepages_unused_ratio",
     "cgroup_near_limit_ratio",
+    "overcommit_headroom_low_ratio",
 )
 
 HEADER = (

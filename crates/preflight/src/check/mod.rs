@@ -48,6 +48,10 @@ pub struct CheckArgs {
     /// limits.conf, systemd units).
     #[arg(long = "path.etc", default_value = "/etc")]
     pub etc: String,
+    /// Root of the rest of the node's file system: systemd's units under /usr/lib and /run, and
+    /// the RDMA user space (libibverbs, /usr/bin/ofed_info) whose versions are reported.
+    #[arg(long = "path.rootfs", default_value = "/")]
+    pub rootfs: String,
     /// Job-context flags and `--exec` (crates/preflight/src/job_context.rs).
     #[command(flatten)]
     pub job: crate::job_context::JobContextArgs,
@@ -465,6 +469,11 @@ fn hugepages(m: &Machine, node_need: u64, safety: f64, out: &mut Vec<Finding>) {
     });
 }
 
+/// Strict overcommit, judged on the rules' threshold: CommitLimit - Committed_AS below
+/// `overcommit_headroom_low_ratio` of CommitLimit is MemlockNodeCommitHeadroomLow's condition (a
+/// WARN, as the alert is), below the job's need a FAIL. Mode 2 with headroom passes: the setting
+/// alone is the informational MemlockNodeStrictOvercommitWithRdma, which pages nobody. Modes 0
+/// and 1 do not enforce CommitLimit (mm/util.c `__vm_enough_memory`).
 fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
     let Some(mode) = m.overcommit_mode else { return };
     if mode != 2 {
@@ -475,14 +484,26 @@ fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
         out.push(Finding::new(
             "vm.overcommit_memory",
             Status::Warn,
-            "2 (strict)",
+            "2 (strict), CommitLimit or Committed_AS not read",
             "strict overcommit makes large allocations fail early: prefer 0",
         ));
         return;
     };
     let room = limit.saturating_sub(committed);
-    let mut measured =
-        format!("2 (strict): {} of CommitLimit left, estimated need {}", human(room as f64), human(node_need as f64));
+    let mut measured = format!(
+        "2 (strict): {} of CommitLimit {} left, estimated need {}",
+        human(room as f64),
+        human(limit as f64),
+        human(node_need as f64)
+    );
+    let low = for_job::commit_headroom_low(&m.meminfo);
+    if low {
+        measured.push_str(&format!(
+            ", below {} of CommitLimit: {}",
+            percent(policy::OVERCOMMIT_HEADROOM_LOW_RATIO),
+            for_job::ALERT_COMMIT_HEADROOM
+        ));
+    }
     if !m.rdma.is_empty() {
         measured.push_str(&format!(", on a node with RDMA devices: {}", for_job::ALERT_OVERCOMMIT));
     }
@@ -493,13 +514,16 @@ fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
             measured,
             "allocations fail with ENOMEM: sysctl -w vm.overcommit_memory=0 or raise vm.overcommit_ratio",
         )
-    } else {
+    } else if low {
         Finding::new(
             "vm.overcommit_memory",
             Status::Warn,
             measured,
-            "strict overcommit makes large allocations fail early: prefer 0",
+            "little commit headroom: the next mappings and forks fail with ENOMEM; raise vm.overcommit_ratio or \
+                prefer vm.overcommit_memory=0",
         )
+    } else {
+        Finding::new("vm.overcommit_memory", Status::Pass, measured, "")
     });
 }
 
@@ -614,13 +638,17 @@ pub fn run(args: &CheckArgs) -> u8 {
     }
     crate::job_context::adjust_findings(&args.job, &adjusted, &mut findings);
     for_job::explain_capability(&cap, &mut findings);
-    let launch =
-        for_job::launcher_fix(&roots, std::path::Path::new(&args.etc), &pid, args.pid.is_none(), &mut findings);
+    let stack = rdma_stack::Roots {
+        rootfs: std::path::Path::new(&args.rootfs),
+        etc: std::path::Path::new(&args.etc),
+        procfs: &roots.procfs,
+    };
+    let launch = for_job::launcher_fix(&roots, &stack, &pid, args.pid.is_none(), &mut findings);
     let shape = format!(
         "{} node(s) x {} rank(s), {} communicator(s) per rank",
         derived.inputs.nodes, derived.inputs.ranks_per_node, derived.inputs.communicators
     );
-    let facts = for_job::facts(&machine, &roots, shape);
+    let facts = for_job::facts(&machine, &roots, &stack, shape);
     let logged = log.map(|l| {
         let r = estimate::from_log::report(&derived.inputs, &e, &l, &estimate::verdict(&e, &machine));
         findings.extend(nccl_log::explain(&r, &machine, &nccl_log::hostname(&roots)));
@@ -676,6 +704,8 @@ pub fn run(args: &CheckArgs) -> u8 {
 
 pub mod for_job;
 pub mod launch_path;
+pub mod launcher_config;
+pub mod rdma_stack;
 
 #[cfg(test)]
 mod policy_parity;
