@@ -225,14 +225,23 @@ pub(super) fn place_logged(
         // Balanced tree (init.cc treeGraph pattern NCCL_TOPO_PATTERN_BALANCED_TREE; connect.cc
         // ncclTopoPreset): treeToParent = treeIntra[0], treeToChild0 = treeIntra[1],
         // treeToChild1 = treeIntra[0], both on the channel's NIC (search.cc
-        // ncclTopoSearchCheckNet). treeIntra[1] is the next GPU of the NIC's group, else the
-        // chain's next GPU (on another NIC's PCIe switch); with one GPU per node the pattern is
-        // NCCL_TOPO_PATTERN_TREE and everything is on it (search.cc ncclTopoCompute).
+        // ncclTopoSearchCheckNet). treeIntra[1] is the next GPU of the NIC's group. When no
+        // second GPU shares the NIC's PCIe switch, the balanced search finds no perfect solution
+        // (the second GPU reaches the NIC only across another switch) and on sm90 and later
+        // ncclTopoCompute tries "a simpler tree" first (search.cc: ccMin >= 90,
+        // NCCL_TOPO_PATTERN_TREE), which is perfect: child 0 is then treeIntra[0] too
+        // (connect.cc ncclTopoPreset: child0Index 0), every edge on the NIC's own GPU. With one
+        // GPU per node the pattern is NCCL_TOPO_PATTERN_TREE anyway. Before sm90 the balanced
+        // tree stays: treeIntra[1] is the chain's next GPU, on another NIC's PCIe switch.
         // connectTrees: the parent edge goes to the parent node's treeToChild<child type>, a child
         // edge to the child node's treeToParent; each edge is a send and a receive
         // (generic.cc ncclTransportTreeConnect).
         if algorithms.contains(&Algorithm::Tree) {
-            let second = if end - first >= 2 { first + 1 } else { (first + 1) % g };
+            let second = match (end - first >= 2, i.simpler_tree) {
+                (true, _) => first + 1,
+                (false, true) => first,
+                (false, false) => (first + 1) % g,
+            };
             let child = |child_type: i64| if child_type == 0 { second } else { first };
             let (up, down0, down1, child_type) = trees[i.channels.tree_of(c)];
             let mut edge = |local: u64, peer: (u64, u64)| {

@@ -109,6 +109,10 @@ pub struct Inputs {
     pub ring: bool,
     pub tree: bool,
     pub qps_per_connection: u64,
+    /// An sm90-class GPU (H100 and later): where no second GPU shares a NIC's PCIe switch the tree
+    /// search falls back to NCCL_TOPO_PATTERN_TREE (src/graph/search.cc ncclTopoCompute, "Try a
+    /// simpler tree", ccMin >= 90), every tree edge on the NIC's own GPU.
+    pub simpler_tree: bool,
     /// Devices of a merged virtual NIC: every registration and queue is made on each.
     pub devices_per_nic: u64,
     /// All-to-all (send/recv) over the network, when modelled.
@@ -151,6 +155,7 @@ impl Inputs {
             ring: true,
             tree: true,
             qps_per_connection: 1,
+            simpler_tree: true,
             devices_per_nic: 1,
             p2p: None,
             page_size: 4096,

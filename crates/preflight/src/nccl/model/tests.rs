@@ -153,9 +153,15 @@ fn ring_and_tree_are_separate_connectors_on_eight_by_eight_nodes() {
     // Where the peers do match, NCCL reuses the connector (transport.cc): four nodes, node 1
     // is tree 1's parent of node 2 (child 0): GPU k + 1's child-0 send on channel k + 8 goes to
     // node 2's GPU k, as its ring send does.
+    // (The balanced tree, before sm90.)
     assert_eq!(dtree(4, 1)[1], (3, 2, 0, 1));
-    let held = place(&Inputs::new(4, 8, 8), 1, BOTH);
+    let held = place(&balanced(Inputs::new(4, 8, 8)), 1, BOTH);
     assert_eq!(held[1].tree, Counts { sends: 3, receives: 4, ..Default::default() });
+    // sm90, one GPU per NIC switch: the simpler tree puts child 0 on GPU k too, where the ring's
+    // peers never are: 4 sends and 4 receives of GPU k's own, none on GPU k + 1.
+    let held = place(&Inputs::new(4, 8, 8), 1, BOTH);
+    assert_eq!(held[1].tree, Counts { sends: 4, receives: 4, ..Default::default() });
+    assert!(held.iter().all(|h| h.tree == Counts { sends: 4, receives: 4, ..Default::default() }));
 }
 
 /// Public NCCL_DEBUG=INFO logs of 2 nodes x 8 H100 x 8 NICs, 16 coll channels. NVIDIA/nccl
@@ -193,9 +199,10 @@ fn public_h100_logs() {
 #[test]
 fn pxn_moves_sends_to_the_nics_gpu_only_with_gpudirect() {
     // Four nodes: node 2 in tree 0 has parent 0 (as its child 1) and children 1 and 3; in tree
-    // 1 it is node 1's child 0.
+    // 1 it is node 1's child 0. The balanced tree (before sm90), so that a tree edge is on a
+    // GPU beyond the NIC's switch.
     assert_eq!(dtree(4, 2), [(0, 1, 3, 1), (1, -1, -1, 0)]);
-    let mut i = Inputs::new(4, 8, 8);
+    let mut i = balanced(Inputs::new(4, 8, 8));
     // C = 2 from S = 1: channel 0 on tree 0, channel 1 (its ncclTopoPostset copy) on tree 1,
     // both on NIC 0; the ring enters at GPU 0 and leaves from GPU 1.
     i.channels = Channels::given(2, 1);
@@ -316,6 +323,12 @@ fn rank(e: &Estimate, r: u64) -> &Rank {
     &e.ranks[r as usize]
 }
 
+/// A GPU before sm90 (A100): the tree keeps its balanced pattern where a NIC has one GPU.
+fn balanced(mut i: Inputs) -> Inputs {
+    i.simpler_tree = false;
+    i
+}
+
 #[test]
 fn case_a_two_nodes_eight_gpus_eight_nics_gdr_off() {
     let e = estimate(&Inputs::new(2, 8, 8));
@@ -383,7 +396,7 @@ fn case_e_four_nodes_gdr_off_and_dmabuf() {
     // send (same channel, same peer): 1 receive. 5 sends, 6 receives; doorbells a page on NIC
     // j, one on NIC j - 1.
     assert_eq!(dtree(4, 1), [(2, -1, -1, 0), (3, 2, 0, 1)]);
-    let e = estimate(&Inputs::new(4, 8, 8));
+    let e = estimate(&balanced(Inputs::new(4, 8, 8)));
     assert_eq!(e.busiest_node, 1);
     let r = rank(&e, 0);
     assert_eq!(r.ring, Counts { sends: 2, receives: 2, ..Default::default() });
@@ -399,7 +412,7 @@ fn case_e_four_nodes_gdr_off_and_dmabuf() {
     // j + 8: the parent edge's send (its receive, from node 1's GPU j + 1, is the ring's); as
     // GPU j - 1's treeIntra[1]: the child-0 receive on NIC j - 1, without GPUDirect.
     assert_eq!(dtree(4, 2), [(0, 1, 3, 1), (1, -1, -1, 0)]);
-    let mut i = Inputs::new(4, 8, 8);
+    let mut i = balanced(Inputs::new(4, 8, 8));
     i.gdr = GdrMode::Dmabuf;
     let e = estimate(&i);
     assert_eq!(e.busiest_node, 2);
@@ -419,14 +432,14 @@ fn case_i_sixteen_nodes() {
     // parent 1 + 1, channel j + 8 parent and child-1 edges 2 + 2, as GPU j - 1's treeIntra[1]
     // the child-0 edge on NIC j - 1, 1 + 1: 6 sends, 6 receives.
     assert_eq!(dtree(16, 3), [(2, -1, -1, 1), (7, 5, 1, 1)]);
-    let e = estimate(&Inputs::new(16, 8, 8));
+    let e = estimate(&balanced(Inputs::new(16, 8, 8)));
     assert_eq!(e.busiest_node, 3);
     let per_rank = 6 * SEND_HOST + 6 * RECV_HOST + 2 * PAGE;
     assert_eq!(per_rank, 120_209_408);
     assert_eq!((e.per_rank_max_bytes, e.per_node_bytes), (per_rank, 8 * per_rank));
     // dma-buf: the exit's ring sends and the child-0 send by PXN on GPU j; the child-0
     // receive on NIC j - 1 without GPUDirect.
-    let mut i = Inputs::new(16, 8, 8);
+    let mut i = balanced(Inputs::new(16, 8, 8));
     i.gdr = GdrMode::Dmabuf;
     let e = estimate(&i);
     let r = rank(&e, 0);
@@ -528,4 +541,30 @@ fn one_node_per_kind_is_every_node() {
             assert_eq!((e.per_rank_max_bytes, e.per_node_bytes), (rank_max, node_max), "{nodes} x {g} x {n}");
         }
     }
+}
+
+// The third round: H100-class nodes with one GPU per NIC switch (src/graph/search.cc
+// ncclTopoCompute, src/graph/connect.cc ncclTopoPreset), worked by hand in docs/check.md.
+
+#[test]
+fn third_round_h100_one_gpu_per_nic_switch_tree_at_four_nodes_and_up() {
+    // 8 GPUs x 8 NICs, sm90: the simpler tree, every edge on the NIC's GPU. dma-buf, node 1
+    // (tree 0 leaf, tree 1 inner): GPU j holds the ring's 2 receives, the exit GPU j + 1's 2
+    // sends by PXN, channel j's parent edge and channel j + 8's three edges, all with
+    // GPUDirect: 6 sends, 6 receives, doorbells in one page.
+    for nodes in [4, 8, 16, 64] {
+        let mut i = Inputs::new(nodes, 8, 8);
+        i.gdr = GdrMode::Dmabuf;
+        let e = estimate(&i);
+        let per_rank = 6 * SEND_DMABUF + 6 * RECV_DMABUF + PAGE;
+        assert_eq!(per_rank, 7_745_536, "7.4 MiB, under the 8 MiB default limit");
+        assert_eq!(e.per_rank_max_bytes, per_rank, "{nodes} nodes");
+        // Before (the balanced tree): a child-0 receive on GPU j - 1 without GPUDirect: x2.19.
+        if nodes == 4 {
+            assert_eq!(estimate(&balanced(i)).per_rank_max_bytes, 16_932_864);
+        }
+    }
+    // GDR off, node 1: 6 sends and 6 receives on GPU j alone (case I's figure, from 4 nodes).
+    let e = estimate(&Inputs::new(4, 8, 8));
+    assert_eq!(e.per_rank_max_bytes, 6 * SEND_HOST + 6 * RECV_HOST + 2 * PAGE);
 }
