@@ -613,6 +613,9 @@ pub fn run(args: &CheckArgs) -> u8 {
     let mut model_args = args.model.clone();
     let communicators_assumed = model_args.communicators.is_none();
     model_args.communicators.get_or_insert(for_job::DEFAULT_COMMUNICATORS);
+    if model_args.nccl_version.is_none() {
+        model_args.nccl_version = estimate::found_version(&roots.procfs, args.pid, log.as_ref());
+    }
     // NCCL's reading of the environment is what the model takes (values it reads otherwise than
     // written are findings, not a reason to stop).
     let mut derived = match estimate::derive(&model_args, &env, &roots, &machine.rdma) {

@@ -295,8 +295,15 @@ fn inputs_no_flag_allows_neither_panic_nor_wrap() {
     (i.buffsize_ll, i.buffsize_ll128, i.buffsize_simple) = (u64::MAX, u64::MAX, u64::MAX);
     i.qps_per_connection = u64::MAX;
     i.devices_per_nic = u64::MAX;
-    i.p2p =
-        Some(P2p { channels: u64::MAX, channels_per_peer: u64::MAX, chunk: u64::MAX, ll_buffers: true, shared: true });
+    i.p2p = Some(P2p {
+        channels: u64::MAX,
+        channels_per_peer: u64::MAX,
+        chunk: u64::MAX,
+        ll_buffers: true,
+        shared: true,
+        pxn: true,
+        shared_comms: true,
+    });
     assert_eq!(estimate(&i).per_rank_max_bytes, u64::MAX);
 }
 
@@ -458,7 +465,15 @@ fn case_f_one_node_registers_nothing() {
 #[test]
 fn case_g_all_to_all_adds_connections_and_pools() {
     let mut i = Inputs::new(2, 8, 8);
-    i.p2p = Some(P2p { channels: 32, channels_per_peer: 2, chunk: 131_072, ll_buffers: false, shared: true });
+    i.p2p = Some(P2p {
+        channels: 32,
+        channels_per_peer: 2,
+        chunk: 131_072,
+        ll_buffers: false,
+        shared: true,
+        pxn: true,
+        shared_comms: true,
+    });
     let e = estimate(&i);
     // 8 remote peers x 2 channels: 16 sends (37 + 40 pages) and 16 receives (45 + 65), two
     // 64 MiB pools; doorbells for 38 connections on NIC k (114 records, 2 pages) and 2 on NIC
@@ -543,8 +558,118 @@ fn one_node_per_kind_is_every_node() {
     }
 }
 
-// The third round: H100-class nodes with one GPU per NIC switch (src/graph/search.cc
-// ncclTopoCompute, src/graph/connect.cc ncclTopoPreset), worked by hand in docs/check.md.
+// The third round: cases derived from NVIDIA/nccl 2.29/2.30 (src/graph/search.cc
+// ncclTopoGetNetDev and ncclTopoCompute, src/graph/paths.cc ncclTopoGetNchannels and
+// ncclTopoComputeP2pChannels, src/transport/net.cc sendProxyConnect, recvProxyConnect and
+// sharedNetBuffersInit), each worked by hand in docs/check.md.
+
+/// A p2p connection carries no data buffer of its own (shared pools): a send is control 37 +
+/// queues 40 pages, a receive 45 + 65.
+const P2P_SEND: u64 = 77 * PAGE;
+const P2P_RECV: u64 = 110 * PAGE;
+/// p2pnChannels 16 x NCCL_SHARED_STEPS 16 x 128 KiB.
+const POOL_16: u64 = 16 * 16 * 131_072;
+
+/// 2 nodes x 8 GPUs x 4 NICs (GPUs 2k and 2k + 1 on NIC k), all-to-all, NCCL 2.29 on 400 Gb/s
+/// NICs: C = 16, p2pnChannels 16, 4 channels per network peer.
+fn all_to_all_2x8x4(gdr: GdrMode) -> Inputs {
+    let mut i = Inputs::new(2, 8, 4);
+    i.gdr = gdr;
+    let per_peer = net_channels_per_peer(Release { major: 2, minor: 29 }, 400, 16, 16, 16, None);
+    assert_eq!(per_peer.channels, 4);
+    i.p2p = Some(P2p {
+        channels: 16,
+        channels_per_peer: per_peer.channels,
+        chunk: DEFAULT_P2P_CHUNKSIZE,
+        ll_buffers: false,
+        shared: true,
+        pxn: true,
+        shared_comms: true,
+    });
+    i
+}
+
+#[test]
+fn third_round_all_to_all_pxn_and_shared_comms_peermem() {
+    let e = estimate(&all_to_all_2x8x4(GdrMode::Peermem));
+    assert_eq!(e.inputs.channels.count, 16);
+    // GPU 2k, next to NIC k: ring receives on its 4 channels, tree edges with node 1's GPU 2k
+    // (4 + 4); p2p: as the PXN proxy of NIC k, one send per channel to each of the 2 remote GPUs
+    // on rail k for all 8 local senders (shared comms): 2 x 4 = 8, a send pool per origin
+    // rank (8); its own receives, one per channel from the remote proxy of rail k: 4, one pool.
+    let r = rank(&e, 0);
+    assert_eq!(r.p2p, Counts { sends_gdr: 8, receives_gdr: 4, ..Default::default() });
+    let proxy = 4 * SEND_HOST + 8 * RECV_HOST + 8 * P2P_SEND + 4 * P2P_RECV + 9 * POOL_16 + 2 * PAGE;
+    assert_eq!(proxy, 426_795_008);
+    assert_eq!(r.memlock_bytes, proxy);
+    // GPU 2k + 1: the ring's 4 sends; no p2p send (PXN), 4 receives and its receive pool.
+    let other = rank(&e, 1);
+    assert_eq!(other.p2p, Counts { receives_gdr: 4, ..Default::default() });
+    assert_eq!(other.memlock_bytes, 4 * SEND_HOST + 4 * P2P_RECV + POOL_16 + PAGE);
+    assert_eq!(e.per_rank_max_bytes, proxy);
+    assert_eq!(e.per_node_bytes, 4 * (proxy + other.memlock_bytes));
+    // Before: every rank its own 8 x 2 sends and receives and 2 pools, 199847936 B: x0.47.
+    let mut old = all_to_all_2x8x4(GdrMode::Peermem);
+    old.p2p = old.p2p.map(|p| P2p { channels_per_peer: 2, pxn: false, ..p });
+    assert_eq!(estimate(&old).per_rank_max_bytes, 199_847_936);
+}
+
+#[test]
+fn third_round_all_to_all_pxn_and_shared_comms_dmabuf() {
+    let e = estimate(&all_to_all_2x8x4(GdrMode::Dmabuf));
+    // The pools are GPU memory dma-buf does not charge; the connections are what is left.
+    let proxy = 4 * SEND_DMABUF + 8 * RECV_DMABUF + 8 * P2P_SEND + 4 * P2P_RECV + 2 * PAGE;
+    assert_eq!(proxy, 11_296_768);
+    assert_eq!(e.per_rank_max_bytes, proxy);
+    let other = 4 * SEND_DMABUF + 4 * P2P_RECV + PAGE;
+    assert_eq!(rank(&e, 1).memlock_bytes, other);
+    assert_eq!(e.per_node_bytes, 4 * (proxy + other));
+    // Before: 16 sends and 16 receives per rank, 19230720 B: x1.70.
+    let mut old = all_to_all_2x8x4(GdrMode::Dmabuf);
+    old.p2p = old.p2p.map(|p| P2p { channels_per_peer: 2, pxn: false, shared_comms: false, ..p });
+    assert_eq!(estimate(&old).per_rank_max_bytes, 19_230_720);
+}
+
+#[test]
+fn third_round_all_to_all_without_pxn_or_shared_comms() {
+    // NCCL_P2P_PXN_LEVEL=0: every rank sends from its own process on its own NIC, to every
+    // remote rank on 4 channels; receives keyed by the remote sender: 8 x 4 each way, 2 pools.
+    let mut i = all_to_all_2x8x4(GdrMode::Peermem);
+    i.p2p = i.p2p.map(|p| P2p { pxn: false, ..p });
+    let e = estimate(&i);
+    assert_eq!(rank(&e, 1).p2p, Counts { sends_gdr: 32, receives_gdr: 32, ..Default::default() });
+    // NCCL_NET_SHARED_COMMS=0 with PXN: the proxy opens one per origin rank: 2 x 8 x 4 sends;
+    // receives one per remote sender: 32.
+    let mut i = all_to_all_2x8x4(GdrMode::Peermem);
+    i.p2p = i.p2p.map(|p| P2p { shared_comms: false, ..p });
+    let e = estimate(&i);
+    assert_eq!(rank(&e, 0).p2p, Counts { sends_gdr: 64, receives_gdr: 32, ..Default::default() });
+    assert_eq!(rank(&e, 1).p2p, Counts { receives_gdr: 32, ..Default::default() });
+    // GPUDirect off: PXN cannot use host buffers, so no proxy: as without PXN.
+    let e = estimate(&all_to_all_2x8x4(GdrMode::Off));
+    assert_eq!(rank(&e, 1).p2p, Counts { sends: 32, receives: 32, ..Default::default() });
+}
+
+#[test]
+fn third_round_algorithm_restrictions_on_the_all_to_all_layout() {
+    // NCCL_ALGO=Ring: no tree connection; GPU 2k keeps its ring receives and p2p.
+    let mut ring = all_to_all_2x8x4(GdrMode::Peermem);
+    ring.tree = false;
+    let e = estimate(&ring);
+    assert_eq!(e.scenarios[1].algorithms, "ring + p2p");
+    let proxy = 4 * RECV_HOST + 8 * P2P_SEND + 4 * P2P_RECV + 9 * POOL_16 + PAGE;
+    assert_eq!(rank(&e, 0).memlock_bytes, proxy);
+    // NCCL_ALGO=Tree: no ring; GPU 2k + 1 holds p2p receives only.
+    let mut tree = all_to_all_2x8x4(GdrMode::Peermem);
+    tree.ring = false;
+    let e = estimate(&tree);
+    assert_eq!(e.scenarios[1].algorithms, "tree + p2p");
+    assert_eq!(
+        rank(&e, 0).memlock_bytes,
+        4 * SEND_HOST + 4 * RECV_HOST + 8 * P2P_SEND + 4 * P2P_RECV + 9 * POOL_16 + PAGE
+    );
+    assert_eq!(rank(&e, 1).memlock_bytes, 4 * P2P_RECV + POOL_16 + PAGE);
+}
 
 #[test]
 fn third_round_h100_one_gpu_per_nic_switch_tree_at_four_nodes_and_up() {
