@@ -1,7 +1,9 @@
 //! The estimate's low and high ends where it rests on assumptions: the GPUDirect mode when no
-//! `--gdr` was given (off, dma-buf and nvidia-peermem charge VmPin differently), and the channel
+//! `--gdr` was given (off, dma-buf and nvidia-peermem charge VmPin differently), the channel
 //! count when neither `--channels` nor `--search-channels` was (ncclTopoDupChannels doubles the
-//! search's channels only above a bandwidth the model assumes: src/graph/search.cc). Each
+//! search's channels only above a bandwidth the model assumes: src/graph/search.cc), and with
+//! all-to-all the p2p channels per network peer when the release or the NIC speed was assumed
+//! (src/graph/paths.cc ncclTopoGetNchannels: 2 before 2.29, by NIC speed from it). Each
 //! alternative is derived and estimated as the assumed inputs are; `check` and the verdict judge
 //! the high end.
 
@@ -42,23 +44,43 @@ fn alternatives(args: &ModelArgs, d: &Derived) -> Vec<(String, ModelArgs)> {
     if args.channels.is_none() && args.search_channels.is_none() && doubled {
         search.push(Some((s / 2).max(1)));
     }
+    // The p2p channels per network peer: the release before 2.29 (2 per peer), or a slower NIC.
+    let mut p2p: Vec<Option<(&str, String)>> = vec![None];
+    if args.p2p_net {
+        if args.nccl_version.is_none() && d.inputs.nccl_version.at_least(2, 29) {
+            p2p.push(Some(("--nccl-version", "2.28".to_owned())));
+        }
+        if args.nic_speed.is_none() && d.assumed.iter().any(|a| a.contains("--nic-speed")) {
+            p2p.push(Some(("--nic-speed", "200".to_owned())));
+        }
+    }
     let mut out = Vec::new();
     for g in &gdr {
         for s in &search {
-            if g.is_none() && s.is_none() {
-                continue;
+            for p in &p2p {
+                if g.is_none() && s.is_none() && p.is_none() {
+                    continue;
+                }
+                let mut a = args.clone();
+                let mut flags = Vec::new();
+                if let Some(g) = g {
+                    a.gdr = Some((*g).to_owned());
+                    flags.push(format!("--gdr {g}"));
+                }
+                if let Some(s) = s {
+                    a.search_channels = Some(*s);
+                    flags.push(format!("--search-channels {s}"));
+                }
+                match p {
+                    Some(("--nccl-version", v)) => a.nccl_version = Some(v.clone()),
+                    Some((_, v)) => a.nic_speed = v.parse().ok(),
+                    None => {}
+                }
+                if let Some((flag, v)) = p {
+                    flags.push(format!("{flag} {v}"));
+                }
+                out.push((flags.join(" "), a));
             }
-            let mut a = args.clone();
-            let mut flags = Vec::new();
-            if let Some(g) = g {
-                a.gdr = Some((*g).to_owned());
-                flags.push(format!("--gdr {g}"));
-            }
-            if let Some(s) = s {
-                a.search_channels = Some(*s);
-                flags.push(format!("--search-channels {s}"));
-            }
-            out.push((flags.join(" "), a));
         }
     }
     out
@@ -192,5 +214,23 @@ mod tests {
         let (_, r) = run(&["--nics", "2", "--channels", "4"]);
         assert_eq!(r.alternatives.len(), 2, "{:?}", r.alternatives);
         assert!(r.alternatives.iter().all(|a| a.starts_with("--gdr ")), "{:?}", r.alternatives);
+    }
+
+    #[test]
+    fn an_assumed_release_or_nic_speed_spans_the_p2p_channels_per_peer() {
+        // All-to-all, everything else given: the newest release and 400 Gb/s were assumed (4
+        // channels per peer); 2.28 and 200 Gb/s give 2.
+        let given = ["--p2p-net", "--nics", "4", "--gdr", "dmabuf", "--channels", "16", "--search-channels", "8"];
+        let (e, r) = run(&given);
+        assert_eq!(e.inputs.p2p.as_ref().map(|p| p.channels_per_peer), Some(4));
+        assert_eq!(r.alternatives, ["--nccl-version 2.28", "--nic-speed 200"], "{r:?}");
+        assert!(r.per_rank_low_bytes < e.per_rank_max_bytes, "fewer channels, fewer connections: {r:?}");
+        assert_eq!(r.per_rank_high_bytes, e.per_rank_max_bytes);
+        // Both given: no range.
+        let (_, r) = run(&[&given[..], &["--nccl-version", "2.29", "--nic-speed", "400"]].concat());
+        assert!(r.alternatives.is_empty(), "{r:?}");
+        // Without all-to-all neither matters.
+        let (_, r) = run(&given[1..]);
+        assert!(r.alternatives.is_empty(), "{r:?}");
     }
 }
