@@ -684,6 +684,7 @@ fn third_round_h100_one_gpu_per_nic_switch_tree_at_four_nodes_and_up() {
         let per_rank = 6 * SEND_DMABUF + 6 * RECV_DMABUF + PAGE;
         assert_eq!(per_rank, 7_745_536, "7.4 MiB, under the 8 MiB default limit");
         assert_eq!(e.per_rank_max_bytes, per_rank, "{nodes} nodes");
+        assert_eq!(e.per_node_bytes, 8 * per_rank, "{nodes} nodes");
         // Before (the balanced tree): a child-0 receive on GPU j - 1 without GPUDirect: x2.19.
         if nodes == 4 {
             assert_eq!(estimate(&balanced(i)).per_rank_max_bytes, 16_932_864);
