@@ -4,8 +4,9 @@
 
 use serde::Serialize;
 
-/// A release, major and minor (the patch level changes nothing the model follows).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// A release, major and minor (the patch level changes nothing the model follows); `"2.30"` in
+/// JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Release {
     pub major: u32,
     pub minor: u32,
@@ -29,6 +30,12 @@ impl Release {
 
     pub fn at_least(self, major: u32, minor: u32) -> bool {
         self >= Release { major, minor }
+    }
+}
+
+impl Serialize for Release {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 
@@ -127,6 +134,7 @@ mod tests {
         assert_eq!(Release::parse("2"), None);
         assert_eq!(Release::parse("cuda"), None);
         assert_eq!(Release::NEWEST.to_string(), "2.30");
+        assert_eq!(serde_json::to_string(&Release::NEWEST).ok().as_deref(), Some("\"2.30\""));
         assert!(Release::parse("2.9.9").is_some_and(|r| r < Release::OLDEST), "2.9 is older than 2.18");
     }
 
