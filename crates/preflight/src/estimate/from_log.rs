@@ -143,16 +143,40 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
                 .to_owned(),
         );
     }
-    // Per process: its counts, then PXN sends moved to the proxy's process.
+    // p2p lines on shared buffers (`/Shared`) are charged by network connection and pool, the
+    // pools p2pnChannels x NCCL_SHARED_STEPS x chunk (net.cc sharedNetBuffersInit).
+    if i.p2p.is_none() && l.ranks.iter().any(|r| r.shared_send + r.shared_recv > 0) {
+        let channels = i.channels.count.next_power_of_two().min(model::MAX_CHANNELS);
+        let chunk = model::DEFAULT_P2P_CHUNKSIZE.min(i.buffsize_simple / model::STEPS);
+        i.p2p = Some(model::P2p {
+            channels,
+            channels_per_peer: 1,
+            chunk,
+            ll_buffers: false,
+            shared: true,
+            pxn: true,
+            shared_comms: true,
+        });
+        assumed.push(format!(
+            "p2p pools of {channels} p2p channels (the channel count rounded up to a power of two) x 16 steps x \
+                {chunk} B: pass --p2p-net and --p2p-channels"
+        ));
+    }
+    // Per process: its counts (the shared p2p lines apart), then PXN sends moved to the proxy's
+    // process.
     let mut counts: Vec<Charged> = l
         .ranks
         .iter()
         .map(|r| {
+            let (send, send_gdr) =
+                (r.net_send.saturating_sub(r.shared_send), r.net_send_gdr.saturating_sub(r.shared_send_gdr));
+            let (recv, recv_gdr) =
+                (r.net_recv.saturating_sub(r.shared_recv), r.net_recv_gdr.saturating_sub(r.shared_recv_gdr));
             let c = Counts {
-                sends: r.net_send.saturating_sub(r.net_send_gdr),
-                sends_gdr: r.net_send_gdr,
-                receives: r.net_recv.saturating_sub(r.net_recv_gdr),
-                receives_gdr: r.net_recv_gdr,
+                sends: send.saturating_sub(send_gdr),
+                sends_gdr: send_gdr,
+                receives: recv.saturating_sub(recv_gdr),
+                receives_gdr: recv_gdr,
             };
             (c, r.nics.iter().copied().zip(r.nic_connections.iter().copied()).collect(), 0)
         })
@@ -180,8 +204,27 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
         .iter()
         .zip(&counts)
         .map(|(r, (c, nics, for_others))| {
-            let per_nic: Vec<u64> = nics.iter().map(|(_, n)| *n).collect();
-            let need = model::logged_need(&i, *c, &per_nic);
+            let mut devs: Vec<u32> = nics.iter().map(|(d, _)| *d).collect();
+            for (d, _) in &r.p2p.nic_connections {
+                if !devs.contains(d) {
+                    devs.push(*d);
+                }
+            }
+            let on = |list: &[(u32, u64)], d: &u32| list.iter().find(|(x, _)| x == d).map_or(0, |(_, n)| *n);
+            let per_nic: Vec<u64> = devs.iter().map(|d| on(nics, d)).collect();
+            let p = &r.p2p;
+            let p2p = model::LoggedP2p {
+                counts: Counts {
+                    sends: p.sends.saturating_sub(p.sends_gdr),
+                    sends_gdr: p.sends_gdr,
+                    receives: p.receives.saturating_sub(p.receives_gdr),
+                    receives_gdr: p.receives_gdr,
+                },
+                send_pools: p.send_pools,
+                receive_pools: p.receive_pools,
+                per_nic: devs.iter().map(|d| on(&p.nic_connections, d)).collect(),
+            };
+            let need = model::logged_need_with_p2p(&i, *c, &per_nic, &p2p);
             LogRank {
                 host: r.host.clone(),
                 pid: r.pid,
@@ -353,6 +396,47 @@ mod tests {
         let e = model::estimate(&i);
         let r = report(&i, &e, &l, &verdict(None));
         assert_eq!((r.per_rank_max_bytes, r.per_node_bytes), (e.per_rank_max_bytes, e.per_node_bytes));
+    }
+
+    /// All-to-all with PXN and shared comms (scripts/nccl_log_fixtures.py, NCCL 2.29's format
+    /// strings and rules): the log path, deduplicating the `/Shared` lines into the network
+    /// connections and pools each process registers, and the model agree rank by rank.
+    #[test]
+    fn the_log_and_the_model_agree_on_pxn_all_to_all() {
+        let l = load(&fixture("2x8x4-alltoall-pxn-v2.29.log")).unwrap();
+        assert_eq!(l.nccl_version.as_deref(), Some("2.29.7+cuda12.9"));
+        let mut i = Inputs::new(2, 8, 4);
+        i.gdr = GdrMode::Peermem;
+        i.nccl_version = model::Release { major: 2, minor: 29 };
+        i.p2p = Some(model::P2p {
+            channels: 16,
+            channels_per_peer: 4,
+            chunk: model::DEFAULT_P2P_CHUNKSIZE,
+            ll_buffers: false,
+            shared: true,
+            pxn: true,
+            shared_comms: true,
+        });
+        let e = model::estimate(&i);
+        let r = report(&i, &e, &l, &verdict(None));
+        assert_eq!(r.ranks.len(), 16);
+        assert!(r.assumed.is_empty(), "{:?}", r.assumed);
+        for (lr, raw) in r.ranks.iter().zip(&l.ranks) {
+            let Some(dev) = lr.cuda_dev else { panic!("{lr:?}") };
+            let m = &e.ranks[dev as usize];
+            // 8 remote peers x 4 channels each way, as the log prints them.
+            assert_eq!((raw.shared_send, raw.shared_recv), (32, 32), "{raw:?}");
+            assert_eq!((raw.p2p.sends, raw.p2p.receives), (m.p2p.sends_gdr, m.p2p.receives_gdr), "{raw:?}");
+            assert_eq!(lr.memlock_bytes, m.memlock_bytes, "GPU {dev}: {raw:?}");
+        }
+        assert_eq!(r.per_rank_max_bytes, 426_795_008, "case K of docs/check.md");
+        assert_eq!((r.per_rank_max_bytes, r.per_node_bytes), (e.per_rank_max_bytes, e.per_node_bytes));
+        // Without --p2p-net the log still shows the pools: their size from the channel count.
+        let mut plain = i.clone();
+        plain.p2p = None;
+        let r = report(&plain, &model::estimate(&plain), &l, &verdict(None));
+        assert_eq!(r.per_rank_max_bytes, 426_795_008);
+        assert!(r.assumed.iter().any(|a| a.contains("--p2p-channels")), "{:?}", r.assumed);
     }
 
     #[test]

@@ -93,11 +93,39 @@ pub struct Rank {
     pub net_recv_gdr: u64,
     /// NIC indices (the `%d` after the plugin's name) of its connections.
     pub nics: Vec<u32>,
-    /// Its connections on each of `nics`, in the same order.
+    /// Its connections on each of `nics`, in the same order (the shared p2p ones apart: `p2p`).
     pub nic_connections: Vec<u64>,
     /// Connection lines seen again (the same key): a log captured twice, or a second
     /// communicator over the same ranks and channels.
     pub repeated: u64,
+    /// Of its sends and receives, the p2p ones on shared buffers (`/Shared`, connIndex 1), which
+    /// have no buffers of their own: the network connections and pools they use are below.
+    pub shared_send: u64,
+    pub shared_send_gdr: u64,
+    pub shared_recv: u64,
+    pub shared_recv_gdr: u64,
+    /// The shared p2p network connections this process registers, each once however many
+    /// local senders use it (net.cc sendProxyConnect, recvProxyConnect with
+    /// NCCL_NET_SHARED_COMMS): sends per (NIC, remote rank, channel) for itself and the ranks it
+    /// proxies, receives per (NIC, remote proxy rank, channel).
+    pub p2p: SharedP2p,
+}
+
+/// A process's shared p2p connections and pools, from the `/Shared` lines.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SharedP2p {
+    pub sends: u64,
+    pub sends_gdr: u64,
+    pub receives: u64,
+    pub receives_gdr: u64,
+    /// Pools (net.cc sharedNetBuffersInit: one per origin rank and direction): send pools per
+    /// (NIC, origin rank), receive pools per NIC.
+    pub send_pools: u64,
+    pub send_pools_gdr: u64,
+    pub receive_pools: u64,
+    pub receive_pools_gdr: u64,
+    /// Its shared connections per NIC: (NIC, connections).
+    pub nic_connections: Vec<(u32, u64)>,
 }
 
 /// A failed call.
@@ -173,7 +201,15 @@ struct Proc {
     recv_gdr: u64,
     nics: Vec<(u32, u64)>,
     repeated: u64,
+    shared_send: u64,
+    shared_send_gdr: u64,
+    shared_recv: u64,
+    shared_recv_gdr: u64,
 }
+
+/// A `/Shared` line: (host id, own rank, channel, peer, NIC, the rank whose process registers
+/// it, GPUDirect); for a receive the registering rank is its own.
+type SharedLine = (u32, u32, u32, u32, u32, u32, bool);
 
 /// The state of a log being read; every part bounded.
 #[derive(Default)]
@@ -190,6 +226,12 @@ pub struct Summary {
     nics: Vec<String>,
     networks: Vec<String>,
     comms: HashSet<String>,
+    /// The `/Shared` sends and receives, within MAX_CONNECTIONS, for [`SharedP2p`].
+    shared_sends: Vec<SharedLine>,
+    /// Receives with the receiving process's pid and device.
+    shared_recvs: Vec<(u32, Option<i32>, SharedLine)>,
+    /// Hosts of the shared lines by id (at most one per process).
+    host_ids: HashMap<String, u32>,
     dropped: Dropped,
 }
 
@@ -320,6 +362,34 @@ impl Summary {
             Direction::Send => (p.send, p.send_gdr) = (p.send + 1, p.send_gdr + gdr),
             Direction::Recv => (p.recv, p.recv_gdr) = (p.recv + 1, p.recv_gdr + gdr),
         }
+        if conn.shared {
+            // Shared buffers and comms: charged by network connection and pool (finish), not
+            // as a connection of its own.
+            match conn.direction {
+                Direction::Send => (p.shared_send, p.shared_send_gdr) = (p.shared_send + 1, p.shared_send_gdr + gdr),
+                Direction::Recv => (p.shared_recv, p.shared_recv_gdr) = (p.shared_recv + 1, p.shared_recv_gdr + gdr),
+            }
+            if conn.proxy.is_some_and(|r| r != conn.from) {
+                p.proxied += 1;
+            }
+            // The NIC is in use; its dedicated connections (the doorbell count) are not these.
+            if !p.nics.iter().any(|(d, _)| *d == conn.dev) && p.nics.len() < MAX_NICS {
+                p.nics.push((conn.dev, 0));
+            }
+            if room {
+                let next = self.host_ids.len() as u32;
+                let host = *self.host_ids.entry(bounded(&prefix.host)).or_insert(next);
+                let registrar = conn.proxy.unwrap_or(conn.me());
+                let line = (host, conn.me(), conn.channel, conn.peer(), conn.dev, registrar, conn.gdr);
+                match conn.direction {
+                    Direction::Send => self.shared_sends.push(line),
+                    Direction::Recv => self.shared_recvs.push((prefix.pid, prefix.cuda_dev, line)),
+                }
+            }
+            self.connections += added;
+            self.dropped.connections += 1 - added as u64;
+            return;
+        }
         if let Some(proxy) = conn.proxy.filter(|r| *r != conn.from) {
             p.proxied += 1;
             match p.proxied_to.iter().position(|(r, _, _, d)| *r == proxy && *d == conn.dev) {
@@ -341,11 +411,71 @@ impl Summary {
         self.dropped.connections += 1 - added as u64;
     }
 
+    /// Per process, the shared p2p connections and pools it registers (see [`SharedP2p`]).
+    fn shared_p2p(&self) -> HashMap<ProcKey, SharedP2p> {
+        type Dev = u32;
+        // The process of (host, rank): the one whose lines name that rank.
+        let by_rank: HashMap<(u32, u32), &ProcKey> =
+            self.procs.iter().filter_map(|(k, p)| Some(((*self.host_ids.get(&k.0)?, p.rank?), k))).collect();
+        let hosts: HashMap<u32, &String> = self.host_ids.iter().map(|(h, id)| (*id, h)).collect();
+        // (channel, sender, receiver) -> the rank whose process registers the send.
+        let proxy_of: HashMap<(u32, u32, u32), u32> =
+            self.shared_sends.iter().map(|(_, me, c, peer, _, reg, _)| ((*c, *me, *peer), *reg)).collect();
+        let mut send_comms: HashMap<&ProcKey, HashMap<(Dev, u32, u32), bool>> = HashMap::new();
+        let mut send_pools: HashMap<&ProcKey, HashMap<(Dev, u32), bool>> = HashMap::new();
+        for (host, me, channel, peer, dev, reg, gdr) in &self.shared_sends {
+            // A proxy the log does not show (another host's, or no line of its own): the sender.
+            let Some(key) = by_rank.get(&(*host, *reg)).or_else(|| by_rank.get(&(*host, *me))) else { continue };
+            *send_comms.entry(key).or_default().entry((*dev, *peer, *channel)).or_default() |= *gdr;
+            *send_pools.entry(key).or_default().entry((*dev, *me)).or_default() |= *gdr;
+        }
+        let mut recv_comms: HashMap<ProcKey, HashMap<(Dev, u32, u32), bool>> = HashMap::new();
+        let mut recv_pools: HashMap<ProcKey, HashMap<Dev, bool>> = HashMap::new();
+        for (pid, cuda_dev, (host, me, channel, from, dev, _, gdr)) in &self.shared_recvs {
+            let Some(host) = hosts.get(host) else { continue };
+            let key: ProcKey = ((*host).clone(), *pid, *cuda_dev);
+            let remote_proxy = proxy_of.get(&(*channel, *from, *me)).copied().unwrap_or(*from);
+            *recv_comms.entry(key.clone()).or_default().entry((*dev, remote_proxy, *channel)).or_default() |= *gdr;
+            *recv_pools.entry(key).or_default().entry(*dev).or_default() |= *gdr;
+        }
+        let mut out: HashMap<ProcKey, SharedP2p> = HashMap::new();
+        let mut per_nic = |key: &ProcKey, dev: Dev| {
+            let p = out.entry(key.clone()).or_default();
+            match p.nic_connections.iter_mut().find(|(d, _)| *d == dev) {
+                Some(slot) => slot.1 += 1,
+                None => p.nic_connections.push((dev, 1)),
+            }
+        };
+        for (key, comms) in &send_comms {
+            for (dev, _, _) in comms.keys() {
+                per_nic(key, *dev);
+            }
+        }
+        for (key, comms) in &recv_comms {
+            for (dev, _, _) in comms.keys() {
+                per_nic(key, *dev);
+            }
+        }
+        fn count<K>(m: Option<&HashMap<K, bool>>) -> (u64, u64) {
+            m.map_or((0, 0), |m| (m.len() as u64, m.values().filter(|g| **g).count() as u64))
+        }
+        for (key, p) in out.iter_mut() {
+            (p.sends, p.sends_gdr) = count(send_comms.get(key));
+            (p.receives, p.receives_gdr) = count(recv_comms.get(key));
+            (p.send_pools, p.send_pools_gdr) = count(send_pools.get(key));
+            (p.receive_pools, p.receive_pools_gdr) = count(recv_pools.get(key));
+            p.nic_connections.sort_unstable();
+        }
+        out
+    }
+
     pub fn finish(self) -> NcclLog {
+        let mut shared = self.shared_p2p();
         let mut ranks: Vec<Rank> = self
             .procs
             .into_iter()
             .map(|((host, pid, cuda_dev), p)| {
+                let p2p = shared.remove(&(host.clone(), pid, cuda_dev)).unwrap_or_default();
                 let total = p.send + p.recv;
                 let gdr = p.send_gdr + p.recv_gdr;
                 let mut nics = p.nics;
@@ -366,6 +496,11 @@ impl Summary {
                     nics: nics.iter().map(|(d, _)| *d).collect(),
                     nic_connections: nics.iter().map(|(_, n)| *n).collect(),
                     repeated: p.repeated,
+                    shared_send: p.shared_send,
+                    shared_send_gdr: p.shared_send_gdr,
+                    shared_recv: p.shared_recv,
+                    shared_recv_gdr: p.shared_recv_gdr,
+                    p2p,
                 }
             })
             .collect();

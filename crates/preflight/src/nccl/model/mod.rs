@@ -422,12 +422,38 @@ fn rank_need(i: &Inputs, h: &Held, algorithms: &[Algorithm]) -> Bytes {
 /// each NIC (one device context per NIC for the doorbell pages), charged as [`estimate`] charges a
 /// placed rank's, per communicator in `i`.
 pub fn logged_need(i: &Inputs, counts: Counts, per_nic: &[u64]) -> Bytes {
-    let mut slots = vec![[0; 4]; per_nic.len()];
+    logged_need_with_p2p(i, counts, per_nic, &LoggedP2p::default())
+}
+
+/// The shared p2p part of a process's logged connections: its network connections (no buffers of
+/// their own), its pools (send, receive), and its connections per NIC beside the dedicated ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoggedP2p {
+    pub counts: Counts,
+    pub send_pools: u64,
+    pub receive_pools: u64,
+    pub per_nic: Vec<u64>,
+}
+
+/// [`logged_need`] with shared p2p connections and pools, charged as [`estimate`] charges them
+/// (the pool size from `i.p2p`).
+pub fn logged_need_with_p2p(i: &Inputs, counts: Counts, per_nic: &[u64], p2p: &LoggedP2p) -> Bytes {
+    let nics = per_nic.len().max(p2p.per_nic.len());
+    let mut slots = vec![[0; 4]; nics];
     for (slot, n) in slots.iter_mut().zip(per_nic) {
         slot[Algorithm::Ring.index()] = *n;
     }
-    let held = Held { ring: counts, per_nic: slots, ..Default::default() };
-    rank_need(i, &held, &[Algorithm::Ring])
+    for (slot, n) in slots.iter_mut().zip(&p2p.per_nic) {
+        slot[Algorithm::P2p.index()] = *n;
+    }
+    let held = Held {
+        ring: counts,
+        p2p: p2p.counts,
+        per_nic: slots,
+        p2p_pools: vec![(0, p2p.send_pools, p2p.receive_pools)],
+        ..Default::default()
+    };
+    rank_need(i, &held, &[Algorithm::Ring, Algorithm::P2p])
 }
 
 /// What makes one node's connections differ from another's: per tree, its parent and children
