@@ -439,6 +439,27 @@ mod tests {
         assert!(r.assumed.iter().any(|a| a.contains("--p2p-channels")), "{:?}", r.assumed);
     }
 
+    /// H100-class nodes with one GPU per NIC switch, 4 nodes, dma-buf (the log written from NCCL
+    /// 2.29's format strings and the simpler tree): the log path and the model agree, 7.4 MiB.
+    #[test]
+    fn the_log_and_the_model_agree_on_the_simpler_tree() {
+        let l = load(&fixture("4x8x8-simple-tree-v2.29.log")).unwrap();
+        assert_eq!((l.ranks.len(), l.communicators), (32, 1));
+        let mut i = Inputs::new(4, 8, 8);
+        i.gdr = GdrMode::Dmabuf;
+        let e = model::estimate(&i);
+        let r = report(&i, &e, &l, &verdict(Some(8 << 20)));
+        assert_eq!(r.per_rank_max_bytes, 7_745_536, "case J of docs/check.md");
+        assert_eq!((r.per_rank_max_bytes, r.per_node_bytes), (e.per_rank_max_bytes, e.per_node_bytes));
+        assert!(r.fits_memlock_limit, "under 8 MiB");
+        // Every process of the busiest node as the model places it.
+        let busiest = format!("gpu-a0{}", e.busiest_node + 1);
+        for lr in r.ranks.iter().filter(|lr| lr.host == busiest) {
+            let m = &e.ranks[lr.cuda_dev.unwrap_or_default() as usize];
+            assert_eq!(lr.memlock_bytes, m.memlock_bytes, "{lr:?}");
+        }
+    }
+
     #[test]
     fn a_log_that_stops_at_the_failure_says_what_the_rest_adds() {
         let l = load(&fixture("2x8x8-enomem-v2.21.log")).unwrap();
