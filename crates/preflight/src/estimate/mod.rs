@@ -798,6 +798,21 @@ mod tests {
     }
 
     #[test]
+    fn the_release_found_in_the_log_is_the_one_the_model_follows() {
+        let log = crate::nccl::log::read(&b"h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"[..]).unwrap();
+        let procfs = std::path::Path::new("/nonexistent-procfs");
+        assert_eq!(found_version(procfs, None, Some(&log)).as_deref(), Some("2.21.5+cuda12.4"));
+        assert_eq!(found_version(procfs, None, None), None);
+        // A process whose maps cannot be read: the log still tells.
+        assert_eq!(found_version(procfs, Some(1), Some(&log)).as_deref(), Some("2.21.5+cuda12.4"));
+        let mut args = model_args(&["--p2p-net", "--nics", "4"]);
+        args.nccl_version = found_version(procfs, None, Some(&log));
+        let d = derive(&args, &env(&[]), &no_sysfs(), &[]).unwrap();
+        assert_eq!(d.inputs.nccl_version, model::Release { major: 2, minor: 21 });
+        assert_eq!(d.inputs.p2p.map(|p| p.channels_per_peer), Some(2));
+    }
+
+    #[test]
     fn flags_no_job_can_have_are_refused_naming_the_flag() {
         assert!(validate(&model_args(&[])).is_ok());
         for (flags, message) in [
