@@ -124,8 +124,8 @@ pub const NOT_MODELLED: &[&str] = &[
     "user buffer registration (NCCL_LOCAL_REGISTER, ncclCommRegister: usually GPU memory)",
     "providers other than mlx5 (EFA, bnxt_re size their queues differently), MLX5_CQE_SIZE=128, IB resiliency",
     "topologies where a channel's ring does not enter and leave the node through one rail (crossNic rings), \
-        channel copies past 2S (sm90 with bwIntra > 45 under 16 channels, unpack network devices); pass \
-        --channels and --search-channels from NCCL_DEBUG=INFO where the defaults were assumed",
+        channel copies past 2S (sm90 with bwIntra > 45 under 16 channels: only in the range; unpack network \
+        devices); pass --channels and --search-channels from NCCL_DEBUG=INFO where the defaults were assumed",
 ];
 
 /// The model inputs and how each was decided.
