@@ -64,6 +64,28 @@ fn estimate_reads_each_process_from_the_log() {
 }
 
 #[test]
+fn the_logs_variables_are_read_as_the_jobs_environment() {
+    // ncclLoadParam's "%s set by environment to %lld." and net_ib.cc's "NCCL_IB_HCA set to %s".
+    let text = b"\
+h:1:2 [0] NCCL INFO NCCL_BUFFSIZE set by environment to 8388608.
+h:1:2 [0] NCCL INFO NCCL_IB_HCA set to mlx5_0
+h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0
+h:1:2 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM
+";
+    let out = run(&["estimate", "--json", "--nccl-log", "-"], Some(text));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = json(&out);
+    let read: Vec<&str> =
+        report["estimate"]["environment"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    assert!(read.contains(&"NCCL_BUFFSIZE=8388608 from the NCCL log"), "{read:?}");
+    let l = &report["nccl_log"];
+    assert_eq!(l["env"]["NCCL_IB_HCA"], "mlx5_0");
+    let r = &l["ranks"][0];
+    assert_eq!((r["net_send"].as_u64(), r["p2p"].as_u64()), (Some(1), Some(1)), "{r}");
+    assert!(l["per_communicator"].as_array().is_some_and(|c| c.is_empty()), "no communicator line");
+}
+
+#[test]
 fn a_file_that_is_not_an_nccl_log_exits_2_and_says_so() {
     for command in ["estimate", "check"] {
         let out = run(&[command, "--nccl-log", "-"], Some(b"epoch 1/10 loss 0.31\n\x00\xff\n"));

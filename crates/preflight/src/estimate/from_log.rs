@@ -7,7 +7,7 @@ use std::io::{self, BufReader};
 
 use serde::Serialize;
 
-use crate::nccl::log::{self, NcclLog};
+use crate::nccl::log::{self, Communicator, NcclLog};
 use crate::nccl::model::{self, Counts, Estimate, Inputs};
 use crate::nccl::param::{strtoll, Strtoll};
 use memlock_core::gdr::GdrMode;
@@ -50,6 +50,16 @@ pub struct LogRank {
     /// Of the sends charged here, those the process proxies for other ranks.
     pub net_send_for_others: u64,
     pub gdr: Option<bool>,
+    /// Its connections of the transports no NIC registers, counted apart from the network's: P2P
+    /// and SHM sends, CollNet sends and receives (through the CollNet plugin, not charged here),
+    /// NVLS set-ups.
+    pub p2p: u64,
+    pub shm: u64,
+    pub collnet_send: u64,
+    pub collnet_recv: u64,
+    pub nvls: u64,
+    /// The communicators it logged (keys of `per_communicator`).
+    pub communicators: Vec<String>,
     pub nics: Vec<u32>,
     /// Charged to VmPin for its connections.
     pub memlock_bytes: u64,
@@ -83,6 +93,8 @@ pub struct LogReport {
     /// false when a cap of the reader was hit: counts are lower bounds.
     pub exact: bool,
     pub communicators: u64,
+    /// Each communicator: its commId, processes and their ranks, and the connections set up in it.
+    pub per_communicator: Vec<Communicator>,
     pub nics: Vec<String>,
     pub networks: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -192,6 +204,12 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
                 net_send_proxied: r.net_send_proxied,
                 net_send_for_others: *for_others,
                 gdr: r.gdr,
+                p2p: r.p2p,
+                shm: r.shm,
+                collnet_send: r.collnet_send,
+                collnet_recv: r.collnet_recv,
+                nvls: r.nvls,
+                communicators: r.communicators.clone(),
                 nics: r.nics.clone(),
                 memlock_bytes: need.memlock,
                 host_bytes: need.host,
@@ -234,6 +252,7 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
         cut_lines: l.cut_lines,
         exact: l.exact,
         communicators: l.communicators,
+        per_communicator: l.per_communicator.clone(),
         nics: l.nics.clone(),
         networks: l.networks.clone(),
         env: l.env.clone(),
@@ -285,13 +304,22 @@ pub fn render_text(r: &LogReport) -> String {
             Some(false) => "no GDR",
             None => "no network",
         };
+        let mut other = String::new();
+        for (n, what) in
+            [(k.p2p, "P2P"), (k.shm, "SHM"), (k.collnet_send + k.collnet_recv, "CollNet"), (k.nvls, "NVLS")]
+        {
+            if n > 0 {
+                other += &format!(", {n} {what}");
+            }
+        }
         out += &format!(
-            "  {}:{} GPU {dev} rank {rank}: {} send(s), {} receive(s), {gdr}, {}\n",
+            "  {}:{} GPU {dev} rank {rank}: {} send(s), {} receive(s), {gdr}, {}{}\n",
             k.host,
             k.pid,
             k.net_send,
             k.net_recv,
-            human(k.memlock_bytes as f64)
+            human(k.memlock_bytes as f64),
+            if other.is_empty() { String::new() } else { format!(" (not the NIC's:{})", &other[1..]) }
         );
     }
     for f in &r.failures {
