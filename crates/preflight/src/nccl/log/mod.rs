@@ -18,7 +18,7 @@ pub use line::{parse, parse_all, Comm, Direction, Event, Failure, Level, Line, L
 pub const MAX_LINE: usize = 16 * 1024;
 /// Processes (host, pid, device) the summary tracks.
 pub const MAX_PROCESSES: usize = 16_384;
-/// Distinct connections kept to count each once, over all processes: 2^21 keys of 20 bytes
+/// Distinct connections kept to count each once, over all processes: 2^21 keys of 16 bytes
 /// (and the hash set's overhead) stay below 100 MiB however large the log.
 pub const MAX_CONNECTIONS: usize = 1 << 21;
 pub const MAX_FAILURES: usize = 1024;
@@ -97,8 +97,9 @@ pub struct Rank {
     /// Of the sends and receives, those with GPUDirect.
     pub net_send_gdr: u64,
     pub net_recv_gdr: u64,
-    /// Connections of the other transports, which no NIC registers (see [`Transport`]): P2P and
-    /// SHM sends, CollNet sends and receives, NVLS set-ups (one per communicator).
+    /// Connections of the other transports, none registered as a NET connection's buffers are
+    /// (see [`Transport`]): P2P and SHM sends, CollNet sends and receives (the CollNet plugin
+    /// registers its own), NVLS set-ups (one per communicator).
     pub p2p: u64,
     pub shm: u64,
     pub collnet_send: u64,
