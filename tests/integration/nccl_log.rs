@@ -54,6 +54,13 @@ fn estimate_reads_each_process_from_the_log() {
     }
     assert_eq!(l["failures"], serde_json::json!([]));
     assert_eq!(l["per_rank_max_bytes"], report["estimate"]["per_rank_max_bytes"], "the log and the model agree");
+    // One communicator: its 16 processes, every connection of theirs set up in it.
+    let comms = l["per_communicator"].as_array().unwrap();
+    assert_eq!(comms.len(), 1);
+    let c = &comms[0];
+    assert_eq!((c["nranks"].as_u64(), c["members"].as_array().map(Vec::len)), (Some(16), Some(16)));
+    assert_eq!((c["net_send"].as_u64(), c["net_recv"].as_u64(), c["p2p"].as_u64()), (Some(64), Some(64), Some(0)));
+    assert!(ranks.iter().all(|r| r["communicators"] == serde_json::json!([c["key"]])), "{ranks:?}");
     // The same from standard input, in the table.
     let text = std::fs::read(&path).unwrap();
     let out = run(&["estimate", "--nics", "8", "--gdr", "off", "--nccl-log", "-"], Some(&text));
