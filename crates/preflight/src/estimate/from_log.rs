@@ -80,6 +80,8 @@ pub struct LogFailure {
     pub errno_name: Option<&'static str>,
     /// 1-based line number in the log.
     pub line: u64,
+    /// The communicator its process was setting up (a key of `per_communicator`).
+    pub communicator: Option<String>,
 }
 
 /// The `nccl_log` key of `--json`.
@@ -223,8 +225,15 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
         *sum = sum.saturating_add(r.memlock_bytes);
     }
     let per_node_bytes = per_host.values().copied().max().unwrap_or(0);
-    let rank_of = |host: &str, pid: u32, dev: Option<i32>| {
-        l.ranks.iter().find(|r| r.host == host && r.pid == pid && r.cuda_dev == dev).and_then(|r| r.rank)
+    // Its rank in the communicator it failed in, else in its first one.
+    let rank_of = |f: &log::FailureAt| {
+        let member = f.communicator.as_ref().and_then(|key| {
+            let c = l.per_communicator.iter().find(|c| &c.key == key)?;
+            c.members.iter().find(|m| m.host == f.host && m.pid == f.pid && m.cuda_dev == f.cuda_dev)?.rank
+        });
+        member.or_else(|| {
+            l.ranks.iter().find(|r| r.host == f.host && r.pid == f.pid && r.cuda_dev == f.cuda_dev).and_then(|r| r.rank)
+        })
     };
     let failures: Vec<LogFailure> = l
         .failures
@@ -233,12 +242,13 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
             host: f.host.clone(),
             pid: f.pid,
             cuda_dev: f.cuda_dev,
-            rank: rank_of(&f.host, f.pid, f.cuda_dev),
+            rank: rank_of(f),
             call: f.call.clone(),
             error: f.error.clone(),
             errno: f.errno,
             errno_name: f.errno.and_then(errno_name),
             line: f.line,
+            communicator: f.communicator.clone(),
         })
         .collect();
     let fits_memlock_limit = v.cap_ipc_lock_exempt
@@ -430,6 +440,22 @@ h:11:1 [1] NCCL INFO Channel 00/0 : 3[1] -> 1[1] [receive] via NET/IB/1/GDRDMA
         assert!(r.ranks[0].memlock_bytes > one.memlock, "rank 0 registers rank 1's send too");
         assert!(r.ranks[1].memlock_bytes < one.memlock, "rank 1 registers its receive only");
         assert_eq!(r.per_node_bytes, r.ranks[0].memlock_bytes + r.ranks[1].memlock_bytes);
+    }
+
+    #[test]
+    fn a_failure_names_the_communicator_and_rank_it_happened_in() {
+        // init.cc's "%s comm %p rank %d nranks %d ... commId 0x%llx - Init START" (2.23.4): the
+        // process is rank 0 of its first communicator and rank 3 of the one it fails in.
+        let text = "\
+h:1:2 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x11 - Init COMPLETE
+h:1:2 [0] NCCL INFO ncclCommSplit comm 0xb rank 3 nranks 4 cudaDev 0 nvmlDev 0 busId 1000 commId 0x22 - Init START
+h:1:2 [0] misc/ibvwrap.cc:203 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory
+";
+        let l = log::read(text.as_bytes()).unwrap();
+        let i = Inputs::new(2, 2, 1);
+        let r = report(&i, &model::estimate(&i), &l, &verdict(None));
+        let f = &r.failures[0];
+        assert_eq!((f.rank, f.communicator.as_deref()), (Some(3), Some("0x22")));
     }
 
     #[test]

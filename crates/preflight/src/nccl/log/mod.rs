@@ -185,6 +185,9 @@ pub struct FailureAt {
     pub errno: Option<i32>,
     /// 1-based line number in the log.
     pub line: u64,
+    /// The communicator its process was initialising when the call failed (else its last one),
+    /// a key of [`NcclLog::per_communicator`].
+    pub communicator: Option<String>,
 }
 
 /// What hit a cap.
@@ -349,6 +352,9 @@ pub struct Summary {
     networks: Vec<String>,
     comms: HashSet<String>,
     proc_comms: usize,
+    /// Per failure, its process's communicator then (its index in the process's list), named
+    /// once the log is read: its commId may come later.
+    failure_comms: Vec<Option<usize>>,
     dropped: Dropped,
 }
 
@@ -442,7 +448,9 @@ impl Summary {
                 if line.level != Level::Warn {
                     return;
                 }
-                self.proc(&prefix);
+                let comm = self
+                    .proc(&prefix)
+                    .and_then(|p| p.comms.iter().rposition(|c| c.open).or_else(|| p.comms.len().checked_sub(1)));
                 if self.failures.len() < MAX_FAILURES {
                     self.failures.push(FailureAt {
                         host: bounded(&prefix.host),
@@ -452,7 +460,9 @@ impl Summary {
                         error: f.error.as_deref().map(bounded),
                         errno: f.errno,
                         line: self.lines,
+                        communicator: None,
                     });
+                    self.failure_comms.push(comm);
                 } else {
                     self.dropped.failures += 1;
                 }
@@ -624,10 +634,17 @@ impl Summary {
     pub fn finish(self) -> NcclLog {
         let mut groups: BTreeMap<String, Communicator> = BTreeMap::new();
         let mut ranks: Vec<Rank> = Vec::with_capacity(self.procs.len());
+        let mut failures = self.failures;
         for ((host, pid, cuda_dev), p) in self.procs {
             let mut keys = Vec::with_capacity(p.comms.len());
+            let key_of = |pc: &ProcComm| pc.comm_id.clone().unwrap_or_else(|| format!("{host}:{pid}:{}", pc.addr));
+            for (f, comm) in failures.iter_mut().zip(&self.failure_comms) {
+                if (f.host.as_str(), f.pid, f.cuda_dev) == (host.as_str(), pid, cuda_dev) {
+                    f.communicator = comm.and_then(|at| p.comms.get(at)).map(key_of);
+                }
+            }
             for pc in &p.comms {
-                let key = pc.comm_id.clone().unwrap_or_else(|| format!("{host}:{pid}:{}", pc.addr));
+                let key = key_of(pc);
                 let g = groups.entry(key.clone()).or_insert_with(|| Communicator {
                     key: key.clone(),
                     comm_id: pc.comm_id.clone(),
@@ -684,7 +701,7 @@ impl Summary {
             nccl_lines: self.nccl_lines,
             cut_lines: self.cut_lines,
             ranks,
-            failures: self.failures,
+            failures,
             env: self.env,
             nics: self.nics,
             networks: self.networks,

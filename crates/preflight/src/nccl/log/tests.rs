@@ -370,6 +370,14 @@ h:1:2 [0] NCCL INFO comm 0x7f3c50002e10 rank 0 nranks 2 cudaDev 0 busId 1000 - I
     let c = &l.per_communicator[0];
     assert_eq!((c.key.as_str(), c.connections.net_send, c.connections.net_recv), ("h:1:0x7f3c50002e10", 1, 1));
     assert_eq!(l.ranks[0].unattributed, 0);
+    // A call that fails while a communicator is set up is that communicator's (its commId from
+    // the START line), even with no COMPLETE to follow.
+    let l = log("\
+h:1:2 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x11 - Init COMPLETE
+h:1:2 [0] NCCL INFO ncclCommSplit comm 0xb rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 1000 commId 0x22 - Init START
+h:1:2 [0] misc/ibvwrap.cc:203 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory
+");
+    assert_eq!(l.failures[0].communicator.as_deref(), Some("0x22"));
     // No communicator line at all: the connections are counted, and said to be unattributed.
     let l = log("h:1:2 [0] NCCL INFO Channel 00 : 0[1000] -> 1[1000] [send] via NET/IB/0\n");
     assert_eq!((l.ranks[0].net_send, l.ranks[0].unattributed, l.per_communicator.len()), (1, 1, 0));
