@@ -421,7 +421,8 @@ fn failures_as_ibvwrap_checks_and_aws_ofi_nccl_print_them() {
             for device 0. RC: 12, Error: Cannot allocate memory"),
         ("fi_mr_regattr".into(), Some("Cannot allocate memory".into()), Some(12))
     );
-    // aws/aws-ofi-nccl issue 70, as posted: an RC that is no errno and no error text.
+    // aws/aws-ofi-nccl issue 70, as posted: register_mr_buffers' "Unable to register memory (type =
+    // %d) for device %d. RC: %d, Error: %s" with an RC that is no errno and no error text.
     assert_eq!(
         f("ip-10-0-78-113:3234:3425 [5] register_mr_buffers:469 NCCL WARN NET/OFI Unable to register memory (type = \
             1) for device 0. RC: -736476143, Error:"),
