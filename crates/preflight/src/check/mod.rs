@@ -617,7 +617,12 @@ pub fn run(args: &CheckArgs) -> u8 {
         model_args.nccl_version = estimate::found_version(&roots.procfs, args.pid, log.as_ref());
     }
     // NCCL's reading of the environment is what the model takes (values it reads otherwise than
-    // written are findings, not a reason to stop).
+    // written are findings, not a reason to stop); the job's log, when given, says what its NCCL
+    // read and comes first.
+    let env = match &log {
+        Some(l) => env.with_log_values(&l.env),
+        None => env,
+    };
     let mut derived = match estimate::derive(&model_args, &env, &roots, &machine.rdma) {
         Ok(d) => d,
         Err(message) => return fail(message),

@@ -204,8 +204,10 @@ impl Reader<'_> {
         let shown = entry.value_shown();
         let mut read =
             if shown == v.to_string() { format!("{name}={v}") } else { format!("{name}={shown} (read as {v})") };
-        if let env::Source::File(path) = &entry.source {
-            read.push_str(&format!(" from {}", path.display()));
+        match &entry.source {
+            env::Source::File(path) => read.push_str(&format!(" from {}", path.display())),
+            env::Source::Log => read.push_str(" from the NCCL log"),
+            env::Source::Process => {}
         }
         self.read.push(read);
         Some(v)
@@ -558,6 +560,11 @@ pub fn run(args: &EstimateArgs) -> u8 {
     let machine = match machine::read_machine(&roots, &pid, env.clone()) {
         Ok(m) => m,
         Err(err) => return fail(err.to_string(), memlock_core::exit::USAGE),
+    };
+    // The job's NCCL read what its log says was set: the model takes those values first.
+    let env = match &log {
+        Some(l) => env.with_log_values(&l.env),
+        None => env,
     };
     let mut model_args = args.model.clone();
     if model_args.nccl_version.is_none() {
