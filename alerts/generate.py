@@ -39,6 +39,7 @@ RUST_POLICY_NAMES = (
     "hugepages_unused_ratio",
     "cgroup_near_limit_ratio",
     "overcommit_headroom_low_ratio",
+    "rdma_mr_near_cap_ratio",
 )
 
 HEADER = (

@@ -13,3 +13,5 @@ pub const HUGEPAGES_UNUSED_RATIO: f64 = 0.5;
 pub const CGROUP_NEAR_LIMIT_RATIO: f64 = 0.9;
 /// `overcommit_headroom_low_ratio` in alerts/thresholds.yml.
 pub const OVERCOMMIT_HEADROOM_LOW_RATIO: f64 = 0.1;
+/// `rdma_mr_near_cap_ratio` in alerts/thresholds.yml.
+pub const RDMA_MR_NEAR_CAP_RATIO: f64 = 0.9;

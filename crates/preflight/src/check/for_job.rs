@@ -22,6 +22,7 @@ pub const ALERT_HUGEPAGES: &str = "MemlockNodeHugepagesUnusedWhileMemoryLow's co
 pub const ALERT_CGROUP_NEAR: &str = "MemlockCgroupNearMemoryLimit's condition";
 pub const ALERT_OVERCOMMIT: &str = "MemlockNodeStrictOvercommitWithRdma's condition";
 pub const ALERT_COMMIT_HEADROOM: &str = "MemlockNodeCommitHeadroomLow's condition";
+pub const ALERT_MRS_NEAR_CAP: &str = "MemlockRdmaMrsNearDeviceCap's condition";
 
 /// MemAvailable below `node_available_low_ratio` of MemTotal (MemlockNodeMemoryAvailableLow).
 pub fn available_low(m: &Meminfo) -> bool {

@@ -143,6 +143,7 @@ pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
     out.extend(nccl_environment(&m.environment));
     socket_ifname(&m.environment, m.interfaces.as_deref(), &mut out);
     out.extend(rdma(&m.rdma, &m.environment));
+    out.extend(nic_caps::findings(m.nic_caps.as_ref(), !m.rdma.is_empty()));
     out
 }
 
@@ -713,6 +714,7 @@ pub fn run(args: &CheckArgs) -> u8 {
 pub mod for_job;
 pub mod launch_path;
 pub mod launcher_config;
+pub mod nic_caps;
 pub mod rdma_stack;
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ fn machine() -> Machine {
             limit_bytes: Some(200 * GIB),
         }),
         rdma: Vec::new(),
+        nic_caps: None,
         interfaces: None,
     }
 }
