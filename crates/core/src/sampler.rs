@@ -45,9 +45,12 @@ impl Board {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let mut trends = Vec::new();
         if let Some(data) = &run.data {
-            trends = data.observations(at).into_iter().map(|o| slots.tracker.observe(o)).collect();
+            let observations = data.observations_read(at, self.epoch);
+            // A scope observed at an older reading's time is still seen by this run.
+            let seen_since = observations.iter().map(|o| o.at).fold(at, f64::min);
+            trends = observations.into_iter().map(|o| slots.tracker.observe(o)).collect();
             for &scope in data.trend_scopes() {
-                slots.tracker.forget_unseen(scope, at);
+                slots.tracker.forget_unseen(scope, seen_since);
             }
         }
         let report = Report {

@@ -313,9 +313,15 @@ impl ProcessStats {
     /// Every process the collector watches is observed, exported or not ([`ProcessStats::watched`]):
     /// the fast path evaluates them whatever top_n and the series budget keep.
     pub fn observations(&self, at: f64) -> Vec<Observation> {
+        self.observations_with(|_| at)
+    }
+
+    /// [`ProcessStats::observations`], each watched process observed at `at(index)`.
+    pub fn observations_with(&self, at: impl Fn(usize) -> f64) -> Vec<Observation> {
         let mut out = Vec::with_capacity(self.watched.len() * Counter::ALL.len());
         let mut pid = String::new();
-        for p in &self.watched {
+        for (i, p) in self.watched.iter().enumerate() {
+            let at = at(i);
             pid.clear();
             pid.push_str(&p.pid.to_string());
             for counter in Counter::ALL {
