@@ -1,6 +1,7 @@
 //! Places shared fairly among owners: whatever ranks processes for a bounded set (the process
-//! collector's `top_n`, the fast path's watched set, the series budget's process claim) orders
-//! them so that each owner's most urgent comes before anyone's second.
+//! collector's `top_n`, the fast path's watched set, the series budget's process claim and its
+//! per-cgroup aggregates) orders them so that each owner's most urgent comes before anyone's
+//! second.
 //!
 //! An owner is a uid, and within a uid a cgroup: a user who starts 8,300 processes, or 40 in 40
 //! cgroups, holding memory near limits they lowered themselves, takes the places of their own

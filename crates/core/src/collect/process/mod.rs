@@ -716,6 +716,7 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
                 usage_ratio_max: None,
                 counter_ratio_max: [None; 2],
                 urgency_max: None,
+                uid: record.sample.uid,
                 processes: 0,
             });
             out.len() - 1
@@ -738,7 +739,10 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
                 agg.counter_ratio_max[slot] = Some(ratio);
             }
             if let Some(u) = charge.urgency() {
-                agg.urgency_max = Some(agg.urgency_max.map_or(u, |max: f64| max.max(u)));
+                if agg.urgency_max.is_none_or(|max| u > max) {
+                    agg.urgency_max = Some(u);
+                    agg.uid = record.sample.uid;
+                }
             }
         }
     }

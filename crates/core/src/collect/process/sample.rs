@@ -302,6 +302,9 @@ pub struct CgroupAggregate {
     pub counter_ratio_max: [Option<f64>; 2],
     /// The highest [`ProcessSample::urgency`] of its processes, for ranking the aggregates.
     pub urgency_max: Option<f64>,
+    /// Whose the cgroup is, for sharing the series budget's places by owner ([`crate::fair`]):
+    /// the uid of its most urgent process (of its first, when none has an enforced limit).
+    pub uid: Option<u32>,
     pub processes: u64,
 }
 

@@ -155,3 +155,27 @@ fn a_crowd_beyond_the_pass_is_read_in_turns_and_the_job_every_pass() {
     assert!((1000..1000 + crowd as u32).all(|pid| soft(pid).is_some_and(|l| l.soft == Limit::Bytes(16 << 20))));
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+/// One user's crowd of cgroups, each with a process at the (lowered) limit it holds, ranks above
+/// another user's job at 93 %: the series budget's cgroup aggregates are shared by owner too, so
+/// with room for two aggregates, one is the job's.
+#[test]
+fn one_users_crowd_of_cgroups_leaves_another_users_cgroup_its_aggregate() {
+    let tree = Tree::new("fair-cgroups");
+    for pid in 300..320 {
+        let cgroup = format!("/user.slice/user-1000.slice/crowd-{pid}");
+        tree.process(pid, "crowd", 2048, 0, "2097152", &cgroup).owner(pid, 1000);
+    }
+    tree.process(400, "python3", 0, 7620, "8388608", "/slurm/uid_2000/job_7").owner(400, 2000);
+    let stats = tree.collector(1 << 20, "", 4).full_scan(&mut Vec::new()).unwrap();
+    let claims = stats.claims();
+    let cgroups = claims.iter().find(|c| c.class == "process_cgroup").unwrap();
+    let claim = crate::budget::Claim { floor: 0, cap: 2, ..cgroups.clone() };
+    let allocation = crate::budget::allocate(&[claim], 2 * cgroups.entities[0].0);
+    let mut out = Exposition::new();
+    stats.render_granted(&mut out, &allocation.grants);
+    let text = out.finish();
+    let shown: Vec<&str> = text.lines().filter(|l| l.starts_with("memlock_cgroup_processes{")).collect();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert!(shown.iter().any(|l| l.contains("cgroup=\"/slurm/uid_2000/job_7\"")), "{shown:?}");
+}
