@@ -2,13 +2,17 @@
 //! `RLIMIT_MEMLOCK` from `/proc/PID/limits`, attributed to the cgroup in `/proc/PID/cgroup`.
 //!
 //! Two kinds of pass keep the cost low at 1 s resolution:
-//! - a **full scan** (every `full_scan_interval`, and on the first run) lists `<procfs>/` and
-//!   reads `status`, `limits` and `cgroup` of every process;
+//! - a **full scan** (on the first run; every `full_scan_interval` a **sweep**, the same reads
+//!   spread over passes when they do not fit in one) lists `<procfs>/` and reads `status`,
+//!   `limits` and `cgroup` of every process;
 //! - in between, a **tracked pass** re-reads only the `status` of the processes that matter
 //!   (holding locked or pinned memory, or matching `comm_pattern`), keeping their cgroup from
 //!   the last full scan, and their limits too unless they hold memory (re-read every 2 s
 //!   then); then it lists procfs and reads the processes that appeared, which are re-read on
-//!   every pass for their first seconds. A process seen idle that starts
+//!   every pass for their first seconds. A pass's reads beyond what must be current (the
+//!   front of the fair order, probation, failures) are bounded in time, so a crowd of holders
+//!   is re-read in turns and never slows the sampling of another owner's job
+//!   ([`ProcessCollector::tracked_pass`]). A process seen idle that starts
 //!   pinning or locking later raises the node-wide counters in `/proc/vmstat` beyond what the
 //!   table explains, which brings the next full scan forward.
 //!
@@ -115,7 +119,8 @@ const PROBATION: Duration = Duration::from_secs(10);
 /// work a crowd of processes can make (two trend scopes each, within the trend's 20,000).
 pub const MAX_WATCHED: usize = 8192;
 
-/// Processes on probation at most: a fork storm must not turn every pass into a full scan.
+/// Processes of one uid on probation at most: a fork storm must not turn every pass into a full
+/// scan, nor take the places of another user's new processes.
 const MAX_ON_PROBATION: usize = 256;
 /// Places at the front of the fair order whose tracked processes every pass re-reads, whatever
 /// else it has time for: each owner's most urgent first (uids take turns, then a uid's cgroups),
@@ -412,7 +417,11 @@ impl ProcessCollector {
         }
         let Some(pids) = self.list_pids(counters, errors) else { return table };
         let now = Instant::now();
-        let mut on_probation = table.iter().filter(|r| r.probation_until.is_some_and(|t| t > now)).count();
+        // Per owner: one user's fork storm takes only that user's places on probation.
+        let mut on_probation: HashMap<Option<u32>, usize> = HashMap::new();
+        for record in table.iter().filter(|r| r.probation_until.is_some_and(|t| t > now)) {
+            *on_probation.entry(record.sample.uid).or_insert(0) += 1;
+        }
         let mut new_left = MAX_NEW_PER_PASS;
         let mut old = table.into_iter().peekable();
         let mut kept = Vec::with_capacity(pids.len());
@@ -441,9 +450,10 @@ impl ProcessCollector {
             match self.scanner.read_process(pid, None, errors) {
                 Outcome::Read(mut record) => {
                     self.discovered += 1;
-                    if on_probation < MAX_ON_PROBATION {
+                    let owners = on_probation.entry(record.sample.uid).or_insert(0);
+                    if *owners < MAX_ON_PROBATION {
                         record.probation_until = Some(now + PROBATION);
-                        on_probation += 1;
+                        *owners += 1;
                     }
                     kept.push(record);
                 }

@@ -179,3 +179,26 @@ fn one_users_crowd_of_cgroups_leaves_another_users_cgroup_its_aggregate() {
     assert_eq!(shown.len(), 2, "{shown:?}");
     assert!(shown.iter().any(|l| l.contains("cgroup=\"/slurm/uid_2000/job_7\"")), "{shown:?}");
 }
+
+/// One user's fork storm fills that user's places on probation only: another user's job rank
+/// starting right after it is still re-read on every pass, and its first registration is seen
+/// at once.
+#[test]
+fn a_fork_storm_takes_only_its_own_users_places_on_probation() {
+    let tree = Tree::new("fair-probation");
+    tree.process(100, "sshd", 0, 0, "8388608", "/system");
+    let mut collector = tree.collector(1 << 20, "", 10);
+    let mut errors = Vec::new();
+    collector.full_scan(&mut errors).unwrap();
+    for pid in 1000..1000 + MAX_ON_PROBATION as u32 + 10 {
+        tree.process(pid, "storm", 0, 0, "8388608", "/storm").owner(pid, 1000);
+    }
+    tree.process(5000, "python3", 0, 0, "8388608", "/slurm/uid_2000/job_9").owner(5000, 2000);
+    collector.tracked_pass(&mut errors);
+    tree.status(5000, "python3", 0, 4096);
+    tree.owner(5000, 2000);
+    let stats = collector.tracked_pass(&mut errors);
+    let job = stats.processes.iter().find(|p| p.pid == 5000).expect("the job exported");
+    assert_eq!(job.pinned_bytes, Some(4 << 20), "on probation: re-read");
+    assert!(errors.is_empty(), "{errors:?}");
+}
