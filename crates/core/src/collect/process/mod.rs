@@ -126,6 +126,9 @@ const MAX_ON_PROBATION: usize = 256;
 /// else it has time for: each owner's most urgent first (uids take turns, then a uid's cgroups),
 /// so that one user's crowd of holders cannot slow the sampling of another user's job.
 pub const FRONT: usize = 256;
+/// Places of one uid at the front at most: a crowd's share of the work every pass must do is
+/// that of one owner's job (a 64-rank node), not the whole front.
+pub const FRONT_PER_OWNER: usize = 64;
 /// Other tracked processes re-read per pass at least, and processes of the full sweep, whatever
 /// the pass's time budget: both always progress.
 const MIN_ROTATION: usize = 64;
@@ -187,12 +190,15 @@ pub struct ProcessCollector {
     /// Whether the last pass left processes out of `watched`: the log says so when that starts
     /// and when it ends, not on every pass.
     unwatched_logged: bool,
-    /// The pids of the first [`FRONT`] places of the last fair order, sorted.
+    /// The pids of the first [`FRONT`] places of the last fair order, at most
+    /// [`FRONT_PER_OWNER`] of one uid, sorted.
     front: Vec<u32>,
     /// The pid the next pass's turns among the other tracked processes start at.
     rotation: u32,
     /// The full scan in progress between passes, if any.
     sweep: Option<Sweep>,
+    /// How long the last tracked pass took (wall time).
+    last_pass: Option<Duration>,
 }
 
 /// Tasks created since boot and tasks that exist (`kernel::tasks`): unchanged between two
@@ -238,6 +244,7 @@ impl ProcessCollector {
             front: Vec::new(),
             rotation: 0,
             sweep: None,
+            last_pass: None,
         }
     }
 
@@ -552,6 +559,7 @@ impl ProcessCollector {
         if swept {
             self.end_sweep();
         }
+        self.last_pass = Some(started.elapsed());
         self.stats(swept)
     }
 
@@ -559,6 +567,11 @@ impl ProcessCollector {
     /// quarter of the interval, so a crowd's processes are re-read less often instead of the
     /// collector sampling everyone (the job it crowds out included) less often.
     fn budget(&self) -> Duration {
+        // A pass that overran half the interval (other work on the node leaving the exporter a
+        // fraction of a core) leaves the next one only what it must, and the minimums.
+        if self.last_pass.is_some_and(|last| last > self.interval / 2) {
+            return Duration::ZERO;
+        }
         self.interval / 4
     }
 
@@ -583,15 +596,28 @@ impl ProcessCollector {
 
     fn stats(&mut self, full_scan: bool) -> ProcessStats {
         let config = &self.scanner.config;
-        let mut watched: Vec<&Record> =
+        let watched: Vec<&Record> =
             self.table.iter().filter(|r| passes_filter(r, config) || r.sample.held_bytes() > 0).collect();
-        watched.sort_by(|a, b| rank(&a.sample, &b.sample));
+        // Each key once, not on every comparison.
+        let mut keyed: Vec<(RankKey, &Record)> = watched.into_iter().map(|r| (rank_key(&r.sample), r)).collect();
+        keyed.sort_by(|(a, _), (b, _)| compare_rank(a, b));
+        let watched: Vec<&Record> = keyed.into_iter().map(|(_, r)| r).collect();
         let mut candidates = fair_order(watched.iter().copied().filter(|r| passes_filter(r, config)).collect());
         let mut watched = fair_order(watched);
         let dropped = candidates.len().saturating_sub(config.top_n);
         candidates.truncate(config.top_n);
         self.front.clear();
-        self.front.extend(watched.iter().take(FRONT).map(|r| r.sample.pid));
+        let mut per_owner: HashMap<Option<u32>, usize> = HashMap::new();
+        for record in &watched {
+            if self.front.len() == FRONT {
+                break;
+            }
+            let places = per_owner.entry(record.sample.uid).or_insert(0);
+            if *places < FRONT_PER_OWNER {
+                *places += 1;
+                self.front.push(record.sample.pid);
+            }
+        }
         self.front.sort_unstable();
         let unwatched = watched.len().saturating_sub(MAX_WATCHED);
         watched.truncate(MAX_WATCHED);
@@ -705,13 +731,17 @@ fn is_tracked(sample: &ProcessSample, comm_matches: bool) -> bool {
 /// Most urgent first ([`ProcessSample::rank_urgency`]: the usage ratio up to 1, processes at
 /// or over a limit that hold little last among those with a limit), processes without a limit
 /// after them, then more bytes in the larger counter, then lower pid.
-fn rank(a: &ProcessSample, b: &ProcessSample) -> std::cmp::Ordering {
-    let urgency = |s: &ProcessSample| s.rank_urgency().unwrap_or(f64::NEG_INFINITY);
-    urgency(b)
-        .total_cmp(&urgency(a))
-        .then_with(|| b.larger_counter_bytes().cmp(&a.larger_counter_bytes()))
-        .then_with(|| a.pid.cmp(&b.pid))
+fn compare_rank(a: &RankKey, b: &RankKey) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then_with(|| b.1.cmp(&a.1)).then_with(|| a.2.cmp(&b.2))
 }
+
+/// What the order compares: urgency, bytes of the larger counter, pid.
+type RankKey = (f64, u64, u32);
+
+fn rank_key(s: &ProcessSample) -> RankKey {
+    (s.rank_urgency().unwrap_or(f64::NEG_INFINITY), s.larger_counter_bytes(), s.pid)
+}
+
 
 fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
     let mut index: HashMap<*const CgroupInfo, usize> = HashMap::new();
