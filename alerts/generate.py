@@ -38,6 +38,8 @@ RUST_POLICY_NAMES = (
     "hugepages_min_pool_ratio",
     "hugepages_unused_ratio",
     "cgroup_near_limit_ratio",
+    "overcommit_headroom_low_ratio",
+    "rdma_mr_near_cap_ratio",
 )
 
 HEADER = (

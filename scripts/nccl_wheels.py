@@ -57,11 +57,16 @@ WHEELS = [
     ),
 ]
 
-# What a log reader needs: the version line, the connection lines, registration and verbs
-# failures, the network in use, communicator init, CUDA failures and the WARN/INFO headers.
+# What a log reader needs: the version line, the connection lines (every transport's, CollNet's
+# and NVLS's set-up included), registration and verbs failures, the network in use, communicator
+# init, the variables NCCL says it read, CUDA failures and the WARN/INFO headers.
 FORMAT_PATTERNS = [
     r"^NCCL version %",
     r"^Channel %",
+    r"^CollNet %.* via COLLNET/",
+    r"^NVLS comm %p headRank",
+    r" set by environment to %",
+    r"^([\w/]+: )?NCCL_\w+ set to %s$",
     r"Call to ibv_",
     r"^NET/IB ?: ?Using",
     r"^Using network %",

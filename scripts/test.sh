@@ -8,7 +8,7 @@
 # Steps run in order; a failing step does not stop the others. The last line says how many
 # steps passed and failed, and the exit status is non-zero when any failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
@@ -31,6 +31,25 @@ step() {
         failures+=("$name")
         echo "--- ${name}: FAILED ($((SECONDS - started))s)"
     fi
+}
+
+# A whole run writes several GiB (the debug and fuzzing builds under target/, the VM images and
+# what a failing script keeps under TMPDIR); on a fuller disk the later steps fail midway with
+# "No space left on device", far from the cause. Checked first so the cause is the first failure.
+disk_space() {
+    local need_gib=${MEMLOCK_TEST_MIN_FREE_GIB:-10} dir avail_kib rc=0
+    for dir in "${CARGO_TARGET_DIR:-$ROOT/target}" "${TMPDIR:-/tmp}"; do
+        while [ ! -d "$dir" ]; do dir=$(dirname "$dir"); done
+        avail_kib=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
+        if [ "${avail_kib:-0}" -lt $((need_gib * 1024 * 1024)) ]; then
+            echo "$dir: $((avail_kib / 1024 / 1024)) GiB free, a full run needs ${need_gib} GiB" \
+                "(MEMLOCK_TEST_MIN_FREE_GIB); free some space, e.g. old target/ directories"
+            rc=1
+        else
+            echo "$dir: $((avail_kib / 1024 / 1024)) GiB free"
+        fi
+    done
+    return $rc
 }
 
 install_tools() {
@@ -174,6 +193,7 @@ e2e_scripts() {
 if [ $QUICK = 1 ]; then
     step "unit and golden tests" unit_only
 else
+    step "disk space" disk_space
     step "install tools" install_tools
     step "build" build
     step "format and lint" format_and_lint

@@ -68,6 +68,9 @@ for run in $(seq "$RUNS"); do
         "$DRILL" drill --mode pin --step-mib 1 --interval-ms 4000 --max-mib 64 --hold-seconds 5 <<'PY' ||
 import subprocess, sys, time
 proc = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+# prlimit and setpriv exec the drill: this pid is the drill's.
+with open(sys.argv[1] + ".pid", "w") as out:
+    out.write(str(proc.pid))
 with open(sys.argv[1], "w") as out:
     for line in proc.stdout:
         out.write("%.3f %s" % (time.time(), line))
@@ -78,6 +81,7 @@ PY
     out=$(python3 - "$E2E_TMP/drill$run.out" "$WEBHOOK_OUT" "$since" <<'PY'
 import json, re, sys
 drill_out, webhook, since = sys.argv[1], sys.argv[2], float(sys.argv[3])
+drill_pid = open(drill_out + ".pid").read().strip()
 refused = next((float(l.split(" ", 1)[0]) for l in open(drill_out) if re.search(r"ENOMEM|EAGAIN|EPERM", l)), None)
 if refused is None:
     sys.exit("the drill was never refused:\n" + open(drill_out).read())
@@ -88,7 +92,8 @@ for line in open(webhook):
         continue
     for alert in note["payload"].get("alerts", []):
         name = alert["labels"].get("alertname", "")
-        if alert["status"] == "firing" and alert["labels"].get("comm") == "memlock-exporte":
+        # Only the drill's own alerts: other processes on a shared machine may page too.
+        if alert["status"] == "firing" and alert["labels"].get("pid") == drill_pid:
             first.setdefault(name, note["received"])
             counters.setdefault(name, set()).add(alert["labels"].get("counter"))
 if not first:

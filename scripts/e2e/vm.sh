@@ -223,6 +223,11 @@ expect("uid 1000 memlock.soft", status(user, "memlock.soft"), "FAIL")
 expect("uid 1000 rxe0 port", status(user, "rdma.port.rxe0.1"), "PASS")
 expect("uid 1000 rxe1 port (not in NCCL_IB_HCA=rxe0)", status(user, "rdma.port.rxe1.1"), None)
 expect("uid 1000 NICs (the ACTIVE ports NCCL_IB_HCA selects)", user["model"]["nics"], 1)
+# The NIC's own MR cap, read as the daemon reads it (ibv_query_device, RDMA netlink's count).
+mr_cap = [f for f in user["findings"] if f["id"] == "rdma.mr_cap.rxe0"]
+expect("uid 1000 rxe0 MR cap", [f["status"] for f in mr_cap], ["PASS"])
+if mr_cap and " of max_mr " not in mr_cap[0]["measured"]:
+    errors.append(f"rxe0 MR cap finding without the count against max_mr: {mr_cap[0]['measured']!r}")
 # NCCL opens only ACTIVE ports (net_ib/init.cc ncclIbInitDevices skips the others): a DOWN port
 # that NCCL_IB_HCA selects is not an error of its own; with no port left NCCL falls back to
 # sockets (WARN), and init fails only when NCCL_NET=IB forbids that (FAIL).

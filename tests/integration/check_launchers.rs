@@ -59,6 +59,8 @@ impl Host {
             .arg(path("sys"))
             .arg("--path.etc")
             .arg(path("etc"))
+            .arg("--path.rootfs")
+            .arg(path(""))
             .output()
             .expect("run check");
         assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
@@ -105,6 +107,20 @@ fn slurm_under_systemd_at_64_kib_names_slurmds_unit() {
     let others: Vec<&str> = report["launch"]["others"].as_array().unwrap().iter().filter_map(|o| o.as_str()).collect();
     assert!(others[0].starts_with("then, same path:") && others[0].contains("PropagateResourceLimitsExcept=MEMLOCK"));
     assert!(others[1..].iter().all(|o| o.starts_with("other path") && !o.contains("Slurm")), "{others:?}");
+    // The RDMA user space, from the node's files: the libibverbs the loader resolves, the
+    // MLNX_OFED installer's ofed_info.
+    let fact = |name: &str| {
+        report["facts"].as_array().unwrap().iter().find(|f| f["name"] == name).unwrap()["value"].as_str().unwrap()
+    };
+    assert_eq!(fact("rdma-core"), "2410mlnx54.0 (/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.2410mlnx54.0)");
+    assert_eq!(fact("OFED"), "MLNX_OFED_LINUX-24.10-1.1.4.0 (/usr/bin/ofed_info)");
+    // Another host has neither: not found, and the check still runs.
+    let docker = Host::fixture("docker-8mib").check(3010);
+    let value = |r: &serde_json::Value, name: &str| {
+        r["facts"].as_array().unwrap().iter().find(|f| f["name"] == name).unwrap()["value"].as_str().unwrap().to_owned()
+    };
+    assert!(value(&docker, "rdma-core").starts_with("not found"), "{docker}");
+    assert!(value(&docker, "OFED").starts_with("not found"), "{docker}");
 }
 
 #[test]
@@ -120,4 +136,26 @@ fn docker_with_a_64_mib_default_names_daemon_json_and_the_line() {
         assert!(!fix.contains(wrong), "{wrong}: {fix}");
     }
     assert!(report["launch"]["errors"].as_array().unwrap().is_empty(), "{}", report["launch"]);
+}
+
+#[test]
+fn hostile_trees_through_the_binary_are_named_errors_not_a_crash() {
+    let host = Host::fixture("slurm");
+    // A ppid cycle for the checked process, a user's process named like dockerd, and slurmd's own
+    // limits file grown past the bound, then malformed.
+    host.process(7000, 7001, 1000, "python3", "/usr/bin/python3", 8 * MIB, "/user.slice");
+    host.process(7001, 7000, 1000, "bash", "/usr/bin/bash", 8 * MIB, "/user.slice");
+    host.process(900, 1, 1000, "dockerd", "/home/alice/dockerd", 8 * MIB, "/user.slice");
+    let limits = host.dir.join("proc/800/limits");
+    std::fs::write(&limits, vec![b'7'; 3 << 20]).unwrap();
+    let report = host.check(7000);
+    let errors: Vec<&str> = report["launch"]["errors"].as_array().unwrap().iter().filter_map(|e| e.as_str()).collect();
+    assert!(errors.iter().any(|e| e.contains("loops back to pid 7000")), "{errors:?}");
+    assert!(errors.iter().any(|e| e.contains("800/limits") && e.contains("larger than")), "{errors:?}");
+    assert_eq!(report["launch"]["path"], "Slurm (slurmd, slurmstepd)", "the named-like dockerd is not dockerd");
+    std::fs::write(&limits, "Limit Soft Limit Hard Limit Units\nMax locked memory 65536 lots bytes\n").unwrap();
+    let report = host.check(7000);
+    let errors = report["launch"]["errors"].to_string();
+    assert!(errors.contains("800/limits") && errors.contains("lots"), "{errors}");
+    assert!(soft_fix(&report).contains("slurmd (pid 800, memlock unknown)"), "{}", soft_fix(&report));
 }

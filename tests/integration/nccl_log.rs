@@ -54,6 +54,13 @@ fn estimate_reads_each_process_from_the_log() {
     }
     assert_eq!(l["failures"], serde_json::json!([]));
     assert_eq!(l["per_rank_max_bytes"], report["estimate"]["per_rank_max_bytes"], "the log and the model agree");
+    // One communicator: its 16 processes, every connection of theirs set up in it.
+    let comms = l["per_communicator"].as_array().unwrap();
+    assert_eq!(comms.len(), 1);
+    let c = &comms[0];
+    assert_eq!((c["nranks"].as_u64(), c["members"].as_array().map(Vec::len)), (Some(16), Some(16)));
+    assert_eq!((c["net_send"].as_u64(), c["net_recv"].as_u64(), c["p2p"].as_u64()), (Some(64), Some(64), Some(0)));
+    assert!(ranks.iter().all(|r| r["communicators"] == serde_json::json!([c["key"]])), "{ranks:?}");
     // The same from standard input, in the table.
     let text = std::fs::read(&path).unwrap();
     let out = run(&["estimate", "--nics", "8", "--gdr", "off", "--nccl-log", "-"], Some(&text));
@@ -61,6 +68,28 @@ fn estimate_reads_each_process_from_the_log() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("from the NCCL log (NCCL 2.21.5+cuda12.4, 194 NCCL line(s) of 195"), "{stdout}");
     assert!(stdout.contains("gpu-a02:41105 GPU 5 rank 13: 4 send(s), 4 receive(s), no GDR"), "{stdout}");
+}
+
+#[test]
+fn the_logs_variables_are_read_as_the_jobs_environment() {
+    // ncclLoadParam's "%s set by environment to %lld." and net_ib.cc's "NCCL_IB_HCA set to %s".
+    let text = b"\
+h:1:2 [0] NCCL INFO NCCL_BUFFSIZE set by environment to 8388608.
+h:1:2 [0] NCCL INFO NCCL_IB_HCA set to mlx5_0
+h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0
+h:1:2 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM
+";
+    let out = run(&["estimate", "--json", "--nccl-log", "-"], Some(text));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = json(&out);
+    let read: Vec<&str> =
+        report["estimate"]["environment"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    assert!(read.contains(&"NCCL_BUFFSIZE=8388608 from the NCCL log"), "{read:?}");
+    let l = &report["nccl_log"];
+    assert_eq!(l["env"]["NCCL_IB_HCA"], "mlx5_0");
+    let r = &l["ranks"][0];
+    assert_eq!((r["net_send"].as_u64(), r["p2p"].as_u64()), (Some(1), Some(1)), "{r}");
+    assert!(l["per_communicator"].as_array().is_some_and(|c| c.is_empty()), "no communicator line");
 }
 
 #[test]

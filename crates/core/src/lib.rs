@@ -37,6 +37,7 @@ pub mod timefmt;
 pub mod trend;
 pub mod units;
 pub mod values;
+pub mod verbs;
 
 /// Exit codes of the binary, documented in the README.
 pub mod exit {

@@ -39,7 +39,13 @@ pub fn parse(text: &str) -> Result<MemlockLimits, ParseError> {
                 return Err(ParseError::Format(format!("line {line_no}: {MEMLOCK_LINE}: unknown unit {unit:?}")))
             }
         }
-        return Ok(MemlockLimits { soft: parse_limit(line_no, soft)?, hard: parse_limit(line_no, hard)? });
+        let (soft, hard) = (parse_limit(line_no, soft)?, parse_limit(line_no, hard)?);
+        // setrlimit(2) refuses a soft limit above the hard one (EINVAL), so the kernel never
+        // prints one: this is a torn read of a file rewritten under us, or not a limits file.
+        if soft.bytes().unwrap_or(u64::MAX) > hard.bytes().unwrap_or(u64::MAX) {
+            return Err(ParseError::Format(format!("line {line_no}: {MEMLOCK_LINE}: soft limit above the hard limit")));
+        }
+        return Ok(MemlockLimits { soft, hard });
     }
     if text.trim().is_empty() {
         return Err(ParseError::Empty);
@@ -67,6 +73,17 @@ mod tests {
     #[test]
     fn parses_the_captured_limits() {
         assert_eq!(parse(CAPTURE), Ok(MemlockLimits { soft: Limit::Bytes(8388608), hard: Limit::Bytes(8388608) }));
+    }
+
+    #[test]
+    fn a_soft_limit_above_the_hard_one_is_a_torn_read() {
+        let line = |values: &str| CAPTURE.replace("8388608              8388608              bytes", values);
+        // Rewritten under the reader and cut inside the hard value.
+        assert!(matches!(parse(&line("8388608              83")), Err(ParseError::Format(_))));
+        assert!(matches!(parse(&line("unlimited            83886")), Err(ParseError::Format(_))));
+        // The kernel's own orders parse.
+        assert!(parse(&line("65536                unlimited            bytes")).is_ok());
+        assert!(parse(&line("65536                65536                bytes")).is_ok());
     }
 
     #[test]

@@ -81,6 +81,68 @@ pub fn nccl_mapping(line: &str) -> Option<NcclMapping> {
     Some(NcclMapping { library: module_version(name), version, source })
 }
 
+/// rdma-core's release from the file name of one of its shared libraries. rdma-core names each
+/// `lib<name>.so.<SONAME>.<ABI level>.<PACKAGE_VERSION>` (Documentation/versioning.md; the
+/// `rdma_library()` calls of libibverbs/CMakeLists.txt, `1 1.14.${PACKAGE_VERSION}`), and
+/// PACKAGE_VERSION is the release (`50.0`, or a distributor's tag such as `2410mlnx54.0`):
+/// `libibverbs.so.1.14.50.0` is rdma-core 50.0. `None` for the soname link itself or another name.
+pub fn rdma_core_release(file_name: &str) -> Option<String> {
+    let rest = file_name.strip_suffix(" (deleted)").unwrap_or(file_name).strip_prefix("libibverbs.so.1.")?;
+    let (abi, release) = rest.split_once('.')?;
+    let sane = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-';
+    if abi.is_empty() || !abi.bytes().all(|b| b.is_ascii_digit()) || release.is_empty() || !release.chars().all(sane) {
+        return None;
+    }
+    Some(module_version(release))
+}
+
+/// The version `ofed_info -s` prints, read from the script without running it. MLNX_OFED's
+/// installer (mlnxofedinstall, "Update ofed_info") rewrites `/usr/bin/ofed_info` so that its
+/// `-s` branch is `if [ "$1" == "-s" ]; then echo MLNX_OFED_LINUX-<version>:; exit; fi` and its
+/// listing starts `MLNX_OFED_LINUX-<version> (OFED-<version>):`; an installation from the
+/// packages alone (DOCA-OFED) keeps `if [ "X$1" == "X-s" ]; then echo OFED-internal-<version>:;
+/// exit 0; fi`. The word echoed for `-s`, its colon dropped; else the listing's first line.
+pub fn ofed_info_version(text: &str) -> Option<String> {
+    let word = |w: &str| {
+        let w = w.trim_end_matches(';').trim_end_matches(':');
+        (w.contains("OFED") && w.bytes().any(|b| b.is_ascii_digit())).then(|| module_version(w))
+    };
+    let from_s = text.lines().find_map(|line| {
+        let line = line.trim();
+        if !(line.starts_with("if") && line.contains("-s\"") && line.contains("echo")) {
+            return None;
+        }
+        line.split("echo").nth(1)?.split_whitespace().next().and_then(word)
+    });
+    from_s.or_else(|| {
+        text.lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("MLNX_OFED_LINUX-") || l.starts_with("OFED-internal-") || l.starts_with("OFED-"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(word)
+    })
+}
+
+/// The paths of `soname` that ld.so.cache lists, in its order: the library `dlopen(soname)`
+/// loads when no LD_LIBRARY_PATH or RUNPATH intervenes (glibc elf/dl-load.c `_dl_map_object`
+/// asks elf/dl-cache.c `_dl_load_cache_lookup` before the default directories). The cache's
+/// string table holds each entry's path NUL-terminated; the first that ends in `/soname` is the
+/// one ldconfig ranked first. Bounded: at most 16 paths of at most 4096 bytes.
+pub fn ld_cache_paths(cache: &[u8], soname: &str) -> Vec<String> {
+    let suffix = format!("/{soname}");
+    cache
+        .split(|&b| b == 0)
+        .filter(|s| s.len() <= 4096 && s.first() == Some(&b'/') && s.ends_with(suffix.as_bytes()))
+        .filter_map(|s| std::str::from_utf8(s).ok())
+        .map(str::to_owned)
+        .fold(Vec::new(), |mut out, path| {
+            if out.len() < 16 && !out.contains(&path) {
+                out.push(path);
+            }
+            out
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +215,48 @@ mod tests {
         ] {
             assert_eq!(nccl_mapping(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn rdma_core_from_the_librarys_file_name() {
+        assert_eq!(rdma_core_release("libibverbs.so.1.14.50.0"), Some("50.0".into()));
+        assert_eq!(rdma_core_release("libibverbs.so.1.14.2410mlnx54.0"), Some("2410mlnx54.0".into()));
+        assert_eq!(rdma_core_release("libibverbs.so.1.11.32.0 (deleted)"), Some("32.0".into()));
+        assert_eq!(rdma_core_release("libibverbs.so.1.1.16.0"), Some("16.0".into()));
+        for other in ["libibverbs.so.1", "libibverbs.so.1.14", "libibverbs.so.1.x.50.0", "libmlx5.so.1.24.50.0", ""] {
+            assert_eq!(rdma_core_release(other), None, "{other}");
+        }
+        assert_eq!(rdma_core_release("libibverbs.so.1.14.50 0"), None, "no spaces in a version");
+    }
+
+    #[test]
+    fn ofed_info_without_running_it() {
+        let mlnx = "#!/bin/bash\nif [ \"$1\" == \"-s\" ]; then echo MLNX_OFED_LINUX-5.8-1.0.1.1:; exit; fi\n\
+            if [ \"X$1\" == \"X-n\" ]; then echo 5.8-1.0.1.1; exit 0; fi\ncat << EOF\n\
+            MLNX_OFED_LINUX-5.8-1.0.1.1 (OFED-5.8-1.0.1):\n\nar_mgr:\nEOF\n";
+        assert_eq!(ofed_info_version(mlnx), Some("MLNX_OFED_LINUX-5.8-1.0.1.1".into()));
+        let doca = "#!/bin/bash\nif [ \"X$1\" == \"X-s\" ]; then echo OFED-internal-24.01-0.3.3:; exit 0; fi\n";
+        assert_eq!(ofed_info_version(doca), Some("OFED-internal-24.01-0.3.3".into()));
+        let listing_only = "cat << EOF\nMLNX_OFED_LINUX-4.5-1.0.1.0 (OFED-4.5-1.0.1):\n\nar_mgr:\n";
+        assert_eq!(ofed_info_version(listing_only), Some("MLNX_OFED_LINUX-4.5-1.0.1.0".into()));
+        assert_eq!(ofed_info_version(""), None);
+        assert_eq!(ofed_info_version("#!/bin/sh\nexec something\n"), None);
+        assert_eq!(ofed_info_version(&"x".repeat(100_000)), None);
+    }
+
+    #[test]
+    fn ld_cache_lists_the_soname_in_its_order() {
+        let mut cache = b"glibc-ld.so.cache1.1\0\0\x01\x02libibverbs.so.1\0".to_vec();
+        cache.extend_from_slice(b"/opt/mellanox/lib/libibverbs.so.1\0/usr/lib/x86_64-linux-gnu/libibverbs.so.1\0");
+        cache.extend_from_slice(b"/usr/lib/x86_64-linux-gnu/libibverbs.so.1\0/usr/lib/libibverbs.so.10\0\xff\xfe");
+        assert_eq!(
+            ld_cache_paths(&cache, "libibverbs.so.1"),
+            vec![
+                "/opt/mellanox/lib/libibverbs.so.1".to_owned(),
+                "/usr/lib/x86_64-linux-gnu/libibverbs.so.1".to_owned()
+            ]
+        );
+        assert!(ld_cache_paths(b"", "libibverbs.so.1").is_empty());
+        assert!(ld_cache_paths(&[0xff; 10_000], "libibverbs.so.1").is_empty());
     }
 }

@@ -4,9 +4,12 @@
 
 use std::path::Path;
 
+use crate::check::nic_caps::NicCaps;
 use crate::nccl::env::Environment;
 use memlock_core::collect::cgroup::CgroupCollector;
 use memlock_core::collect::process::{ipc_lock_exempts, user_namespace_of, UserNamespaceView};
+use memlock_core::collect::rdma_caps::{RdmaCapsCollector, LIBIBVERBS};
+use memlock_core::collect::rdma_netlink::RdmaNetlinkCollector;
 use memlock_core::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice, SysfsPort};
 use memlock_core::config::{CgroupConfig, RdmaConfig};
 use memlock_kernel::fsroot::{self, Roots, SourceError};
@@ -29,6 +32,9 @@ pub struct Machine {
     pub cgroup: Option<CgroupHeadroom>,
     /// RDMA devices from sysfs (empty: none on this node).
     pub rdma: Vec<SysfsDevice>,
+    /// The devices' own caps and the MRs in use, read from the live node only (`None` when the
+    /// sysfs root is not `/sys`, or there is no RDMA device).
+    pub nic_caps: Option<NicCaps>,
     /// The network interfaces of the process's network namespace (`/proc/PID/net/dev`), when
     /// readable.
     pub interfaces: Option<Vec<String>>,
@@ -43,6 +49,27 @@ pub struct CgroupHeadroom {
     pub working_set_bytes: Option<u64>,
     /// The effective limit (lowest on the path); `None` when unlimited.
     pub limit_bytes: Option<u64>,
+}
+
+/// The caps through libibverbs and the MRs from RDMA netlink, as the daemon's rdma_caps and
+/// rdma_netlink collectors read them; what cannot be read is left out, never an error.
+fn live_nic_caps(roots: &Roots) -> NicCaps {
+    let caps = RdmaCapsCollector::new(LIBIBVERBS).read();
+    let mut ignored = Vec::new();
+    let mrs_in_use = RdmaNetlinkCollector::new(roots.clone(), RdmaConfig::default())
+        .read(&mut ignored)
+        .map(|stats| {
+            stats
+                .devices
+                .into_iter()
+                .filter_map(|d| {
+                    let mrs = d.resources.iter().find(|(kind, _)| kind == "mr").map(|(_, n)| *n)?;
+                    Some((d.name, mrs))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    NicCaps { caps, mrs_in_use }
 }
 
 /// Reads the machine state the checks need. Only the target process's limits are required:
@@ -65,9 +92,11 @@ pub fn read_machine(roots: &Roots, pid: &str, environment: Environment) -> Resul
         .read(&mut rdma_errors)
         .map(|stats| stats.devices)
         .unwrap_or_default();
+    let nic_caps = (!rdma.is_empty() && roots.sysfs == Path::new("/sys")).then(|| live_nic_caps(roots));
     Ok(Machine {
         cgroup,
         rdma,
+        nic_caps,
         pid: pid.to_owned(),
         limits: Some(limits),
         ipc_lock,

@@ -11,3 +11,7 @@ pub const HUGEPAGES_MIN_POOL_RATIO: f64 = 0.05;
 pub const HUGEPAGES_UNUSED_RATIO: f64 = 0.5;
 /// `cgroup_near_limit_ratio` in alerts/thresholds.yml.
 pub const CGROUP_NEAR_LIMIT_RATIO: f64 = 0.9;
+/// `overcommit_headroom_low_ratio` in alerts/thresholds.yml.
+pub const OVERCOMMIT_HEADROOM_LOW_RATIO: f64 = 0.1;
+/// `rdma_mr_near_cap_ratio` in alerts/thresholds.yml.
+pub const RDMA_MR_NEAR_CAP_RATIO: f64 = 0.9;

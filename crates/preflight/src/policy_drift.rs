@@ -22,6 +22,8 @@ fn the_generated_constants_are_the_thresholds_files() {
     assert_eq!(policy::HUGEPAGES_MIN_POOL_RATIO, threshold("hugepages_min_pool_ratio"));
     assert_eq!(policy::HUGEPAGES_UNUSED_RATIO, threshold("hugepages_unused_ratio"));
     assert_eq!(policy::CGROUP_NEAR_LIMIT_RATIO, threshold("cgroup_near_limit_ratio"));
+    assert_eq!(policy::OVERCOMMIT_HEADROOM_LOW_RATIO, threshold("overcommit_headroom_low_ratio"));
+    assert_eq!(policy::RDMA_MR_NEAR_CAP_RATIO, threshold("rdma_mr_near_cap_ratio"));
 }
 
 #[test]

@@ -18,16 +18,16 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
 use crate::budget::Grants;
 use crate::collect::{Collector, Data, Stats};
 use crate::exposition::{Exposition, Kind};
+use crate::verbs::{Library, LoadError};
 use memlock_kernel::fsroot::SourceError;
 
-/// The soname rdma-core installs (Debian libibverbs1, RHEL libibverbs).
-pub const LIBIBVERBS: &str = "libibverbs.so.1";
+pub use crate::verbs::LIBIBVERBS;
 
 /// rdma-core's `struct ibv_device_attr` (libibverbs/verbs.h), field for field; `ibv_query_device`
 /// writes all of it.
@@ -60,20 +60,11 @@ struct IbvDeviceAttr {
     phys_port_cnt: u8,
 }
 
-type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void;
-type FreeDeviceList = unsafe extern "C" fn(*mut *mut c_void);
-type GetDeviceName = unsafe extern "C" fn(*mut c_void) -> *const c_char;
-type OpenDevice = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
-type CloseDevice = unsafe extern "C" fn(*mut c_void) -> c_int;
 type QueryDevice = unsafe extern "C" fn(*mut c_void, *mut IbvDeviceAttr) -> c_int;
 
-/// libibverbs, loaded; never unloaded (the providers it loads keep pointers into it).
+/// libibverbs with the one call this collector adds.
 struct Verbs {
-    get_device_list: GetDeviceList,
-    free_device_list: FreeDeviceList,
-    get_device_name: GetDeviceName,
-    open_device: OpenDevice,
-    close_device: CloseDevice,
+    library: Library,
     query_device: QueryDevice,
 }
 
@@ -101,101 +92,44 @@ impl Unsupported {
     }
 }
 
-fn dlerror_text() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call.
-    let text = unsafe { libc::dlerror() };
-    if text.is_null() {
-        "unknown dlerror".to_owned()
-    } else {
-        // SAFETY: non-null, NUL-terminated (above).
-        unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned()
-    }
-}
-
 impl Verbs {
     fn load(name: &str) -> Result<Verbs, (Unsupported, String)> {
-        let c_name = CString::new(name).map_err(|_| (Unsupported::LibraryNotFound, "NUL in the name".to_owned()))?;
-        // SAFETY: dlopen with a NUL-terminated name; the handle is kept for the process's life.
-        let handle = unsafe { libc::dlopen(c_name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            return Err((Unsupported::LibraryNotFound, format!("cannot load {name}: {}", dlerror_text())));
-        }
-        let symbol = |symbol: &str| -> Result<*mut c_void, (Unsupported, String)> {
-            let c_symbol = CString::new(symbol).map_err(|_| (Unsupported::SymbolMissing, symbol.to_owned()))?;
-            // SAFETY: a handle dlopen returned and a NUL-terminated symbol name.
-            let address = unsafe { libc::dlsym(handle, c_symbol.as_ptr()) };
-            if address.is_null() {
-                return Err((Unsupported::SymbolMissing, format!("{name} has no symbol {symbol}: {}", dlerror_text())));
-            }
-            Ok(address)
+        let unsupported = |err: LoadError| match err {
+            LoadError::Library { .. } => (Unsupported::LibraryNotFound, err.to_string()),
+            LoadError::Symbol { .. } => (Unsupported::SymbolMissing, err.to_string()),
         };
-        // SAFETY (every transmute): the addresses are these rdma-core functions, whose C
-        // prototypes (verbs.h) the fn types above mirror.
-        unsafe {
-            Ok(Verbs {
-                get_device_list: std::mem::transmute::<*mut c_void, GetDeviceList>(symbol("ibv_get_device_list")?),
-                free_device_list: std::mem::transmute::<*mut c_void, FreeDeviceList>(symbol("ibv_free_device_list")?),
-                get_device_name: std::mem::transmute::<*mut c_void, GetDeviceName>(symbol("ibv_get_device_name")?),
-                open_device: std::mem::transmute::<*mut c_void, OpenDevice>(symbol("ibv_open_device")?),
-                close_device: std::mem::transmute::<*mut c_void, CloseDevice>(symbol("ibv_close_device")?),
-                query_device: std::mem::transmute::<*mut c_void, QueryDevice>(symbol("ibv_query_device")?),
-            })
-        }
+        let library = Library::load(name).map_err(unsupported)?;
+        let query_device = library.symbol("ibv_query_device").map_err(unsupported)?;
+        // SAFETY: the address is rdma-core's ibv_query_device, whose prototype (verbs.h) the fn
+        // type mirrors.
+        let query_device = unsafe { std::mem::transmute::<*mut c_void, QueryDevice>(query_device) };
+        Ok(Verbs { library, query_device })
     }
 
     /// The names of the devices libibverbs lists, and the caps of those in `wanted` (opened and
     /// queried; a device that cannot be is left out).
     fn query(&self, wanted: impl Fn(&str) -> bool) -> (Vec<String>, BTreeMap<String, DeviceCaps>) {
-        let mut count: c_int = 0;
-        // SAFETY: writes the count; returns NULL or an array of `count` pointers, freed below.
-        let list = unsafe { (self.get_device_list)(&mut count) };
-        if list.is_null() {
-            return (Vec::new(), BTreeMap::new());
-        }
-        let mut names = Vec::new();
-        let mut caps = BTreeMap::new();
-        for index in 0..usize::try_from(count).unwrap_or(0) {
-            // SAFETY: index < count, inside the array.
-            let device = unsafe { *list.add(index) };
-            if device.is_null() {
-                break;
-            }
-            // SAFETY: a device of the list; its name is NUL-terminated and lives with it.
-            let name_ptr = unsafe { (self.get_device_name)(device) };
-            if name_ptr.is_null() {
-                continue;
-            }
-            // SAFETY: non-null, NUL-terminated (above).
-            let name = unsafe { CStr::from_ptr(name_ptr) }.to_string_lossy().into_owned();
-            if wanted(&name) {
-                if let Some(found) = self.query_one(device) {
-                    caps.insert(name.clone(), found);
+        let listed = self.library.devices(|devices| {
+            let mut caps = BTreeMap::new();
+            for device in devices.iter().filter(|device| wanted(device.name)) {
+                let Ok(context) = self.library.open(*device) else { continue };
+                // SAFETY: all-zero is a valid value of this plain C struct.
+                let mut attr: IbvDeviceAttr = unsafe { std::mem::zeroed() };
+                // SAFETY: an open context and a struct of the size ibv_query_device writes.
+                if unsafe { (self.query_device)(context.as_ptr(), &mut attr) } == 0 {
+                    caps.insert(
+                        device.name.to_owned(),
+                        DeviceCaps {
+                            max_mr: u64::try_from(attr.max_mr).unwrap_or(0),
+                            max_mr_size: attr.max_mr_size,
+                            max_pd: u64::try_from(attr.max_pd).unwrap_or(0),
+                        },
+                    );
                 }
             }
-            names.push(name);
-        }
-        // SAFETY: the list ibv_get_device_list returned, freed once, after its last use.
-        unsafe { (self.free_device_list)(list) };
-        (names, caps)
-    }
-
-    fn query_one(&self, device: *mut c_void) -> Option<DeviceCaps> {
-        // SAFETY: a device of the live list.
-        let context = unsafe { (self.open_device)(device) };
-        if context.is_null() {
-            return None;
-        }
-        // SAFETY: all-zero is a valid value of this plain C struct.
-        let mut attr: IbvDeviceAttr = unsafe { std::mem::zeroed() };
-        // SAFETY: an open context and a struct of the size ibv_query_device writes.
-        let rc = unsafe { (self.query_device)(context, &mut attr) };
-        // SAFETY: the context opened above, closed once.
-        unsafe { (self.close_device)(context) };
-        (rc == 0).then(|| DeviceCaps {
-            max_mr: u64::try_from(attr.max_mr).unwrap_or(0),
-            max_mr_size: attr.max_mr_size,
-            max_pd: u64::try_from(attr.max_pd).unwrap_or(0),
-        })
+            (devices.iter().map(|device| device.name.to_owned()).collect(), caps)
+        });
+        listed.unwrap_or_default()
     }
 }
 

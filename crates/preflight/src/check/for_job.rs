@@ -21,12 +21,25 @@ pub const ALERT_AVAILABLE_LOW: &str = "MemlockNodeMemoryAvailableLow's condition
 pub const ALERT_HUGEPAGES: &str = "MemlockNodeHugepagesUnusedWhileMemoryLow's condition";
 pub const ALERT_CGROUP_NEAR: &str = "MemlockCgroupNearMemoryLimit's condition";
 pub const ALERT_OVERCOMMIT: &str = "MemlockNodeStrictOvercommitWithRdma's condition";
+pub const ALERT_COMMIT_HEADROOM: &str = "MemlockNodeCommitHeadroomLow's condition";
+pub const ALERT_MRS_NEAR_CAP: &str = "MemlockRdmaMrsNearDeviceCap's condition";
 
 /// MemAvailable below `node_available_low_ratio` of MemTotal (MemlockNodeMemoryAvailableLow).
 pub fn available_low(m: &Meminfo) -> bool {
     match (m.mem_available, m.mem_total) {
         (Some(available), Some(total)) if total > 0 => {
             (available as f64) < policy::NODE_AVAILABLE_LOW_RATIO * total as f64
+        }
+        _ => false,
+    }
+}
+
+/// MemlockNodeCommitHeadroomLow's condition, mode 2 aside: CommitLimit - Committed_AS below
+/// `overcommit_headroom_low_ratio` of CommitLimit.
+pub fn commit_headroom_low(m: &Meminfo) -> bool {
+    match (m.commit_limit, m.committed_as) {
+        (Some(limit), Some(committed)) => {
+            (limit.saturating_sub(committed) as f64) < policy::OVERCOMMIT_HEADROOM_LOW_RATIO * limit as f64
         }
         _ => false,
     }
@@ -117,7 +130,7 @@ pub fn explain_capability(judged: &CapJudged, findings: &mut [Finding]) {
 /// diagnosis for the report. `None` when the memlock limit passes.
 pub fn launcher_fix(
     roots: &Roots,
-    etc: &std::path::Path,
+    files: &super::rdma_stack::Roots,
     pid: &str,
     own: bool,
     findings: &mut [Finding],
@@ -127,7 +140,8 @@ pub fn launcher_fix(
     if !findings.iter().any(failing) {
         return None;
     }
-    let d = launch_path::diagnose(&launch_path::Sources { procfs: &roots.procfs, etc }, pid, own);
+    let sources = launch_path::Sources { procfs: &roots.procfs, etc: files.etc, rootfs: files.rootfs };
+    let d = launch_path::diagnose(&sources, pid, own);
     let mut first = true;
     for f in findings.iter_mut().filter(|f| failing(f)) {
         f.fix = if first {
@@ -161,7 +175,7 @@ fn path_name(path: &LaunchPath) -> &'static str {
 }
 
 /// The checklist's facts, as read.
-pub fn facts(m: &Machine, roots: &Roots, shape: String) -> Vec<Fact> {
+pub fn facts(m: &Machine, roots: &Roots, stack: &super::rdma_stack::Roots, shape: String) -> Vec<Fact> {
     let mut facts = vec![Fact { name: "job shape".into(), value: shape }];
     let mut push = |name: &str, value: Option<String>| {
         facts.push(Fact { name: name.into(), value: value.unwrap_or_else(|| "not read".into()) })
@@ -201,10 +215,8 @@ pub fn facts(m: &Machine, roots: &Roots, shape: String) -> Vec<Fact> {
     let modules: Vec<String> =
         software.modules.iter().filter(|(_, v)| !v.is_empty()).map(|(name, v)| format!("{name} {v}")).collect();
     push("RDMA modules", Some(if modules.is_empty() { "none loaded".into() } else { modules.join(", ") }));
-    push(
-        "rdma-core / OFED",
-        Some("not read by check: `ofed_info -s`, `dpkg -s rdma-core` or `rpm -q rdma-core`".into()),
-    );
+    push("rdma-core", Some(super::rdma_stack::rdma_core(stack, &m.pid)));
+    push("OFED", Some(super::rdma_stack::ofed(stack)));
     push("NCCL", nccl_mapped(roots, &m.pid));
     facts
 }

@@ -18,10 +18,14 @@
 //!   which containerd started (docker.service's limit when dockerd runs its own containerd).
 //! - Kubernetes: a pod spec has no ulimit field and containerd's default spec sets RLIMIT_NOFILE
 //!   only (containerd oci/spec.go, `populateDefaultUnixSpec()`), so pods inherit the shim's
-//!   limit, containerd's unit's `LimitMEMLOCK`. CRI-O sets `default_ulimits` from crio.conf.
+//!   limit, containerd's unit's `LimitMEMLOCK`. CRI-O sets `default_ulimits` from crio.conf and
+//!   crio.conf.d.
 //! - ssh (mpirun, orted, prted, Hydra): the session's limits are set at login by pam_limits
-//!   from /etc/security/limits.conf and limits.d; a session that started before a change keeps
-//!   the old ones, as do the daemons it started.
+//!   from /etc/security/limits.conf and limits.d, when sshd runs with `UsePAM yes` and its PAM
+//!   session stack has pam_limits; else the session keeps sshd's own. A session that started
+//!   before a change keeps the old ones, as do the daemons it started.
+//!
+//! The launchers' files are read as they read them: [`super::launcher_config`].
 //! - a systemd service: its own `LimitMEMLOCK`.
 
 use std::collections::HashSet;
@@ -31,6 +35,8 @@ use memlock_core::units::bytes as human;
 use memlock_kernel::fsroot::{self, SourceError};
 use memlock_kernel::launchers::{self, Identity, Kind};
 use memlock_kernel::pid_limits::{self, Limit, MemlockLimits};
+
+use super::launcher_config::{self, UnitLimit};
 use memlock_kernel::{pid_cgroup, pid_creds};
 
 /// Ancestors followed at most: a real chain is a handful deep; a longer one is a cycle or a
@@ -95,11 +101,26 @@ pub struct Diagnosis {
 pub struct Sources<'a> {
     pub procfs: &'a Path,
     pub etc: &'a Path,
+    /// The root of /usr, /lib and /run: the vendors' units and drop-ins.
+    pub rootfs: &'a Path,
 }
 
 /// Reads one process: status (PPid, Uid), comm, the exe link and limits. `None` when it
-/// vanished or its status cannot be read; the reason goes to `errors`.
+/// vanished or its status cannot be read; the reason goes to `errors`. A process may exit
+/// between any two of these reads: what was read stays, what was not is absent, and only a
+/// launcher's missing limits are worth an error.
 pub fn read_proc(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Proc> {
+    let mut proc_ = read_identity(procfs, pid, errors)?;
+    let mut own = Vec::new();
+    read_limits(procfs, &mut proc_, &mut own);
+    if proc_.identity.launcher().is_some() {
+        errors.extend(own);
+    }
+    Some(proc_)
+}
+
+/// The first reads of [`read_proc`]: status, comm and the exe link, without the limits.
+pub fn read_identity(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Proc> {
     let dir = procfs.join(pid.to_string());
     let creds = match fsroot::read_parsed(&dir.join("status"), pid_creds::parse) {
         Ok(creds) => creds,
@@ -114,16 +135,20 @@ pub fn read_proc(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Pr
         Some(uid) => launchers::identify(&comm, exe.as_deref(), uid),
         None => Identity::Other,
     };
-    let limits = match fsroot::read_parsed(&dir.join("limits"), pid_limits::parse) {
-        Ok(limits) => Some(limits),
+    Some(Proc { pid, ppid: creds.ppid, uid: creds.uid, comm, identity, limits: None })
+}
+
+/// The last read of [`read_proc`]: `/proc/PID/limits`, each failure an error naming the file
+/// (gone since the status was read, too large, torn or malformed).
+pub fn read_limits(procfs: &Path, proc_: &mut Proc, errors: &mut Vec<String>) {
+    let file = procfs.join(proc_.pid.to_string()).join("limits");
+    match fsroot::read_parsed(&file, pid_limits::parse) {
+        Ok(limits) => proc_.limits = Some(limits),
         Err(err) => {
-            if identity.launcher().is_some() {
-                errors.push(err.to_string());
-            }
-            None
+            proc_.limits = None;
+            errors.push(err.to_string());
         }
-    };
-    Some(Proc { pid, ppid: creds.ppid, uid: creds.uid, comm, identity, limits })
+    }
 }
 
 /// The process and its ancestors, nearest first, stopping at pid 1, a cycle, a vanished
@@ -189,7 +214,7 @@ pub fn diagnose(src: &Sources, target: &str, own: bool) -> Diagnosis {
         .unwrap_or_default();
     let node = node_launchers(src.procfs, &mut errors);
     let (path, evidence) = tell(&chain, &cgroup, &node, own);
-    let (first, verify, others) = remedy(&path, src.etc, &mut errors);
+    let (first, verify, others) = remedy(&path, src, &mut errors);
     Diagnosis { path, evidence, first, verify, others, errors }
 }
 
@@ -226,7 +251,14 @@ fn tell(chain: &[Proc], cgroup: &str, node: &[Proc], own: bool) -> (LaunchPath, 
         }
         return (LaunchPath::Containerd { engine: container_engine() }, evidence);
     }
-    if let Some(mpi) = ancestor(Kind::MpiLauncher).or_else(|| in_chain(Kind::MpiLauncher).filter(|_| !own)) {
+    // An MPI launcher sets no limit: its ranks have what it was started with. Under a session's
+    // sshd that is pam_limits'; in a service's cgroup with no sshd above (mpirun in a batch job of
+    // a scheduler that runs as a systemd service, such as Torque's pbs_mom) it is the service's.
+    let service = service_unit(cgroup).filter(|u| !u.starts_with("user@"));
+    let mpi_in_service = ancestor(Kind::RemoteLogin).is_none() && service.is_some();
+    if let Some(mpi) =
+        ancestor(Kind::MpiLauncher).or_else(|| in_chain(Kind::MpiLauncher).filter(|_| !own)).filter(|_| !mpi_in_service)
+    {
         let session = ancestor(Kind::RemoteLogin).cloned();
         let how = if session.is_some() { "started over ssh" } else { "started by a login" };
         return (LaunchPath::Ssh { mpi: mpi.name().map(str::to_owned), session }, format!("{chain_text}: {how}"));
@@ -296,35 +328,43 @@ fn show(limit: Limit) -> String {
     }
 }
 
-/// A systemd drop-in that sets the unit's limit; systemd reads drop-ins after the unit file, so
-/// this line wins over one in the unit (systemd.unit(5), "drop-in").
+/// A systemd drop-in that sets the unit's limit, for a unit whose files were not read.
 fn dropin(unit: &str) -> String {
     format!("/etc/systemd/system/{unit}.d/memlock.conf: `[Service]` then `LimitMEMLOCK=infinity`")
 }
 
-/// `LimitMEMLOCK=` lines already set for `unit` under `etc` (the unit and its drop-ins).
-fn unit_limit_lines(etc: &Path, unit: &str, errors: &mut Vec<String>) -> Vec<String> {
-    let mut files = vec![etc.join("systemd/system").join(unit)];
-    if let Ok(entries) = std::fs::read_dir(etc.join("systemd/system").join(format!("{unit}.d"))) {
-        let mut dropins: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-        dropins.sort();
-        files.extend(dropins);
+/// Where to set `LimitMEMLOCK=infinity` for `unit` given what its files set now, and those lines.
+/// Drop-ins apply by file name, the last winning, and one in /etc masks a same-named one below
+/// (systemd.unit(5), "drop-in"): the fix is an /etc drop-in whose name sorts at or after every
+/// drop-in that sets the limit; when none of the two names does, the line in force is the one to
+/// change.
+fn unit_fix(unit: &str, found: &UnitLimit) -> String {
+    let now = match found.lines.as_slice() {
+        [] => String::new(),
+        [one] => format!(" (now: {})", one.at()),
+        lines => format!(
+            " (now: {}; the last applies)",
+            lines.iter().map(launcher_config::Setting::at).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    let name = ["memlock.conf", "zz-memlock.conf"]
+        .into_iter()
+        .find(|name| found.dropin_names.iter().all(|d| d.as_str() <= *name));
+    match (name, found.effective()) {
+        (None, Some(line)) => format!("change {} to `LimitMEMLOCK=infinity`{now}", line.at()),
+        (name, _) => format!(
+            "/etc/systemd/system/{unit}.d/{}: `[Service]` then `LimitMEMLOCK=infinity`{now}",
+            name.unwrap_or("memlock.conf")
+        ),
     }
-    let mut found = Vec::new();
-    for file in files {
-        match fsroot::read_string(&file) {
-            Ok(text) => {
-                for (number, line) in text.lines().enumerate() {
-                    if line.trim_start().starts_with("LimitMEMLOCK=") {
-                        found.push(format!("{}:{} `{}`", file.display(), number + 1, line.trim()));
-                    }
-                }
-            }
-            Err(SourceError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => errors.push(err.to_string()),
-        }
-    }
-    found
+}
+
+/// The unit already grants an unlimited limit but the running daemon holds a finite one: it
+/// started before the change, and a restart (after daemon-reload) is the fix.
+fn unit_grants_but_daemon_holds(found: &UnitLimit, daemon: Option<&Proc>) -> Option<String> {
+    let line = found.effective().filter(|l| l.value == "infinity" || l.value == "unlimited")?;
+    let limits = daemon?.limits?;
+    (limits.soft != Limit::Unlimited).then(|| line.at())
 }
 
 /// `PropagateResourceLimits` as slurm.conf sets it: whether the submit host's MEMLOCK is
@@ -405,6 +445,35 @@ fn pam_memlock_lines(etc: &Path, errors: &mut Vec<String>) -> Vec<String> {
     found
 }
 
+/// The values of dockerd's `--default-ulimit` flags (`memlock=65536:65536`), from its command
+/// line (`/proc/PID/cmdline`, NUL-separated): `--default-ulimit VALUE` or `--default-ulimit=VALUE`.
+fn dockerd_ulimit_flags(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Vec<String> {
+    let file = procfs.join(pid.to_string()).join("cmdline");
+    let bytes = match fsroot::read_regular(&file, 1 << 20) {
+        Ok(bytes) => bytes,
+        Err(SourceError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(err) => {
+            errors.push(err.to_string());
+            return Vec::new();
+        }
+    };
+    let args: Vec<String> = bytes.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < args.len() && found.len() < 32 {
+        if let Some(value) = args[i].strip_prefix("--default-ulimit=") {
+            found.push(value.to_owned());
+        } else if args[i] == "--default-ulimit" {
+            if let Some(value) = args.get(i + 1) {
+                found.push(value.clone());
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+    found
+}
+
 /// dockerd's setting for every new container (dockerd(8), "Default ulimits").
 const DOCKER_DEFAULT_ULIMITS: &str = r#""default-ulimits": {"memlock": {"Name": "memlock", "Soft": -1, "Hard": -1}}"#;
 
@@ -426,23 +495,35 @@ fn all_paths() -> Vec<String> {
     ]
 }
 
-fn remedy(path: &LaunchPath, etc: &Path, errors: &mut Vec<String>) -> (String, String, Vec<String>) {
+fn remedy(path: &LaunchPath, src: &Sources, errors: &mut Vec<String>) -> (String, String, Vec<String>) {
+    let etc = src.etc;
+    let unit = |name: &str, errors: &mut Vec<String>| launcher_config::unit_limit(etc, src.rootfs, name, errors);
+    let restart = |name: &str, at: String, daemon: &str| {
+        format!(
+            "{daemon} holds a finite limit although its unit grants it ({at}): it started before the change; \
+                `systemctl daemon-reload && systemctl restart {name}`"
+        )
+    };
     let mut others = Vec::new();
     let (first, verify) = match path {
         LaunchPath::Slurm { slurmd } => {
             let propagation = slurm_propagates_memlock(etc, errors);
-            let slurmd_low = slurmd
-                .as_ref()
-                .and_then(|p| p.limits)
-                .is_some_and(|l| l.soft != Limit::Unlimited || l.hard != Limit::Unlimited);
-            let set = unit_limit_lines(etc, "slurmd.service", errors);
-            let at = if set.is_empty() { String::new() } else { format!(" (now: {})", set.join(", ")) };
-            let fix_unit = format!(
-                "slurmd{} hands every step its limit: {}{at}, then `systemctl daemon-reload && systemctl restart \
-                    slurmd`",
-                slurmd.as_ref().map(|p| format!(" ({})", p.figures())).unwrap_or_default(),
-                dropin("slurmd.service")
-            );
+            let found = unit("slurmd.service", errors);
+            // slurmd's limit unread (gone, unreadable, malformed): its unit says what it gets, and
+            // a unit that does not grant infinity leaves it the manager's finite default.
+            let slurmd_low = match slurmd.as_ref().and_then(|p| p.limits) {
+                Some(l) => l.soft != Limit::Unlimited || l.hard != Limit::Unlimited,
+                None => !found.effective().is_some_and(|l| l.value == "infinity" || l.value == "unlimited"),
+            };
+            let shown = slurmd.as_ref().map(|p| format!(" ({})", p.figures())).unwrap_or_default();
+            let fix_unit = match unit_grants_but_daemon_holds(&found, slurmd.as_ref()) {
+                Some(at) => format!("slurmd{shown} hands every step its limit, and {}", restart("slurmd", at, "it")),
+                None => format!(
+                    "slurmd{shown} hands every step its limit: {}, then `systemctl daemon-reload && systemctl \
+                        restart slurmd`",
+                    unit_fix("slurmd.service", &found)
+                ),
+            };
             let fix_propagation = |at: &str| {
                 format!(
                     "the tasks get the submit host's soft limit ({at}): set `PropagateResourceLimitsExcept=MEMLOCK` \
@@ -467,43 +548,87 @@ fn remedy(path: &LaunchPath, etc: &Path, errors: &mut Vec<String>) -> (String, S
                     shim.as_ref().or(engine.as_ref()).map(|p| p.shown()).unwrap_or_else(|| "unknown".into())
                 )
             });
-            let unit = if *containerd_under_dockerd { "docker.service" } else { "containerd.service" };
-            others.push(format!("also, same path: {} for new shims (systemctl restart {})", dropin(unit), unit));
+            let name = if *containerd_under_dockerd { "docker.service" } else { "containerd.service" };
+            let found = unit(name, errors);
+            others
+                .push(format!("also, same path: {} for new shims (systemctl restart {name})", unit_fix(name, &found)));
             others.push("also, same path, per container: `docker run --ulimit memlock=-1:-1`".into());
-            (
+            let flags = engine.as_ref().map(|e| dockerd_ulimit_flags(src.procfs, e.pid, errors)).unwrap_or_default();
+            let first = if flags.is_empty() {
                 format!(
                     "dockerd's default for every container: /etc/docker/daemon.json `{DOCKER_DEFAULT_ULIMITS}`{now}, \
                         then `systemctl restart docker` and recreate the containers"
-                ),
-                "`docker exec CONTAINER sh -c 'ulimit -l'` prints unlimited".to_owned(),
-            )
+                )
+            } else {
+                // dockerd refuses to start when a flag and daemon.json both set a directive (moby
+                // daemon/config/config.go `findConfigurationConflicts`): default-ulimits set on the
+                // command line is changed there, never added to daemon.json.
+                let memlock = flags.iter().find(|f| f.starts_with("memlock="));
+                let change = match memlock {
+                    Some(flag) => format!("change `--default-ulimit {flag}` to `--default-ulimit memlock=-1:-1`"),
+                    None => "add `--default-ulimit memlock=-1:-1` beside them".to_owned(),
+                };
+                format!(
+                    "dockerd's default for every container is set on its command line ({}: `--default-ulimit {}`): \
+                        {change} where docker.service starts it (its ExecStart, or the EnvironmentFile it reads, such \
+                        as /etc/sysconfig/docker OPTIONS), then `systemctl daemon-reload && systemctl restart docker` \
+                        and recreate the containers; not in daemon.json as well, or dockerd refuses to start",
+                    engine.as_ref().map(|e| format!("pid {}", e.pid)).unwrap_or_default(),
+                    flags.join("`, `--default-ulimit ")
+                )
+            };
+            (first, "`docker exec CONTAINER sh -c 'ulimit -l'` prints unlimited".to_owned())
         }
         LaunchPath::Kubernetes { runtime } => {
             let runtime_name = runtime.as_ref().and_then(|r| r.name()).unwrap_or("containerd");
             let shown = runtime.as_ref().map(|r| format!(" ({})", r.figures())).unwrap_or_default();
             if runtime_name == "crio" {
+                let set = launcher_config::crio_default_memlock(etc, errors);
+                let line = r#"`default_ulimits = ["memlock=-1:-1"]`"#;
+                let target = match &set {
+                    Some(s) if s.value.is_empty() => format!(
+                        "add \"memlock=-1:-1\" to {} (it sets default_ulimits without memlock, so containers inherit \
+                            conmon's limit, crio's), keeping its other entries",
+                        s.at()
+                    ),
+                    Some(s) => {
+                        format!("change {} to {line} (the file sorted last wins; keep its other entries)", s.at())
+                    }
+                    None => format!(
+                        "/etc/crio/crio.conf.d/99-memlock.conf: `[crio.runtime]` then {line} (unset now: containers \
+                            inherit conmon's limit, crio's)"
+                    ),
+                };
+                let found = unit("crio.service", errors);
+                others.push(format!(
+                    "also, same path, for containers without default_ulimits: {} (systemctl restart crio)",
+                    unit_fix("crio.service", &found)
+                ));
                 (
                     format!(
-                        "pods have no ulimit field; CRI-O{shown} sets them: /etc/crio/crio.conf `[crio.runtime]` \
-                            `default_ulimits = [\"memlock=-1:-1\"]`, then `systemctl restart crio` and recreate the \
-                            pods"
+                        "pods have no ulimit field; CRI-O{shown} sets every container's from default_ulimits: \
+                            {target}, then `systemctl restart crio` and recreate the pods"
                     ),
                     "`kubectl exec POD -- sh -c 'ulimit -l'` prints unlimited".to_owned(),
                 )
             } else {
-                let set = unit_limit_lines(etc, "containerd.service", errors);
-                let at = if set.is_empty() { String::new() } else { format!(" (now: {})", set.join(", ")) };
+                let found = unit("containerd.service", errors);
                 others.push(
                     "also, same path, per container: containerd's NRI ulimit-adjuster plugin and its pod annotation \
                         `ulimits.noderesource.dev/container.NAME`"
                         .to_owned(),
                 );
+                let fix = match unit_grants_but_daemon_holds(&found, runtime.as_ref()) {
+                    Some(at) => restart("containerd", at, "containerd"),
+                    None => format!(
+                        "{}, then `systemctl daemon-reload && systemctl restart containerd`",
+                        unit_fix("containerd.service", &found)
+                    ),
+                };
                 (
                     format!(
                         "pods have no ulimit field and inherit the containerd-shim's limit, which is containerd's\
-                            {shown}: {}{at}, then `systemctl daemon-reload && systemctl restart containerd`; running \
-                            pods keep their shim's limit until recreated",
-                        dropin("containerd.service")
+                            {shown}: {fix}; running pods keep their shim's limit until recreated"
                     ),
                     "`kubectl exec POD -- sh -c 'ulimit -l'` prints unlimited".to_owned(),
                 )
@@ -511,12 +636,16 @@ fn remedy(path: &LaunchPath, etc: &Path, errors: &mut Vec<String>) -> (String, S
         }
         LaunchPath::Containerd { engine } => {
             let shown = engine.as_ref().map(|e| format!(" ({})", e.figures())).unwrap_or_default();
-            (
-                format!(
-                    "containers inherit the limit of containerd's shims{shown}: {}, then `systemctl daemon-reload && \
-                        systemctl restart containerd`",
-                    dropin("containerd.service")
+            let found = unit("containerd.service", errors);
+            let fix = match unit_grants_but_daemon_holds(&found, engine.as_ref()) {
+                Some(at) => restart("containerd", at, "containerd"),
+                None => format!(
+                    "{}, then `systemctl daemon-reload && systemctl restart containerd`",
+                    unit_fix("containerd.service", &found)
                 ),
+            };
+            (
+                format!("containers inherit the limit of containerd's shims{shown}: {fix}"),
                 "`ctr task exec --exec-id check CONTAINER sh -c 'ulimit -l'` prints unlimited".to_owned(),
             )
         }
@@ -525,12 +654,41 @@ fn remedy(path: &LaunchPath, etc: &Path, errors: &mut Vec<String>) -> (String, S
             let granted = lines.iter().any(|l| l.contains("unlimited"));
             let held = session.as_ref().map(|s| format!(" (the session's sshd {})", s.shown())).unwrap_or_default();
             let launcher = mpi.as_deref().map(|m| format!("{m} and its ranks")).unwrap_or_else(|| "the ranks".into());
-            others.push(
-                "also, same path: sshd must run with `UsePAM yes` and /etc/pam.d/sshd include \
-                `session required pam_limits.so`"
-                    .to_owned(),
+            let use_pam = launcher_config::sshd_use_pam(etc, errors);
+            let pam_limits = launcher_config::sshd_pam_limits(etc, errors);
+            let sshd_unit = ["ssh.service", "sshd.service"]
+                .into_iter()
+                .find(|u| unit(u, &mut Vec::new()).unit_file.is_some())
+                .unwrap_or("sshd.service");
+            let own_limit = format!(
+                "{launcher} get sshd's own limit{held}, its unit's ({} would raise it)",
+                unit_fix(sshd_unit, &unit(sshd_unit, errors))
             );
-            let first = if granted {
+            match (&use_pam, &pam_limits) {
+                (Some((true, use_at)), Some(Some(limits_at))) => others.push(format!(
+                    "checked, same path: sshd uses PAM ({use_at}) and its session stack runs pam_limits ({})",
+                    limits_at.at()
+                )),
+                _ => others.push(
+                    "also, same path: sshd must run with `UsePAM yes` and /etc/pam.d/sshd include \
+                    `session required pam_limits.so`"
+                        .to_owned(),
+                ),
+            }
+            let first = if let Some((false, at)) = &use_pam {
+                format!(
+                    "sshd runs its sessions without PAM ({at}), so pam_limits never runs and \
+                        /etc/security/limits.conf has no effect over ssh: {own_limit}; set `UsePAM yes` in \
+                        /etc/ssh/sshd_config (before any Match block), `systemctl reload {sshd_unit}`, then a new \
+                        login"
+                )
+            } else if let Some(None) = &pam_limits {
+                format!(
+                    "pam_limits is not in sshd's PAM session stack (/etc/pam.d/sshd and the files it includes), so \
+                        /etc/security/limits.conf has no effect over ssh: {own_limit}; add `session required \
+                        pam_limits.so` to /etc/pam.d/sshd, then a new login"
+                )
+            } else if granted {
                 format!(
                     "{launcher} run in an ssh session that started before pam_limits granted it ({}){held}: start a \
                         new login (and restart the MPI daemons it started)",
@@ -545,13 +703,13 @@ fn remedy(path: &LaunchPath, etc: &Path, errors: &mut Vec<String>) -> (String, S
             };
             (first, "`ssh $(hostname) sh -c 'ulimit -l'` prints unlimited".to_owned())
         }
-        LaunchPath::Service { unit } => {
-            let set = unit_limit_lines(etc, unit, errors);
-            let at = if set.is_empty() { String::new() } else { format!(" (now: {})", set.join(", ")) };
+        LaunchPath::Service { unit: name } => {
+            let found = unit(name, errors);
+            let unit = name;
             (
                 format!(
-                    "the service's own limit: {}{at}, then `systemctl daemon-reload && systemctl restart {unit}`",
-                    dropin(unit)
+                    "the service's own limit: {}, then `systemctl daemon-reload && systemctl restart {unit}`",
+                    unit_fix(unit, &found)
                 ),
                 format!("`systemctl show -p LimitMEMLOCK {unit}` prints infinity"),
             )

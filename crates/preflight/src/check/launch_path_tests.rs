@@ -65,7 +65,7 @@ impl Host {
     }
     pub fn diagnose(&self, pid: u32, own: bool) -> Diagnosis {
         let (procfs, etc) = (self.procfs(), self.etc());
-        diagnose(&Sources { procfs: &procfs, etc: &etc }, &pid.to_string(), own)
+        diagnose(&Sources { procfs: &procfs, etc: &etc, rootfs: &self.dir }, &pid.to_string(), own)
     }
 }
 
@@ -203,6 +203,141 @@ fn mpirun_over_ssh_before_a_new_login_says_log_in_again() {
 }
 
 #[test]
+fn over_ssh_without_pam_limits_says_limits_conf_has_no_effect() {
+    let host = Host::fixture("mpirun-ssh");
+    // pam_limits granted unlimited, but sshd does not run it: a new login would not help.
+    host.etc_file("ssh/sshd_config", "Include /etc/ssh/sshd_config.d/*.conf\nPort 22\n");
+    host.etc_file("ssh/sshd_config.d/50-site.conf", "UsePAM no\n");
+    host.etc_file("pam.d/sshd", "@include common-session\nsession required pam_limits.so\n");
+    host.etc_file("pam.d/common-session", "session required pam_unix.so\n");
+    let d = host.diagnose(6010, false);
+    assert_first(
+        &d,
+        &["without PAM", "50-site.conf:1 `UsePAM no`", "limits.conf has no effect over ssh", "`UsePAM yes`"],
+        &["started before", "new login (and restart"],
+    );
+    // sshd's own limit is what the sessions get: its unit, named as it is installed.
+    host.etc_file("systemd/system/ssh.service", "[Service]\nExecStart=/usr/sbin/sshd -D\n");
+    let d = host.diagnose(6010, false);
+    assert_first(&d, &["ssh.service.d/memlock.conf"], &[]);
+    // PAM on, but the session stack has no pam_limits (Red Hat's layout, through an include).
+    host.etc_file("ssh/sshd_config.d/50-site.conf", "UsePAM yes\n");
+    host.etc_file("pam.d/sshd", "auth substack password-auth\nsession include password-auth\n");
+    host.etc_file("pam.d/password-auth", "session required pam_unix.so\n");
+    let d = host.diagnose(6010, false);
+    assert_first(
+        &d,
+        &["pam_limits is not in sshd's PAM session stack", "session required pam_limits.so", "no effect over ssh"],
+        &["started before"],
+    );
+    // With pam_limits in the stack, the granted limit needs a new login, and the others say
+    // what was checked.
+    host.etc_file("pam.d/password-auth", "session required pam_unix.so\n-session optional pam_limits.so\n");
+    let d = host.diagnose(6010, false);
+    assert_first(&d, &["started before pam_limits granted it", "new login"], &["without PAM"]);
+    assert!(d.others.iter().any(|o| o.starts_with("checked, same path:") && o.contains("password-auth:2")), "{d:#?}");
+}
+
+#[test]
+fn a_vendor_unit_and_its_drop_ins_decide_the_file_to_write() {
+    let host = Host::fixture("kubernetes");
+    // containerd's vendor unit under /usr/lib, and an /etc drop-in that sorts after memlock.conf.
+    let vendor = host.dir.join("usr/lib/systemd/system/containerd.service");
+    std::fs::create_dir_all(vendor.parent().unwrap()).unwrap();
+    std::fs::write(&vendor, "[Service]\nExecStart=/usr/bin/containerd\nLimitMEMLOCK=8M\n").unwrap();
+    let d = host.diagnose(3010, false);
+    assert_first(&d, &["containerd.service.d/memlock.conf", "usr/lib/systemd/system/containerd.service:3"], &[]);
+    host.etc_file("systemd/system/containerd.service.d/override.conf", "[Service]\nLimitMEMLOCK=16M\n");
+    let d = host.diagnose(3010, false);
+    assert_first(
+        &d,
+        &["containerd.service.d/zz-memlock.conf", "override.conf:2 `LimitMEMLOCK=16M`", "the last applies"],
+        &["containerd.service.d/memlock.conf"],
+    );
+    // The unit already grants it and containerd (8 MiB) did not restart: restart it.
+    host.etc_file("systemd/system/containerd.service.d/override.conf", "[Service]\nLimitMEMLOCK=infinity\n");
+    let d = host.diagnose(3010, false);
+    assert_first(&d, &["started before the change", "systemctl restart containerd", "override.conf:2"], &["zz-"]);
+}
+
+#[test]
+fn cri_o_names_default_ulimits_where_it_is_set() {
+    let host = Host::new("crio");
+    base(&host);
+    let pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f6f4e2a.slice/crio-4f2b6c1d.scope";
+    host.process(650, 1, 0, "crio", "/usr/bin/crio", Some(8 * MIB), "/system.slice/crio.service");
+    host.process(620, 1, 0, "kubelet", "/usr/bin/kubelet", Some(8 * MIB), "/system.slice/kubelet.service");
+    host.process(3000, 1, 0, "conmon", "/usr/libexec/crio/conmon", Some(8 * MIB), "/system.slice/crio-conmon-4f.scope");
+    host.process(3010, 3000, 1000, "python3", "/usr/bin/python3", Some(8 * MIB), pod);
+    let d = host.diagnose(3010, false);
+    assert!(matches!(&d.path, LaunchPath::Kubernetes { runtime: Some(r) } if r.pid == 650), "{d:#?}");
+    assert_first(&d, &["crio.conf.d/99-memlock.conf", "memlock=-1:-1", "unset now"], &["containerd", "limits.d"]);
+    host.etc_file("crio/crio.conf", "[crio.runtime]\ndefault_ulimits = [\"memlock=8388608:8388608\"]\n");
+    host.etc_file("crio/crio.conf.d/10-site.conf", "[crio.runtime]\ndefault_ulimits = [\"nofile=65536:65536\"]\n");
+    let d = host.diagnose(3010, false);
+    assert_first(&d, &["10-site.conf:2", "without memlock", "keeping its other entries"], &["99-memlock.conf"]);
+    assert!(d.others.iter().any(|o| o.contains("crio.service.d/memlock.conf")), "{d:#?}");
+}
+
+#[test]
+fn dockerds_default_ulimit_flag_is_changed_where_it_is_set_not_in_daemon_json() {
+    let host = Host::fixture("docker-8mib");
+    let d = host.diagnose(3010, false);
+    assert_first(&d, &["/etc/docker/daemon.json", "default-ulimits"], &["command line"]);
+    // The distribution starts dockerd with the flag (Amazon Linux's /etc/sysconfig/docker OPTIONS):
+    // default-ulimits in daemon.json too would stop dockerd from starting.
+    std::fs::write(
+        host.procfs().join("610/cmdline"),
+        "/usr/bin/dockerd\0--default-ulimit\0nofile=32768:65536\0-H\0fd://\0",
+    )
+    .unwrap();
+    let d = host.diagnose(3010, false);
+    assert_first(
+        &d,
+        &[
+            "command line",
+            "`--default-ulimit nofile=32768:65536`",
+            "add `--default-ulimit memlock=-1:-1`",
+            "not in daemon.json",
+        ],
+        &["`\"default-ulimits\""],
+    );
+    std::fs::write(
+        host.procfs().join("610/cmdline"),
+        "/usr/bin/dockerd\0--default-ulimit=nofile=1024:4096\0--default-ulimit\0memlock=65536:65536\0",
+    )
+    .unwrap();
+    let d = host.diagnose(3010, false);
+    assert_first(&d, &["change `--default-ulimit memlock=65536:65536` to `--default-ulimit memlock=-1:-1`"], &[]);
+    // A huge command line is an error naming it; the remedy falls back to daemon.json.
+    std::fs::write(host.procfs().join("610/cmdline"), vec![b'x'; 2 << 20]).unwrap();
+    let d = host.diagnose(3010, false);
+    assert!(d.errors.iter().any(|e| e.contains("610/cmdline")), "{:?}", d.errors);
+    assert_first(&d, &["/etc/docker/daemon.json"], &[]);
+}
+
+#[test]
+fn mpirun_inside_a_service_launchers_job_is_the_services_limit_not_pam() {
+    // Intel MPI's Hydra started in a Torque interactive job: pbs_mom, a systemd service, hands
+    // the job its limit; no sshd above, so pam_limits plays no part.
+    let host = Host::new("torque");
+    base(&host);
+    host.etc_file("security/limits.d/90-memlock.conf", "* soft memlock unlimited\n* hard memlock unlimited\n");
+    let cg = "/system.slice/pbs_mom.service";
+    host.process(960, 1, 0, "pbs_mom", "/usr/local/sbin/pbs_mom", Some(64 << 10), cg);
+    host.process(4005, 960, 1000, "bash", "/usr/bin/bash", Some(64 << 10), cg);
+    host.process(4006, 4005, 1000, "mpiexec.hydra", "/opt/intel/bin/mpiexec.hydra", Some(64 << 10), cg);
+    host.process(4007, 4006, 1000, "hydra_pmi_proxy", "/opt/intel/bin/hydra_pmi_proxy", Some(64 << 10), cg);
+    host.process(4010, 4007, 1000, "IMB-MPI1", "/opt/intel/imb/IMB-MPI1", Some(64 << 10), cg);
+    let d = host.diagnose(4010, false);
+    assert_eq!(d.path, LaunchPath::Service { unit: "pbs_mom.service".into() }, "{d:#?}");
+    assert_first(&d, &["pbs_mom.service.d/memlock.conf", "LimitMEMLOCK=infinity"], &["limits.d", "new login"]);
+    // The same ranks under a session's sshd are the ssh path, whatever the cgroup says.
+    let d = Host::fixture("mpirun-ssh").diagnose(6010, false);
+    assert!(matches!(d.path, LaunchPath::Ssh { .. }), "{d:#?}");
+}
+
+#[test]
 fn a_systemd_unit_names_its_own_limit() {
     let host = Host::fixture("systemd-unit");
     let d = host.diagnose(3000, false);
@@ -257,4 +392,117 @@ fn hostile_trees_give_errors_naming_the_file_not_a_crash() {
     // A target that does not exist at all.
     let d = host.diagnose(99999, false);
     assert!(d.errors.iter().any(|e| e.contains("99999/status")), "{:?}", d.errors);
+}
+
+#[test]
+fn a_real_process_that_exits_between_the_reads_is_named_not_a_crash() {
+    // A real child in the real /proc: its status is read, then it is killed and reaped, then its
+    // limits are read: the file is gone, and the error names it.
+    let procfs = Path::new("/proc");
+    let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id();
+    let mut errors = Vec::new();
+    let mut p = read_identity(procfs, pid, &mut errors).expect("the live child's status");
+    assert_eq!((p.ppid, p.comm.as_str()), (Some(std::process::id()), "sleep"), "{p:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    read_limits(procfs, &mut p, &mut errors);
+    assert_eq!(p.limits, None);
+    let named = format!("/proc/{pid}/limits");
+    assert!(errors.iter().any(|e| e.starts_with(&named)), "{errors:?}");
+    // The walk from it and the whole diagnosis: gone, named, no crash.
+    let mut errors = Vec::new();
+    assert!(ancestry(procfs, pid, &mut errors).is_empty());
+    assert!(errors.iter().any(|e| e.starts_with(&format!("/proc/{pid}/status"))), "{errors:?}");
+    let etc = tempfile::tempdir().unwrap();
+    let d = diagnose(&Sources { procfs, etc: etc.path(), rootfs: etc.path() }, &pid.to_string(), false);
+    assert!(d.errors.iter().any(|e| e.contains(&format!("{pid}/status"))), "{:?}", d.errors);
+}
+
+#[test]
+fn a_limits_file_rewritten_and_truncated_under_the_reader_is_a_value_or_an_error() {
+    // The file changes between the stat and the read, and between reads: rewritten in place
+    // (truncate, then write), cut short, emptied, grown past the bound. Every read gives one of
+    // the values written or an error naming the file; never a torn value, never a panic.
+    let host = Host::new("torn");
+    host.process(610, 1, 0, "dockerd", "/usr/sbin/dockerd", Some(64 * MIB), "/system.slice/docker.service");
+    let file = host.procfs().join("610/limits");
+    let (a, b) = (limits_text(Some(64 * MIB)), limits_text(None));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (file, stop) = (file.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut round = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let text = match round % 5 {
+                    0 => a.clone(),
+                    1 => b.clone(),
+                    2 => a[..a.find("Max locked memory").unwrap() + 40 + round % 30].to_owned(),
+                    3 => String::new(),
+                    _ => "x".repeat(2 << 20),
+                };
+                let _ = std::fs::write(&file, text);
+                round += 1;
+            }
+        })
+    };
+    let (mut values, mut failures) = (0, 0);
+    for _ in 0..3000 {
+        let mut errors = Vec::new();
+        let Some(p) = read_proc(&host.procfs(), 610, &mut errors) else {
+            panic!("status is not rewritten: {errors:?}")
+        };
+        match p.limits {
+            Some(l) => {
+                assert!(
+                    l == MemlockLimits { soft: Limit::Bytes(64 * MIB), hard: Limit::Bytes(64 * MIB) }
+                        || l == MemlockLimits { soft: Limit::Unlimited, hard: Limit::Unlimited },
+                    "a torn read became a limit: {l:?}"
+                );
+                values += 1;
+            }
+            None => {
+                assert!(errors.iter().any(|e| e.contains("610/limits")), "{errors:?}");
+                failures += 1;
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(values + failures == 3000 && failures > 0, "{values} values, {failures} errors");
+}
+
+#[test]
+fn a_real_users_process_named_like_a_launcher_is_not_taken_for_it() {
+    // A real process whose executable is named slurmd, run by a normal user (nobody when the test
+    // runs as root): its comm says slurmd, its uid does not, so the node has no slurmd.
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("slurmd");
+    std::fs::copy("/bin/sleep", &exe).unwrap();
+    let mut command = std::process::Command::new(&exe);
+    command.arg("60");
+    // SAFETY: geteuid has no preconditions and only reads the caller's credentials.
+    if unsafe { libc::geteuid() } == 0 {
+        command.uid(65534).gid(65534);
+    }
+    let mut child = command.spawn().unwrap();
+    let pid = child.id();
+    let procfs = Path::new("/proc");
+    // The exec may not have happened yet: wait for the comm to say slurmd.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read_to_string(procfs.join(format!("{pid}/comm"))).unwrap_or_default() != "slurmd\n" {
+        assert!(std::time::Instant::now() < deadline, "the child never became slurmd");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut errors = Vec::new();
+    let p = read_proc(procfs, pid, &mut errors).expect("the live child");
+    let named_like = matches!(p.identity, memlock_kernel::launchers::Identity::NamedLike { .. });
+    let on_node = node_launchers(procfs, &mut errors).iter().any(|l| l.pid == pid);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(named_like, "{p:?}");
+    assert!(!on_node, "a user's slurmd is not the node's");
 }

@@ -48,6 +48,10 @@ pub struct CheckArgs {
     /// limits.conf, systemd units).
     #[arg(long = "path.etc", default_value = "/etc")]
     pub etc: String,
+    /// Root of the rest of the node's file system: systemd's units under /usr/lib and /run, and
+    /// the RDMA user space (libibverbs, /usr/bin/ofed_info) whose versions are reported.
+    #[arg(long = "path.rootfs", default_value = "/")]
+    pub rootfs: String,
     /// Job-context flags and `--exec` (crates/preflight/src/job_context.rs).
     #[command(flatten)]
     pub job: crate::job_context::JobContextArgs,
@@ -139,6 +143,7 @@ pub fn evaluate(m: &Machine, e: &Estimate, safety: f64) -> Vec<Finding> {
     out.extend(nccl_environment(&m.environment));
     socket_ifname(&m.environment, m.interfaces.as_deref(), &mut out);
     out.extend(rdma(&m.rdma, &m.environment));
+    out.extend(nic_caps::findings(m.nic_caps.as_ref(), !m.rdma.is_empty()));
     out
 }
 
@@ -465,6 +470,11 @@ fn hugepages(m: &Machine, node_need: u64, safety: f64, out: &mut Vec<Finding>) {
     });
 }
 
+/// Strict overcommit, judged on the rules' threshold: CommitLimit - Committed_AS below
+/// `overcommit_headroom_low_ratio` of CommitLimit is MemlockNodeCommitHeadroomLow's condition (a
+/// WARN, as the alert is), below the job's need a FAIL. Mode 2 with headroom passes: the setting
+/// alone is the informational MemlockNodeStrictOvercommitWithRdma, which pages nobody. Modes 0
+/// and 1 do not enforce CommitLimit (mm/util.c `__vm_enough_memory`).
 fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
     let Some(mode) = m.overcommit_mode else { return };
     if mode != 2 {
@@ -475,14 +485,26 @@ fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
         out.push(Finding::new(
             "vm.overcommit_memory",
             Status::Warn,
-            "2 (strict)",
+            "2 (strict), CommitLimit or Committed_AS not read",
             "strict overcommit makes large allocations fail early: prefer 0",
         ));
         return;
     };
     let room = limit.saturating_sub(committed);
-    let mut measured =
-        format!("2 (strict): {} of CommitLimit left, estimated need {}", human(room as f64), human(node_need as f64));
+    let mut measured = format!(
+        "2 (strict): {} of CommitLimit {} left, estimated need {}",
+        human(room as f64),
+        human(limit as f64),
+        human(node_need as f64)
+    );
+    let low = for_job::commit_headroom_low(&m.meminfo);
+    if low {
+        measured.push_str(&format!(
+            ", below {} of CommitLimit: {}",
+            percent(policy::OVERCOMMIT_HEADROOM_LOW_RATIO),
+            for_job::ALERT_COMMIT_HEADROOM
+        ));
+    }
     if !m.rdma.is_empty() {
         measured.push_str(&format!(", on a node with RDMA devices: {}", for_job::ALERT_OVERCOMMIT));
     }
@@ -493,13 +515,16 @@ fn overcommit(m: &Machine, node_need: u64, out: &mut Vec<Finding>) {
             measured,
             "allocations fail with ENOMEM: sysctl -w vm.overcommit_memory=0 or raise vm.overcommit_ratio",
         )
-    } else {
+    } else if low {
         Finding::new(
             "vm.overcommit_memory",
             Status::Warn,
             measured,
-            "strict overcommit makes large allocations fail early: prefer 0",
+            "little commit headroom: the next mappings and forks fail with ENOMEM; raise vm.overcommit_ratio or \
+                prefer vm.overcommit_memory=0",
         )
+    } else {
+        Finding::new("vm.overcommit_memory", Status::Pass, measured, "")
     });
 }
 
@@ -589,8 +614,16 @@ pub fn run(args: &CheckArgs) -> u8 {
     let mut model_args = args.model.clone();
     let communicators_assumed = model_args.communicators.is_none();
     model_args.communicators.get_or_insert(for_job::DEFAULT_COMMUNICATORS);
+    if model_args.nccl_version.is_none() {
+        model_args.nccl_version = estimate::found_version(&roots.procfs, args.pid, log.as_ref());
+    }
     // NCCL's reading of the environment is what the model takes (values it reads otherwise than
-    // written are findings, not a reason to stop).
+    // written are findings, not a reason to stop); the job's log, when given, says what its NCCL
+    // read and comes first.
+    let env = match &log {
+        Some(l) => env.with_log_values(&l.env),
+        None => env,
+    };
     let mut derived = match estimate::derive(&model_args, &env, &roots, &machine.rdma) {
         Ok(d) => d,
         Err(message) => return fail(message),
@@ -614,13 +647,17 @@ pub fn run(args: &CheckArgs) -> u8 {
     }
     crate::job_context::adjust_findings(&args.job, &adjusted, &mut findings);
     for_job::explain_capability(&cap, &mut findings);
-    let launch =
-        for_job::launcher_fix(&roots, std::path::Path::new(&args.etc), &pid, args.pid.is_none(), &mut findings);
+    let stack = rdma_stack::Roots {
+        rootfs: std::path::Path::new(&args.rootfs),
+        etc: std::path::Path::new(&args.etc),
+        procfs: &roots.procfs,
+    };
+    let launch = for_job::launcher_fix(&roots, &stack, &pid, args.pid.is_none(), &mut findings);
     let shape = format!(
         "{} node(s) x {} rank(s), {} communicator(s) per rank",
         derived.inputs.nodes, derived.inputs.ranks_per_node, derived.inputs.communicators
     );
-    let facts = for_job::facts(&machine, &roots, shape);
+    let facts = for_job::facts(&machine, &roots, &stack, shape);
     let logged = log.map(|l| {
         let r = estimate::from_log::report(&derived.inputs, &e, &l, &estimate::verdict(&e, &machine));
         findings.extend(nccl_log::explain(&r, &machine, &nccl_log::hostname(&roots)));
@@ -676,6 +713,9 @@ pub fn run(args: &CheckArgs) -> u8 {
 
 pub mod for_job;
 pub mod launch_path;
+pub mod launcher_config;
+pub mod nic_caps;
+pub mod rdma_stack;
 
 #[cfg(test)]
 mod policy_parity;

@@ -87,7 +87,8 @@ fn node_figures(m: &Machine, need: Option<u64>) -> String {
 fn who(f: &LogFailure) -> String {
     let rank = f.rank.map_or(String::new(), |r| format!("rank {r} "));
     let dev = f.cuda_dev.map_or(String::new(), |d| format!(", GPU {d}"));
-    format!("{rank}({}:{}{dev}, log line {})", f.host, f.pid, f.line)
+    let comm = f.communicator.as_ref().map_or(String::new(), |c| format!(", communicator {c}"));
+    format!("{rank}({}:{}{dev}{comm}, log line {})", f.host, f.pid, f.line)
 }
 
 /// One finding per failed call and errno, FAIL, naming the processes.

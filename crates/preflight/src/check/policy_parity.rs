@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::for_job::{ALERT_AVAILABLE_LOW, ALERT_CGROUP_NEAR, ALERT_HUGEPAGES, ALERT_OVERCOMMIT};
+use super::for_job::{
+    ALERT_AVAILABLE_LOW, ALERT_CGROUP_NEAR, ALERT_COMMIT_HEADROOM, ALERT_HUGEPAGES, ALERT_OVERCOMMIT,
+};
 use super::*;
 use crate::nccl::model::{self, Inputs};
 
@@ -33,6 +35,8 @@ struct Figures {
     pinned: u64,
     /// vm.overcommit_memory, and whether the node has an RDMA device.
     overcommit: (u64, bool),
+    /// CommitLimit, Committed_AS.
+    commit: (u64, u64),
 }
 
 /// The field guide's incident: a 128 GiB node, 32 GiB of hugepages reserved for another service
@@ -47,6 +51,7 @@ const INCIDENT: Figures = Figures {
     memlock: None,
     pinned: GIB,
     overcommit: (0, true),
+    commit: (80 * GIB, 40 * GIB),
 };
 
 const HOSTS: &[Figures] = &[
@@ -61,6 +66,7 @@ const HOSTS: &[Figures] = &[
         memlock: None,
         pinned: 100 * MIB,
         overcommit: (0, true),
+        commit: (300 * GIB, 20 * GIB),
     },
     // Memory is short, but the pool is in use: the squeeze stays silent, the floor does not.
     Figures {
@@ -73,6 +79,7 @@ const HOSTS: &[Figures] = &[
         memlock: Some(2 * GIB),
         pinned: GIB,
         overcommit: (2, true),
+        commit: (200 * GIB, 50 * GIB),
     },
     // An RDMA process under the rules' floor, though above one communicator's need.
     Figures {
@@ -85,6 +92,7 @@ const HOSTS: &[Figures] = &[
         memlock: Some(512 * MIB),
         pinned: 64 * MIB,
         overcommit: (2, false),
+        commit: (200 * GIB, 190 * GIB),
     },
     // Working set at the cgroup threshold exactly: the rule's `>=` fires, so does check.
     Figures {
@@ -97,6 +105,46 @@ const HOSTS: &[Figures] = &[
         memlock: Some(8 * MIB),
         pinned: 4 * MIB,
         overcommit: (0, false),
+        commit: (100 * GIB, 95 * GIB),
+    },
+    // Strict overcommit with 5 of 100 GiB left: the headroom rule and check's WARN.
+    Figures {
+        name: "strict-headroom-low",
+        total: 256 * GIB,
+        available: 200 * GIB,
+        mlocked: 0,
+        hugepages: (0, 0, 0),
+        cgroup: (GIB, 0, 32 * GIB),
+        memlock: None,
+        pinned: 64 * MIB,
+        overcommit: (2, true),
+        commit: (100 * GIB, 95 * GIB),
+    },
+    // Heuristic and never-refuse modes with Committed_AS at or past CommitLimit, as is usual there:
+    // CommitLimit is not enforced, both stay silent.
+    Figures {
+        name: "mode0-overcommitted",
+        total: 256 * GIB,
+        available: 200 * GIB,
+        mlocked: 0,
+        hugepages: (0, 0, 0),
+        cgroup: (GIB, 0, 32 * GIB),
+        memlock: None,
+        pinned: 64 * MIB,
+        overcommit: (0, true),
+        commit: (100 * GIB, 200 * GIB),
+    },
+    Figures {
+        name: "mode1",
+        total: 256 * GIB,
+        available: 200 * GIB,
+        mlocked: 0,
+        hugepages: (0, 0, 0),
+        cgroup: (GIB, 0, 32 * GIB),
+        memlock: None,
+        pinned: 64 * MIB,
+        overcommit: (1, true),
+        commit: (100 * GIB, 100 * GIB),
     },
 ];
 
@@ -128,6 +176,8 @@ fn meminfo(f: &Figures) -> String {
                 "HugePages_Free" => free.to_string(),
                 "HugePages_Rsvd" => reserved.to_string(),
                 "Hugetlb" => kb(total * 2 * MIB),
+                "CommitLimit" => kb(f.commit.0),
+                "Committed_AS" => kb(f.commit.1),
                 _ => return format!("{line}\n"),
             };
             format!("{key}:{value:>width$}\n", width = 16 + (line.len() - key.len() - 1).saturating_sub(16))
@@ -185,6 +235,7 @@ fn check_says(findings: &[Finding]) -> Vec<(&'static str, bool)> {
         ("MemlockCgroupNearMemoryLimit", names(ALERT_CGROUP_NEAR)),
         ("MemlockProcessLimitTooLowForRdma", soft.is_some_and(|s| s != Status::Pass)),
         ("MemlockNodeStrictOvercommitWithRdma", names(ALERT_OVERCOMMIT)),
+        ("MemlockNodeCommitHeadroomLow", names(ALERT_COMMIT_HEADROOM)),
     ]
 }
 
@@ -274,13 +325,23 @@ fn check_and_the_rules_agree_on_every_fixture_host() {
     for alert in ["MemlockNodeMemoryAvailableLow", "MemlockNodeHugepagesUnusedWhileMemoryLow"]
         .into_iter()
         .chain(["MemlockCgroupNearMemoryLimit", "MemlockProcessLimitTooLowForRdma"])
-        .chain(["MemlockNodeStrictOvercommitWithRdma"])
+        .chain(["MemlockNodeStrictOvercommitWithRdma", "MemlockNodeCommitHeadroomLow"])
     {
         let fired: Vec<bool> = verdicts.iter().filter(|v| v.1 == alert).map(|v| v.2).collect();
         assert!(fired.contains(&true) && fired.contains(&false), "{alert}: {verdicts:?}");
     }
     assert!(verdicts.contains(&("incident", "MemlockNodeHugepagesUnusedWhileMemoryLow", true)));
     assert!(verdicts.contains(&("healthy", "MemlockNodeHugepagesUnusedWhileMemoryLow", false)));
+    // Strict overcommit: low headroom fires with or without RDMA; headroom, mode 0 and 1 do not.
+    for (host, fires) in [
+        ("strict-headroom-low", true),
+        ("below-floor", true),
+        ("pool-in-use", false),
+        ("mode0-overcommitted", false),
+        ("mode1", false),
+    ] {
+        assert!(verdicts.contains(&(host, "MemlockNodeCommitHeadroomLow", fires)), "{host}: {verdicts:?}");
+    }
     let file = std::env::temp_dir().join(format!("memlock-parity-{}.yml", std::process::id()));
     let text = format!(
         "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n{input}    \

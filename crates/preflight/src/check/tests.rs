@@ -36,6 +36,7 @@ fn machine() -> Machine {
             limit_bytes: Some(200 * GIB),
         }),
         rdma: Vec::new(),
+        nic_caps: None,
         interfaces: None,
     }
 }
@@ -97,11 +98,22 @@ fn memory_hugepages_and_overcommit() {
     assert_eq!(find(&h, "memory.hugepages").status, Status::Fail);
     assert!(find(&h, "memory.hugepages").fix.contains("vm.nr_hugepages"));
 
+    // Strict mode with headroom passes (the setting alone is an info alert); under the rules'
+    // headroom ratio it warns as MemlockNodeCommitHeadroomLow does; under the need it fails.
     let mut strict = machine();
     strict.overcommit_mode = Some(2);
-    assert_eq!(find(&run_checks(&strict), "vm.overcommit_memory").status, Status::Warn);
+    assert_eq!(find(&run_checks(&strict), "vm.overcommit_memory").status, Status::Pass);
+    strict.meminfo.committed_as = Some(290 * GIB);
+    let findings = run_checks(&strict);
+    let low = find(&findings, "vm.overcommit_memory");
+    assert_eq!(low.status, Status::Warn, "{low:?}");
+    assert!(low.measured.contains(for_job::ALERT_COMMIT_HEADROOM), "{low:?}");
     strict.meminfo.committed_as = Some(300 * GIB - MIB);
     assert_eq!(find(&run_checks(&strict), "vm.overcommit_memory").status, Status::Fail);
+    // Modes 0 and 1 do not enforce CommitLimit: Committed_AS past it is no finding.
+    strict.overcommit_mode = Some(0);
+    strict.meminfo.committed_as = Some(600 * GIB);
+    assert_eq!(find(&run_checks(&strict), "vm.overcommit_memory").status, Status::Pass);
 }
 
 #[test]
@@ -316,10 +328,10 @@ fn every_failure_mode_gives_its_status_and_fix() {
             "lower vm.nr_hugepages (sysctl -w vm.nr_hugepages=N)",
         ),
         (
-            with(|m| m.overcommit_mode = Some(2)),
+            with(|m| (m.overcommit_mode, m.meminfo.committed_as) = (Some(2), Some(290 * GIB))),
             "vm.overcommit_memory",
             Status::Warn,
-            "strict overcommit makes large allocations fail early: prefer 0",
+            "little commit headroom: the next mappings and forks fail with ENOMEM",
         ),
         (
             with(|m| (m.overcommit_mode, m.meminfo.commit_limit) = (Some(2), None)),

@@ -7,7 +7,7 @@ use std::io::{self, BufReader};
 
 use serde::Serialize;
 
-use crate::nccl::log::{self, NcclLog};
+use crate::nccl::log::{self, Communicator, NcclLog};
 use crate::nccl::model::{self, Counts, Estimate, Inputs};
 use crate::nccl::param::{strtoll, Strtoll};
 use memlock_core::gdr::GdrMode;
@@ -50,6 +50,16 @@ pub struct LogRank {
     /// Of the sends charged here, those the process proxies for other ranks.
     pub net_send_for_others: u64,
     pub gdr: Option<bool>,
+    /// Its connections of the transports no NIC registers, counted apart from the network's: P2P
+    /// and SHM sends, CollNet sends and receives (through the CollNet plugin, not charged here),
+    /// NVLS set-ups.
+    pub p2p: u64,
+    pub shm: u64,
+    pub collnet_send: u64,
+    pub collnet_recv: u64,
+    pub nvls: u64,
+    /// The communicators it logged (keys of `per_communicator`).
+    pub communicators: Vec<String>,
     pub nics: Vec<u32>,
     /// Charged to VmPin for its connections.
     pub memlock_bytes: u64,
@@ -70,6 +80,8 @@ pub struct LogFailure {
     pub errno_name: Option<&'static str>,
     /// 1-based line number in the log.
     pub line: u64,
+    /// The communicator its process was setting up (a key of `per_communicator`).
+    pub communicator: Option<String>,
 }
 
 /// The `nccl_log` key of `--json`.
@@ -83,6 +95,8 @@ pub struct LogReport {
     /// false when a cap of the reader was hit: counts are lower bounds.
     pub exact: bool,
     pub communicators: u64,
+    /// Each communicator: its commId, processes and their ranks, and the connections set up in it.
+    pub per_communicator: Vec<Communicator>,
     pub nics: Vec<String>,
     pub networks: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -143,16 +157,40 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
                 .to_owned(),
         );
     }
-    // Per process: its counts, then PXN sends moved to the proxy's process.
+    // p2p lines on shared buffers (`/Shared`) are charged by network connection and pool, the
+    // pools p2pnChannels x NCCL_SHARED_STEPS x chunk (net.cc sharedNetBuffersInit).
+    if i.p2p.is_none() && l.ranks.iter().any(|r| r.shared_send + r.shared_recv > 0) {
+        let channels = i.channels.count.next_power_of_two().min(model::MAX_CHANNELS);
+        let chunk = model::DEFAULT_P2P_CHUNKSIZE.min(i.buffsize_simple / model::STEPS);
+        i.p2p = Some(model::P2p {
+            channels,
+            channels_per_peer: 1,
+            chunk,
+            ll_buffers: false,
+            shared: true,
+            pxn: true,
+            shared_comms: true,
+        });
+        assumed.push(format!(
+            "p2p pools of {channels} p2p channels (the channel count rounded up to a power of two) x 16 steps x \
+                {chunk} B: pass --p2p-net and --p2p-channels"
+        ));
+    }
+    // Per process: its counts (the shared p2p lines apart), then PXN sends moved to the proxy's
+    // process.
     let mut counts: Vec<Charged> = l
         .ranks
         .iter()
         .map(|r| {
+            let (send, send_gdr) =
+                (r.net_send.saturating_sub(r.shared_send), r.net_send_gdr.saturating_sub(r.shared_send_gdr));
+            let (recv, recv_gdr) =
+                (r.net_recv.saturating_sub(r.shared_recv), r.net_recv_gdr.saturating_sub(r.shared_recv_gdr));
             let c = Counts {
-                sends: r.net_send.saturating_sub(r.net_send_gdr),
-                sends_gdr: r.net_send_gdr,
-                receives: r.net_recv.saturating_sub(r.net_recv_gdr),
-                receives_gdr: r.net_recv_gdr,
+                sends: send.saturating_sub(send_gdr),
+                sends_gdr: send_gdr,
+                receives: recv.saturating_sub(recv_gdr),
+                receives_gdr: recv_gdr,
             };
             (c, r.nics.iter().copied().zip(r.nic_connections.iter().copied()).collect(), 0)
         })
@@ -180,8 +218,27 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
         .iter()
         .zip(&counts)
         .map(|(r, (c, nics, for_others))| {
-            let per_nic: Vec<u64> = nics.iter().map(|(_, n)| *n).collect();
-            let need = model::logged_need(&i, *c, &per_nic);
+            let mut devs: Vec<u32> = nics.iter().map(|(d, _)| *d).collect();
+            for (d, _) in &r.shared_p2p.nic_connections {
+                if !devs.contains(d) {
+                    devs.push(*d);
+                }
+            }
+            let on = |list: &[(u32, u64)], d: &u32| list.iter().find(|(x, _)| x == d).map_or(0, |(_, n)| *n);
+            let per_nic: Vec<u64> = devs.iter().map(|d| on(nics, d)).collect();
+            let p = &r.shared_p2p;
+            let p2p = model::LoggedP2p {
+                counts: Counts {
+                    sends: p.sends.saturating_sub(p.sends_gdr),
+                    sends_gdr: p.sends_gdr,
+                    receives: p.receives.saturating_sub(p.receives_gdr),
+                    receives_gdr: p.receives_gdr,
+                },
+                send_pools: p.send_pools,
+                receive_pools: p.receive_pools,
+                per_nic: devs.iter().map(|d| on(&p.nic_connections, d)).collect(),
+            };
+            let need = model::logged_need_with_p2p(&i, *c, &per_nic, &p2p);
             LogRank {
                 host: r.host.clone(),
                 pid: r.pid,
@@ -192,6 +249,12 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
                 net_send_proxied: r.net_send_proxied,
                 net_send_for_others: *for_others,
                 gdr: r.gdr,
+                p2p: r.p2p,
+                shm: r.shm,
+                collnet_send: r.collnet_send,
+                collnet_recv: r.collnet_recv,
+                nvls: r.nvls,
+                communicators: r.communicators.clone(),
                 nics: r.nics.clone(),
                 memlock_bytes: need.memlock,
                 host_bytes: need.host,
@@ -205,8 +268,15 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
         *sum = sum.saturating_add(r.memlock_bytes);
     }
     let per_node_bytes = per_host.values().copied().max().unwrap_or(0);
-    let rank_of = |host: &str, pid: u32, dev: Option<i32>| {
-        l.ranks.iter().find(|r| r.host == host && r.pid == pid && r.cuda_dev == dev).and_then(|r| r.rank)
+    // Its rank in the communicator it failed in, else in its first one.
+    let rank_of = |f: &log::FailureAt| {
+        let member = f.communicator.as_ref().and_then(|key| {
+            let c = l.per_communicator.iter().find(|c| &c.key == key)?;
+            c.members.iter().find(|m| m.host == f.host && m.pid == f.pid && m.cuda_dev == f.cuda_dev)?.rank
+        });
+        member.or_else(|| {
+            l.ranks.iter().find(|r| r.host == f.host && r.pid == f.pid && r.cuda_dev == f.cuda_dev).and_then(|r| r.rank)
+        })
     };
     let failures: Vec<LogFailure> = l
         .failures
@@ -215,12 +285,13 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
             host: f.host.clone(),
             pid: f.pid,
             cuda_dev: f.cuda_dev,
-            rank: rank_of(&f.host, f.pid, f.cuda_dev),
+            rank: rank_of(f),
             call: f.call.clone(),
             error: f.error.clone(),
             errno: f.errno,
             errno_name: f.errno.and_then(errno_name),
             line: f.line,
+            communicator: f.communicator.clone(),
         })
         .collect();
     let fits_memlock_limit = v.cap_ipc_lock_exempt
@@ -234,6 +305,7 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
         cut_lines: l.cut_lines,
         exact: l.exact,
         communicators: l.communicators,
+        per_communicator: l.per_communicator.clone(),
         nics: l.nics.clone(),
         networks: l.networks.clone(),
         env: l.env.clone(),
@@ -285,13 +357,22 @@ pub fn render_text(r: &LogReport) -> String {
             Some(false) => "no GDR",
             None => "no network",
         };
+        let mut other = String::new();
+        for (n, what) in
+            [(k.p2p, "P2P"), (k.shm, "SHM"), (k.collnet_send + k.collnet_recv, "CollNet"), (k.nvls, "NVLS")]
+        {
+            if n > 0 {
+                other += &format!(", {n} {what}");
+            }
+        }
         out += &format!(
-            "  {}:{} GPU {dev} rank {rank}: {} send(s), {} receive(s), {gdr}, {}\n",
+            "  {}:{} GPU {dev} rank {rank}: {} send(s), {} receive(s), {gdr}, {}{}\n",
             k.host,
             k.pid,
             k.net_send,
             k.net_recv,
-            human(k.memlock_bytes as f64)
+            human(k.memlock_bytes as f64),
+            if other.is_empty() { String::new() } else { format!(" (not the NIC's:{})", &other[1..]) }
         );
     }
     for f in &r.failures {
@@ -355,6 +436,72 @@ mod tests {
         assert_eq!((r.per_rank_max_bytes, r.per_node_bytes), (e.per_rank_max_bytes, e.per_node_bytes));
     }
 
+    /// All-to-all with PXN and shared comms (scripts/nccl_log_fixtures.py, NCCL 2.29's format
+    /// strings and rules): the log path, deduplicating the `/Shared` lines into the network
+    /// connections and pools each process registers, and the model agree rank by rank.
+    #[test]
+    fn the_log_and_the_model_agree_on_pxn_all_to_all() {
+        let l = load(&fixture("2x8x4-alltoall-pxn-v2.29.log")).unwrap();
+        assert_eq!(l.nccl_version.as_deref(), Some("2.29.7+cuda12.9"));
+        let mut i = Inputs::new(2, 8, 4);
+        i.gdr = GdrMode::Peermem;
+        i.nccl_version = model::Release { major: 2, minor: 29 };
+        i.p2p = Some(model::P2p {
+            channels: 16,
+            channels_per_peer: 4,
+            chunk: model::DEFAULT_P2P_CHUNKSIZE,
+            ll_buffers: false,
+            shared: true,
+            pxn: true,
+            shared_comms: true,
+        });
+        let e = model::estimate(&i);
+        let r = report(&i, &e, &l, &verdict(None));
+        assert_eq!(r.ranks.len(), 16);
+        assert!(r.assumed.is_empty(), "{:?}", r.assumed);
+        for (lr, raw) in r.ranks.iter().zip(&l.ranks) {
+            let Some(dev) = lr.cuda_dev else { panic!("{lr:?}") };
+            let m = &e.ranks[dev as usize];
+            // 8 remote peers x 4 channels each way, as the log prints them.
+            assert_eq!((raw.shared_send, raw.shared_recv), (32, 32), "{raw:?}");
+            assert_eq!(
+                (raw.shared_p2p.sends, raw.shared_p2p.receives),
+                (m.p2p.sends_gdr, m.p2p.receives_gdr),
+                "{raw:?}"
+            );
+            assert_eq!(lr.memlock_bytes, m.memlock_bytes, "GPU {dev}: {raw:?}");
+        }
+        assert_eq!(r.per_rank_max_bytes, 426_795_008, "case K of docs/check.md");
+        assert_eq!((r.per_rank_max_bytes, r.per_node_bytes), (e.per_rank_max_bytes, e.per_node_bytes));
+        // Without --p2p-net the log still shows the pools: their size from the channel count.
+        let mut plain = i.clone();
+        plain.p2p = None;
+        let r = report(&plain, &model::estimate(&plain), &l, &verdict(None));
+        assert_eq!(r.per_rank_max_bytes, 426_795_008);
+        assert!(r.assumed.iter().any(|a| a.contains("--p2p-channels")), "{:?}", r.assumed);
+    }
+
+    /// H100-class nodes with one GPU per NIC switch, 4 nodes, dma-buf (the log written from NCCL
+    /// 2.29's format strings and the simpler tree): the log path and the model agree, 7.4 MiB.
+    #[test]
+    fn the_log_and_the_model_agree_on_the_simpler_tree() {
+        let l = load(&fixture("4x8x8-simple-tree-v2.29.log")).unwrap();
+        assert_eq!((l.ranks.len(), l.communicators), (32, 1));
+        let mut i = Inputs::new(4, 8, 8);
+        i.gdr = GdrMode::Dmabuf;
+        let e = model::estimate(&i);
+        let r = report(&i, &e, &l, &verdict(Some(8 << 20)));
+        assert_eq!(r.per_rank_max_bytes, 7_745_536, "case J of docs/check.md");
+        assert_eq!((r.per_rank_max_bytes, r.per_node_bytes), (e.per_rank_max_bytes, e.per_node_bytes));
+        assert!(r.fits_memlock_limit, "under 8 MiB");
+        // Every process of the busiest node as the model places it.
+        let busiest = format!("gpu-a0{}", e.busiest_node + 1);
+        for lr in r.ranks.iter().filter(|lr| lr.host == busiest) {
+            let m = &e.ranks[lr.cuda_dev.unwrap_or_default() as usize];
+            assert_eq!(lr.memlock_bytes, m.memlock_bytes, "{lr:?}");
+        }
+    }
+
     #[test]
     fn a_log_that_stops_at_the_failure_says_what_the_rest_adds() {
         let l = load(&fixture("2x8x8-enomem-v2.21.log")).unwrap();
@@ -402,6 +549,22 @@ h:11:1 [1] NCCL INFO Channel 00/0 : 3[1] -> 1[1] [receive] via NET/IB/1/GDRDMA
         assert!(r.ranks[0].memlock_bytes > one.memlock, "rank 0 registers rank 1's send too");
         assert!(r.ranks[1].memlock_bytes < one.memlock, "rank 1 registers its receive only");
         assert_eq!(r.per_node_bytes, r.ranks[0].memlock_bytes + r.ranks[1].memlock_bytes);
+    }
+
+    #[test]
+    fn a_failure_names_the_communicator_and_rank_it_happened_in() {
+        // init.cc's "%s comm %p rank %d nranks %d ... commId 0x%llx - Init START" (2.23.4): the
+        // process is rank 0 of its first communicator and rank 3 of the one it fails in.
+        let text = "\
+h:1:2 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x11 - Init COMPLETE
+h:1:2 [0] NCCL INFO ncclCommSplit comm 0xb rank 3 nranks 4 cudaDev 0 nvmlDev 0 busId 1000 commId 0x22 - Init START
+h:1:2 [0] misc/ibvwrap.cc:203 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory
+";
+        let l = log::read(text.as_bytes()).unwrap();
+        let i = Inputs::new(2, 2, 1);
+        let r = report(&i, &model::estimate(&i), &l, &verdict(None));
+        let f = &r.failures[0];
+        assert_eq!((f.rank, f.communicator.as_deref()), (Some(3), Some("0x22")));
     }
 
     #[test]

@@ -75,6 +75,14 @@ pub struct ModelArgs {
     /// NCCL_IB_QPS_PER_CONNECTION (1 to 128).
     #[arg(long = "qps-per-connection")]
     pub qps_per_connection: Option<u64>,
+    /// The job's NCCL release (2.18 to 2.30, e.g. 2.21.5): whose rules apply. Default: the
+    /// library the process maps (--pid), else the log's (--nccl-log), else the newest.
+    #[arg(long = "nccl-version", value_name = "VERSION")]
+    pub nccl_version: Option<String>,
+    /// The NICs' speed in Gb/s (p2p channels per network peer from NCCL 2.29). Default: the
+    /// fastest port NCCL opens on this node, else 400.
+    #[arg(long = "nic-speed", value_name = "GBPS")]
+    pub nic_speed: Option<u64>,
 }
 
 #[derive(Debug, Args, Default, Clone)]
@@ -105,15 +113,19 @@ pub const COVERS: &[&str] = &[
         many algorithms use it",
     "per connection: LL, LL128 and Simple buffers by GPUDirect mode, control MRs in whole pages, mlx5 QP and CQ \
         rings, doorbell records; every registration repeated per member of a merged NIC",
-    "with --p2p-net: all-to-all connections to every rank of the other nodes and the shared p2p pools",
+    "with --p2p-net: all-to-all connections to every rank of the other nodes, sends through the PXN proxy of the \
+        peer's rail with GPUDirect, one connection per NIC, peer and channel shared by the local senders \
+        (NCCL_NET_SHARED_COMMS), channels per network peer by NCCL release and NIC speed, and the shared p2p pools \
+        per origin rank",
 ];
 pub const NOT_MODELLED: &[&str] = &[
-    "NVLS, NVLS tree and CollNet (NVLink SHARP, in-network reduction), PXN for p2p",
+    "NVLS, NVLS tree and CollNet (NVLink SHARP, in-network reduction); PXN for p2p between GPUs without NVLink (an \
+        NVSwitch node is assumed)",
     "user buffer registration (NCCL_LOCAL_REGISTER, ncclCommRegister: usually GPU memory)",
     "providers other than mlx5 (EFA, bnxt_re size their queues differently), MLX5_CQE_SIZE=128, IB resiliency",
     "topologies where a channel's ring does not enter and leave the node through one rail (crossNic rings), \
-        channel copies past 2S (sm90 with bwIntra > 45 under 16 channels, unpack network devices); pass \
-        --channels and --search-channels from NCCL_DEBUG=INFO where the defaults were assumed",
+        channel copies past 2S (sm90 with bwIntra > 45 under 16 channels: only in the range; unpack network \
+        devices); pass --channels and --search-channels from NCCL_DEBUG=INFO where the defaults were assumed",
 ];
 
 /// The model inputs and how each was decided.
@@ -160,6 +172,18 @@ fn detected_nics(devices: &[SysfsDevice], env: &Environment) -> (u64, String) {
     )
 }
 
+/// The fastest port NCCL opens, Gb/s (sysfs `rate`), if any says.
+fn nic_speed(devices: &[SysfsDevice], env: &Environment) -> Option<u64> {
+    let spec = env.get("NCCL_IB_HCA");
+    devices
+        .iter()
+        .flat_map(|d| d.ports.iter().filter(move |p| machine::nccl_opens(spec, d, p)))
+        .filter_map(|p| p.rate_bytes_per_second)
+        .map(|b| b.saturating_mul(8) / 1_000_000_000)
+        .filter(|g| *g > 0)
+        .max()
+}
+
 /// The RDMA devices with a port NCCL opens: the ones NCCL registers on.
 fn selected_devices(devices: &[SysfsDevice], env: &Environment) -> Vec<String> {
     let spec = env.get("NCCL_IB_HCA");
@@ -180,8 +204,10 @@ impl Reader<'_> {
         let shown = entry.value_shown();
         let mut read =
             if shown == v.to_string() { format!("{name}={v}") } else { format!("{name}={shown} (read as {v})") };
-        if let env::Source::File(path) = &entry.source {
-            read.push_str(&format!(" from {}", path.display()));
+        match &entry.source {
+            env::Source::File(path) => read.push_str(&format!(" from {}", path.display())),
+            env::Source::Log => read.push_str(" from the NCCL log"),
+            env::Source::Process => {}
         }
         self.read.push(read);
         Some(v)
@@ -243,6 +269,14 @@ pub fn validate(args: &ModelArgs) -> Result<(), String> {
             }
         }
     }
+    if let Some(v) = &args.nccl_version {
+        if model::Release::parse(v).is_none() {
+            return Err(format!("--nccl-version {v:?}: expected a release such as 2.21.5 or 2.29"));
+        }
+    }
+    if args.nic_speed == Some(0) {
+        return Err("--nic-speed 0: must be at least 1 (Gb/s)".into());
+    }
     if let Some(mode) = &args.gdr {
         if GdrMode::parse(mode).is_none() {
             return Err(format!("--gdr {mode:?}: expected off, dmabuf or peermem"));
@@ -302,6 +336,10 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
     };
     let mut i = Inputs::new(args.nodes, args.ranks_per_node, nics);
     i.communicators = args.communicators.unwrap_or(1);
+    let version_given = args.nccl_version.as_deref().and_then(model::Release::parse);
+    i.nccl_version = version_given.unwrap_or(model::Release::NEWEST);
+    let detected_speed = nic_speed(devices, env);
+    i.nic_gbps = args.nic_speed.or(detected_speed).unwrap_or(400);
     let buffer = |r: &mut Reader, name, flag: Option<u64>, default: u64| match flag {
         Some(v) => v,
         // comm->buffSizes is an int: values outside 1..INT_MAX are findings of `check`; the model
@@ -356,6 +394,7 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
         }
     };
     i.gdr = gdr.mode;
+    let mut p2p_why = String::new();
     if args.p2p_net {
         // ncclTopoComputeP2pChannels (src/graph/paths.cc): min(channels, NCCL_MAX_P2P_NCHANNELS),
         // at least NCCL_MIN_P2P_NCHANNELS, rounded up to a power of two, at most MAXCHANNELS.
@@ -366,21 +405,13 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
                 .next_power_of_two()
                 .min(model::MAX_CHANNELS)
         });
-        // Channels per remote peer: NCCL_NCHANNELS_PER_NET_PEER, else 2 (the least
-        // ncclTopoGetNchannels gives a peer: 2 for NVLink and PCIe peers, at least one per local
-        // NIC for remote ones), halved while peers x channels per peer / 8 per batch exceed
-        // p2pnChannels (paths.cc).
-        let per_peer = match r.int("NCCL_NCHANNELS_PER_NET_PEER", CONFIG_UNDEF_INT).filter(|v| *v > 0) {
-            Some(v) => (v as u64).next_power_of_two().min(channels),
-            None => {
-                let ranks = args.nodes.saturating_mul(args.ranks_per_node);
-                let mut per_peer: u64 = 2;
-                while per_peer * ranks.div_ceil(8) > channels && per_peer > 1 {
-                    per_peer /= 2;
-                }
-                per_peer
-            }
-        };
+        // Channels per remote peer, by release and NIC speed (model::net_channels_per_peer).
+        let before_pow2 = (i.channels.count as i64).min(max_p2p).max(min_p2p).max(1) as u64;
+        let given = r.int("NCCL_NCHANNELS_PER_NET_PEER", CONFIG_UNDEF_INT).filter(|v| *v > 0).map(|v| v as u64);
+        let ranks = args.nodes.saturating_mul(args.ranks_per_node);
+        let per_peer = model::net_channels_per_peer(i.nccl_version, i.nic_gbps, ranks, before_pow2, channels, given);
+        p2p_why = per_peer.why.clone();
+        let per_peer = per_peer.channels;
         // computeBuffSizes (src/init.cc): the chunk is at most Simple / NCCL_STEPS.
         let chunk = r
             .int("NCCL_P2P_NET_CHUNKSIZE", i64::MIN)
@@ -388,7 +419,10 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
             .min(i.buffsize_simple / model::STEPS);
         let ll_buffers = r.int("NCCL_ALLOC_P2P_NET_LL_BUFFERS", i64::MIN).is_some_and(|v| v != 0);
         let shared = r.int("NCCL_NET_SHARED_BUFFERS", -2) != Some(0);
-        i.p2p = Some(P2p { channels, channels_per_peer: per_peer, chunk, ll_buffers, shared });
+        // src/graph/search.cc: NCCL_P2P_PXN_LEVEL, default 2; net.cc: NCCL_NET_SHARED_COMMS, default 1.
+        let pxn = r.int("NCCL_P2P_PXN_LEVEL", i64::MIN) != Some(0);
+        let shared_comms = r.int("NCCL_NET_SHARED_COMMS", i64::MIN) != Some(0);
+        i.p2p = Some(P2p { channels, channels_per_peer: per_peer, chunk, ll_buffers, shared, pxn, shared_comms });
     }
     i.page_size = procfs::page_size();
     let runtime = r.int("NCCL_RUNTIME_CONNECT", i64::MIN).is_none_or(|v| v != 0)
@@ -429,6 +463,17 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
             gdr.mode.as_str()
         ));
     }
+    // Only the p2p channels per network peer differ between the releases the model follows.
+    if version_given.is_none() && args.p2p_net {
+        assumed.push(format!(
+            "NCCL {} (the newest the model follows): pass --nccl-version, or --pid of a process that maps \
+                libnccl, or --nccl-log with its NCCL_DEBUG=INFO output",
+            model::Release::NEWEST
+        ));
+    }
+    if args.p2p_net && args.nic_speed.is_none() && detected_speed.is_none() && i.nccl_version.at_least(2, 29) {
+        assumed.push(format!("{} Gb/s NICs (p2p channels per network peer: {p2p_why}): pass --nic-speed", i.nic_gbps));
+    }
     if args.nics.is_none() && nics_why.contains("assumed") {
         assumed.push(format!("{} NIC(s), one per rank: pass --nics (the job's node's ACTIVE RDMA ports)", nics));
     }
@@ -443,6 +488,17 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
         environment_error: None,
         assumed,
     })
+}
+
+/// The job's NCCL release when no `--nccl-version` was given: the library the process maps, else
+/// the version its NCCL_DEBUG=INFO log printed.
+pub fn found_version(
+    procfs: &std::path::Path,
+    pid: Option<u32>,
+    log: Option<&crate::nccl::log::NcclLog>,
+) -> Option<String> {
+    let mapped = pid.and_then(|p| crate::nccl::library::of_process(procfs, p).library).and_then(|v| v.version);
+    mapped.or_else(|| log.and_then(|l| l.nccl_version.clone())).filter(|v| model::Release::parse(v).is_some())
 }
 
 /// The estimate against one process's memlock limit and the node's available memory.
@@ -505,14 +561,23 @@ pub fn run(args: &EstimateArgs) -> u8 {
         Ok(m) => m,
         Err(err) => return fail(err.to_string(), memlock_core::exit::USAGE),
     };
-    let mut derived = match derive(&args.model, &env, &roots, &machine.rdma) {
+    // The job's NCCL read what its log says was set: the model takes those values first.
+    let env = match &log {
+        Some(l) => env.with_log_values(&l.env),
+        None => env,
+    };
+    let mut model_args = args.model.clone();
+    if model_args.nccl_version.is_none() {
+        model_args.nccl_version = found_version(&roots.procfs, args.pid, log.as_ref());
+    }
+    let mut derived = match derive(&model_args, &env, &roots, &machine.rdma) {
         Ok(d) => d,
         Err(message) => return fail(message, memlock_core::exit::USAGE),
     };
     derived.conf_files = conf_files;
     derived.environment_error = env_error;
     let mut e = model::estimate(&derived.inputs);
-    let span = range::range(&args.model, &env, &roots, &machine.rdma, &derived, &e);
+    let span = range::range(&model_args, &env, &roots, &machine.rdma, &derived, &e);
     range::judge_high(&mut e, &span);
     let mut v = verdict(&e, &machine);
     v.nccl = args.pid.map(|pid| crate::nccl::library::of_process(&roots.procfs, pid));
@@ -709,6 +774,49 @@ mod tests {
         let p = derive_with(&["--p2p-net"], &[("NCCL_NCHANNELS_PER_NET_PEER", "4")]).inputs.p2p.unwrap();
         assert_eq!(p.channels_per_peer, 4);
         assert!(!derive_with(&["--p2p-net"], &[("NCCL_NET_SHARED_BUFFERS", "0")]).inputs.p2p.unwrap().shared);
+    }
+
+    #[test]
+    fn the_release_and_nic_speed_decide_the_channels_per_network_peer() {
+        let p2p = |flags: &[&str], vars: &[(&str, &str)]| derive_with(flags, vars).inputs.p2p.unwrap();
+        let base = ["--p2p-net", "--nodes", "2", "--nics", "4"];
+        // The newest release by default: 4 channels per peer on 400 Gb/s NICs, said as assumed.
+        let d = derive_with(&base, &[]);
+        assert_eq!(d.inputs.nccl_version, model::Release::NEWEST);
+        assert_eq!(d.inputs.p2p.as_ref().map(|p| p.channels_per_peer), Some(4));
+        assert!(d.assumed.iter().any(|a| a.contains("--nccl-version")), "{:?}", d.assumed);
+        assert!(d.assumed.iter().any(|a| a.contains("--nic-speed")), "{:?}", d.assumed);
+        let old = [&base[..], &["--nccl-version", "2.21.5+cuda12.4"]].concat();
+        assert_eq!(p2p(&old, &[]).channels_per_peer, 2);
+        assert!(!derive_with(&old, &[]).assumed.iter().any(|a| a.contains("--nccl-version")));
+        let slow = [&base[..], &["--nic-speed", "200"]].concat();
+        assert_eq!(p2p(&slow, &[]).channels_per_peer, 2);
+        // PXN for p2p and shared comms: on unless set to 0.
+        let p = p2p(&base, &[]);
+        assert!(p.pxn && p.shared_comms);
+        assert!(!p2p(&base, &[("NCCL_P2P_PXN_LEVEL", "0")]).pxn);
+        assert!(p2p(&base, &[("NCCL_P2P_PXN_LEVEL", "1")]).pxn);
+        assert!(!p2p(&base, &[("NCCL_NET_SHARED_COMMS", "0")]).shared_comms);
+        // A release NCCL never printed is refused.
+        assert!(validate(&model_args(&["--nccl-version", "latest"])).is_err());
+        assert!(validate(&model_args(&["--nic-speed", "0"])).is_err());
+        // Without --p2p-net the release changes nothing, and nothing is said about it.
+        assert!(!derive_with(&[], &[]).assumed.iter().any(|a| a.contains("--nccl-version")));
+    }
+
+    #[test]
+    fn the_release_found_in_the_log_is_the_one_the_model_follows() {
+        let log = crate::nccl::log::read(&b"h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"[..]).unwrap();
+        let procfs = std::path::Path::new("/nonexistent-procfs");
+        assert_eq!(found_version(procfs, None, Some(&log)).as_deref(), Some("2.21.5+cuda12.4"));
+        assert_eq!(found_version(procfs, None, None), None);
+        // A process whose maps cannot be read: the log still tells.
+        assert_eq!(found_version(procfs, Some(1), Some(&log)).as_deref(), Some("2.21.5+cuda12.4"));
+        let mut args = model_args(&["--p2p-net", "--nics", "4"]);
+        args.nccl_version = found_version(procfs, None, Some(&log));
+        let d = derive(&args, &env(&[]), &no_sysfs(), &[]).unwrap();
+        assert_eq!(d.inputs.nccl_version, model::Release { major: 2, minor: 21 });
+        assert_eq!(d.inputs.p2p.map(|p| p.channels_per_peer), Some(2));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The estimate's low and high ends where it rests on assumptions: the GPUDirect mode when no
-//! `--gdr` was given (off, dma-buf and nvidia-peermem charge VmPin differently), and the channel
+//! `--gdr` was given (off, dma-buf and nvidia-peermem charge VmPin differently), the channel
 //! count when neither `--channels` nor `--search-channels` was (ncclTopoDupChannels doubles the
-//! search's channels only above a bandwidth the model assumes: src/graph/search.cc). Each
+//! search's channels only above a bandwidth the model assumes: src/graph/search.cc), and with
+//! all-to-all the p2p channels per network peer when the release or the NIC speed was assumed
+//! (src/graph/paths.cc ncclTopoGetNchannels: 2 before 2.29, by NIC speed from it). Each
 //! alternative is derived and estimated as the assumed inputs are; `check` and the verdict judge
 //! the high end.
 
@@ -27,7 +29,10 @@ pub struct Range {
 }
 
 /// The flags of each alternative to what was assumed: every GPUDirect mode but the assumed one,
-/// and S not doubled when the topology rule doubled it.
+/// S not doubled when the topology rule doubled it, and the channels copied once more where
+/// sm90 does that (src/graph/connect.cc ncclTopoPostset: "4 compute channels per search
+/// channel" when bwIntra > 45 with fewer than 16 channels on more than one node; the rule assumes
+/// 25 <= bwIntra < 50, which holds both).
 fn alternatives(args: &ModelArgs, d: &Derived) -> Vec<(String, ModelArgs)> {
     let mut gdr: Vec<Option<&str>> = vec![None];
     if args.gdr.is_none() {
@@ -37,28 +42,60 @@ fn alternatives(args: &ModelArgs, d: &Derived) -> Vec<(String, ModelArgs)> {
             }
         }
     }
-    let mut search: Vec<Option<u64>> = vec![None];
+    // (flag, value) of the channel alternatives.
+    let mut search: Vec<Option<(&str, u64)>> = vec![None];
     let (s, doubled) = model::search_channels(d.inputs.nics);
-    if args.channels.is_none() && args.search_channels.is_none() && doubled {
-        search.push(Some((s / 2).max(1)));
+    if args.channels.is_none() && args.search_channels.is_none() {
+        if doubled {
+            search.push(Some(("--search-channels", (s / 2).max(1))));
+        }
+        // Only where no cap or floor changed the count: NCCL copies before it applies those.
+        let ch = &d.inputs.channels;
+        if d.inputs.nodes > 1 && ch.count < 16 && ch.count == 2 * ch.search && ch.capped == ch.count {
+            search.push(Some(("--channels", 2 * ch.count)));
+        }
+    }
+    // The p2p channels per network peer: the release before 2.29 (2 per peer), or a slower NIC.
+    let mut p2p: Vec<Option<(&str, String)>> = vec![None];
+    if args.p2p_net {
+        if args.nccl_version.is_none() && d.inputs.nccl_version.at_least(2, 29) {
+            p2p.push(Some(("--nccl-version", "2.28".to_owned())));
+        }
+        if args.nic_speed.is_none() && d.assumed.iter().any(|a| a.contains("--nic-speed")) {
+            p2p.push(Some(("--nic-speed", "200".to_owned())));
+        }
     }
     let mut out = Vec::new();
     for g in &gdr {
         for s in &search {
-            if g.is_none() && s.is_none() {
-                continue;
+            for p in &p2p {
+                if g.is_none() && s.is_none() && p.is_none() {
+                    continue;
+                }
+                let mut a = args.clone();
+                let mut flags = Vec::new();
+                if let Some(g) = g {
+                    a.gdr = Some((*g).to_owned());
+                    flags.push(format!("--gdr {g}"));
+                }
+                match s {
+                    Some(("--channels", c)) => a.channels = Some(*c),
+                    Some((_, s)) => a.search_channels = Some(*s),
+                    None => {}
+                }
+                if let Some((flag, v)) = s {
+                    flags.push(format!("{flag} {v}"));
+                }
+                match p {
+                    Some(("--nccl-version", v)) => a.nccl_version = Some(v.clone()),
+                    Some((_, v)) => a.nic_speed = v.parse().ok(),
+                    None => {}
+                }
+                if let Some((flag, v)) = p {
+                    flags.push(format!("{flag} {v}"));
+                }
+                out.push((flags.join(" "), a));
             }
-            let mut a = args.clone();
-            let mut flags = Vec::new();
-            if let Some(g) = g {
-                a.gdr = Some((*g).to_owned());
-                flags.push(format!("--gdr {g}"));
-            }
-            if let Some(s) = s {
-                a.search_channels = Some(*s);
-                flags.push(format!("--search-channels {s}"));
-            }
-            out.push((flags.join(" "), a));
         }
     }
     out
@@ -173,11 +210,14 @@ mod tests {
     fn an_assumed_gpudirect_mode_and_doubling_span_low_to_high() {
         // 2 NICs: S = 2 doubled to 4 by the rule; GPUDirect not given.
         let (e, r) = run(&["--nics", "2"]);
-        // The fixture node's GPUDirect mode as detected, the two others, each with S doubled and not.
-        assert_eq!(r.alternatives.len(), 5, "{:?}", r.alternatives);
+        // The fixture node's GPUDirect mode as detected, the two others, each with S doubled and
+        // not, and with C = 8 copied once more (sm90's copies under 16 channels): 3 x 3 - 1.
+        assert_eq!(r.alternatives.len(), 8, "{:?}", r.alternatives);
         assert!(r.alternatives.contains(&"--search-channels 2".to_owned()), "{:?}", r.alternatives);
+        assert!(r.alternatives.contains(&"--channels 16".to_owned()), "{:?}", r.alternatives);
         for mode in [GdrMode::Off, GdrMode::Dmabuf, GdrMode::Peermem].into_iter().filter(|m| *m != e.inputs.gdr) {
             assert!(r.alternatives.contains(&format!("--gdr {} --search-channels 2", mode.as_str())), "{r:?}");
+            assert!(r.alternatives.contains(&format!("--gdr {} --channels 16", mode.as_str())), "{r:?}");
         }
         // dma-buf keeps GPU buffers off VmPin and half the channels halve the connections: the low
         // end is below the assumed inputs' figure, which is never above the high end.
@@ -188,9 +228,34 @@ mod tests {
         judge_high(&mut judged, &r);
         assert_eq!(judged.per_rank_max_bytes, r.per_rank_high_bytes);
         assert!(render_text(&r).contains("judged at the high end"));
+        // The copies double the connections: the high end is above the assumed figure.
+        let (given_gdr, r) = run(&["--nics", "2", "--gdr", "off"]);
+        assert_eq!(r.alternatives, ["--search-channels 2", "--channels 16"], "{r:?}");
+        assert!(r.per_rank_high_bytes > given_gdr.per_rank_max_bytes, "{r:?}");
+        // 8 NICs run 16 channels: no copy; a cap from the environment: none either.
+        let (_, r) = run(&["--nics", "8", "--gdr", "off"]);
+        assert!(r.alternatives.is_empty(), "{r:?}");
         // Channels given: only the GPUDirect modes vary.
         let (_, r) = run(&["--nics", "2", "--channels", "4"]);
         assert_eq!(r.alternatives.len(), 2, "{:?}", r.alternatives);
         assert!(r.alternatives.iter().all(|a| a.starts_with("--gdr ")), "{:?}", r.alternatives);
+    }
+
+    #[test]
+    fn an_assumed_release_or_nic_speed_spans_the_p2p_channels_per_peer() {
+        // All-to-all, everything else given: the newest release and 400 Gb/s were assumed (4
+        // channels per peer); 2.28 and 200 Gb/s give 2.
+        let given = ["--p2p-net", "--nics", "4", "--gdr", "dmabuf", "--channels", "16", "--search-channels", "8"];
+        let (e, r) = run(&given);
+        assert_eq!(e.inputs.p2p.as_ref().map(|p| p.channels_per_peer), Some(4));
+        assert_eq!(r.alternatives, ["--nccl-version 2.28", "--nic-speed 200"], "{r:?}");
+        assert!(r.per_rank_low_bytes < e.per_rank_max_bytes, "fewer channels, fewer connections: {r:?}");
+        assert_eq!(r.per_rank_high_bytes, e.per_rank_max_bytes);
+        // Both given: no range.
+        let (_, r) = run(&[&given[..], &["--nccl-version", "2.29", "--nic-speed", "400"]].concat());
+        assert!(r.alternatives.is_empty(), "{r:?}");
+        // Without all-to-all neither matters.
+        let (_, r) = run(&given[1..]);
+        assert!(r.alternatives.is_empty(), "{r:?}");
     }
 }

@@ -35,6 +35,8 @@ pub enum Source {
     Process,
     /// One of NCCL's configuration files (path as NCCL opens it).
     File(PathBuf),
+    /// The job's NCCL log (`--nccl-log`): a value its NCCL printed as set by environment.
+    Log,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +92,23 @@ impl Environment {
     pub fn from_pairs(pairs: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>) -> Self {
         let entries = pairs.into_iter().map(|(name, value)| Entry { name, value, source: Source::Process }).collect();
         Self { entries, root: None }
+    }
+
+    /// With the NCCL_* values the job's own NCCL log says were set (`NAME set by environment to
+    /// VALUE`) ahead of this environment's: they are what the job's NCCL read, whatever the
+    /// environment the estimate runs in holds.
+    pub fn with_log_values<'a>(mut self, values: impl IntoIterator<Item = (&'a String, &'a String)>) -> Self {
+        let logged: Vec<Entry> = values
+            .into_iter()
+            .filter(|(name, _)| name.starts_with("NCCL_"))
+            .map(|(name, value)| Entry {
+                name: name.as_bytes().to_vec(),
+                value: value.as_bytes().to_vec(),
+                source: Source::Log,
+            })
+            .collect();
+        self.entries.splice(0..0, logged);
+        self
     }
 
     /// The first value of `name`, as getenv finds it.
@@ -356,6 +375,7 @@ fn from(entry: &Entry) -> String {
     match &entry.source {
         Source::Process => String::new(),
         Source::File(path) => format!(" (from {})", path.display()),
+        Source::Log => " (from the NCCL log)".to_owned(),
     }
 }
 
@@ -486,6 +506,22 @@ mod tests {
 
     fn env(pairs: &[(&str, &[u8])]) -> Environment {
         Environment::from_pairs(pairs.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.to_vec())))
+    }
+
+    #[test]
+    fn the_jobs_log_values_come_before_this_environment() {
+        let logged: std::collections::BTreeMap<String, String> =
+            [("NCCL_BUFFSIZE", "8388608"), ("NCCL_IB_HCA", "mlx5_0"), ("PATH", "/bin")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let e = env(&[("NCCL_BUFFSIZE", b"2097152"), ("NCCL_DEBUG", b"INFO")]).with_log_values(&logged);
+        assert_eq!(e.get("NCCL_BUFFSIZE"), Some(&b"8388608"[..]), "what the job's NCCL read");
+        assert_eq!(e.entry("NCCL_BUFFSIZE").unwrap().source, Source::Log);
+        assert_eq!(e.get("NCCL_IB_HCA"), Some(&b"mlx5_0"[..]));
+        assert_eq!(e.get("NCCL_DEBUG"), Some(&b"INFO"[..]), "the rest stays");
+        assert_eq!(e.get("PATH"), None, "only NCCL's variables");
+        assert_eq!(from(e.entry("NCCL_IB_HCA").unwrap()), " (from the NCCL log)");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! put behind the same release's debug prefix and read back, so a release whose formats change
 //! fails here as soon as its fixture is added.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -129,7 +130,8 @@ fn conversions(fmt: &str) -> Vec<Conv> {
     out
 }
 
-/// printf, for the conversions NCCL's formats use: d i u x X o p s c, flags, width, precision.
+/// printf, for the conversions NCCL's formats use: d i u x X o p s c (and g of a whole number),
+/// flags, width, precision.
 fn printf(fmt: &str, args: &[Arg]) -> String {
     let convs = conversions(fmt);
     assert_eq!(convs.len(), args.len(), "{fmt:?}: {} conversions, {} values", convs.len(), args.len());
@@ -155,6 +157,10 @@ fn printf(fmt: &str, args: &[Arg]) -> String {
             ('o', Arg::Int(n)) => ("", format!("{:o}", *n as u64)),
             ('p', Arg::Int(n)) => ("0x", format!("{:x}", *n as u64)),
             ('c', Arg::Int(n)) => ("", char::from(*n as u8).to_string()),
+            // A whole number, as %g prints one (no point, no exponent below 1e6).
+            ('g', Arg::Int(n)) if n.unsigned_abs() < 1_000_000 => {
+                (if *n < 0 { "-" } else { "" }, n.unsigned_abs().to_string())
+            }
             ('s', Arg::Str(t)) => ("", t.chars().take(c.precision.unwrap_or(usize::MAX)).collect()),
             _ => panic!("{fmt:?}: %{} given {arg:?}", c.kind),
         };
@@ -185,6 +191,7 @@ fn printf_fills_conversions_as_c_does() {
         "ff ff 0xff 9 -2 1099511627776"
     );
     assert_eq!(f("%p %.3s%% %5s", &[Arg::Int(0x55d0), s("abcdef"), s("ab")]), "0x55d0 abc%    ab");
+    assert_eq!(f("%g", &[Arg::Int(2)]), "2");
 }
 
 /// ncclDebugLog's prefix (src/debug.cc), from the release's own formats: `%s:%d:%d [%d] NCCL INFO `
@@ -305,8 +312,13 @@ struct Filled {
     failures: Vec<(String, Option<String>, Option<i32>)>,
     version: Option<String>,
     comm_keys: Vec<String>,
-    env: Vec<(String, String)>,
+    env: BTreeMap<String, String>,
     nics: Vec<String>,
+    /// P2P and SHM sends, CollNet sends and receives, NVLS set-ups.
+    p2p: u64,
+    shm: u64,
+    collnet: (u64, u64),
+    nvls: u64,
 }
 
 impl Filled {
@@ -486,6 +498,7 @@ fn fill(r: &Release) -> Filled {
             cuda_dev: Some(DEV),
             comm_id,
             complete,
+            start: fmt.ends_with(" - Init START"),
         };
         f.expect(name, info_line(&printf(fmt, &args)), Some(&Event::Comm(want)));
     }
@@ -511,21 +524,135 @@ fn fill(r: &Release) -> Filled {
         f.problems.push(format!("{name}: no `NET/IB : Using` format"));
     }
 
-    // Variables set by environment, when the fixture keeps their format (param.cc's `%lld.` or a
-    // string reader's `%s`).
-    for fmt in find(&|x| x.contains(" set by environment to ")) {
-        let convs = conversions(&fmt);
-        let (args, value) = match convs.iter().map(|c| c.kind).collect::<String>().as_str() {
-            "ss" => (vec![s("NCCL_IB_HCA"), s("mlx5")], "mlx5"),
-            "sd" | "si" => (vec![s("NCCL_IB_HCA"), Arg::Int(8)], "8"),
-            kinds => {
+    // Variables NCCL says it read: param.cc ncclLoadParam's `%s set by environment to %lld.`, the
+    // string readers' `NAME set by environment to %s` (and `%s.`, `%d.`, `%g`), `%s set by
+    // environment to %s|%d`, 2.32's `NET/IB: NAME set by environment to %s`, and `NAME set to %s`
+    // (net_ib.cc NCCL_IB_HCA, socket.cc NCCL_SOCKET_IFNAME). The log keeps the first of each name.
+    let env_formats =
+        find(&|x| x.contains(" set by environment to %") || (x.contains(" set to %s") && x.ends_with("%s")));
+    for fmt in &env_formats {
+        let convs = conversions(fmt);
+        let marker = if fmt.contains(" set by environment to ") { " set by environment to " } else { " set to " };
+        let Some((head, tail)) = fmt.split_once(marker) else { continue };
+        let literal = head.rsplit(' ').next().unwrap_or(head);
+        let kinds: String = convs.iter().map(|c| c.kind).collect();
+        let (mut args, name) = match literal {
+            "%s" => (vec![], String::new()),
+            n if n.starts_with("NCCL_") => (vec![], n.to_owned()),
+            _ => {
+                f.problems.push(format!("{name}: {fmt:?}: a variable's name the test cannot tell"));
+                continue;
+            }
+        };
+        let value_kind = kinds.chars().last().unwrap_or(' ');
+        let name = match (name.is_empty(), value_kind) {
+            (false, _) => name,
+            (true, 's') => "NCCL_P2P_LEVEL".to_owned(),
+            (true, _) if kinds.len() == 2 => "NCCL_IB_TIMEOUT".to_owned(),
+            _ => {
                 f.problems.push(format!("{name}: {fmt:?}: conversions {kinds} unknown to the test"));
                 continue;
             }
         };
-        let want = Event::Env { name: "NCCL_IB_HCA".into(), value: value.into() };
-        f.expect(name, info_line(&printf(&fmt, &args)), Some(&want));
-        f.env = vec![("NCCL_IB_HCA".into(), value.into())];
+        if literal == "%s" {
+            args.push(s(&name));
+        }
+        // A `%s.` value is a number NCCL reads (NCCL_COLLNET_ENABLE): its full stop goes, as a
+        // number's does.
+        let (arg, value) = match value_kind {
+            's' if tail.ends_with("%s.") => (s("1"), "1"),
+            's' => (s("mlx5_0:1,mlx5_1:1"), "mlx5_0:1,mlx5_1:1"),
+            'd' | 'i' | 'g' => (Arg::Int(22), "22"),
+            _ => {
+                f.problems.push(format!("{name}: {fmt:?}: conversions {kinds} unknown to the test"));
+                continue;
+            }
+        };
+        args.push(arg);
+        if args.len() != convs.len() {
+            f.problems.push(format!("{name}: {fmt:?}: conversions {kinds} unknown to the test"));
+            continue;
+        }
+        let want = Event::Env { name: name.clone(), value: value.into() };
+        f.expect(&r.name, info_line(&printf(fmt, &args)), Some(&want));
+        f.env.entry(name).or_insert_with(|| value.to_owned());
+    }
+    for (what, fmt) in [
+        ("ncclLoadParam's", "%s set by environment to %lld."),
+        ("net_ib.cc's", "NCCL_IB_HCA set to %s"),
+        ("socket.cc's", "NCCL_SOCKET_IFNAME set by environment to %s"),
+    ] {
+        if !env_formats.iter().any(|x| x == fmt) {
+            f.problems.push(format!("{name}: no {what} `{fmt}`"));
+        }
+    }
+
+    // The other transports' connections, each counted apart from the network's.
+    for fmt in find(&|x| x.starts_with("Channel ") && (x.contains(" via P2P/") || x.contains(" via SHM/"))) {
+        let transport = if fmt.contains(" via P2P/") { Transport::P2p } else { Transport::Shm };
+        let conn_index = fmt.starts_with("Channel %02d/");
+        channel += 1;
+        // A peer inside the communicator (16 ranks) and not the process itself.
+        let peer = 4 + channel % 10;
+        let mut args = vec![Arg::Int(channel.into())];
+        if conn_index {
+            args.push(Arg::Int(1));
+        }
+        args.extend([ME, DEV as u32, peer, 6].map(|n| Arg::Int(n.into())));
+        // After the ends: P2P's kind (`CUMEM`, `IPC`) and `/read`, SHM's `direct`s, the
+        // indirect path's intermediate rank[dev].
+        let mut words = ["CUMEM", "/read", ""].into_iter();
+        for c in &conversions(&fmt)[args.len()..] {
+            args.push(match c.kind {
+                's' if transport == Transport::Shm => s("direct"),
+                's' => s(words.next().unwrap_or("")),
+                _ => Arg::Int(2),
+            });
+        }
+        let want = LocalConn {
+            transport,
+            channel,
+            conn_index: u32::from(conn_index),
+            me: ME,
+            peer: Some(peer),
+            direction: Direction::Send,
+        };
+        f.expect(name, info_line(&printf(&fmt, &args)), Some(&Event::Local(want)));
+        match transport {
+            Transport::P2p => f.p2p += 1,
+            _ => f.shm += 1,
+        }
+    }
+    for fmt in find(&|x| x.starts_with("CollNet %") && x.contains(" via COLLNET/")) {
+        let direction = if fmt.contains(" [send] ") { Direction::Send } else { Direction::Recv };
+        channel += 1;
+        let mut args =
+            vec![Arg::Int(channel.into()), Arg::Int(1), Arg::Int(ME.into()), s("SHARP"), Arg::Int(NIC.into())];
+        let rest = conversions(&fmt).len().saturating_sub(args.len());
+        args.extend((0..rest).map(|i| s(if i == 0 { "/GDRDMA" } else { "" })));
+        let want = LocalConn { transport: Transport::CollNet, channel, conn_index: 1, me: ME, peer: None, direction };
+        f.expect(name, info_line(&printf(&fmt, &args)), Some(&Event::Local(want)));
+        match direction {
+            Direction::Send => f.collnet.0 += 1,
+            Direction::Recv => f.collnet.1 += 1,
+        }
+    }
+    for fmt in find(&|x| x.starts_with("NVLS comm %p headRank")) {
+        let mut args = vec![Arg::Int(COMM)];
+        args.extend(conversions(&fmt)[1..].iter().map(|_| Arg::Int(4)));
+        f.expect(name, info_line(&printf(&fmt, &args)), Some(&Event::Nvls { comm: format!("0x{COMM:x}") }));
+        f.nvls = 1;
+    }
+    let has = |needle: &str| r.formats.iter().any(|x| x.contains(needle));
+    let mut required = vec![" via P2P/", " via SHM/", " via COLLNET/"];
+    // The NVLS set-up line came with 2.23's nvls.cc.
+    if minor(&r.number) >= (2, 23) {
+        required.push("NVLS comm %p headRank");
+    }
+    for what in required {
+        if !has(what) {
+            f.problems.push(format!("{name}: no `{what}` format"));
+        }
     }
     f
 }
@@ -558,13 +685,20 @@ fn every_release_fixtures_formats_read_back_as_filled_in() {
             check("rank", rank.rank == Some(ME), format!("{:?}", rank.rank));
             check("nics", rank.nics == vec![NIC], format!("{:?}", rank.nics));
             check("gdr", rank.gdr == Some(false), format!("{:?}", rank.gdr));
+            let got = (rank.p2p, rank.shm, rank.collnet_send, rank.collnet_recv, rank.nvls);
+            let want = (f.p2p, f.shm, f.collnet.0, f.collnet.1, f.nvls);
+            check(
+                "other transports (p2p, shm, collnet send, recv, nvls)",
+                got == want,
+                format!("{got:?}, want {want:?}"),
+            );
+            check("unattributed", rank.unattributed == 0, format!("{}", rank.unattributed));
         }
         let got: Vec<_> = log.failures.iter().map(|x| (x.call.clone(), x.error.clone(), x.errno)).collect();
         check("failures", got == f.failures, format!("{got:?}, want {:?}", f.failures));
         check("communicators", log.communicators == f.comm_keys.len() as u64, format!("{}", log.communicators));
         check("nics", log.nics == f.nics, format!("{:?}", log.nics));
-        let env: Vec<_> = log.env.into_iter().collect();
-        check("env", env == f.env, format!("{env:?}"));
+        check("env", log.env == f.env, format!("{:?}, want {:?}", log.env, f.env));
         problems.append(&mut f.problems);
     }
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));

@@ -16,8 +16,18 @@ pub enum Event {
     /// "NCCL version ".
     Version(String),
     Net(NetConn),
+    /// A connection of another transport (P2P, SHM, CollNet), counted apart from the network's.
+    Local(LocalConn),
+    /// `NVLS comm %p headRank %d nHeads %d ...` (src/transport/nvls.cc, in the 2.23.4 and 2.32.3 libraries): the
+    /// communicator's NVLink SHARP buffers, set up once per rank.
+    Nvls {
+        comm: String,
+    },
     /// `NAME set by environment to VALUE` (src/misc/param.cc ncclLoadParam adds a `.` after a
-    /// number; the string-valued readers, e.g. src/misc/socket.cc, print the value as is).
+    /// number; the string-valued readers, e.g. src/misc/socket.cc, print the value as is; 2.32's
+    /// net_ib puts `NET/IB: ` before one), and `NAME set to VALUE` (NCCL_IB_HCA and
+    /// NCCL_SOCKET_IFNAME in net_ib.cc and socket.cc, NCCL_OOB_NET_IFNAME in 2.23 on: a variable
+    /// read from the environment or nccl.conf).
     Env {
         name: String,
         value: String,
@@ -87,6 +97,35 @@ impl NetConn {
     }
 }
 
+/// The transports that are not the network's: their buffers are GPU memory (P2P, NVLS) or host
+/// memory shared between the node's processes (SHM), which no NIC registers; CollNet's go through
+/// the CollNet plugin (SHARP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Transport {
+    P2p,
+    Shm,
+    CollNet,
+}
+
+/// One connection of another transport, as the sender's setup prints it:
+/// src/transport/p2p.cc p2pSendSetup `Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/%s%s%s` (also
+/// `P2P/IPC%s%s`, `P2P/direct pointer%s`, `P2P/indirect/%d[%d]%s`; `Channel %02d : %d[%lx] ->
+/// %d[%lx] via P2P/...` before 2.12, `Ring %02d : %d -> %d via P2P/...` in 2.4), shm.cc
+/// `Channel %02d : %d[%d] -> %d[%d] via SHM/%s/%s` (`via SHM/direct` in 2.32), and coll_net.cc
+/// `CollNet %02d/%1d : %d [send] via COLLNET/%s/%d%s` (no peer: the CollNet network is the other
+/// end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalConn {
+    pub transport: Transport,
+    pub channel: u32,
+    pub conn_index: u32,
+    /// This process's rank: the sender for P2P and SHM, the rank for CollNet.
+    pub me: u32,
+    /// The receiver for P2P and SHM; none for CollNet.
+    pub peer: Option<u32>,
+    pub direction: Direction,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Comm {
     /// The communicator's address as printed (`0x55d0c1c0a2b0`).
@@ -97,6 +136,8 @@ pub struct Comm {
     /// hashUniqueId of the unique id (`commId 0x%llx`), the same in every rank of it.
     pub comm_id: Option<String>,
     pub complete: bool,
+    /// `Init START`: the connections this process prints next are this communicator's.
+    pub start: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,45 +189,135 @@ const MARKERS: &[(&str, Level)] = &[
     (" NCCL CALL ", Level::Call),
 ];
 
-/// Parses one line (without its newline). None: not a line NCCL printed.
+/// Parses one line (without its newline). None: not a line NCCL printed. Of a line holding
+/// several records ([`parse_all`]), the last.
 pub fn parse(line: &[u8]) -> Option<Line> {
+    parse_all(line).pop()
+}
+
+/// Every record of one line, in order. Usually one; but a log pasted from a terminal can hold
+/// several on one line, separated by spaces, and interleaved
+/// writers can leave the head of one record before another (its message then stops where the
+/// next record's `host:pid:tid` begins, and is too short to read).
+pub fn parse_all(line: &[u8]) -> Vec<Line> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    // Interleaved writers can leave the head of one line before another: the last marker is the
-    // line that was written whole.
-    let found = MARKERS
-        .iter()
-        .filter_map(|(m, level)| rfind(line, m.as_bytes()).map(|at| (at, m.len(), *level)))
-        .max_by_key(|(at, _, _)| *at);
-    let Some((at, len, level)) = found else {
+    let marks = markers(line);
+    if marks.is_empty() {
         let text = String::from_utf8_lossy(line);
-        return version(&text).map(|v| Line { prefix: None, level: Level::Bare, event: Some(Event::Version(v)) });
-    };
-    let head = String::from_utf8_lossy(&line[..at]);
-    let prefix = prefix(&head, level)?;
-    let msg = String::from_utf8_lossy(&line[at + len..]);
-    let msg = msg.trim_end();
-    let event = match level {
-        Level::Info => info(msg),
-        Level::Warn => warn(msg),
-        _ => None,
-    };
-    Some(Line { prefix: Some(prefix), level, event })
+        return version(&text)
+            .map(|v| Line { prefix: None, level: Level::Bare, event: Some(Event::Version(v)) })
+            .into_iter()
+            .collect();
+    }
+    let mut out = Vec::new();
+    let mut from = 0;
+    for (i, &(at, len, level)) in marks.iter().enumerate() {
+        if at < from {
+            continue;
+        }
+        let Some((found, _)) = prefix(&line[from..at], level) else { continue };
+        // The message runs to the next record's prefix: a marker whose head is no prefix (a
+        // message quoting "NCCL INFO") is part of this message.
+        let end = marks[i + 1..]
+            .iter()
+            .find_map(|&(next, _, next_level)| {
+                prefix(&line[at + len..next], next_level).map(|(_, start)| at + len + start)
+            })
+            .unwrap_or_else(|| at + len + torn_record(&line[at + len..]));
+        let msg = String::from_utf8_lossy(&line[at + len..end]);
+        let msg = msg.trim_end();
+        let event = match level {
+            Level::Info => info(msg),
+            Level::Warn => warn(msg),
+            _ => None,
+        };
+        out.push(Line { prefix: Some(found), level, event });
+        from = end;
+    }
+    out
 }
 
-fn rfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).rposition(|w| w == needle)
+/// Where a record torn off before its marker begins in the last message of a line (`host:pid:tid
+/// [dev] NCCL I` where a terminal's wrap cut it), or the message's length when none does.
+fn torn_record(msg: &[u8]) -> usize {
+    let ids = |t: &[u8]| {
+        let mut parts = t.rsplitn(3, |b| *b == b':');
+        let numeric = |p: Option<&[u8]>| p.is_some_and(|p| !p.is_empty() && p.iter().all(u8::is_ascii_digit));
+        numeric(parts.next()) && numeric(parts.next()) && parts.next().is_some()
+    };
+    let dev = |t: &[u8]| {
+        t.len() > 2 && t[0] == b'[' && t[t.len() - 1] == b']' && t[1..t.len() - 1].iter().all(u8::is_ascii_digit)
+    };
+    let mut words: Vec<(usize, &[u8])> = Vec::new();
+    let mut start = None;
+    for (i, b) in msg.iter().chain(std::iter::once(&b' ')).enumerate() {
+        match (b.is_ascii_whitespace(), start) {
+            (true, Some(s)) => {
+                words.push((s, &msg[s..i]));
+                start = None;
+            }
+            (false, None) => start = Some(i),
+            _ => {}
+        }
+    }
+    words.windows(2).find(|w| ids(w[0].1) && dev(w[1].1)).map_or(msg.len(), |w| w[0].0)
 }
 
-/// The `host:pid:tid [dev]` before the marker: the last whitespace tokens, checked for their
-/// shape (WARN adds `file:line` and `(func)`, TRACE a time and `func:line`, CALL has no device).
-fn prefix(head: &str, level: Level) -> Option<Prefix> {
-    let tokens: Vec<&str> = head.split_ascii_whitespace().collect();
+/// Where each level marker (` NCCL INFO ` ...) is, in order.
+fn markers(line: &[u8]) -> Vec<(usize, usize, Level)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(i) = line.get(at..).and_then(|rest| rest.windows(6).position(|w| w == b" NCCL ")) {
+        let start = at + i;
+        match MARKERS.iter().find(|(m, _)| line[start..].starts_with(m.as_bytes())) {
+            Some((m, level)) => {
+                out.push((start, m.len(), *level));
+                at = start + m.len() - 1;
+            }
+            None => at = start + 1,
+        }
+    }
+    out
+}
+
+/// The last `n` whitespace-separated tokens of `head`, in order, each with its byte offset: read
+/// right to left, so that a line of many markers costs no more than its length per marker.
+fn last_tokens(head: &[u8], n: usize) -> Vec<(usize, &[u8])> {
+    let mut out = Vec::with_capacity(n);
+    let mut end = head.len();
+    while out.len() < n {
+        while end > 0 && head[end - 1].is_ascii_whitespace() {
+            end -= 1;
+        }
+        if end == 0 {
+            break;
+        }
+        let mut start = end;
+        while start > 0 && !head[start - 1].is_ascii_whitespace() {
+            start -= 1;
+        }
+        out.push((start, &head[start..end]));
+        end = start;
+    }
+    out.reverse();
+    out
+}
+
+/// The `host:pid:tid [dev]` before the marker, and the byte offset in `head` where it begins: the
+/// last whitespace tokens, checked for their shape (WARN adds `file:line` and `(func)`, TRACE a
+/// time and `func:line`, CALL has no device).
+fn prefix(head: &[u8], level: Level) -> Option<(Prefix, usize)> {
+    // At most host:pid:tid, [dev], file:line and (func).
+    let tokens = last_tokens(head, 4);
+    fn text(t: &[u8]) -> Option<&str> {
+        std::str::from_utf8(t).ok()
+    }
     let skip = match level {
         Level::Info => 1,
         Level::Call => 0,
         Level::Trace => 3,
         // file:line, then (func) when the line has one.
-        Level::Warn if tokens.last().is_some_and(|t| t.starts_with('(') && t.ends_with(')')) => 3,
+        Level::Warn if tokens.last().is_some_and(|(_, t)| t.starts_with(b"(") && t.ends_with(b")")) => 3,
         Level::Warn => 2,
         Level::Bare => return None,
     };
@@ -196,22 +327,25 @@ fn prefix(head: &str, level: Level) -> Option<Prefix> {
     }
     let cuda_dev = match level {
         Level::Call => None,
-        _ => Some(tokens[n - skip].strip_prefix('[')?.strip_suffix(']')?.parse().ok()?),
+        _ => Some(text(tokens[n - skip].1)?.strip_prefix('[')?.strip_suffix(']')?.parse().ok()?),
     };
-    if level == Level::Warn && !tokens[n - skip + 1].contains(':') {
+    if level == Level::Warn && !tokens[n - skip + 1].1.contains(&b':') {
         return None;
     }
-    let ids = tokens[n - skip - 1];
+    let (start, ids) = tokens[n - skip - 1];
     // host:pid:tid, right to left: a launcher's tag glued before it (`[1,3]<stdout>:host:...`,
     // `[rank3]:host:...`) stays left of the host.
-    let mut parts = ids.rsplitn(4, ':');
-    let tid = parts.next()?.parse().ok()?;
-    let pid = parts.next()?.parse().ok()?;
+    let mut parts = ids.rsplitn(4, |b| *b == b':');
+    let tid = text(parts.next()?)?.parse().ok()?;
+    let pid = text(parts.next()?)?.parse().ok()?;
     let host = parts.next()?;
-    if host.is_empty() || host.len() > MAX_HOST {
+    // An empty host is a log whose reporter cut the host names out (`:22901:22901 [0] NCCL INFO`):
+    // the rest of the prefix is NCCL's, and the process is still told apart by its pid.
+    if host.len() > MAX_HOST {
         return None;
     }
-    Some(Prefix { host: host.to_owned(), pid, tid, cuda_dev })
+    let host = String::from_utf8_lossy(host).into_owned();
+    Some((Prefix { host, pid, tid, cuda_dev }, start))
 }
 
 /// `NCCL version X+cudaY.Z` (VERSION_STRING always ends in `+cuda` and the CUDA version).
@@ -233,13 +367,11 @@ fn info(msg: &str) -> Option<Event> {
     if let Some(v) = msg.starts_with("NCCL version ").then(|| version(msg)).flatten() {
         return Some(Event::Version(v));
     }
-    if let Some(conn) = net_conn(msg) {
-        return Some(Event::Net(conn));
+    if let Some(event) = channel_line(msg) {
+        return Some(event);
     }
-    if let Some((name, value)) = msg.split_once(" set by environment to ") {
-        if name.starts_with("NCCL_") && !name.contains(' ') {
-            return Some(Event::Env { name: name.to_owned(), value: env_value(value) });
-        }
+    if let Some(event) = env(msg) {
+        return Some(event);
     }
     if let Some(rest) = msg.strip_prefix("NET/") {
         if let Some((transport, list)) = rest.split_once(" : Using") {
@@ -249,10 +381,42 @@ fn info(msg: &str) -> Option<Event> {
     if msg.ends_with(" - Init COMPLETE") || msg.ends_with(" - Init START") {
         return comm(msg).map(Event::Comm);
     }
+    // init.cc initTransportsRank (2.19 on): "comm %p rank %d nRanks %d nNodes %d localRanks %d
+    // localRank %d MNNVL %d", printed before the connections are set up.
+    if msg.starts_with("comm 0x") && msg.contains(" nRanks ") && msg.contains(" nNodes ") {
+        return comm(msg).map(|c| Event::Comm(Comm { start: true, ..c }));
+    }
+    if let Some(rest) = msg.strip_prefix("NVLS comm ") {
+        let comm = rest.split_ascii_whitespace().next()?;
+        if comm.starts_with("0x") && rest.contains(" headRank ") {
+            return Some(Event::Nvls { comm: comm.to_owned() });
+        }
+    }
     // A failed call at INFO is not the failure: IBV_INT_CHECK_RET_ERRNO_OPTIONAL (ibvwrap.cc)
     // reports an optional call so, and ncclDebugNoWarn (debug.cc) turns the WARN of a call NCCL
     // retries otherwise into INFO.
     None
+}
+
+/// `NAME set by environment to VALUE` and `NAME set to VALUE`: NAME the last word before, so
+/// that 2.32's `NET/IB: NCCL_IB_RAIL_POLICY set by environment to %s` and 2.21's
+/// `TUNER/Plugin: NCCL_TUNER_PLUGIN set to %s` read; `set to` only with a one-word value, as
+/// `NCCL_SYM_KERNEL set to %s. At largest grouped work size ...` (2.32) is a remark, not the value.
+fn env(msg: &str) -> Option<Event> {
+    let (head, value, whole) = match msg.split_once(" set by environment to ") {
+        Some((head, value)) => (head, value, true),
+        None => {
+            let (head, value) = msg.split_once(" set to ")?;
+            (head, value, false)
+        }
+    };
+    let name = head.rsplit(' ').next().unwrap_or(head);
+    let known_head = name.len() == head.len() || head[..head.len() - name.len()].trim_end().ends_with(':');
+    let ok_name = name.starts_with("NCCL_") && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !known_head || !ok_name || (!whole && value.split_ascii_whitespace().count() != 1) {
+        return None;
+    }
+    Some(Event::Env { name: name.to_owned(), value: env_value(value) })
 }
 
 /// ncclLoadParam prints `%lld.`: the number without its full stop.
@@ -285,10 +449,11 @@ fn comm(msg: &str) -> Option<Comm> {
     Some(Comm {
         comm,
         rank: after("rank").and_then(|v| v.parse().ok()),
-        nranks: after("nranks").and_then(|v| v.parse().ok()),
+        nranks: after("nranks").or_else(|| after("nRanks")).and_then(|v| v.parse().ok()),
         cuda_dev: after("cudaDev").and_then(|v| v.parse().ok()),
         comm_id: after("commId").map(str::to_owned),
         complete: msg.ends_with("COMPLETE"),
+        start: msg.ends_with(" - Init START"),
     })
 }
 
@@ -301,14 +466,74 @@ fn rank_of(token: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-fn net_conn(msg: &str) -> Option<NetConn> {
+/// A `Channel ...` (or 2.4's `Ring ...`) connection line of any transport, or a `CollNet ...` one.
+fn channel_line(msg: &str) -> Option<Event> {
+    if let Some(rest) = msg.strip_prefix("CollNet ") {
+        return collnet(rest).map(Event::Local);
+    }
     let rest = msg.strip_prefix("Channel ").or_else(|| msg.strip_prefix("Ring "))?;
     let (channel_part, rest) = rest.split_once(" : ")?;
     let (channel, conn_index) = match channel_part.split_once('/') {
         Some((c, i)) => (c.parse().ok()?, i.parse().ok()?),
         None => (channel_part.parse().ok()?, 0),
     };
-    let (ends, via) = rest.split_once(" via NET/")?;
+    let (ends, via) = rest.split_once(" via ")?;
+    if let Some(via) = via.strip_prefix("NET/") {
+        return net_conn(channel, conn_index, ends, via).map(Event::Net);
+    }
+    let transport = if via.starts_with("P2P/") {
+        Transport::P2p
+    } else if via.starts_with("SHM/") {
+        Transport::Shm
+    } else {
+        return None;
+    };
+    // Printed by the sender's setup, with no direction: `from -> to` and nothing after.
+    let mut t = ends.split_ascii_whitespace();
+    let from = rank_of(t.next()?)?;
+    if t.next()? != "->" {
+        return None;
+    }
+    let to = rank_of(t.next()?)?;
+    if t.next().is_some() {
+        return None;
+    }
+    Some(Event::Local(LocalConn {
+        transport,
+        channel,
+        conn_index,
+        me: from,
+        peer: Some(to),
+        direction: Direction::Send,
+    }))
+}
+
+/// `%02d/%1d : %d [send] via COLLNET/%s/%d%s`.
+fn collnet(rest: &str) -> Option<LocalConn> {
+    let (channel_part, rest) = rest.split_once(" : ")?;
+    let (c, i) = channel_part.split_once('/')?;
+    let (ends, via) = rest.split_once(" via COLLNET/")?;
+    let mut t = ends.split_ascii_whitespace();
+    let me = t.next()?.parse().ok()?;
+    let direction = match t.next()? {
+        "[send]" => Direction::Send,
+        "[receive]" => Direction::Recv,
+        _ => return None,
+    };
+    if t.next().is_some() || via.is_empty() {
+        return None;
+    }
+    Some(LocalConn {
+        transport: Transport::CollNet,
+        channel: c.parse().ok()?,
+        conn_index: i.parse().ok()?,
+        me,
+        peer: None,
+        direction,
+    })
+}
+
+fn net_conn(channel: u32, conn_index: u32, ends: &str, via: &str) -> Option<NetConn> {
     let mut t = ends.split_ascii_whitespace();
     let from = rank_of(t.next()?)?;
     if t.next()? != "->" {
@@ -404,12 +629,17 @@ fn warn(msg: &str) -> Option<Event> {
     if let Some(rest) = msg.strip_prefix("NET/OFI Unable to register memory") {
         let rc =
             rest.split_once("RC: ").and_then(|(_, r)| r.split(',').next()).and_then(|r| r.trim().parse::<i32>().ok());
-        let error = rest.split_once("Error: ").map(|(_, e)| e.trim().to_owned());
-        let errno = rc.map(i32::abs).or_else(|| error.as_deref().and_then(errno_of));
+        let error = rest.split_once("Error:").map(|(_, e)| e.trim()).filter(|e| !e.is_empty()).map(str::to_owned);
+        // An RC that is no errno (older aws-ofi-nccl printed garbage there, and no text) says nothing.
+        let errno = rc.map(i32::unsigned_abs).filter(|n| (1..MAX_ERRNO).contains(n)).map(|n| n as i32);
+        let errno = errno.or_else(|| error.as_deref().and_then(errno_of));
         return Some(Event::Failure(Failure { call: "fi_mr_regattr".to_owned(), error, errno }));
     }
     None
 }
+
+/// Linux errnos are below 4096 (MAX_ERRNO in include/linux/err.h).
+const MAX_ERRNO: u32 = 4096;
 
 /// glibc's strerror texts for the errnos registration and queue creation return.
 pub const ERRNOS: &[(i32, &str, &str)] = &[

@@ -57,10 +57,51 @@ fn the_prefix_is_nccl_debug_logs_wherever_a_launcher_puts_it() {
         "gpu-node-07:21337 [3] NCCL INFO Using network IB",
         "gpu-node-07:21337:21901 [x] NCCL INFO Using network IB",
         "gpu-node-07:21337:21901 [3] NCCL WARN no file:line",
-        ":1:2 [0] NCCL INFO Using network IB",
     ] {
         assert_eq!(parse(line.as_bytes()), None, "{line}");
     }
+}
+
+#[test]
+fn a_log_whose_host_names_were_cut_out_still_reads() {
+    // autoscriptlabs/nccl-mesh-plugin issue 56, as posted: ncclDebugLog's "%s:%d:%d [%d] NCCL INFO "
+    // with the host names removed by the reporter; the pid still tells the processes apart.
+    let text = "\
+:22901:22901 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/4
+:22901:22901 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[0] [send] via NET/IB/5
+:22901:22916 [0] NCCL INFO NCCL_IB_GID_INDEX set by environment to 3.
+";
+    let l = read(text.as_bytes()).unwrap();
+    let r = &l.ranks[0];
+    assert_eq!((r.host.as_str(), r.pid, r.net_send, r.net_recv, r.gdr), ("", 22901, 2, 0, Some(false)));
+    assert_eq!(l.env.get("NCCL_IB_GID_INDEX").map(String::as_str), Some("3"));
+}
+
+#[test]
+fn records_pasted_onto_one_line_each_count() {
+    // deepseek-ai/DeepEP issue 106, as posted: net.cc recvSetup's "Channel %02d/%d : %d[%d] ->
+    // %d[%d] [receive] via NET/%s/%d%s%s" records run together on one line, space-separated; the
+    // last one cut inside its marker by the terminal's wrap is garbled and not taken.
+    let pad = " ".repeat(55);
+    let text = format!(
+        "              VM-17-82-centos:11979:12555 [1] NCCL INFO Channel 08/0 : 9[1] -> 1[1] [receive] via \
+            NET/IBext/1/GDRDMA{pad}VM-17-82-centos:11981:12552 [3] NCCL INFO Channel 07/0 : 11[3] -> 3[3] [receive] \
+            via NET/IBext/3/GDRDMA{pad}VM-17-82-centos:11985:12554 [7] NCCL I\n"
+    );
+    let l = read(text.as_bytes()).unwrap();
+    let got: Vec<_> = l.ranks.iter().map(|r| (r.pid, r.cuda_dev, r.net_recv, r.gdr)).collect();
+    assert_eq!(got, vec![(11979, Some(1), 1, Some(true)), (11981, Some(3), 1, Some(true))]);
+    assert_eq!((l.lines, l.nccl_lines), (1, 1));
+    // A message that quotes a marker keeps it: no prefix before the quoted one.
+    let lines = parse_all(b"h:1:2 [0] NCCL INFO NET/Plugin : NCCL INFO is on");
+    assert_eq!(lines.len(), 1);
+    // Markers with nothing NCCL's before them cost their length and give nothing.
+    let noise = " NCCL INFO ".repeat(MAX_LINE / 11);
+    let started = std::time::Instant::now();
+    assert!(parse_all(noise.as_bytes()).is_empty());
+    let line = format!("h:1:2 [0] NCCL INFO Using network IB{noise}");
+    assert_eq!(parse_all(line.as_bytes()).len(), 1);
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
 }
 
 #[test]
@@ -202,6 +243,147 @@ fn environment_nics_communicators() {
 }
 
 #[test]
+fn variables_in_every_form_nccl_says_it_read_them() {
+    let env = |line: &str| match event(line) {
+        Some(Event::Env { name, value }) => Some((name, value)),
+        _ => None,
+    };
+    let pair = |n: &str, v: &str| Some((n.to_owned(), v.to_owned()));
+    // net_ib.cc and socket.cc (v2.12 .. v2.32.3 libraries): "NCCL_IB_HCA set to %s",
+    // "NCCL_SOCKET_IFNAME set to %s", as NVIDIA/nccl issue 1038 (2.18.3) and nccl-tests issue 228 show.
+    assert_eq!(env("host-2:38610:38610 [0] NCCL INFO NCCL_IB_HCA set to mlx5_0"), pair("NCCL_IB_HCA", "mlx5_0"));
+    assert_eq!(
+        env("user:5183:5236 [4] NCCL INFO NCCL_IB_HCA set to mlx5_2:1,mlx5_0:1"),
+        pair("NCCL_IB_HCA", "mlx5_2:1,mlx5_0:1")
+    );
+    // 2.32.3's net_ib: "NET/IB: NCCL_IB_RAIL_POLICY set by environment to %s"; 2.21.5's tuner
+    // plugin: "TUNER/Plugin: NCCL_TUNER_PLUGIN set to %s".
+    assert_eq!(
+        env("h:1:1 [0] NCCL INFO NET/IB: NCCL_IB_RAIL_POLICY set by environment to RAIL"),
+        pair("NCCL_IB_RAIL_POLICY", "RAIL")
+    );
+    assert_eq!(
+        env("h:1:1 [0] NCCL INFO TUNER/Plugin: NCCL_TUNER_PLUGIN set to libtuner.so"),
+        pair("NCCL_TUNER_PLUGIN", "libtuner.so")
+    );
+    // 2.32.3's "NCCL_COLLNET_ENABLE set by environment to %d.".
+    assert_eq!(
+        env("h:1:1 [0] NCCL INFO NCCL_COLLNET_ENABLE set by environment to 1."),
+        pair("NCCL_COLLNET_ENABLE", "1")
+    );
+    // Not a variable's value: a remark after it (2.32.3 "NCCL_SYM_KERNEL set to %s. At largest
+    // grouped work size %zu Bytes, ..."), settings that are no variables ("P2P Chunksize set to
+    // %d", "Comm config Blocking set to %d"), a name that is not NCCL's.
+    for line in [
+        "h:1:1 [0] NCCL INFO NCCL_SYM_KERNEL set to 1. At largest grouped work size 65536 Bytes, kernel will not \
+            exercise TMA paths.",
+        "h:1:1 [0] NCCL INFO P2P Chunksize set to 131072",
+        "h:1:1 [0] NCCL INFO Comm config Blocking set to 1",
+        "h:1:1 [0] NCCL INFO CUDA_VISIBLE_DEVICES set by environment to 0",
+        "h:1:1 [0] NCCL INFO the NCCL_IB_HCA set to mlx5_0",
+    ] {
+        assert_eq!(env(line), None, "{line}");
+    }
+}
+
+#[test]
+fn other_transports_are_counted_apart_from_the_network() {
+    let local = |line: &str| match event(line) {
+        Some(Event::Local(c)) => c,
+        other => panic!("{line}: {other:?}"),
+    };
+    // p2p.cc p2pSendSetup (v2.12 on): "Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/%s%s%s".
+    let c = local("h:1:2 [2] NCCL INFO Channel 04/0 : 0[0] -> 7[7] via P2P/CUMEM");
+    assert_eq!((c.transport, c.channel, c.me, c.peer, c.direction), (Transport::P2p, 4, 0, Some(7), Direction::Send));
+    // v2.7 .. v2.11: "Channel %02d : %d[%lx] -> %d[%lx] via P2P/IPC/read"; "P2P/direct pointer%s".
+    let c = local("h:1:2 [2] NCCL INFO Channel 00 : 10[201c0] -> 15[a01d0] via P2P/IPC/read");
+    assert_eq!((c.transport, c.conn_index, c.me, c.peer), (Transport::P2p, 0, 10, Some(15)));
+    let c = local("h:1:2 [1] NCCL INFO Channel 01 : 9[16000] -> 10[49000] via P2P/direct pointer/read");
+    assert_eq!((c.me, c.peer), (9, Some(10)));
+    // shm.cc: "Channel %02d : %d[%d] -> %d[%d] via SHM/%s/%s" ("via SHM/direct" in 2.32.3).
+    let c = local("h:1:2 [7] NCCL INFO Channel 00 : 15[7] -> 14[6] via SHM/direct/direct");
+    assert_eq!((c.transport, c.me, c.peer), (Transport::Shm, 15, Some(14)));
+    // coll_net.cc: "CollNet %02d/%1d : %d [send] via COLLNET/%s/%d%s" (and a %s more in 2.32.3).
+    let c = local("h:1:2 [0] NCCL INFO CollNet 01/1 : 3 [receive] via COLLNET/SHARP/0/GDRDMA");
+    assert_eq!((c.transport, c.channel, c.conn_index, c.me, c.peer), (Transport::CollNet, 1, 1, 3, None));
+    assert_eq!(c.direction, Direction::Recv);
+    // nvls.cc (2.23.4): "NVLS comm %p headRank %d nHeads %d buffSize %zu nvlsPerRankSize %zu
+    // nvlsTotalSize %zu".
+    assert_eq!(
+        event(
+            "h:1:2 [0] NCCL INFO NVLS comm 0x55d0 headRank 0 nHeads 8 buffSize 1048576 nvlsPerRankSize 201326592 \
+            nvlsTotalSize 1610612736"
+        ),
+        Some(Event::Nvls { comm: "0x55d0".into() })
+    );
+    let l = log("\
+h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM
+h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM
+h:1:2 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM
+h:1:2 [0] NCCL INFO Channel 00 : 0[0] -> 2[2] via SHM/direct/direct
+h:1:2 [0] NCCL INFO CollNet 00/0 : 0 [send] via COLLNET/SHARP/0
+h:1:2 [0] NCCL INFO NVLS comm 0x55d0 headRank 0 nHeads 8 buffSize 1048576 nvlsPerRankSize 2 nvlsTotalSize 16
+h:1:2 [0] NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0
+");
+    let r = &l.ranks[0];
+    assert_eq!((r.p2p, r.shm, r.collnet_send, r.collnet_recv, r.nvls), (2, 1, 1, 0, 1));
+    assert_eq!((r.net_send, r.net_recv, r.repeated), (0, 1, 1), "only the NET line is the NIC's");
+}
+
+#[test]
+fn connections_belong_to_the_communicator_being_initialised() {
+    // init.cc (v2.23.4): "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx
+    // - Init START", then the connections, then "... - Init COMPLETE". Two communicators in one
+    // process, rank 0 in both and the same channels and peer: each registers its own buffers.
+    let l = log("\
+h:1:2 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x11 - Init START
+h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA
+h:1:2 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA
+h:1:2 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x11 - Init COMPLETE
+h:1:2 [0] NCCL INFO ncclCommSplit comm 0xb rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 1000 commId 0x22 - Init START
+h:1:2 [0] NCCL INFO comm 0xb rank 0 nRanks 4 nNodes 4 localRanks 1 localRank 0 MNNVL 0
+h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA
+h:1:2 [0] NCCL INFO Channel 00/0 : 3[0] -> 0[0] [receive] via NET/IB/0/GDRDMA
+h:1:2 [0] NCCL INFO ncclCommSplit comm 0xb rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 1000 parent 0xa color 1 key 0 \
+- Init COMPLETE
+h:3:4 [0] NCCL INFO ncclCommInitRank comm 0xc rank 1 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x11 - Init COMPLETE
+");
+    assert_eq!(l.communicators, 2);
+    let r = &l.ranks[0];
+    assert_eq!((r.net_send, r.net_recv, r.repeated, r.unattributed), (2, 2, 0, 0));
+    assert_eq!(r.communicators, vec!["0x11".to_owned(), "0x22".to_owned()]);
+    let c: Vec<_> = l
+        .per_communicator
+        .iter()
+        .map(|c| (c.key.as_str(), c.nranks, c.members.len(), c.connections.net_send, c.connections.net_recv))
+        .collect();
+    assert_eq!(c, vec![("0x11", Some(2), 2, 1, 1), ("0x22", Some(4), 1, 1, 1)]);
+    assert!(l.per_communicator[1].members[0].complete, "the split's COMPLETE has no commId: found by address");
+
+    // v2.7.8-1 .. v2.17: the connections come first, then "comm %p rank %d nranks %d cudaDev %d
+    // busId %lx - Init COMPLETE" names their communicator (no commId: one per process).
+    let l = log("\
+h:1:2 [0] NCCL INFO Channel 00 : 1[1000] -> 0[1000] [receive] via NET/IB/0
+h:1:2 [0] NCCL INFO Channel 00 : 0[1000] -> 1[1000] [send] via NET/IB/0
+h:1:2 [0] NCCL INFO comm 0x7f3c50002e10 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE
+");
+    let c = &l.per_communicator[0];
+    assert_eq!((c.key.as_str(), c.connections.net_send, c.connections.net_recv), ("h:1:0x7f3c50002e10", 1, 1));
+    assert_eq!(l.ranks[0].unattributed, 0);
+    // A call that fails while a communicator is set up is that communicator's (its commId from
+    // the START line), even with no COMPLETE to follow.
+    let l = log("\
+h:1:2 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x11 - Init COMPLETE
+h:1:2 [0] NCCL INFO ncclCommSplit comm 0xb rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 1000 commId 0x22 - Init START
+h:1:2 [0] misc/ibvwrap.cc:203 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory
+");
+    assert_eq!(l.failures[0].communicator.as_deref(), Some("0x22"));
+    // No communicator line at all: the connections are counted, and said to be unattributed.
+    let l = log("h:1:2 [0] NCCL INFO Channel 00 : 0[1000] -> 1[1000] [send] via NET/IB/0\n");
+    assert_eq!((l.ranks[0].net_send, l.ranks[0].unattributed, l.per_communicator.len()), (1, 1, 0));
+}
+
+#[test]
 fn failures_as_ibvwrap_checks_and_aws_ofi_nccl_print_them() {
     let f = |line: &str| match event(line) {
         Some(Event::Failure(f)) => (f.call, f.error, f.errno),
@@ -238,6 +420,13 @@ fn failures_as_ibvwrap_checks_and_aws_ofi_nccl_print_them() {
         f("ip-10-0-87-143:149:298 [5] register_mr_buffers:465 NCCL WARN NET/OFI Unable to register memory (type = 1) \
             for device 0. RC: 12, Error: Cannot allocate memory"),
         ("fi_mr_regattr".into(), Some("Cannot allocate memory".into()), Some(12))
+    );
+    // aws/aws-ofi-nccl issue 70, as posted: register_mr_buffers' "Unable to register memory (type =
+    // %d) for device %d. RC: %d, Error: %s" with an RC that is no errno and no error text.
+    assert_eq!(
+        f("ip-10-0-78-113:3234:3425 [5] register_mr_buffers:469 NCCL WARN NET/OFI Unable to register memory (type = \
+            1) for device 0. RC: -736476143, Error:"),
+        ("fi_mr_regattr".into(), None, None)
     );
     // At INFO it is no failure: an optional call, or a WARN NCCL turned down while it retries.
     let l = parse(b"h:1:2 [0] NCCL INFO Call to ibv_reg_dmabuf_mr not supported").unwrap();
@@ -423,10 +612,21 @@ fn public_logs_parse_exactly() {
     let got: Vec<_> = l.failures.iter().map(|f| (f.pid, f.cuda_dev, f.call.as_str(), f.errno)).collect();
     assert_eq!(got, vec![(4016, Some(7), "ibv_create_cq", Some(12)), (4009, Some(0), "ibv_create_cq", Some(12))]);
 
-    // aws/aws-ofi-nccl issue 141: a plugin name with a space; P2P lines are not network ones.
+    // aws/aws-ofi-nccl issue 141: a plugin name with a space; P2P lines are not network ones,
+    // their processes are counted with no network connection and their P2P sends apart.
     let l = fixture("public-aws-ofi-nccl-141-libfabric.log");
     let h = "ip-10-216-179-87";
-    assert_eq!(rows(&l), vec![(h, 718888, Some(3), 2, 0, Some(true)), (h, 718890, Some(5), 1, 0, Some(true))]);
+    assert_eq!(
+        rows(&l),
+        vec![
+            (h, 718885, Some(0), 0, 0, None),
+            (h, 718887, Some(2), 0, 0, None),
+            (h, 718888, Some(3), 2, 0, Some(true)),
+            (h, 718889, Some(4), 0, 0, None),
+            (h, 718890, Some(5), 1, 0, Some(true)),
+        ]
+    );
+    assert_eq!(l.ranks.iter().map(|r| r.p2p).collect::<Vec<_>>(), vec![6, 2, 0, 2, 0]);
     assert_eq!(l.networks, vec!["AWS Libfabric".to_owned()]);
 
     // NVIDIA/nccl issue 1814: Init COMPLETE of one communicator in four processes.

@@ -124,8 +124,9 @@ pub(super) struct Held {
     pub(super) p2p: Counts,
     /// Connections per NIC (for the doorbell pages, per device context), by Algorithm::index.
     pub(super) per_nic: Vec<[u64; 4]>,
-    /// NICs the rank sends and receives p2p on (one shared pool per direction and device).
-    pub(super) p2p_nics: Vec<u64>,
+    /// The shared p2p pools this rank's process registers: (NIC, send pools, receive pools), one
+    /// pool per origin rank and direction, each registered once per device.
+    pub(super) p2p_pools: Vec<(u64, u64, u64)>,
 }
 
 /// The GPUs a NIC is local to: NIC k serves ranks floor(kG/N) .. floor((k+1)G/N) - 1 (GPUs spread
@@ -139,6 +140,98 @@ pub(super) fn group(k: u64, g: u64, n: u64) -> (u64, u64) {
 pub(super) fn nic_local(rank: u64, k: u64, g: u64, n: u64) -> bool {
     let (first, end) = group(k, g, n);
     (first..end).contains(&rank)
+}
+
+/// The NIC of a GPU's rail: the first NIC it is local to (ncclTopoGetLocalNet, channel 0).
+pub(super) fn rail(rank: u64, g: u64, n: u64) -> u64 {
+    (0..n).find(|k| nic_local(rank, *k, g, n)).unwrap_or(0)
+}
+
+/// The p2p schedule's group size (src/init.cc: NCCL_P2P_SCHEDULE_GROUP_SIZE, default
+/// NCCL_MAX_DEV_WORK_P2P_PER_BATCH 8, lowered to its gcd with the ranks per node when they are not
+/// a multiple of it).
+fn schedule_group(g: u64) -> u64 {
+    let (mut a, mut b) = (super::version::P2P_PER_BATCH, g.max(1));
+    if b % a == 0 {
+        return a;
+    }
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.max(1)
+}
+
+/// All-to-all: every rank sends to and receives from every rank of the other nodes, on
+/// channels_per_peer channels (connIndex 1: never one of the ring, tree or PAT connections).
+///
+/// With PXN (NCCL_P2P_PXN_LEVEL at its default 2, src/graph/search.cc ncclTopoGetNetDev without a
+/// graph), a send to remote GPU j goes over the NIC of j's rail, registered by the process of the
+/// first local GPU on that NIC (ncclTopoGetLocalGpu) when it reaches the sender over NVLink:
+/// that proxy registers it (net.cc sendSetup: proxyRank). NVLink between all GPUs is assumed (an
+/// NVSwitch node). The proxy's buffers must be on the GPU (net.cc sharedNetBuffersInit: "PXN
+/// should not use host buffers for data"), so without GPUDirect for sends every rank sends from
+/// its own process on its own NIC. Receives are never proxied (recvSetup), each on the rank's NIC.
+///
+/// With NCCL_NET_SHARED_COMMS (default 1; IB's maxRecvs 8 > 1), a proxy opens one connection per
+/// NIC, remote rank and channel for all the local ranks that send there (sendProxyConnect:
+/// netComms[netDev][tpRemoteRank].sendComm[channelId]), and a receiver one per NIC, remote proxy
+/// rank and channel (recvProxyConnect: tpRemoteProxyRank). Senders of one schedule group reach a
+/// peer on the same channels (src/include/channel.h ncclP2pChannelBaseForRound: the base depends
+/// on the group delta only when the group has at most 8 ranks), the groups of a node on disjoint
+/// ones (reversed bits of consecutive bases), so a peer takes min(p2pnChannels, groups x
+/// channels_per_peer) connections.
+///
+/// Pools (sharedNetBuffersInit): one per origin rank and direction in the registering process,
+/// p2pnChannels x NCCL_SHARED_STEPS x chunk bytes: a proxy holds a send pool for every local rank
+/// that sends through it, a receiver its own receive pool.
+fn place_p2p(i: &Inputs, p2p: &super::P2p, g: u64, n: u64, held: &mut [Held]) {
+    let nodes = i.nodes.max(1);
+    let remote_nodes = nodes - 1;
+    let gdr = i.gdr != GdrMode::Off;
+    let send_gdr = gdr && i.gdr_read;
+    let pxn = p2p.pxn && i.pxn && send_gdr && g > 1;
+    let shared_comms = p2p.shared && p2p.shared_comms;
+    let per_peer = p2p.channels_per_peer;
+    let groups = g / schedule_group(g);
+    // Connections to one remote rank (or from one remote proxy) from the senders sharing them.
+    let shared = per_peer.saturating_mul(groups).min(p2p.channels.max(per_peer));
+    let mut put = |rank: u64, dir: Direction, nic: u64, on_gpu: bool, count: u64| {
+        let h = &mut held[rank as usize];
+        let slot = &mut h.per_nic[nic as usize][Algorithm::P2p.index()];
+        *slot = slot.saturating_add(count);
+        h.p2p.add(dir, on_gpu, count);
+    };
+    let mut pools = vec![Vec::new(); g as usize];
+    for rank in 0..g {
+        let k = rail(rank, g, n);
+        // Receives: one per remote proxy (every remote sender when there is no PXN) and channel.
+        let recv_each = if pxn && shared_comms { shared } else { g.saturating_mul(per_peer) };
+        put(rank, Direction::Recv, k, gdr, remote_nodes.saturating_mul(recv_each));
+        pools[rank as usize].push((k, 0, 1));
+        if !pxn {
+            put(rank, Direction::Send, k, send_gdr, remote_nodes.saturating_mul(g).saturating_mul(per_peer));
+            pools[rank as usize][0].1 = 1;
+        }
+    }
+    if pxn {
+        for k in 0..n {
+            let (proxy, _) = group(k, g, n);
+            let on_rail = (0..g).filter(|j| rail(*j, g, n) == k).count() as u64;
+            if on_rail == 0 || proxy >= g {
+                continue;
+            }
+            let each = if shared_comms { shared } else { g.saturating_mul(per_peer) };
+            put(proxy, Direction::Send, k, true, remote_nodes.saturating_mul(on_rail).saturating_mul(each));
+            let list = &mut pools[proxy as usize];
+            match list.iter_mut().find(|(nic, _, _)| *nic == k) {
+                Some(entry) => entry.1 = g,
+                None => list.push((k, g, 0)),
+            }
+        }
+    }
+    for (h, p) in held.iter_mut().zip(pools) {
+        h.p2p_pools = p;
+    }
 }
 
 /// One network connection of a rank, as NCCL keys it: a channel's connector to one peer rank in
@@ -225,14 +318,23 @@ pub(super) fn place_logged(
         // Balanced tree (init.cc treeGraph pattern NCCL_TOPO_PATTERN_BALANCED_TREE; connect.cc
         // ncclTopoPreset): treeToParent = treeIntra[0], treeToChild0 = treeIntra[1],
         // treeToChild1 = treeIntra[0], both on the channel's NIC (search.cc
-        // ncclTopoSearchCheckNet). treeIntra[1] is the next GPU of the NIC's group, else the
-        // chain's next GPU (on another NIC's PCIe switch); with one GPU per node the pattern is
-        // NCCL_TOPO_PATTERN_TREE and everything is on it (search.cc ncclTopoCompute).
+        // ncclTopoSearchCheckNet). treeIntra[1] is the next GPU of the NIC's group. When no
+        // second GPU shares the NIC's PCIe switch, the balanced search finds no perfect solution
+        // (the second GPU reaches the NIC only across another switch) and on sm90 and later
+        // ncclTopoCompute tries "a simpler tree" first (search.cc: ccMin >= 90,
+        // NCCL_TOPO_PATTERN_TREE), which is perfect: child 0 is then treeIntra[0] too
+        // (connect.cc ncclTopoPreset: child0Index 0), every edge on the NIC's own GPU. With one
+        // GPU per node the pattern is NCCL_TOPO_PATTERN_TREE anyway. Before sm90 the balanced
+        // tree stays: treeIntra[1] is the chain's next GPU, on another NIC's PCIe switch.
         // connectTrees: the parent edge goes to the parent node's treeToChild<child type>, a child
         // edge to the child node's treeToParent; each edge is a send and a receive
         // (generic.cc ncclTransportTreeConnect).
         if algorithms.contains(&Algorithm::Tree) {
-            let second = if end - first >= 2 { first + 1 } else { (first + 1) % g };
+            let second = match (end - first >= 2, i.simpler_tree) {
+                (true, _) => first + 1,
+                (false, true) => first,
+                (false, false) => (first + 1) % g,
+            };
             let child = |child_type: i64| if child_type == 0 { second } else { first };
             let (up, down0, down1, child_type) = trees[i.channels.tree_of(c)];
             let mut edge = |local: u64, peer: (u64, u64)| {
@@ -263,20 +365,7 @@ pub(super) fn place_logged(
         }
     }
     if let (Some(p2p), true) = (&i.p2p, algorithms.contains(&Algorithm::P2p)) {
-        // All-to-all: every rank connects to every rank of the other nodes, on channels_per_peer
-        // channels (connIndex 1: never one of the connections above), through its own NIC
-        // (search.cc ncclTopoGetNetDev without a graph); PXN for p2p is not modelled (the sends
-        // would be registered by the NIC's GPU).
-        let peers = (nodes - 1) * g;
-        for rank in 0..g {
-            let k = (rank * n / g).min(n - 1);
-            let count = peers.saturating_mul(p2p.channels_per_peer);
-            put_n(rank, Algorithm::P2p, Direction::Send, k, gdr && i.gdr_read, count);
-            put_n(rank, Algorithm::P2p, Direction::Recv, k, gdr, count);
-        }
-        for (rank, h) in held.iter_mut().enumerate() {
-            h.p2p_nics.push((rank as u64 * n / g).min(n - 1));
-        }
+        place_p2p(i, p2p, g, n, &mut held);
     }
     held
 }

@@ -20,12 +20,14 @@ use memlock_core::gdr::GdrMode;
 mod buffers;
 mod channels;
 mod connections;
+mod version;
 
 pub use buffers::Bytes;
 use buffers::{control_pages, data_buffers, ring_pages, span_pages};
 pub use channels::{search_channels, searched_channels, topology_channels, ChannelLimits, Channels};
 pub use connections::{btree, dtree, Algorithm, Counts, TreePlace};
 use connections::{place, Direction, Held};
+pub use version::{net_channels_per_peer, PerPeer, Release};
 
 /// MAXCHANNELS (src/include/device.h): channels per communicator.
 pub const MAX_CHANNELS: u64 = 64;
@@ -109,6 +111,14 @@ pub struct Inputs {
     pub ring: bool,
     pub tree: bool,
     pub qps_per_connection: u64,
+    /// An sm90-class GPU (H100 and later): where no second GPU shares a NIC's PCIe switch the tree
+    /// search falls back to NCCL_TOPO_PATTERN_TREE (src/graph/search.cc ncclTopoCompute, "Try a
+    /// simpler tree", ccMin >= 90), every tree edge on the NIC's own GPU.
+    pub simpler_tree: bool,
+    /// The NCCL release whose rules apply (the newest when the job's is not known).
+    pub nccl_version: Release,
+    /// The NICs' speed, Gb/s (the p2p channels per network peer from 2.29).
+    pub nic_gbps: u64,
     /// Devices of a merged virtual NIC: every registration and queue is made on each.
     pub devices_per_nic: u64,
     /// All-to-all (send/recv) over the network, when modelled.
@@ -129,6 +139,13 @@ pub struct P2p {
     /// Shared pools (NCCL_NET_SHARED_BUFFERS not 0); without them every p2p connection has
     /// dedicated buffers like a ring's (net.cc sendSetup: `shared`).
     pub shared: bool,
+    /// PXN for p2p (NCCL_P2P_PXN_LEVEL not 0, src/graph/search.cc ncclTopoGetNetDev): a send to
+    /// a remote GPU goes over the NIC of that GPU's rail, from the process of the local GPU next
+    /// to that NIC.
+    pub pxn: bool,
+    /// NCCL_NET_SHARED_COMMS not 0 (net.cc sendProxyConnect, recvProxyConnect): one network
+    /// connection per NIC, remote rank (or remote proxy) and channel, whoever sends on it.
+    pub shared_comms: bool,
 }
 
 impl Inputs {
@@ -151,6 +168,9 @@ impl Inputs {
             ring: true,
             tree: true,
             qps_per_connection: 1,
+            simpler_tree: true,
+            nccl_version: Release::NEWEST,
+            nic_gbps: 400,
             devices_per_nic: 1,
             p2p: None,
             page_size: 4096,
@@ -327,12 +347,14 @@ fn terms_for(i: &Inputs, alg: Algorithm, c: Counts) -> Vec<Term> {
     out
 }
 
-/// The shared p2p pools of a rank: one per direction and NIC, registered once per device (the MR
-/// cache finds every later connection's range inside it: net_ib/reg.cc), p2pnChannels x
-/// NCCL_SHARED_STEPS x chunk bytes each (net.cc sharedNetBuffersInit).
+/// The shared p2p pools a rank's process registers ([`connections`] places them): per NIC, one
+/// per origin rank and direction, registered once per device (the MR cache finds every later
+/// connection's range inside it: net_ib/reg.cc), p2pnChannels x NCCL_SHARED_STEPS x chunk bytes
+/// each (net.cc sharedNetBuffersInit). A PXN proxy's send pools are on the GPU.
 fn p2p_pools(i: &Inputs, h: &Held) -> Option<(Bytes, String)> {
     let p2p = i.p2p.as_ref().filter(|p| p.shared)?;
-    if h.p2p.total() == 0 {
+    let (sends, recvs) = h.p2p_pools.iter().fold((0u64, 0u64), |(s, r), (_, a, b)| (s.saturating_add(*a), r + b));
+    if sends.saturating_add(recvs) == 0 {
         return None;
     }
     let page = i.page();
@@ -340,17 +362,17 @@ fn p2p_pools(i: &Inputs, h: &Held) -> Option<(Bytes, String)> {
         span_pages(0, p2p.channels.saturating_mul(SHARED_STEPS).saturating_mul(p2p.chunk), page).saturating_mul(page);
     let gdr = i.gdr != GdrMode::Off;
     let mut total = Bytes::default();
-    for on_gpu in [gdr && i.gdr_read, gdr] {
+    for (count, on_gpu) in [(sends, gdr && i.gdr_read), (recvs, gdr)] {
         let one = match (on_gpu, i.gdr) {
             (false, _) => Bytes { memlock: pool.saturating_mul(i.devices_per_nic), host: pool },
             (true, GdrMode::Peermem) => Bytes { memlock: pool.saturating_mul(i.devices_per_nic), host: 0 },
             (true, _) => Bytes::default(),
         };
-        total = total.plus(one.scale(h.p2p_nics.len() as u64));
+        total = total.plus(one.scale(count));
     }
     let formula = format!(
-        "{} NIC(s) x 2 directions x {} channels x {SHARED_STEPS} steps x {} B chunk x {} device(s), GDR {}",
-        h.p2p_nics.len(),
+        "({sends} send + {recvs} receive pool(s)) x {} channels x {SHARED_STEPS} steps x {} B chunk x {} device(s), \
+            GDR {}",
         p2p.channels,
         p2p.chunk,
         i.devices_per_nic,
@@ -400,12 +422,38 @@ fn rank_need(i: &Inputs, h: &Held, algorithms: &[Algorithm]) -> Bytes {
 /// each NIC (one device context per NIC for the doorbell pages), charged as [`estimate`] charges a
 /// placed rank's, per communicator in `i`.
 pub fn logged_need(i: &Inputs, counts: Counts, per_nic: &[u64]) -> Bytes {
-    let mut slots = vec![[0; 4]; per_nic.len()];
+    logged_need_with_p2p(i, counts, per_nic, &LoggedP2p::default())
+}
+
+/// The shared p2p part of a process's logged connections: its network connections (no buffers of
+/// their own), its pools (send, receive), and its connections per NIC beside the dedicated ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoggedP2p {
+    pub counts: Counts,
+    pub send_pools: u64,
+    pub receive_pools: u64,
+    pub per_nic: Vec<u64>,
+}
+
+/// [`logged_need`] with shared p2p connections and pools, charged as [`estimate`] charges them
+/// (the pool size from `i.p2p`).
+pub fn logged_need_with_p2p(i: &Inputs, counts: Counts, per_nic: &[u64], p2p: &LoggedP2p) -> Bytes {
+    let nics = per_nic.len().max(p2p.per_nic.len());
+    let mut slots = vec![[0; 4]; nics];
     for (slot, n) in slots.iter_mut().zip(per_nic) {
         slot[Algorithm::Ring.index()] = *n;
     }
-    let held = Held { ring: counts, per_nic: slots, ..Default::default() };
-    rank_need(i, &held, &[Algorithm::Ring])
+    for (slot, n) in slots.iter_mut().zip(&p2p.per_nic) {
+        slot[Algorithm::P2p.index()] = *n;
+    }
+    let held = Held {
+        ring: counts,
+        p2p: p2p.counts,
+        per_nic: slots,
+        p2p_pools: vec![(0, p2p.send_pools, p2p.receive_pools)],
+        ..Default::default()
+    };
+    rank_need(i, &held, &[Algorithm::Ring, Algorithm::P2p])
 }
 
 /// What makes one node's connections differ from another's: per tree, its parent and children

@@ -153,9 +153,15 @@ fn ring_and_tree_are_separate_connectors_on_eight_by_eight_nodes() {
     // Where the peers do match, NCCL reuses the connector (transport.cc): four nodes, node 1
     // is tree 1's parent of node 2 (child 0): GPU k + 1's child-0 send on channel k + 8 goes to
     // node 2's GPU k, as its ring send does.
+    // (The balanced tree, before sm90.)
     assert_eq!(dtree(4, 1)[1], (3, 2, 0, 1));
-    let held = place(&Inputs::new(4, 8, 8), 1, BOTH);
+    let held = place(&balanced(Inputs::new(4, 8, 8)), 1, BOTH);
     assert_eq!(held[1].tree, Counts { sends: 3, receives: 4, ..Default::default() });
+    // sm90, one GPU per NIC switch: the simpler tree puts child 0 on GPU k too, where the ring's
+    // peers never are: 4 sends and 4 receives of GPU k's own, none on GPU k + 1.
+    let held = place(&Inputs::new(4, 8, 8), 1, BOTH);
+    assert_eq!(held[1].tree, Counts { sends: 4, receives: 4, ..Default::default() });
+    assert!(held.iter().all(|h| h.tree == Counts { sends: 4, receives: 4, ..Default::default() }));
 }
 
 /// Public NCCL_DEBUG=INFO logs of 2 nodes x 8 H100 x 8 NICs, 16 coll channels. NVIDIA/nccl
@@ -193,9 +199,10 @@ fn public_h100_logs() {
 #[test]
 fn pxn_moves_sends_to_the_nics_gpu_only_with_gpudirect() {
     // Four nodes: node 2 in tree 0 has parent 0 (as its child 1) and children 1 and 3; in tree
-    // 1 it is node 1's child 0.
+    // 1 it is node 1's child 0. The balanced tree (before sm90), so that a tree edge is on a
+    // GPU beyond the NIC's switch.
     assert_eq!(dtree(4, 2), [(0, 1, 3, 1), (1, -1, -1, 0)]);
-    let mut i = Inputs::new(4, 8, 8);
+    let mut i = balanced(Inputs::new(4, 8, 8));
     // C = 2 from S = 1: channel 0 on tree 0, channel 1 (its ncclTopoPostset copy) on tree 1,
     // both on NIC 0; the ring enters at GPU 0 and leaves from GPU 1.
     i.channels = Channels::given(2, 1);
@@ -288,8 +295,15 @@ fn inputs_no_flag_allows_neither_panic_nor_wrap() {
     (i.buffsize_ll, i.buffsize_ll128, i.buffsize_simple) = (u64::MAX, u64::MAX, u64::MAX);
     i.qps_per_connection = u64::MAX;
     i.devices_per_nic = u64::MAX;
-    i.p2p =
-        Some(P2p { channels: u64::MAX, channels_per_peer: u64::MAX, chunk: u64::MAX, ll_buffers: true, shared: true });
+    i.p2p = Some(P2p {
+        channels: u64::MAX,
+        channels_per_peer: u64::MAX,
+        chunk: u64::MAX,
+        ll_buffers: true,
+        shared: true,
+        pxn: true,
+        shared_comms: true,
+    });
     assert_eq!(estimate(&i).per_rank_max_bytes, u64::MAX);
 }
 
@@ -314,6 +328,12 @@ const RECV_DMABUF: u64 = 450_560;
 
 fn rank(e: &Estimate, r: u64) -> &Rank {
     &e.ranks[r as usize]
+}
+
+/// A GPU before sm90 (A100): the tree keeps its balanced pattern where a NIC has one GPU.
+fn balanced(mut i: Inputs) -> Inputs {
+    i.simpler_tree = false;
+    i
 }
 
 #[test]
@@ -383,7 +403,7 @@ fn case_e_four_nodes_gdr_off_and_dmabuf() {
     // send (same channel, same peer): 1 receive. 5 sends, 6 receives; doorbells a page on NIC
     // j, one on NIC j - 1.
     assert_eq!(dtree(4, 1), [(2, -1, -1, 0), (3, 2, 0, 1)]);
-    let e = estimate(&Inputs::new(4, 8, 8));
+    let e = estimate(&balanced(Inputs::new(4, 8, 8)));
     assert_eq!(e.busiest_node, 1);
     let r = rank(&e, 0);
     assert_eq!(r.ring, Counts { sends: 2, receives: 2, ..Default::default() });
@@ -399,7 +419,7 @@ fn case_e_four_nodes_gdr_off_and_dmabuf() {
     // j + 8: the parent edge's send (its receive, from node 1's GPU j + 1, is the ring's); as
     // GPU j - 1's treeIntra[1]: the child-0 receive on NIC j - 1, without GPUDirect.
     assert_eq!(dtree(4, 2), [(0, 1, 3, 1), (1, -1, -1, 0)]);
-    let mut i = Inputs::new(4, 8, 8);
+    let mut i = balanced(Inputs::new(4, 8, 8));
     i.gdr = GdrMode::Dmabuf;
     let e = estimate(&i);
     assert_eq!(e.busiest_node, 2);
@@ -419,14 +439,14 @@ fn case_i_sixteen_nodes() {
     // parent 1 + 1, channel j + 8 parent and child-1 edges 2 + 2, as GPU j - 1's treeIntra[1]
     // the child-0 edge on NIC j - 1, 1 + 1: 6 sends, 6 receives.
     assert_eq!(dtree(16, 3), [(2, -1, -1, 1), (7, 5, 1, 1)]);
-    let e = estimate(&Inputs::new(16, 8, 8));
+    let e = estimate(&balanced(Inputs::new(16, 8, 8)));
     assert_eq!(e.busiest_node, 3);
     let per_rank = 6 * SEND_HOST + 6 * RECV_HOST + 2 * PAGE;
     assert_eq!(per_rank, 120_209_408);
     assert_eq!((e.per_rank_max_bytes, e.per_node_bytes), (per_rank, 8 * per_rank));
     // dma-buf: the exit's ring sends and the child-0 send by PXN on GPU j; the child-0
     // receive on NIC j - 1 without GPUDirect.
-    let mut i = Inputs::new(16, 8, 8);
+    let mut i = balanced(Inputs::new(16, 8, 8));
     i.gdr = GdrMode::Dmabuf;
     let e = estimate(&i);
     let r = rank(&e, 0);
@@ -445,7 +465,15 @@ fn case_f_one_node_registers_nothing() {
 #[test]
 fn case_g_all_to_all_adds_connections_and_pools() {
     let mut i = Inputs::new(2, 8, 8);
-    i.p2p = Some(P2p { channels: 32, channels_per_peer: 2, chunk: 131_072, ll_buffers: false, shared: true });
+    i.p2p = Some(P2p {
+        channels: 32,
+        channels_per_peer: 2,
+        chunk: 131_072,
+        ll_buffers: false,
+        shared: true,
+        pxn: true,
+        shared_comms: true,
+    });
     let e = estimate(&i);
     // 8 remote peers x 2 channels: 16 sends (37 + 40 pages) and 16 receives (45 + 65), two
     // 64 MiB pools; doorbells for 38 connections on NIC k (114 records, 2 pages) and 2 on NIC
@@ -528,4 +556,141 @@ fn one_node_per_kind_is_every_node() {
             assert_eq!((e.per_rank_max_bytes, e.per_node_bytes), (rank_max, node_max), "{nodes} x {g} x {n}");
         }
     }
+}
+
+// The third round: cases derived from NVIDIA/nccl 2.29/2.30 (src/graph/search.cc
+// ncclTopoGetNetDev and ncclTopoCompute, src/graph/paths.cc ncclTopoGetNchannels and
+// ncclTopoComputeP2pChannels, src/transport/net.cc sendProxyConnect, recvProxyConnect and
+// sharedNetBuffersInit), each worked by hand in docs/check.md.
+
+/// A p2p connection carries no data buffer of its own (shared pools): a send is control 37 +
+/// queues 40 pages, a receive 45 + 65.
+const P2P_SEND: u64 = 77 * PAGE;
+const P2P_RECV: u64 = 110 * PAGE;
+/// p2pnChannels 16 x NCCL_SHARED_STEPS 16 x 128 KiB.
+const POOL_16: u64 = 16 * 16 * 131_072;
+
+/// 2 nodes x 8 GPUs x 4 NICs (GPUs 2k and 2k + 1 on NIC k), all-to-all, NCCL 2.29 on 400 Gb/s
+/// NICs: C = 16, p2pnChannels 16, 4 channels per network peer.
+fn all_to_all_2x8x4(gdr: GdrMode) -> Inputs {
+    let mut i = Inputs::new(2, 8, 4);
+    i.gdr = gdr;
+    let per_peer = net_channels_per_peer(Release { major: 2, minor: 29 }, 400, 16, 16, 16, None);
+    assert_eq!(per_peer.channels, 4);
+    i.p2p = Some(P2p {
+        channels: 16,
+        channels_per_peer: per_peer.channels,
+        chunk: DEFAULT_P2P_CHUNKSIZE,
+        ll_buffers: false,
+        shared: true,
+        pxn: true,
+        shared_comms: true,
+    });
+    i
+}
+
+#[test]
+fn third_round_all_to_all_pxn_and_shared_comms_peermem() {
+    let e = estimate(&all_to_all_2x8x4(GdrMode::Peermem));
+    assert_eq!(e.inputs.channels.count, 16);
+    // GPU 2k, next to NIC k: ring receives on its 4 channels, tree edges with node 1's GPU 2k
+    // (4 + 4); p2p: as the PXN proxy of NIC k, one send per channel to each of the 2 remote GPUs
+    // on rail k for all 8 local senders (shared comms): 2 x 4 = 8, a send pool per origin
+    // rank (8); its own receives, one per channel from the remote proxy of rail k: 4, one pool.
+    let r = rank(&e, 0);
+    assert_eq!(r.p2p, Counts { sends_gdr: 8, receives_gdr: 4, ..Default::default() });
+    let proxy = 4 * SEND_HOST + 8 * RECV_HOST + 8 * P2P_SEND + 4 * P2P_RECV + 9 * POOL_16 + 2 * PAGE;
+    assert_eq!(proxy, 426_795_008);
+    assert_eq!(r.memlock_bytes, proxy);
+    // GPU 2k + 1: the ring's 4 sends; no p2p send (PXN), 4 receives and its receive pool.
+    let other = rank(&e, 1);
+    assert_eq!(other.p2p, Counts { receives_gdr: 4, ..Default::default() });
+    assert_eq!(other.memlock_bytes, 4 * SEND_HOST + 4 * P2P_RECV + POOL_16 + PAGE);
+    assert_eq!(e.per_rank_max_bytes, proxy);
+    assert_eq!(e.per_node_bytes, 4 * (proxy + other.memlock_bytes));
+    // Before: every rank its own 8 x 2 sends and receives and 2 pools, 199847936 B: x0.47.
+    let mut old = all_to_all_2x8x4(GdrMode::Peermem);
+    old.p2p = old.p2p.map(|p| P2p { channels_per_peer: 2, pxn: false, ..p });
+    assert_eq!(estimate(&old).per_rank_max_bytes, 199_847_936);
+}
+
+#[test]
+fn third_round_all_to_all_pxn_and_shared_comms_dmabuf() {
+    let e = estimate(&all_to_all_2x8x4(GdrMode::Dmabuf));
+    // The pools are GPU memory dma-buf does not charge; the connections are what is left.
+    let proxy = 4 * SEND_DMABUF + 8 * RECV_DMABUF + 8 * P2P_SEND + 4 * P2P_RECV + 2 * PAGE;
+    assert_eq!(proxy, 11_296_768);
+    assert_eq!(e.per_rank_max_bytes, proxy);
+    let other = 4 * SEND_DMABUF + 4 * P2P_RECV + PAGE;
+    assert_eq!(rank(&e, 1).memlock_bytes, other);
+    assert_eq!(e.per_node_bytes, 4 * (proxy + other));
+    // Before: 16 sends and 16 receives per rank, 19230720 B: x1.70.
+    let mut old = all_to_all_2x8x4(GdrMode::Dmabuf);
+    old.p2p = old.p2p.map(|p| P2p { channels_per_peer: 2, pxn: false, shared_comms: false, ..p });
+    assert_eq!(estimate(&old).per_rank_max_bytes, 19_230_720);
+}
+
+#[test]
+fn third_round_all_to_all_without_pxn_or_shared_comms() {
+    // NCCL_P2P_PXN_LEVEL=0: every rank sends from its own process on its own NIC, to every
+    // remote rank on 4 channels; receives keyed by the remote sender: 8 x 4 each way, 2 pools.
+    let mut i = all_to_all_2x8x4(GdrMode::Peermem);
+    i.p2p = i.p2p.map(|p| P2p { pxn: false, ..p });
+    let e = estimate(&i);
+    assert_eq!(rank(&e, 1).p2p, Counts { sends_gdr: 32, receives_gdr: 32, ..Default::default() });
+    // NCCL_NET_SHARED_COMMS=0 with PXN: the proxy opens one per origin rank: 2 x 8 x 4 sends;
+    // receives one per remote sender: 32.
+    let mut i = all_to_all_2x8x4(GdrMode::Peermem);
+    i.p2p = i.p2p.map(|p| P2p { shared_comms: false, ..p });
+    let e = estimate(&i);
+    assert_eq!(rank(&e, 0).p2p, Counts { sends_gdr: 64, receives_gdr: 32, ..Default::default() });
+    assert_eq!(rank(&e, 1).p2p, Counts { receives_gdr: 32, ..Default::default() });
+    // GPUDirect off: PXN cannot use host buffers, so no proxy: as without PXN.
+    let e = estimate(&all_to_all_2x8x4(GdrMode::Off));
+    assert_eq!(rank(&e, 1).p2p, Counts { sends: 32, receives: 32, ..Default::default() });
+}
+
+#[test]
+fn third_round_algorithm_restrictions_on_the_all_to_all_layout() {
+    // NCCL_ALGO=Ring: no tree connection; GPU 2k keeps its ring receives and p2p.
+    let mut ring = all_to_all_2x8x4(GdrMode::Peermem);
+    ring.tree = false;
+    let e = estimate(&ring);
+    assert_eq!(e.scenarios[1].algorithms, "ring + p2p");
+    let proxy = 4 * RECV_HOST + 8 * P2P_SEND + 4 * P2P_RECV + 9 * POOL_16 + PAGE;
+    assert_eq!(rank(&e, 0).memlock_bytes, proxy);
+    // NCCL_ALGO=Tree: no ring; GPU 2k + 1 holds p2p receives only.
+    let mut tree = all_to_all_2x8x4(GdrMode::Peermem);
+    tree.ring = false;
+    let e = estimate(&tree);
+    assert_eq!(e.scenarios[1].algorithms, "tree + p2p");
+    assert_eq!(
+        rank(&e, 0).memlock_bytes,
+        4 * SEND_HOST + 4 * RECV_HOST + 8 * P2P_SEND + 4 * P2P_RECV + 9 * POOL_16 + PAGE
+    );
+    assert_eq!(rank(&e, 1).memlock_bytes, 4 * P2P_RECV + POOL_16 + PAGE);
+}
+
+#[test]
+fn third_round_h100_one_gpu_per_nic_switch_tree_at_four_nodes_and_up() {
+    // 8 GPUs x 8 NICs, sm90: the simpler tree, every edge on the NIC's GPU. dma-buf, node 1
+    // (tree 0 leaf, tree 1 inner): GPU j holds the ring's 2 receives, the exit GPU j + 1's 2
+    // sends by PXN, channel j's parent edge and channel j + 8's three edges, all with
+    // GPUDirect: 6 sends, 6 receives, doorbells in one page.
+    for nodes in [4, 8, 16, 64] {
+        let mut i = Inputs::new(nodes, 8, 8);
+        i.gdr = GdrMode::Dmabuf;
+        let e = estimate(&i);
+        let per_rank = 6 * SEND_DMABUF + 6 * RECV_DMABUF + PAGE;
+        assert_eq!(per_rank, 7_745_536, "7.4 MiB, under the 8 MiB default limit");
+        assert_eq!(e.per_rank_max_bytes, per_rank, "{nodes} nodes");
+        assert_eq!(e.per_node_bytes, 8 * per_rank, "{nodes} nodes");
+        // Before (the balanced tree): a child-0 receive on GPU j - 1 without GPUDirect: x2.19.
+        if nodes == 4 {
+            assert_eq!(estimate(&balanced(i)).per_rank_max_bytes, 16_932_864);
+        }
+    }
+    // GDR off, node 1: 6 sends and 6 receives on GPU j alone (case I's figure, from 4 nodes).
+    let e = estimate(&Inputs::new(4, 8, 8));
+    assert_eq!(e.per_rank_max_bytes, 6 * SEND_HOST + 6 * RECV_HOST + 2 * PAGE);
 }
