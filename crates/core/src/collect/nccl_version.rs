@@ -21,6 +21,9 @@ use serde::Serialize;
 use memlock_kernel::nccl_library as lib;
 use memlock_kernel::versions::{self, NcclMapping};
 
+/// Why a deleted mapping has no dist-info: the wheel's files now describe another library.
+const REPLACED: &str = "no dist-info: the library was replaced on disk since it was mapped";
+
 /// Where a version came from; the `source` label of `memlock_process_nccl_info`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -181,7 +184,9 @@ impl Cache {
             Ok(opened) => opened,
             Err(err) => {
                 found.reasons.push(format!("library {}: {err}", file.display()));
-                if !mapped.deleted {
+                if mapped.deleted {
+                    found.reasons.push(REPLACED.into());
+                } else {
                     found.dist_info = self.dist_info(&root, mapped, &mut found.reasons);
                 }
                 found.decide();
@@ -203,7 +208,7 @@ impl Cache {
             Err(why) => found.reasons.push(format!("library {}: {why}", file.display())),
         }
         if mapped.deleted {
-            found.reasons.push("no dist-info: the library was replaced on disk since it was mapped".into());
+            found.reasons.push(REPLACED.into());
         } else {
             found.dist_info = self.dist_info(&root, mapped, &mut found.reasons);
         }

@@ -220,6 +220,8 @@ pub fn parse_all(line: &[u8]) -> Vec<Line> {
         // message quoting "NCCL INFO") is part of this message.
         let end = marks[i + 1..]
             .iter()
+            // A marker that starts inside this one (overlapping text) heads no record.
+            .filter(|&&(next, _, _)| next >= at + len)
             .find_map(|&(next, _, next_level)| {
                 prefix(&line[at + len..next], next_level).map(|(_, start)| at + len + start)
             })

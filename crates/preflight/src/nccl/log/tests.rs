@@ -649,3 +649,15 @@ fn a_ten_megabyte_line_and_binary_noise_are_skipped_whole() {
     assert_eq!(l.ranks.len(), 1);
     assert_eq!(l.ranks[0].net_send, 1, "only the whole line after the noise");
 }
+
+#[test]
+fn a_marker_repeated_back_to_back_is_one_record() {
+    // Found by libFuzzer: the second marker shares the first's trailing space, so the message
+    // between them was an inverted range.
+    let line = b"[1,0]<stdout>:gpu-a01:41000:41017 [0] NCCL INFO NCCL INFO NCCL version 2.21.5+cuda12.4";
+    let records = parse_all(line);
+    assert_eq!(records.len(), 1, "{records:?}");
+    // NCCL never prints the marker twice: the record is kept, its garbled message not read.
+    let l = read(&line[..]).expect("read");
+    assert_eq!((l.lines, l.nccl_lines), (1, 1));
+}
