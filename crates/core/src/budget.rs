@@ -26,16 +26,16 @@
 /// How much room the budget leaves for what it does not see when the snapshot is rendered: the
 /// exporter's own registry series are counted at render time; this is for the error counters
 /// (one series per collector and error kind) that may appear before the next snapshot.
-pub const HEADROOM: usize = 8;
+pub(crate) const HEADROOM: usize = 8;
 
 /// Past its floor, an entity is in the page tier only from this score: half of a limit used.
-pub const URGENT: f64 = 0.5;
+pub(crate) const URGENT: f64 = 0.5;
 
 /// The default `series.limit`.
-pub const DEFAULT_LIMIT: u64 = 500;
+pub(crate) const DEFAULT_LIMIT: u64 = 500;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Tier {
+pub(crate) enum Tier {
     Page,
     Explain,
     Detail,
@@ -46,7 +46,7 @@ pub enum Tier {
 pub struct Claim {
     /// The `class` label of `memlock_exporter_series_dropped_entities`; unique across collectors.
     pub class: &'static str,
-    pub tier: Tier,
+    pub(crate) tier: Tier,
     /// Entities granted before the tier's entities compete on score, if they fit.
     pub floor: usize,
     /// At most this many entities in its own tier; the rest compete in [`Tier::Detail`] (the
@@ -102,7 +102,7 @@ pub struct Allocation {
     pub grants: Grants,
     pub dropped: Vec<(&'static str, usize)>,
     /// Series granted to claims (not counting the fixed ones).
-    pub granted_series: usize,
+    pub(crate) granted_series: usize,
 }
 
 /// Grants entities of `claims` within `available` series.
@@ -186,7 +186,7 @@ pub fn ranked(len: usize, cost: impl Fn(usize) -> usize, score: impl Fn(usize) -
 pub struct Ranked<T>(std::sync::OnceLock<T>);
 
 impl<T> Ranked<T> {
-    pub fn get_or_rank(&self, rank: impl FnOnce() -> T) -> &T {
+    pub(crate) fn get_or_rank(&self, rank: impl FnOnce() -> T) -> &T {
         self.0.get_or_init(rank)
     }
 }

@@ -24,12 +24,12 @@ pub struct Charge {
     /// processes that lock them (its proportional share, `kernel::smaps_rollup`). It ranks
     /// ([`Charge::urgency`]) and is never compared with the limit, which the kernel checks
     /// against the whole. `None`: all of it.
-    pub own_bytes: Option<u64>,
+    pub(crate) own_bytes: Option<u64>,
 }
 
 /// A charge holding less than this is not a job's: one NCCL communicator registers tens of MiB
 /// (docs/check.md).
-pub const SMALL_BYTES: u64 = 1 << 20;
+pub(crate) const SMALL_BYTES: u64 = 1 << 20;
 
 impl Charge {
     /// How urgent the charge is, for every ranking (top_n, the series budget, the fast path's
@@ -43,7 +43,7 @@ impl Charge {
     /// Shared pages are not free urgency either: the ratio and the size are those of the scope's
     /// own bytes ([`Charge::own_bytes`]), so a crowd locking one memfd ranks by its share of it.
     /// Ties rank by bytes. `None` where the limit is not enforced.
-    pub fn urgency(&self) -> Option<f64> {
+    pub(crate) fn urgency(&self) -> Option<f64> {
         let own = self.own_bytes.map_or(self.used_bytes, |own| own.min(self.used_bytes));
         let own = Charge { used_bytes: own, own_bytes: None, ..*self };
         let ratio = own.enforced_ratio()?;
@@ -71,7 +71,7 @@ impl Charge {
     }
 
     /// The ratio where the limit is enforced: what alerts compare with their thresholds.
-    pub fn enforced_ratio(&self) -> Option<f64> {
+    pub(crate) fn enforced_ratio(&self) -> Option<f64> {
         self.ratio().filter(|_| self.enforced)
     }
 }

@@ -170,7 +170,7 @@ impl Exposition {
     }
 
     /// How many label values written so far [`label_value`] had to rewrite.
-    pub fn rewritten_label_values(&self) -> u64 {
+    pub(crate) fn rewritten_label_values(&self) -> u64 {
         self.rewritten_label_values
     }
 

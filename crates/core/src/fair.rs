@@ -55,7 +55,7 @@ pub fn order<T: Ord + Copy + Hash, U: Hash + Eq, G: Hash + Eq>(
 /// Scores along a fair order for the series budget ([`crate::budget::allocate`] takes each
 /// class's entities as a prefix, scores not increasing): each entry's score capped by those
 /// before it, so an owner's second entry competes only after every owner's first.
-pub fn capped_scores(scores: impl IntoIterator<Item = f64>) -> Vec<f64> {
+pub(crate) fn capped_scores(scores: impl IntoIterator<Item = f64>) -> Vec<f64> {
     let mut cap = f64::INFINITY;
     scores
         .into_iter()

@@ -53,7 +53,7 @@ pub struct Detected {
 
 /// The files NCCL tests to decide that a peer-memory client is loaded (ncclIbGdrSupport in
 /// src/transport/net_ib/gdr.cc), relative to the sysfs root.
-pub const PEERMEM_FILES: [&str; 3] = [
+pub(crate) const PEERMEM_FILES: [&str; 3] = [
     "kernel/mm/memory_peers/nv_mem/version",
     "kernel/mm/memory_peers/nv_mem_nc/version",
     "module/nvidia_peermem/version",
@@ -63,7 +63,7 @@ pub const PEERMEM_FILES: [&str; 3] = [
 /// loaded means GPU buffers may be registered through it, charged like host memory; without one,
 /// GPUDirect is taken as off. Whether NCCL prefers dma-buf needs the kernel release and the GPU
 /// driver besides: [`decide`] over [`read_facts`] is what `check` and `estimate` take.
-pub fn detect(sysfs: &Path) -> Detected {
+pub(crate) fn detect(sysfs: &Path) -> Detected {
     match peermem_file(sysfs) {
         Some(path) => Detected {
             mode: GdrMode::Peermem,
@@ -94,7 +94,7 @@ fn peermem_file(sysfs: &Path) -> Option<PathBuf> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Facts {
     /// /proc/sys/kernel/osrelease.
-    pub kernel_release: Option<String>,
+    pub(crate) kernel_release: Option<String>,
     /// /proc/driver/nvidia/version; `None` when no NVIDIA driver is loaded.
     pub driver: Option<NvidiaDriver>,
     /// The RDMA devices NCCL would use and their kernel driver (the `device/driver` link), if known.
@@ -102,7 +102,7 @@ pub struct Facts {
     /// The peer-memory file NCCL found (net_ib/gdr.cc ibGdrSupportInitOnce).
     pub peermem: Option<PathBuf>,
     /// NCCL_DMABUF_ENABLE as NCCL reads it (strtoll); `None` when unset (default 1).
-    pub dmabuf_enable: Option<i64>,
+    pub(crate) dmabuf_enable: Option<i64>,
 }
 
 /// Reads the facts of the node mounted at `roots` for the RDMA devices given.

@@ -11,10 +11,10 @@ use crate::trend::Scope;
 
 /// What an alert of the scope says it watched, what that runs into, and what happens there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wording {
-    pub quantity: &'static str,
+pub(crate) struct Wording {
+    pub(crate) quantity: &'static str,
     pub limit: &'static str,
-    pub consequence: &'static str,
+    pub(crate) consequence: &'static str,
 }
 
 /// One trend scope.
@@ -24,15 +24,15 @@ pub struct ScopeDef {
     /// What the trend follows, in the HELP of `memlock_trend_rise_bytes_per_second`.
     pub follows: &'static str,
     /// The limit it is predicted against, in the HELP of `memlock_trend_exhaustion_seconds`.
-    pub runs_into: &'static str,
+    pub(crate) runs_into: &'static str,
     /// The alert words, per value of the `counter` label (the process scope's two counters and,
     /// for a point without the label, the words for both); one entry keyed `None` otherwise.
-    pub wording: &'static [(Option<&'static str>, Wording)],
+    pub(crate) wording: &'static [(Option<&'static str>, Wording)],
     /// The fast path's critical alert: the limit reached within `alerting.exhaustion_critical_seconds`.
-    pub exhaustion_alert: &'static str,
+    pub(crate) exhaustion_alert: &'static str,
     /// The fast path's warning at `alerting.usage_ratio_warning` of the limit; `None`: the scope
     /// has none (the node's limit is a floor the exporter sets, not one the kernel enforces).
-    pub near_limit_alert: Option<&'static str>,
+    pub(crate) near_limit_alert: Option<&'static str>,
     /// The scope's floor for a page: a predicted exhaustion pages from this share of the limit
     /// (or with fewer than [`EXHAUSTION_HEADROOM_STEPS`] of its newest steps left), so that one
     /// step far below the limit does not page.
@@ -41,7 +41,7 @@ pub struct ScopeDef {
 
 /// A critical page needs fewer than this many of its scope's newest steps of headroom left, when
 /// the scope is below [`ScopeDef::page_min_ratio`] (a large limit approached in large steps).
-pub const EXHAUSTION_HEADROOM_STEPS: f64 = 3.0;
+pub(crate) const EXHAUSTION_HEADROOM_STEPS: f64 = 3.0;
 
 const SOFT_LIMIT: &str = "its soft memlock limit";
 
@@ -135,7 +135,7 @@ impl Scope {
 impl ScopeDef {
     /// The words for a point with this `counter` label (or none); the scope's words for a
     /// point without the label, or with a value it does not know.
-    pub fn wording(&self, counter: Option<&str>) -> Wording {
+    pub(crate) fn wording(&self, counter: Option<&str>) -> Wording {
         let find = |key: Option<&str>| self.wording.iter().find(|(k, _)| *k == key).map(|(_, w)| *w);
         find(counter).or_else(|| find(None)).unwrap_or(self.wording[0].1)
     }
@@ -148,7 +148,7 @@ fn per_scope(field: fn(&ScopeDef) -> &'static str) -> String {
 }
 
 /// The HELP of `memlock_trend_rise_bytes_per_second`.
-pub static RISE_HELP: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static RISE_HELP: LazyLock<String> = LazyLock::new(|| {
     format!(
         "How fast the scope's watched memory rises, by least squares over the trend window of 1 s samples {}.",
         per_scope(|d| d.follows)
@@ -156,7 +156,7 @@ pub static RISE_HELP: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The HELP of `memlock_trend_exhaustion_seconds`.
-pub static EXHAUSTION_HELP: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static EXHAUSTION_HELP: LazyLock<String> = LazyLock::new(|| {
     format!(
         "At the current rise, seconds until the scope's limit is reached {}. Absent when not rising significantly or \
             without a limit.",
@@ -165,12 +165,15 @@ pub static EXHAUSTION_HELP: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The lines around the table in docs/metrics.md.
-pub const DOC_BEGIN: &str =
+#[cfg(test)]
+pub(crate) const DOC_BEGIN: &str =
     "<!-- scopes: generated from crates/core/src/scopes.rs; UPDATE_GOLDEN=1 cargo test -p memlock-core scopes -->";
-pub const DOC_END: &str = "<!-- end of scopes -->";
+#[cfg(test)]
+pub(crate) const DOC_END: &str = "<!-- end of scopes -->";
 
 /// The "Trend scopes" table of docs/metrics.md, markers included.
-pub fn doc_table() -> String {
+#[cfg(test)]
+pub(crate) fn doc_table() -> String {
     let mut out = format!("{DOC_BEGIN}\n");
     out.push_str(
         "| `scope` | the trend follows | against | at the limit | fast path: critical \

@@ -71,9 +71,9 @@ pub struct Snapshot {
 
 /// The trend tracker's size when the snapshot was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TrackerStats {
+pub(crate) struct TrackerStats {
     pub scopes: usize,
-    pub evicted_total: u64,
+    pub(crate) evicted_total: u64,
 }
 
 impl Snapshot {
@@ -86,7 +86,7 @@ impl Snapshot {
         Self { reports, series_limit, tracker: None, rendered: OnceLock::new() }
     }
 
-    pub fn with_tracker(mut self, tracker: TrackerStats) -> Self {
+    pub(crate) fn with_tracker(mut self, tracker: TrackerStats) -> Self {
         self.tracker = Some(tracker);
         self
     }

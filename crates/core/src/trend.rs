@@ -37,12 +37,12 @@ impl Scope {
 pub struct TrendConfig {
     pub window: Duration,
     /// Samples in the short fit.
-    pub short_samples: usize,
+    pub(crate) short_samples: usize,
     pub min_rise_bytes_per_second: f64,
-    pub min_t_statistic: f64,
+    pub(crate) min_t_statistic: f64,
     /// Scopes tracked at most (bounded memory); past it a new scope evicts the least urgent
     /// ([`Tracker::observe`]).
-    pub max_scopes: usize,
+    pub(crate) max_scopes: usize,
     /// The node scope's limit: MemAvailable at this fraction of MemTotal. Below a few percent
     /// the kernel reclaims hard, allocations stall and the OOM killer is near.
     pub node_memory_available_floor_ratio: f64,
@@ -95,17 +95,17 @@ pub struct TrendPoint {
 /// fixed count of samples would hold too few steps of a slow staircase to see the rise
 /// continue before the kernel refuses it. Half the window holds three steps of a staircase
 /// stepping every 5 s with room for the newest to age.
-pub const RECENT_WINDOW_SHARE: f64 = 0.5;
+pub(crate) const RECENT_WINDOW_SHARE: f64 = 0.5;
 
 /// Seconds the rising intervals must spread over (the oldest one's start to the newest one's
 /// end): at a short sampling interval a burst of registrations within a second makes several
 /// rising intervals, and a burst is a step.
-pub const RECENT_MIN_SPREAD: f64 = 2.0;
+pub(crate) const RECENT_MIN_SPREAD: f64 = 2.0;
 
 /// A drop counts as memory given back when it is more than this share of what the scope rose
 /// across the recent samples (and more than the noise floor): page-cache jitter on a node or
 /// cgroup working set that is smaller than the ramp is not a deregistration.
-pub const GIVEN_BACK_SHARE: f64 = 1.0 / 3.0;
+pub(crate) const GIVEN_BACK_SHARE: f64 = 1.0 / 3.0;
 
 /// The steps of the newest samples, those within [`RECENT_WINDOW_SHARE`] of the trend window.
 /// A least-squares slope cannot tell a ramp from one step (a registration of a second
@@ -115,21 +115,21 @@ pub const GIVEN_BACK_SHARE: f64 = 1.0 / 3.0;
 pub struct Recent {
     /// Intervals that rose by more than the noise floor (`min_rise_bytes_per_second` times the
     /// interval).
-    pub rising_steps: usize,
+    pub(crate) rising_steps: usize,
     /// Seconds since the newest rising interval ended (0: the newest interval rose); `None`
     /// without one.
-    pub since_last_rise: Option<f64>,
+    pub(crate) since_last_rise: Option<f64>,
     /// Mean seconds between the ends of consecutive rising intervals (0 with fewer than two):
     /// a staircase's step interval.
-    pub step_interval: f64,
+    pub(crate) step_interval: f64,
     /// Seconds from the start of the oldest rising interval to the end of the newest.
     pub spread: f64,
     /// The largest rise of one interval, in bytes.
-    pub largest_step: f64,
+    pub(crate) largest_step: f64,
     /// Bytes the value fell from its running highest at most, beyond the tolerance
     /// ([`GIVEN_BACK_SHARE`] of the recent rise, at least the noise floor of one second):
     /// memory given back (a deregistration, a register/deregister cycle).
-    pub fallen: f64,
+    pub(crate) fallen: f64,
 }
 
 impl Recent {
@@ -165,8 +165,8 @@ fn eviction_key(charge: &Charge, rising: bool) -> f64 {
 /// A least-squares fit: slope and its t-statistic (infinite for an exact line).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Fit {
-    pub slope: f64,
-    pub t_statistic: f64,
+    pub(crate) slope: f64,
+    pub(crate) t_statistic: f64,
 }
 
 /// Fits value = a + slope * time over the samples; `None` with fewer than 3 samples or no
@@ -199,7 +199,7 @@ pub fn fit(samples: impl Iterator<Item = (f64, f64)> + Clone) -> Option<Fit> {
     Some(Fit { slope, t_statistic })
 }
 
-pub struct Tracker {
+pub(crate) struct Tracker {
     config: TrendConfig,
     series: HashMap<(Scope, String), Series>,
     evicted: u64,
@@ -216,7 +216,7 @@ impl Tracker {
     }
 
     /// Scopes evicted since the start to make room for new ones.
-    pub fn evicted_total(&self) -> u64 {
+    pub(crate) fn evicted_total(&self) -> u64 {
         self.evicted
     }
 
@@ -259,12 +259,8 @@ impl Tracker {
         self.series.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.series.is_empty()
-    }
-
     /// Records an observation and returns the scope's analysis.
-    pub fn observe(&mut self, obs: Observation) -> TrendPoint {
+    pub(crate) fn observe(&mut self, obs: Observation) -> TrendPoint {
         let key = (obs.scope, obs.id.clone());
         if !self.series.contains_key(&key) && self.series.len() >= self.config.max_scopes {
             self.evict(obs.at);
@@ -313,7 +309,7 @@ impl Tracker {
 
     /// Forgets the scopes of a kind that were not observed at or after `seen_since`, so vanished
     /// processes and cgroups do not hold memory.
-    pub fn forget_unseen(&mut self, scope: Scope, seen_since: f64) {
+    pub(crate) fn forget_unseen(&mut self, scope: Scope, seen_since: f64) {
         self.series.retain(|(s, _), series| *s != scope || series.last_seen >= seen_since);
     }
 }
@@ -321,7 +317,7 @@ impl Tracker {
 /// Samples a series keeps beyond its short tail, whatever the window and the interval: a 1 h
 /// window at 100 ms would otherwise hold 36,000 per scope (576 KB each, times `max_scopes`).
 /// The default 30 s at 1 s keeps 30.
-pub const MAX_SAMPLES_PER_SERIES: usize = 120;
+pub(crate) const MAX_SAMPLES_PER_SERIES: usize = 120;
 
 fn record(series: &mut Series, config: &TrendConfig, at: f64, value: f64) {
     if let Some(&(last_at, last_value)) = series.samples.back() {

@@ -41,12 +41,12 @@ pub fn regex(pattern: &str) -> Result<Regex, String> {
 }
 
 /// Compiles every pattern of a list; the first that does not compile is the error.
-pub fn regexes(patterns: &[String]) -> Result<Vec<Regex>, String> {
+pub(crate) fn regexes(patterns: &[String]) -> Result<Vec<Regex>, String> {
     patterns.iter().map(|p| regex(p)).collect()
 }
 
 /// Whether two lists hold the same patterns (a [`Regex`] has no `PartialEq`; its source text
 /// decides what it matches).
-pub fn same_patterns(a: &[Regex], b: &[Regex]) -> bool {
+pub(crate) fn same_patterns(a: &[Regex], b: &[Regex]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.as_str() == b.as_str())
 }

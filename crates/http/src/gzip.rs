@@ -33,7 +33,7 @@ pub struct Prefix {
 impl Prefix {
     /// `None` only if the compressor reports an error, which it does not for memory it owns;
     /// the caller then serves the text uncompressed.
-    pub fn compress(text: &[u8]) -> Option<Prefix> {
+    pub(crate) fn compress(text: &[u8]) -> Option<Prefix> {
         let deflate = deflate(text, FlushCompress::Sync)?;
         Some(Prefix { deflate: Bytes::from(deflate), crc: crc32fast::hash(text), len: text.len() as u64 })
     }

@@ -50,7 +50,7 @@ impl AsRef<[u8]> for SharedText {
 impl dyn Page {
     /// The text as `Bytes` that share the page's copy: a response in flight holds a reference,
     /// not a copy (the text can be tens of MiB).
-    pub fn text_bytes(&self) -> Bytes {
+    pub(crate) fn text_bytes(&self) -> Bytes {
         Bytes::from_owner(SharedText(self.text().clone()))
     }
 
@@ -61,7 +61,7 @@ impl dyn Page {
     }
 
     /// The compressed text if it exists already (serving it then costs nothing).
-    pub fn compressed_if_ready(&self) -> Option<&Arc<gzip::Prefix>> {
+    pub(crate) fn compressed_if_ready(&self) -> Option<&Arc<gzip::Prefix>> {
         self.compressed_cache().0.get().and_then(Option::as_ref)
     }
 
@@ -77,27 +77,30 @@ impl dyn Page {
 /// the page has not changed, so that a text is rendered and compressed once.
 pub type Pages = Box<dyn Fn() -> Arc<dyn Page> + Send + Sync>;
 
-/// A page of fixed text, for tests of the server and of what embeds it.
+/// A page of fixed text, for the server's tests.
 #[derive(Debug, Default)]
-pub struct StaticPage {
+#[cfg(test)]
+pub(crate) struct StaticPage {
     text: OnceLock<Arc<String>>,
     source: String,
     moment: String,
     compressed: Compressed,
 }
 
+#[cfg(test)]
 impl StaticPage {
-    pub fn new(text: impl Into<String>) -> StaticPage {
+    pub(crate) fn new(text: impl Into<String>) -> StaticPage {
         StaticPage { source: text.into(), ..StaticPage::default() }
     }
 
     /// What follows the text in every response.
-    pub fn with_moment(mut self, moment: impl Into<String>) -> StaticPage {
+    pub(crate) fn with_moment(mut self, moment: impl Into<String>) -> StaticPage {
         self.moment = moment.into();
         self
     }
 }
 
+#[cfg(test)]
 impl Page for StaticPage {
     fn text(&self) -> &Arc<String> {
         self.text.get_or_init(|| Arc::new(self.source.clone()))

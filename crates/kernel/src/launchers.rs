@@ -65,7 +65,7 @@ pub struct Launcher {
     pub kind: Kind,
     /// File names its executable is installed under (the directory varies by distribution and
     /// site: /usr/sbin, /usr/local/bin, /opt/slurm/sbin).
-    pub executables: &'static [&'static str],
+    pub(crate) executables: &'static [&'static str],
     pub uid: UidRule,
     /// The systemd units it usually runs as, whose `LimitMEMLOCK=` is its limit; empty when it
     /// is not a service of its own.
@@ -226,7 +226,7 @@ fn executable_name(path: &str) -> Option<&str> {
 }
 
 /// The launcher installed under this file name.
-pub fn by_executable(name: &str) -> Option<&'static Launcher> {
+pub(crate) fn by_executable(name: &str) -> Option<&'static Launcher> {
     LAUNCHERS.iter().find(|l| l.executables.contains(&name))
 }
 

@@ -18,7 +18,7 @@ pub use super::Limit;
 
 impl Limit {
     /// A v1 value: the page-size-dependent sentinel and anything above 2^62 is unlimited.
-    pub fn from_v1(value: u64) -> Limit {
+    pub(crate) fn from_v1(value: u64) -> Limit {
         if value >= V1_UNLIMITED_FROM {
             Limit::Unlimited
         } else {
@@ -45,7 +45,7 @@ pub fn parse_v2_limit(text: &str) -> Result<Limit, ParseError> {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct V1Stat {
     pub unevictable: Option<u64>,
-    pub total_unevictable: Option<u64>,
+    pub(crate) total_unevictable: Option<u64>,
     pub inactive_file: Option<u64>,
     pub total_inactive_file: Option<u64>,
     /// The lowest `limit_in_bytes` on the path to the root: the limit that applies.
@@ -109,7 +109,7 @@ pub fn parse_v1_stat_fields(text: &str) -> Result<Parsed<V1Stat>, ParseError> {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct OomControl {
     pub oom_kill_disable: Option<u64>,
-    pub under_oom: Option<u64>,
+    pub(crate) under_oom: Option<u64>,
     /// Processes the OOM killer killed in this cgroup.
     pub oom_kill: Option<u64>,
 }
@@ -118,7 +118,7 @@ pub fn parse_oom_control(text: &str) -> Result<OomControl, ParseError> {
     parse_oom_control_fields(text)?.strict()
 }
 
-pub fn parse_oom_control_fields(text: &str) -> Result<Parsed<OomControl>, ParseError> {
+pub(crate) fn parse_oom_control_fields(text: &str) -> Result<Parsed<OomControl>, ParseError> {
     let parsed = parse_pairs(text, ["oom_kill_disable", "under_oom", "oom_kill"])?;
     let [oom_kill_disable, under_oom, oom_kill] = parsed.value;
     Ok(Parsed { value: OomControl { oom_kill_disable, under_oom, oom_kill }, field_errors: parsed.field_errors })
@@ -153,14 +153,14 @@ pub struct V2Events {
     pub oom: Option<u64>,
     /// Processes killed by the OOM killer.
     pub oom_kill: Option<u64>,
-    pub oom_group_kill: Option<u64>,
+    pub(crate) oom_group_kill: Option<u64>,
 }
 
 pub fn parse_v2_events(text: &str) -> Result<V2Events, ParseError> {
     parse_v2_events_fields(text)?.strict()
 }
 
-pub fn parse_v2_events_fields(text: &str) -> Result<Parsed<V2Events>, ParseError> {
+pub(crate) fn parse_v2_events_fields(text: &str) -> Result<Parsed<V2Events>, ParseError> {
     let parsed = parse_pairs(text, ["low", "high", "max", "oom", "oom_kill", "oom_group_kill"])?;
     let [low, high, max, oom, oom_kill, oom_group_kill] = parsed.value;
     let value = V2Events { low, high, max, oom, oom_kill, oom_group_kill };

@@ -14,10 +14,10 @@
 //! Pure functions over bytes the caller read; [`crate::collect::nccl_version`] does the reading.
 
 /// What is read of the file's start: the ELF64 header.
-pub const ELF_HEADER_BYTES: usize = 64;
+pub(crate) const ELF_HEADER_BYTES: usize = 64;
 
 /// Bytes of one ELF64 section header (`Elf64_Shdr`).
-pub const SECTION_HEADER_BYTES: usize = 64;
+pub(crate) const SECTION_HEADER_BYTES: usize = 64;
 
 /// The most section headers read: far more than a linker writes for a shared library.
 pub const MAX_SECTIONS: u16 = 1024;
@@ -36,7 +36,7 @@ const MARKER: &[u8] = b"NCCL version ";
 
 /// Where the section header table is and how to read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SectionTable {
+pub(crate) struct SectionTable {
     pub offset: u64,
     pub count: u16,
     /// Index of the section holding the section names (`e_shstrndx`).
@@ -57,7 +57,7 @@ pub struct Section {
     pub offset: u64,
     pub size: u64,
     /// `SHT_NOBITS` (8): the section occupies no bytes in the file (`.bss`).
-    pub nobits: bool,
+    pub(crate) nobits: bool,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -75,7 +75,7 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 /// The section header table of an ELF64 little-endian file (the only kind NCCL ships: x86_64 and
 /// aarch64), from its first [`ELF_HEADER_BYTES`] and its size. Field offsets are `Elf64_Ehdr`'s
 /// (include/uapi/linux/elf.h). The error says what is wrong, for a reason shown to the operator.
-pub fn section_table(header: &[u8], file_size: u64) -> Result<SectionTable, String> {
+pub(crate) fn section_table(header: &[u8], file_size: u64) -> Result<SectionTable, String> {
     if header.len() < 4 || &header[..4] != b"\x7fELF" {
         return Err("not an ELF file".into());
     }
@@ -122,7 +122,7 @@ pub fn section(table: &[u8], index: u16) -> Option<Section> {
 }
 
 /// The section called `want` (`.rodata`), given the table's bytes and the name table's.
-pub fn find_section(table: &[u8], names: &[u8], want: &str) -> Option<Section> {
+pub(crate) fn find_section(table: &[u8], names: &[u8], want: &str) -> Option<Section> {
     let count = u16::try_from(table.len() / SECTION_HEADER_BYTES).unwrap_or(u16::MAX);
     (0..count).filter_map(|i| section(table, i)).find(|s| {
         let start = s.name as usize;
@@ -144,7 +144,7 @@ pub enum Scan {
 }
 
 /// Bytes of a window to carry into the next when it ends in [`Scan::Absent`].
-pub const CARRY: usize = 12;
+pub(crate) const CARRY: usize = 12;
 
 /// The first `NCCL version <digit>...` string in `window`, NUL-terminated as a C literal. The
 /// format `NCCL version %s` (and any other non-digit continuation) is skipped. A candidate with

@@ -29,11 +29,11 @@ pub struct Creds {
     pub ppid: Option<u32>,
     /// The real uid: the first of the `Uid:` line's four (real, effective, saved, filesystem).
     pub uid: Option<u32>,
-    pub cap_inh: Option<u64>,
-    pub cap_prm: Option<u64>,
+    pub(crate) cap_inh: Option<u64>,
+    pub(crate) cap_prm: Option<u64>,
     pub cap_eff: Option<u64>,
     pub cap_bnd: Option<u64>,
-    pub cap_amb: Option<u64>,
+    pub(crate) cap_amb: Option<u64>,
 }
 
 impl Creds {

@@ -15,7 +15,7 @@
 use super::{field_u64, ParseError, Parsed};
 
 /// `CAP_IPC_LOCK` (include/uapi/linux/capability.h): exempts a process from RLIMIT_MEMLOCK.
-pub const CAP_IPC_LOCK_BIT: u32 = 14;
+pub(crate) const CAP_IPC_LOCK_BIT: u32 = 14;
 
 /// The parsed fields, borrowing the command name from the text. Sizes are bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

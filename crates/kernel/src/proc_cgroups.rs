@@ -8,13 +8,14 @@ use super::ParseError;
 pub struct Controller {
     pub name: String,
     pub hierarchy: u32,
-    pub num_cgroups: u64,
+    pub(crate) num_cgroups: u64,
     pub enabled: bool,
 }
 
 impl Controller {
     /// Mounted on a cgroup v1 hierarchy.
-    pub fn on_v1(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn on_v1(&self) -> bool {
         self.hierarchy != 0
     }
 }

@@ -95,7 +95,8 @@ impl<'a> Event<'a> {
     }
 
     /// The bare name of the probed function: the symbol without offset and module.
-    pub fn function_name(&self) -> &'a str {
+    #[cfg(test)]
+    pub(crate) fn function_name(&self) -> &'a str {
         let symbol = self.function.split(' ').next().unwrap_or(self.function);
         symbol.split('+').next().unwrap_or(symbol)
     }

@@ -44,11 +44,11 @@ impl Finding {
 pub struct Report {
     pub pid: String,
     /// The busiest rank's memlock need (the name predates the per-rank model).
-    pub need_per_process_bytes: u64,
+    pub(crate) need_per_process_bytes: u64,
     /// The busiest node's VmPin, every rank together.
-    pub need_per_node_bytes: u64,
+    pub(crate) need_per_node_bytes: u64,
     /// The busiest node's host memory (GPU buffers excluded): what memory and the cgroup must hold.
-    pub need_per_node_host_bytes: u64,
+    pub(crate) need_per_node_host_bytes: u64,
     /// The model's inputs as decided (GPUDirect mode, NICs, channels), for the record.
     pub model: ModelSummary,
     pub findings: Vec<Finding>,
@@ -64,7 +64,7 @@ pub struct Report {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Launch {
     pub path: String,
-    pub evidence: String,
+    pub(crate) evidence: String,
     pub first: String,
     pub verify: String,
     pub others: Vec<String>,
@@ -82,11 +82,11 @@ pub struct Fact {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ModelSummary {
     pub gdr: String,
-    pub gdr_why: String,
+    pub(crate) gdr_why: String,
     pub nics: u64,
-    pub nics_why: String,
+    pub(crate) nics_why: String,
     pub channels: u64,
-    pub channels_why: String,
+    pub(crate) channels_why: String,
     /// S, the ring graph's channels, which decide each channel's tree.
     pub search_channels: u64,
     pub algorithms: String,
@@ -102,7 +102,7 @@ impl Report {
 
 /// The checklist, verdict first: what failed or warned with its fix, the launcher's fix, the
 /// facts, what passed, and the model's assumptions last.
-pub fn render_text(report: &Report) -> String {
+pub(crate) fn render_text(report: &Report) -> String {
     let count = |s: Status| report.findings.iter().filter(|f| f.status == s).count();
     let verdict = report.worst().as_str();
     let mut out = format!(

@@ -17,16 +17,16 @@ use memlock_core::units::bytes as human;
 use memlock_kernel::pid_limits::{Limit, MemlockLimits};
 
 /// Exit status when `--exec`'s command cannot be run, as a shell reports it.
-pub const EXIT_NOT_EXECUTABLE: u8 = 126;
+pub(crate) const EXIT_NOT_EXECUTABLE: u8 = 126;
 /// Exit status when `--exec`'s command is not found, as a shell reports it.
-pub const EXIT_NOT_FOUND: u8 = 127;
+pub(crate) const EXIT_NOT_FOUND: u8 = 127;
 
 #[derive(Debug, Args, Default, Clone)]
 pub struct JobContextArgs {
     /// Judge the memlock limit as a process without CAP_IPC_LOCK: user jobs do not hold it,
     /// while a Slurm health check or prolog (root) or a privileged pod does.
     #[arg(long = "without-cap-ipc-lock", conflicts_with = "as_root")]
-    pub without_cap_ipc_lock: bool,
+    pub(crate) without_cap_ipc_lock: bool,
     /// Without --pid, check judges a normal user's rank, without the checker's CAP_IPC_LOCK:
     /// this judges a job that really runs as root (with the capability) instead.
     #[arg(long = "as-root")]
@@ -34,7 +34,7 @@ pub struct JobContextArgs {
     /// The job's soft memlock limit is set from where it was submitted (Slurm's
     /// PropagateResourceLimits): judge the hard limit, the most it can become, and WARN.
     #[arg(long = "memlock-propagated")]
-    pub memlock_propagated: bool,
+    pub(crate) memlock_propagated: bool,
     /// Leave out findings with this id, or ids under it (`nccl` leaves out `nccl.debug` and
     /// `nccl.env.*`); repeatable.
     #[arg(long, value_name = "ID")]
@@ -54,7 +54,7 @@ pub struct JobContextArgs {
 
 /// What [`adjust_machine`] changed, for [`adjust_findings`] to say so.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Adjusted {
+pub(crate) struct Adjusted {
     /// The checked process held CAP_IPC_LOCK and is judged without it.
     held_cap_ipc_lock: bool,
     /// The hard limit the soft one was judged at (`--memlock-propagated`).
@@ -62,7 +62,7 @@ pub struct Adjusted {
 }
 
 /// Changes the machine state to the one the job will see.
-pub fn adjust_machine(args: &JobContextArgs, machine: &mut Machine) -> Adjusted {
+pub(crate) fn adjust_machine(args: &JobContextArgs, machine: &mut Machine) -> Adjusted {
     let mut adjusted = Adjusted::default();
     if args.without_cap_ipc_lock {
         adjusted.held_cap_ipc_lock = machine.ipc_lock == Some(true);
@@ -80,7 +80,7 @@ pub fn adjust_machine(args: &JobContextArgs, machine: &mut Machine) -> Adjusted 
 }
 
 /// Says in the findings what was judged differently, and drops the skipped ones.
-pub fn adjust_findings(args: &JobContextArgs, adjusted: &Adjusted, findings: &mut Vec<Finding>) {
+pub(crate) fn adjust_findings(args: &JobContextArgs, adjusted: &Adjusted, findings: &mut Vec<Finding>) {
     if adjusted.held_cap_ipc_lock {
         if let Some(cap) = findings.iter_mut().find(|f| f.id == "memlock.cap_ipc_lock") {
             cap.measured.push_str(" (judged without it, --without-cap-ipc-lock: this process holds it)");
@@ -119,7 +119,7 @@ fn failing(report: &Report, strict: bool) -> impl Iterator<Item = &Finding> {
 
 /// One line: `memlock.soft 8.0 MiB < the busiest rank's estimated need 76.4 MiB; ...` when the verdict fails,
 /// else `PASS` and the warnings' ids.
-pub fn render_summary(report: &Report, strict: bool) -> String {
+pub(crate) fn render_summary(report: &Report, strict: bool) -> String {
     let failed: Vec<String> = failing(report, strict).map(|f| format!("{} {}", f.id, f.measured)).collect();
     if !failed.is_empty() {
         return failed.join("; ") + "\n";
@@ -135,7 +135,7 @@ pub fn render_summary(report: &Report, strict: bool) -> String {
 
 /// `--exec`: runs the command in this process when the verdict passes, else prints why not.
 /// Returns only when the command did not run.
-pub fn exec_or_refuse(args: &JobContextArgs, report: &Report, strict: bool) -> u8 {
+pub(crate) fn exec_or_refuse(args: &JobContextArgs, report: &Report, strict: bool) -> u8 {
     let Some((program, rest)) = args.command.split_first() else {
         eprintln!("memlock-exporter check: --exec needs a command after --");
         return memlock_core::exit::USAGE;

@@ -24,7 +24,7 @@ use std::io::{self, Write};
 /// Writes a subcommand's report. A reader that went away (`| head -c 400`) is not an error:
 /// nobody wants the rest, so it is dropped quietly and the command keeps its exit status, as
 /// ripgrep does. Rust ignores SIGPIPE, so without this the write fails and `println!` panics.
-pub fn write_report(out: &mut dyn Write, text: &str) -> io::Result<()> {
+pub(crate) fn write_report(out: &mut dyn Write, text: &str) -> io::Result<()> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         other => other,
@@ -32,7 +32,7 @@ pub fn write_report(out: &mut dyn Write, text: &str) -> io::Result<()> {
 }
 
 /// [`write_report`] to stdout.
-pub fn print_report(text: &str) -> io::Result<()> {
+pub(crate) fn print_report(text: &str) -> io::Result<()> {
     write_report(&mut io::stdout().lock(), text)
 }
 

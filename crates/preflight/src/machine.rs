@@ -22,7 +22,7 @@ pub struct Machine {
     pub limits: Option<pid_limits::MemlockLimits>,
     pub ipc_lock: Option<bool>,
     /// Whether the process shares the initial user namespace (`None`: could not tell).
-    pub initial_user_ns: Option<bool>,
+    pub(crate) initial_user_ns: Option<bool>,
     pub meminfo: meminfo::Meminfo,
     pub overcommit_mode: Option<u64>,
     pub max_map_count: Option<u64>,
@@ -34,7 +34,7 @@ pub struct Machine {
     pub rdma: Vec<SysfsDevice>,
     /// The devices' own caps and the MRs in use, read from the live node only (`None` when the
     /// sysfs root is not `/sys`, or there is no RDMA device).
-    pub nic_caps: Option<NicCaps>,
+    pub(crate) nic_caps: Option<NicCaps>,
     /// The network interfaces of the process's network namespace (`/proc/PID/net/dev`), when
     /// readable.
     pub interfaces: Option<Vec<String>>,
@@ -74,7 +74,7 @@ fn live_nic_caps(roots: &Roots) -> NicCaps {
 
 /// Reads the machine state the checks need. Only the target process's limits are required:
 /// without them there is nothing to check (exit 2).
-pub fn read_machine(roots: &Roots, pid: &str, environment: Environment) -> Result<Machine, SourceError> {
+pub(crate) fn read_machine(roots: &Roots, pid: &str, environment: Environment) -> Result<Machine, SourceError> {
     let proc_dir = roots.proc(pid);
     let limits = fsroot::read_parsed(&proc_dir.join("limits"), pid_limits::parse)?;
     let status_text = fsroot::read_string(&proc_dir.join("status"))?;
@@ -111,7 +111,7 @@ pub fn read_machine(roots: &Roots, pid: &str, environment: Environment) -> Resul
 
 /// The interface names of `/proc/PID/net/dev` (net/core/net-procfs.c dev_seq_show: two header
 /// lines, then `name: counters` per interface).
-pub fn net_dev_interfaces(text: &str) -> Vec<String> {
+pub(crate) fn net_dev_interfaces(text: &str) -> Vec<String> {
     text.lines().skip(2).filter_map(|l| l.split_once(':').map(|(name, _)| name.trim().to_owned())).collect()
 }
 
@@ -149,7 +149,7 @@ fn same_user_namespace(procfs: &Path, proc_dir: &Path) -> Option<bool> {
 /// ncclIbInitDevices): per port, `matchIfList(name, port, list) ^ searchNot`, the list parsed
 /// by parseStringList without trimming (crates/preflight/src/nccl/grammar.rs). Unset selects every port. NCCL
 /// tests only ACTIVE ports with an InfiniBand or Ethernet link layer: [`nccl_opens`].
-pub fn ib_hca_selects(spec: Option<&[u8]>, device: &str, port: u32) -> bool {
+pub(crate) fn ib_hca_selects(spec: Option<&[u8]>, device: &str, port: u32) -> bool {
     match spec {
         None => true,
         Some(value) => crate::nccl::grammar::parse_if_list(value, 32).selects(device, i64::from(port)),
@@ -159,13 +159,13 @@ pub fn ib_hca_selects(spec: Option<&[u8]>, device: &str, port: u32) -> bool {
 /// The ports NCCL opens: ACTIVE (IBV_PORT_ACTIVE, 4) and selected by NCCL_IB_HCA; each is one
 /// NIC to NCCL. NCCL's IB transport also skips link layers other than InfiniBand and Ethernet;
 /// those (EFA's "Unknown") are served by a net plugin (aws-ofi-nccl), so they are counted too.
-pub fn nccl_opens(spec: Option<&[u8]>, device: &SysfsDevice, port: &SysfsPort) -> bool {
+pub(crate) fn nccl_opens(spec: Option<&[u8]>, device: &SysfsDevice, port: &SysfsPort) -> bool {
     port.state.as_ref().is_some_and(|s| s.value == 4) && ib_hca_selects(spec, &device.name, port.number)
 }
 
 /// Whether the memlock limit is lifted for the checked process: the one CAP_IPC_LOCK rule
 /// ([`ipc_lock_exempts`]), for `check` and `estimate` alike.
-pub fn memlock_exempt(m: &Machine) -> bool {
+pub(crate) fn memlock_exempt(m: &Machine) -> bool {
     ipc_lock_exempts(m.ipc_lock, m.initial_user_ns) == Some(true)
 }
 

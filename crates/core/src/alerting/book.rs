@@ -60,13 +60,13 @@ struct Resolved {
 
 /// What Alertmanager's API v2 takes.
 #[derive(Debug, Serialize, PartialEq)]
-pub struct PostableAlert {
+pub(crate) struct PostableAlert {
     pub labels: Labels,
-    pub annotations: Labels,
+    pub(crate) annotations: Labels,
     #[serde(rename = "startsAt")]
-    pub starts_at: String,
+    pub(crate) starts_at: String,
     #[serde(rename = "endsAt")]
-    pub ends_at: String,
+    pub(crate) ends_at: String,
 }
 
 /// Resolved alerts kept for delivery at most (bounded while Alertmanager is down); past it the
@@ -77,7 +77,7 @@ pub(super) const MAX_RESOLVED: usize = 1000;
 /// with `aggregated="true"`, which says how many and names the first: process churn
 /// (short-lived processes each over a limit) would otherwise flood Alertmanager and the log
 /// with thousands of alerts and make each POST large.
-pub const MAX_PER_NAME: usize = 20;
+pub(crate) const MAX_PER_NAME: usize = 20;
 
 /// Subjects named in an aggregated alert's description at most.
 const AGGREGATE_NAMED: usize = 10;
@@ -91,7 +91,7 @@ pub(super) const PER_CGROUP: usize = 2 * MAX_PER_NAME + AGGREGATE_NAMED;
 
 /// Alerts that started or resolved in one update, for the log.
 #[derive(Debug, Default, PartialEq)]
-pub struct Transitions {
+pub(crate) struct Transitions {
     pub started: Vec<Labels>,
     pub resolved: Vec<Labels>,
     /// Resolutions dropped from the full queue, by severity: (warning and folded, critical).
@@ -99,7 +99,7 @@ pub struct Transitions {
 }
 
 /// Tracks active and resolved alerts and decides what to send.
-pub struct AlertBook {
+pub(crate) struct AlertBook {
     active: BTreeMap<Labels, Active>,
     resolved: Vec<Resolved>,
     resolve_after: Duration,
@@ -113,11 +113,12 @@ impl AlertBook {
         Self { active: BTreeMap::new(), resolved: Vec::new(), resolve_after, resend_interval, dirty: false }
     }
 
-    pub fn active_count(&self) -> usize {
+    pub(crate) fn active_count(&self) -> usize {
         self.active.len()
     }
 
-    pub fn is_dirty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_dirty(&self) -> bool {
         self.dirty
     }
 
@@ -239,13 +240,14 @@ impl AlertBook {
     }
 
     /// Applies an evaluation made at `now`; returns the alerts that started and resolved.
+    #[cfg(test)]
     pub fn update(&mut self, candidates: Vec<Candidate>, now: Instant, wall: SystemTime) -> Transitions {
         self.update_counted(candidates, BTreeMap::new(), now, wall)
     }
 
     /// (alertname, pid) of the alerts sent one by one now: [`super::evaluate_for`] builds them
     /// whatever their place, so that one is never taken for resolved while it is called for.
-    pub fn sent_one_by_one(&self) -> std::collections::HashSet<(&str, &str)> {
+    pub(crate) fn sent_one_by_one(&self) -> std::collections::HashSet<(&str, &str)> {
         self.active
             .keys()
             .filter(|l| !l.contains_key("aggregated"))
@@ -255,7 +257,7 @@ impl AlertBook {
 
     /// [`AlertBook::update`] with candidates left out of the evaluation and only counted, by
     /// name ([`super::evaluate_for`]): the folded alert counts them.
-    pub fn update_counted(
+    pub(crate) fn update_counted(
         &mut self,
         candidates: Vec<Candidate>,
         left_out: BTreeMap<String, usize>,
@@ -341,7 +343,7 @@ impl AlertBook {
         self.dirty = false;
     }
 
-    pub fn has_work(&self) -> bool {
+    pub(crate) fn has_work(&self) -> bool {
         !self.active.is_empty() || !self.resolved.is_empty()
     }
 }

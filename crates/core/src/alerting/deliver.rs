@@ -21,11 +21,11 @@ use crate::snapshot::Snapshot;
 
 /// Log lines of fast-path transitions per alert name: at most [`LOG_BURST`] started and
 /// [`LOG_BURST`] resolved per [`LOG_WINDOW`], then one line with what was left out.
-pub const LOG_BURST: u64 = 10;
-pub const LOG_WINDOW: Duration = Duration::from_secs(10);
+pub(crate) const LOG_BURST: u64 = 10;
+pub(crate) const LOG_WINDOW: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
-pub struct LogLimiter {
+pub(crate) struct LogLimiter {
     windows: BTreeMap<String, LogWindow>,
 }
 
@@ -38,7 +38,7 @@ struct LogWindow {
 
 /// What to log for one transition.
 #[derive(Debug, PartialEq)]
-pub enum LogLine {
+pub(crate) enum LogLine {
     /// This transition, on its own line.
     One,
     /// Nothing now (counted for the summary).
@@ -46,7 +46,7 @@ pub enum LogLine {
 }
 
 /// A summary of transitions left out of the log: (alertname, started, resolved, seconds).
-pub type Suppressed = (String, u64, u64, f64);
+pub(crate) type Suppressed = (String, u64, u64, f64);
 
 impl LogLimiter {
     /// Whether a transition of `alertname` (`resolved` or started) is logged at `now`.
@@ -67,7 +67,7 @@ impl LogLimiter {
     }
 
     /// Closes the windows older than [`LOG_WINDOW`]; returns the suppressed counts to log.
-    pub fn roll(&mut self, now: Instant) -> Vec<Suppressed> {
+    pub(crate) fn roll(&mut self, now: Instant) -> Vec<Suppressed> {
         let mut out = Vec::new();
         self.windows.retain(|name, w| {
             let age = now.saturating_duration_since(w.since);
@@ -96,7 +96,7 @@ pub struct AlertMetrics {
 }
 
 /// The longest wait between two attempts at one endpoint.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A payload for the endpoints: the book's whole state when it was built (active alerts and
 /// every resolution not yet delivered everywhere), so the newest one replaces any older one.

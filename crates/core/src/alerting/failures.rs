@@ -15,9 +15,9 @@ use memlock_kernel::Limit;
 /// How long a series pages after its last refusal: long enough to be seen and acted on (drain
 /// the node), short enough that a fixed job stops paging on its own. The Prometheus rule
 /// `MemlockKernelRefusedRegistration` (alerts/memlock-exporter.rules.yml) holds the same.
-pub const HOLD: Duration = crate::collect::failures::SERIES_HOLD;
+pub(crate) const HOLD: Duration = crate::collect::failures::SERIES_HOLD;
 
-pub const ALERTNAME: &str = "MemlockRegistrationFailed";
+pub(crate) const ALERTNAME: &str = "MemlockRegistrationFailed";
 
 /// One candidate per failure series refused within [`HOLD`] of `now`.
 pub fn candidates(snapshot: &Snapshot, config: &AlertingConfig, now: Instant) -> Vec<Candidate> {

@@ -25,19 +25,19 @@ use crate::units::bytes;
 
 #[cfg(test)]
 use book::MAX_RESOLVED;
-pub use book::{AlertBook, PostableAlert, Transitions, MAX_PER_NAME};
-pub use deliver::{run, AlertMetrics, LogLimiter, LogLine, Suppressed, LOG_BURST, LOG_WINDOW, MAX_BACKOFF};
+pub(crate) use book::{AlertBook, Transitions};
+pub use deliver::{run, AlertMetrics};
 
-pub type Labels = BTreeMap<String, String>;
+pub(crate) type Labels = BTreeMap<String, String>;
 
 /// An alert the rules call for right now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
     pub labels: Labels,
-    pub annotations: Labels,
+    pub(crate) annotations: Labels,
     /// How urgent its scope is ([`Charge::urgency`](crate::charge::Charge::urgency)): when more alerts of one
     /// name are called for than [`MAX_PER_NAME`], the most urgent are sent one by one.
-    pub urgency: f64,
+    pub(crate) urgency: f64,
 }
 
 fn urgency(point: &TrendPoint) -> f64 {
@@ -51,7 +51,7 @@ fn urgency(point: &TrendPoint) -> f64 {
 /// matters: at its scope's floor ([`ScopeDef::page_min_ratio`](crate::scopes::ScopeDef::page_min_ratio)) of
 /// its limit, or with fewer than [`EXHAUSTION_HEADROOM_STEPS`] of its newest steps left (a large limit
 /// approached in large steps).
-pub fn exhaustion_pages(point: &TrendPoint, seconds: f64, config: &AlertingConfig) -> bool {
+pub(crate) fn exhaustion_pages(point: &TrendPoint, seconds: f64, config: &AlertingConfig) -> bool {
     if seconds > config.exhaustion_critical.as_secs_f64() || !point.recent.continues() {
         return false;
     }
@@ -108,7 +108,7 @@ pub fn evaluate(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> 
 /// crowd of thousands of processes over their limits then costs an evaluation a count, not
 /// thousands of alerts built and dropped on every snapshot while a job's page waits. Without
 /// a book, every candidate.
-pub fn evaluate_for(
+pub(crate) fn evaluate_for(
     snapshot: &Snapshot,
     config: &AlertingConfig,
     book: Option<&AlertBook>,

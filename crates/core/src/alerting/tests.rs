@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::book::{PostableAlert, MAX_PER_NAME};
+use super::deliver::{LogLimiter, LogLine, LOG_BURST, LOG_WINDOW};
 use super::*;
 use crate::charge::Charge;
 use crate::config::Endpoint;

@@ -9,7 +9,7 @@ use crate::collect::process::{ProcessStats, MAX_WATCHED};
 use crate::config::AlertingConfig;
 use crate::snapshot::Snapshot;
 
-pub const ALERTNAME: &str = "MemlockProcessesUnwatchedFast";
+pub(crate) const ALERTNAME: &str = "MemlockProcessesUnwatchedFast";
 
 /// The page while the latest process sample left processes out of the watched set.
 pub fn candidates(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> {

@@ -17,9 +17,9 @@ use memlock_kernel::fsroot::{self, Roots, SourceError};
 /// `[collector.locks]` as the file, the environment and the flags give it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
-pub struct RawLocksCollector {
+pub(crate) struct RawLocksCollector {
     /// Count at most this many lines of /proc/locks.
-    pub max_lines: u64,
+    pub(crate) max_lines: u64,
 }
 
 impl Default for RawLocksCollector {
@@ -30,8 +30,8 @@ impl Default for RawLocksCollector {
 
 /// What the collector runs with; a reload restarts the collectors when it changes.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LocksConfig {
-    pub max_lines: usize,
+pub(crate) struct LocksConfig {
+    pub(crate) max_lines: usize,
 }
 
 impl Configured for LocksCollector {
@@ -50,7 +50,7 @@ impl Configured for LocksCollector {
     }
 }
 
-pub struct LocksCollector {
+pub(crate) struct LocksCollector {
     roots: Roots,
     config: LocksConfig,
 }
@@ -67,7 +67,7 @@ impl Collector for LocksCollector {
 }
 
 #[derive(Debug)]
-pub struct LocksStats {
+pub(crate) struct LocksStats {
     pub locks: u64,
 }
 
@@ -83,7 +83,7 @@ impl Stats for LocksStats {
 }
 
 /// Its entry in the registry: the flags `--collector.locks`, the section `[collector.locks]`.
-pub const REGISTRATION: Registration = Registration {
+pub(crate) const REGISTRATION: Registration = Registration {
     name: "locks",
     reads: "/proc/locks",
     default_interval: "5s",
@@ -111,7 +111,7 @@ mod tests {
 
     /// Where the registry would declare it.
     mod locks {
-        pub use super::super::REGISTRATION;
+        pub(crate) use super::super::REGISTRATION;
     }
 
     collectors! {

@@ -16,7 +16,7 @@ pub struct HugepagePool {
     pub total: Option<u64>,
     pub free: Option<u64>,
     pub reserved: Option<u64>,
-    pub surplus: Option<u64>,
+    pub(crate) surplus: Option<u64>,
 }
 
 impl HugepagePool {
@@ -26,7 +26,7 @@ impl HugepagePool {
 }
 
 /// Reads every `hugepages-*kB` directory below `dir`. A missing `dir` (no hugetlb) is no pools.
-pub fn read_pools(dir: &Path, errors: &mut Vec<SourceError>) -> Vec<HugepagePool> {
+pub(crate) fn read_pools(dir: &Path, errors: &mut Vec<SourceError>) -> Vec<HugepagePool> {
     let names = match optional(fsroot::list_dir(dir)) {
         Ok(names) => names.unwrap_or_default(),
         Err(e) => {

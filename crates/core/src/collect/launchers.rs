@@ -25,16 +25,17 @@ use memlock_kernel::{Limit, ParseError};
 
 /// The launchers watched by default: those that start a job's ranks directly
 /// (slurmd, slurmstepd, the container engines, kubelet's runtime, an ssh login).
-pub const DEFAULT_LAUNCHERS: [&str; 7] = ["slurmd", "slurmstepd", "containerd", "dockerd", "crio", "sshd", "kubelet"];
+pub(crate) const DEFAULT_LAUNCHERS: [&str; 7] =
+    ["slurmd", "slurmstepd", "containerd", "dockerd", "crio", "sshd", "kubelet"];
 
 /// At most this many launcher processes are exported: a node runs a few daemons, and one
 /// slurmstepd per job step; a fork storm of sshd sessions must not grow the series without bound.
-pub const MAX_LAUNCHERS: usize = 256;
+pub(crate) const MAX_LAUNCHERS: usize = 256;
 
 /// `[collector.launchers]` as the file, the environment and the flags give it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
-pub struct RawLaunchersCollector {
+pub(crate) struct RawLaunchersCollector {
     /// The launchers to export, by name (the `launcher` label): any of the known table.
     pub launchers: Vec<String>,
 }
@@ -47,7 +48,7 @@ impl Default for RawLaunchersCollector {
 
 /// What the collector runs with.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LaunchersConfig {
+pub(crate) struct LaunchersConfig {
     pub launchers: Vec<&'static str>,
 }
 
@@ -77,7 +78,7 @@ impl Configured for LaunchersCollector {
     }
 }
 
-pub struct LaunchersCollector {
+pub(crate) struct LaunchersCollector {
     roots: Roots,
     config: LaunchersConfig,
 }
@@ -100,7 +101,7 @@ pub struct LaunchersStats {
 
 /// The real uid, the first number of `Uid:` in `/proc/PID/status` (fs/proc/array.c
 /// `task_state`: real, effective, saved, filesystem).
-pub fn real_uid(status: &str) -> Result<u32, ParseError> {
+pub(crate) fn real_uid(status: &str) -> Result<u32, ParseError> {
     let (index, line) = status
         .split('\n')
         .enumerate()
@@ -115,6 +116,7 @@ pub fn real_uid(status: &str) -> Result<u32, ParseError> {
 }
 
 impl LaunchersCollector {
+    #[cfg(test)]
     pub fn new(roots: Roots, config: LaunchersConfig) -> Self {
         Self { roots, config }
     }
@@ -257,7 +259,7 @@ impl Stats for LaunchersStats {
 
 /// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
 /// default interval and settings.
-pub const REGISTRATION: super::Registration = super::Registration {
+pub(crate) const REGISTRATION: super::Registration = super::Registration {
     name: "launchers",
     reads: "the memlock limits of the launchers that start jobs (slurmd, containerd, dockerd, sshd...)",
     default_interval: "15s",

@@ -81,7 +81,7 @@ pub struct Registration {
     pub name: &'static str,
     /// What it reads, for the flag's help.
     pub reads: &'static str,
-    pub default_interval: &'static str,
+    pub(crate) default_interval: &'static str,
     /// Off for the opt-in collectors (`--collector.<name>` enables them).
     pub default_enabled: bool,
     /// Its own settings and how it is built from them.

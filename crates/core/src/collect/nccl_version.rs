@@ -45,7 +45,7 @@ impl Source {
 
 /// How much of `/proc/PID/maps` is read looking for NCCL: a PyTorch rank maps a few thousand
 /// areas (a few hundred KiB of text); the rest of a larger file is not read.
-pub const MAX_MAPS_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_MAPS_BYTES: u64 = 16 << 20;
 
 /// The NCCL process `pid` has mapped, for the preflight (`check`, `estimate --pid`): `None` when
 /// no `libnccl.so*` is mapped. Reading another user's maps needs ptrace access
@@ -140,7 +140,7 @@ struct Identity {
 
 /// The libraries already read, by identity and mapped path (the dist-info depends on the path).
 #[derive(Debug, Default)]
-pub struct Cache {
+pub(crate) struct Cache {
     entries: Vec<((Identity, String), Arc<NcclVersion>)>,
 }
 
@@ -155,7 +155,7 @@ const MAX_DIR_ENTRIES: usize = 100_000;
 
 impl Cache {
     /// The version of the NCCL `mapped` in process `pid`, read under `procfs`.
-    pub fn resolve(&mut self, procfs: &Path, pid: u32, mapped: &Mapped) -> Arc<NcclVersion> {
+    pub(crate) fn resolve(&mut self, procfs: &Path, pid: u32, mapped: &Mapped) -> Arc<NcclVersion> {
         if let Some(version) = &mapped.name.version {
             return Arc::new(NcclVersion {
                 path: mapped.path.clone(),

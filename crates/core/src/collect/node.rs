@@ -13,7 +13,7 @@ use super::hugepages::{self, HugepagePool};
 use super::{keep, optional, Collector, Data};
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct NodeStats {
+pub(crate) struct NodeStats {
     pub meminfo: meminfo::Meminfo,
     /// FOLL_PIN pin references held now, times the page size: RDMA registrations, io_uring
     /// buffers, vfio, O_DIRECT (an upper bound: a page pinned twice counts twice).
@@ -25,10 +25,10 @@ pub struct NodeStats {
     pub thp_enabled: Option<sysvm::Choice>,
     /// MemAvailable at which the node scope's trend says memory runs out
     /// (`trend.node_memory_available_floor_ratio` of MemTotal).
-    pub memory_available_floor_bytes: Option<u64>,
+    pub(crate) memory_available_floor_bytes: Option<u64>,
 }
 
-pub struct NodeCollector {
+pub(crate) struct NodeCollector {
     roots: Roots,
     page_size: u64,
     available_floor_ratio: f64,
@@ -91,7 +91,7 @@ impl NodeStats {
     /// in use (MemTotal − MemAvailable) rising towards MemTotal minus the floor. Not Mlocked +
     /// pinned: pinning memory that is already allocated does not lower MemAvailable, and a page
     /// both mlocked and pinned would count twice.
-    pub fn observation(&self, at: f64) -> Option<Observation> {
+    pub(crate) fn observation(&self, at: f64) -> Option<Observation> {
         let (total, available) = (self.meminfo.mem_total?, self.meminfo.mem_available?);
         let floor = self.memory_available_floor_bytes.unwrap_or(0);
         Some(Observation {
@@ -192,7 +192,7 @@ impl super::Stats for NodeStats {
 
 /// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
 /// default interval and settings.
-pub const REGISTRATION: super::Registration = super::Registration {
+pub(crate) const REGISTRATION: super::Registration = super::Registration {
     name: "node",
     reads: "/proc/meminfo, vmstat, vm sysctls, hugepages",
     default_interval: "1s",

@@ -11,7 +11,7 @@ use super::hugepages::{self, HugepagePool};
 use super::{optional, Collector, Data};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NumaNode {
+pub(crate) struct NumaNode {
     pub id: u32,
     pub mem_total: Option<u64>,
     pub mem_free: Option<u64>,
@@ -21,11 +21,11 @@ pub struct NumaNode {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NumaStats {
+pub(crate) struct NumaStats {
     pub nodes: Vec<NumaNode>,
 }
 
-pub struct NumaCollector {
+pub(crate) struct NumaCollector {
     roots: Roots,
     page_size: u64,
 }
@@ -101,11 +101,6 @@ impl NumaNode {
 }
 
 impl NumaStats {
-    /// Every node.
-    pub fn render(&self, out: &mut Exposition) {
-        self.render_granted(out, &Grants::all())
-    }
-
     /// NUMA nodes explain a page (which node's hugepages or free memory ran short) and grow with
     /// the host: one claim, in node order.
     pub fn claims(&self) -> Vec<Claim> {
@@ -113,7 +108,7 @@ impl NumaStats {
         vec![Claim { class: CLASS, tier: Tier::Explain, floor: 0, cap: usize::MAX, entities }]
     }
 
-    pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
+    pub(crate) fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
         let granted = grants.get(CLASS);
         let nodes: Vec<&NumaNode> = self.nodes.iter().take(granted).collect();
         let ids: Vec<String> = nodes.iter().map(|n| n.id.to_string()).collect();
@@ -161,7 +156,7 @@ impl super::Stats for NumaStats {
 
 /// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
 /// default interval and settings.
-pub const REGISTRATION: super::Registration = super::Registration {
+pub(crate) const REGISTRATION: super::Registration = super::Registration {
     name: "numa",
     reads: "per NUMA node memory and hugepages",
     default_interval: "1s",

@@ -250,7 +250,7 @@ impl Stats for RdmaCapsStats {
 
 /// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
 /// default interval and settings.
-pub const REGISTRATION: super::Registration = super::Registration {
+pub(crate) const REGISTRATION: super::Registration = super::Registration {
     name: "rdma_caps",
     reads: "RDMA device caps (max_mr, max_mr_size) with ibv_query_device, libibverbs loaded at run time",
     default_interval: "60s",

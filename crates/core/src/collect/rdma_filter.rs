@@ -17,7 +17,7 @@ pub struct RawRdmaCollector {
 
 impl RawRdmaCollector {
     /// The defaults with every list given one element ([`super::settings::Configured::key_template`]).
-    pub fn key_template() -> Self {
+    pub(crate) fn key_template() -> Self {
         Self { include: vec![String::new()], exclude: vec![String::new()] }
     }
 

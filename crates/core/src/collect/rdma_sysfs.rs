@@ -247,14 +247,14 @@ impl Collector for RdmaSysfsCollector {
 
 /// Budget classes ([`crate::budget`]): a device with its port states and device-level driver
 /// counters (EFA's reg_mr_err); a port's error counters; a port's other counters.
-pub const DEVICES: &str = "rdma_device";
-pub const PORT_ERRORS: &str = "rdma_port_errors";
-pub const PORT_COUNTERS: &str = "rdma_port_counters";
+pub(crate) const DEVICES: &str = "rdma_device";
+pub(crate) const PORT_ERRORS: &str = "rdma_port_errors";
+pub(crate) const PORT_COUNTERS: &str = "rdma_port_counters";
 
 /// Whether a port or driver counter counts errors, drops or retries (IBTA PMA `symbol_error`,
 /// `link_downed`, `port_xmit_discards`, `VL15_dropped`...; mlx5 `out_of_buffer`,
 /// `local_ack_timeout_err`, `rnr_nak_retry_err`...) rather than traffic.
-pub fn is_error_counter(name: &str) -> bool {
+pub(crate) fn is_error_counter(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     ["err", "discard", "drop", "downed", "out_of_", "duplicate", "timeout", "retry", "integrity", "overrun"]
         .iter()
@@ -329,7 +329,7 @@ impl RdmaSysfsStats {
         ]
     }
 
-    pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
+    pub(crate) fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
         let device_mask = grants.mask(DEVICES, &self.device_order().0, self.devices.len());
         let devices: Vec<&SysfsDevice> =
             self.devices.iter().zip(&device_mask).filter_map(|(d, &shown)| shown.then_some(d)).collect();
@@ -499,7 +499,7 @@ impl Configured for RdmaSysfsCollector {
 
 /// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
 /// default interval and settings.
-pub const REGISTRATION: super::Registration = super::Registration {
+pub(crate) const REGISTRATION: super::Registration = super::Registration {
     name: "rdma_sysfs",
     reads: "/sys/class/infiniband devices, ports, counters",
     default_interval: "5s",

@@ -21,7 +21,7 @@ use super::{optional, Collector, Data};
 /// the verbs core and user-space access, and the RDMA drivers (mlx5, EFA, Broadcom, Intel).
 /// MLNX_OFED/DOCA-OFED modules carry a version; in-tree ones carry none (their version is the
 /// kernel's): a loaded module without a version file is `unversioned`.
-pub const MODULES: [&str; 11] = [
+pub(crate) const MODULES: [&str; 11] = [
     "nvidia",
     "nvidia_peermem",
     "nv_peer_mem",
@@ -36,7 +36,7 @@ pub const MODULES: [&str; 11] = [
 ];
 
 /// What a loaded module without a `version` file (an in-tree driver) is labelled.
-pub const UNVERSIONED: &str = "unversioned";
+pub(crate) const UNVERSIONED: &str = "unversioned";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SoftwareStats {
@@ -44,7 +44,7 @@ pub struct SoftwareStats {
     pub kernel: String,
     pub nvidia_driver: String,
     /// `open` or `proprietary` kernel modules; empty without the driver.
-    pub nvidia_kernel_module: String,
+    pub(crate) nvidia_kernel_module: String,
     /// By [`MODULES`] order: the version, [`UNVERSIONED`], or empty when not loaded.
     pub modules: Vec<(&'static str, String)>,
     pub gdr_mode: &'static str,
@@ -142,7 +142,7 @@ impl super::Stats for SoftwareStats {
 
 /// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
 /// default interval and settings.
-pub const REGISTRATION: super::Registration = super::Registration {
+pub(crate) const REGISTRATION: super::Registration = super::Registration {
     name: "software",
     reads: "kernel, NVIDIA driver and RDMA module versions, GPUDirect mode",
     default_interval: "30s",

@@ -103,7 +103,7 @@ fn lookup(table: &Map<String, Value>, key: &str) -> bool {
 }
 
 /// The flag that sets a key, for messages (`web.listen_address` -> `--web.listen-address`).
-pub fn flag_name(key: &str) -> String {
+pub(crate) fn flag_name(key: &str) -> String {
     format!("--{}", key.replace('_', "-"))
 }
 

@@ -23,9 +23,9 @@ use thiserror::Error;
 use crate::trend::TrendConfig;
 use memlock_kernel::fsroot::Roots;
 
-pub use layers::{flag_name, load, Sources};
-pub use raw::{RawAlerting, RawConfig, RawLog, RawPaths, RawSeries, RawTrend, RawWeb, DEFAULT_RUNBOOK_URL};
-pub use validate::{split_listen_address, Endpoint};
+pub use layers::{load, Sources};
+pub use validate::split_listen_address;
+pub use validate::Endpoint;
 
 // The collectors' settings live with the collectors ([`crate::collect::settings`]); named here
 // too for the preflight commands, benchmarks and tests that build collectors themselves.
@@ -33,11 +33,12 @@ pub use crate::collect::cgroup::CgroupConfig;
 pub use crate::collect::process::ProcessConfig;
 pub use crate::collect::rdma_filter::RdmaConfig;
 pub use crate::collect::settings::CollectorConfig;
-pub use crate::values::{bounded, parse_duration, shown};
+pub use crate::values::parse_duration;
+pub use crate::values::{bounded, shown};
 
 /// Environment variables with this prefix override the file: `MEMLOCK_EXPORTER_WEB__LISTEN_ADDRESS`
 /// sets `web.listen_address` (a double underscore separates levels).
-pub const ENV_PREFIX: &str = "MEMLOCK_EXPORTER";
+pub(crate) const ENV_PREFIX: &str = "MEMLOCK_EXPORTER";
 
 // Every part of a message is bounded ([`bounded`], which says why).
 #[derive(Debug, Error)]
@@ -72,7 +73,7 @@ pub struct AlertingConfig {
     pub instance: String,
     pub exhaustion_critical: Duration,
     pub usage_ratio_warning: f64,
-    pub resend_interval: Duration,
+    pub(crate) resend_interval: Duration,
     pub resolve_after: Duration,
     pub timeout: Duration,
     pub runbook_url: String,
@@ -100,7 +101,7 @@ pub struct Config {
     pub file: Option<PathBuf>,
     /// The keys that file sets (`alerting.alertmanager_urls`), so a reload can tell a file that
     /// lost its settings from one that changed them ([`refuse_failing_open`]).
-    pub file_keys: BTreeSet<String>,
+    pub(crate) file_keys: BTreeSet<String>,
 }
 
 impl Config {

@@ -13,7 +13,7 @@ use crate::trend::TrendConfig;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawConfig {
+pub(crate) struct RawConfig {
     pub web: RawWeb,
     pub path: RawPaths,
     /// `[collector.<name>]`, read section by section against the registry (`collector_sections`).
@@ -28,7 +28,7 @@ pub struct RawConfig {
 /// The series budget ([`crate::budget`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawSeries {
+pub(crate) struct RawSeries {
     /// At most this many series per scrape, the ones that page first; 0: no limit.
     pub limit: u64,
 }
@@ -42,7 +42,7 @@ impl Default for RawSeries {
 /// Trend analysis of the node, cgroup and process scopes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawTrend {
+pub(crate) struct RawTrend {
     /// How far back the rise is fitted.
     pub window: String,
     /// Slower rises are not reported as rising (noise floor).
@@ -64,7 +64,7 @@ impl Default for RawTrend {
 /// The fast path: alerts sent straight to Alertmanager from the 1 s samples.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawAlerting {
+pub(crate) struct RawAlerting {
     /// Alertmanager base URLs (http://host:9093). Empty: the fast path is off.
     pub alertmanager_urls: Vec<String>,
     /// The `instance` label of the alerts; empty: the node's hostname.
@@ -74,7 +74,7 @@ pub struct RawAlerting {
     /// Usage of a limit at or above this ratio is a warning.
     pub usage_ratio_warning: f64,
     /// Active alerts are sent again this often (Alertmanager expires alerts it stops hearing of).
-    pub resend_interval: String,
+    pub(crate) resend_interval: String,
     /// A condition must be gone this long before its alert resolves (no flapping).
     pub resolve_after: String,
     /// Per request.
@@ -99,7 +99,8 @@ impl Default for RawAlerting {
 }
 
 /// Where docs/runbooks.md is published.
-pub const DEFAULT_RUNBOOK_URL: &str = "https://github.com/memlock-exporter/memlock-exporter/blob/main/docs/runbooks.md";
+pub(crate) const DEFAULT_RUNBOOK_URL: &str =
+    "https://github.com/memlock-exporter/memlock-exporter/blob/main/docs/runbooks.md";
 
 impl RawConfig {
     /// The defaults with every list given one element: the `config` crate drops empty lists
@@ -113,7 +114,7 @@ impl RawConfig {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawWeb {
+pub(crate) struct RawWeb {
     pub listen_address: String,
     pub telemetry_path: String,
     /// TLS and basic auth, in the Prometheus exporter-toolkit format; empty: plain HTTP, no auth.
@@ -138,7 +139,7 @@ impl Default for RawWeb {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawPaths {
+pub(crate) struct RawPaths {
     pub procfs: String,
     pub sysfs: String,
 }
@@ -165,7 +166,7 @@ pub(super) fn collector_sections(template: bool) -> Result<Map<String, Value>, c
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RawLog {
+pub(crate) struct RawLog {
     pub level: String,
     pub format: String,
 }

@@ -55,23 +55,23 @@ use tokio::sync::Notify;
 use crate::webconfig::{self, WebConfig};
 
 /// bcrypt checks running at once: one core's worth, so the other keeps serving and sampling.
-pub const BCRYPT_WORKERS: usize = 1;
+pub(crate) const BCRYPT_WORKERS: usize = 1;
 /// Checks that may wait for a worker; more are refused (503) rather than queued.
-pub const BCRYPT_WAITING: usize = 4;
+pub(crate) const BCRYPT_WAITING: usize = 4;
 /// Failed attempts an address may make at once...
 pub const FAILURE_BURST: u32 = 10;
 /// ...and then one more per this interval.
-pub const FAILURE_REFILL: Duration = Duration::from_secs(1);
+pub(crate) const FAILURE_REFILL: Duration = Duration::from_secs(1);
 /// How long a request may wait in its address's line for a check: Prometheus' default
 /// `scrape_timeout`, after which the scraper has given up anyway.
-pub const LINE_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const LINE_WAIT: Duration = Duration::from_secs(10);
 /// Places in an address's line: as many as can be checked within [`LINE_WAIT`]; a request
 /// beyond would only wait to be turned away.
-pub const LINE_PLACES: usize = 10;
+pub(crate) const LINE_PLACES: usize = 10;
 /// Addresses whose failures are tracked; beyond this the one that failed longest ago is forgotten.
 const TRACKED_ADDRESSES: usize = 4096;
 /// How long an address with a failed check ranks below the others in the bcrypt queue.
-pub const FAILED_RANKS_LOWER: Duration = Duration::from_secs(10 * 60);
+pub(crate) const FAILED_RANKS_LOWER: Duration = Duration::from_secs(10 * 60);
 
 /// What the gate decided for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +94,7 @@ pub enum Entry<'a> {
 
 /// A check a request has been given: its attempt is paid for, and given back if the check is
 /// never run (the request refused for want of a slot, or dropped).
-pub struct Turn<'a> {
+pub(crate) struct Turn<'a> {
     gate: &'a AuthGate,
     web: Arc<WebConfig>,
     user: String,
@@ -113,7 +113,7 @@ impl Drop for Turn<'_> {
     }
 }
 
-pub struct AuthGate {
+pub(crate) struct AuthGate {
     /// Checks running or waiting for a worker.
     queue: Arc<Mutex<BcryptQueue>>,
     /// Told whenever a worker is given or a place taken.

@@ -15,7 +15,7 @@ use hyper::body::{Body, Bytes, Frame, SizeHint};
 /// say yes), and drops each once written. So a chunk lives until its last byte is in the socket,
 /// after the body itself has been dropped: what must last as long as a response is in flight
 /// (a busy connection, bytes reserved in the budget) is tied to the chunk, see [`held`].
-pub struct Chunks {
+pub(crate) struct Chunks {
     pub(super) chunks: std::collections::VecDeque<Bytes>,
     /// For a body without chunks.
     guards: Vec<Box<dyn std::any::Any + Send>>,

@@ -47,7 +47,7 @@ impl Default for Connections {
 
 /// How long a client may leave a response unacknowledged, with nothing more written to it,
 /// before its connection counts as stalled: closable at the cap, and reset when it ends.
-pub const STALLED: Duration = Duration::from_secs(2);
+pub(crate) const STALLED: Duration = Duration::from_secs(2);
 /// The most connections one client address (an IPv6 /64) holds: a quarter of the table.
 const ADDRESS_SHARE: usize = 4;
 
@@ -101,7 +101,7 @@ pub struct Progress {
 /// otherwise be asked, or set to reset on close. Each use holds the lock for its one call, and
 /// forgetting waits for those under way.
 #[derive(Clone, Default)]
-pub struct SocketFd(Arc<RwLock<Option<RawFd>>>);
+pub(crate) struct SocketFd(Arc<RwLock<Option<RawFd>>>);
 
 impl SocketFd {
     fn new(fd: Option<RawFd>) -> SocketFd {
@@ -121,7 +121,7 @@ impl SocketFd {
 
 impl Progress {
     /// For a connection without a table or a socket (tests).
-    pub fn detached() -> Progress {
+    pub(crate) fn detached() -> Progress {
         Progress {
             written: Arc::default(),
             last_write: Arc::default(),
@@ -159,7 +159,7 @@ impl Progress {
     /// Makes the socket's close a reset (`SO_LINGER` 0) or a normal close again: a socket closed
     /// normally goes on sending its send buffer, however slowly (or never) the client reads,
     /// as an orphan of the kernel's; reset, the buffer goes at once (socket(7)).
-    pub fn reset_on_close(&self, reset: bool) {
+    pub(crate) fn reset_on_close(&self, reset: bool) {
         self.socket.with(|fd| {
             let linger = libc::linger { l_onoff: libc::c_int::from(reset), l_linger: 0 };
             let len = std::mem::size_of::<libc::linger>() as libc::socklen_t;
@@ -209,19 +209,19 @@ impl Progress {
 }
 
 /// Marks a request in progress on its connection until dropped (with the response body).
-pub struct InProgress {
+pub(crate) struct InProgress {
     connections: Arc<Connections>,
     id: u64,
 }
 
 impl Connections {
     /// A table for at most `cap` connections (the server's semaphore holds the cap).
-    pub fn with_cap(cap: usize) -> Self {
+    pub(crate) fn with_cap(cap: usize) -> Self {
         Self { table: Mutex::default(), per_address_max: (cap / ADDRESS_SHARE).max(1) }
     }
 
     /// The most connections one address may hold.
-    pub fn per_address_max(&self) -> usize {
+    pub(crate) fn per_address_max(&self) -> usize {
         self.per_address_max
     }
 
@@ -236,7 +236,7 @@ impl Connections {
     }
 
     /// Adds a connection from `address` (a client key: an IPv4 address or an IPv6 /64).
-    pub fn open_from(self: &Arc<Self>, socket: Option<RawFd>, address: Option<IpAddr>) -> Connection {
+    pub(crate) fn open_from(self: &Arc<Self>, socket: Option<RawFd>, address: Option<IpAddr>) -> Connection {
         let close = Arc::new(Notify::new());
         let progress = Progress { socket: SocketFd::new(socket), close: close.clone(), ..Progress::detached() };
         progress.last_write.store(now_ms(), Ordering::Relaxed);
@@ -253,7 +253,7 @@ impl Connections {
     }
 
     /// Connections open from `address`.
-    pub fn held_by(&self, address: IpAddr) -> usize {
+    pub(crate) fn held_by(&self, address: IpAddr) -> usize {
         self.table().per_address.get(&address).copied().unwrap_or(0)
     }
 
@@ -261,12 +261,12 @@ impl Connections {
     /// Idle: no request in progress and no bytes waiting to be read (a request, a TLS record).
     /// Stalled ([`Progress::stalled`]): the client has not read what it was sent; closed with a
     /// reset. None when every connection is serving a client that reads, or has a request to read.
-    pub fn close_idlest(&self, count: usize) -> usize {
+    pub(crate) fn close_idlest(&self, count: usize) -> usize {
         self.close_longest(count, None)
     }
 
     /// The same among the connections of `address`.
-    pub fn close_idlest_of(&self, address: IpAddr, count: usize) -> usize {
+    pub(crate) fn close_idlest_of(&self, address: IpAddr, count: usize) -> usize {
         self.close_longest(count, Some(address))
     }
 
@@ -376,7 +376,7 @@ impl Drop for InProgress {
 /// forgotten by everyone who could ask it ([`SocketFd`]), the place out of the table, then the
 /// socket closed. Dropping the stream before the place would leave an instant in which another
 /// worker choosing connections to close could ioctl (`FIONREAD`) a number already reused.
-pub struct OpenStream<S> {
+pub(crate) struct OpenStream<S> {
     // Fields drop in order of declaration: the place before the stream.
     place: Connection,
     stream: S,
@@ -387,7 +387,7 @@ impl<S> OpenStream<S> {
         Self { place, stream }
     }
 
-    pub fn get_ref(&self) -> &S {
+    pub(crate) fn get_ref(&self) -> &S {
         &self.stream
     }
 }

@@ -23,7 +23,7 @@ use tokio::time::Sleep;
 /// has been quiet for [`super::connections::STALLED`] the socket is set to close with a reset
 /// (set back if it reads after all). A client that never reads meets hyper's header timeout
 /// for its next request.
-pub struct WriteDeadline<I> {
+pub(crate) struct WriteDeadline<I> {
     io: I,
     limit: Duration,
     stalled: Option<Pin<Box<Sleep>>>,
@@ -151,7 +151,7 @@ const H2_PREFACE_SIGN: usize = 14;
 /// Reads the first bytes of a connection, as many as it takes to tell an HTTP/2 preface from an
 /// HTTP/1 request (one read for the usual `GET`), and returns them with the verdict; the caller
 /// replays them with [`Rewind`].
-pub async fn read_preface<I: AsyncRead + Unpin>(io: &mut I) -> io::Result<(Vec<u8>, bool)> {
+pub(crate) async fn read_preface<I: AsyncRead + Unpin>(io: &mut I) -> io::Result<(Vec<u8>, bool)> {
     use tokio::io::AsyncReadExt;
     let mut seen = Vec::new();
     let mut chunk = [0u8; 256];
@@ -174,7 +174,7 @@ pub async fn read_preface<I: AsyncRead + Unpin>(io: &mut I) -> io::Result<(Vec<u
 /// `HTTP_1_1_REQUIRED` (0xd), the error made for this (RFC 9113, sections 3.4, 6.8 and 7);
 /// curl, for one, says so and can retry with HTTP/1.1. hyper's HTTP/1 server would close the
 /// connection without a word (`Parse::VersionH2` has no response in `role.rs`).
-pub fn http2_refusal() -> Vec<u8> {
+pub(crate) fn http2_refusal() -> Vec<u8> {
     const DEBUG: &[u8] = b"HTTP/2 is not served; use HTTP/1.1";
     let mut out = vec![0, 0, 0, 0x4, 0, 0, 0, 0, 0];
     let length = (8 + DEBUG.len()) as u32;
@@ -188,7 +188,7 @@ pub fn http2_refusal() -> Vec<u8> {
 }
 
 /// An I/O object that first gives back bytes already read from it.
-pub struct Rewind<I> {
+pub(crate) struct Rewind<I> {
     prefix: Vec<u8>,
     offset: usize,
     io: I,

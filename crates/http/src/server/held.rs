@@ -36,9 +36,9 @@ use crate::page::Page;
 /// How long a response is left alone before its transfer rate counts.
 /// Long enough to see the bytes of a reader at network speed acknowledged, short enough that a
 /// new snapshot's text does not wait long for room.
-pub const GRACE: Duration = Duration::from_millis(50);
+pub(crate) const GRACE: Duration = Duration::from_millis(50);
 
-pub struct HeldTexts {
+pub(crate) struct HeldTexts {
     /// 0: no limit.
     limit: AtomicUsize,
     state: Mutex<State>,
@@ -79,7 +79,7 @@ impl Reader {
 }
 
 /// A response's claim on its text, given back when dropped (with the text's last reference).
-pub struct Reservation {
+pub(crate) struct Reservation {
     held: Arc<HeldTexts>,
     key: usize,
     id: u64,
@@ -91,7 +91,7 @@ impl HeldTexts {
     }
 
     /// A reload's new limit applies to responses from now on.
-    pub fn set_limit(&self, limit: usize) {
+    pub(crate) fn set_limit(&self, limit: usize) {
         self.limit.store(limit, Ordering::Relaxed);
     }
 
@@ -169,7 +169,7 @@ impl HeldTexts {
     }
 
     /// The snapshot of the text counted last that responses still hold: free to serve again.
-    pub fn newest_held(&self) -> Option<Arc<dyn Page>> {
+    pub(crate) fn newest_held(&self) -> Option<Arc<dyn Page>> {
         let state = self.state();
         state
             .texts

@@ -31,7 +31,7 @@ const RESERVED_DESCRIPTORS: u64 = 64;
 /// descriptors open now and [`RESERVED_DESCRIPTORS`] is the cap, at most [`MAX_CONNECTIONS`].
 /// Without it, idle connections under a low soft limit would take every descriptor: the
 /// collectors would fail with EMFILE and no scrape would get through.
-pub fn connection_cap() -> usize {
+pub(crate) fn connection_cap() -> usize {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit and setrlimit read and write the struct we own.
     unsafe {

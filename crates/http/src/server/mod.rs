@@ -54,20 +54,21 @@ use connections::{Progress, Requests};
 use held::HeldTexts;
 use render::Renderer;
 
-pub use body::{held, Chunks};
-pub use listen::{bind, connection_cap, local_address, serve};
-pub use render::{Encoding, Renders, RENDER_INTERVAL};
+pub use body::held;
+pub(crate) use body::Chunks;
+pub use listen::{bind, local_address, serve};
+pub use render::{Encoding, Renders};
 
 /// How long a client may take to send its request headers (or finish a TLS handshake).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The request line and headers together; a scrape request needs a few hundred bytes.
-pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// How long a response write may make no progress (a client that stopped reading).
-pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Open connections at once; each costs a file descriptor (the default soft limit is 1024), and
 /// fewer when the descriptor limit is low ([`connection_cap`]).
 pub const MAX_CONNECTIONS: usize = 512;
-pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// What requests are served from. Replaced as a whole when the configuration is reloaded.
 pub struct Site {

@@ -35,7 +35,7 @@ struct RenderState {
 /// A thread that renders snapshot texts: a large one takes a good part of a second, not to be
 /// spent on an async worker. One for the life of the server, started with it (tokio's blocking
 /// pool would start and retire threads as scrapes come and go).
-pub struct Renderer {
+pub(crate) struct Renderer {
     jobs: Mutex<std::sync::mpsc::Sender<RenderJob>>,
 }
 
@@ -73,7 +73,7 @@ impl Renderer {
 }
 
 /// At most one snapshot text is rendered per interval: the samples are 1 s apart anyway.
-pub const RENDER_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const RENDER_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Renders {
     fn state(&self) -> std::sync::MutexGuard<'_, RenderState> {

@@ -118,9 +118,9 @@ pub struct WebConfig {
     pub file: Option<PathBuf>,
     pub tls: Option<Arc<ServerConfig>>,
     /// Whether TLS clients must present a certificate signed by the client CA.
-    pub client_auth: ClientAuth,
+    pub(crate) client_auth: ClientAuth,
     /// The oldest TLS version offered: 12 or 13 (TLS 1.2, 1.3); 0 without TLS.
-    pub min_tls: u8,
+    pub(crate) min_tls: u8,
     pub users: Option<BasicAuth>,
     /// Added to every response.
     pub headers: Vec<(HeaderName, HeaderValue)>,
@@ -131,7 +131,7 @@ pub struct WebConfig {
 
 /// Ordered weakest first, so that a reload can tell a relaxation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ClientAuth {
+pub(crate) enum ClientAuth {
     #[default]
     None,
     VerifyIfGiven,
@@ -515,7 +515,7 @@ fn security_headers(given: &BTreeMap<String, String>) -> Result<Vec<(HeaderName,
 /// "a cost of 18 can take up to a few seconds"), htpasswd's own default is 5 and Python's
 /// `bcrypt.gensalt()`, which the Prometheus basic-auth guide uses, makes 12. 14 leaves room
 /// above those at 16 times cost 10's time.
-pub const MAX_BCRYPT_COST: u32 = 14;
+pub(crate) const MAX_BCRYPT_COST: u32 = 14;
 
 /// `$2a$`, `$2b$`, `$2x$` or `$2y$`, a two-digit cost from 4 to [`MAX_BCRYPT_COST`], and 53
 /// characters of bcrypt's base64 (22 of salt, 31 of hash).
@@ -559,7 +559,7 @@ fn bcrypt_time(cost: u32) -> String {
 /// bcrypt reads at most 72 bytes of a password: a longer one would match on its first 72
 /// alone, whatever follows (the `bcrypt` crate's `verify` truncates; `non_truncating_verify`
 /// refuses even 72).
-pub const MAX_PASSWORD_BYTES: usize = 72;
+pub(crate) const MAX_PASSWORD_BYTES: usize = 72;
 
 /// Users and their bcrypt hashes. Verifying a bcrypt hash costs tens of milliseconds of CPU by
 /// design, so outcomes are remembered, keyed by an HMAC-SHA256 of user, password and hash under
@@ -632,7 +632,7 @@ impl BasicAuth {
     /// Takes over what `previous` remembers when both have the same users and hashes (a reload
     /// that changed something else); otherwise nothing is taken, so a reload that changes the
     /// users file drops every remembered outcome.
-    pub fn carry_over(&self, previous: &BasicAuth) {
+    pub(crate) fn carry_over(&self, previous: &BasicAuth) {
         if std::ptr::eq(self, previous) || self.users != previous.users {
             return;
         }
@@ -676,7 +676,7 @@ impl BasicAuth {
 
     /// Whether bcrypt has said these credentials are right since the users were loaded. Only
     /// right passwords can make this true.
-    pub fn verified_before(&self, user: &str, password: &str) -> bool {
+    pub(crate) fn verified_before(&self, user: &str, password: &str) -> bool {
         let key = self.key_of(user, password);
         self.users.contains_key(user) && self.verified.lock().unwrap_or_else(PoisonError::into_inner).contains_key(&key)
     }

@@ -24,28 +24,29 @@ pub const ATTR_HEADER_LEN: usize = 4;
 
 /// Control message types (`NLMSG_*`); replies use types at or above `MIN_TYPE`.
 pub mod msg {
-    pub const NOOP: u16 = 1;
+    #[cfg(test)]
+    pub(crate) const NOOP: u16 = 1;
     pub const ERROR: u16 = 2;
-    pub const DONE: u16 = 3;
-    pub const OVERRUN: u16 = 4;
-    pub const MIN_TYPE: u16 = 0x10;
+    pub(crate) const DONE: u16 = 3;
+    pub(crate) const OVERRUN: u16 = 4;
+    pub(crate) const MIN_TYPE: u16 = 0x10;
 }
 
 /// `nlmsg_flags` (`NLM_F_*`).
 pub mod flags {
     pub const REQUEST: u16 = 0x1;
-    pub const MULTI: u16 = 0x2;
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) const MULTI: u16 = 0x2;
     pub const ACK: u16 = 0x4;
     /// `NLM_F_ROOT | NLM_F_MATCH`.
     pub const DUMP: u16 = 0x300;
     /// On an ACK: only the request's header is echoed.
-    pub const CAPPED: u16 = 0x100;
-    /// On an ACK: extended-ACK attributes follow.
-    pub const ACK_TLVS: u16 = 0x200;
+    #[cfg(test)]
+    pub(crate) const CAPPED: u16 = 0x100;
 }
 
 /// `RDMA_NL_NLDEV`, the client id in the upper 6 bits of the message type.
-pub const CLIENT_NLDEV: u16 = 5;
+pub(crate) const CLIENT_NLDEV: u16 = 5;
 
 /// `enum rdma_nldev_command` values the exporter uses (and one admin-only for tests).
 pub mod cmd {
@@ -57,35 +58,34 @@ pub mod cmd {
 
 /// `enum rdma_nldev_attr` ids (ABI order).
 pub mod attr {
-    pub const PAD: u16 = 0;
+    pub(crate) const PAD: u16 = 0;
     pub const DEV_INDEX: u16 = 1;
-    pub const DEV_NAME: u16 = 2;
-    pub const PORT_INDEX: u16 = 3;
-    pub const FW_VERSION: u16 = 5;
-    pub const NODE_GUID: u16 = 6;
-    pub const RES_SUMMARY: u16 = 15;
-    pub const RES_SUMMARY_ENTRY: u16 = 16;
-    pub const RES_SUMMARY_ENTRY_NAME: u16 = 17;
-    pub const RES_SUMMARY_ENTRY_CURR: u16 = 18;
+    pub(crate) const DEV_NAME: u16 = 2;
+    pub(crate) const PORT_INDEX: u16 = 3;
+    pub(crate) const FW_VERSION: u16 = 5;
+    pub(crate) const NODE_GUID: u16 = 6;
+    pub(crate) const RES_SUMMARY: u16 = 15;
+    pub(crate) const RES_SUMMARY_ENTRY: u16 = 16;
+    pub(crate) const RES_SUMMARY_ENTRY_NAME: u16 = 17;
+    pub(crate) const RES_SUMMARY_ENTRY_CURR: u16 = 18;
     pub const RES_PID: u16 = 28;
     pub const RES_KERN_NAME: u16 = 29;
-    pub const RES_MR: u16 = 40;
-    pub const RES_MR_ENTRY: u16 = 41;
-    pub const RES_RKEY: u16 = 42;
-    pub const RES_LKEY: u16 = 43;
-    pub const RES_IOVA: u16 = 44;
+    pub(crate) const RES_MR: u16 = 40;
+    pub(crate) const RES_MR_ENTRY: u16 = 41;
     pub const RES_MRLEN: u16 = 45;
-    pub const DRIVER: u16 = 52;
+    #[cfg(test)]
+    pub(crate) const DRIVER: u16 = 52;
     pub const RES_PDN: u16 = 60;
-    pub const RES_MRN: u16 = 62;
-    pub const DEV_PROTOCOL: u16 = 67;
-    pub const DRIVER_DETAILS: u16 = 97;
+    pub(crate) const RES_MRN: u16 = 62;
+    pub(crate) const DEV_PROTOCOL: u16 = 67;
+    pub(crate) const DRIVER_DETAILS: u16 = 97;
 }
 
 /// `NLA_F_NESTED`; the kernel leaves it off the resource nests, so it is informational only.
-pub const NLA_F_NESTED: u16 = 0x8000;
+#[cfg(test)]
+pub(crate) const NLA_F_NESTED: u16 = 0x8000;
 /// Strips `NLA_F_NESTED` and `NLA_F_NET_BYTEORDER` from an attribute type.
-pub const NLA_TYPE_MASK: u16 = 0x3fff;
+pub(crate) const NLA_TYPE_MASK: u16 = 0x3fff;
 
 /// Strings become label values: longer ones are cut (device names are at most 64 bytes,
 /// kernel owner names a task comm).
@@ -461,7 +461,7 @@ pub struct DeviceInfo {
     pub name: String,
     /// In `GET` replies `PORT_INDEX` is the number of ports.
     pub ports: Option<u32>,
-    pub fw_version: Option<String>,
+    pub(crate) fw_version: Option<String>,
     pub node_guid: Option<u64>,
     /// `ib`, `roce`, `iw`, `opa`, `usnic`, `virtio`.
     pub protocol: Option<String>,
@@ -507,7 +507,8 @@ fn request(op: u16, flags: u16, seq: u32, attributes: &[(u16, &[u8])]) -> Vec<u8
 }
 
 /// `GET` dump: every device with its index, name, port count, firmware and protocol.
-pub fn get_devices_request(seq: u32) -> Vec<u8> {
+#[cfg(test)]
+pub(crate) fn get_devices_request(seq: u32) -> Vec<u8> {
     request(cmd::GET, flags::REQUEST | flags::ACK | flags::DUMP, seq, &[])
 }
 

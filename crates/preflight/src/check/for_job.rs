@@ -14,18 +14,18 @@ use memlock_kernel::pid_creds::{self, CapHeld, CAP_IPC_LOCK};
 /// Communicators per rank assumed when `--communicators` is not given. A training job rarely
 /// runs one: PyTorch's default process group plus the data, tensor and pipeline parallel groups
 /// of a 3D-parallel stack (Megatron-LM, DeepSpeed) make four, each registering its own buffers.
-pub const DEFAULT_COMMUNICATORS: u64 = 4;
+pub(crate) const DEFAULT_COMMUNICATORS: u64 = 4;
 
 /// The alert each policy finding agrees with, named in the finding when its condition holds.
-pub const ALERT_AVAILABLE_LOW: &str = "MemlockNodeMemoryAvailableLow's condition";
-pub const ALERT_HUGEPAGES: &str = "MemlockNodeHugepagesUnusedWhileMemoryLow's condition";
-pub const ALERT_CGROUP_NEAR: &str = "MemlockCgroupNearMemoryLimit's condition";
-pub const ALERT_OVERCOMMIT: &str = "MemlockNodeStrictOvercommitWithRdma's condition";
-pub const ALERT_COMMIT_HEADROOM: &str = "MemlockNodeCommitHeadroomLow's condition";
-pub const ALERT_MRS_NEAR_CAP: &str = "MemlockRdmaMrsNearDeviceCap's condition";
+pub(crate) const ALERT_AVAILABLE_LOW: &str = "MemlockNodeMemoryAvailableLow's condition";
+pub(crate) const ALERT_HUGEPAGES: &str = "MemlockNodeHugepagesUnusedWhileMemoryLow's condition";
+pub(crate) const ALERT_CGROUP_NEAR: &str = "MemlockCgroupNearMemoryLimit's condition";
+pub(crate) const ALERT_OVERCOMMIT: &str = "MemlockNodeStrictOvercommitWithRdma's condition";
+pub(crate) const ALERT_COMMIT_HEADROOM: &str = "MemlockNodeCommitHeadroomLow's condition";
+pub(crate) const ALERT_MRS_NEAR_CAP: &str = "MemlockRdmaMrsNearDeviceCap's condition";
 
 /// MemAvailable below `node_available_low_ratio` of MemTotal (MemlockNodeMemoryAvailableLow).
-pub fn available_low(m: &Meminfo) -> bool {
+pub(crate) fn available_low(m: &Meminfo) -> bool {
     match (m.mem_available, m.mem_total) {
         (Some(available), Some(total)) if total > 0 => {
             (available as f64) < policy::NODE_AVAILABLE_LOW_RATIO * total as f64
@@ -36,7 +36,7 @@ pub fn available_low(m: &Meminfo) -> bool {
 
 /// MemlockNodeCommitHeadroomLow's condition, mode 2 aside: CommitLimit - Committed_AS below
 /// `overcommit_headroom_low_ratio` of CommitLimit.
-pub fn commit_headroom_low(m: &Meminfo) -> bool {
+pub(crate) fn commit_headroom_low(m: &Meminfo) -> bool {
     match (m.commit_limit, m.committed_as) {
         (Some(limit), Some(committed)) => {
             (limit.saturating_sub(committed) as f64) < policy::OVERCOMMIT_HEADROOM_LOW_RATIO * limit as f64
@@ -48,7 +48,7 @@ pub fn commit_headroom_low(m: &Meminfo) -> bool {
 /// MemlockNodeHugepagesUnusedWhileMemoryLow's condition on meminfo's default-size pool: more
 /// than `hugepages_unused_ratio` of the pool free and not reserved, a pool (`Hugetlb`, every
 /// size) above `hugepages_min_pool_ratio` of MemTotal, and MemAvailable low.
-pub fn hugepage_squeeze(m: &Meminfo) -> bool {
+pub(crate) fn hugepage_squeeze(m: &Meminfo) -> bool {
     let (Some(total), Some(free), Some(total_mem)) = (m.hugepages_total, m.hugepages_free, m.mem_total) else {
         return false;
     };
@@ -64,19 +64,19 @@ pub fn hugepage_squeeze(m: &Meminfo) -> bool {
 
 /// What the capability judgement found, for the finding.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct CapJudged {
+pub(crate) struct CapJudged {
     /// The checker holds CAP_IPC_LOCK and was judged without it (no `--pid`, no `--as-root`).
     pub left_out: bool,
     pub held: Option<CapHeld>,
     /// CAP_IPC_LOCK is in a bounding set narrower than the node's (a container's) but not
     /// effective: it was added to a container whose user is not root.
-    pub bounding_only_in_container: bool,
+    pub(crate) bounding_only_in_container: bool,
     pub uid: Option<u32>,
 }
 
 /// Judges the rank's capability: with `--pid`, that process's effective set (as read); without,
 /// a normal user's rank, unless `--as-root`.
-pub fn judge_capability(roots: &Roots, pid: &str, given_pid: bool, as_root: bool, m: &mut Machine) -> CapJudged {
+pub(crate) fn judge_capability(roots: &Roots, pid: &str, given_pid: bool, as_root: bool, m: &mut Machine) -> CapJudged {
     let read = |pid: &str| fsroot::read_parsed(&roots.proc(pid).join("status"), pid_creds::parse).ok();
     let creds = read(pid);
     let held = creds.and_then(|c| c.holds(CAP_IPC_LOCK));
@@ -92,7 +92,7 @@ pub fn judge_capability(roots: &Roots, pid: &str, given_pid: bool, as_root: bool
 }
 
 /// Rewrites the `memlock.cap_ipc_lock` finding with the four sets and what they mean.
-pub fn explain_capability(judged: &CapJudged, findings: &mut [Finding]) {
+pub(crate) fn explain_capability(judged: &CapJudged, findings: &mut [Finding]) {
     let Some(finding) = findings.iter_mut().find(|f| f.id == "memlock.cap_ipc_lock") else { return };
     let Some(held) = judged.held else { return };
     let yes = |b: bool| if b { "yes" } else { "no" };
@@ -128,7 +128,7 @@ pub fn explain_capability(judged: &CapJudged, findings: &mut [Finding]) {
 
 /// Attaches the launcher's fix to the memlock findings that are not PASS, and returns the
 /// diagnosis for the report. `None` when the memlock limit passes.
-pub fn launcher_fix(
+pub(crate) fn launcher_fix(
     roots: &Roots,
     files: &super::rdma_stack::Roots,
     pid: &str,

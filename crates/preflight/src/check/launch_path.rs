@@ -73,7 +73,7 @@ impl Proc {
 
 /// How the ranks are launched, as far as it could be told.
 #[derive(Debug, Clone, PartialEq)]
-pub enum LaunchPath {
+pub(crate) enum LaunchPath {
     Slurm { slurmd: Option<Proc> },
     Docker { engine: Option<Proc>, shim: Option<Proc>, containerd_under_dockerd: bool },
     Kubernetes { runtime: Option<Proc> },
@@ -86,10 +86,10 @@ pub enum LaunchPath {
 
 /// What was found: the path, the remedy for it first, and the files that could not be read.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Diagnosis {
+pub(crate) struct Diagnosis {
     pub path: LaunchPath,
     /// How the path was told, for the report.
-    pub evidence: String,
+    pub(crate) evidence: String,
     pub first: String,
     pub verify: String,
     pub others: Vec<String>,
@@ -109,7 +109,7 @@ pub struct Sources<'a> {
 /// vanished or its status cannot be read; the reason goes to `errors`. A process may exit
 /// between any two of these reads: what was read stays, what was not is absent, and only a
 /// launcher's missing limits are worth an error.
-pub fn read_proc(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Proc> {
+pub(crate) fn read_proc(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Proc> {
     let mut proc_ = read_identity(procfs, pid, errors)?;
     let mut own = Vec::new();
     read_limits(procfs, &mut proc_, &mut own);
@@ -120,7 +120,7 @@ pub fn read_proc(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Pr
 }
 
 /// The first reads of [`read_proc`]: status, comm and the exe link, without the limits.
-pub fn read_identity(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Proc> {
+pub(crate) fn read_identity(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Option<Proc> {
     let dir = procfs.join(pid.to_string());
     let creds = match fsroot::read_parsed(&dir.join("status"), pid_creds::parse) {
         Ok(creds) => creds,
@@ -174,7 +174,7 @@ pub fn ancestry(procfs: &Path, pid: u32, errors: &mut Vec<String>) -> Vec<Proc> 
 }
 
 /// The real launchers running on the node (processes named like one but not one are left out).
-pub fn node_launchers(procfs: &Path, errors: &mut Vec<String>) -> Vec<Proc> {
+pub(crate) fn node_launchers(procfs: &Path, errors: &mut Vec<String>) -> Vec<Proc> {
     let Ok(entries) = std::fs::read_dir(procfs) else { return Vec::new() };
     let mut found = Vec::new();
     for entry in entries.take(MAX_SCAN).flatten() {
@@ -199,7 +199,7 @@ pub fn node_launchers(procfs: &Path, errors: &mut Vec<String>) -> Vec<Proc> {
 /// Tells the path from the target's ancestry and cgroup and the node's launchers.
 /// `own` is true when the target is the checker itself (no `--pid`): its ancestry is then an
 /// operator's session unless it runs inside a launcher's (`check --exec` in a job).
-pub fn diagnose(src: &Sources, target: &str, own: bool) -> Diagnosis {
+pub(crate) fn diagnose(src: &Sources, target: &str, own: bool) -> Diagnosis {
     let mut errors = Vec::new();
     let pid = match target {
         "self" => std::fs::read_link(src.procfs.join("self"))

@@ -58,12 +58,12 @@ impl Host {
         std::fs::write(dir.join("limits"), limits_text(memlock)).unwrap();
         std::fs::write(dir.join("cgroup"), format!("12:memory:{cgroup}\n0::{cgroup}\n")).unwrap();
     }
-    pub fn etc_file(&self, path: &str, text: &str) {
+    pub(crate) fn etc_file(&self, path: &str, text: &str) {
         let file = self.etc().join(path);
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(file, text).unwrap();
     }
-    pub fn diagnose(&self, pid: u32, own: bool) -> Diagnosis {
+    pub(crate) fn diagnose(&self, pid: u32, own: bool) -> Diagnosis {
         let (procfs, etc) = (self.procfs(), self.etc());
         diagnose(&Sources { procfs: &procfs, etc: &etc, rootfs: &self.dir }, &pid.to_string(), own)
     }

@@ -66,7 +66,7 @@ fn conf_files(dir: &Path) -> Vec<(String, PathBuf)> {
 /// The unit directories of the system manager, highest precedence first (systemd
 /// src/libsystemd/sd-path/path-lookup.c `lookup_paths_init`: /etc, then /run, then
 /// /usr/local/lib and /usr/lib; Debian before the /usr merge installs units in /lib).
-pub fn unit_dirs(etc: &Path, rootfs: &Path) -> Vec<PathBuf> {
+pub(crate) fn unit_dirs(etc: &Path, rootfs: &Path) -> Vec<PathBuf> {
     let mut dirs = vec![etc.join("systemd/system")];
     for dir in ["run/systemd/system", "usr/local/lib/systemd/system", "usr/lib/systemd/system", "lib/systemd/system"] {
         dirs.push(rootfs.join(dir));
@@ -76,14 +76,14 @@ pub fn unit_dirs(etc: &Path, rootfs: &Path) -> Vec<PathBuf> {
 
 /// What a unit's files set for `LimitMEMLOCK=`.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct UnitLimit {
+pub(crate) struct UnitLimit {
     /// The unit file loaded: the first found along [`unit_dirs`].
-    pub unit_file: Option<PathBuf>,
+    pub(crate) unit_file: Option<PathBuf>,
     /// Every `LimitMEMLOCK=` line, in the order systemd applies them: the unit file, then the
     /// drop-ins by file name; the last wins.
     pub lines: Vec<Setting>,
     /// Drop-in file names that set it, for choosing a name that sorts after them.
-    pub dropin_names: Vec<String>,
+    pub(crate) dropin_names: Vec<String>,
 }
 
 impl UnitLimit {
@@ -125,7 +125,7 @@ fn limit_lines(file: &Path, text: &str) -> Vec<Setting> {
 /// directory, a name in a higher directory masking the same name in a lower one (systemd
 /// src/shared/dropin.c `unit_file_find_dropin_paths`, through `conf_files_list_strv`;
 /// systemd.unit(5), "drop-in").
-pub fn unit_limit(etc: &Path, rootfs: &Path, unit: &str, errors: &mut Vec<String>) -> UnitLimit {
+pub(crate) fn unit_limit(etc: &Path, rootfs: &Path, unit: &str, errors: &mut Vec<String>) -> UnitLimit {
     let dirs = unit_dirs(etc, rootfs);
     let mut found = UnitLimit::default();
     for dir in &dirs {
@@ -161,7 +161,7 @@ pub fn unit_limit(etc: &Path, rootfs: &Path, unit: &str, errors: &mut Vec<String
 /// "CONFIGURATION PRECEDENCE"; pkg/config/config.go `DefaultUlimits []string
 /// toml:"default_ulimits"`). The `Setting`'s value is the entry (`memlock=67108864:67108864`), or
 /// empty when the key is set without one (which resets it).
-pub fn crio_default_memlock(etc: &Path, errors: &mut Vec<String>) -> Option<Setting> {
+pub(crate) fn crio_default_memlock(etc: &Path, errors: &mut Vec<String>) -> Option<Setting> {
     let mut files = vec![etc.join("crio/crio.conf")];
     files.extend(conf_files(&etc.join("crio/crio.conf.d")).into_iter().map(|(_, p)| p));
     let mut effective = None;
@@ -215,7 +215,7 @@ fn crio_ulimits_in(file: &Path, text: &str) -> Option<Setting> {
 /// it includes, in order (OpenSSH servconf.c `process_server_config_line_depth`: a keyword
 /// already set keeps its first value; `Include` is read in place, globs sorted). `None` when
 /// sshd_config is absent; unset is OpenSSH's default, no (distributions ship `UsePAM yes`).
-pub fn sshd_use_pam(etc: &Path, errors: &mut Vec<String>) -> Option<(bool, String)> {
+pub(crate) fn sshd_use_pam(etc: &Path, errors: &mut Vec<String>) -> Option<(bool, String)> {
     let file = etc.join("ssh/sshd_config");
     let text = read(&file, errors)?;
     let mut seen = 0;
@@ -293,7 +293,7 @@ fn glob_files(etc: &Path, pattern: &str) -> Vec<PathBuf> {
 /// sets the limits when the session opens (modules/pam_limits/pam_limits.c
 /// `pam_sm_open_session`): without it limits.conf has no effect over ssh. `None` when
 /// /etc/pam.d/sshd is absent; `Some(None)` when the stack has no pam_limits.
-pub fn sshd_pam_limits(etc: &Path, errors: &mut Vec<String>) -> Option<Option<Setting>> {
+pub(crate) fn sshd_pam_limits(etc: &Path, errors: &mut Vec<String>) -> Option<Option<Setting>> {
     let file = etc.join("pam.d/sshd");
     let text = read(&file, errors)?;
     let mut seen = 0;

@@ -31,7 +31,7 @@ pub struct CheckArgs {
     pub pid: Option<u32>,
     /// Memory checks want this multiple of the estimated need.
     #[arg(long = "safety-factor", default_value_t = 2.0)]
-    pub safety_factor: f64,
+    pub(crate) safety_factor: f64,
     /// WARN fails the check too (exit 1).
     #[arg(long)]
     pub strict: bool,

@@ -17,7 +17,7 @@ use crate::policy;
 pub struct NicCaps {
     pub caps: RdmaCapsStats,
     /// MRs per device (RDMA netlink's resource summary); a device missing here was not counted.
-    pub mrs_in_use: BTreeMap<String, u64>,
+    pub(crate) mrs_in_use: BTreeMap<String, u64>,
 }
 
 const FIX: &str =

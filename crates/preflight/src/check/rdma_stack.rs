@@ -48,7 +48,7 @@ fn default_dirs() -> Vec<String> {
 
 /// rdma-core's release and the file it was read from: with `--pid`, the libibverbs the process
 /// has mapped; else the one ld.so.cache ranks first, else the first in the default directories.
-pub fn rdma_core(roots: &Roots, pid: &str) -> String {
+pub(crate) fn rdma_core(roots: &Roots, pid: &str) -> String {
     if pid != "self" {
         if let Ok(maps) = fsroot::read_string(&roots.procfs.join(pid).join("maps")) {
             let mapped = maps.lines().find_map(|line| {
@@ -92,7 +92,7 @@ pub fn rdma_core(roots: &Roots, pid: &str) -> String {
 }
 
 /// MLNX_OFED or DOCA-OFED, as `ofed_info -s` would print it.
-pub fn ofed(roots: &Roots) -> String {
+pub(crate) fn ofed(roots: &Roots) -> String {
     let file = under(roots.rootfs, "/usr/bin/ofed_info");
     match fsroot::read_regular_text(&file, OFED_INFO_MAX_BYTES) {
         Ok(text) => match ofed_info_version(&text) {

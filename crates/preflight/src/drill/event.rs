@@ -19,7 +19,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn from_errno(errno: i32) -> Option<Self> {
+    pub(crate) fn from_errno(errno: i32) -> Option<Self> {
         match errno {
             libc::ENOMEM => Some(Refusal::Enomem),
             libc::EPERM => Some(Refusal::Eperm),
@@ -58,7 +58,7 @@ pub struct Refused {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     pub vm_pin: Option<u64>,
-    pub vm_lck: Option<u64>,
+    pub(crate) vm_lck: Option<u64>,
 }
 
 /// How the ramp ended.

@@ -46,11 +46,11 @@ const MIB: u64 = 1 << 20;
 
 /// Steps are one mapping (and in pin mode one ring, hence one file descriptor) each; beyond
 /// this the drill would be measuring its own bookkeeping rather than the limit.
-pub const MAX_STEPS: u64 = 10_000;
+pub(crate) const MAX_STEPS: u64 = 10_000;
 /// Faster than this, nothing that samples once a second could follow the ramp anyway.
-pub const MIN_INTERVAL_MS: u64 = 10;
-pub const MAX_INTERVAL_MS: u64 = 3_600_000;
-pub const MAX_HOLD_SECONDS: u64 = 86_400;
+pub(crate) const MIN_INTERVAL_MS: u64 = 10;
+pub(crate) const MAX_INTERVAL_MS: u64 = 3_600_000;
+pub(crate) const MAX_HOLD_SECONDS: u64 = 86_400;
 /// io_uring refuses a single registered buffer above 1 GiB (`io_buffer_validate`), so larger
 /// steps are registered as several iovecs in one call.
 const IO_URING_MAX_BUFFER: usize = 1 << 30;
@@ -146,16 +146,16 @@ pub struct DrillArgs {
     pub step_mib: u64,
     /// Pause between steps, milliseconds (10 to 3600000).
     #[arg(long = "interval-ms", value_name = "MS", default_value_t = 1000)]
-    pub interval_ms: u64,
+    pub(crate) interval_ms: u64,
     /// Stop adding memory at this total, MiB; must not exceed half of MemAvailable.
     #[arg(long = "max-mib", value_name = "MIB")]
     pub max_mib: u64,
     /// Hold the memory this long after a refusal or after reaching --max-mib, seconds.
     #[arg(long = "hold-seconds", value_name = "S", default_value_t = 30)]
-    pub hold_seconds: u64,
+    pub(crate) hold_seconds: u64,
     /// Pin and rdma modes: mlock this much first, MiB, and hold it through the ramp.
     #[arg(long = "locked-mib", value_name = "MIB", default_value_t = 0)]
-    pub locked_mib: u64,
+    pub(crate) locked_mib: u64,
     /// Rdma mode: the device to register on (a name in /sys/class/infiniband); default the first.
     #[arg(long = "rdma-device", value_name = "NAME")]
     pub rdma_device: Option<String>,
@@ -172,8 +172,8 @@ pub struct DrillArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub mode: Mode,
-    pub step_bytes: u64,
-    pub max_bytes: u64,
+    pub(crate) step_bytes: u64,
+    pub(crate) max_bytes: u64,
     /// Locked before the ramp and held through it (pin mode).
     pub locked_bytes: u64,
     pub interval: Duration,
@@ -262,7 +262,7 @@ impl DrillError {
 }
 
 impl DrillArgs {
-    pub fn plan(&self) -> Result<Plan, DrillError> {
+    pub(crate) fn plan(&self) -> Result<Plan, DrillError> {
         if self.step_mib == 0 {
             return Err(DrillError::ZeroStep);
         }
@@ -313,7 +313,7 @@ impl DrillArgs {
 
 /// Refuses a target above half of what the kernel thinks it can hand out without swapping:
 /// the drill must prove the alerting, not push the node into reclaim or the OOM killer.
-pub fn check_target(max_bytes: u64, mem_available: u64) -> Result<(), DrillError> {
+pub(crate) fn check_target(max_bytes: u64, mem_available: u64) -> Result<(), DrillError> {
     let limit = mem_available / 2;
     if max_bytes > limit {
         return Err(DrillError::AboveHalfAvailable {
@@ -335,7 +335,7 @@ pub fn mem_available(procfs: &Path) -> Result<u64, DrillError> {
 /// machine's, whatever `--path.procfs` points at (a fake meminfo there could raise the bound).
 /// Read from `procfs`, after checking with statfs(2) that it is procfs (PROC_SUPER_MAGIC) and
 /// not a directory standing in for it; the CLI passes /proc.
-pub fn kernel_mem_available(procfs: &Path) -> Result<u64, DrillError> {
+pub(crate) fn kernel_mem_available(procfs: &Path) -> Result<u64, DrillError> {
     let io_error = |source| DrillError::Meminfo(SourceError::Io { path: procfs.to_owned(), source });
     if !fsroot::is_procfs(procfs).map_err(io_error)? {
         return Err(DrillError::NotProcfs { path: procfs.to_owned() });

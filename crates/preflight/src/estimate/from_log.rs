@@ -46,9 +46,9 @@ pub struct LogRank {
     /// Sends whose buffers another rank's proxy registers (PXN, src/transport/net.cc sendSetup:
     /// the proxy's process registers them): charged to the process of that rank on the same
     /// host when the log names it (its first communicator's rank), else to the sender.
-    pub net_send_proxied: u64,
+    pub(crate) net_send_proxied: u64,
     /// Of the sends charged here, those the process proxies for other ranks.
-    pub net_send_for_others: u64,
+    pub(crate) net_send_for_others: u64,
     pub gdr: Option<bool>,
     /// Its connections of the transports no NIC registers, counted apart from the network's: P2P
     /// and SHM sends, CollNet sends and receives (through the CollNet plugin, not charged here),
@@ -63,7 +63,7 @@ pub struct LogRank {
     pub nics: Vec<u32>,
     /// Charged to VmPin for its connections.
     pub memlock_bytes: u64,
-    pub host_bytes: u64,
+    pub(crate) host_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -88,7 +88,7 @@ pub struct LogFailure {
 #[derive(Debug, Clone, Serialize)]
 pub struct LogReport {
     pub nccl_version: Option<String>,
-    pub other_versions: Vec<String>,
+    pub(crate) other_versions: Vec<String>,
     pub lines: u64,
     pub nccl_lines: u64,
     pub cut_lines: u64,
@@ -98,7 +98,7 @@ pub struct LogReport {
     /// Each communicator: its commId, processes and their ranks, and the connections set up in it.
     pub per_communicator: Vec<Communicator>,
     pub nics: Vec<String>,
-    pub networks: Vec<String>,
+    pub(crate) networks: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub ranks: Vec<LogRank>,
     pub failures: Vec<LogFailure>,
@@ -106,10 +106,10 @@ pub struct LogReport {
     pub per_rank_max_bytes: u64,
     pub per_node_bytes: u64,
     /// The model's busiest rank for the same inputs.
-    pub model_per_rank_max_bytes: u64,
+    pub(crate) model_per_rank_max_bytes: u64,
     /// For a log that stops at a failure: what the model says the busiest rank needs beyond what
     /// the log shows set up (0 when the log shows as much).
-    pub remaining_by_model_bytes: Option<u64>,
+    pub(crate) remaining_by_model_bytes: Option<u64>,
     /// The log's busiest process under the memlock limit the verdict compares with.
     pub fits_memlock_limit: bool,
     /// Inputs the log does not give, and what was taken.
@@ -322,7 +322,7 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
 }
 
 /// Adds the `nccl_log` key to a JSON report.
-pub fn with_log(json: &str, r: &LogReport) -> Result<String, serde_json::Error> {
+pub(crate) fn with_log(json: &str, r: &LogReport) -> Result<String, serde_json::Error> {
     let mut value: serde_json::Value = serde_json::from_str(json)?;
     if let serde_json::Value::Object(map) = &mut value {
         map.insert("nccl_log".into(), serde_json::to_value(r)?);
@@ -330,7 +330,7 @@ pub fn with_log(json: &str, r: &LogReport) -> Result<String, serde_json::Error> 
     serde_json::to_string_pretty(&value).map(|t| t + "\n")
 }
 
-pub fn render_text(r: &LogReport) -> String {
+pub(crate) fn render_text(r: &LogReport) -> String {
     let mut out = format!(
         "\nfrom the NCCL log (NCCL {}, {} NCCL line(s) of {}, {} communicator(s){}):\n",
         r.nccl_version.as_deref().unwrap_or("version not logged"),

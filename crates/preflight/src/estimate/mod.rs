@@ -32,7 +32,7 @@ pub struct ModelArgs {
     pub nodes: u64,
     /// Ranks (GPUs) per node.
     #[arg(long = "ranks-per-node", default_value_t = 8)]
-    pub ranks_per_node: u64,
+    pub(crate) ranks_per_node: u64,
     /// NICs per node the job uses (default: this node's ACTIVE RDMA ports that NCCL_IB_HCA
     /// selects, else one per rank).
     #[arg(long)]
@@ -54,10 +54,10 @@ pub struct ModelArgs {
     pub buffsize: Option<u64>,
     /// NCCL_LL_BUFFSIZE (bytes).
     #[arg(long = "ll-buffsize")]
-    pub ll_buffsize: Option<u64>,
+    pub(crate) ll_buffsize: Option<u64>,
     /// NCCL_LL128_BUFFSIZE (bytes).
     #[arg(long = "ll128-buffsize")]
-    pub ll128_buffsize: Option<u64>,
+    pub(crate) ll128_buffsize: Option<u64>,
     /// GPUDirect RDMA charging: off (all buffers on the host), dmabuf (GPU buffers not charged),
     /// peermem (GPU buffers charged to VmPin). Default: detected from sysfs.
     #[arg(long)]
@@ -65,16 +65,16 @@ pub struct ModelArgs {
     /// All-to-all (send/recv) over the network: every rank connects to every rank of the other
     /// nodes, with the shared p2p pools.
     #[arg(long = "p2p-net")]
-    pub p2p_net: bool,
+    pub(crate) p2p_net: bool,
     /// p2p channels (p2pnChannels; default: from the channel count, NCCL_MIN/MAX_P2P_NCHANNELS).
     #[arg(long = "p2p-channels")]
-    pub p2p_channels: Option<u64>,
+    pub(crate) p2p_channels: Option<u64>,
     /// Devices each connection registers on (a merged virtual NIC registers on every member).
     #[arg(long = "devices-per-connection", default_value_t = 1)]
-    pub devices_per_connection: u64,
+    pub(crate) devices_per_connection: u64,
     /// NCCL_IB_QPS_PER_CONNECTION (1 to 128).
     #[arg(long = "qps-per-connection")]
-    pub qps_per_connection: Option<u64>,
+    pub(crate) qps_per_connection: Option<u64>,
     /// The job's NCCL release (2.18 to 2.30, e.g. 2.21.5): whose rules apply. Default: the
     /// library the process maps (--pid), else the log's (--nccl-log), else the newest.
     #[arg(long = "nccl-version", value_name = "VERSION")]
@@ -82,7 +82,7 @@ pub struct ModelArgs {
     /// The NICs' speed in Gb/s (p2p channels per network peer from NCCL 2.29). Default: the
     /// fastest port NCCL opens on this node, else 400.
     #[arg(long = "nic-speed", value_name = "GBPS")]
-    pub nic_speed: Option<u64>,
+    pub(crate) nic_speed: Option<u64>,
 }
 
 #[derive(Debug, Args, Default, Clone)]
@@ -107,7 +107,7 @@ pub struct EstimateArgs {
     pub nccl_log: Option<String>,
 }
 
-pub const COVERS: &[&str] = &[
+pub(crate) const COVERS: &[&str] = &[
     "ring and double-binary-tree network connections per channel (and PAT with one rank per node), placed on the \
         ranks next to each channel's NIC (PXN sends on the NIC's GPU), each connector to a peer counted once however \
         many algorithms use it",
@@ -118,7 +118,7 @@ pub const COVERS: &[&str] = &[
         (NCCL_NET_SHARED_COMMS), channels per network peer by NCCL release and NIC speed, and the shared p2p pools \
         per origin rank",
 ];
-pub const NOT_MODELLED: &[&str] = &[
+pub(crate) const NOT_MODELLED: &[&str] = &[
     "NVLS, NVLS tree and CollNet (NVLink SHARP, in-network reduction); PXN for p2p between GPUs without NVLink (an \
         NVSwitch node is assumed)",
     "user buffer registration (NCCL_LOCAL_REGISTER, ncclCommRegister: usually GPU memory)",
@@ -134,16 +134,16 @@ pub struct Derived {
     pub inputs: Inputs,
     pub gdr: Detected,
     /// Why this many NICs.
-    pub nics_why: String,
+    pub(crate) nics_why: String,
     /// When NCCL connects (runtime connect since 2.22, or at communicator init).
     pub connect: String,
     /// NCCL_* variables that shaped the inputs, as NCCL reads them.
     pub environment: Vec<String>,
     /// Variables NCCL reads otherwise than written, or not at all.
     pub problems: Vec<env::Problem>,
-    pub conf_files: Vec<ConfFile>,
+    pub(crate) conf_files: Vec<ConfFile>,
     /// Why the target's environment could not be read (its NCCL variables then count as unset).
-    pub environment_error: Option<String>,
+    pub(crate) environment_error: Option<String>,
     /// The inputs that were not given, each with where NCCL prints the real one and its flag.
     pub assumed: Vec<String>,
 }
@@ -492,7 +492,7 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
 
 /// The job's NCCL release when no `--nccl-version` was given: the library the process maps, else
 /// the version its NCCL_DEBUG=INFO log printed.
-pub fn found_version(
+pub(crate) fn found_version(
     procfs: &std::path::Path,
     pid: Option<u32>,
     log: Option<&crate::nccl::log::NcclLog>,
@@ -506,15 +506,15 @@ pub fn found_version(
 pub struct Verdict {
     pub pid: String,
     /// `None` when unlimited.
-    pub soft_limit_bytes: Option<u64>,
-    pub soft_limit_unlimited: bool,
+    pub(crate) soft_limit_bytes: Option<u64>,
+    pub(crate) soft_limit_unlimited: bool,
     /// CAP_IPC_LOCK held in the initial user namespace: the limit is not enforced (check's rule).
     pub cap_ipc_lock_exempt: bool,
     /// The busiest rank fits under the soft limit (always true when unlimited or exempt).
     pub fits_memlock_limit: bool,
-    pub memory_available_bytes: Option<u64>,
+    pub(crate) memory_available_bytes: Option<u64>,
     /// The busiest node's host memory fits in MemAvailable.
-    pub fits_memory_available: Option<bool>,
+    pub(crate) fits_memory_available: Option<bool>,
     /// The NCCL the process maps, with `--pid`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl: Option<crate::nccl::library::Mapped>,

@@ -19,13 +19,13 @@ use super::{derive, Derived, ModelArgs};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Range {
-    pub per_rank_low_bytes: u64,
-    pub per_rank_high_bytes: u64,
-    pub per_node_low_bytes: u64,
-    pub per_node_high_bytes: u64,
-    pub per_node_host_high_bytes: u64,
+    pub(crate) per_rank_low_bytes: u64,
+    pub(crate) per_rank_high_bytes: u64,
+    pub(crate) per_node_low_bytes: u64,
+    pub(crate) per_node_high_bytes: u64,
+    pub(crate) per_node_host_high_bytes: u64,
     /// The alternatives taken, each as the flags that give it.
-    pub alternatives: Vec<String>,
+    pub(crate) alternatives: Vec<String>,
 }
 
 /// The flags of each alternative to what was assumed: every GPUDirect mode but the assumed one,
@@ -135,14 +135,14 @@ pub fn range(
 
 /// The estimate judged at the high end: `per_rank_max_bytes` and the per-node figures become the
 /// range's high end (the scenarios and the per-rank detail stay those of the assumed inputs).
-pub fn judge_high(e: &mut Estimate, r: &Range) {
+pub(crate) fn judge_high(e: &mut Estimate, r: &Range) {
     e.per_rank_max_bytes = r.per_rank_high_bytes;
     e.per_node_bytes = r.per_node_high_bytes;
     e.per_node_host_bytes = r.per_node_host_high_bytes;
 }
 
 /// Adds `range` to a JSON report: into its `estimate` object when it has one, else at the top.
-pub fn with_range(json: &str, r: &Range) -> Result<String, serde_json::Error> {
+pub(crate) fn with_range(json: &str, r: &Range) -> Result<String, serde_json::Error> {
     let mut value: serde_json::Value = serde_json::from_str(json)?;
     let range = serde_json::to_value(r)?;
     match value.get_mut("estimate").and_then(serde_json::Value::as_object_mut) {
@@ -158,7 +158,7 @@ pub fn with_range(json: &str, r: &Range) -> Result<String, serde_json::Error> {
     serde_json::to_string_pretty(&value).map(|t| t + "\n")
 }
 
-pub fn render_text(r: &Range) -> String {
+pub(crate) fn render_text(r: &Range) -> String {
     if r.alternatives.is_empty() {
         return String::new();
     }

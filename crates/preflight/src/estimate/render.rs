@@ -22,7 +22,7 @@ fn h(bytes: u64) -> String {
     human(bytes as f64)
 }
 
-pub fn render_text(d: &Derived, e: &Estimate, v: &Verdict) -> String {
+pub(crate) fn render_text(d: &Derived, e: &Estimate, v: &Verdict) -> String {
     let i = &e.inputs;
     let mut out = format!(
         "NCCL network registrations: a model of NVIDIA/nccl {NCCL_VERSION} ({}) from its source, not a \
@@ -204,7 +204,7 @@ struct ConfJson<'a> {
     error: Option<&'a str>,
 }
 
-pub fn render_json(d: &Derived, e: &Estimate, v: &Verdict) -> Result<String, serde_json::Error> {
+pub(crate) fn render_json(d: &Derived, e: &Estimate, v: &Verdict) -> Result<String, serde_json::Error> {
     let report = Report {
         estimate: EstimateReport {
             nccl_commit: NCCL_COMMIT,

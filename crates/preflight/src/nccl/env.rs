@@ -20,7 +20,7 @@ pub fn removed(name: &str) -> Option<&'static Removed> {
 }
 
 /// The value NCCL uses for an `NCCL_PARAM` variable, or `None` for its default.
-pub fn param_value(value: Option<&[u8]>) -> Option<i64> {
+pub(crate) fn param_value(value: Option<&[u8]>) -> Option<i64> {
     match strtoll(value?, 0) {
         _ if value?.is_empty() => None,
         Strtoll::Whole(v) | Strtoll::Prefix { value: v, .. } => Some(v),
@@ -77,12 +77,12 @@ pub struct ConfFile {
 
 impl Environment {
     /// This process's environment, as bytes.
-    pub fn from_process() -> Self {
+    pub(crate) fn from_process() -> Self {
         Self::from_pairs(std::env::vars_os().map(|(k, v): (OsString, OsString)| (k.into_vec(), v.into_vec())))
     }
 
     /// The contents of `/proc/PID/environ`: NUL-separated `NAME=value` entries.
-    pub fn from_environ(bytes: &[u8]) -> Self {
+    pub(crate) fn from_environ(bytes: &[u8]) -> Self {
         Self::from_pairs(bytes.split(|b| *b == 0).filter_map(|entry| {
             let eq = entry.iter().position(|b| *b == b'=')?;
             Some((entry[..eq].to_vec(), entry[eq + 1..].to_vec()))
@@ -97,7 +97,7 @@ impl Environment {
     /// With the NCCL_* values the job's own NCCL log says were set (`NAME set by environment to
     /// VALUE`) ahead of this environment's: they are what the job's NCCL read, whatever the
     /// environment the estimate runs in holds.
-    pub fn with_log_values<'a>(mut self, values: impl IntoIterator<Item = (&'a String, &'a String)>) -> Self {
+    pub(crate) fn with_log_values<'a>(mut self, values: impl IntoIterator<Item = (&'a String, &'a String)>) -> Self {
         let logged: Vec<Entry> = values
             .into_iter()
             .filter(|(name, _)| name.starts_with("NCCL_"))
@@ -120,11 +120,6 @@ impl Environment {
         self.entries.iter().find(|e| e.name == name.as_bytes())
     }
 
-    /// The value as text (lossy), for variables that are names or lists.
-    pub fn get_lossy(&self, name: &str) -> Option<String> {
-        self.get(name).map(|v| String::from_utf8_lossy(v).into_owned())
-    }
-
     /// Every variable NCCL would look at once, the first of each name (later duplicates are
     /// invisible to getenv).
     /// One pass with a set of the names seen: comparing each entry with every earlier one made a
@@ -139,7 +134,7 @@ impl Environment {
     /// `/etc/nccl.conf`. Each line is set with setenv(name, value, 0), so the process's own
     /// variables win, then the first file. `root` is where those paths are opened: `/` for
     /// this process, `/proc/PID/root` for another one (its own mount namespace).
-    pub fn with_conf_files(mut self, root: &Path) -> (Self, Vec<ConfFile>) {
+    pub(crate) fn with_conf_files(mut self, root: &Path) -> (Self, Vec<ConfFile>) {
         self.root = Some(root.to_path_buf());
         let mut paths = Vec::new();
         match self.get("NCCL_CONF_FILE").filter(|v| !v.is_empty()) {
@@ -382,7 +377,7 @@ fn from(entry: &Entry) -> String {
 /// The lowest and highest NCCL_IB_QPS_PER_CONNECTION NCCL can run with: it checks neither
 /// bound, and sizes the QP table of a connection for NCCL_IB_MAX_QPS (net_ib/common.h), so
 /// more overflow it; fewer than one creates no QP.
-pub const QPS_PER_CONNECTION: std::ops::RangeInclusive<i64> = 1..=128;
+pub(crate) const QPS_PER_CONNECTION: std::ops::RangeInclusive<i64> = 1..=128;
 
 /// Buffer sizes live in an int (comm->buffSizes, src/init.cc computeBuffSizes) and -2 means unset.
 /// Each buffer is cut into NCCL_STEPS (8, src/include/device.h) steps, and a step must hold one

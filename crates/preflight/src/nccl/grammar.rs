@@ -26,12 +26,12 @@ fn fail(measured: impl Into<String>, fix: impl Into<String>) -> Option<Verdict> 
 }
 
 /// ncclFuncStr, ncclAlgoStr, ncclProtoStr (src/init.cc).
-pub const FUNCTIONS: &[&str] = &["Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"];
-pub const ALGORITHMS: &[&str] = &["Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"];
-pub const PROTOCOLS: &[&str] = &["LL", "LL128", "Simple"];
+pub(crate) const FUNCTIONS: &[&str] = &["Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"];
+pub(crate) const ALGORITHMS: &[&str] = &["Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"];
+pub(crate) const PROTOCOLS: &[&str] = &["LL", "LL128", "Simple"];
 
 /// The NCCL_DEBUG_SUBSYS options (src/debug.cc ncclParamDebugSubsys).
-pub const SUBSYSTEMS: &[&str] = &[
+pub(crate) const SUBSYSTEMS: &[&str] = &[
     "INIT",
     "COLL",
     "P2P",
@@ -53,7 +53,7 @@ pub const SUBSYSTEMS: &[&str] = &[
     "ALL",
 ];
 /// The NCCL_DEBUG_TIMESTAMP_LEVELS options (src/debug.cc ncclParamDebugTimestampLevel).
-pub const TIMESTAMP_LEVELS: &[&str] = &["VERSION", "WARN", "INFO", "ABORT", "TRACE", "ALL"];
+pub(crate) const TIMESTAMP_LEVELS: &[&str] = &["VERSION", "WARN", "INFO", "ABORT", "TRACE", "ALL"];
 
 /// MAX_IB_DEVS (net_ib/common.h) and MAX_IFS (src/include/socket.h): list entries NCCL keeps.
 const MAX_IB_ENTRIES: usize = 32;
@@ -82,7 +82,7 @@ fn strtok<'a>(s: &'a [u8], delimiters: &'a [u8]) -> impl Iterator<Item = (usize,
 /// `;`-separated entries `[function:]list`, the list `[^]name,name...`; names and functions
 /// compared without case and without trimming. `Err` is NCCL's own error (ncclInvalidUsage, so
 /// communicator init fails); `Ok` gives, per function, which elements end up enabled.
-pub fn parse_list(value: &[u8], elems: &[&str]) -> Result<Vec<Vec<bool>>, String> {
+pub(crate) fn parse_list(value: &[u8], elems: &[&str]) -> Result<Vec<Vec<bool>>, String> {
     let mut enabled = vec![vec![true; elems.len()]; FUNCTIONS.len()];
     let text = |b: &[u8]| show_bytes(b);
     for (at, full) in strtok(value, b";") {
@@ -163,7 +163,7 @@ fn algo_proto(name: &str, value: &[u8], elems: &[&str], what: &str) -> Option<Ve
 /// first byte) inverts, tokens split at `,`, trimmed, compared without case, empty ones skipped.
 /// `Err` names the unknown token: NCCL then takes the whole variable as unset (param.h
 /// loadValue: a failed parse gives the default).
-pub fn bitset(value: &[u8], options: &[&str]) -> Result<(), String> {
+pub(crate) fn bitset(value: &[u8], options: &[&str]) -> Result<(), String> {
     let body = value.strip_prefix(b"^").unwrap_or(value);
     for token in body.split(|b| *b == b',') {
         let token = trim(token);
@@ -182,7 +182,7 @@ fn trim(v: &[u8]) -> &[u8] {
 
 /// One entry of a device or interface list (struct netIf).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NetIf {
+pub(crate) struct NetIf {
     pub prefix: Vec<u8>,
     /// -1: any port.
     pub port: i64,
@@ -192,7 +192,7 @@ pub struct NetIf {
 /// src/os/linux.cc ncclOsFindInterfaces): `^` first excludes, then `=` matches names exactly
 /// instead of by prefix, then parseStringList (src/misc/utils.cc).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IfList {
+pub(crate) struct IfList {
     pub exclude: bool,
     pub exact: bool,
     pub entries: Vec<NetIf>,
@@ -212,7 +212,7 @@ fn atoi(s: &[u8]) -> i64 {
 /// `prefix[:port[:rail[:plane]]]` split at `:` (strsep: empty fields kept), a field empty or
 /// absent is -1, the prefix must not be empty and is cut to 63 bytes; at most `max` entries.
 /// Nothing is trimmed.
-pub fn parse_if_list(value: &[u8], max: usize) -> IfList {
+pub(crate) fn parse_if_list(value: &[u8], max: usize) -> IfList {
     let mut rest = value;
     let exclude = rest.first() == Some(&b'^');
     if exclude {
@@ -302,11 +302,11 @@ pub struct Context<'a> {
     /// Where the job's files are opened.
     pub root: Option<&'a Path>,
     /// NCCL_IB_ADDR_FAMILY, which decides how NCCL_IB_ADDR_RANGE is read.
-    pub ib_addr_family: Option<&'a [u8]>,
+    pub(crate) ib_addr_family: Option<&'a [u8]>,
 }
 
 /// [`judge`] with the rest of the environment.
-pub fn judge_in(name: &str, value: &[u8], ctx: &Context) -> Option<Option<Verdict>> {
+pub(crate) fn judge_in(name: &str, value: &[u8], ctx: &Context) -> Option<Option<Verdict>> {
     let root = ctx.root;
     Some(match name {
         "NCCL_ALGO" => algo_proto(name, value, ALGORITHMS, "algorithm"),

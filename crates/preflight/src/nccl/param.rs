@@ -62,7 +62,7 @@ pub enum Strtoll {
 }
 
 /// C's isspace in the C locale.
-pub fn is_c_space(b: u8) -> bool {
+pub(crate) fn is_c_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
 }
 
@@ -122,7 +122,7 @@ pub fn strtoll(text: &[u8], base: u32) -> Strtoll {
 }
 
 /// Bytes as text: UTF-8 as is, other bytes and control characters escaped (`\xff`).
-pub fn show_bytes(bytes: &[u8]) -> String {
+pub(crate) fn show_bytes(bytes: &[u8]) -> String {
     let mut out = String::new();
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {

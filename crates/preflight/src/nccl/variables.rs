@@ -6,12 +6,12 @@
 use super::param::{Parse, Removed, Variable};
 
 /// The NVIDIA/nccl commit the list was generated from.
-pub const NCCL_COMMIT: &str = "5067397c2676d5aed50042fc39e5c8ee96eb0027";
+pub(crate) const NCCL_COMMIT: &str = "5067397c2676d5aed50042fc39e5c8ee96eb0027";
 /// NCCL's version at that commit (makefiles/version.mk).
 pub const NCCL_VERSION: &str = "2.30.7";
 
 /// Sorted by name.
-pub static VARIABLES: &[Variable] = &[
+pub(crate) static VARIABLES: &[Variable] = &[
     Variable { name: "NCCL_ALGO", parse: Parse::String, default: "", defined_at: "src/enqueue.cc:2055" },
     Variable { name: "NCCL_ALLGATHERV_ENABLE", parse: Parse::Strtoll, default: "1", defined_at: "src/enqueue.cc:30" },
     Variable {
@@ -1041,7 +1041,7 @@ pub static VARIABLES: &[Variable] = &[
 
 /// Read by an earlier release (the last one named) or only documented (docs/userguide/source/env.rst, no
 /// release named), and not read at this commit: setting them does nothing. Sorted by name.
-pub static REMOVED: &[Removed] = &[
+pub(crate) static REMOVED: &[Removed] = &[
     Removed { name: "NCCL_AGG_ALLOC_MODE", last_release: "v2.12.12-1" },
     Removed { name: "NCCL_AGG_CHANNEL_SIZE", last_release: "v2.19.4-1" },
     Removed { name: "NCCL_CHECKS_DISABLE", last_release: "" },

@@ -50,12 +50,12 @@ pub struct Detected {
     pub memory: Option<Mount>,
     pub rdma: Option<Mount>,
     /// `/proc/cgroups` says the memory controller was disabled at boot (`cgroup_disable=memory`).
-    pub memory_disabled: bool,
+    pub(crate) memory_disabled: bool,
 }
 
 /// Finds the layout below `cgroup_fs` (`<sysfs>/fs/cgroup`). A missing directory is the
 /// `None` layout, not an error.
-pub fn detect(cgroup_fs: &Path, proc_cgroups_file: &Path, errors: &mut Vec<SourceError>) -> Detected {
+pub(crate) fn detect(cgroup_fs: &Path, proc_cgroups_file: &Path, errors: &mut Vec<SourceError>) -> Detected {
     let mut found = Detected { layout: Layout::None, memory: None, rdma: None, memory_disabled: false };
     let names = match fsroot::list_dir(cgroup_fs) {
         Ok(names) => names,

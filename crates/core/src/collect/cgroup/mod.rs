@@ -27,12 +27,14 @@ use crate::trend::{Observation, Scope};
 use memlock_kernel::memcg::Limit;
 use memlock_kernel::rdma_cgroup::RdmaDevice;
 
-pub use detect::{detect, Detected, Layout, Mount, Version};
+pub(crate) use detect::detect;
+pub use detect::{Detected, Layout, Version};
 pub use read::CgroupCollector;
-pub use settings::{CgroupConfig, RawCgroupCollector};
+pub use settings::CgroupConfig;
+pub(crate) use settings::RawCgroupCollector;
 
 /// Labels of one cgroup: `cgroup` first, then the attribution labels.
-pub type CgroupLabels = Arc<Vec<(&'static str, String)>>;
+pub(crate) type CgroupLabels = Arc<Vec<(&'static str, String)>>;
 
 /// Memory events of a cgroup and its descendants.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,8 +61,8 @@ pub struct CgroupMemory {
     /// v2 `memory.high` of this cgroup.
     pub high: Option<Limit>,
     /// v1: the effective memory+swap limit; v2: the lowest `memory.swap.max` on the path.
-    pub swap_limit: Option<Limit>,
-    pub unevictable_bytes: Option<u64>,
+    pub(crate) swap_limit: Option<Limit>,
+    pub(crate) unevictable_bytes: Option<u64>,
     pub events: MemoryEvents,
 }
 
@@ -124,8 +126,8 @@ pub struct ScanCounts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupStats {
     pub layout: Layout,
-    pub memory_version: Option<Version>,
-    pub memory_disabled: bool,
+    pub(crate) memory_version: Option<Version>,
+    pub(crate) memory_disabled: bool,
     pub rdma_version: Option<Version>,
     /// In walk order (parents before children, siblings sorted by name).
     pub memory: Vec<CgroupMemory>,
@@ -182,7 +184,7 @@ impl Configured for CgroupCollector {
 
 /// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
 /// default interval and settings.
-pub const REGISTRATION: super::Registration = super::Registration {
+pub(crate) const REGISTRATION: super::Registration = super::Registration {
     name: "cgroup",
     reads: "memory usage and limits per cgroup",
     default_interval: "1s",
@@ -192,6 +194,7 @@ pub const REGISTRATION: super::Registration = super::Registration {
 
 #[cfg(test)]
 mod tests {
+    use super::detect::Mount;
     use super::*;
     use memlock_kernel::fsroot::Roots;
     use std::path::PathBuf;

@@ -96,7 +96,7 @@ impl CgroupStats {
     }
 
     /// The trend ids (cgroup paths) of the exported cgroups.
-    pub fn exported_trend_ids(&self, grants: &Grants) -> HashSet<String> {
+    pub(crate) fn exported_trend_ids(&self, grants: &Grants) -> HashSet<String> {
         self.granted_memory(grants).iter().map(|c| c.path().to_owned()).collect()
     }
 
@@ -126,7 +126,7 @@ impl CgroupStats {
         self.render_granted(out, &Grants::all())
     }
 
-    pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
+    pub(crate) fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
         let memory = self.granted_memory(grants);
         let base: Vec<Vec<(&str, &str)>> =
             memory.iter().map(|c| c.labels.iter().map(|(k, v)| (*k, v.as_str())).collect()).collect();

@@ -64,7 +64,7 @@ impl PartialEq for CgroupConfig {
 
 impl RawCgroupCollector {
     /// The defaults with every list given one element ([`Configured::key_template`]).
-    pub fn key_template() -> Self {
+    pub(crate) fn key_template() -> Self {
         Self { include: vec![String::new()], exclude: vec![String::new()], ..Default::default() }
     }
 

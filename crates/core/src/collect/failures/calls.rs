@@ -17,16 +17,16 @@ pub struct Call {
     /// The function, also the `call` label.
     pub function: &'static str,
     /// The size argument's position (`$argN`, Documentation/trace/kprobetrace.rst).
-    pub size_arg: usize,
+    pub(crate) size_arg: usize,
     /// The modules that may hold the function when it is not built in, by kernel version:
     /// probed there before they are loaded (see [`Call::size_fetch`]).
     pub modules: &'static [&'static str],
     /// Bytes per unit of the size argument: 0 for pages (the page size).
-    pub size_unit: u64,
+    pub(crate) size_unit: u64,
     /// `$retval`'s type: the function's return type.
-    pub ret_type: &'static str,
+    pub(crate) ret_type: &'static str,
     /// The return probe's filter (kernel/trace/trace_events_filter.c syntax): failures only.
-    pub failure_filter: &'static str,
+    pub(crate) failure_filter: &'static str,
     pub check: Check,
 }
 
@@ -46,7 +46,7 @@ impl Call {
     /// which `__trace_kprobe_create` sets when `kprobe_on_func_entry` finds the symbol); for a
     /// function of a module not loaded yet, the register that holds the argument at the entry
     /// (the calling convention's), `None` on an architecture this does not know.
-    pub fn size_fetch(&self, resolved: bool) -> Option<String> {
+    pub(crate) fn size_fetch(&self, resolved: bool) -> Option<String> {
         if resolved {
             return Some(format!("$arg{}:u64", self.size_arg));
         }
@@ -68,7 +68,7 @@ const ARG_REGISTERS: &[&str] = &["x0", "x1", "x2", "x3", "x4", "x5"];
 const ARG_REGISTERS: &[&str] = &[];
 
 /// The functions, in the order they are reported.
-pub const CALLS: [Call; 4] = [
+pub(crate) const CALLS: [Call; 4] = [
     Call {
         function: "ib_umem_get",
         size_arg: 3,

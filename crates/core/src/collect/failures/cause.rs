@@ -34,10 +34,10 @@ impl Cause {
 pub struct Figures {
     pub pinned_bytes: Option<u64>,
     pub locked_bytes: Option<u64>,
-    pub soft_limit: Option<Limit>,
+    pub(crate) soft_limit: Option<Limit>,
     pub ipc_lock: Option<bool>,
-    pub cgroup_usage: Option<u64>,
-    pub cgroup_limit: Option<Limit>,
+    pub(crate) cgroup_usage: Option<u64>,
+    pub(crate) cgroup_limit: Option<Limit>,
 }
 
 /// The cause of a refusal of `requested` bytes by `call` with `errno`. The limit check comes
@@ -78,7 +78,7 @@ pub struct SeriesKey {
     pub cgroup: String,
     pub call: &'static str,
     pub errno: String,
-    pub cause: Cause,
+    pub(crate) cause: Cause,
 }
 
 pub(super) fn attribute(roots: &Roots, refusal: &Refusal) -> (SeriesKey, u64, Figures) {

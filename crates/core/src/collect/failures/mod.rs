@@ -46,14 +46,16 @@ use trace::Tracer;
 
 use super::{Collector, Data};
 
-pub use calls::{errno_name, Call, Check, CALLS};
-pub use cause::SeriesKey;
-pub use cause::{classify, Cause, Figures};
-pub use pairing::{Pairing, Refusal, MAX_PENDING};
-pub use probes::{Mode, Unsupported, PAIRING_ENV, PREFIX};
-pub use render::CLASS;
-pub use series::{Book, Series, MAX_SERIES, SERIES_HOLD};
-pub use trace::{wait_removed, READ_EVERY};
+pub use calls::{errno_name, Call, Check};
+pub(crate) use cause::Cause;
+pub(crate) use cause::SeriesKey;
+pub use cause::{classify, Figures};
+pub use pairing::{Refusal, MAX_PENDING};
+pub use probes::{Mode, Unsupported};
+pub(crate) use series::{Book, Series, SERIES_HOLD};
+pub use trace::wait_removed;
+#[cfg(test)]
+pub(crate) use {calls::CALLS, series::MAX_SERIES};
 
 /// The collector's data for one snapshot.
 #[derive(Debug, Clone)]
@@ -69,7 +71,7 @@ pub struct FailuresStats {
 
 /// The collector: a handle on the tracer of its roots, shared with every other collector of the
 /// same roots alive at the time.
-pub struct FailuresCollector {
+pub(crate) struct FailuresCollector {
     tracer: Arc<Tracer>,
     /// Where tracefs is looked for, named by the error that says why the collector cannot run.
     tracefs: std::path::PathBuf,
@@ -130,7 +132,7 @@ fn cannot_run(tracefs: &std::path::Path, reason: Unsupported) -> SourceError {
 
 /// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
 /// default interval and settings.
-pub const REGISTRATION: super::Registration = super::Registration {
+pub(crate) const REGISTRATION: super::Registration = super::Registration {
     name: "failures",
     reads: "refused registrations and locks, traced with kprobes in tracefs instances of its own (needs root)",
     default_interval: "1s",

@@ -32,15 +32,15 @@ const ENTRIES_PER_TASK: usize = 4;
 /// fed before the returns they pair with (the reader drains the entry instance first); the
 /// trace timestamps (`mono` clock, the same on every CPU) pick the entry of the returning call.
 #[derive(Debug)]
-pub struct Pairing {
+pub(crate) struct Pairing {
     page_size: u64,
     /// tid -> its latest entries: (timestamp, call index, size in bytes), oldest first.
     pending: HashMap<u32, Vec<(u64, usize, u64)>>,
     /// Insertion order of the tids, for forgetting the oldest when full (may hold stale tids).
     order: VecDeque<u32>,
-    pub lost_events: u64,
-    pub unparsed_lines: u64,
-    pub forgotten_entries: u64,
+    pub(crate) lost_events: u64,
+    pub(crate) unparsed_lines: u64,
+    pub(crate) forgotten_entries: u64,
 }
 
 impl Pairing {

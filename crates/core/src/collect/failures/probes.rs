@@ -14,13 +14,13 @@ use memlock_kernel::fsroot::{self, Roots, SourceError};
 use super::calls::{Call, CALLS};
 
 /// Every name the collector creates in tracefs starts with this.
-pub const PREFIX: &str = "memlock_exporter_";
+pub(crate) const PREFIX: &str = "memlock_exporter_";
 
 /// `userspace` in this environment variable pairs entries in user space even where the kernel
 /// could ([`Mode`]): to compare the two, and to test the fallback on a kernel that has both. A
 /// diagnostic, not a setting: outside the configuration's `MEMLOCK_EXPORTER_` prefix, whose
 /// variables must be configuration keys.
-pub const PAIRING_ENV: &str = "MEMLOCK_FAILURES_PAIRING";
+pub(crate) const PAIRING_ENV: &str = "MEMLOCK_FAILURES_PAIRING";
 
 /// Per-CPU ring buffer of the instance: at 1,000 registrations/s one entry line of about 120
 /// bytes each, [`READ_EVERY`] holds 6 KiB.

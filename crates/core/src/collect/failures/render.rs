@@ -8,7 +8,7 @@ use super::series::{Book, Series, MAX_SERIES};
 use super::FailuresStats;
 
 /// The budget's class of the per-process failure series.
-pub const CLASS: &str = "registration_failures";
+pub(crate) const CLASS: &str = "registration_failures";
 
 impl FailuresStats {
     /// The series in the order they are granted: the latest failure first.

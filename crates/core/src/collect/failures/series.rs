@@ -7,11 +7,11 @@ use super::cause::{Cause, Figures, SeriesKey};
 
 /// Failure series (one per process, call, errno and cause) kept at most; later ones are only
 /// counted in the node totals and `memlock_registration_failures_overflow_total`.
-pub const MAX_SERIES: usize = 64;
+pub(crate) const MAX_SERIES: usize = 64;
 /// How long a series pages after its last refusal (the fast path's `MemlockRegistrationFailed`
 /// and the Prometheus rule hold it as long); past it, a full table gives the series' place to
 /// a new one.
-pub const SERIES_HOLD: Duration = Duration::from_secs(600);
+pub(crate) const SERIES_HOLD: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
@@ -19,10 +19,10 @@ pub struct Series {
     /// The size of the last refused request (0 when its entry was not seen).
     pub requested_bytes: u64,
     /// When the last one happened (for the fast path's page).
-    pub last_at: Instant,
+    pub(crate) last_at: Instant,
     /// The same in Unix seconds, exported: what the Prometheus rule holds its page on, so a
     /// gap in Prometheus's samples cannot make an old refusal look new.
-    pub last_unix_seconds: f64,
+    pub(crate) last_unix_seconds: f64,
     /// The figures the cause was judged on, for the page's description.
     pub figures: Figures,
 }
@@ -32,11 +32,11 @@ pub struct Series {
 pub struct Book {
     pub series: BTreeMap<SeriesKey, Series>,
     /// By (call, errno, cause): every failure, series or not.
-    pub totals: BTreeMap<(&'static str, String, Cause), u64>,
+    pub(crate) totals: BTreeMap<(&'static str, String, Cause), u64>,
     pub overflow: u64,
-    pub lost_events: u64,
-    pub unparsed_lines: u64,
-    pub forgotten_entries: u64,
+    pub(crate) lost_events: u64,
+    pub(crate) unparsed_lines: u64,
+    pub(crate) forgotten_entries: u64,
     /// Tasks with entries waiting for their return.
     pub pending: u64,
 }

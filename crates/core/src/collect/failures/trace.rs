@@ -20,7 +20,7 @@ use super::FailuresStats;
 
 /// How often the reader drains the entries' trace_pipe (a failed return wakes it at once): one
 /// poll and one read per period when idle, the entries of a burst in a few large reads.
-pub const READ_EVERY: Duration = Duration::from_millis(50);
+pub(crate) const READ_EVERY: Duration = Duration::from_millis(50);
 
 /// What the tracing thread shares with the collector.
 #[derive(Debug, Default)]

@@ -38,19 +38,17 @@ use crate::trend::{Observation, Scope};
 use memlock_kernel::fsroot::{self, Roots, SourceError};
 use memlock_kernel::{tasks, vmstat};
 
-pub use sample::{
-    initial_user_namespace, ipc_lock_exempts, user_namespace_of, CgroupAggregate, CgroupInfo, Counter, ProcessSample,
-    UserNamespaceView,
-};
+pub use sample::{ipc_lock_exempts, user_namespace_of, UserNamespaceView};
+pub(crate) use sample::{CgroupAggregate, CgroupInfo, Counter, ProcessSample};
 use scan::{parse_pid_bytes, Interner, Outcome, PidReader, Record, Scanner, Tally};
-pub use settings::{ProcessConfig, RawProcessCollector};
+pub use settings::ProcessConfig;
 
 use super::{Collector, Data};
 
 /// Read failures by kind, counted since the exporter started. Processes that exited
 /// mid-scan are not failures (see [`ProcessStats::vanished_total`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReadErrors {
+pub(crate) struct ReadErrors {
     /// EACCES/EPERM (`hidepid=`, a foreign user namespace): counted, does not fail the collector.
     pub permission: u64,
     pub io: u64,
@@ -81,9 +79,9 @@ pub struct ProcessStats {
     /// Per entry of `watched`, when its `status` was read: a pass re-reads only part of a
     /// crowd, and a process not re-read is observed at the time of its reading, not as a new
     /// sample of the same value.
-    pub watched_read_at: Vec<Option<Instant>>,
+    pub(crate) watched_read_at: Vec<Option<Instant>>,
     /// Processes left out of `watched` by [`MAX_WATCHED`] (the least urgent).
-    pub unwatched: u64,
+    pub(crate) unwatched: u64,
     /// One entry per cgroup with at least one scanned process, sorted by path.
     pub cgroups: Vec<CgroupAggregate>,
     /// Whether this pass ended a full scan (read every process at once on the first run, or
@@ -94,18 +92,18 @@ pub struct ProcessStats {
     /// Of those, the ones re-read on every pass.
     pub tracked: u64,
     /// Processes that passed the filter but fell beyond `top_n`.
-    pub dropped_by_top_n: u64,
-    pub full_scans_total: u64,
+    pub(crate) dropped_by_top_n: u64,
+    pub(crate) full_scans_total: u64,
     /// Of those, the full scans started early because node-wide pinned or mlocked memory grew
     /// more than the processes the collector re-reads account for.
-    pub early_full_scans_total: u64,
+    pub(crate) early_full_scans_total: u64,
     /// Processes found by the listing of a tracked pass, between full scans.
-    pub discovered_total: u64,
+    pub(crate) discovered_total: u64,
     /// Tracked passes that did not list procfs: the node's task counters had not changed.
-    pub listings_skipped_total: u64,
+    pub(crate) listings_skipped_total: u64,
     /// Processes that exited between being listed (or tracked) and being read.
-    pub vanished_total: u64,
-    pub read_errors_total: ReadErrors,
+    pub(crate) vanished_total: u64,
+    pub(crate) read_errors_total: ReadErrors,
     /// The series budget's order of `processes` and `cgroups`, made once, by the first render
     /// (a pass nobody scrapes ranks nothing: the idle cost).
     ranking: crate::budget::Ranked<render::Ranking>,
@@ -117,7 +115,7 @@ pub struct ProcessStats {
 const PROBATION: Duration = Duration::from_secs(10);
 /// Processes the fast path watches at most per pass, the most urgent first: bounds the trend
 /// work a crowd of processes can make (two trend scopes each, within the trend's 20,000).
-pub const MAX_WATCHED: usize = 8192;
+pub(crate) const MAX_WATCHED: usize = 8192;
 
 /// Processes of one uid on probation at most: a fork storm must not turn every pass into a full
 /// scan, nor take the places of another user's new processes.
@@ -125,10 +123,10 @@ const MAX_ON_PROBATION: usize = 256;
 /// Places at the front of the fair order whose tracked processes every pass re-reads, whatever
 /// else it has time for: each owner's most urgent first (uids take turns, then a uid's cgroups),
 /// so that one user's crowd of holders cannot slow the sampling of another user's job.
-pub const FRONT: usize = 256;
+pub(crate) const FRONT: usize = 256;
 /// Places of one uid at the front at most: a crowd's share of the work every pass must do is
 /// that of one owner's job (a 64-rank node), not the whole front.
-pub const FRONT_PER_OWNER: usize = 64;
+pub(crate) const FRONT_PER_OWNER: usize = 64;
 /// Other tracked processes re-read per pass at least, and processes of the full sweep, whatever
 /// the pass's time budget: both always progress.
 const MIN_ROTATION: usize = 64;
@@ -685,11 +683,8 @@ fn refresh_one(
     errors: &mut Vec<SourceError>,
 ) -> bool {
     let failures = scanner.tally.failures();
-    let outcome = if record.incomplete {
-        scanner.reread(record, errors)
-    } else {
-        scanner.refresh(record, limits_due, errors)
-    };
+    let outcome =
+        if record.incomplete { scanner.reread(record, errors) } else { scanner.refresh(record, limits_due, errors) };
     settle(scanner, record, outcome, failures, failed)
 }
 
@@ -741,7 +736,6 @@ type RankKey = (f64, u64, u32);
 fn rank_key(s: &ProcessSample) -> RankKey {
     (s.rank_urgency().unwrap_or(f64::NEG_INFINITY), s.larger_counter_bytes(), s.pid)
 }
-
 
 fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
     let mut index: HashMap<*const CgroupInfo, usize> = HashMap::new();
@@ -823,7 +817,7 @@ impl super::Stats for ProcessStats {
 
 /// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
 /// default interval and settings.
-pub const REGISTRATION: super::Registration = super::Registration {
+pub(crate) const REGISTRATION: super::Registration = super::Registration {
     name: "process",
     reads: "VmLck, VmPin, memlock limits per process",
     default_interval: "1s",

@@ -122,13 +122,13 @@ impl ProcessStats {
     }
 
     /// The processes exported under `grants`, in rank order.
-    pub fn granted_processes(&self, grants: &Grants) -> Vec<&ProcessSample> {
+    pub(crate) fn granted_processes(&self, grants: &Grants) -> Vec<&ProcessSample> {
         let mask = grants.mask(PROCESSES, &self.ranking().processes.0, self.processes.len());
         self.processes.iter().zip(mask).filter_map(|(p, shown)| shown.then_some(p)).collect()
     }
 
     /// The trend ids of the exported processes (see [`ProcessStats::observations`]).
-    pub fn exported_trend_ids(&self, grants: &Grants) -> HashSet<String> {
+    pub(crate) fn exported_trend_ids(&self, grants: &Grants) -> HashSet<String> {
         let mut ids = HashSet::new();
         for p in self.granted_processes(grants) {
             for counter in Counter::ALL {
@@ -138,7 +138,7 @@ impl ProcessStats {
         ids
     }
 
-    pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
+    pub(crate) fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
         let processes = self.granted_processes(grants);
         let cgroup_mask = grants.mask(CGROUPS, &self.ranking().cgroups.0, self.cgroups.len());
         let cgroups: Vec<&CgroupAggregate> =

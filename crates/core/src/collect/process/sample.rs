@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::charge::Charge;
+use crate::trend::{Observation, Scope};
 use memlock_kernel::fsroot;
 use memlock_kernel::pid_limits::MemlockLimits;
 use memlock_kernel::registrants::RdmaLibrary;
 use memlock_kernel::versions::NcclMapping;
 use memlock_kernel::{uid_map, ParseError};
-use crate::trend::{Observation, Scope};
 
 use super::ProcessStats;
 
@@ -48,14 +48,14 @@ pub struct ProcessSample {
     pub cap_ipc_lock: Option<bool>,
     /// Whether the capability lifts the limit ([`ipc_lock_exempts`]): held in CapEff and in the
     /// initial user namespace (`memlock_process_ipc_lock`). `None` when CapEff could not be read.
-    pub ipc_lock_exempt: Option<bool>,
+    pub(crate) ipc_lock_exempt: Option<bool>,
     /// The NCCL library the process has mapped (`/proc/PID/maps`), read once, when the process
     /// is first seen holding pinned memory (NCCL's registrations are what pins it). `None` until
     /// then, or when no `libnccl.so*` is mapped (NCCL linked statically, or not used).
     pub nccl: Option<Arc<NcclMapping>>,
     /// The other libraries that register memory with an RDMA device, one per family, read from
     /// `maps` in the same pass as [`ProcessSample::nccl`]; empty until then or when none is mapped.
-    pub rdma_libraries: Vec<RdmaLibrary>,
+    pub(crate) rdma_libraries: Vec<RdmaLibrary>,
     /// The real uid (`status`): whose process it is. Every ranking shares its places fairly
     /// among owners ([`crate::fair`]), so one user's crowd displaces only that user's processes.
     pub uid: Option<u32>,
@@ -64,18 +64,18 @@ pub struct ProcessSample {
     /// only while `VmLck` is above 0; `None` then when unreadable (another user's process read
     /// without ptrace access, a kernel before 4.14). Ranks and sums per cgroup; the limit check
     /// is `VmLck`'s.
-    pub locked_share_bytes: Option<u64>,
+    pub(crate) locked_share_bytes: Option<u64>,
 }
 
 /// The trend analyser's id for one counter of a process (the comm guards against pid reuse
 /// mixing two processes' histories).
-pub fn trend_id(p: &ProcessSample, counter: Counter) -> String {
+pub(crate) fn trend_id(p: &ProcessSample, counter: Counter) -> String {
     format!("{}/{}/{}", p.pid, p.comm, counter.as_str())
 }
 
 impl ProcessSample {
     /// The counter's bytes: `VmPin` or `VmLck`.
-    pub fn counter_bytes(&self, counter: Counter) -> Option<u64> {
+    pub(crate) fn counter_bytes(&self, counter: Counter) -> Option<u64> {
         match counter {
             Counter::Pinned => self.pinned_bytes,
             Counter::Locked => self.locked_bytes,
@@ -101,7 +101,8 @@ impl ProcessSample {
     }
 
     /// The counter nearest its limit and its ratio (ties: VmPin, which RDMA fails on).
-    pub fn worst_ratio(&self) -> Option<(Counter, f64)> {
+    #[cfg(test)]
+    pub(crate) fn worst_ratio(&self) -> Option<(Counter, f64)> {
         Counter::ALL.iter().filter_map(|&c| Some((c, self.charge(c)?.ratio()?))).fold(None, |worst, (c, ratio)| {
             match worst {
                 Some((_, w)) if w >= ratio => worst,
@@ -113,26 +114,26 @@ impl ProcessSample {
     /// How urgent the process is, for every ranking (top_n, the series budget, the fast path's
     /// bound, the cgroup aggregates): the higher of [`Charge::urgency`] over its counters; `None` when
     /// no limit is enforced on it (CAP_IPC_LOCK, unlimited, unreadable).
-    pub fn urgency(&self) -> Option<f64> {
+    pub(crate) fn urgency(&self) -> Option<f64> {
         Counter::ALL.iter().filter_map(|&c| self.charge(c)?.urgency()).reduce(f64::max)
     }
 
     /// [`ProcessSample::urgency`] with exempt processes ranked by their ratio too, for top_n:
     /// the per-process series show an exempt process far over its limit (opensm), the budget
     /// and the alerts do not count it.
-    pub fn rank_urgency(&self) -> Option<f64> {
+    pub(crate) fn rank_urgency(&self) -> Option<f64> {
         Counter::ALL.iter().filter_map(|&c| Charge { enforced: true, ..self.charge(c)? }.urgency()).reduce(f64::max)
     }
 
     /// The larger of the two counters, for ranking by bytes (never for the limit check), shared
     /// locked pages counted once ([`ProcessSample::locked_own_bytes`]).
-    pub fn larger_counter_bytes(&self) -> u64 {
+    pub(crate) fn larger_counter_bytes(&self) -> u64 {
         self.locked_own_bytes().max(self.pinned_bytes.unwrap_or(0))
     }
 
     /// `VmLck` with the pages it shares counted once among the processes that lock them: its
     /// share where known, else `VmLck`. What the cgroup sums add up.
-    pub fn locked_own_bytes(&self) -> u64 {
+    pub(crate) fn locked_own_bytes(&self) -> u64 {
         let locked = self.locked_bytes.unwrap_or(0);
         self.locked_share_bytes.map_or(locked, |share| share.min(locked))
     }
@@ -179,24 +180,11 @@ impl Counter {
         }
     }
 
-    /// The counter named by a `counter` label value.
-    pub fn from_label(value: &str) -> Option<Counter> {
-        Counter::ALL.into_iter().find(|c| c.as_str() == value)
-    }
-
     /// The `/proc/PID/status` field.
     pub fn field(self) -> &'static str {
         match self {
             Counter::Pinned => "VmPin",
             Counter::Locked => "VmLck",
-        }
-    }
-
-    /// The call the kernel refuses with ENOMEM once the counter would pass the soft limit.
-    pub fn refused_call(self) -> &'static str {
-        match self {
-            Counter::Pinned => "ibv_reg_mr (RDMA registration)",
-            Counter::Locked => "mlock",
         }
     }
 }
@@ -219,7 +207,10 @@ pub fn ipc_lock_exempts(cap_ipc_lock: Option<bool>, initial_user_namespace: Opti
 /// `None` when neither could be read.
 ///
 /// [`uid_map::is_initial`]: memlock_kernel::uid_map::is_initial
-pub fn initial_user_namespace(uid_map_is_initial: Option<bool>, same_namespace_as_init: Option<bool>) -> Option<bool> {
+pub(crate) fn initial_user_namespace(
+    uid_map_is_initial: Option<bool>,
+    same_namespace_as_init: Option<bool>,
+) -> Option<bool> {
     match (uid_map_is_initial, same_namespace_as_init) {
         (_, Some(false)) => Some(false),
         (Some(initial), _) => Some(initial),
@@ -238,9 +229,9 @@ pub struct UserNamespaceView {
     /// read as the initial namespace's view.
     pub reader_initial: Option<bool>,
     /// The reader's own `self/ns/user` link.
-    pub reader_link: Option<PathBuf>,
+    pub(crate) reader_link: Option<PathBuf>,
     /// The `ns/user` link of this procfs's pid 1; `None` without ptrace access.
-    pub init_link: Option<PathBuf>,
+    pub(crate) init_link: Option<PathBuf>,
 }
 
 impl UserNamespaceView {
@@ -252,12 +243,12 @@ impl UserNamespaceView {
         }
     }
 
-    pub fn reader_is_namespaced(&self) -> bool {
+    pub(crate) fn reader_is_namespaced(&self) -> bool {
         self.reader_initial == Some(false)
     }
 
     /// What a process's `uid_map` says, from where the reader stands ([`uid_map::judge`]).
-    pub fn judge_map(&self, text: &str) -> Result<Option<bool>, ParseError> {
+    pub(crate) fn judge_map(&self, text: &str) -> Result<Option<bool>, ParseError> {
         uid_map::judge(text, !self.reader_is_namespaced())
     }
 
@@ -296,12 +287,12 @@ pub struct CgroupAggregate {
     /// The highest usage ratio over both counters among its processes whose limit the kernel
     /// enforces (not known to hold CAP_IPC_LOCK), and the counter it is on; `None` when none
     /// has a finite, non-zero limit.
-    pub usage_ratio_max: Option<(Counter, f64)>,
+    pub(crate) usage_ratio_max: Option<(Counter, f64)>,
     /// The same per counter, indexed as [`Counter::ALL`]: the kernel checks VmPin and VmLck
     /// apart, so a process at 0.93 on `locked` is not hidden behind another at 0.95 on `pinned`.
-    pub counter_ratio_max: [Option<f64>; 2],
+    pub(crate) counter_ratio_max: [Option<f64>; 2],
     /// The highest [`ProcessSample::urgency`] of its processes, for ranking the aggregates.
-    pub urgency_max: Option<f64>,
+    pub(crate) urgency_max: Option<f64>,
     /// Whose the cgroup is, for sharing the series budget's places by owner ([`crate::fair`]):
     /// the uid of its most urgent process (of its first, when none has an enforced limit).
     pub uid: Option<u32>,
@@ -320,7 +311,7 @@ impl ProcessStats {
     }
 
     /// [`ProcessStats::observations`], each watched process observed at `at(index)`.
-    pub fn observations_with(&self, at: impl Fn(usize) -> f64) -> Vec<Observation> {
+    pub(crate) fn observations_with(&self, at: impl Fn(usize) -> f64) -> Vec<Observation> {
         let mut out = Vec::with_capacity(self.watched.len() * Counter::ALL.len());
         let mut pid = String::new();
         for (i, p) in self.watched.iter().enumerate() {

@@ -37,7 +37,7 @@ const RECV_BUFFER_BYTES: usize = 64 * 1024;
 const MAX_MESSAGES_PER_REPLY: usize = 200_000;
 /// Per device, processes beyond this many (by registered bytes) are summed into `pid="other"`,
 /// so a node with many small registrants cannot explode the series count.
-pub const MAX_PROCESS_SERIES: usize = 500;
+pub(crate) const MAX_PROCESS_SERIES: usize = 500;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RdmaNetlinkStats {
@@ -65,7 +65,7 @@ pub struct MrUsage {
     pub registered_bytes: u64,
     /// Implicit ODP MRs ([`nldev::MrEntry::is_implicit_odp`]): their MRLEN is 2^64 - 1, the whole
     /// address space, of which nothing is pinned; added, it saturated every byte sum.
-    pub implicit_odp_mrs: u64,
+    pub(crate) implicit_odp_mrs: u64,
     pub owners: Vec<OwnerMrs>,
 }
 
@@ -93,7 +93,7 @@ enum Owner {
 
 /// Sums MRs per owner across the parts of one device's dump.
 #[derive(Debug, Default)]
-pub struct MrTally {
+pub(crate) struct MrTally {
     registered_bytes: u64,
     implicit_odp_mrs: u64,
     owners: HashMap<Owner, (u64, u64)>,
@@ -559,7 +559,7 @@ impl RdmaNetlinkStats {
         ]
     }
 
-    pub fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
+    pub(crate) fn render_granted(&self, out: &mut Exposition, grants: &Grants) {
         let devices: Vec<&NetlinkDevice> = self.devices.iter().take(grants.get(DEVICES)).collect();
         let order = &self.owner_order().0;
         // In device order, as the kernel listed them, whatever the budget kept.
@@ -652,7 +652,7 @@ impl Configured for RdmaNetlinkCollector {
 
 /// This collector's entry in the registry ([`crate::collect::REGISTRY`]): its name, flags,
 /// default interval and settings.
-pub const REGISTRATION: super::Registration = super::Registration {
+pub(crate) const REGISTRATION: super::Registration = super::Registration {
     name: "rdma_netlink",
     reads: "RDMA resources and registered memory",
     default_interval: "5s",

@@ -48,7 +48,7 @@ pub enum Event {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Direction {
+pub(crate) enum Direction {
     Send,
     Recv,
 }
@@ -65,11 +65,11 @@ pub enum Direction {
 pub struct NetConn {
     pub channel: u32,
     /// 0 when the line has none (before 2.12).
-    pub conn_index: u32,
+    pub(crate) conn_index: u32,
     /// The sending rank and the receiving rank, as printed (`from -> to`).
     pub from: u32,
     pub to: u32,
-    pub direction: Direction,
+    pub(crate) direction: Direction,
     /// The network plugin's name (`IB`, `Socket`, `AWS Libfabric`, `IBext_v8`...).
     pub net: String,
     pub dev: u32,
@@ -118,12 +118,12 @@ pub enum Transport {
 pub struct LocalConn {
     pub transport: Transport,
     pub channel: u32,
-    pub conn_index: u32,
+    pub(crate) conn_index: u32,
     /// This process's rank: the sender for P2P and SHM, the rank for CollNet.
     pub me: u32,
     /// The receiver for P2P and SHM; none for CollNet.
     pub peer: Option<u32>,
-    pub direction: Direction,
+    pub(crate) direction: Direction,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,7 +134,7 @@ pub struct Comm {
     pub nranks: Option<u32>,
     pub cuda_dev: Option<i32>,
     /// hashUniqueId of the unique id (`commId 0x%llx`), the same in every rank of it.
-    pub comm_id: Option<String>,
+    pub(crate) comm_id: Option<String>,
     pub complete: bool,
     /// `Init START`: the connections this process prints next are this communicator's.
     pub start: bool,
@@ -199,7 +199,7 @@ pub fn parse(line: &[u8]) -> Option<Line> {
 /// several on one line, separated by spaces, and interleaved
 /// writers can leave the head of one record before another (its message then stops where the
 /// next record's `host:pid:tid` begins, and is too short to read).
-pub fn parse_all(line: &[u8]) -> Vec<Line> {
+pub(crate) fn parse_all(line: &[u8]) -> Vec<Line> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let marks = markers(line);
     if marks.is_empty() {
@@ -644,7 +644,7 @@ fn warn(msg: &str) -> Option<Event> {
 const MAX_ERRNO: u32 = 4096;
 
 /// glibc's strerror texts for the errnos registration and queue creation return.
-pub const ERRNOS: &[(i32, &str, &str)] = &[
+pub(crate) const ERRNOS: &[(i32, &str, &str)] = &[
     (1, "EPERM", "Operation not permitted"),
     (11, "EAGAIN", "Resource temporarily unavailable"),
     (12, "ENOMEM", "Cannot allocate memory"),

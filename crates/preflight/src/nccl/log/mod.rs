@@ -11,7 +11,8 @@ use std::io::{self, BufRead};
 
 use serde::Serialize;
 
-pub use line::{parse, parse_all, Comm, Direction, Event, Failure, Level, Line, LocalConn, NetConn, Prefix, Transport};
+pub use line::{parse, Event, Failure, Line, Prefix, Transport};
+pub(crate) use line::{parse_all, Comm, Direction, Level, LocalConn, NetConn};
 
 /// A line longer than NCCL's 1024-byte buffer (debug.cc ncclDebugLog) plus a launcher's tag and
 /// a timestamp is not one NCCL line: it is kept to this length, counted as cut and not parsed.
@@ -23,8 +24,8 @@ pub const MAX_PROCESSES: usize = 16_384;
 pub const MAX_CONNECTIONS: usize = 1 << 21;
 pub const MAX_FAILURES: usize = 1024;
 pub const MAX_ENV: usize = 512;
-pub const MAX_NICS: usize = 256;
-pub const MAX_COMMUNICATORS: usize = 65_536;
+pub(crate) const MAX_NICS: usize = 256;
+pub(crate) const MAX_COMMUNICATORS: usize = 65_536;
 /// Communicators as each process logged them (its rank in one, its connections there), over all
 /// processes.
 pub const MAX_PROCESS_COMMUNICATORS: usize = 1 << 17;
@@ -35,7 +36,7 @@ const MAX_PENDING: usize = 64;
 pub const MAX_TEXT: usize = 1024;
 
 /// Reads lines of at most [`MAX_LINE`] bytes from any reader, whatever the input's line lengths.
-pub struct LineReader<R> {
+pub(crate) struct LineReader<R> {
     inner: R,
 }
 
@@ -46,7 +47,7 @@ impl<R: BufRead> LineReader<R> {
 
     /// The next line, without its newline, in `buf`: `Some(true)` when it was longer than
     /// [`MAX_LINE`] and was cut; `None` at the end.
-    pub fn next_line(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<bool>> {
+    pub(crate) fn next_line(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<bool>> {
         buf.clear();
         let (mut any, mut cut) = (false, false);
         loop {
@@ -87,16 +88,16 @@ pub struct Rank {
     pub net_send: u64,
     pub net_recv: u64,
     /// Of its sends, those another rank's proxy set up and registers (PXN, `NET/IB/0(8)`).
-    pub net_send_proxied: u64,
+    pub(crate) net_send_proxied: u64,
     /// Those sends by the proxy's rank: (rank, sends, of them with GPUDirect, NIC).
-    pub proxied_to: Vec<(u32, u64, u64, u32)>,
+    pub(crate) proxied_to: Vec<(u32, u64, u64, u32)>,
     /// true: every connection with GPUDirect (`/GDRDMA`); false: at least one without, so its
     /// buffers are host memory the NIC pins; null: no network line.
     pub gdr: Option<bool>,
     pub gdr_connections: u64,
     /// Of the sends and receives, those with GPUDirect.
-    pub net_send_gdr: u64,
-    pub net_recv_gdr: u64,
+    pub(crate) net_send_gdr: u64,
+    pub(crate) net_recv_gdr: u64,
     /// Connections of the other transports, none registered as a NET connection's buffers are
     /// (see [`Transport`]): P2P and SHM sends, CollNet sends and receives (the CollNet plugin
     /// registers its own), NVLS set-ups (one per communicator).
@@ -112,38 +113,38 @@ pub struct Rank {
     /// NIC indices (the `%d` after the plugin's name) of its connections.
     pub nics: Vec<u32>,
     /// Its connections on each of `nics`, in the same order (the shared p2p ones apart: `p2p`).
-    pub nic_connections: Vec<u64>,
+    pub(crate) nic_connections: Vec<u64>,
     /// Connection lines seen again (the same key): a log captured twice, or a second
     /// communicator over the same ranks and channels.
     pub repeated: u64,
     /// Of its sends and receives, the p2p ones on shared buffers (`/Shared`, connIndex 1), which
     /// have no buffers of their own: the network connections and pools they use are below.
-    pub shared_send: u64,
-    pub shared_send_gdr: u64,
-    pub shared_recv: u64,
-    pub shared_recv_gdr: u64,
+    pub(crate) shared_send: u64,
+    pub(crate) shared_send_gdr: u64,
+    pub(crate) shared_recv: u64,
+    pub(crate) shared_recv_gdr: u64,
     /// The shared p2p network connections this process registers, each once however many
     /// local senders use it (net.cc sendProxyConnect, recvProxyConnect with
     /// NCCL_NET_SHARED_COMMS): sends per (NIC, remote rank, channel) for itself and the ranks it
     /// proxies, receives per (NIC, remote proxy rank, channel).
-    pub shared_p2p: SharedP2p,
+    pub(crate) shared_p2p: SharedP2p,
 }
 
 /// A process's shared p2p connections and pools, from the `/Shared` lines.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct SharedP2p {
+pub(crate) struct SharedP2p {
     pub sends: u64,
-    pub sends_gdr: u64,
+    pub(crate) sends_gdr: u64,
     pub receives: u64,
-    pub receives_gdr: u64,
+    pub(crate) receives_gdr: u64,
     /// Pools (net.cc sharedNetBuffersInit: one per origin rank and direction): send pools per
     /// (NIC, origin rank), receive pools per NIC.
-    pub send_pools: u64,
-    pub send_pools_gdr: u64,
-    pub receive_pools: u64,
-    pub receive_pools_gdr: u64,
+    pub(crate) send_pools: u64,
+    pub(crate) send_pools_gdr: u64,
+    pub(crate) receive_pools: u64,
+    pub(crate) receive_pools_gdr: u64,
     /// Its shared connections per NIC: (NIC, connections).
-    pub nic_connections: Vec<(u32, u64)>,
+    pub(crate) nic_connections: Vec<(u32, u64)>,
 }
 
 /// Connections by transport.
@@ -151,8 +152,8 @@ pub struct SharedP2p {
 pub struct Connections {
     pub net_send: u64,
     pub net_recv: u64,
-    pub net_send_gdr: u64,
-    pub net_recv_gdr: u64,
+    pub(crate) net_send_gdr: u64,
+    pub(crate) net_recv_gdr: u64,
     pub p2p: u64,
     pub shm: u64,
     pub collnet_send: u64,
@@ -195,7 +196,7 @@ pub struct Communicator {
     /// The commId (2.18 on), else `host:pid:address`: before 2.18 nothing ties one process's
     /// communicator to another's, so each process's is listed apart.
     pub key: String,
-    pub comm_id: Option<String>,
+    pub(crate) comm_id: Option<String>,
     pub nranks: Option<u32>,
     pub members: Vec<Member>,
     #[serde(flatten)]
@@ -227,7 +228,7 @@ pub struct Dropped {
     pub env: u64,
     pub nics: u64,
     pub communicators: u64,
-    pub process_communicators: u64,
+    pub(crate) process_communicators: u64,
     pub pending: u64,
 }
 
@@ -243,7 +244,7 @@ pub struct NcclLog {
     /// The first `NCCL version` line's version (`2.18.6+cuda12.1`).
     pub nccl_version: Option<String>,
     /// Other versions in the same log (several jobs, or mismatched libraries).
-    pub other_versions: Vec<String>,
+    pub(crate) other_versions: Vec<String>,
     pub lines: u64,
     /// Lines with NCCL's prefix (or its version line): 0 means the file is not an NCCL log.
     pub nccl_lines: u64,
@@ -255,7 +256,7 @@ pub struct NcclLog {
     /// Devices the network transports list as in use (`NET/IB : Using [0]mlx5_0:1/IB`).
     pub nics: Vec<String>,
     /// Network plugins of the connection lines (`IB`, `Socket`, `AWS Libfabric`).
-    pub networks: Vec<String>,
+    pub(crate) networks: Vec<String>,
     /// Communicators whose init completed: distinct commIds, or (host, pid, comm address) for
     /// NCCL before 2.18, which prints no commId.
     pub communicators: u64,
@@ -374,7 +375,7 @@ type SharedLine = (u32, u32, u32, u32, u32, u32, bool);
 
 /// The state of a log being read; every part bounded.
 #[derive(Default)]
-pub struct Summary {
+pub(crate) struct Summary {
     version: Option<String>,
     other_versions: Vec<String>,
     lines: u64,

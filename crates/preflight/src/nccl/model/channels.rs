@@ -42,7 +42,7 @@ pub fn search_channels(nics: u64) -> (u64, bool) {
 
 /// The channels NCCL runs from the topology (no caps, no floors): S from [`search_channels`] or
 /// given (`--search-channels`), doubled by ncclTopoPostset.
-pub fn topology_channels(nics: u64) -> Channels {
+pub(crate) fn topology_channels(nics: u64) -> Channels {
     let (search, dup) = search_channels(nics);
     let count = (2 * search).min(MAX_CHANNELS);
     let n = nics.clamp(1, MAX_CHANNELS / 2);
@@ -61,7 +61,7 @@ pub fn topology_channels(nics: u64) -> Channels {
 
 /// The channels from S as given (`--search-channels`, the ring graph line NCCL_DEBUG=INFO
 /// prints), doubled by ncclTopoPostset.
-pub fn searched_channels(search: u64) -> Channels {
+pub(crate) fn searched_channels(search: u64) -> Channels {
     let search = search.clamp(1, MAX_CHANNELS / 2);
     let count = 2 * search;
     Channels {
@@ -78,15 +78,15 @@ pub fn searched_channels(search: u64) -> Channels {
 /// min(topology, max channels, max CTAs), then copies of the first channels up to
 /// max(min channels, min CTAs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChannelLimits {
+pub(crate) struct ChannelLimits {
     /// ncclMaxNchannels(): NCCL_MAX_NCHANNELS, else NCCL_MAX_NRINGS; below 1 is 1; above 64 is 64.
-    pub max_nchannels: Option<i64>,
+    pub(crate) max_nchannels: Option<i64>,
     /// ncclMinNchannels(): NCCL_MIN_NCHANNELS, else NCCL_MIN_NRINGS; negative is 0.
-    pub min_nchannels: Option<i64>,
+    pub(crate) min_nchannels: Option<i64>,
     /// NCCL_MAX_CTAS; ignored when 0 or less.
-    pub max_ctas: Option<i64>,
+    pub(crate) max_ctas: Option<i64>,
     /// NCCL_MIN_CTAS; ignored when 0 or less.
-    pub min_ctas: Option<i64>,
+    pub(crate) min_ctas: Option<i64>,
 }
 
 impl ChannelLimits {

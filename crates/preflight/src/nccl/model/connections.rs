@@ -8,10 +8,10 @@ use memlock_core::gdr::GdrMode;
 
 /// A node's place in one tree: parent, child 0, child 1 (-1: none), and whether it is its
 /// parent's child 0 or child 1 (-1 for the root).
-pub type TreePlace = (i64, i64, i64, i64);
+pub(crate) type TreePlace = (i64, i64, i64, i64);
 
 /// ncclGetBtree (src/graph/trees.cc), as NCCL writes it.
-pub fn btree(nranks: i64, rank: i64) -> TreePlace {
+pub(crate) fn btree(nranks: i64, rank: i64) -> TreePlace {
     let mut bit = 1;
     while bit < nranks {
         if bit & rank != 0 {
@@ -39,7 +39,7 @@ pub fn btree(nranks: i64, rank: i64) -> TreePlace {
 
 /// ncclGetDtree (trees.cc): tree 0 is the btree; tree 1 its mirror (even node counts) or the
 /// btree shifted by one (odd), the child type taken from that btree as NCCL does.
-pub fn dtree(nranks: i64, rank: i64) -> [TreePlace; 2] {
+pub(crate) fn dtree(nranks: i64, rank: i64) -> [TreePlace; 2] {
     let t0 = btree(nranks, rank);
     let t1 = if nranks % 2 == 1 {
         let shifted = (rank - 1 + nranks) % nranks;
@@ -95,9 +95,9 @@ pub(super) enum Direction {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {
     pub sends: u64,
-    pub sends_gdr: u64,
+    pub(crate) sends_gdr: u64,
     pub receives: u64,
-    pub receives_gdr: u64,
+    pub(crate) receives_gdr: u64,
 }
 
 impl Counts {

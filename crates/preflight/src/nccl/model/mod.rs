@@ -24,103 +24,106 @@ mod version;
 
 pub use buffers::Bytes;
 use buffers::{control_pages, data_buffers, ring_pages, span_pages};
-pub use channels::{search_channels, searched_channels, topology_channels, ChannelLimits, Channels};
-pub use connections::{btree, dtree, Algorithm, Counts, TreePlace};
+pub use channels::search_channels;
+pub(crate) use channels::{searched_channels, topology_channels, ChannelLimits, Channels};
+pub use connections::Counts;
+pub(crate) use connections::{dtree, Algorithm};
 use connections::{place, Direction, Held};
-pub use version::{net_channels_per_peer, PerPeer, Release};
+pub(crate) use version::net_channels_per_peer;
+pub use version::Release;
 
 /// MAXCHANNELS (src/include/device.h): channels per communicator.
-pub const MAX_CHANNELS: u64 = 64;
+pub(crate) const MAX_CHANNELS: u64 = 64;
 /// NCCL_MAX_LOCAL_RANKS (src/include/device.h).
-pub const MAX_LOCAL_RANKS: u64 = 72;
+pub(crate) const MAX_LOCAL_RANKS: u64 = 72;
 /// MAX_IB_DEVS (src/transport/net_ib/common.h): IB devices NCCL opens.
-pub const MAX_NICS: u64 = 32;
+pub(crate) const MAX_NICS: u64 = 32;
 /// NCCL_IB_MAX_DEVS_PER_NIC (net_ib/common.h): members of a merged virtual NIC.
-pub const MAX_DEVICES_PER_NIC: u64 = 8;
+pub(crate) const MAX_DEVICES_PER_NIC: u64 = 8;
 /// NCCL_IB_MAX_QPS (net_ib/common.h): QPs of one connection, over all its devices.
-pub const MAX_QPS: u64 = 128;
+pub(crate) const MAX_QPS: u64 = 128;
 /// Nodes the model walks (the tree roles differ per node).
-pub const MAX_NODES: u64 = 65_536;
+pub(crate) const MAX_NODES: u64 = 65_536;
 
 /// NCCL's buffer sizes (src/init.cc: DEFAULT_LL_BUFFSIZE = NCCL_LL_LINES_PER_THREAD 8 x
 /// NCCL_LL_MAX_NTHREADS 512 x NCCL_STEPS 8 x sizeof(union ncclLLFifoLine) 16; DEFAULT_LL128_BUFFSIZE =
 /// NCCL_LL128_ELEMS_PER_THREAD 120 x NCCL_LL128_MAX_NTHREADS 640 x NCCL_STEPS 8 x 8; DEFAULT_BUFFSIZE
 /// 1 << 22).
-pub const DEFAULT_LL_BUFFSIZE: u64 = 8 * 512 * 8 * 16;
-pub const DEFAULT_LL128_BUFFSIZE: u64 = 120 * 640 * 8 * 8;
-pub const DEFAULT_BUFFSIZE: u64 = 1 << 22;
+pub(crate) const DEFAULT_LL_BUFFSIZE: u64 = 8 * 512 * 8 * 16;
+pub(crate) const DEFAULT_LL128_BUFFSIZE: u64 = 120 * 640 * 8 * 8;
+pub(crate) const DEFAULT_BUFFSIZE: u64 = 1 << 22;
 /// NCCL_P2P_NET_CHUNKSIZE's default (src/init.cc).
-pub const DEFAULT_P2P_CHUNKSIZE: u64 = 1 << 17;
+pub(crate) const DEFAULT_P2P_CHUNKSIZE: u64 = 1 << 17;
 /// NCCL_STEPS (src/include/device.h) and NCCL_SHARED_STEPS (src/transport/net.cc).
-pub const STEPS: u64 = 8;
-pub const SHARED_STEPS: u64 = 16;
+pub(crate) const STEPS: u64 = 8;
+pub(crate) const SHARED_STEPS: u64 = 16;
 
 /// NET_IB_MAX_REQUESTS = NCCL_NET_MAX_REQUESTS 32 (src/include/plugin/nccl_net.h) x
 /// NCCL_NET_IB_MAX_RECVS 8 (net_ib/common.h).
-pub const IB_MAX_REQUESTS: u64 = 32 * 8;
+pub(crate) const IB_MAX_REQUESTS: u64 = 32 * 8;
 /// sizeof(struct ncclIbSendFifo): addr 8 + size 8 + rkeys[NCCL_IB_MAX_DEVS_PER_NIC 8] 32 + nreqs 4
 /// + tag 4 + idx 8 (net_ib/common.h).
-pub const CTS_FIFO_ENTRY: u64 = 64;
+pub(crate) const CTS_FIFO_ENTRY: u64 = 64;
 /// The CTS FIFO: ctsFifo[NET_IB_MAX_REQUESTS][NCCL_NET_IB_MAX_RECVS] (sender) and its shadow
 /// remCtsFifo.elems (receiver): 256 x 8 x 64 B = 128 KiB.
-pub const CTS_FIFO_BYTES: u64 = IB_MAX_REQUESTS * 8 * CTS_FIFO_ENTRY;
+pub(crate) const CTS_FIFO_BYTES: u64 = IB_MAX_REQUESTS * 8 * CTS_FIFO_ENTRY;
 /// The sender's shadow of the completion records: remCmplsRecords.elems, int[256][8] = 8 KiB.
-pub const SEND_COMPLETIONS_BYTES: u64 = IB_MAX_REQUESTS * 8 * 4;
+pub(crate) const SEND_COMPLETIONS_BYTES: u64 = IB_MAX_REQUESTS * 8 * 4;
 /// The receiver's completion records: cmplsRecords[256] of struct ncclIbRequestCompletionRecord
 /// (int sizes[8] 32 B + bool completions[NCCL_IB_MAX_QPS 128] 128 B) = 40 KiB.
-pub const RECV_COMPLETIONS_BYTES: u64 = IB_MAX_REQUESTS * (8 * 4 + 128);
+pub(crate) const RECV_COMPLETIONS_BYTES: u64 = IB_MAX_REQUESTS * (8 * 4 + 128);
 
 /// mlx5 (rdma-core providers/mlx5/verbs.c): a send WQE of an RC QP is sized for its largest
 /// operation, the memory-window bind in _sq_overhead: ctrl 16 + umr_ctrl 48 + mkey_context 64 +
 /// max(klm 16, 64) = 192 B, plus one data segment of 16 B (max_send_sge 1, no inline data:
 /// NCCL_IB_USE_INLINE 0), aligned to MLX5_SEND_WQE_BB 64: 256 B.
-pub const MLX5_SEND_WQE: u64 = 256;
+pub(crate) const MLX5_SEND_WQE: u64 = 256;
 /// A receive WQE: one 16 B data segment (max_recv_sge 1), rounded to a power of two.
-pub const MLX5_RECV_WQE: u64 = 16;
+pub(crate) const MLX5_RECV_WQE: u64 = 16;
 /// CQE size (get_cqe_size: 64 unless MLX5_CQE_SIZE=128).
-pub const MLX5_CQE: u64 = 64;
+pub(crate) const MLX5_CQE: u64 = 64;
 /// Doorbell records come from whole pages of cache-line slots (mlx5_alloc_dbrec, dbrec.c).
-pub const MLX5_DBREC: u64 = 64;
+pub(crate) const MLX5_DBREC: u64 = 64;
 
 /// What the model is given.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Inputs {
     pub nodes: u64,
-    pub ranks_per_node: u64,
+    pub(crate) ranks_per_node: u64,
     /// NICs per node the job uses.
     pub nics: u64,
     pub channels: Channels,
     pub communicators: u64,
     /// LL, LL128, Simple buffer bytes (comm->buffSizes).
-    pub buffsize_ll: u64,
-    pub buffsize_ll128: u64,
-    pub buffsize_simple: u64,
+    pub(crate) buffsize_ll: u64,
+    pub(crate) buffsize_ll128: u64,
+    pub(crate) buffsize_simple: u64,
     pub gdr: GdrMode,
     /// PXN: sends of a GPU not local to the NIC are proxied by the NIC's GPU (NCCL_PXN_DISABLE unset).
-    pub pxn: bool,
+    pub(crate) pxn: bool,
     /// GPUDirect for sends (NCCL_NET_GDR_READ not 0).
-    pub gdr_read: bool,
+    pub(crate) gdr_read: bool,
     /// The receive side's GPUDirect flush word and loopback QP (NCCL_GDR_FLUSH_DISABLE unset).
-    pub gdr_flush: bool,
+    pub(crate) gdr_flush: bool,
     /// PAT for one rank per node (NCCL_PAT_ENABLE not 0, and NCCL_ALGO allowing it under
     /// runtime connect).
-    pub pat: bool,
+    pub(crate) pat: bool,
     /// Ring and tree may be connected: under runtime connect an algorithm NCCL_ALGO disables for
     /// every collective that could run on it is never chosen, so never connected
     /// (src/graph/tuning.cc ncclTopoTuneModel: bandwidth 0; src/group.cc ncclCollPreconnect).
     pub ring: bool,
     pub tree: bool,
-    pub qps_per_connection: u64,
+    pub(crate) qps_per_connection: u64,
     /// An sm90-class GPU (H100 and later): where no second GPU shares a NIC's PCIe switch the tree
     /// search falls back to NCCL_TOPO_PATTERN_TREE (src/graph/search.cc ncclTopoCompute, "Try a
     /// simpler tree", ccMin >= 90), every tree edge on the NIC's own GPU.
-    pub simpler_tree: bool,
+    pub(crate) simpler_tree: bool,
     /// The NCCL release whose rules apply (the newest when the job's is not known).
     pub nccl_version: Release,
     /// The NICs' speed, Gb/s (the p2p channels per network peer from 2.29).
-    pub nic_gbps: u64,
+    pub(crate) nic_gbps: u64,
     /// Devices of a merged virtual NIC: every registration and queue is made on each.
-    pub devices_per_nic: u64,
+    pub(crate) devices_per_nic: u64,
     /// All-to-all (send/recv) over the network, when modelled.
     pub p2p: Option<P2p>,
     pub page_size: u64,
@@ -132,20 +135,20 @@ pub struct P2p {
     /// p2pnChannels: the size of each shared pool, in channels.
     pub channels: u64,
     /// Channels (so connections) per remote peer.
-    pub channels_per_peer: u64,
+    pub(crate) channels_per_peer: u64,
     pub chunk: u64,
     /// NCCL_ALLOC_P2P_NET_LL_BUFFERS: an LL buffer per connection.
-    pub ll_buffers: bool,
+    pub(crate) ll_buffers: bool,
     /// Shared pools (NCCL_NET_SHARED_BUFFERS not 0); without them every p2p connection has
     /// dedicated buffers like a ring's (net.cc sendSetup: `shared`).
     pub shared: bool,
     /// PXN for p2p (NCCL_P2P_PXN_LEVEL not 0, src/graph/search.cc ncclTopoGetNetDev): a send to
     /// a remote GPU goes over the NIC of that GPU's rail, from the process of the local GPU next
     /// to that NIC.
-    pub pxn: bool,
+    pub(crate) pxn: bool,
     /// NCCL_NET_SHARED_COMMS not 0 (net.cc sendProxyConnect, recvProxyConnect): one network
     /// connection per NIC, remote rank (or remote proxy) and channel, whoever sends on it.
-    pub shared_comms: bool,
+    pub(crate) shared_comms: bool,
 }
 
 impl Inputs {
@@ -189,9 +192,9 @@ pub struct Term {
     /// The algorithm whose connections the term is for; none for what they share (doorbell pages).
     pub algorithm: Option<Algorithm>,
     pub name: &'static str,
-    pub formula: String,
+    pub(crate) formula: String,
     pub memlock_bytes: u64,
-    pub host_bytes: u64,
+    pub(crate) host_bytes: u64,
 }
 
 /// One rank's need.
@@ -201,13 +204,13 @@ pub struct Rank {
     pub rank: u64,
     /// Charged to VmPin with ring and tree connected (what `check` compares with the limit).
     pub memlock_bytes: u64,
-    pub host_bytes: u64,
+    pub(crate) host_bytes: u64,
     /// With ring connections only.
-    pub ring_only_memlock_bytes: u64,
+    pub(crate) ring_only_memlock_bytes: u64,
     /// Connections each algorithm added (one already made by another is not counted again).
     pub ring: Counts,
     pub tree: Counts,
-    pub pat: Counts,
+    pub(crate) pat: Counts,
     pub p2p: Counts,
     pub terms: Vec<Term>,
 }
@@ -232,7 +235,7 @@ pub struct Estimate {
     /// Host memory the busiest node's registrations take (GPU buffers excluded).
     pub per_node_host_bytes: u64,
     /// The node the per-rank detail is for: the first that holds the busiest rank.
-    pub busiest_node: u64,
+    pub(crate) busiest_node: u64,
     pub scenarios: Vec<Scenario>,
     pub ranks: Vec<Rank>,
 }
@@ -421,23 +424,24 @@ fn rank_need(i: &Inputs, h: &Held, algorithms: &[Algorithm]) -> Bytes {
 /// placed by the model: each with dedicated buffers as a ring connection has, `per_nic` of them on
 /// each NIC (one device context per NIC for the doorbell pages), charged as [`estimate`] charges a
 /// placed rank's, per communicator in `i`.
-pub fn logged_need(i: &Inputs, counts: Counts, per_nic: &[u64]) -> Bytes {
+#[cfg(test)]
+pub(crate) fn logged_need(i: &Inputs, counts: Counts, per_nic: &[u64]) -> Bytes {
     logged_need_with_p2p(i, counts, per_nic, &LoggedP2p::default())
 }
 
 /// The shared p2p part of a process's logged connections: its network connections (no buffers of
 /// their own), its pools (send, receive), and its connections per NIC beside the dedicated ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LoggedP2p {
+pub(crate) struct LoggedP2p {
     pub counts: Counts,
-    pub send_pools: u64,
-    pub receive_pools: u64,
-    pub per_nic: Vec<u64>,
+    pub(crate) send_pools: u64,
+    pub(crate) receive_pools: u64,
+    pub(crate) per_nic: Vec<u64>,
 }
 
 /// [`logged_need`] with shared p2p connections and pools, charged as [`estimate`] charges them
 /// (the pool size from `i.p2p`).
-pub fn logged_need_with_p2p(i: &Inputs, counts: Counts, per_nic: &[u64], p2p: &LoggedP2p) -> Bytes {
+pub(crate) fn logged_need_with_p2p(i: &Inputs, counts: Counts, per_nic: &[u64], p2p: &LoggedP2p) -> Bytes {
     let nics = per_nic.len().max(p2p.per_nic.len());
     let mut slots = vec![[0; 4]; nics];
     for (slot, n) in slots.iter_mut().zip(per_nic) {

@@ -1,6 +1,6 @@
 //! The model against NCCL's figures and the worked cases of docs/check.md.
 
-use super::connections::{place_logged, ConnKey};
+use super::connections::{btree, place_logged, ConnKey};
 use super::*;
 
 const PAGE: u64 = 4096;

@@ -15,9 +15,10 @@ pub struct Release {
 impl Release {
     /// The newest release the model was derived from (NVIDIA/nccl v2.30.7-1), the default when
     /// the job's release is not known.
-    pub const NEWEST: Release = Release { major: 2, minor: 30 };
+    pub(crate) const NEWEST: Release = Release { major: 2, minor: 30 };
     /// The oldest release whose source the model was checked against (v2.18.6-1).
-    pub const OLDEST: Release = Release { major: 2, minor: 18 };
+    #[cfg(test)]
+    pub(crate) const OLDEST: Release = Release { major: 2, minor: 18 };
 
     /// `2.21.5+cuda12.4` (NCCL_DEBUG=INFO, the library's string), `v2.29.7-1` (a tag), `2.29`.
     pub fn parse(text: &str) -> Option<Release> {
@@ -28,7 +29,7 @@ impl Release {
         Some(Release { major, minor })
     }
 
-    pub fn at_least(self, major: u32, minor: u32) -> bool {
+    pub(crate) fn at_least(self, major: u32, minor: u32) -> bool {
         self >= Release { major, minor }
     }
 }
@@ -46,17 +47,17 @@ impl std::fmt::Display for Release {
 }
 
 /// NCCL_MAX_DEV_WORK_P2P_PER_BATCH (src/include/device.h): p2p operations per batch.
-pub const P2P_PER_BATCH: u64 = 8;
+pub(crate) const P2P_PER_BATCH: u64 = 8;
 /// NCCL_P2P_PER_CHANNEL_NET_BW's default, GB/s (src/graph/paths.cc, 2.29 and later).
-pub const P2P_PER_CHANNEL_NET_BW: u64 = 14;
+pub(crate) const P2P_PER_CHANNEL_NET_BW: u64 = 14;
 /// A PCIe Gen5 x16 link as NCCL's topology rates it: 16 lanes x 240 (kvDictPciGen "32.0 GT/s
 /// PCIe", in 100 Mb/s) / 80 = 48 GB/s (src/graph/topo.cc ncclTopoAddPci). The GPU-to-NIC path
 /// of an sm90-class node is at most this.
-pub const PCIE_GEN5_X16_GBS: u64 = 48;
+pub(crate) const PCIE_GEN5_X16_GBS: u64 = 48;
 
 /// What p2pnChannelsPerPeer is for a network peer, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PerPeer {
+pub(crate) struct PerPeer {
     pub channels: u64,
     pub why: String,
 }
@@ -74,7 +75,7 @@ pub struct PerPeer {
 /// `p2p_before_pow2` is min(nChannels, NCCL_MAX_P2P_NCHANNELS) raised to NCCL_MIN_P2P_NCHANNELS,
 /// `p2p_channels` the power of two it becomes. A value set in NCCL_NCHANNELS_PER_NET_PEER
 /// (`given`, above 0) replaces the default count and, from 2.29, the halving.
-pub fn net_channels_per_peer(
+pub(crate) fn net_channels_per_peer(
     release: Release,
     nic_gbps: u64,
     nranks: u64,

@@ -6,6 +6,7 @@ mod fairshare;
 mod passes;
 mod render;
 
+use super::sample::initial_user_namespace;
 use super::scan::format_pid;
 use super::*;
 use crate::exposition::Exposition;
