@@ -123,6 +123,8 @@ nccl_wheels() {
 # not break string literals, and formats no script).
 format_and_lint() {
     cargo fmt --all --check || return 1
+    # cargo fmt follows `mod` items, and the collectors are declared by the collectors! macro.
+    rustfmt --edition 2021 --check crates/core/src/collect/*.rs crates/core/src/collect/*/mod.rs || return 1
     cargo fmt --all --manifest-path fuzz/Cargo.toml --check || return 1
     cargo clippy --locked --workspace --all-targets -- -D warnings || return 1
     bash scripts/columns.sh
