@@ -270,7 +270,9 @@ mod tests {
         }
         assert!(started.elapsed() < Duration::from_secs(2), "writes waited {:?}", started.elapsed());
         let dropped = queue.dropped();
-        assert!(dropped >= 1024 - 16 - 64, "only {dropped} of 1024 lines dropped");
+        // Kept: the queue's 16, the pipe's 64, and the one line the writer thread holds while
+        // its write waits for room in the pipe (taken from the queue, not yet in the pipe).
+        assert!(dropped >= 1024 - 16 - 64 - 1, "only {dropped} of 1024 lines dropped");
         assert!(dropped < 1024, "every line dropped");
         let mut read = vec![0u8; 1 << 20];
         let mut got = 0;
