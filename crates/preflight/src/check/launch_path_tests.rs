@@ -402,7 +402,16 @@ fn a_real_process_that_exits_between_the_reads_is_named_not_a_crash() {
     let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
     let pid = child.id();
     let mut errors = Vec::new();
-    let mut p = read_identity(procfs, pid, &mut errors).expect("the live child's status");
+    // spawn can return before the child's exec has renamed it (it then still has the name of
+    // the spawning test thread): wait for the exec.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut p = loop {
+        let p = read_identity(procfs, pid, &mut errors).expect("the live child's status");
+        if p.comm == "sleep" || std::time::Instant::now() > deadline {
+            break p;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
     assert_eq!((p.ppid, p.comm.as_str()), (Some(std::process::id()), "sleep"), "{p:?}");
     child.kill().unwrap();
     child.wait().unwrap();
