@@ -2,13 +2,13 @@
 //! limits and CAP_IPC_LOCK, memory, its memory cgroup, the RDMA ports and which of them NCCL
 //! opens. `check` judges it, `estimate` compares its need with it.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::check::nic_caps::NicCaps;
 use crate::nccl::env::Environment;
 use memlock_core::collect::cgroup::CgroupCollector;
 use memlock_core::collect::process::{ipc_lock_exempts, user_namespace_of, UserNamespaceView};
-use memlock_core::collect::rdma_caps::{RdmaCapsCollector, LIBIBVERBS};
+use memlock_core::collect::rdma_caps::{RdmaCapsCollector, RdmaCapsStats, LIBIBVERBS};
 use memlock_core::collect::rdma_netlink::RdmaNetlinkCollector;
 use memlock_core::collect::rdma_sysfs::{RdmaSysfsCollector, SysfsDevice, SysfsPort};
 use memlock_core::config::{CgroupConfig, RdmaConfig};
@@ -49,6 +49,14 @@ pub struct CgroupHeadroom {
     pub working_set_bytes: Option<u64>,
     /// The effective limit (lowest on the path); `None` when unlimited.
     pub limit_bytes: Option<u64>,
+}
+
+/// The devices' own caps and the MRs in use, read from the live node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NicCaps {
+    pub caps: RdmaCapsStats,
+    /// MRs per device (RDMA netlink's resource summary); a device missing here was not counted.
+    pub(crate) mrs_in_use: BTreeMap<String, u64>,
 }
 
 /// The caps through libibverbs and the MRs from RDMA netlink, as the daemon's rdma_caps and

@@ -3,22 +3,13 @@
 //! same ratio (policy.rs), from the same two sources the daemon exports: the caps from
 //! `ibv_query_device` and the MRs in use from RDMA netlink.
 
-use std::collections::BTreeMap;
-
-use memlock_core::collect::rdma_caps::{RdmaCapsStats, Unsupported};
+use memlock_core::collect::rdma_caps::Unsupported;
 
 use super::for_job::ALERT_MRS_NEAR_CAP;
 use super::percent;
 use crate::findings::{Finding, Status};
+use crate::machine::NicCaps;
 use crate::policy;
-
-/// The caps and the MRs in use, read from the live node's devices.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct NicCaps {
-    pub caps: RdmaCapsStats,
-    /// MRs per device (RDMA netlink's resource summary); a device missing here was not counted.
-    pub(crate) mrs_in_use: BTreeMap<String, u64>,
-}
 
 const FIX: &str =
     "free MRs: bound the registration cache of the library that holds them (UCX: UCX_RCACHE_MAX_REGIONS; \
@@ -69,7 +60,8 @@ pub fn findings(caps: Option<&NicCaps>, has_devices: bool) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memlock_core::collect::rdma_caps::DeviceCaps;
+    use memlock_core::collect::rdma_caps::{DeviceCaps, RdmaCapsStats};
+    use std::collections::BTreeMap;
 
     fn nic(max_mr: u64, in_use: Option<u64>) -> NicCaps {
         let mut caps = RdmaCapsStats::default();
