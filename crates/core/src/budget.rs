@@ -9,7 +9,8 @@
 //! 1. [`Tier::Page`]: what pages and what a page needs: RDMA devices with their port states and
 //!    device-level registration error counters; processes nearest their memlock limit; cgroups
 //!    nearest their memory limit (those with OOM events first); the per-cgroup memlock
-//!    aggregates with the worst usage ratio. Each class first gets its `floor` (round robin), then
+//!    aggregates with the worst usage ratio (processes and aggregates in turns by owner,
+//!    [`crate::fair`]). Each class first gets its `floor` (round robin), then
 //!    the rest goes to the most urgent entity of any class, up to the class's `cap`, as long as it
 //!    is urgent (a score of [`URGENT`], half of its limit used, or more).
 //! 2. [`Tier::Explain`]: port error counters, NUMA nodes, RDMA registrations per device and per

@@ -1,6 +1,7 @@
 //! Places shared fairly among owners: whatever ranks processes for a bounded set (the process
-//! collector's `top_n`, the fast path's watched set, the series budget's process claim) orders
-//! them so that each owner's most urgent comes before anyone's second.
+//! collector's `top_n`, the fast path's watched set, the series budget's process claim and its
+//! per-cgroup aggregates) orders them so that each owner's most urgent comes before anyone's
+//! second.
 //!
 //! An owner is a uid, and within a uid a cgroup: a user who starts 8,300 processes, or 40 in 40
 //! cgroups, holding memory near limits they lowered themselves, takes the places of their own
@@ -23,11 +24,15 @@ pub fn order<T: Ord + Copy + Hash, U: Hash + Eq, G: Hash + Eq>(
     uid: impl Fn(usize) -> U,
     group: impl Fn(usize) -> G,
 ) -> Vec<usize> {
+    // Each key once: the sorts below would otherwise compute them O(n log n) times (a process's
+    // tier is its urgency, over both counters).
+    let tiers: Vec<T> = (0..len).map(&tier).collect();
+    let uids: Vec<U> = (0..len).map(&uid).collect();
     // The place of each entry among its (tier, uid, cgroup)'s.
-    let mut seen: HashMap<(T, U, G), usize> = HashMap::new();
+    let mut seen: HashMap<(T, &U, G), usize> = HashMap::new();
     let within_group: Vec<usize> = (0..len)
         .map(|i| {
-            let n = seen.entry((tier(i), uid(i), group(i))).or_insert(0);
+            let n = seen.entry((tiers[i], &uids[i], group(i))).or_insert(0);
             *n += 1;
             *n - 1
         })
@@ -35,15 +40,15 @@ pub fn order<T: Ord + Copy + Hash, U: Hash + Eq, G: Hash + Eq>(
     // Within a uid, its cgroups take turns: ordered by (place in cgroup, given order).
     let mut by_uid: Vec<usize> = (0..len).collect();
     by_uid.sort_by_key(|&i| within_group[i]);
-    let mut rounds: HashMap<(T, U), usize> = HashMap::new();
+    let mut rounds: HashMap<(T, &U), usize> = HashMap::new();
     let mut round = vec![0usize; len];
     for i in by_uid {
-        let n = rounds.entry((tier(i), uid(i))).or_insert(0);
+        let n = rounds.entry((tiers[i], &uids[i])).or_insert(0);
         round[i] = *n;
         *n += 1;
     }
     let mut out: Vec<usize> = (0..len).collect();
-    out.sort_by_key(|&i| (tier(i), round[i]));
+    out.sort_by_key(|&i| (tiers[i], round[i]));
     out
 }
 

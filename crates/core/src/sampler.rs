@@ -45,9 +45,12 @@ impl Board {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let mut trends = Vec::new();
         if let Some(data) = &run.data {
-            trends = data.observations(at).into_iter().map(|o| slots.tracker.observe(o)).collect();
+            let observations = data.observations_read(at, self.epoch);
+            // A scope observed at an older reading's time is still seen by this run.
+            let seen_since = observations.iter().map(|o| o.at).fold(at, f64::min);
+            trends = observations.into_iter().map(|o| slots.tracker.observe(o)).collect();
             for &scope in data.trend_scopes() {
-                slots.tracker.forget_unseen(scope, at);
+                slots.tracker.forget_unseen(scope, seen_since);
             }
         }
         let report = Report {
@@ -126,25 +129,31 @@ fn run(
     let mut current = interval;
     loop {
         let started = Instant::now();
+        let cpu_started = thread_cpu_time();
         errors.clear();
         let data = collector.collect(&mut errors);
         let finished = Instant::now();
+        let cpu = thread_cpu_time().zip(cpu_started).map(|(end, start)| end.saturating_sub(start));
         for error in &errors {
             errors_total.with_label_values(&[name, error.kind()]).inc();
         }
         let success = data.is_some() && errors.is_empty();
         log_outcome(name, &errors, &mut last_logged, finished);
         let duration = finished - started;
-        let effective = adapted_interval(interval, duration);
+        // The run's own cost: on a machine whose other work leaves this thread a fraction of a
+        // core, wall time stretches every run, and backing off for it would halve the sampling
+        // (of a job ramping to its ENOMEM too) exactly when the node is busy.
+        let effective = adapted_interval(interval, cpu.unwrap_or(duration));
         if effective != current {
             if effective > interval {
                 tracing::warn!(
                     collector = name,
                     run_seconds = duration.as_secs_f64(),
+                    run_cpu_seconds = cpu.unwrap_or(duration).as_secs_f64(),
                     interval_seconds = interval.as_secs_f64(),
                     sampling_every_seconds = effective.as_secs_f64(),
-                    "a run took longer than the collector's interval: sampling less often until runs are shorter \
-                        (see memlock_exporter_collector_interval_seconds)"
+                    "a run took more CPU time than the collector's interval: sampling less often until runs are \
+                        cheaper (see memlock_exporter_collector_interval_seconds)"
                 );
             } else {
                 tracing::info!(collector = name, interval_seconds = interval.as_secs_f64(), "back to its interval");
@@ -165,9 +174,22 @@ fn run(
     }
 }
 
-/// The interval a collector runs at after a run of `duration`: its own, or twice the run when
-/// the run took longer than that, so a collector on a host too large for its interval (100,000
-/// cgroups read every second) takes at most half of a core instead of running back to back.
+/// The calling thread's CPU time (user and system: the kernel's formatting of procfs files
+/// counts); `None` when the clock cannot be read.
+fn thread_cpu_time() -> Option<Duration> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own and reads nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return None;
+    }
+    Some(Duration::new(u64::try_from(ts.tv_sec).ok()?, u32::try_from(ts.tv_nsec).ok()?))
+}
+
+/// The interval a collector runs at after a run that cost `duration` of CPU time: its own, or
+/// twice the run when the run cost more than that, so a collector on a host too large for its
+/// interval (100,000 cgroups read every second) takes at most half of a core instead of running
+/// back to back.
 fn adapted_interval(interval: Duration, duration: Duration) -> Duration {
     if duration > interval {
         duration.saturating_mul(2)
@@ -253,7 +275,7 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(1));
     }
 
-    /// Takes 60 ms a run.
+    /// Costs 60 ms of CPU time a run.
     struct Slow;
 
     impl Collector for Slow {
@@ -261,9 +283,47 @@ mod tests {
             "slow"
         }
         fn collect(&mut self, _: &mut Vec<SourceError>) -> Option<Data> {
+            let start = thread_cpu_time().unwrap();
+            while thread_cpu_time().unwrap() - start < Duration::from_millis(60) {
+                std::hint::black_box(0u64);
+            }
+            None
+        }
+    }
+
+    /// Sleeps 60 ms a run: waiting (or being left no CPU by other work) is not the run's cost.
+    struct Waits;
+
+    impl Collector for Waits {
+        fn name(&self) -> &'static str {
+            "waits"
+        }
+        fn collect(&mut self, _: &mut Vec<SourceError>) -> Option<Data> {
             std::thread::sleep(Duration::from_millis(60));
             None
         }
+    }
+
+    #[test]
+    fn a_run_that_waits_keeps_the_interval() {
+        let errors_total = IntCounterVec::new(Opts::new("e", "e"), &["collector", "kind"]).unwrap();
+        let (sampler, rx) = Sampler::start(
+            vec![(Box::new(Waits), Duration::from_millis(20))],
+            TrendConfig::default(),
+            errors_total,
+            SeriesLimit::unlimited(),
+        )
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let report = loop {
+            if let Some(report) = rx.borrow().report("waits").cloned() {
+                break report;
+            }
+            assert!(Instant::now() < deadline, "no report");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        sampler.shutdown();
+        assert_eq!(report.interval, Duration::from_millis(20));
     }
 
     /// A collector on a host too large for its interval must not run back to back; it runs at

@@ -148,6 +148,9 @@ impl Recent {
 struct Series {
     samples: VecDeque<(f64, f64)>,
     last_seen: f64,
+    /// The analysis of `samples` as they are: a reading observed again (a process a pass did
+    /// not re-read, at the time of its reading) changes nothing, and is not analysed again.
+    analysis: Option<(Option<Fit>, Recent)>,
     /// [`eviction_key`] as of the latest observation.
     urgency: f64,
 }
@@ -265,13 +268,23 @@ impl Tracker {
         let (rise, recent) = if self.config.max_scopes > 0 {
             let config = &self.config;
             let series = self.series.entry(key).or_default();
-            record(series, config, obs.at, obs.charge.used_bytes as f64);
-            let rise = rise(series, config);
+            let value = obs.charge.used_bytes as f64;
+            let again = series.samples.back() == Some(&(obs.at, value));
+            let (rise, recent) = match series.analysis {
+                Some(analysis) if again => analysis,
+                _ => {
+                    record(series, config, obs.at, value);
+                    let analysis = (rise(series, config), recent(series, config));
+                    series.analysis = Some(analysis);
+                    analysis
+                }
+            };
+            series.last_seen = series.last_seen.max(obs.at);
             let rising = rise.is_some_and(|r| {
                 r.slope >= config.min_rise_bytes_per_second && r.t_statistic >= config.min_t_statistic
             });
             series.urgency = eviction_key(&obs.charge, rising);
-            (rise, recent(series, config))
+            (rise, recent)
         } else {
             (None, Recent::default())
         };

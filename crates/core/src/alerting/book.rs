@@ -11,7 +11,7 @@ use crate::timefmt::rfc3339_millis;
 
 /// One alert for the candidates of `name` beyond [`MAX_PER_NAME`]: the labels they share
 /// (alertname, severity, instance, source, scope when they agree) and `aggregated="true"`.
-fn aggregate(name: &str, rest: Vec<Candidate>) -> Candidate {
+fn aggregate(name: &str, rest: Vec<Candidate>, omitted: usize) -> Candidate {
     let mut labels = Labels::new();
     for key in ["alertname", "severity", "instance", "source", "scope"] {
         let first = rest.first().and_then(|c| c.labels.get(key));
@@ -26,13 +26,13 @@ fn aggregate(name: &str, rest: Vec<Candidate>) -> Candidate {
     let mut annotations = Labels::new();
     annotations.insert(
         "summary".into(),
-        format!("{} more alerts of {name} (the {MAX_PER_NAME} most urgent are sent one by one)", rest.len()),
+        format!("{} more alerts of {name} (the {MAX_PER_NAME} most urgent are sent one by one)", rest.len() + omitted),
     );
     annotations.insert(
         "description".into(),
         format!(
             "{} scopes call for {name} beyond the {MAX_PER_NAME} sent one by one; the first {}: {}.",
-            rest.len(),
+            rest.len() + omitted,
             named.len(),
             named.join("; ")
         ),
@@ -81,6 +81,13 @@ pub(crate) const MAX_PER_NAME: usize = 20;
 
 /// Subjects named in an aggregated alert's description at most.
 const AGGREGATE_NAMED: usize = 10;
+
+/// Candidates of one name and cgroup the fold considers at most, beyond those already sent one
+/// by one: it sends at most twice [`MAX_PER_NAME`] one by one, in turns by cgroup, the most
+/// urgent first, and names [`AGGREGATE_NAMED`] of the rest, so the others of a crowd can only
+/// be counted. Without the bound, each evaluation of an 8,000-process crowd cost the fast path
+/// more than its interval, and a job's page waited behind it.
+pub(super) const PER_CGROUP: usize = 2 * MAX_PER_NAME + AGGREGATE_NAMED;
 
 /// Alerts that started or resolved in one update, for the log.
 #[derive(Debug, Default, PartialEq)]
@@ -135,7 +142,7 @@ impl AlertBook {
     /// newcomer more urgent than every alert of its name sent one by one is never folded while
     /// fewer than twice [`MAX_PER_NAME`] are sent one by one, so alerts keeping their places
     /// cannot keep a more urgent job out; the set sent one by one stays within that bound.
-    fn fold(&self, candidates: Vec<Candidate>) -> Vec<Candidate> {
+    fn fold(&self, candidates: Vec<Candidate>, omitted: &BTreeMap<String, usize>) -> Vec<Candidate> {
         let mut by_name: BTreeMap<String, Vec<Candidate>> = BTreeMap::new();
         for candidate in candidates {
             let name = candidate.labels.get("alertname").cloned().unwrap_or_default();
@@ -143,7 +150,7 @@ impl AlertBook {
         }
         let mut out = Vec::new();
         for (name, group) in by_name {
-            if group.len() <= MAX_PER_NAME {
+            if group.len() <= MAX_PER_NAME && !omitted.contains_key(&name) {
                 out.extend(group);
                 continue;
             }
@@ -183,17 +190,86 @@ impl AlertBook {
                 }
             }
             out.extend(kept);
-            if !rest.is_empty() {
-                out.push(aggregate(&name, rest));
+            let omitted = omitted.get(&name).copied().unwrap_or(0);
+            if !rest.is_empty() || omitted > 0 {
+                out.push(aggregate(&name, rest, omitted));
             }
         }
         out
     }
 
+    /// Keeps, of each name and cgroup, the [`PER_CGROUP`] most urgent candidates (the given
+    /// order among equals) and those sent one by one now; the others are only counted, by
+    /// name. What the fold sends is the same as without the bound; its cost no longer grows
+    /// with a crowd.
+    fn trim(&self, candidates: Vec<Candidate>) -> (Vec<Candidate>, BTreeMap<String, usize>) {
+        let mut omitted = BTreeMap::new();
+        if candidates.len() <= PER_CGROUP {
+            return (candidates, omitted);
+        }
+        let key = |c: &Candidate| {
+            let get = |k: &str| c.labels.get(k).map_or("", String::as_str);
+            (get("alertname").to_owned(), get("cgroup").to_owned())
+        };
+        let mut groups: std::collections::HashMap<(String, String), Vec<usize>> = std::collections::HashMap::new();
+        for (i, c) in candidates.iter().enumerate() {
+            groups.entry(key(c)).or_default().push(i);
+        }
+        if groups.values().all(|g| g.len() <= PER_CGROUP) {
+            return (candidates, omitted);
+        }
+        // Sent one by one now: found by (alertname, pid) first, which is cheap to compare.
+        let sent = self.sent_one_by_one();
+        let mut keep = vec![false; candidates.len()];
+        for ((name, _), mut group) in groups {
+            if group.len() > PER_CGROUP {
+                group.sort_by(|&a, &b| candidates[b].urgency.total_cmp(&candidates[a].urgency));
+            }
+            for (rank, &i) in group.iter().enumerate() {
+                let c = &candidates[i];
+                let pid = c.labels.get("pid").map_or("", String::as_str);
+                keep[i] =
+                    rank < PER_CGROUP || (sent.contains(&(name.as_str(), pid)) && self.active.contains_key(&c.labels));
+                if !keep[i] {
+                    *omitted.entry(name.clone()).or_insert(0) += 1;
+                }
+            }
+        }
+        let kept = candidates.into_iter().zip(keep).filter_map(|(c, k)| k.then_some(c)).collect();
+        (kept, omitted)
+    }
+
     /// Applies an evaluation made at `now`; returns the alerts that started and resolved.
+    #[cfg(test)]
     pub fn update(&mut self, candidates: Vec<Candidate>, now: Instant, wall: SystemTime) -> Transitions {
+        self.update_counted(candidates, BTreeMap::new(), now, wall)
+    }
+
+    /// (alertname, pid) of the alerts sent one by one now: [`super::evaluate_for`] builds them
+    /// whatever their place, so that one is never taken for resolved while it is called for.
+    pub(crate) fn sent_one_by_one(&self) -> std::collections::HashSet<(&str, &str)> {
+        self.active
+            .keys()
+            .filter(|l| !l.contains_key("aggregated"))
+            .map(|l| (l.get("alertname").map_or("", String::as_str), l.get("pid").map_or("", String::as_str)))
+            .collect()
+    }
+
+    /// [`AlertBook::update`] with candidates left out of the evaluation and only counted, by
+    /// name ([`super::evaluate_for`]): the folded alert counts them.
+    pub(crate) fn update_counted(
+        &mut self,
+        candidates: Vec<Candidate>,
+        left_out: BTreeMap<String, usize>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Transitions {
         let mut transitions = Transitions::default();
-        let candidates = self.fold(candidates);
+        let (candidates, mut omitted) = self.trim(candidates);
+        for (name, n) in left_out {
+            *omitted.entry(name).or_insert(0) += n;
+        }
+        let candidates = self.fold(candidates, &omitted);
         for candidate in candidates {
             match self.active.get_mut(&candidate.labels) {
                 Some(active) => {

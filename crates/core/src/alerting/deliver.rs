@@ -15,7 +15,7 @@ use prometheus::{GaugeVec, IntCounterVec, IntGauge};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
-use super::{evaluate, AlertBook};
+use super::{evaluate_for, AlertBook};
 use crate::config::{AlertingConfig, Endpoint};
 use crate::snapshot::Snapshot;
 
@@ -201,7 +201,8 @@ pub async fn run(mut snapshots: watch::Receiver<Arc<Snapshot>>, config: Alerting
                 }
                 let snapshot = snapshots.borrow_and_update().clone();
                 let now = Instant::now();
-                let t = book.update(evaluate(&snapshot, &config), now, SystemTime::now());
+                let (candidates, left_out) = evaluate_for(&snapshot, &config, Some(&book));
+                let t = book.update_counted(candidates, left_out, now, SystemTime::now());
                 changed |= !t.started.is_empty() || !t.resolved.is_empty();
                 transitions = Some((t, now));
             }

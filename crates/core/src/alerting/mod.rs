@@ -63,26 +63,89 @@ pub(crate) fn exhaustion_pages(point: &TrendPoint, seconds: f64, config: &Alerti
     high || close
 }
 
+/// An alert one trend point calls for, before its labels and texts are built.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    /// Exhaustion predicted in this many seconds.
+    Exhaustion(f64),
+    /// At this ratio of the limit.
+    NearLimit(&'static str, f64),
+}
+
+impl Call {
+    fn alertname(self, point: &TrendPoint) -> &'static str {
+        match self {
+            Call::Exhaustion(_) => point.scope.def().exhaustion_alert,
+            Call::NearLimit(alertname, _) => alertname,
+        }
+    }
+
+    fn candidate(self, point: &TrendPoint, config: &AlertingConfig) -> Candidate {
+        match self {
+            Call::Exhaustion(seconds) => exhaustion_alert(point, seconds, config),
+            Call::NearLimit(alertname, ratio) => near_limit_alert(alertname, point, ratio, config),
+        }
+    }
+}
+
+/// The alerts `point` calls for.
+fn calls(point: &TrendPoint, config: &AlertingConfig) -> impl Iterator<Item = Call> {
+    let exhaustion = point.exhaustion.filter(|&seconds| exhaustion_pages(point, seconds, config)).map(Call::Exhaustion);
+    let near = point.scope.def().near_limit_alert.and_then(|alertname| {
+        let ratio = point.charge.enforced_ratio()?;
+        (ratio >= config.usage_ratio_warning).then_some(Call::NearLimit(alertname, ratio))
+    });
+    exhaustion.into_iter().chain(near)
+}
+
 /// Which alerts a snapshot calls for.
 pub fn evaluate(snapshot: &Snapshot, config: &AlertingConfig) -> Vec<Candidate> {
-    let mut out = Vec::new();
-    for point in snapshot.trends() {
-        if let Some(seconds) = point.exhaustion {
-            if exhaustion_pages(point, seconds, config) {
-                out.push(exhaustion_alert(point, seconds, config));
-            }
+    evaluate_for(snapshot, config, None).0
+}
+
+/// [`evaluate`] for `book`: of each alert name and cgroup, only the candidates the book's fold
+/// can send or name ([`AlertBook::considers`]) are built; the others are counted by name. A
+/// crowd of thousands of processes over their limits then costs an evaluation a count, not
+/// thousands of alerts built and dropped on every snapshot while a job's page waits. Without
+/// a book, every candidate.
+pub(crate) fn evaluate_for(
+    snapshot: &Snapshot,
+    config: &AlertingConfig,
+    book: Option<&AlertBook>,
+) -> (Vec<Candidate>, BTreeMap<String, usize>) {
+    let called: Vec<(&TrendPoint, Call)> =
+        snapshot.trends().flat_map(|point| calls(point, config).map(move |call| (point, call))).collect();
+    let mut keep = vec![true; called.len()];
+    let mut omitted = BTreeMap::new();
+    if let Some(book) = book {
+        let mut groups: std::collections::HashMap<(&str, Option<&str>), Vec<usize>> = Default::default();
+        for (i, (point, call)) in called.iter().enumerate() {
+            groups.entry((call.alertname(point), label(point, "cgroup"))).or_default().push(i);
         }
-        if let Some(alertname) = point.scope.def().near_limit_alert {
-            if let Some(ratio) = point.charge.enforced_ratio() {
-                if ratio >= config.usage_ratio_warning {
-                    out.push(near_limit_alert(alertname, point, ratio, config));
+        let sent = book.sent_one_by_one();
+        for ((alertname, _), mut group) in groups {
+            if group.len() <= book::PER_CGROUP {
+                continue;
+            }
+            group.sort_by(|&a, &b| urgency(called[b].0).total_cmp(&urgency(called[a].0)));
+            for &i in &group[book::PER_CGROUP..] {
+                let pid = label(called[i].0, "pid").unwrap_or("");
+                if !sent.contains(&(alertname, pid)) {
+                    keep[i] = false;
+                    *omitted.entry(alertname.to_owned()).or_insert(0) += 1;
                 }
             }
         }
     }
+    let mut out: Vec<Candidate> = called
+        .iter()
+        .zip(keep)
+        .filter(|(_, keep)| *keep)
+        .map(|(&(point, call), _)| call.candidate(point, config))
+        .collect();
     out.extend(failures::candidates(snapshot, config, Instant::now()));
     out.extend(unwatched::candidates(snapshot, config));
-    out
+    (out, omitted)
 }
 
 fn base_labels(alertname: &str, severity: &str, point: &TrendPoint, config: &AlertingConfig) -> Labels {

@@ -629,3 +629,52 @@ fn newcomers_beyond_the_places_take_turns_by_cgroup() {
     assert_eq!(one_by_one.len(), MAX_PER_NAME);
     assert_eq!(one_by_one.iter().filter(|c| *c == "/crowd").count(), 1, "{one_by_one:?}");
 }
+
+/// An 8,192-process crowd over the limits it lowered: an evaluation builds only what the fold
+/// can send or name (bounded per cgroup), counts the rest into the folded alert, keeps the job's
+/// warning one by one, and never takes an alert sent one by one for resolved because others of
+/// its cgroup grew more urgent.
+#[test]
+fn a_crowd_costs_an_evaluation_a_count_and_resolves_nothing_it_holds() {
+    let cfg = config();
+    let mut book = AlertBook::new(cfg.resolve_after, cfg.resend_interval);
+    let t0 = Instant::now();
+    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let crowd = |ratio: &dyn Fn(usize) -> f64| -> Vec<TrendPoint> {
+        (0..8192)
+            .map(|i| {
+                let mut p = counter("locked", ratio(i) * 8.0 * MIB, 8.0 * MIB, Some(0.0), None);
+                p.labels[0].1 = (10_000 + i).to_string();
+                p.labels[2].1 = "/crowd".into();
+                p
+            })
+            .collect()
+    };
+    let mut points = crowd(&|_| 0.95);
+    points.push(counter("pinned", 7.5 * MIB, 8.0 * MIB, Some(0.0), None));
+    let (candidates, left_out) = evaluate_for(&snapshot(points), &cfg, Some(&book));
+    assert!(candidates.len() <= book::PER_CGROUP + 1, "{}", candidates.len());
+    assert_eq!(left_out.values().sum::<usize>() + candidates.len(), 8193);
+    let t = book.update_counted(candidates, left_out, t0, wall);
+    assert!(t.started.iter().any(|l| l.get("pid").is_some_and(|p| p == "4242")), "the job one by one");
+    let payload = book.payload(wall);
+    let folded = payload.iter().find(|a| a.labels.contains_key("aggregated")).expect("the crowd folded");
+    let one_by_one = payload.len() - 2;
+    let summary = &folded.annotations["summary"];
+    assert!(summary.starts_with(&format!("{} more alerts", 8192 - one_by_one)), "{summary}");
+    let sent: Vec<String> =
+        payload.iter().filter_map(|a| a.labels.get("pid").filter(|p| *p != "4242").cloned()).collect();
+    // The crowd's alerts sent one by one fall below 50 others of their cgroup, still over the
+    // warning ratio: they are still called for, and the job's too.
+    let mut points = crowd(&|i| if i < 100 { 0.91 } else { 0.99 });
+    points.push(counter("pinned", 7.5 * MIB, 8.0 * MIB, Some(0.0), None));
+    for round in 1..8 {
+        let (candidates, left_out) = evaluate_for(&snapshot(points.clone()), &cfg, Some(&book));
+        let t = book.update_counted(candidates, left_out, t0 + Duration::from_secs(round), wall);
+        assert!(t.resolved.is_empty(), "round {round}: {:?}", t.resolved);
+    }
+    let payload = book.payload(wall);
+    for pid in &sent {
+        assert!(payload.iter().any(|a| a.labels.get("pid") == Some(pid)), "{pid} still sent one by one");
+    }
+}

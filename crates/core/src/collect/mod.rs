@@ -41,6 +41,13 @@ pub trait Stats: std::fmt::Debug + Send + Sync + 'static {
         Vec::new()
     }
 
+    /// [`Stats::observations`] for data that holds readings older than its run (a pass that
+    /// re-read only part of a crowd): those are observed when they were read, `epoch` being the
+    /// instant `at` counts from, so a reading is never taken for a new sample.
+    fn observations_read(&self, at: f64, _epoch: std::time::Instant) -> Vec<Observation> {
+        self.observations(at)
+    }
+
     /// The trend scopes this data covers completely: scopes of that kind missing from it have
     /// gone (the process exited, the cgroup was removed) and their history is dropped.
     fn trend_scopes(&self) -> &'static [Scope] {

@@ -66,7 +66,7 @@ pub(crate) fn hugepage_squeeze(m: &Meminfo) -> bool {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct CapJudged {
     /// The checker holds CAP_IPC_LOCK and was judged without it (no `--pid`, no `--as-root`).
-    pub(crate) left_out: bool,
+    pub left_out: bool,
     pub held: Option<CapHeld>,
     /// CAP_IPC_LOCK is in a bounding set narrower than the node's (a container's) but not
     /// effective: it was added to a container whose user is not root.

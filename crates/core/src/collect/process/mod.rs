@@ -2,13 +2,17 @@
 //! `RLIMIT_MEMLOCK` from `/proc/PID/limits`, attributed to the cgroup in `/proc/PID/cgroup`.
 //!
 //! Two kinds of pass keep the cost low at 1 s resolution:
-//! - a **full scan** (every `full_scan_interval`, and on the first run) lists `<procfs>/` and
-//!   reads `status`, `limits` and `cgroup` of every process;
+//! - a **full scan** (on the first run; every `full_scan_interval` a **sweep**, the same reads
+//!   spread over passes when they do not fit in one) lists `<procfs>/` and reads `status`,
+//!   `limits` and `cgroup` of every process;
 //! - in between, a **tracked pass** re-reads only the `status` of the processes that matter
 //!   (holding locked or pinned memory, or matching `comm_pattern`), keeping their cgroup from
 //!   the last full scan, and their limits too unless they hold memory (re-read every 2 s
 //!   then); then it lists procfs and reads the processes that appeared, which are re-read on
-//!   every pass for their first seconds. A process seen idle that starts
+//!   every pass for their first seconds. A pass's reads beyond what must be current (the
+//!   front of the fair order, probation, failures) are bounded in time, so a crowd of holders
+//!   is re-read in turns and never slows the sampling of another owner's job
+//!   ([`ProcessCollector::tracked_pass`]). A process seen idle that starts
 //!   pinning or locking later raises the node-wide counters in `/proc/vmstat` beyond what the
 //!   table explains, which brings the next full scan forward.
 //!
@@ -72,11 +76,16 @@ pub struct ProcessStats {
     /// turns by owner, at most [`MAX_WATCHED`]: the trend scopes, which the fast path evaluates (whatever top_n
     /// and the series budget export).
     pub watched: Vec<ProcessSample>,
+    /// Per entry of `watched`, when its `status` was read: a pass re-reads only part of a
+    /// crowd, and a process not re-read is observed at the time of its reading, not as a new
+    /// sample of the same value.
+    pub(crate) watched_read_at: Vec<Option<Instant>>,
     /// Processes left out of `watched` by [`MAX_WATCHED`] (the least urgent).
     pub(crate) unwatched: u64,
     /// One entry per cgroup with at least one scanned process, sorted by path.
     pub cgroups: Vec<CgroupAggregate>,
-    /// Whether this pass listed all of procfs (otherwise it re-read the tracked processes).
+    /// Whether this pass ended a full scan (read every process at once on the first run, or
+    /// ended a sweep spread over passes); otherwise it re-read the tracked processes.
     pub full_scan: bool,
     /// User processes covered by this sample (kernel threads excluded).
     pub scanned: u64,
@@ -108,8 +117,31 @@ const PROBATION: Duration = Duration::from_secs(10);
 /// work a crowd of processes can make (two trend scopes each, within the trend's 20,000).
 pub(crate) const MAX_WATCHED: usize = 8192;
 
-/// Processes on probation at most: a fork storm must not turn every pass into a full scan.
+/// Processes of one uid on probation at most: a fork storm must not turn every pass into a full
+/// scan, nor take the places of another user's new processes.
 const MAX_ON_PROBATION: usize = 256;
+/// Places at the front of the fair order whose tracked processes every pass re-reads, whatever
+/// else it has time for: each owner's most urgent first (uids take turns, then a uid's cgroups),
+/// so that one user's crowd of holders cannot slow the sampling of another user's job.
+pub(crate) const FRONT: usize = 256;
+/// Places of one uid at the front at most: a crowd's share of the work every pass must do is
+/// that of one owner's job (a 64-rank node), not the whole front.
+pub(crate) const FRONT_PER_OWNER: usize = 64;
+/// Other tracked processes re-read per pass at least, and processes of the full sweep, whatever
+/// the pass's time budget: both always progress.
+const MIN_ROTATION: usize = 64;
+const MIN_SWEEP: usize = 64;
+/// New processes a pass reads at most: a fork storm is read over several passes (the listing
+/// is repeated until every new process has been read), not in one long pass.
+const MAX_NEW_PER_PASS: usize = 512;
+
+/// A full scan spread over passes: every process's files re-read, in pid order.
+#[derive(Debug, Clone, Copy)]
+struct Sweep {
+    /// The pid the next pass resumes at.
+    next: u32,
+    started: Instant,
+}
 /// Early full scans are at least this far apart, whatever the node counters say (short-term
 /// pins of O_DIRECT I/O move `nr_foll_pin_*` all the time on storage-heavy nodes).
 const EARLY_FULL_SCAN_GAP: Duration = Duration::from_secs(5);
@@ -156,6 +188,15 @@ pub struct ProcessCollector {
     /// Whether the last pass left processes out of `watched`: the log says so when that starts
     /// and when it ends, not on every pass.
     unwatched_logged: bool,
+    /// The pids of the first [`FRONT`] places of the last fair order, at most
+    /// [`FRONT_PER_OWNER`] of one uid, sorted.
+    front: Vec<u32>,
+    /// The pid the next pass's turns among the other tracked processes start at.
+    rotation: u32,
+    /// The full scan in progress between passes, if any.
+    sweep: Option<Sweep>,
+    /// How long the last tracked pass took (wall time).
+    last_pass: Option<Duration>,
 }
 
 /// Tasks created since boot and tasks that exist (`kernel::tasks`): unchanged between two
@@ -198,6 +239,10 @@ impl ProcessCollector {
             listings_skipped: 0,
             unwatched_logged: false,
             counters_text: String::new(),
+            front: Vec::new(),
+            rotation: 0,
+            sweep: None,
+            last_pass: None,
         }
     }
 
@@ -223,18 +268,24 @@ impl ProcessCollector {
         }
     }
 
-    /// Runs a full scan or a tracked pass, whichever is due. A full scan comes early when
-    /// node-wide pinned or mlocked memory grew by more than the processes re-read explain.
+    /// Runs a full scan on the first run, a tracked pass afterwards; a full sweep starts when
+    /// due, and comes early when node-wide pinned or mlocked memory grew by more than the
+    /// processes re-read explain. A sweep is spread over passes ([`ProcessCollector::tracked_pass`]):
+    /// one pass reading every process of a crowd would delay the next sample of every other.
     pub fn sample(&mut self, errors: &mut Vec<SourceError>) -> Option<ProcessStats> {
         let now = Instant::now();
-        if self.full_scan_due(now) {
+        if self.last_full_scan.is_none() {
             return self.full_scan(errors);
+        }
+        if self.sweep.is_none() && self.full_scan_due(now) {
+            self.start_sweep(now);
         }
         let stats = self.tracked_pass(errors);
         // After the tracked pass, so the table holds what the re-read processes hold now.
-        if self.untracked_growth(now) {
+        if self.sweep.is_none() && self.untracked_growth(now) {
             self.early_full_scans += 1;
-            return self.full_scan(errors);
+            self.start_sweep(now);
+            return Some(self.tracked_pass(errors));
         }
         Some(stats)
     }
@@ -289,6 +340,7 @@ impl ProcessCollector {
         // keeps reporting the failure instead of alternating with tracked passes that succeed.
         let counters = self.task_counters();
         let pids = self.list_pids(counters, errors)?;
+        self.sweep = None;
         self.scanner.maps_reads_left = scan::MAPS_READS_PER_PASS;
         self.scanner.share_reads_left = scan::SHARE_READS_PER_PASS;
         self.last_full_scan = Some(started);
@@ -370,7 +422,12 @@ impl ProcessCollector {
         }
         let Some(pids) = self.list_pids(counters, errors) else { return table };
         let now = Instant::now();
-        let mut on_probation = table.iter().filter(|r| r.probation_until.is_some_and(|t| t > now)).count();
+        // Per owner: one user's fork storm takes only that user's places on probation.
+        let mut on_probation: HashMap<Option<u32>, usize> = HashMap::new();
+        for record in table.iter().filter(|r| r.probation_until.is_some_and(|t| t > now)) {
+            *on_probation.entry(record.sample.uid).or_insert(0) += 1;
+        }
+        let mut new_left = MAX_NEW_PER_PASS;
         let mut old = table.into_iter().peekable();
         let mut kept = Vec::with_capacity(pids.len());
         let mut others = Vec::with_capacity(self.others.len());
@@ -389,12 +446,19 @@ impl ProcessCollector {
             if self.retry.contains(&pid) {
                 continue;
             }
+            if new_left == 0 {
+                // Read by a later pass, which lists again for it.
+                self.listed_at = None;
+                continue;
+            }
+            new_left -= 1;
             match self.scanner.read_process(pid, None, errors) {
                 Outcome::Read(mut record) => {
                     self.discovered += 1;
-                    if on_probation < MAX_ON_PROBATION {
+                    let owners = on_probation.entry(record.sample.uid).or_insert(0);
+                    if *owners < MAX_ON_PROBATION {
                         record.probation_until = Some(now + PROBATION);
-                        on_probation += 1;
+                        *owners += 1;
                     }
                     kept.push(record);
                 }
@@ -407,43 +471,74 @@ impl ProcessCollector {
         kept
     }
 
-    /// Re-reads the `status` of the tracked processes only, and every file of the processes
-    /// whose files failed (see [`Record::incomplete`] and `retry`); then lists procfs for the
-    /// processes that appeared.
+    /// Re-reads what must be current on every pass, then as much more as the pass has time for,
+    /// so that the pass's cost does not grow with a crowd and the fast path keeps its cadence:
+    /// 1. every pass: the tracked processes at the front of the last fair order ([`FRONT`]: each
+    ///    owner's most urgent first), those on probation, and every file of the processes whose
+    ///    files failed (see [`Record::incomplete`] and `retry`);
+    /// 2. the other tracked processes in turns, from where the last pass stopped, for half of
+    ///    the pass's time budget ([`ProcessCollector::budget`]; at least [`MIN_ROTATION`]);
+    /// 3. the full sweep in progress, if any (every file of every process, in pid order), for
+    ///    the rest of it (at least [`MIN_SWEEP`]); its end counts as a full scan;
+    /// 4. then lists procfs for the processes that appeared.
     pub fn tracked_pass(&mut self, errors: &mut Vec<SourceError>) -> ProcessStats {
+        let started = Instant::now();
         self.scanner.maps_reads_left = scan::MAPS_READS_PER_PASS;
         self.scanner.share_reads_left = scan::SHARE_READS_PER_PASS;
+        let budget = self.budget();
         let mut table = std::mem::take(&mut self.table);
         let mut failed = Vec::new();
-        let now = Instant::now();
         // Half an interval of slack, so timer jitter does not push a refresh a whole pass late.
-        let limits_due = now.checked_sub(scan::LIMITS_REFRESH.saturating_sub(self.interval / 2)).unwrap_or(now);
-        let scanner = &mut self.scanner;
-        table.retain_mut(|record| {
-            if record.probation_until.is_some_and(|until| until <= now) {
+        let limits_due = started.checked_sub(scan::LIMITS_REFRESH.saturating_sub(self.interval / 2)).unwrap_or(started);
+        let n = table.len();
+        let mut read = vec![false; n];
+        let mut gone = vec![false; n];
+        for (i, record) in table.iter_mut().enumerate() {
+            if record.probation_until.is_some_and(|until| until <= started) {
                 record.probation_until = None;
             }
-            if !record.tracked && !record.incomplete && record.probation_until.is_none() {
-                return true;
+            let front = record.tracked && self.front.binary_search(&record.sample.pid).is_ok();
+            if front || record.incomplete || record.probation_until.is_some() {
+                read[i] = true;
+                gone[i] = !refresh_one(&mut self.scanner, record, limits_due, &mut failed, errors);
             }
-            let failures = scanner.tally.failures();
-            let outcome = if record.incomplete {
-                scanner.reread(record, errors)
-            } else {
-                scanner.refresh(record, limits_due, errors)
-            };
-            match outcome {
-                Outcome::Read(()) => {
-                    record.incomplete = scanner.tally.failures() > failures;
-                    record.tracked = is_tracked(&record.sample, record.comm_matches);
-                    true
-                }
-                Outcome::Failed => {
-                    failed.push(record.sample.pid);
-                    false
-                }
-                Outcome::KernelThread | Outcome::Gone | Outcome::Refused => false,
+        }
+        let first = table.partition_point(|r| r.sample.pid < self.rotation);
+        let mut rotated = 0;
+        self.rotation = 0;
+        for k in 0..n {
+            let i = (first + k) % n;
+            if read[i] || !table[i].tracked {
+                continue;
             }
+            if rotated >= MIN_ROTATION && started.elapsed() >= budget / 2 {
+                self.rotation = table[i].sample.pid;
+                break;
+            }
+            rotated += 1;
+            read[i] = true;
+            gone[i] = !refresh_one(&mut self.scanner, &mut table[i], limits_due, &mut failed, errors);
+        }
+        let mut swept = false;
+        if let Some(sweep) = &mut self.sweep {
+            let mut i = table.partition_point(|r| r.sample.pid < sweep.next);
+            let mut done = 0;
+            while i < n && (done < MIN_SWEEP || started.elapsed() < budget) {
+                if !gone[i] {
+                    done += 1;
+                    gone[i] = !reread_one(&mut self.scanner, &mut table[i], &mut failed, errors);
+                }
+                i += 1;
+            }
+            match table.get(i) {
+                Some(record) => sweep.next = record.sample.pid,
+                None => swept = true,
+            }
+        }
+        let mut at = 0;
+        table.retain(|_| {
+            at += 1;
+            !gone[at - 1]
         });
         // Those that failed just now are retried on the next pass, not twice in this one.
         let retry = std::mem::replace(&mut self.retry, failed);
@@ -459,18 +554,69 @@ impl ProcessCollector {
             }
         }
         self.table = self.discover(table, errors);
-        self.stats(false)
+        if swept {
+            self.end_sweep();
+        }
+        self.last_pass = Some(started.elapsed());
+        self.stats(swept)
+    }
+
+    /// How long a pass may read beyond what it must ([`ProcessCollector::tracked_pass`]): a
+    /// quarter of the interval, so a crowd's processes are re-read less often instead of the
+    /// collector sampling everyone (the job it crowds out included) less often.
+    fn budget(&self) -> Duration {
+        // A pass that overran half the interval (other work on the node leaving the exporter a
+        // fraction of a core) leaves the next one only what it must, and the minimums.
+        if self.last_pass.is_some_and(|last| last > self.interval / 2) {
+            return Duration::ZERO;
+        }
+        self.interval / 4
+    }
+
+    /// Starts a full sweep: every process's files re-read over the next passes, and procfs
+    /// listed on the next pass whatever the task counters say.
+    fn start_sweep(&mut self, now: Instant) {
+        self.sweep = Some(Sweep { next: 0, started: now });
+        self.listed_at = None;
+    }
+
+    /// A sweep went through the whole table: it counts as a full scan, from when it started.
+    fn end_sweep(&mut self) {
+        let Some(sweep) = self.sweep.take() else { return };
+        self.last_full_scan = Some(sweep.started);
+        self.full_scans += 1;
+        self.scanner.interner.prune();
+        self.baseline = self.node_held().map(|(node_pinned, node_mlocked)| {
+            let (table_pinned, table_locked) = self.table_held();
+            Baseline { node_pinned, node_mlocked, table_pinned, table_locked }
+        });
     }
 
     fn stats(&mut self, full_scan: bool) -> ProcessStats {
         let config = &self.scanner.config;
-        let mut watched: Vec<&Record> =
+        let watched: Vec<&Record> =
             self.table.iter().filter(|r| passes_filter(r, config) || r.sample.held_bytes() > 0).collect();
-        watched.sort_by(|a, b| rank(&a.sample, &b.sample));
+        // Each key once, not on every comparison.
+        let mut keyed: Vec<(RankKey, &Record)> = watched.into_iter().map(|r| (rank_key(&r.sample), r)).collect();
+        keyed.sort_by(|(a, _), (b, _)| compare_rank(a, b));
+        let watched: Vec<&Record> = keyed.into_iter().map(|(_, r)| r).collect();
         let mut candidates = fair_order(watched.iter().copied().filter(|r| passes_filter(r, config)).collect());
         let mut watched = fair_order(watched);
         let dropped = candidates.len().saturating_sub(config.top_n);
         candidates.truncate(config.top_n);
+        self.front.clear();
+        let mut per_owner: HashMap<Option<u32>, usize> = HashMap::new();
+        for record in &watched {
+            if self.front.len() == FRONT {
+                break;
+            }
+            let places = per_owner.entry(record.sample.uid).or_insert(0);
+            if *places < FRONT_PER_OWNER {
+                *places += 1;
+                self.front.push(record.sample.pid);
+            }
+        }
+        self.front.sort_unstable();
         let unwatched = watched.len().saturating_sub(MAX_WATCHED);
         watched.truncate(MAX_WATCHED);
         if (unwatched > 0) != self.unwatched_logged {
@@ -489,6 +635,7 @@ impl ProcessCollector {
         ProcessStats {
             ranking: Default::default(),
             processes: candidates.into_iter().map(|r| r.sample.clone()).collect(),
+            watched_read_at: watched.iter().map(|r| r.status_read_at).collect(),
             watched: watched.into_iter().map(|r| r.sample.clone()).collect(),
             unwatched: unwatched as u64,
             cgroups: aggregate(&self.table),
@@ -525,6 +672,49 @@ fn fair_order(ranked: Vec<&Record>) -> Vec<&Record> {
     order.into_iter().map(|i| ranked[i]).collect()
 }
 
+/// Re-reads a record on a tracked pass (`status`, and the rest as [`Scanner::refresh`] and
+/// [`Scanner::reread`] decide). False when it leaves the table: gone, or failed (then its pid is
+/// in `failed`, to be retried).
+fn refresh_one(
+    scanner: &mut Scanner,
+    record: &mut Record,
+    limits_due: Instant,
+    failed: &mut Vec<u32>,
+    errors: &mut Vec<SourceError>,
+) -> bool {
+    let failures = scanner.tally.failures();
+    let outcome =
+        if record.incomplete { scanner.reread(record, errors) } else { scanner.refresh(record, limits_due, errors) };
+    settle(scanner, record, outcome, failures, failed)
+}
+
+/// Re-reads every file of a record (the full sweep). False as for [`refresh_one`].
+fn reread_one(
+    scanner: &mut Scanner,
+    record: &mut Record,
+    failed: &mut Vec<u32>,
+    errors: &mut Vec<SourceError>,
+) -> bool {
+    let failures = scanner.tally.failures();
+    let outcome = scanner.reread(record, errors);
+    settle(scanner, record, outcome, failures, failed)
+}
+
+fn settle(scanner: &Scanner, record: &mut Record, outcome: Outcome<()>, failures: u64, failed: &mut Vec<u32>) -> bool {
+    match outcome {
+        Outcome::Read(()) => {
+            record.incomplete = scanner.tally.failures() > failures;
+            record.tracked = is_tracked(&record.sample, record.comm_matches);
+            true
+        }
+        Outcome::Failed => {
+            failed.push(record.sample.pid);
+            false
+        }
+        Outcome::KernelThread | Outcome::Gone | Outcome::Refused => false,
+    }
+}
+
 fn passes_filter(record: &Record, config: &ProcessConfig) -> bool {
     record.comm_matches || record.sample.held_bytes() >= config.min_bytes
 }
@@ -536,12 +726,15 @@ fn is_tracked(sample: &ProcessSample, comm_matches: bool) -> bool {
 /// Most urgent first ([`ProcessSample::rank_urgency`]: the usage ratio up to 1, processes at
 /// or over a limit that hold little last among those with a limit), processes without a limit
 /// after them, then more bytes in the larger counter, then lower pid.
-fn rank(a: &ProcessSample, b: &ProcessSample) -> std::cmp::Ordering {
-    let urgency = |s: &ProcessSample| s.rank_urgency().unwrap_or(f64::NEG_INFINITY);
-    urgency(b)
-        .total_cmp(&urgency(a))
-        .then_with(|| b.larger_counter_bytes().cmp(&a.larger_counter_bytes()))
-        .then_with(|| a.pid.cmp(&b.pid))
+fn compare_rank(a: &RankKey, b: &RankKey) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then_with(|| b.1.cmp(&a.1)).then_with(|| a.2.cmp(&b.2))
+}
+
+/// What the order compares: urgency, bytes of the larger counter, pid.
+type RankKey = (f64, u64, u32);
+
+fn rank_key(s: &ProcessSample) -> RankKey {
+    (s.rank_urgency().unwrap_or(f64::NEG_INFINITY), s.larger_counter_bytes(), s.pid)
 }
 
 fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
@@ -557,6 +750,7 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
                 usage_ratio_max: None,
                 counter_ratio_max: [None; 2],
                 urgency_max: None,
+                uid: record.sample.uid,
                 processes: 0,
             });
             out.len() - 1
@@ -579,7 +773,10 @@ fn aggregate(table: &[Record]) -> Vec<CgroupAggregate> {
                 agg.counter_ratio_max[slot] = Some(ratio);
             }
             if let Some(u) = charge.urgency() {
-                agg.urgency_max = Some(agg.urgency_max.map_or(u, |max: f64| max.max(u)));
+                if agg.urgency_max.is_none_or(|max| u > max) {
+                    agg.urgency_max = Some(u);
+                    agg.uid = record.sample.uid;
+                }
             }
         }
     }
@@ -602,6 +799,11 @@ impl super::Stats for ProcessStats {
 
     fn observations(&self, at: f64) -> Vec<Observation> {
         ProcessStats::observations(self, at)
+    }
+
+    fn observations_read(&self, at: f64, epoch: Instant) -> Vec<Observation> {
+        let read_at = |i: usize| self.watched_read_at.get(i).copied().flatten();
+        self.observations_with(|i| read_at(i).map_or(at, |read| read.saturating_duration_since(epoch).as_secs_f64()))
     }
 
     fn trend_scopes(&self) -> &'static [Scope] {

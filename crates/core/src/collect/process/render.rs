@@ -58,7 +58,9 @@ impl CgroupAggregate {
 }
 
 /// The series budget's order of the exported processes and of the cgroup aggregates, made once
-/// per stats ([`budget::Ranked`]).
+/// per stats ([`budget::Ranked`]): both by score in turns by owner ([`crate::fair`]; a cgroup's
+/// owner is the uid of its most urgent process), so that one user's crowd of processes or of
+/// cgroups cannot take another user's places.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Ranking {
     processes: budget::Order,
@@ -72,10 +74,17 @@ impl Ranking {
         let series = |i: usize| 3 + c[i].counter_ratio_max.iter().flatten().count();
         // Ties (most cgroups) by the memory held.
         let held = |i: usize| c[i].locked_bytes.saturating_add(c[i].pinned_bytes) as f64;
-        Self {
-            processes: fair_ranked(p),
-            cgroups: budget::ranked(c.len(), series, |i| c[i].budget_score() + held(i) / 1e30),
-        }
+        let score = |i: usize| c[i].budget_score() + held(i) / 1e30;
+        let (by_score, _) = budget::ranked(c.len(), |_| 0, score);
+        let at = |k: usize| &c[by_score[k]];
+        let idle = |k: usize| at(k).budget_score() <= 0.0;
+        let order: Vec<usize> = crate::fair::order(c.len(), idle, |k| at(k).uid, |k| at(k).cgroup.path.as_str())
+            .into_iter()
+            .map(|k| by_score[k])
+            .collect();
+        let scores = crate::fair::capped_scores(order.iter().map(|&i| score(i)));
+        let entities = order.iter().zip(scores).map(|(&i, s)| (series(i), s)).collect();
+        Self { processes: fair_ranked(p), cgroups: (order, entities) }
     }
 }
 

@@ -293,6 +293,9 @@ pub struct CgroupAggregate {
     pub(crate) counter_ratio_max: [Option<f64>; 2],
     /// The highest [`ProcessSample::urgency`] of its processes, for ranking the aggregates.
     pub(crate) urgency_max: Option<f64>,
+    /// Whose the cgroup is, for sharing the series budget's places by owner ([`crate::fair`]):
+    /// the uid of its most urgent process (of its first, when none has an enforced limit).
+    pub uid: Option<u32>,
     pub processes: u64,
 }
 
@@ -304,9 +307,15 @@ impl ProcessStats {
     /// Every process the collector watches is observed, exported or not ([`ProcessStats::watched`]):
     /// the fast path evaluates them whatever top_n and the series budget keep.
     pub fn observations(&self, at: f64) -> Vec<Observation> {
+        self.observations_with(|_| at)
+    }
+
+    /// [`ProcessStats::observations`], each watched process observed at `at(index)`.
+    pub(crate) fn observations_with(&self, at: impl Fn(usize) -> f64) -> Vec<Observation> {
         let mut out = Vec::with_capacity(self.watched.len() * Counter::ALL.len());
         let mut pid = String::new();
-        for p in &self.watched {
+        for (i, p) in self.watched.iter().enumerate() {
+            let at = at(i);
             pid.clear();
             pid.push_str(&p.pid.to_string());
             for counter in Counter::ALL {

@@ -38,6 +38,9 @@ pub(super) struct Record {
     /// `VmLck` when `smaps_rollup` was last read, and when: read again when `VmLck` changes, or
     /// every [`LIMITS_REFRESH`] (other processes mapping or unmapping the pages change the share).
     pub(super) share_read: Option<(u64, std::time::Instant)>,
+    /// When `status` was last read: a pass re-reads only part of a crowd, and the trend of a
+    /// process not re-read is observed at the time its values were read, not as new samples.
+    pub(super) status_read_at: Option<std::time::Instant>,
 }
 
 /// How often the limits of a process holding locked or pinned memory are re-read between full
@@ -272,6 +275,7 @@ impl Scanner {
             incomplete: false,
             probation_until: None,
             limits_read_at: None,
+            status_read_at: None,
         });
         let fresh = record.sample.comm.is_empty();
         let failures = self.tally.failures();
@@ -330,6 +334,7 @@ impl Scanner {
     ) -> Outcome<bool> {
         let pid = record.sample.pid;
         self.live_thread = None;
+        record.status_read_at = Some(std::time::Instant::now());
         let text = match self.reader.read(pid, "status") {
             // A task reaped after the open reads as an empty file.
             Ok("") => {

@@ -10,8 +10,9 @@ use crate::collect::settings::{Configured, Context, Invalid};
 use crate::values;
 
 /// Per-process memlock headroom. `interval` re-reads the processes already tracked (those
-/// holding locked or pinned memory, or matching `comm_pattern`); every `full_scan_interval`
-/// all of /proc is listed again.
+/// holding locked or pinned memory, or matching `comm_pattern`; a crowd of them in turns, each
+/// owner's most urgent on every pass); every `full_scan_interval` all of /proc is read again,
+/// spread over passes when it does not fit in one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RawProcessCollector {

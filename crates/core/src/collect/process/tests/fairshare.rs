@@ -97,3 +97,108 @@ fn a_process_whose_leader_exited_keeps_its_cgroup() {
     assert_eq!(p.cgroup.as_ref().map(|c| c.path.as_str()), Some("/slurm/uid_0/job_9/step_0"));
     assert_eq!(p.locked_bytes, Some(4 << 20));
 }
+
+/// A crowd of one user's holders larger than a pass can re-read: the other user's job, at the
+/// front of the fair order, is re-read on every pass; the crowd in turns, a bounded number per
+/// pass (a pass with no time to spare reads the minimum); a due full scan is spread over passes
+/// as a sweep, and its end counts as the full scan.
+#[test]
+fn a_crowd_beyond_the_pass_is_read_in_turns_and_the_job_every_pass() {
+    let tree = Tree::new("fair-turns");
+    let crowd = FRONT + 2 * MIN_ROTATION;
+    for pid in 1000..1000 + crowd as u32 {
+        tree.process(pid, "crowd", 8192, 0, "8388608", "/crowd").owner(pid, 1000);
+    }
+    tree.process(5000, "python3", 1024, 0, "8388608", "/slurm/uid_2000/job_9").owner(5000, 2000);
+    let mut collector = tree.collector(1 << 20, "", 10);
+    // No time to spare in a pass: only what it must, and the minimum of each turn.
+    collector.interval = Duration::ZERO;
+    let mut errors = Vec::new();
+    collector.full_scan(&mut errors).unwrap();
+    assert!(collector.front.binary_search(&5000).is_ok(), "the job is at the front");
+    let locked = |c: &ProcessCollector, pid: u32| {
+        c.table.iter().find(|r| r.sample.pid == pid).and_then(|r| r.sample.locked_bytes).unwrap_or(0) >> 10
+    };
+    for step in 1..=3u64 {
+        tree.status(5000, "python3", 1024 * (step + 1), 0);
+        tree.owner(5000, 2000);
+        for pid in 1000..1000 + crowd as u32 {
+            tree.status(pid, "crowd", 8192 - step, 0);
+            tree.owner(pid, 1000);
+        }
+        let stats = collector.tracked_pass(&mut errors);
+        assert_eq!(locked(&collector, 5000), 1024 * (step + 1), "the job, every pass");
+        let fresh = (1000..1000 + crowd as u32).filter(|&pid| locked(&collector, pid) == 8192 - step).count();
+        assert!(fresh < crowd && fresh >= MIN_ROTATION, "pass {step}: {fresh} of the crowd re-read");
+        let job = stats.watched.iter().position(|p| p.pid == 5000).unwrap();
+        assert!(stats.watched_read_at[job].is_some());
+    }
+    // A sweep: the full scan due, spread over passes, re-reads every process's limits.
+    for pid in 1000..1000 + crowd as u32 {
+        tree.process(pid, "crowd", 8192, 0, "16777216", "/crowd").owner(pid, 1000);
+    }
+    collector.last_full_scan = Instant::now().checked_sub(Duration::from_secs(60));
+    let first = collector.sample(&mut errors).unwrap();
+    assert!(!first.full_scan, "a sweep of {crowd} does not fit in one pass without time to spare");
+    let mut passes = 1;
+    loop {
+        let stats = collector.sample(&mut errors).unwrap();
+        passes += 1;
+        if stats.full_scan {
+            assert_eq!(stats.full_scans_total, 2);
+            break;
+        }
+        assert!(passes < 20, "the sweep ends");
+    }
+    assert!(passes >= 2);
+    let soft = |pid: u32| collector.table.iter().find(|r| r.sample.pid == pid).and_then(|r| r.sample.limits);
+    assert!((1000..1000 + crowd as u32).all(|pid| soft(pid).is_some_and(|l| l.soft == Limit::Bytes(16 << 20))));
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// One user's crowd of cgroups, each with a process at the (lowered) limit it holds, ranks above
+/// another user's job at 93 %: the series budget's cgroup aggregates are shared by owner too, so
+/// with room for two aggregates, one is the job's.
+#[test]
+fn one_users_crowd_of_cgroups_leaves_another_users_cgroup_its_aggregate() {
+    let tree = Tree::new("fair-cgroups");
+    for pid in 300..320 {
+        let cgroup = format!("/user.slice/user-1000.slice/crowd-{pid}");
+        tree.process(pid, "crowd", 2048, 0, "2097152", &cgroup).owner(pid, 1000);
+    }
+    tree.process(400, "python3", 0, 7620, "8388608", "/slurm/uid_2000/job_7").owner(400, 2000);
+    let stats = tree.collector(1 << 20, "", 4).full_scan(&mut Vec::new()).unwrap();
+    let claims = stats.claims();
+    let cgroups = claims.iter().find(|c| c.class == "process_cgroup").unwrap();
+    let claim = crate::budget::Claim { floor: 0, cap: 2, ..cgroups.clone() };
+    let allocation = crate::budget::allocate(&[claim], 2 * cgroups.entities[0].0);
+    let mut out = Exposition::new();
+    stats.render_granted(&mut out, &allocation.grants);
+    let text = out.finish();
+    let shown: Vec<&str> = text.lines().filter(|l| l.starts_with("memlock_cgroup_processes{")).collect();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert!(shown.iter().any(|l| l.contains("cgroup=\"/slurm/uid_2000/job_7\"")), "{shown:?}");
+}
+
+/// One user's fork storm fills that user's places on probation only: another user's job rank
+/// starting right after it is still re-read on every pass, and its first registration is seen
+/// at once.
+#[test]
+fn a_fork_storm_takes_only_its_own_users_places_on_probation() {
+    let tree = Tree::new("fair-probation");
+    tree.process(100, "sshd", 0, 0, "8388608", "/system");
+    let mut collector = tree.collector(1 << 20, "", 10);
+    let mut errors = Vec::new();
+    collector.full_scan(&mut errors).unwrap();
+    for pid in 1000..1000 + MAX_ON_PROBATION as u32 + 10 {
+        tree.process(pid, "storm", 0, 0, "8388608", "/storm").owner(pid, 1000);
+    }
+    tree.process(5000, "python3", 0, 0, "8388608", "/slurm/uid_2000/job_9").owner(5000, 2000);
+    collector.tracked_pass(&mut errors);
+    tree.status(5000, "python3", 0, 4096);
+    tree.owner(5000, 2000);
+    let stats = collector.tracked_pass(&mut errors);
+    let job = stats.processes.iter().find(|p| p.pid == 5000).expect("the job exported");
+    assert_eq!(job.pinned_bytes, Some(4 << 20), "on probation: re-read");
+    assert!(errors.is_empty(), "{errors:?}");
+}
