@@ -29,6 +29,7 @@ mod scan;
 mod settings;
 
 use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -135,11 +136,13 @@ const MIN_SWEEP: usize = 64;
 /// is repeated until every new process has been read), not in one long pass.
 const MAX_NEW_PER_PASS: usize = 512;
 
-/// A full scan spread over passes: every process's files re-read, in pid order.
-#[derive(Debug, Clone, Copy)]
+/// A full scan spread over passes: every process's files re-read, in turns by owner, the
+/// processes no pass re-reads first (one of them starting to pin or lock is why a sweep comes
+/// early), so a crowd read in pid order cannot hold back another user's process.
+#[derive(Debug, Clone)]
 struct Sweep {
-    /// The pid the next pass resumes at.
-    next: u32,
+    /// The pids still to read, the next last.
+    queue: Vec<u32>,
     started: Instant,
 }
 /// Early full scans are at least this far apart, whatever the node counters say (short-term
@@ -427,11 +430,11 @@ impl ProcessCollector {
         for record in table.iter().filter(|r| r.probation_until.is_some_and(|t| t > now)) {
             *on_probation.entry(record.sample.uid).or_insert(0) += 1;
         }
-        let mut new_left = MAX_NEW_PER_PASS;
         let mut old = table.into_iter().peekable();
         let mut kept = Vec::with_capacity(pids.len());
         let mut others = Vec::with_capacity(self.others.len());
         let mut known_others = std::mem::take(&mut self.others).into_iter().peekable();
+        let mut new = Vec::new();
         for pid in pids {
             while old.next_if(|r| r.sample.pid < pid).is_some() {}
             if let Some(record) = old.next_if(|r| r.sample.pid == pid) {
@@ -443,15 +446,17 @@ impl ProcessCollector {
                 others.push(pid);
                 continue;
             }
-            if self.retry.contains(&pid) {
-                continue;
+            if !self.retry.contains(&pid) {
+                new.push(pid);
             }
-            if new_left == 0 {
-                // Read by a later pass, which lists again for it.
-                self.listed_at = None;
-                continue;
-            }
-            new_left -= 1;
+        }
+        if new.len() > MAX_NEW_PER_PASS {
+            new = self.new_in_turns(new);
+            // The rest are read by the next passes, which list again for them.
+            self.listed_at = None;
+        }
+        let before = kept.len();
+        for pid in new {
             match self.scanner.read_process(pid, None, errors) {
                 Outcome::Read(mut record) => {
                     self.discovered += 1;
@@ -467,8 +472,31 @@ impl ProcessCollector {
                 Outcome::Gone | Outcome::Refused => {}
             }
         }
+        if kept.len() > before {
+            kept.sort_unstable_by_key(|r| r.sample.pid);
+            others.sort_unstable();
+        }
         self.others = others;
         kept
+    }
+
+    /// The [`MAX_NEW_PER_PASS`] new processes a pass reads when more appeared: in turns by owner
+    /// (the uid owning `<procfs>/<pid>`, one `stat` each), so one user's fork storm delays only
+    /// that user's processes, not another user's job rank starting beside it. Pids that are gone
+    /// by then are left out.
+    fn new_in_turns(&self, new: Vec<u32>) -> Vec<u32> {
+        let mut path = self.procfs.clone();
+        let owned: Vec<(u32, u32)> = new
+            .into_iter()
+            .filter_map(|pid| {
+                path.push(pid.to_string());
+                let uid = std::fs::metadata(&path).ok().map(|meta| meta.uid());
+                path.pop();
+                Some((pid, uid?))
+            })
+            .collect();
+        let order = crate::fair::order(owned.len(), |_| (), |i| owned[i].1, |_| ());
+        order.into_iter().take(MAX_NEW_PER_PASS).map(|i| owned[i].0).collect()
     }
 
     /// Re-reads what must be current on every pass, then as much more as the pass has time for,
@@ -478,7 +506,7 @@ impl ProcessCollector {
     ///    files failed (see [`Record::incomplete`] and `retry`);
     /// 2. the other tracked processes in turns, from where the last pass stopped, for half of
     ///    the pass's time budget ([`ProcessCollector::budget`]; at least [`MIN_ROTATION`]);
-    /// 3. the full sweep in progress, if any (every file of every process, in pid order), for
+    /// 3. the full sweep in progress, if any (every file of every process, in turns by owner), for
     ///    the rest of it (at least [`MIN_SWEEP`]); its end counts as a full scan;
     /// 4. then lists procfs for the processes that appeared.
     pub fn tracked_pass(&mut self, errors: &mut Vec<SourceError>) -> ProcessStats {
@@ -521,19 +549,17 @@ impl ProcessCollector {
         }
         let mut swept = false;
         if let Some(sweep) = &mut self.sweep {
-            let mut i = table.partition_point(|r| r.sample.pid < sweep.next);
             let mut done = 0;
-            while i < n && (done < MIN_SWEEP || started.elapsed() < budget) {
+            while done < MIN_SWEEP || started.elapsed() < budget {
+                let Some(pid) = sweep.queue.pop() else { break };
+                // Gone since the sweep started, or already left the table in this pass.
+                let Ok(i) = table.binary_search_by_key(&pid, |r| r.sample.pid) else { continue };
                 if !gone[i] {
                     done += 1;
                     gone[i] = !reread_one(&mut self.scanner, &mut table[i], &mut failed, errors);
                 }
-                i += 1;
             }
-            match table.get(i) {
-                Some(record) => sweep.next = record.sample.pid,
-                None => swept = true,
-            }
+            swept = sweep.queue.is_empty();
         }
         let mut at = 0;
         table.retain(|_| {
@@ -576,7 +602,11 @@ impl ProcessCollector {
     /// Starts a full sweep: every process's files re-read over the next passes, and procfs
     /// listed on the next pass whatever the task counters say.
     fn start_sweep(&mut self, now: Instant) {
-        self.sweep = Some(Sweep { next: 0, started: now });
+        let table = &self.table;
+        let cgroup = |i: usize| table[i].sample.cgroup.as_deref().map(|c| c.path.as_str());
+        let order = crate::fair::order(table.len(), |i| table[i].tracked, |i| table[i].sample.uid, cgroup);
+        let queue = order.into_iter().rev().map(|i| table[i].sample.pid).collect();
+        self.sweep = Some(Sweep { queue, started: now });
         self.listed_at = None;
     }
 

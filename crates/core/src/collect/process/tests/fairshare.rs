@@ -202,3 +202,86 @@ fn a_fork_storm_takes_only_its_own_users_places_on_probation() {
     assert_eq!(job.pinned_bytes, Some(4 << 20), "on probation: re-read");
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+/// Gives `<root>/<pid>` to `uid`, as procfs shows a process's owner. False when this user may
+/// not (a test run without root).
+fn own_directory(tree: &Tree, pid: u32, uid: u32) -> bool {
+    match std::os::unix::fs::chown(tree.root.join(pid.to_string()), Some(uid), None) {
+        Ok(()) => true,
+        Err(err) if err.kind() == std::io::ErrorKind::PermissionDenied => false,
+        Err(err) => panic!("chown {pid}: {err}"),
+    }
+}
+
+/// More new processes than a pass reads: one user's fork storm is read over several passes,
+/// and another user's job rank that started after it (a higher pid) is read on the first.
+#[test]
+fn a_fork_storm_delays_only_its_own_users_discovery() {
+    let tree = Tree::new("fair-discovery");
+    tree.process(100, "sshd", 0, 0, "8388608", "/system");
+    let mut collector = tree.collector(1 << 20, "", 10);
+    let mut errors = Vec::new();
+    collector.full_scan(&mut errors).unwrap();
+    let storm = MAX_NEW_PER_PASS as u32 + 100;
+    for pid in 1000..1000 + storm {
+        tree.process(pid, "storm", 0, 0, "8388608", "/storm").owner(pid, 1000);
+        if !own_directory(&tree, pid, 1000) {
+            eprintln!("skipped: giving a fixture's directory to another uid needs root");
+            return;
+        }
+    }
+    tree.process(9000, "python3", 0, 4096, "8388608", "/slurm/uid_2000/job_9").owner(9000, 2000);
+    assert!(own_directory(&tree, 9000, 2000));
+    let first = collector.tracked_pass(&mut errors);
+    assert!(first.watched.iter().any(|p| p.pid == 9000), "the job read on the first pass");
+    assert_eq!(first.scanned, 1 + MAX_NEW_PER_PASS as u64, "the storm in part");
+    let second = collector.tracked_pass(&mut errors);
+    assert_eq!(second.scanned, 2 + u64::from(storm), "the rest of the storm on the next pass");
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// Pids that are listed but gone by the time they are read (here links to nowhere, as the
+/// e2e tests' procfs views hold for processes that exited) take no place among the new
+/// processes a pass reads.
+#[test]
+fn listed_pids_that_are_gone_take_no_place_among_new_processes() {
+    let tree = Tree::new("fair-gone");
+    tree.process(100, "sshd", 0, 0, "8388608", "/system");
+    let mut collector = tree.collector(1 << 20, "", 10);
+    let mut errors = Vec::new();
+    collector.full_scan(&mut errors).unwrap();
+    for pid in 1000..1000 + 2 * MAX_NEW_PER_PASS as u32 {
+        std::os::unix::fs::symlink("/nonexistent", tree.root.join(pid.to_string())).unwrap();
+    }
+    tree.process(5000, "drill", 1024, 0, "1100000", "/drill");
+    let stats = collector.tracked_pass(&mut errors);
+    assert!(stats.watched.iter().any(|p| p.pid == 5000), "read on the first pass");
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// A sweep reads the processes no pass re-reads first, in turns by owner: another user's
+/// process that started locking after its probation is read by the sweep's first pass, not
+/// after a crowd of holders with lower pids.
+#[test]
+fn a_sweep_reads_the_untracked_first_in_turns_by_owner() {
+    let tree = Tree::new("fair-sweep");
+    for pid in 1000..1000 + 4 * MIN_SWEEP as u32 - 1 {
+        tree.process(pid, "crowd", 8192, 0, "8388608", "/crowd").owner(pid, 1000);
+    }
+    tree.process(9000, "python3", 0, 0, "8388608", "/slurm/uid_2000/job_9").owner(9000, 2000);
+    let mut collector = tree.collector(1 << 20, "", 10);
+    let mut errors = Vec::new();
+    collector.full_scan(&mut errors).unwrap();
+    tree.status(9000, "python3", 0, 4096);
+    tree.owner(9000, 2000);
+    // No time beyond the minimums: the sweep reads MIN_SWEEP processes a pass.
+    collector.interval = Duration::ZERO;
+    collector.start_sweep(Instant::now());
+    let stats = collector.tracked_pass(&mut errors);
+    let job = stats.watched.iter().find(|p| p.pid == 9000).expect("the job read by the sweep");
+    assert_eq!(job.pinned_bytes, Some(4 << 20));
+    assert!(!stats.full_scan, "the sweep goes on");
+    let passes = (1..10).take_while(|_| !collector.tracked_pass(&mut errors).full_scan).count();
+    assert_eq!(passes, 2, "then the crowd, MIN_SWEEP a pass, ending on the fourth");
+    assert!(errors.is_empty(), "{errors:?}");
+}
