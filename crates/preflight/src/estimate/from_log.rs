@@ -170,6 +170,7 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
             shared: true,
             pxn: true,
             shared_comms: true,
+            rail_nic: false,
         });
         assumed.push(format!(
             "p2p pools of {channels} p2p channels (the channel count rounded up to a power of two) x 16 steps x \
@@ -454,6 +455,7 @@ mod tests {
             shared: true,
             pxn: true,
             shared_comms: true,
+            rail_nic: false,
         });
         let e = model::estimate(&i);
         let r = report(&i, &e, &l, &verdict(None));

@@ -69,6 +69,11 @@ pub struct ModelArgs {
     /// p2p channels (p2pnChannels; default: from the channel count, NCCL_MIN/MAX_P2P_NCHANNELS).
     #[arg(long = "p2p-channels")]
     pub(crate) p2p_channels: Option<u64>,
+    /// With --p2p-net: every rank sends from its own process, no PXN proxy (what NCCL does where a
+    /// GPU has no NVLink to the GPU next to the peer's rail NIC, or with NCCL_P2P_PXN_LEVEL=0).
+    /// Default: PXN wherever GPUDirect allows it, NVLink between all GPUs assumed.
+    #[arg(long = "no-p2p-pxn")]
+    pub(crate) no_p2p_pxn: bool,
     /// Devices each connection registers on (a merged virtual NIC registers on every member).
     #[arg(long = "devices-per-connection", default_value_t = 1)]
     pub(crate) devices_per_connection: u64,
@@ -115,12 +120,12 @@ pub(crate) const COVERS: &[&str] = &[
         rings, doorbell records; every registration repeated per member of a merged NIC",
     "with --p2p-net: all-to-all connections to every rank of the other nodes, sends through the PXN proxy of the \
         peer's rail with GPUDirect, one connection per NIC, peer and channel shared by the local senders \
-        (NCCL_NET_SHARED_COMMS), channels per network peer by NCCL release and NIC speed, and the shared p2p pools \
-        per origin rank",
+        (NCCL_NET_SHARED_COMMS), channels per network peer by NCCL release, NIC speed and NCCL_P2P_MAX_PEERS, the \
+        schedule's channels per release, NCCL_CROSS_NIC=0 without PXN, and the shared p2p pools per origin rank",
 ];
 pub(crate) const NOT_MODELLED: &[&str] = &[
-    "NVLS, NVLS tree and CollNet (NVLink SHARP, in-network reduction); PXN for p2p between GPUs without NVLink (an \
-        NVSwitch node is assumed)",
+    "NVLS, NVLS tree and CollNet (NVLink SHARP, in-network reduction); p2p between GPUs without NVLink (an NVSwitch \
+        node is assumed: --no-p2p-pxn, in the range when assumed)",
     "user buffer registration (NCCL_LOCAL_REGISTER, ncclCommRegister: usually GPU memory)",
     "providers other than mlx5 (EFA, bnxt_re size their queues differently), MLX5_CQE_SIZE=128, IB resiliency",
     "topologies where a channel's ring does not enter and leave the node through one rail (crossNic rings), \
@@ -409,7 +414,14 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
         let before_pow2 = (i.channels.count as i64).min(max_p2p).max(min_p2p).max(1) as u64;
         let given = r.int("NCCL_NCHANNELS_PER_NET_PEER", CONFIG_UNDEF_INT).filter(|v| *v > 0).map(|v| v as u64);
         let ranks = args.nodes.saturating_mul(args.ranks_per_node);
-        let per_peer = model::net_channels_per_peer(i.nccl_version, i.nic_gbps, ranks, before_pow2, channels, given);
+        // Read only by the releases that have it (2.30's init.cc), so it is listed only then.
+        let max_peers = if i.nccl_version.at_least(2, 30) {
+            r.int("NCCL_P2P_MAX_PEERS", CONFIG_UNDEF_INT).filter(|v| *v > 0).map(|v| v as u64)
+        } else {
+            None
+        };
+        let per_peer =
+            model::net_channels_per_peer(i.nccl_version, i.nic_gbps, ranks, before_pow2, channels, given, max_peers);
         p2p_why = per_peer.why.clone();
         let per_peer = per_peer.channels;
         // computeBuffSizes (src/init.cc): the chunk is at most Simple / NCCL_STEPS.
@@ -422,7 +434,18 @@ pub fn derive(args: &ModelArgs, env: &Environment, roots: &Roots, devices: &[Sys
         // src/graph/search.cc: NCCL_P2P_PXN_LEVEL, default 2; net.cc: NCCL_NET_SHARED_COMMS, default 1.
         let pxn = r.int("NCCL_P2P_PXN_LEVEL", i64::MIN) != Some(0);
         let shared_comms = r.int("NCCL_NET_SHARED_COMMS", i64::MIN) != Some(0);
-        i.p2p = Some(P2p { channels, channels_per_peer: per_peer, chunk, ll_buffers, shared, pxn, shared_comms });
+        // search.cc: NCCL_CROSS_NIC, default 2; only 0 keeps a proxy-less send on the peer's rail.
+        let rail_nic = r.int("NCCL_CROSS_NIC", i64::MIN) == Some(0);
+        i.p2p = Some(P2p {
+            channels,
+            channels_per_peer: per_peer,
+            chunk,
+            ll_buffers,
+            shared,
+            pxn: pxn && !args.no_p2p_pxn,
+            shared_comms,
+            rail_nic,
+        });
     }
     i.page_size = procfs::page_size();
     let runtime = r.int("NCCL_RUNTIME_CONNECT", i64::MIN).is_none_or(|v| v != 0)
@@ -797,6 +820,20 @@ mod tests {
         assert!(!p2p(&base, &[("NCCL_P2P_PXN_LEVEL", "0")]).pxn);
         assert!(p2p(&base, &[("NCCL_P2P_PXN_LEVEL", "1")]).pxn);
         assert!(!p2p(&base, &[("NCCL_NET_SHARED_COMMS", "0")]).shared_comms);
+        assert!(!p2p(&[&base[..], &["--no-p2p-pxn"]].concat(), &[]).pxn);
+        // NCCL_CROSS_NIC: only 0 keeps a send on the peer's rail without a proxy.
+        assert!(!p.rail_nic);
+        assert!(p2p(&base, &[("NCCL_CROSS_NIC", "0")]).rail_nic);
+        assert!(!p2p(&base, &[("NCCL_CROSS_NIC", "1")]).rail_nic);
+        // NCCL_P2P_MAX_PEERS, read from 2.30: 128 ranks on 32 channels keep 4 per peer for 16 peers.
+        let big = ["--p2p-net", "--nodes", "16", "--channels", "32", "--nic-speed", "400"];
+        assert_eq!(p2p(&big, &[]).channels_per_peer, 2);
+        let d = derive_with(&big, &[("NCCL_P2P_MAX_PEERS", "16")]);
+        assert_eq!(d.inputs.p2p.map(|p| p.channels_per_peer), Some(4));
+        assert!(d.environment.iter().any(|v| v == "NCCL_P2P_MAX_PEERS=16"), "{:?}", d.environment);
+        let d = derive_with(&[&big[..], &["--nccl-version", "2.29"]].concat(), &[("NCCL_P2P_MAX_PEERS", "16")]);
+        assert_eq!(d.inputs.p2p.map(|p| p.channels_per_peer), Some(2));
+        assert!(!d.environment.iter().any(|v| v.starts_with("NCCL_P2P_MAX_PEERS")), "2.29 does not read it");
         // A release NCCL never printed is refused.
         assert!(validate(&model_args(&["--nccl-version", "latest"])).is_err());
         assert!(validate(&model_args(&["--nic-speed", "0"])).is_err());

@@ -65,38 +65,53 @@ fn alternatives(args: &ModelArgs, d: &Derived) -> Vec<(String, ModelArgs)> {
             p2p.push(Some(("--nic-speed", "200".to_owned())));
         }
     }
+    // PXN for p2p rests on NVLink between every GPU and the GPU next to each NIC (search.cc
+    // ncclTopoGetNetDev, NCCL_P2P_PXN_LEVEL 2: the proxy must reach the sender at PATH_NVL and the
+    // NIC at PXB or better); where it does not hold, every rank sends from its own process.
+    let mut pxn: Vec<bool> = vec![false];
+    if d.inputs.p2p.as_ref().is_some_and(|p| p.pxn) && d.inputs.pxn && d.inputs.ranks_per_node > 1 {
+        pxn.push(true);
+    }
     let mut out = Vec::new();
+    let mut combos = Vec::new();
     for g in &gdr {
         for s in &search {
             for p in &p2p {
-                if g.is_none() && s.is_none() && p.is_none() {
-                    continue;
-                }
-                let mut a = args.clone();
-                let mut flags = Vec::new();
-                if let Some(g) = g {
-                    a.gdr = Some((*g).to_owned());
-                    flags.push(format!("--gdr {g}"));
-                }
-                match s {
-                    Some(("--channels", c)) => a.channels = Some(*c),
-                    Some((_, s)) => a.search_channels = Some(*s),
-                    None => {}
-                }
-                if let Some((flag, v)) = s {
-                    flags.push(format!("{flag} {v}"));
-                }
-                match p {
-                    Some(("--nccl-version", v)) => a.nccl_version = Some(v.clone()),
-                    Some((_, v)) => a.nic_speed = v.parse().ok(),
-                    None => {}
-                }
-                if let Some((flag, v)) = p {
-                    flags.push(format!("{flag} {v}"));
-                }
-                out.push((flags.join(" "), a));
+                combos.extend(pxn.iter().map(|x| (g, s, p, x)));
             }
         }
+    }
+    for (g, s, p, x) in combos {
+        if g.is_none() && s.is_none() && p.is_none() && !x {
+            continue;
+        }
+        let mut a = args.clone();
+        let mut flags = Vec::new();
+        if let Some(g) = g {
+            a.gdr = Some((*g).to_owned());
+            flags.push(format!("--gdr {g}"));
+        }
+        match s {
+            Some(("--channels", c)) => a.channels = Some(*c),
+            Some((_, s)) => a.search_channels = Some(*s),
+            None => {}
+        }
+        if let Some((flag, v)) = s {
+            flags.push(format!("{flag} {v}"));
+        }
+        match p {
+            Some(("--nccl-version", v)) => a.nccl_version = Some(v.clone()),
+            Some((_, v)) => a.nic_speed = v.parse().ok(),
+            None => {}
+        }
+        if let Some((flag, v)) = p {
+            flags.push(format!("{flag} {v}"));
+        }
+        if *x {
+            a.no_p2p_pxn = true;
+            flags.push("--no-p2p-pxn".to_owned());
+        }
+        out.push((flags.join(" "), a));
     }
     out
 }
@@ -245,7 +260,19 @@ mod tests {
     fn an_assumed_release_or_nic_speed_spans_the_p2p_channels_per_peer() {
         // All-to-all, everything else given: the newest release and 400 Gb/s were assumed (4
         // channels per peer); 2.28 and 200 Gb/s give 2.
-        let given = ["--p2p-net", "--nics", "4", "--gdr", "dmabuf", "--channels", "16", "--search-channels", "8"];
+        // PXN given off, so that only the release and the NIC speed vary.
+        let given = [
+            "--p2p-net",
+            "--nics",
+            "4",
+            "--gdr",
+            "dmabuf",
+            "--channels",
+            "16",
+            "--search-channels",
+            "8",
+            "--no-p2p-pxn",
+        ];
         let (e, r) = run(&given);
         assert_eq!(e.inputs.p2p.as_ref().map(|p| p.channels_per_peer), Some(4));
         assert_eq!(r.alternatives, ["--nccl-version 2.28", "--nic-speed 200"], "{r:?}");
@@ -257,5 +284,26 @@ mod tests {
         // Without all-to-all neither matters.
         let (_, r) = run(&given[1..]);
         assert!(r.alternatives.is_empty(), "{r:?}");
+    }
+
+    #[test]
+    fn pxn_for_p2p_assumed_spans_with_and_without_it() {
+        // Case K (2.29, 400 Gb/s, peermem): with PXN the NIC's GPU proxies 8 sends and 8 send
+        // pools, 426795008 B; without it GPU 2k holds its ring and tree connections, 32 p2p
+        // sends and 32 receives and 2 pools: 4 x 9949184 + 8 x 10084352 + 32 x 77 x 4096 + 32 x
+        // 110 x 4096 + 2 x 33554432 + 4 x 4096 = 212107264 B.
+        let k = ["--p2p-net", "--nics", "4", "--gdr", "peermem", "--channels", "16", "--search-channels", "8"];
+        let given = [&k[..], &["--nccl-version", "2.29", "--nic-speed", "400"]].concat();
+        let (e, r) = run(&given);
+        assert_eq!(r.alternatives, ["--no-p2p-pxn"], "{r:?}");
+        assert_eq!((r.per_rank_low_bytes, r.per_rank_high_bytes), (212_107_264, 426_795_008));
+        assert_eq!(e.per_rank_max_bytes, r.per_rank_high_bytes);
+        // Given: no range; GPUDirect off: no PXN to vary.
+        let (_, r) = run(&[&given[..], &["--no-p2p-pxn"]].concat());
+        assert!(r.alternatives.is_empty(), "{r:?}");
+        let off = given.iter().map(|f| if *f == "peermem" { "off" } else { f }).collect::<Vec<_>>();
+        let (_, r) = run(&off);
+        assert_eq!(r.alternatives, ["--no-p2p-pxn"], "{r:?}");
+        assert_eq!(r.per_rank_low_bytes, r.per_rank_high_bytes, "without GPUDirect PXN never applies");
     }
 }

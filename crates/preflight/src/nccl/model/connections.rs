@@ -127,6 +127,9 @@ pub(super) struct Held {
     /// The shared p2p pools this rank's process registers: (NIC, send pools, receive pools), one
     /// pool per origin rank and direction, each registered once per device.
     pub(super) p2p_pools: Vec<(u64, u64, u64)>,
+    /// Send pools on the host whatever the GPUDirect mode: a sender's pool registered on a NIC its
+    /// GPU is not local to (no GPUDirect there, so the host pool: net.cc sharedNetBuffersInit).
+    pub(super) p2p_host_send_pools: u64,
 }
 
 /// The GPUs a NIC is local to: NIC k serves ranks floor(kG/N) .. floor((k+1)G/N) - 1 (GPUs spread
@@ -147,20 +150,6 @@ pub(super) fn rail(rank: u64, g: u64, n: u64) -> u64 {
     (0..n).find(|k| nic_local(rank, *k, g, n)).unwrap_or(0)
 }
 
-/// The p2p schedule's group size (src/init.cc: NCCL_P2P_SCHEDULE_GROUP_SIZE, default
-/// NCCL_MAX_DEV_WORK_P2P_PER_BATCH 8, lowered to its gcd with the ranks per node when they are not
-/// a multiple of it).
-fn schedule_group(g: u64) -> u64 {
-    let (mut a, mut b) = (super::version::P2P_PER_BATCH, g.max(1));
-    if b % a == 0 {
-        return a;
-    }
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a.max(1)
-}
-
 /// All-to-all: every rank sends to and receives from every rank of the other nodes, on
 /// channels_per_peer channels (connIndex 1: never one of the ring, tree or PAT connections).
 ///
@@ -175,11 +164,9 @@ fn schedule_group(g: u64) -> u64 {
 /// With NCCL_NET_SHARED_COMMS (default 1; IB's maxRecvs 8 > 1), a proxy opens one connection per
 /// NIC, remote rank and channel for all the local ranks that send there (sendProxyConnect:
 /// netComms[netDev][tpRemoteRank].sendComm[channelId]), and a receiver one per NIC, remote proxy
-/// rank and channel (recvProxyConnect: tpRemoteProxyRank). Senders of one schedule group reach a
-/// peer on the same channels (src/include/channel.h ncclP2pChannelBaseForRound: the base depends
-/// on the group delta only when the group has at most 8 ranks), the groups of a node on disjoint
-/// ones (reversed bits of consecutive bases), so a peer takes min(p2pnChannels, groups x
-/// channels_per_peer) connections.
+/// rank and channel (recvProxyConnect: tpRemoteProxyRank). On how many channels a node's senders
+/// reach one peer depends on the release's p2p schedule ([`super::version::peer_channels`]):
+/// with at most 8 ranks per node, on the same channels_per_peer.
 ///
 /// Pools (sharedNetBuffersInit): one per origin rank and direction in the registering process,
 /// p2pnChannels x NCCL_SHARED_STEPS x chunk bytes: a proxy holds a send pool for every local rank
@@ -192,9 +179,8 @@ fn place_p2p(i: &Inputs, p2p: &super::P2p, g: u64, n: u64, held: &mut [Held]) {
     let pxn = p2p.pxn && i.pxn && send_gdr && g > 1;
     let shared_comms = p2p.shared && p2p.shared_comms;
     let per_peer = p2p.channels_per_peer;
-    let groups = g / schedule_group(g);
     // Connections to one remote rank (or from one remote proxy) from the senders sharing them.
-    let shared = per_peer.saturating_mul(groups).min(p2p.channels.max(per_peer));
+    let shared = super::version::peer_channels(i.nccl_version, g, p2p.channels, per_peer);
     let mut put = |rank: u64, dir: Direction, nic: u64, on_gpu: bool, count: u64| {
         let h = &mut held[rank as usize];
         let slot = &mut h.per_nic[nic as usize][Algorithm::P2p.index()];
@@ -202,15 +188,41 @@ fn place_p2p(i: &Inputs, p2p: &super::P2p, g: u64, n: u64, held: &mut [Held]) {
         h.p2p.add(dir, on_gpu, count);
     };
     let mut pools = vec![Vec::new(); g as usize];
+    let mut host_send_pools = vec![0u64; g as usize];
     for rank in 0..g {
         let k = rail(rank, g, n);
         // Receives: one per remote proxy (every remote sender when there is no PXN) and channel.
         let recv_each = if pxn && shared_comms { shared } else { g.saturating_mul(per_peer) };
         put(rank, Direction::Recv, k, gdr, remote_nodes.saturating_mul(recv_each));
         pools[rank as usize].push((k, 0, 1));
-        if !pxn {
+        if pxn {
+            continue;
+        }
+        if !p2p.rail_nic {
             put(rank, Direction::Send, k, send_gdr, remote_nodes.saturating_mul(g).saturating_mul(per_peer));
             pools[rank as usize][0].1 = 1;
+            continue;
+        }
+        // NCCL_CROSS_NIC=0 without a proxy (search.cc ncclTopoGetNetDev: the device of the local
+        // GPU with the peer's index is taken before the PXN test, and kept when no proxy is
+        // found): the sender's own process sends to remote GPU j through j's rail, with
+        // GPUDirect only where its GPU is local to that NIC (paths.cc ncclTopoCheckGdr), and
+        // registers its send pool once on each NIC it uses (the MR cache is per device).
+        let mut used = vec![false; n as usize];
+        for j in 0..g {
+            let m = rail(j, g, n);
+            let near = nic_local(rank, m, g, n);
+            put(rank, Direction::Send, m, send_gdr && near, remote_nodes.saturating_mul(per_peer));
+            if std::mem::replace(&mut used[m as usize], true) {
+                continue;
+            }
+            if m == k {
+                pools[rank as usize][0].1 = 1;
+            } else if near {
+                pools[rank as usize].push((m, 1, 0));
+            } else {
+                host_send_pools[rank as usize] += 1;
+            }
         }
     }
     if pxn {
@@ -229,8 +241,9 @@ fn place_p2p(i: &Inputs, p2p: &super::P2p, g: u64, n: u64, held: &mut [Held]) {
             }
         }
     }
-    for (h, p) in held.iter_mut().zip(pools) {
+    for ((h, p), host) in held.iter_mut().zip(pools).zip(host_send_pools) {
         h.p2p_pools = p;
+        h.p2p_host_send_pools = host;
     }
 }
 

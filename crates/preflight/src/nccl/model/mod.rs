@@ -149,6 +149,9 @@ pub struct P2p {
     /// NCCL_NET_SHARED_COMMS not 0 (net.cc sendProxyConnect, recvProxyConnect): one network
     /// connection per NIC, remote rank (or remote proxy) and channel, whoever sends on it.
     pub(crate) shared_comms: bool,
+    /// NCCL_CROSS_NIC=0 (src/graph/search.cc ncclTopoGetNetDev): a send to a remote GPU leaves
+    /// by that GPU's rail also when no PXN proxy takes it, from the sender's own process.
+    pub(crate) rail_nic: bool,
 }
 
 impl Inputs {
@@ -353,11 +356,13 @@ fn terms_for(i: &Inputs, alg: Algorithm, c: Counts) -> Vec<Term> {
 /// The shared p2p pools a rank's process registers ([`connections`] places them): per NIC, one
 /// per origin rank and direction, registered once per device (the MR cache finds every later
 /// connection's range inside it: net_ib/reg.cc), p2pnChannels x NCCL_SHARED_STEPS x chunk bytes
-/// each (net.cc sharedNetBuffersInit). A PXN proxy's send pools are on the GPU.
+/// each (net.cc sharedNetBuffersInit). A PXN proxy's send pools are on the GPU; a sender's host
+/// pool registered on several NICs pins its pages on each, its memory once.
 fn p2p_pools(i: &Inputs, h: &Held) -> Option<(Bytes, String)> {
     let p2p = i.p2p.as_ref().filter(|p| p.shared)?;
     let (sends, recvs) = h.p2p_pools.iter().fold((0u64, 0u64), |(s, r), (_, a, b)| (s.saturating_add(*a), r + b));
-    if sends.saturating_add(recvs) == 0 {
+    let host_sends = h.p2p_host_send_pools;
+    if sends.saturating_add(recvs).saturating_add(host_sends) == 0 {
         return None;
     }
     let page = i.page();
@@ -373,9 +378,16 @@ fn p2p_pools(i: &Inputs, h: &Held) -> Option<(Bytes, String)> {
         };
         total = total.plus(one.scale(count));
     }
+    if host_sends > 0 {
+        let own_on_host = sends > 0 && !(gdr && i.gdr_read);
+        let memory = if own_on_host { 0 } else { pool };
+        total = total
+            .plus(Bytes { memlock: pool.saturating_mul(i.devices_per_nic).saturating_mul(host_sends), host: memory });
+    }
+    let off_rail = if host_sends > 0 { format!(" + {host_sends} on other NICs, on the host") } else { String::new() };
     let formula = format!(
-        "({sends} send + {recvs} receive pool(s)) x {} channels x {SHARED_STEPS} steps x {} B chunk x {} device(s), \
-            GDR {}",
+        "({sends} send + {recvs} receive pool(s){off_rail}) x {} channels x {SHARED_STEPS} steps x {} B chunk x {} \
+            device(s), GDR {}",
         p2p.channels,
         p2p.chunk,
         i.devices_per_nic,

@@ -303,6 +303,7 @@ fn inputs_no_flag_allows_neither_panic_nor_wrap() {
         shared: true,
         pxn: true,
         shared_comms: true,
+        rail_nic: false,
     });
     assert_eq!(estimate(&i).per_rank_max_bytes, u64::MAX);
 }
@@ -473,6 +474,7 @@ fn case_g_all_to_all_adds_connections_and_pools() {
         shared: true,
         pxn: true,
         shared_comms: true,
+        rail_nic: false,
     });
     let e = estimate(&i);
     // 8 remote peers x 2 channels: 16 sends (37 + 40 pages) and 16 receives (45 + 65), two
@@ -575,7 +577,7 @@ const POOL_16: u64 = 16 * 16 * 131_072;
 fn all_to_all_2x8x4(gdr: GdrMode) -> Inputs {
     let mut i = Inputs::new(2, 8, 4);
     i.gdr = gdr;
-    let per_peer = net_channels_per_peer(Release { major: 2, minor: 29 }, 400, 16, 16, 16, None);
+    let per_peer = net_channels_per_peer(Release { major: 2, minor: 29 }, 400, 16, 16, 16, None, None);
     assert_eq!(per_peer.channels, 4);
     i.p2p = Some(P2p {
         channels: 16,
@@ -585,6 +587,7 @@ fn all_to_all_2x8x4(gdr: GdrMode) -> Inputs {
         shared: true,
         pxn: true,
         shared_comms: true,
+        rail_nic: false,
     });
     i
 }
@@ -693,4 +696,92 @@ fn third_round_h100_one_gpu_per_nic_switch_tree_at_four_nodes_and_up() {
     // GDR off, node 1: 6 sends and 6 receives on GPU j alone (case I's figure, from 4 nodes).
     let e = estimate(&Inputs::new(4, 8, 8));
     assert_eq!(e.per_rank_max_bytes, 6 * SEND_HOST + 6 * RECV_HOST + 2 * PAGE);
+}
+
+// The fourth round: NCCL_P2P_MAX_PEERS (2.30), the p2p schedule by release, NCCL_CROSS_NIC=0
+// without PXN; each worked by hand in docs/check.md.
+
+/// K's layout on NCCL 2.30 with NCCL_MAX_P2P_NCHANNELS=4 (p2pnChannels 4, pools of 4 x 16 x 128
+/// KiB = 8 MiB), the channels per peer as ncclTopoComputeP2pChannels gives them.
+fn all_to_all_4_p2p_channels(max_peers: Option<u64>) -> Inputs {
+    let mut i = all_to_all_2x8x4(GdrMode::Peermem);
+    i.nccl_version = Release { major: 2, minor: 30 };
+    let per_peer = net_channels_per_peer(i.nccl_version, 400, 16, 4, 4, None, max_peers);
+    i.p2p = i.p2p.map(|p| P2p { channels: 4, channels_per_peer: per_peer.channels, ..p });
+    i
+}
+
+#[test]
+fn fourth_round_case_n_p2p_max_peers_keeps_channels_per_peer() {
+    const POOL_4: u64 = 4 * 16 * 131_072;
+    // 16 ranks, 2 batches: 4 x 2 > 4, halved to 2 per peer. GPU 2k, NIC k's proxy: 2 remote
+    // GPUs on its rail x 2 channels = 4 sends, 2 receives, 9 pools; NIC k: 4 + 8 ring and tree
+    // connections and 6 p2p, 54 doorbell records: 1 page.
+    let e = estimate(&all_to_all_4_p2p_channels(None));
+    assert_eq!(e.inputs.p2p.as_ref().map(|p| p.channels_per_peer), Some(2));
+    let r = rank(&e, 0);
+    assert_eq!(r.p2p, Counts { sends_gdr: 4, receives_gdr: 2, ..Default::default() });
+    let halved = 4 * SEND_HOST + 8 * RECV_HOST + 4 * P2P_SEND + 2 * P2P_RECV + 9 * POOL_4 + PAGE;
+    assert_eq!(halved, 198_135_808);
+    assert_eq!(r.memlock_bytes, halved);
+    // NCCL_P2P_MAX_PEERS=8: one batch, 4 per peer: K's connections with 8 MiB pools.
+    let e = estimate(&all_to_all_4_p2p_channels(Some(8)));
+    assert_eq!(e.inputs.p2p.as_ref().map(|p| p.channels_per_peer), Some(4));
+    let kept = 4 * SEND_HOST + 8 * RECV_HOST + 8 * P2P_SEND + 4 * P2P_RECV + 9 * POOL_4 + 2 * PAGE;
+    assert_eq!(kept, 200_302_592);
+    assert_eq!(e.per_rank_max_bytes, kept);
+}
+
+#[test]
+fn fourth_round_sixteen_ranks_per_node_share_channels_by_release() {
+    // 2 nodes x 16 GPUs x 8 NICs (GPUs 2k, 2k + 1 on NIC k), 16 p2p channels, 4 per peer,
+    // dma-buf. NIC k's proxy sends to the 2 remote GPUs of rail k for all 16 local senders: on
+    // 2.30 the two schedule groups take 2 x 4 channels, on 2.27 consecutive bases 4 + 1.
+    let mut i = Inputs::new(2, 16, 8);
+    i.gdr = GdrMode::Dmabuf;
+    i.p2p = Some(P2p {
+        channels: 16,
+        channels_per_peer: 4,
+        chunk: DEFAULT_P2P_CHUNKSIZE,
+        ll_buffers: false,
+        shared: true,
+        pxn: true,
+        shared_comms: true,
+        rail_nic: false,
+    });
+    let p2p_of = |minor| {
+        let mut i = i.clone();
+        i.nccl_version = Release { major: 2, minor };
+        rank(&estimate(&i), 0).p2p
+    };
+    assert_eq!(p2p_of(30), Counts { sends_gdr: 16, receives_gdr: 8, ..Default::default() });
+    assert_eq!(p2p_of(27), Counts { sends_gdr: 10, receives_gdr: 5, ..Default::default() });
+    assert_eq!(p2p_of(21), Counts { sends_gdr: 16, receives_gdr: 8, ..Default::default() });
+}
+
+#[test]
+fn fourth_round_case_o_cross_nic_0_without_pxn_sends_on_the_peers_rail() {
+    // K with NCCL_P2P_PXN_LEVEL=0 and NCCL_CROSS_NIC=0: GPU 1 (NIC 0) sends from its own process
+    // to remote GPU j on NIC j / 2, 4 channels each: GPUs 0 and 1 on its own NIC with GPUDirect
+    // (8), the 6 others on NICs 1 to 3 without it (24); 32 receives on NIC 0. Pools: its send
+    // pool on the GPU (NIC 0), its host send pool on each of NICs 1 to 3, its receive pool.
+    // Doorbells: NIC 0 4 ring + 8 + 32 connections x 3 records = 132: 3 pages; 1 on each other.
+    let mut i = all_to_all_2x8x4(GdrMode::Peermem);
+    i.p2p = i.p2p.map(|p| P2p { pxn: false, rail_nic: true, ..p });
+    let e = estimate(&i);
+    let r = rank(&e, 1);
+    assert_eq!(r.p2p, Counts { sends: 24, sends_gdr: 8, receives_gdr: 32, ..Default::default() });
+    let rail = 4 * SEND_HOST + 32 * P2P_SEND + 32 * P2P_RECV + 5 * POOL_16 + 6 * PAGE;
+    assert_eq!(rail, 232_103_936);
+    assert_eq!(r.memlock_bytes, rail);
+    // NCCL_CROSS_NIC at its default 2: every send on its own NIC, 2 pools, 4 doorbell pages.
+    let mut own = all_to_all_2x8x4(GdrMode::Peermem);
+    own.p2p = own.p2p.map(|p| P2p { pxn: false, ..p });
+    let own_nic = 4 * SEND_HOST + 32 * P2P_SEND + 32 * P2P_RECV + 2 * POOL_16 + 4 * PAGE;
+    assert_eq!(own_nic, 131_432_448);
+    assert_eq!(rank(&estimate(&own), 1).memlock_bytes, own_nic);
+    // With PXN on, NCCL_CROSS_NIC=0 changes nothing: the proxy already sends on the peer's rail.
+    let mut pxn = all_to_all_2x8x4(GdrMode::Peermem);
+    pxn.p2p = pxn.p2p.map(|p| P2p { rail_nic: true, ..p });
+    assert_eq!(estimate(&pxn).per_rank_max_bytes, 426_795_008);
 }
