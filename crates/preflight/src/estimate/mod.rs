@@ -125,7 +125,7 @@ pub(crate) const COVERS: &[&str] = &[
 ];
 pub(crate) const NOT_MODELLED: &[&str] = &[
     "NVLS, NVLS tree and CollNet (NVLink SHARP, in-network reduction); p2p between GPUs without NVLink (an NVSwitch \
-        node is assumed: --no-p2p-pxn, in the range when assumed)",
+        node is assumed: --no-p2p-pxn gives the figure without it)",
     "user buffer registration (NCCL_LOCAL_REGISTER, ncclCommRegister: usually GPU memory)",
     "providers other than mlx5 (EFA, bnxt_re size their queues differently), MLX5_CQE_SIZE=128, IB resiliency",
     "topologies where a channel's ring does not enter and leave the node through one rail (crossNic rings), \

@@ -3,7 +3,9 @@
 //! count when neither `--channels` nor `--search-channels` was (ncclTopoDupChannels doubles the
 //! search's channels only above a bandwidth the model assumes: src/graph/search.cc), and with
 //! all-to-all the p2p channels per network peer when the release or the NIC speed was assumed
-//! (src/graph/paths.cc ncclTopoGetNchannels: 2 before 2.29, by NIC speed from it). Each
+//! (src/graph/paths.cc ncclTopoGetNchannels: 2 before 2.29, by NIC speed from it). PXN for p2p is
+//! not varied: on the NVSwitch nodes the model assumes NCCL always uses it, and `--no-p2p-pxn`
+//! gives the figure of a node without NVLink. Each
 //! alternative is derived and estimated as the assumed inputs are; `check` and the verdict judge
 //! the high end.
 
@@ -29,10 +31,11 @@ pub struct Range {
 }
 
 /// The flags of each alternative to what was assumed: every GPUDirect mode but the assumed one,
-/// S not doubled when the topology rule doubled it, and the channels copied once more where
-/// sm90 does that (src/graph/connect.cc ncclTopoPostset: "4 compute channels per search
-/// channel" when bwIntra > 45 with fewer than 16 channels on more than one node; the rule assumes
-/// 25 <= bwIntra < 50, which holds both).
+/// S not doubled when the topology rule doubled it (bwIntra < 25), and, where it did not double
+/// them, the channels copied once more as sm90 does (src/graph/connect.cc ncclTopoPostset: "4
+/// compute channels per search channel" when bwIntra > 45 with fewer than 16 channels on more
+/// than one node). Never both: ncclTopoDupChannels (src/graph/search.cc) divides bwIntra by the
+/// copies it makes, so doubled search channels run at 24 GB/s or less and are not copied again.
 fn alternatives(args: &ModelArgs, d: &Derived) -> Vec<(String, ModelArgs)> {
     let mut gdr: Vec<Option<&str>> = vec![None];
     if args.gdr.is_none() {
@@ -51,7 +54,7 @@ fn alternatives(args: &ModelArgs, d: &Derived) -> Vec<(String, ModelArgs)> {
         }
         // Only where no cap or floor changed the count: NCCL copies before it applies those.
         let ch = &d.inputs.channels;
-        if d.inputs.nodes > 1 && ch.count < 16 && ch.count == 2 * ch.search && ch.capped == ch.count {
+        if !doubled && d.inputs.nodes > 1 && ch.count < 16 && ch.count == 2 * ch.search && ch.capped == ch.count {
             search.push(Some(("--channels", 2 * ch.count)));
         }
     }
@@ -65,24 +68,15 @@ fn alternatives(args: &ModelArgs, d: &Derived) -> Vec<(String, ModelArgs)> {
             p2p.push(Some(("--nic-speed", "200".to_owned())));
         }
     }
-    // PXN for p2p rests on NVLink between every GPU and the GPU next to each NIC (search.cc
-    // ncclTopoGetNetDev, NCCL_P2P_PXN_LEVEL 2: the proxy must reach the sender at PATH_NVL and the
-    // NIC at PXB or better); where it does not hold, every rank sends from its own process.
-    let mut pxn: Vec<bool> = vec![false];
-    if d.inputs.p2p.as_ref().is_some_and(|p| p.pxn) && d.inputs.pxn && d.inputs.ranks_per_node > 1 {
-        pxn.push(true);
-    }
     let mut out = Vec::new();
     let mut combos = Vec::new();
     for g in &gdr {
         for s in &search {
-            for p in &p2p {
-                combos.extend(pxn.iter().map(|x| (g, s, p, x)));
-            }
+            combos.extend(p2p.iter().map(|p| (g, s, p)));
         }
     }
-    for (g, s, p, x) in combos {
-        if g.is_none() && s.is_none() && p.is_none() && !x {
+    for (g, s, p) in combos {
+        if g.is_none() && s.is_none() && p.is_none() {
             continue;
         }
         let mut a = args.clone();
@@ -106,10 +100,6 @@ fn alternatives(args: &ModelArgs, d: &Derived) -> Vec<(String, ModelArgs)> {
         }
         if let Some((flag, v)) = p {
             flags.push(format!("{flag} {v}"));
-        }
-        if *x {
-            a.no_p2p_pxn = true;
-            flags.push("--no-p2p-pxn".to_owned());
         }
         out.push((flags.join(" "), a));
     }
@@ -226,13 +216,11 @@ mod tests {
         // 2 NICs: S = 2 doubled to 4 by the rule; GPUDirect not given.
         let (e, r) = run(&["--nics", "2"]);
         // The fixture node's GPUDirect mode as detected, the two others, each with S doubled and
-        // not, and with C = 8 copied once more (sm90's copies under 16 channels): 3 x 3 - 1.
-        assert_eq!(r.alternatives.len(), 8, "{:?}", r.alternatives);
+        // not (doubled search channels are not copied again): 3 x 2 - 1.
+        assert_eq!(r.alternatives.len(), 5, "{:?}", r.alternatives);
         assert!(r.alternatives.contains(&"--search-channels 2".to_owned()), "{:?}", r.alternatives);
-        assert!(r.alternatives.contains(&"--channels 16".to_owned()), "{:?}", r.alternatives);
         for mode in [GdrMode::Off, GdrMode::Dmabuf, GdrMode::Peermem].into_iter().filter(|m| *m != e.inputs.gdr) {
             assert!(r.alternatives.contains(&format!("--gdr {} --search-channels 2", mode.as_str())), "{r:?}");
-            assert!(r.alternatives.contains(&format!("--gdr {} --channels 16", mode.as_str())), "{r:?}");
         }
         // dma-buf keeps GPU buffers off VmPin and half the channels halve the connections: the low
         // end is below the assumed inputs' figure, which is never above the high end.
@@ -243,9 +231,19 @@ mod tests {
         judge_high(&mut judged, &r);
         assert_eq!(judged.per_rank_max_bytes, r.per_rank_high_bytes);
         assert!(render_text(&r).contains("judged at the high end"));
-        // The copies double the connections: the high end is above the assumed figure.
+        // Search channels doubled: not copied again, so the assumed figure is the high end.
         let (given_gdr, r) = run(&["--nics", "2", "--gdr", "off"]);
-        assert_eq!(r.alternatives, ["--search-channels 2", "--channels 16"], "{r:?}");
+        assert_eq!(r.alternatives, ["--search-channels 2"], "{r:?}");
+        assert_eq!(r.per_rank_high_bytes, given_gdr.per_rank_max_bytes, "{r:?}");
+        // One GPU and one NIC per node (PAT): 4 channels, never 8.
+        let (pat, r) = run(&["--ranks-per-node", "1", "--nics", "1", "--nodes", "4", "--gdr", "off"]);
+        assert_eq!(pat.inputs.channels.count, 4);
+        assert_eq!(r.alternatives, ["--search-channels 1"], "{r:?}");
+        assert_eq!(r.per_rank_high_bytes, pat.per_rank_max_bytes, "{r:?}");
+        // Six NICs, six search channels not doubled: the copies double the connections, and the
+        // high end is above the assumed figure.
+        let (given_gdr, r) = run(&["--nics", "6", "--gdr", "off"]);
+        assert_eq!(r.alternatives, ["--channels 24"], "{r:?}");
         assert!(r.per_rank_high_bytes > given_gdr.per_rank_max_bytes, "{r:?}");
         // 8 NICs run 16 channels: no copy; a cap from the environment: none either.
         let (_, r) = run(&["--nics", "8", "--gdr", "off"]);
@@ -260,19 +258,7 @@ mod tests {
     fn an_assumed_release_or_nic_speed_spans_the_p2p_channels_per_peer() {
         // All-to-all, everything else given: the newest release and 400 Gb/s were assumed (4
         // channels per peer); 2.28 and 200 Gb/s give 2.
-        // PXN given off, so that only the release and the NIC speed vary.
-        let given = [
-            "--p2p-net",
-            "--nics",
-            "4",
-            "--gdr",
-            "dmabuf",
-            "--channels",
-            "16",
-            "--search-channels",
-            "8",
-            "--no-p2p-pxn",
-        ];
+        let given = ["--p2p-net", "--nics", "4", "--gdr", "dmabuf", "--channels", "16", "--search-channels", "8"];
         let (e, r) = run(&given);
         assert_eq!(e.inputs.p2p.as_ref().map(|p| p.channels_per_peer), Some(4));
         assert_eq!(r.alternatives, ["--nccl-version 2.28", "--nic-speed 200"], "{r:?}");
@@ -287,23 +273,20 @@ mod tests {
     }
 
     #[test]
-    fn pxn_for_p2p_assumed_spans_with_and_without_it() {
-        // Case K (2.29, 400 Gb/s, peermem): with PXN the NIC's GPU proxies 8 sends and 8 send
-        // pools, 426795008 B; without it GPU 2k holds its ring and tree connections, 32 p2p
-        // sends and 32 receives and 2 pools: 4 x 9949184 + 8 x 10084352 + 32 x 77 x 4096 + 32 x
-        // 110 x 4096 + 2 x 33554432 + 4 x 4096 = 212107264 B.
+    fn pxn_for_p2p_is_not_varied_and_the_flag_gives_the_figure_without_it() {
+        // Case K (2.29, 400 Gb/s, peermem) on an NVSwitch node: PXN is what NCCL does there, and
+        // varying it would judge every such node by a placement it never has (dma-buf, case L:
+        // 31490048 B without PXN, 2.8 times the 11296768 B NCCL registers).
         let k = ["--p2p-net", "--nics", "4", "--gdr", "peermem", "--channels", "16", "--search-channels", "8"];
         let given = [&k[..], &["--nccl-version", "2.29", "--nic-speed", "400"]].concat();
         let (e, r) = run(&given);
-        assert_eq!(r.alternatives, ["--no-p2p-pxn"], "{r:?}");
-        assert_eq!((r.per_rank_low_bytes, r.per_rank_high_bytes), (212_107_264, 426_795_008));
-        assert_eq!(e.per_rank_max_bytes, r.per_rank_high_bytes);
-        // Given: no range; GPUDirect off: no PXN to vary.
-        let (_, r) = run(&[&given[..], &["--no-p2p-pxn"]].concat());
         assert!(r.alternatives.is_empty(), "{r:?}");
-        let off = given.iter().map(|f| if *f == "peermem" { "off" } else { f }).collect::<Vec<_>>();
-        let (_, r) = run(&off);
-        assert_eq!(r.alternatives, ["--no-p2p-pxn"], "{r:?}");
-        assert_eq!(r.per_rank_low_bytes, r.per_rank_high_bytes, "without GPUDirect PXN never applies");
+        assert_eq!(e.per_rank_max_bytes, 426_795_008);
+        // Without NVLink to the proxy GPU (--no-p2p-pxn): GPU 2k holds its ring and tree
+        // connections, 32 p2p sends and 32 receives and 2 pools: 4 x 9949184 + 8 x 10084352 +
+        // 32 x 77 x 4096 + 32 x 110 x 4096 + 2 x 33554432 + 4 x 4096 = 212107264 B.
+        let (e, r) = run(&[&given[..], &["--no-p2p-pxn"]].concat());
+        assert!(r.alternatives.is_empty(), "{r:?}");
+        assert_eq!(e.per_rank_max_bytes, 212_107_264);
     }
 }
