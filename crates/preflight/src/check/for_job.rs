@@ -248,5 +248,5 @@ fn nccl_mapped(roots: &Roots, pid: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "for_job_tests.rs"]
+#[path = "tests/for_job.rs"]
 mod tests;

@@ -748,5 +748,5 @@ fn covers(path: &LaunchPath, other: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "launch_path_tests.rs"]
+#[path = "tests/launch_path.rs"]
 pub(crate) mod tests;

@@ -357,5 +357,5 @@ fn pam_limits_in(
 }
 
 #[cfg(test)]
-#[path = "launcher_config_tests.rs"]
+#[path = "tests/launcher_config.rs"]
 mod tests;

@@ -718,6 +718,7 @@ pub mod nic_caps;
 pub mod rdma_stack;
 
 #[cfg(test)]
+#[path = "tests/policy_parity.rs"]
 mod policy_parity;
 #[cfg(test)]
 mod tests;

@@ -860,6 +860,7 @@ pub fn read(reader: impl BufRead) -> io::Result<NcclLog> {
 }
 
 #[cfg(test)]
+#[path = "tests/format.rs"]
 mod format_tests;
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use super::*;
 use std::path::Path;
 
 const MIB: u64 = 1 << 20;
-const CAPTURE: &str = include_str!("../../../../tests/fixtures/captures/proc_self_limits");
+const CAPTURE: &str = include_str!("../../../../../tests/fixtures/captures/proc_self_limits");
 const ROOT_CAPS: &str = "CapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\nCapEff:\t000001ffffffffff\n\
     CapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\n";
 const USER_CAPS: &str = "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n\

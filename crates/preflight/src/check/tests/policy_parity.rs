@@ -17,8 +17,8 @@ const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 const PID: u32 = 4100;
-const LIMITS: &str = include_str!("../../../../tests/fixtures/captures/proc_self_limits");
-const MEMINFO: &str = include_str!("../../../../tests/fixtures/proc/meminfo");
+const LIMITS: &str = include_str!("../../../../../tests/fixtures/captures/proc_self_limits");
+const MEMINFO: &str = include_str!("../../../../../tests/fixtures/proc/meminfo");
 
 /// The figures of one host.
 struct Figures {
