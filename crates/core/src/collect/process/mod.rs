@@ -455,7 +455,7 @@ impl ProcessCollector {
             // The rest are read by the next passes, which list again for them.
             self.listed_at = None;
         }
-        let before = kept.len();
+        let (kept_before, others_before) = (kept.len(), others.len());
         for pid in new {
             match self.scanner.read_process(pid, None, errors) {
                 Outcome::Read(mut record) => {
@@ -472,8 +472,11 @@ impl ProcessCollector {
                 Outcome::Gone | Outcome::Refused => {}
             }
         }
-        if kept.len() > before {
+        // Both are merged with the next listing in pid order.
+        if kept.len() > kept_before {
             kept.sort_unstable_by_key(|r| r.sample.pid);
+        }
+        if others.len() > others_before {
             others.sort_unstable();
         }
         self.others = others;

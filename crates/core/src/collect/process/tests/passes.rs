@@ -452,3 +452,22 @@ fn full_scans_follow_their_interval() {
     collector.last_full_scan = Instant::now().checked_sub(Duration::from_millis(4000));
     assert!(!collector.sample(&mut errors).unwrap().full_scan);
 }
+
+/// New pids are read after the listing is walked, so the kernel threads found among them are
+/// put back in pid order: the next listing is merged with that list, and a known kernel thread
+/// out of order would be read again as new on every pass.
+#[test]
+fn a_new_kernel_thread_keeps_the_known_ones_in_pid_order() {
+    let tree = Tree::new("kthreads-order");
+    tree.process(100, "sshd", 0, 0, "8388608", "/system");
+    tree.kernel_thread(2);
+    tree.kernel_thread(50);
+    let mut collector = tree.collector(1 << 20, "", 10);
+    let mut errors = Vec::new();
+    collector.full_scan(&mut errors).unwrap();
+    assert_eq!(collector.others, [2, 50]);
+    tree.kernel_thread(10);
+    collector.tracked_pass(&mut errors);
+    assert_eq!(collector.others, [2, 10, 50]);
+    assert!(errors.is_empty(), "{errors:?}");
+}
