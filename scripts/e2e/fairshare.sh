@@ -17,12 +17,15 @@
 #   processes every second and the crowd in turns, so the crowd cannot slow the job's samples).
 # - leader: a process whose main thread exited while a thread holds 2 MiB locked, in a v1 memory
 #   cgroup of its own: exported with that cgroup, not "/".
-# `PARTS="memfd arrival clonevm leader"` (the default) picks the parts. MEMLOCK_EXPORTER_BIN picks the
-# binary (an older build shows what the script catches). About 80 s here (clonevm: 22 s).
+# - storm: the same crowd, but the job starts as soon as the crowd has: more processes are new
+#   than a pass reads (512), and the job's rank, the newest, is read in turns by owner on the next
+#   pass, not after the crowd; its critical page arrives at least 1 s before its ENOMEM.
+# `PARTS="memfd arrival clonevm storm leader"` (the default) picks the parts. MEMLOCK_EXPORTER_BIN picks the
+# binary (an older build shows what the script catches). About 100 s here (clonevm and storm: 22 s each).
 set -uo pipefail
 source "$(dirname "$0")/lib.bash"
 
-PARTS=${PARTS:-memfd arrival clonevm leader}
+PARTS=${PARTS:-memfd arrival clonevm storm leader}
 CLONEVM_CROWD=${CLONEVM_CROWD:-8300}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 [ "$(id -u)" = 0 ] || fail "needs root (cgroups, setpriv, prlimit)"
@@ -156,46 +159,68 @@ print(n)' "$WEBHOOK_OUT")
     exec {job_in}>&-
 fi
 
-if part clonevm; then
+# clone_vm_part NAME WAIT: CLONEVM_CROWD processes of uid 64485 sharing one mm, then another user's
+# job ramping to its ENOMEM; with WAIT=1 once the exporter has read the whole crowd, else at once,
+# while most of the crowd is still new to it.
+clone_vm_part() {
+    local name=$1 wait=$2 crowd_in scraper
     cc -O2 -o "$E2E_TMP/clone_vm_crowd" "$ROOT/scripts/e2e/clone_vm_crowd.c" || fail "cannot build clone_vm_crowd.c"
     chmod 0755 "$E2E_TMP/clone_vm_crowd"
-    exec {cvm_in}> >(in_cgroup clonevm-crowd 64485 "$E2E_TMP/clone_vm_crowd" "$CLONEVM_CROWD" \
-        > "$E2E_TMP/clonevm.out" 2>&1)
-    for _ in $(seq 300); do grep -q "clonevm ready" "$E2E_TMP/clonevm.out" 2>/dev/null && break; sleep 0.1; done
-    grep -q "clonevm ready $CLONEVM_CROWD" "$E2E_TMP/clonevm.out" ||
-        fail "the crowd did not start: $(cat "$E2E_TMP/clonevm.out")"
-    # Discovery reads a bounded number of new processes a pass: wait until the crowd is all in.
-    for _ in $(seq 150); do
-        [ "$(metric 'memlock_process_unwatched_processes ')" -ge $((CLONEVM_CROWD - 8192)) ] && break
-        sleep 0.2
-    done
+    exec {crowd_in}> >(in_cgroup "$name-crowd" 64485 "$E2E_TMP/clone_vm_crowd" "$CLONEVM_CROWD" \
+        > "$E2E_TMP/$name.out" 2>&1)
+    for _ in $(seq 300); do grep -q "clonevm ready" "$E2E_TMP/$name.out" 2>/dev/null && break; sleep 0.1; done
+    grep -q "clonevm ready $CLONEVM_CROWD" "$E2E_TMP/$name.out" ||
+        fail "the crowd did not start: $(cat "$E2E_TMP/$name.out")"
+    if [ "$wait" = 1 ]; then
+        # Discovery reads a bounded number of new processes a pass: wait until the crowd is all in.
+        for _ in $(seq 150); do
+            [ "$(metric 'memlock_process_unwatched_processes ')" -ge $((CLONEVM_CROWD - 8192)) ] && break
+            sleep 0.2
+        done
+    fi
+    local unwatched discovered
     unwatched=$(metric 'memlock_process_unwatched_processes ')
+    discovered=$(metric 'memlock_process_discovered_total')
     since=$(date +%s.%N)
     # While the job ramps: is it among the watched and exported processes?
-    job_series="^memlock_process_locked_bytes{.*cgroup=\"/memlock-e2e-$$-clonevm-job\""
+    local job_series="^memlock_process_locked_bytes{.*cgroup=\"/memlock-e2e-$$-$name-job\""
     ( while :; do
-        curl -fsS "$EXPORTER_URL/metrics" | grep -c "$job_series" >> "$E2E_TMP/clonevm-series.txt"
+        curl -fsS "$EXPORTER_URL/metrics" | grep -c "$job_series" >> "$E2E_TMP/$name-series.txt"
         sleep 0.5
     done ) &
     scraper=$!
     E2E_PIDS+=("$scraper")
-    mkdir -p "$CG-clonevm-job"
-    run_drill clonevm-job sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$CG-clonevm-job" \
+    mkdir -p "$CG-$name-job"
+    run_drill "$name-job" sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$CG-$name-job" \
         prlimit --memlock=8388608:8388608 setpriv --reuid=64486 --regid=64486 --clear-groups \
         "$DRILL" drill --mode lock --step-mib 1 --interval-ms 1000 --max-mib 64 --hold-seconds 2
     kill "$scraper" 2>/dev/null
     wait "$scraper" 2>/dev/null
     run_seconds=$(metric 'memlock_scrape_collector_duration_seconds{collector="process"}')
-    exec {cvm_in}>&-
-    for _ in $(seq 100); do grep -q "^done" "$E2E_TMP/clonevm.out" && break; sleep 0.1; done
-    echo "clonevm: $CLONEVM_CROWD processes sharing one mm, memlock_process_unwatched_processes ${unwatched:-absent}"
-    with=$(grep -c '^[1-9]' "$E2E_TMP/clonevm-series.txt")
-    echo "clonevm: scrapes during the ramp with the job's series: $with of $(wc -l < "$E2E_TMP/clonevm-series.txt")"
+    exec {crowd_in}>&-
+    for _ in $(seq 100); do grep -q "^done" "$E2E_TMP/$name.out" && break; sleep 0.1; done
+    echo "$name: $CLONEVM_CROWD processes sharing one mm, memlock_process_unwatched_processes ${unwatched:-absent}" \
+        "and memlock_process_discovered_total ${discovered:-absent} when the job started"
+    local with
+    with=$(grep -c '^[1-9]' "$E2E_TMP/$name-series.txt")
+    echo "$name: scrapes during the ramp with the job's series: $with of $(wc -l < "$E2E_TMP/$name-series.txt")"
     [ "$with" -gt 0 ] || rc=1
-    grep -q '"MemlockProcessesUnwatchedFast"' "$WEBHOOK_OUT" || { echo "clonevm: no unwatched page"; rc=1; }
-    out=$(python3 "$ROOT/scripts/e2e/check_lead.py" "$E2E_TMP/clonevm-job.out" "$WEBHOOK_OUT" \
-        MemlockProcessLimitExhaustionImminent "$since" "$E2E_TMP/exporter.log" 1 counter=locked 2>&1) || rc=1
-    echo "clonevm: the job's critical page (process pass ${run_seconds:-?} s): $out"
+    if [ "$wait" = 1 ]; then
+        grep -q '"MemlockProcessesUnwatchedFast"' "$WEBHOOK_OUT" || { echo "$name: no unwatched page"; rc=1; }
+    fi
+    local out
+    out=$(python3 "$ROOT/scripts/e2e/check_lead.py" "$E2E_TMP/$name-job.out" "$WEBHOOK_OUT" \
+        MemlockProcessLimitExhaustionImminent "$since" "$E2E_TMP/exporter.log" 1 \
+        "counter=locked,cgroup=/memlock-e2e-$$-$name-job" 2>&1) || rc=1
+    echo "$name: the job's critical page (process pass ${run_seconds:-?} s): $out"
+}
+
+if part clonevm; then
+    clone_vm_part clonevm 1
+fi
+
+if part storm; then
+    clone_vm_part storm 0
 fi
 
 if part leader; then
