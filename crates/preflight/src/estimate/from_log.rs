@@ -162,16 +162,7 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
     if i.p2p.is_none() && l.ranks.iter().any(|r| r.shared_send + r.shared_recv > 0) {
         let channels = i.channels.count.next_power_of_two().min(model::MAX_CHANNELS);
         let chunk = model::DEFAULT_P2P_CHUNKSIZE.min(i.buffsize_simple / model::STEPS);
-        i.p2p = Some(model::P2p {
-            channels,
-            channels_per_peer: 1,
-            chunk,
-            ll_buffers: false,
-            shared: true,
-            pxn: true,
-            shared_comms: true,
-            rail_nic: false,
-        });
+        i.p2p = Some(model::P2p::nccl_defaults(channels, 1, chunk));
         assumed.push(format!(
             "p2p pools of {channels} p2p channels (the channel count rounded up to a power of two) x 16 steps x \
                 {chunk} B: pass --p2p-net and --p2p-channels"
@@ -447,16 +438,7 @@ mod tests {
         let mut i = Inputs::new(2, 8, 4);
         i.gdr = GdrMode::Peermem;
         i.nccl_version = model::Release { major: 2, minor: 29 };
-        i.p2p = Some(model::P2p {
-            channels: 16,
-            channels_per_peer: 4,
-            chunk: model::DEFAULT_P2P_CHUNKSIZE,
-            ll_buffers: false,
-            shared: true,
-            pxn: true,
-            shared_comms: true,
-            rail_nic: false,
-        });
+        i.p2p = Some(model::P2p::nccl_defaults(16, 4, model::DEFAULT_P2P_CHUNKSIZE));
         let e = model::estimate(&i);
         let r = report(&i, &e, &l, &verdict(None));
         assert_eq!(r.ranks.len(), 16);
