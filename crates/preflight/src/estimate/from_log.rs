@@ -174,10 +174,11 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
         .ranks
         .iter()
         .map(|r| {
+            let net = &r.connections;
             let (send, send_gdr) =
-                (r.net_send.saturating_sub(r.shared_send), r.net_send_gdr.saturating_sub(r.shared_send_gdr));
+                (net.net_send.saturating_sub(r.shared_send), net.net_send_gdr.saturating_sub(r.shared_send_gdr));
             let (recv, recv_gdr) =
-                (r.net_recv.saturating_sub(r.shared_recv), r.net_recv_gdr.saturating_sub(r.shared_recv_gdr));
+                (net.net_recv.saturating_sub(r.shared_recv), net.net_recv_gdr.saturating_sub(r.shared_recv_gdr));
             let c = Counts {
                 sends: send.saturating_sub(send_gdr),
                 sends_gdr: send_gdr,
@@ -236,16 +237,16 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
                 pid: r.pid,
                 cuda_dev: r.cuda_dev,
                 rank: r.rank,
-                net_send: r.net_send,
-                net_recv: r.net_recv,
+                net_send: r.connections.net_send,
+                net_recv: r.connections.net_recv,
                 net_send_proxied: r.net_send_proxied,
                 net_send_for_others: *for_others,
                 gdr: r.gdr,
-                p2p: r.p2p,
-                shm: r.shm,
-                collnet_send: r.collnet_send,
-                collnet_recv: r.collnet_recv,
-                nvls: r.nvls,
+                p2p: r.connections.p2p,
+                shm: r.connections.shm,
+                collnet_send: r.connections.collnet_send,
+                collnet_recv: r.connections.collnet_recv,
+                nvls: r.connections.nvls,
                 communicators: r.communicators.clone(),
                 nics: r.nics.clone(),
                 memlock_bytes: need.memlock,
