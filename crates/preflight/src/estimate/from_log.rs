@@ -66,22 +66,15 @@ pub struct LogRank {
     pub(crate) host_bytes: u64,
 }
 
+/// A failed call of the log, with what the rest of the log tells of it.
 #[derive(Debug, Clone, Serialize)]
 pub struct LogFailure {
-    pub host: String,
-    pub pid: u32,
-    pub cuda_dev: Option<i32>,
+    #[serde(flatten)]
+    pub at: log::FailureAt,
     /// The failing process's rank, when its lines name one.
     pub rank: Option<u32>,
-    pub call: String,
-    pub error: Option<String>,
-    pub errno: Option<i32>,
     /// ENOMEM, EPERM...: the errno's name.
     pub errno_name: Option<&'static str>,
-    /// 1-based line number in the log.
-    pub line: u64,
-    /// The communicator its process was setting up (a key of `per_communicator`).
-    pub communicator: Option<String>,
 }
 
 /// The `nccl_log` key of `--json`.
@@ -274,18 +267,7 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
     let failures: Vec<LogFailure> = l
         .failures
         .iter()
-        .map(|f| LogFailure {
-            host: f.host.clone(),
-            pid: f.pid,
-            cuda_dev: f.cuda_dev,
-            rank: rank_of(f),
-            call: f.call.clone(),
-            error: f.error.clone(),
-            errno: f.errno,
-            errno_name: f.errno.and_then(errno_name),
-            line: f.line,
-            communicator: f.communicator.clone(),
-        })
+        .map(|f| LogFailure { at: f.clone(), rank: rank_of(f), errno_name: f.errno.and_then(errno_name) })
         .collect();
     let fits_memlock_limit = v.cap_ipc_lock_exempt
         || v.soft_limit_unlimited
@@ -368,7 +350,7 @@ pub(crate) fn render_text(r: &LogReport) -> String {
             if other.is_empty() { String::new() } else { format!(" (not the NIC's:{})", &other[1..]) }
         );
     }
-    for f in &r.failures {
+    for LogFailure { at: f, .. } in &r.failures {
         out += &format!(
             "  FAILED {}:{} GPU {}: {} {} (log line {})\n",
             f.host,
@@ -494,7 +476,7 @@ mod tests {
         let e = model::estimate(&i);
         let r = report(&i, &e, &l, &verdict(Some(8 << 20)));
         let f = &r.failures[0];
-        assert_eq!((f.rank, f.call.as_str(), f.errno_name), (Some(13), "ibv_reg_mr_iova2", Some("ENOMEM")));
+        assert_eq!((f.rank, f.at.call.as_str(), f.errno_name), (Some(13), "ibv_reg_mr_iova2", Some("ENOMEM")));
         // Ring only: 2 of the 4 sends and receives; the model's tree adds the rest.
         assert!(r.per_rank_max_bytes > 0 && r.per_rank_max_bytes < e.per_rank_max_bytes);
         assert_eq!(r.remaining_by_model_bytes, Some(e.per_rank_max_bytes - r.per_rank_max_bytes));
@@ -549,7 +531,7 @@ h:1:2 [0] misc/ibvwrap.cc:203 NCCL WARN Call to ibv_reg_mr_iova2 failed with err
         let i = Inputs::new(2, 2, 1);
         let r = report(&i, &model::estimate(&i), &l, &verdict(None));
         let f = &r.failures[0];
-        assert_eq!((f.rank, f.communicator.as_deref()), (Some(3), Some("0x22")));
+        assert_eq!((f.rank, f.at.communicator.as_deref()), (Some(3), Some("0x22")));
     }
 
     #[test]
