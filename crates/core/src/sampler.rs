@@ -304,11 +304,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_run_that_waits_keeps_the_interval() {
+    /// Samples `collector` alone every 20 ms until its first report: the interval it reports is
+    /// then its own.
+    fn first_report(collector: Box<dyn Collector>) -> Report {
+        let name = collector.name();
         let errors_total = IntCounterVec::new(Opts::new("e", "e"), &["collector", "kind"]).unwrap();
         let (sampler, rx) = Sampler::start(
-            vec![(Box::new(Waits), Duration::from_millis(20))],
+            vec![(collector, Duration::from_millis(20))],
             TrendConfig::default(),
             errors_total,
             SeriesLimit::unlimited(),
@@ -316,37 +318,26 @@ mod tests {
         .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let report = loop {
-            if let Some(report) = rx.borrow().report("waits").cloned() {
+            if let Some(report) = rx.borrow().report(name).cloned() {
                 break report;
             }
             assert!(Instant::now() < deadline, "no report");
             std::thread::sleep(Duration::from_millis(10));
         };
         sampler.shutdown();
-        assert_eq!(report.interval, Duration::from_millis(20));
+        report
+    }
+
+    #[test]
+    fn a_run_that_waits_keeps_the_interval() {
+        assert_eq!(first_report(Box::new(Waits)).interval, Duration::from_millis(20));
     }
 
     /// A collector on a host too large for its interval must not run back to back; it runs at
     /// twice its run time, and the snapshot says so.
     #[test]
     fn a_collector_slower_than_its_interval_is_sampled_less_often_and_says_so() {
-        let errors_total = IntCounterVec::new(Opts::new("e", "e"), &["collector", "kind"]).unwrap();
-        let (sampler, rx) = Sampler::start(
-            vec![(Box::new(Slow), Duration::from_millis(20))],
-            TrendConfig::default(),
-            errors_total,
-            SeriesLimit::unlimited(),
-        )
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let report = loop {
-            if let Some(report) = rx.borrow().report("slow").cloned() {
-                break report;
-            }
-            assert!(Instant::now() < deadline, "no report");
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        sampler.shutdown();
+        let report = first_report(Box::new(Slow));
         assert!(report.interval >= Duration::from_millis(120), "{:?}", report.interval);
         let expected = format!(
             "memlock_exporter_collector_interval_seconds{{collector=\"slow\"}} {}",

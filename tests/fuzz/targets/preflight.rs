@@ -96,19 +96,10 @@ fn check_nccl_log(bytes: &[u8]) -> Result<Verdict, String> {
         return Err("a cap was exceeded".into());
     }
     // Every connection counted is in one communicator or said to be in none.
-    let counted: u64 = l
-        .ranks
-        .iter()
-        .map(|r| r.net_send + r.net_recv + r.p2p + r.shm + r.collnet_send + r.collnet_recv + r.nvls)
-        .sum();
-    let placed: u64 = l
-        .per_communicator
-        .iter()
-        .map(|c| {
-            let k = &c.connections;
-            k.net_send + k.net_recv + k.p2p + k.shm + k.collnet_send + k.collnet_recv + k.nvls
-        })
-        .sum::<u64>()
+    let total =
+        |k: &log::Connections| k.net_send + k.net_recv + k.p2p + k.shm + k.collnet_send + k.collnet_recv + k.nvls;
+    let counted: u64 = l.ranks.iter().map(|r| total(&r.connections)).sum();
+    let placed: u64 = l.per_communicator.iter().map(|c| total(&c.connections)).sum::<u64>()
         + l.ranks.iter().map(|r| r.unattributed).sum::<u64>();
     if counted != placed {
         return Err(format!("{counted} connections counted, {placed} in communicators or unattributed: {l:?}"));
@@ -117,11 +108,12 @@ fn check_nccl_log(bytes: &[u8]) -> Result<Verdict, String> {
         return Err("a cap was exceeded".into());
     }
     for r in &l.ranks {
+        let net = r.connections.net_send + r.connections.net_recv;
         // An empty host is a log whose host names were cut out, still NCCL's.
-        if r.host.len() > log::MAX_TEXT || r.gdr_connections > r.net_send + r.net_recv {
+        if r.host.len() > log::MAX_TEXT || r.gdr_connections > net {
             return Err(format!("{r:?}"));
         }
-        if r.gdr != (r.net_send + r.net_recv > 0).then_some(r.gdr_connections == r.net_send + r.net_recv) {
+        if r.gdr != (net > 0).then_some(r.gdr_connections == net) {
             return Err(format!("gdr does not follow the counts: {r:?}"));
         }
     }

@@ -218,21 +218,21 @@ fn crio_ulimits_in(file: &Path, text: &str) -> Option<Setting> {
 pub(crate) fn sshd_use_pam(etc: &Path, errors: &mut Vec<String>) -> Option<(bool, String)> {
     let file = etc.join("ssh/sshd_config");
     let text = read(&file, errors)?;
-    let mut seen = 0;
     Some(
-        use_pam_in(etc, &file, &text, 0, &mut seen, errors)
+        use_pam_in(&mut Includes { etc, seen: 0, errors }, &file, &text, 0)
             .unwrap_or_else(|| (false, format!("{}: UsePAM unset, OpenSSH's default is no", file.display()))),
     )
 }
 
-fn use_pam_in(
-    etc: &Path,
-    file: &Path,
-    text: &str,
-    depth: usize,
-    seen: &mut usize,
-    errors: &mut Vec<String>,
-) -> Option<(bool, String)> {
+/// A file and the files it pulls in, read depth first under `etc`: the count of included files
+/// and the errors are the whole walk's, whichever file included which.
+struct Includes<'a> {
+    etc: &'a Path,
+    seen: usize,
+    errors: &'a mut Vec<String>,
+}
+
+fn use_pam_in(walk: &mut Includes, file: &Path, text: &str, depth: usize) -> Option<(bool, String)> {
     for (number, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         let mut words = line.split(|c: char| c.is_whitespace() || c == '=').filter(|w| !w.is_empty());
@@ -247,13 +247,13 @@ fn use_pam_in(
         }
         if key.eq_ignore_ascii_case("Include") && depth < MAX_DEPTH {
             for pattern in line.split_whitespace().skip(1) {
-                for included in glob_files(etc, pattern) {
-                    *seen += 1;
-                    if *seen > MAX_FILES {
+                for included in glob_files(walk.etc, pattern) {
+                    walk.seen += 1;
+                    if walk.seen > MAX_FILES {
                         return None;
                     }
-                    let Some(text) = read(&included, errors) else { continue };
-                    if let Some(found) = use_pam_in(etc, &included, &text, depth + 1, seen, errors) {
+                    let Some(text) = read(&included, walk.errors) else { continue };
+                    if let Some(found) = use_pam_in(walk, &included, &text, depth + 1) {
                         return Some(found);
                     }
                 }
@@ -296,34 +296,28 @@ fn glob_files(etc: &Path, pattern: &str) -> Vec<PathBuf> {
 pub(crate) fn sshd_pam_limits(etc: &Path, errors: &mut Vec<String>) -> Option<Option<Setting>> {
     let file = etc.join("pam.d/sshd");
     let text = read(&file, errors)?;
-    let mut seen = 0;
-    Some(pam_limits_in(etc, &file, &text, 0, &mut seen, errors))
+    Some(pam_limits_in(&mut Includes { etc, seen: 0, errors }, &file, &text, 0))
 }
 
-fn pam_limits_in(
-    etc: &Path,
-    file: &Path,
-    text: &str,
-    depth: usize,
-    seen: &mut usize,
-    errors: &mut Vec<String>,
-) -> Option<Setting> {
-    let follow = |name: &str, seen: &mut usize, errors: &mut Vec<String>| {
-        *seen += 1;
-        if depth >= MAX_DEPTH || *seen > MAX_FILES || name.contains("..") {
-            return None;
-        }
-        let path = match name.strip_prefix("/etc/") {
-            Some(rest) => etc.join(rest),
-            None => etc.join("pam.d").join(name.trim_start_matches('/')),
-        };
-        let text = read(&path, errors)?;
-        pam_limits_in(etc, &path, &text, depth + 1, seen, errors)
+/// pam_limits in the PAM file `name`, included from a file at `depth`.
+fn pam_include(walk: &mut Includes, name: &str, depth: usize) -> Option<Setting> {
+    walk.seen += 1;
+    if depth >= MAX_DEPTH || walk.seen > MAX_FILES || name.contains("..") {
+        return None;
+    }
+    let path = match name.strip_prefix("/etc/") {
+        Some(rest) => walk.etc.join(rest),
+        None => walk.etc.join("pam.d").join(name.trim_start_matches('/')),
     };
+    let text = read(&path, walk.errors)?;
+    pam_limits_in(walk, &path, &text, depth + 1)
+}
+
+fn pam_limits_in(walk: &mut Includes, file: &Path, text: &str, depth: usize) -> Option<Setting> {
     for (number, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if let Some(name) = line.strip_prefix("@include") {
-            if let Some(found) = follow(name.trim(), seen, errors) {
+            if let Some(found) = pam_include(walk, name.trim(), depth) {
                 return Some(found);
             }
             continue;
@@ -344,7 +338,7 @@ fn pam_limits_in(
         }
         let module = words.next().unwrap_or("");
         if control == "include" || control == "substack" {
-            if let Some(found) = follow(module, seen, errors) {
+            if let Some(found) = pam_include(walk, module, depth) {
                 return Some(found);
             }
             continue;

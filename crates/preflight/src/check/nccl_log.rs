@@ -84,8 +84,8 @@ fn node_figures(m: &Machine, need: Option<u64>) -> String {
     parts.join("; ")
 }
 
-fn who(f: &LogFailure) -> String {
-    let rank = f.rank.map_or(String::new(), |r| format!("rank {r} "));
+fn who(LogFailure { at: f, rank, .. }: &LogFailure) -> String {
+    let rank = rank.map_or(String::new(), |r| format!("rank {r} "));
     let dev = f.cuda_dev.map_or(String::new(), |d| format!(", GPU {d}"));
     let comm = f.communicator.as_ref().map_or(String::new(), |c| format!(", communicator {c}"));
     format!("{rank}({}:{}{dev}{comm}, log line {})", f.host, f.pid, f.line)
@@ -95,12 +95,12 @@ fn who(f: &LogFailure) -> String {
 pub fn explain(r: &LogReport, m: &Machine, this_host: &str) -> Vec<Finding> {
     let mut groups: BTreeMap<(String, Option<i32>), Vec<&LogFailure>> = BTreeMap::new();
     for f in &r.failures {
-        groups.entry((f.call.clone(), f.errno)).or_default().push(f);
+        groups.entry((f.at.call.clone(), f.at.errno)).or_default().push(f);
     }
     let mut out = Vec::new();
     for ((call, errno), failures) in groups {
         let first = failures[0];
-        let error = match (first.errno_name, first.error.as_deref()) {
+        let error = match (first.errno_name, first.at.error.as_deref()) {
             (Some(name), Some(text)) => format!("{name} ({text})"),
             (None, Some(text)) => text.to_owned(),
             (Some(name), None) => name.to_owned(),
@@ -113,7 +113,7 @@ pub fn explain(r: &LogReport, m: &Machine, this_host: &str) -> Vec<Finding> {
         let (what, fix) = limit(&call, errno);
         let mut measured =
             format!("{call} failed with {error} in {} process(es): {}; {what}", failures.len(), names.join(", "));
-        if let Some(here) = failures.iter().find(|f| !this_host.is_empty() && f.host == this_host) {
+        if let Some(here) = failures.iter().map(|f| &f.at).find(|f| !this_host.is_empty() && f.host == this_host) {
             let need = r.ranks.iter().find(|k| k.host == here.host && k.pid == here.pid).map(|k| k.memlock_bytes);
             measured.push_str(&format!("; on this node ({this_host}): {}", node_figures(m, need)));
         }

@@ -66,22 +66,15 @@ pub struct LogRank {
     pub(crate) host_bytes: u64,
 }
 
+/// A failed call of the log, with what the rest of the log tells of it.
 #[derive(Debug, Clone, Serialize)]
 pub struct LogFailure {
-    pub host: String,
-    pub pid: u32,
-    pub cuda_dev: Option<i32>,
+    #[serde(flatten)]
+    pub at: log::FailureAt,
     /// The failing process's rank, when its lines name one.
     pub rank: Option<u32>,
-    pub call: String,
-    pub error: Option<String>,
-    pub errno: Option<i32>,
     /// ENOMEM, EPERM...: the errno's name.
     pub errno_name: Option<&'static str>,
-    /// 1-based line number in the log.
-    pub line: u64,
-    /// The communicator its process was setting up (a key of `per_communicator`).
-    pub communicator: Option<String>,
 }
 
 /// The `nccl_log` key of `--json`.
@@ -162,16 +155,7 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
     if i.p2p.is_none() && l.ranks.iter().any(|r| r.shared_send + r.shared_recv > 0) {
         let channels = i.channels.count.next_power_of_two().min(model::MAX_CHANNELS);
         let chunk = model::DEFAULT_P2P_CHUNKSIZE.min(i.buffsize_simple / model::STEPS);
-        i.p2p = Some(model::P2p {
-            channels,
-            channels_per_peer: 1,
-            chunk,
-            ll_buffers: false,
-            shared: true,
-            pxn: true,
-            shared_comms: true,
-            rail_nic: false,
-        });
+        i.p2p = Some(model::P2p::nccl_defaults(channels, 1, chunk));
         assumed.push(format!(
             "p2p pools of {channels} p2p channels (the channel count rounded up to a power of two) x 16 steps x \
                 {chunk} B: pass --p2p-net and --p2p-channels"
@@ -183,10 +167,11 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
         .ranks
         .iter()
         .map(|r| {
+            let net = &r.connections;
             let (send, send_gdr) =
-                (r.net_send.saturating_sub(r.shared_send), r.net_send_gdr.saturating_sub(r.shared_send_gdr));
+                (net.net_send.saturating_sub(r.shared_send), net.net_send_gdr.saturating_sub(r.shared_send_gdr));
             let (recv, recv_gdr) =
-                (r.net_recv.saturating_sub(r.shared_recv), r.net_recv_gdr.saturating_sub(r.shared_recv_gdr));
+                (net.net_recv.saturating_sub(r.shared_recv), net.net_recv_gdr.saturating_sub(r.shared_recv_gdr));
             let c = Counts {
                 sends: send.saturating_sub(send_gdr),
                 sends_gdr: send_gdr,
@@ -245,16 +230,16 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
                 pid: r.pid,
                 cuda_dev: r.cuda_dev,
                 rank: r.rank,
-                net_send: r.net_send,
-                net_recv: r.net_recv,
+                net_send: r.connections.net_send,
+                net_recv: r.connections.net_recv,
                 net_send_proxied: r.net_send_proxied,
                 net_send_for_others: *for_others,
                 gdr: r.gdr,
-                p2p: r.p2p,
-                shm: r.shm,
-                collnet_send: r.collnet_send,
-                collnet_recv: r.collnet_recv,
-                nvls: r.nvls,
+                p2p: r.connections.p2p,
+                shm: r.connections.shm,
+                collnet_send: r.connections.collnet_send,
+                collnet_recv: r.connections.collnet_recv,
+                nvls: r.connections.nvls,
                 communicators: r.communicators.clone(),
                 nics: r.nics.clone(),
                 memlock_bytes: need.memlock,
@@ -282,18 +267,7 @@ pub fn report(inputs: &Inputs, e: &Estimate, l: &NcclLog, v: &Verdict) -> LogRep
     let failures: Vec<LogFailure> = l
         .failures
         .iter()
-        .map(|f| LogFailure {
-            host: f.host.clone(),
-            pid: f.pid,
-            cuda_dev: f.cuda_dev,
-            rank: rank_of(f),
-            call: f.call.clone(),
-            error: f.error.clone(),
-            errno: f.errno,
-            errno_name: f.errno.and_then(errno_name),
-            line: f.line,
-            communicator: f.communicator.clone(),
-        })
+        .map(|f| LogFailure { at: f.clone(), rank: rank_of(f), errno_name: f.errno.and_then(errno_name) })
         .collect();
     let fits_memlock_limit = v.cap_ipc_lock_exempt
         || v.soft_limit_unlimited
@@ -376,7 +350,7 @@ pub(crate) fn render_text(r: &LogReport) -> String {
             if other.is_empty() { String::new() } else { format!(" (not the NIC's:{})", &other[1..]) }
         );
     }
-    for f in &r.failures {
+    for LogFailure { at: f, .. } in &r.failures {
         out += &format!(
             "  FAILED {}:{} GPU {}: {} {} (log line {})\n",
             f.host,
@@ -447,16 +421,7 @@ mod tests {
         let mut i = Inputs::new(2, 8, 4);
         i.gdr = GdrMode::Peermem;
         i.nccl_version = model::Release { major: 2, minor: 29 };
-        i.p2p = Some(model::P2p {
-            channels: 16,
-            channels_per_peer: 4,
-            chunk: model::DEFAULT_P2P_CHUNKSIZE,
-            ll_buffers: false,
-            shared: true,
-            pxn: true,
-            shared_comms: true,
-            rail_nic: false,
-        });
+        i.p2p = Some(model::P2p::nccl_defaults(16, 4, model::DEFAULT_P2P_CHUNKSIZE));
         let e = model::estimate(&i);
         let r = report(&i, &e, &l, &verdict(None));
         assert_eq!(r.ranks.len(), 16);
@@ -511,7 +476,7 @@ mod tests {
         let e = model::estimate(&i);
         let r = report(&i, &e, &l, &verdict(Some(8 << 20)));
         let f = &r.failures[0];
-        assert_eq!((f.rank, f.call.as_str(), f.errno_name), (Some(13), "ibv_reg_mr_iova2", Some("ENOMEM")));
+        assert_eq!((f.rank, f.at.call.as_str(), f.errno_name), (Some(13), "ibv_reg_mr_iova2", Some("ENOMEM")));
         // Ring only: 2 of the 4 sends and receives; the model's tree adds the rest.
         assert!(r.per_rank_max_bytes > 0 && r.per_rank_max_bytes < e.per_rank_max_bytes);
         assert_eq!(r.remaining_by_model_bytes, Some(e.per_rank_max_bytes - r.per_rank_max_bytes));
@@ -566,7 +531,7 @@ h:1:2 [0] misc/ibvwrap.cc:203 NCCL WARN Call to ibv_reg_mr_iova2 failed with err
         let i = Inputs::new(2, 2, 1);
         let r = report(&i, &model::estimate(&i), &l, &verdict(None));
         let f = &r.failures[0];
-        assert_eq!((f.rank, f.communicator.as_deref()), (Some(3), Some("0x22")));
+        assert_eq!((f.rank, f.at.communicator.as_deref()), (Some(3), Some("0x22")));
     }
 
     #[test]

@@ -54,23 +54,34 @@ const INCIDENT: Figures = Figures {
     commit: (80 * GIB, 40 * GIB),
 };
 
+/// A quiet 256 GiB node: plenty available, nothing locked, no hugepages, a 32 GiB pod using
+/// 1 GiB, memlock unlimited. The hosts below differ from it only where their case needs.
+const fn node(name: &'static str, overcommit: (u64, bool), commit: (u64, u64)) -> Figures {
+    Figures {
+        name,
+        total: 256 * GIB,
+        available: 200 * GIB,
+        mlocked: 0,
+        hugepages: (0, 0, 0),
+        cgroup: (GIB, 0, 32 * GIB),
+        memlock: None,
+        pinned: 64 * MIB,
+        overcommit,
+        commit,
+    }
+}
+
 const HOSTS: &[Figures] = &[
     INCIDENT,
     Figures {
-        name: "healthy",
         total: 512 * GIB,
         available: 400 * GIB,
-        mlocked: 0,
-        hugepages: (0, 0, 0),
         cgroup: (GIB, 0, 200 * GIB),
-        memlock: None,
         pinned: 100 * MIB,
-        overcommit: (0, true),
-        commit: (300 * GIB, 20 * GIB),
+        ..node("healthy", (0, true), (300 * GIB, 20 * GIB))
     },
     // Memory is short, but the pool is in use: the squeeze stays silent, the floor does not.
     Figures {
-        name: "pool-in-use",
         total: 128 * GIB,
         available: 5 * GIB,
         mlocked: GIB,
@@ -78,74 +89,28 @@ const HOSTS: &[Figures] = &[
         cgroup: (8 * GIB, 2 * GIB, 16 * GIB),
         memlock: Some(2 * GIB),
         pinned: GIB,
-        overcommit: (2, true),
-        commit: (200 * GIB, 50 * GIB),
+        ..node("pool-in-use", (2, true), (200 * GIB, 50 * GIB))
     },
     // An RDMA process under the rules' floor, though above one communicator's need.
     Figures {
-        name: "below-floor",
-        total: 256 * GIB,
-        available: 200 * GIB,
-        mlocked: 0,
         hugepages: (512, 500, 0),
         cgroup: (20 * GIB, 15 * GIB, 32 * GIB),
         memlock: Some(512 * MIB),
-        pinned: 64 * MIB,
-        overcommit: (2, false),
-        commit: (200 * GIB, 190 * GIB),
+        ..node("below-floor", (2, false), (200 * GIB, 190 * GIB))
     },
     // Working set at the cgroup threshold exactly: the rule's `>=` fires, so does check.
     Figures {
-        name: "cgroup-at-threshold",
-        total: 256 * GIB,
-        available: 200 * GIB,
-        mlocked: 0,
-        hugepages: (0, 0, 0),
         cgroup: (9 * GIB, 0, 10 * GIB),
         memlock: Some(8 * MIB),
         pinned: 4 * MIB,
-        overcommit: (0, false),
-        commit: (100 * GIB, 95 * GIB),
+        ..node("cgroup-at-threshold", (0, false), (100 * GIB, 95 * GIB))
     },
     // Strict overcommit with 5 of 100 GiB left: the headroom rule and check's WARN.
-    Figures {
-        name: "strict-headroom-low",
-        total: 256 * GIB,
-        available: 200 * GIB,
-        mlocked: 0,
-        hugepages: (0, 0, 0),
-        cgroup: (GIB, 0, 32 * GIB),
-        memlock: None,
-        pinned: 64 * MIB,
-        overcommit: (2, true),
-        commit: (100 * GIB, 95 * GIB),
-    },
+    node("strict-headroom-low", (2, true), (100 * GIB, 95 * GIB)),
     // Heuristic and never-refuse modes with Committed_AS at or past CommitLimit, as is usual there:
     // CommitLimit is not enforced, both stay silent.
-    Figures {
-        name: "mode0-overcommitted",
-        total: 256 * GIB,
-        available: 200 * GIB,
-        mlocked: 0,
-        hugepages: (0, 0, 0),
-        cgroup: (GIB, 0, 32 * GIB),
-        memlock: None,
-        pinned: 64 * MIB,
-        overcommit: (0, true),
-        commit: (100 * GIB, 200 * GIB),
-    },
-    Figures {
-        name: "mode1",
-        total: 256 * GIB,
-        available: 200 * GIB,
-        mlocked: 0,
-        hugepages: (0, 0, 0),
-        cgroup: (GIB, 0, 32 * GIB),
-        memlock: None,
-        pinned: 64 * MIB,
-        overcommit: (1, true),
-        commit: (100 * GIB, 100 * GIB),
-    },
+    node("mode0-overcommitted", (0, true), (100 * GIB, 200 * GIB)),
+    node("mode1", (1, true), (100 * GIB, 100 * GIB)),
 ];
 
 struct Tree {

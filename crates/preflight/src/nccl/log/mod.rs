@@ -84,9 +84,9 @@ pub struct Rank {
     pub cuda_dev: Option<i32>,
     /// Its rank in the first communicator it initialised (or connected in, without Init lines).
     pub rank: Option<u32>,
-    /// Network connections it set up, each (own rank, channel, connIndex, peer, direction) once.
-    pub net_send: u64,
-    pub net_recv: u64,
+    /// Its connections, each (own rank, channel, connIndex, peer, transport, direction) once.
+    #[serde(flatten)]
+    pub connections: Connections,
     /// Of its sends, those another rank's proxy set up and registers (PXN, `NET/IB/0(8)`).
     pub(crate) net_send_proxied: u64,
     /// Those sends by the proxy's rank: (rank, sends, of them with GPUDirect, NIC).
@@ -95,17 +95,6 @@ pub struct Rank {
     /// buffers are host memory the NIC pins; null: no network line.
     pub gdr: Option<bool>,
     pub gdr_connections: u64,
-    /// Of the sends and receives, those with GPUDirect.
-    pub(crate) net_send_gdr: u64,
-    pub(crate) net_recv_gdr: u64,
-    /// Connections of the other transports, none registered as a NET connection's buffers are
-    /// (see [`Transport`]): P2P and SHM sends, CollNet sends and receives (the CollNet plugin
-    /// registers its own), NVLS set-ups (one per communicator).
-    pub p2p: u64,
-    pub shm: u64,
-    pub collnet_send: u64,
-    pub collnet_recv: u64,
-    pub nvls: u64,
     /// The communicators it logged (their keys, as in [`NcclLog::per_communicator`]).
     pub communicators: Vec<String>,
     /// Connections (of any transport) no communicator line of the process accounts for.
@@ -152,8 +141,12 @@ pub(crate) struct SharedP2p {
 pub struct Connections {
     pub net_send: u64,
     pub net_recv: u64,
+    /// Of the sends and receives, those with GPUDirect.
     pub(crate) net_send_gdr: u64,
     pub(crate) net_recv_gdr: u64,
+    /// Connections of the other transports, none registered as a NET connection's buffers are
+    /// (see [`Transport`]): P2P and SHM sends, CollNet sends and receives (the CollNet plugin
+    /// registers its own), NVLS set-ups (one per communicator).
     pub p2p: u64,
     pub shm: u64,
     pub collnet_send: u64,
@@ -322,13 +315,9 @@ struct ProcComm {
 struct Proc {
     rank: Option<u32>,
     seen: HashSet<ConnKey>,
-    send: u64,
-    recv: u64,
+    connections: Connections,
     proxied: u64,
     proxied_to: Vec<(u32, u64, u64, u32)>,
-    send_gdr: u64,
-    recv_gdr: u64,
-    other: Connections,
     nics: Vec<(u32, u64)>,
     repeated: u64,
     shared_send: u64,
@@ -355,8 +344,9 @@ impl Proc {
         self.comms.iter().rposition(|c| c.open && fits(c)).or_else(|| self.comms.iter().rposition(fits))
     }
 
-    /// Counts `c` in the communicator `slot`, or keeps it until one claims it.
+    /// Counts `c` for the process, and in the communicator `slot` or, until one claims it, apart.
     fn charge(&mut self, slot: Option<usize>, me: u32, c: &Connections) {
+        self.connections.add(c);
         if let Some(at) = slot {
             self.comms[at].c.add(c);
             return;
@@ -484,7 +474,7 @@ impl Summary {
                 if !pc.nvls {
                     pc.nvls = true;
                     pc.c.nvls += 1;
-                    p.other.nvls += 1;
+                    p.connections.nvls += 1;
                 }
             }
             Event::Failure(f) => {
@@ -625,7 +615,6 @@ impl Summary {
             (Transport::CollNet, Direction::Send) => c.collnet_send = 1,
             (Transport::CollNet, Direction::Recv) => c.collnet_recv = 1,
         }
-        p.other.add(&c);
         p.charge(slot, conn.me, &c);
     }
 
@@ -648,14 +637,8 @@ impl Summary {
         let gdr = u64::from(conn.gdr);
         let mut c = Connections::default();
         match conn.direction {
-            Direction::Send => {
-                (p.send, p.send_gdr) = (p.send + 1, p.send_gdr + gdr);
-                (c.net_send, c.net_send_gdr) = (1, gdr);
-            }
-            Direction::Recv => {
-                (p.recv, p.recv_gdr) = (p.recv + 1, p.recv_gdr + gdr);
-                (c.net_recv, c.net_recv_gdr) = (1, gdr);
-            }
+            Direction::Send => (c.net_send, c.net_send_gdr) = (1, gdr),
+            Direction::Recv => (c.net_recv, c.net_recv_gdr) = (1, gdr),
         }
         p.charge(slot, conn.me(), &c);
         if conn.shared {
@@ -788,8 +771,8 @@ impl Summary {
                     keys.push(key);
                 }
             }
-            let total = p.send + p.recv;
-            let gdr = p.send_gdr + p.recv_gdr;
+            let c = p.connections;
+            let (total, gdr) = (c.net_send + c.net_recv, c.net_send_gdr + c.net_recv_gdr);
             let mut nics = p.nics;
             nics.sort_unstable();
             let unattributed = p.unattributed + p.pending.iter().map(|(_, c)| c.total()).sum::<u64>();
@@ -799,19 +782,11 @@ impl Summary {
                 pid,
                 cuda_dev,
                 rank: p.rank,
-                net_send: p.send,
-                net_recv: p.recv,
+                connections: c,
                 net_send_proxied: p.proxied,
                 proxied_to: p.proxied_to,
                 gdr: (total > 0).then_some(gdr == total),
                 gdr_connections: gdr,
-                net_send_gdr: p.send_gdr,
-                net_recv_gdr: p.recv_gdr,
-                p2p: p.other.p2p,
-                shm: p.other.shm,
-                collnet_send: p.other.collnet_send,
-                collnet_recv: p.other.collnet_recv,
-                nvls: p.other.nvls,
                 communicators: keys,
                 unattributed,
                 nics: nics.iter().map(|(d, _)| *d).collect(),

@@ -154,6 +154,23 @@ pub struct P2p {
     pub(crate) rail_nic: bool,
 }
 
+impl P2p {
+    /// The given channels and chunk with NCCL's defaults for the rest (shared buffers and comms,
+    /// PXN, cross-NIC sends allowed, no LL buffers): what a job that sets none of them runs.
+    pub(crate) fn nccl_defaults(channels: u64, channels_per_peer: u64, chunk: u64) -> Self {
+        Self {
+            channels,
+            channels_per_peer,
+            chunk,
+            ll_buffers: false,
+            shared: true,
+            pxn: true,
+            shared_comms: true,
+            rail_nic: false,
+        }
+    }
+}
+
 impl Inputs {
     /// NCCL's defaults for nodes x ranks x nics, GPUDirect off.
     pub fn new(nodes: u64, ranks_per_node: u64, nics: u64) -> Self {

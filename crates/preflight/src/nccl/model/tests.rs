@@ -295,16 +295,7 @@ fn inputs_no_flag_allows_neither_panic_nor_wrap() {
     (i.buffsize_ll, i.buffsize_ll128, i.buffsize_simple) = (u64::MAX, u64::MAX, u64::MAX);
     i.qps_per_connection = u64::MAX;
     i.devices_per_nic = u64::MAX;
-    i.p2p = Some(P2p {
-        channels: u64::MAX,
-        channels_per_peer: u64::MAX,
-        chunk: u64::MAX,
-        ll_buffers: true,
-        shared: true,
-        pxn: true,
-        shared_comms: true,
-        rail_nic: false,
-    });
+    i.p2p = Some(P2p { ll_buffers: true, ..P2p::nccl_defaults(u64::MAX, u64::MAX, u64::MAX) });
     assert_eq!(estimate(&i).per_rank_max_bytes, u64::MAX);
 }
 
@@ -466,16 +457,7 @@ fn case_f_one_node_registers_nothing() {
 #[test]
 fn case_g_all_to_all_adds_connections_and_pools() {
     let mut i = Inputs::new(2, 8, 8);
-    i.p2p = Some(P2p {
-        channels: 32,
-        channels_per_peer: 2,
-        chunk: 131_072,
-        ll_buffers: false,
-        shared: true,
-        pxn: true,
-        shared_comms: true,
-        rail_nic: false,
-    });
+    i.p2p = Some(P2p::nccl_defaults(32, 2, 131_072));
     let e = estimate(&i);
     // 8 remote peers x 2 channels: 16 sends (37 + 40 pages) and 16 receives (45 + 65), two
     // 64 MiB pools; doorbells for 38 connections on NIC k (114 records, 2 pages) and 2 on NIC
@@ -579,16 +561,7 @@ fn all_to_all_2x8x4(gdr: GdrMode) -> Inputs {
     i.gdr = gdr;
     let per_peer = net_channels_per_peer(Release { major: 2, minor: 29 }, 400, 16, 16, 16, None, None);
     assert_eq!(per_peer.channels, 4);
-    i.p2p = Some(P2p {
-        channels: 16,
-        channels_per_peer: per_peer.channels,
-        chunk: DEFAULT_P2P_CHUNKSIZE,
-        ll_buffers: false,
-        shared: true,
-        pxn: true,
-        shared_comms: true,
-        rail_nic: false,
-    });
+    i.p2p = Some(P2p::nccl_defaults(16, per_peer.channels, DEFAULT_P2P_CHUNKSIZE));
     i
 }
 
@@ -739,16 +712,7 @@ fn fourth_round_sixteen_ranks_per_node_share_channels_by_release() {
     // 2.30 the two schedule groups take 2 x 4 channels, on 2.27 consecutive bases 4 + 1.
     let mut i = Inputs::new(2, 16, 8);
     i.gdr = GdrMode::Dmabuf;
-    i.p2p = Some(P2p {
-        channels: 16,
-        channels_per_peer: 4,
-        chunk: DEFAULT_P2P_CHUNKSIZE,
-        ll_buffers: false,
-        shared: true,
-        pxn: true,
-        shared_comms: true,
-        rail_nic: false,
-    });
+    i.p2p = Some(P2p::nccl_defaults(16, 4, DEFAULT_P2P_CHUNKSIZE));
     let p2p_of = |minor| {
         let mut i = i.clone();
         i.nccl_version = Release { major: 2, minor };

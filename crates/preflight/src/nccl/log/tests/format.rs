@@ -675,7 +675,8 @@ fn every_release_fixtures_formats_read_back_as_filled_in() {
         check("version", log.nccl_version == f.version, format!("{:?}", log.nccl_version));
         check("ranks", log.ranks.len() == 1, format!("{:?}", log.ranks));
         if let Some(rank) = log.ranks.first() {
-            let got = (rank.net_send, rank.net_recv, rank.net_send_gdr, rank.net_recv_gdr, rank.net_send_proxied);
+            let c = &rank.connections;
+            let got = (c.net_send, c.net_recv, c.net_send_gdr, c.net_recv_gdr, rank.net_send_proxied);
             let want = (f.sends, f.recvs, f.send_gdr, f.recv_gdr, f.proxied);
             check(
                 "connections (send, recv, send_gdr, recv_gdr, proxied)",
@@ -685,7 +686,7 @@ fn every_release_fixtures_formats_read_back_as_filled_in() {
             check("rank", rank.rank == Some(ME), format!("{:?}", rank.rank));
             check("nics", rank.nics == vec![NIC], format!("{:?}", rank.nics));
             check("gdr", rank.gdr == Some(false), format!("{:?}", rank.gdr));
-            let got = (rank.p2p, rank.shm, rank.collnet_send, rank.collnet_recv, rank.nvls);
+            let got = (c.p2p, c.shm, c.collnet_send, c.collnet_recv, c.nvls);
             let want = (f.p2p, f.shm, f.collnet.0, f.collnet.1, f.nvls);
             check(
                 "other transports (p2p, shm, collnet send, recv, nvls)",

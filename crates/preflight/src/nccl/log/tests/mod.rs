@@ -73,7 +73,10 @@ fn a_log_whose_host_names_were_cut_out_still_reads() {
 ";
     let l = read(text.as_bytes()).unwrap();
     let r = &l.ranks[0];
-    assert_eq!((r.host.as_str(), r.pid, r.net_send, r.net_recv, r.gdr), ("", 22901, 2, 0, Some(false)));
+    assert_eq!(
+        (r.host.as_str(), r.pid, r.connections.net_send, r.connections.net_recv, r.gdr),
+        ("", 22901, 2, 0, Some(false))
+    );
     assert_eq!(l.env.get("NCCL_IB_GID_INDEX").map(String::as_str), Some("3"));
 }
 
@@ -89,7 +92,7 @@ fn records_pasted_onto_one_line_each_count() {
             via NET/IBext/3/GDRDMA{pad}VM-17-82-centos:11985:12554 [7] NCCL I\n"
     );
     let l = read(text.as_bytes()).unwrap();
-    let got: Vec<_> = l.ranks.iter().map(|r| (r.pid, r.cuda_dev, r.net_recv, r.gdr)).collect();
+    let got: Vec<_> = l.ranks.iter().map(|r| (r.pid, r.cuda_dev, r.connections.net_recv, r.gdr)).collect();
     assert_eq!(got, vec![(11979, Some(1), 1, Some(true)), (11981, Some(3), 1, Some(true))]);
     assert_eq!((l.lines, l.nccl_lines), (1, 1));
     // A message that quotes a marker keeps it: no prefix before the quoted one.
@@ -326,8 +329,9 @@ h:1:2 [0] NCCL INFO NVLS comm 0x55d0 headRank 0 nHeads 8 buffSize 1048576 nvlsPe
 h:1:2 [0] NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0
 ");
     let r = &l.ranks[0];
-    assert_eq!((r.p2p, r.shm, r.collnet_send, r.collnet_recv, r.nvls), (2, 1, 1, 0, 1));
-    assert_eq!((r.net_send, r.net_recv, r.repeated), (0, 1, 1), "only the NET line is the NIC's");
+    let c = &r.connections;
+    assert_eq!((c.p2p, c.shm, c.collnet_send, c.collnet_recv, c.nvls), (2, 1, 1, 0, 1));
+    assert_eq!((c.net_send, c.net_recv, r.repeated), (0, 1, 1), "only the NET line is the NIC's");
 }
 
 #[test]
@@ -350,7 +354,7 @@ h:3:4 [0] NCCL INFO ncclCommInitRank comm 0xc rank 1 nranks 2 cudaDev 0 nvmlDev 
 ");
     assert_eq!(l.communicators, 2);
     let r = &l.ranks[0];
-    assert_eq!((r.net_send, r.net_recv, r.repeated, r.unattributed), (2, 2, 0, 0));
+    assert_eq!((r.connections.net_send, r.connections.net_recv, r.repeated, r.unattributed), (2, 2, 0, 0));
     assert_eq!(r.communicators, vec!["0x11".to_owned(), "0x22".to_owned()]);
     let c: Vec<_> = l
         .per_communicator
@@ -380,7 +384,7 @@ h:1:2 [0] misc/ibvwrap.cc:203 NCCL WARN Call to ibv_reg_mr_iova2 failed with err
     assert_eq!(l.failures[0].communicator.as_deref(), Some("0x22"));
     // No communicator line at all: the connections are counted, and said to be unattributed.
     let l = log("h:1:2 [0] NCCL INFO Channel 00 : 0[1000] -> 1[1000] [send] via NET/IB/0\n");
-    assert_eq!((l.ranks[0].net_send, l.ranks[0].unattributed, l.per_communicator.len()), (1, 1, 0));
+    assert_eq!((l.ranks[0].connections.net_send, l.ranks[0].unattributed, l.per_communicator.len()), (1, 1, 0));
 }
 
 #[test]
@@ -460,7 +464,11 @@ fn interleaved_ranks_count_each_connection_once() {
     assert_eq!(l.nccl_version.as_deref(), Some("2.21.5+cuda12.4"));
     assert_eq!(l.env.get("NCCL_IB_HCA").map(String::as_str), Some("mlx5_0"));
     assert_eq!(l.communicators, 1, "one commId in both ranks");
-    let got: Vec<_> = l.ranks.iter().map(|r| (r.host.as_str(), r.pid, r.rank, r.net_send, r.net_recv, r.gdr)).collect();
+    let got: Vec<_> = l
+        .ranks
+        .iter()
+        .map(|r| (r.host.as_str(), r.pid, r.rank, r.connections.net_send, r.connections.net_recv, r.gdr))
+        .collect();
     assert_eq!(got, vec![("a", 100, Some(0), 1, 2, Some(true)), ("b", 200, Some(1), 2, 1, Some(false))]);
     assert_eq!(l.ranks[0].repeated, 1, "the send printed twice");
     assert_eq!(l.ranks[1].nics, vec![0, 1]);
@@ -488,7 +496,7 @@ fn lines_are_cut_at_max_line_and_not_parsed() {
     assert!(buf.starts_with(b"h:1:2"));
     assert_eq!(reader.next_line(&mut buf).unwrap(), None);
     let l = read(&text[..]).unwrap();
-    assert_eq!((l.lines, l.cut_lines, l.ranks[0].net_send), (2, 1, 1));
+    assert_eq!((l.lines, l.cut_lines, l.ranks[0].connections.net_send), (2, 1, 1));
 }
 
 #[test]
@@ -520,10 +528,18 @@ fn fixture(name: &str) -> NcclLog {
 }
 
 /// (host, pid, cuda_dev, net_send, net_recv, gdr)
+/// Its network sends and receives.
+fn net_counts(r: &Rank) -> (u64, u64) {
+    (r.connections.net_send, r.connections.net_recv)
+}
+
 type Row<'a> = (&'a str, u32, Option<i32>, u64, u64, Option<bool>);
 
 fn rows(l: &NcclLog) -> Vec<Row<'_>> {
-    l.ranks.iter().map(|r| (r.host.as_str(), r.pid, r.cuda_dev, r.net_send, r.net_recv, r.gdr)).collect()
+    l.ranks
+        .iter()
+        .map(|r| (r.host.as_str(), r.pid, r.cuda_dev, r.connections.net_send, r.connections.net_recv, r.gdr))
+        .collect()
 }
 
 /// The written logs (scripts/nccl_log_fixtures.py, from NCCL's rules) and the model agree on
@@ -542,8 +558,8 @@ fn written_logs_of_reference_layouts_agree_with_the_model() {
         let Some(dev) = r.cuda_dev else { panic!("{r:?}") };
         let m = &model.ranks[dev as usize];
         let (sends, receives) = (m.ring.sends + m.tree.sends, m.ring.receives + m.tree.receives);
-        assert_eq!((r.net_send, r.net_recv), (sends, receives), "{r:?} against the model's {m:?}");
-        assert_eq!((r.net_send, r.net_recv, r.gdr, r.repeated), (4, 4, Some(false), 0));
+        assert_eq!(net_counts(r), (sends, receives), "{r:?} against the model's {m:?}");
+        assert_eq!((r.connections.net_send, r.connections.net_recv, r.gdr, r.repeated), (4, 4, Some(false), 0));
         assert_eq!(r.rank, Some(u32::from(r.host == "gpu-a02") * 8 + dev as u32));
     }
     // The same job stopped by rank 13's first registration: its ring connectors were set up
@@ -557,7 +573,7 @@ fn written_logs_of_reference_layouts_agree_with_the_model() {
     );
     for r in &l.ranks {
         let m = &model.ranks[r.cuda_dev.unwrap_or_default() as usize];
-        assert_eq!((r.net_send, r.net_recv), (m.ring.sends, m.ring.receives), "{r:?}");
+        assert_eq!(net_counts(r), (m.ring.sends, m.ring.receives), "{r:?}");
     }
     assert_eq!(l.communicators, 0, "no Init COMPLETE");
     // One NIC for 8 GPUs, 4 channels: the ring enters at GPU 0 and leaves from GPU 7, the tree
@@ -569,13 +585,13 @@ fn written_logs_of_reference_layouts_agree_with_the_model() {
         let dev = r.cuda_dev.unwrap_or_default() as usize;
         let m = &model.ranks[dev];
         let (sends, receives) = (m.ring.sends + m.tree.sends, m.ring.receives + m.tree.receives);
-        assert_eq!((r.net_send, r.net_recv), (sends, receives), "{r:?} against the model's {m:?}");
+        assert_eq!(net_counts(r), (sends, receives), "{r:?} against the model's {m:?}");
         let want = match dev {
             0 => (4, 8),
             7 => (4, 0),
             _ => (0, 0),
         };
-        assert_eq!((r.net_send, r.net_recv), want, "{r:?}");
+        assert_eq!(net_counts(r), want, "{r:?}");
     }
 }
 
@@ -626,7 +642,7 @@ fn public_logs_parse_exactly() {
             (h, 718890, Some(5), 1, 0, Some(true)),
         ]
     );
-    assert_eq!(l.ranks.iter().map(|r| r.p2p).collect::<Vec<_>>(), vec![6, 2, 0, 2, 0]);
+    assert_eq!(l.ranks.iter().map(|r| r.connections.p2p).collect::<Vec<_>>(), vec![6, 2, 0, 2, 0]);
     assert_eq!(l.networks, vec!["AWS Libfabric".to_owned()]);
 
     // NVIDIA/nccl issue 1814: Init COMPLETE of one communicator in four processes.
@@ -647,7 +663,7 @@ fn a_ten_megabyte_line_and_binary_noise_are_skipped_whole() {
     assert_eq!(l.nccl_version.as_deref(), Some("2.27.7+cuda12.9"));
     assert_eq!(l.cut_lines, 1, "the 10 MiB line, not its tail");
     assert_eq!(l.ranks.len(), 1);
-    assert_eq!(l.ranks[0].net_send, 1, "only the whole line after the noise");
+    assert_eq!(l.ranks[0].connections.net_send, 1, "only the whole line after the noise");
 }
 
 #[test]
