@@ -5,11 +5,12 @@
 //! its trend (its exhaustion series, what the critical page is made of) while the tracker stays
 //! at its cap, evicting, counting and logging others.
 
+use std::cell::Cell;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::synthetic;
-use crate::util::Exporter;
+use crate::util::{Exporter, Metrics};
 
 const CROWD: u32 = 8_300;
 const PODS: usize = 1_500;
@@ -66,20 +67,35 @@ fn a_job_starting_on_a_node_with_a_full_trend_tracker_gets_its_trend() {
     });
     let evicted_before = full.get("memlock_trend_scopes_evicted_total").unwrap_or(0.0);
 
-    // The job: 1 MiB, then 256 KiB more every 250 ms up to 7.5 MiB of its 8 MiB (6.5 s).
+    // The job: 1 MiB, then 256 KiB more a step up to 7.5 MiB of its 8 MiB. A step follows once
+    // a scrape shows the exporter read the one before: a ramp on the test's clock alone could
+    // end before a process collector slowed by other work on the machine read it three times.
     let job = format!("memlock_trend_exhaustion_seconds{{scope=\"process\",pid=\"{JOB_PID}\"");
-    let (mut pinned_kib, mut trend_seen, mut scopes_max) = (1024, None, 0.0f64);
+    let job_pid = format!("pid=\"{JOB_PID}\"");
+    let job_pinned = |m: &Metrics| {
+        m.family("memlock_process_pinned_bytes").into_iter().find(|(k, _)| k.contains(&job_pid)).map(|(_, v)| v)
+    };
+    let (trend_seen, scopes_max) = (Cell::new(None), Cell::new(0.0f64));
     let started = Instant::now();
+    let mut pinned_kib = 1024;
     while pinned_kib <= 7 * 1024 + 512 {
         write_job(&procfs, &root.join("stage"), pinned_kib);
-        let m = exporter.metrics();
-        scopes_max = scopes_max.max(m.value("memlock_trend_scopes"));
-        if trend_seen.is_none() && m.series.keys().any(|k| k.starts_with(&job) && k.contains("counter=\"pinned\"")) {
-            trend_seen = Some((started.elapsed(), pinned_kib));
-        }
+        exporter.wait_metrics(
+            Duration::from_secs(120),
+            &format!("the exporter to read the job at {pinned_kib} KiB"),
+            |m| {
+                scopes_max.set(scopes_max.get().max(m.value("memlock_trend_scopes")));
+                if trend_seen.get().is_none()
+                    && m.series.keys().any(|k| k.starts_with(&job) && k.contains("counter=\"pinned\""))
+                {
+                    trend_seen.set(Some((started.elapsed(), pinned_kib)));
+                }
+                job_pinned(m) == Some((pinned_kib * 1024) as f64)
+            },
+        );
         pinned_kib += 256;
-        std::thread::sleep(Duration::from_millis(250));
     }
+    let (trend_seen, scopes_max) = (trend_seen.get(), scopes_max.get());
     let m = exporter.metrics();
     let evicted = m.get("memlock_trend_scopes_evicted_total").unwrap_or(0.0) - evicted_before;
     eprintln!(
